@@ -1,0 +1,79 @@
+//! Builds the Rust guest policies in `guests/rust` to wasm32-wasip2 components,
+//! for build scripts: the host's (which embeds the shipped policies as
+//! `builtin:NAME`) and the integration tests' (which load them from disk).
+//!
+//! It runs a nested cargo into `target/guests`, a target directory of its own, so
+//! the outer build's lock on `target/debug` is never contended.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The target every guest is built for.
+pub const TARGET: &str = "wasm32-wasip2";
+
+/// Where the repository's files are, seen from a crate one level below its root.
+pub struct Repo {
+    pub root: PathBuf,
+}
+
+impl Repo {
+    /// The repository holding the crate whose build script is running.
+    pub fn from_build_script() -> Repo {
+        let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run from a build script"));
+        let root = manifest.ancestors().find(|p| p.join("wit").is_dir() && p.join("guests").is_dir()).expect("repository root with wit/ and guests/").to_path_buf();
+        Repo { root }
+    }
+
+    /// Build the named guest packages in release mode; returns each one's component path.
+    ///
+    /// Tells cargo to rerun the build script when the guests or the contract change.
+    pub fn build_rust_guests(&self, packages: &[&str]) -> Vec<(String, PathBuf)> {
+        let guests = self.root.join("guests/rust");
+        let target_dir = self.root.join("target/guests");
+        for watched in [guests.join("Cargo.toml"), guests.join("Cargo.lock"), self.root.join("wit")] {
+            println!("cargo:rerun-if-changed={}", watched.display());
+        }
+        for p in packages {
+            println!("cargo:rerun-if-changed={}", guests.join(p).display());
+        }
+
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(&guests)
+            .args(["build", "--release", "--target", TARGET, "--target-dir"])
+            .arg(&target_dir);
+        for p in packages {
+            cmd.args(["-p", p]);
+        }
+        // The outer build's flags are for the host target; they must not leak into the guests'.
+        for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_MAKEFLAGS", "MAKEFLAGS", "MFLAGS"] {
+            cmd.env_remove(var);
+        }
+        for (key, _) in std::env::vars() {
+            if key.starts_with("CARGO_FEATURE_") || key.starts_with("CARGO_CFG_") {
+                cmd.env_remove(key);
+            }
+        }
+        let status = cmd.status().unwrap_or_else(|e| panic!("failed to run cargo for the guests in {}: {e}", guests.display()));
+        if !status.success() {
+            panic!(
+                "building the guest policies in {} failed ({status}).\n\
+                 If the error above says the `{TARGET}` target is missing, install it with:\n    rustup target add {TARGET}",
+                guests.display()
+            );
+        }
+        packages
+            .iter()
+            .map(|p| {
+                let path = component_path(&target_dir, p);
+                assert!(path.is_file(), "cargo built {p} but {} is missing", path.display());
+                (p.to_string(), path)
+            })
+            .collect()
+    }
+}
+
+/// Where cargo leaves the component for package `name`.
+pub fn component_path(target_dir: &Path, name: &str) -> PathBuf {
+    target_dir.join(TARGET).join("release").join(format!("{}.wasm", name.replace('-', "_")))
+}

@@ -1,0 +1,208 @@
+//! A test policy that does whatever its event asks, to exercise the host's
+//! capabilities, grants and limits from the integration tests. Not shipped.
+//!
+//! `start` and `tick` carry a JSON op, e.g. `{"op": "exec", "argv": ["echo", "hi"]}`.
+//! The policy answers `done` with `data` holding what the op observed, so tests
+//! can assert on exactly what the guest saw.
+
+#[cfg(target_arch = "wasm32")]
+mod component {
+    wit_bindgen::generate!({ path: "../../../wit", world: "loop-policy" });
+
+    use exports::loopbox::policy::policy::{Guest, PolicyInfo};
+    use loopbox::policy::actions::{self, ActionError, Command, Output, PromptKind, PromptRequest, Script, ShellRequest};
+    use loopbox::policy::log::{self, Level};
+    use loopbox::policy::state;
+    use loopbox::policy::types::{Decision, Event, Outcome};
+    use serde_json::{Value, json};
+
+    struct Probe;
+
+    fn output_json(r: Result<Output, ActionError>) -> Value {
+        match r {
+            Ok(o) => json!({"ok": {
+                "exit_code": o.exit_code, "stdout": o.stdout, "stderr": o.stderr,
+                "timed_out": o.timed_out, "truncated": o.truncated, "session": o.session,
+            }}),
+            Err(e) => {
+                let (kind, msg) = match e {
+                    ActionError::Denied(m) => ("denied", m),
+                    ActionError::Declined(m) => ("declined", m),
+                    ActionError::BudgetExhausted(m) => ("budget-exhausted", m),
+                    ActionError::Invalid(m) => ("invalid", m),
+                    ActionError::Unavailable(m) => ("unavailable", m),
+                    ActionError::OutcomeUnknown => ("outcome-unknown", String::new()),
+                };
+                json!({"err": {"kind": kind, "message": msg}})
+            }
+        }
+    }
+
+    fn strs(v: &Value, key: &str) -> Vec<String> {
+        v[key].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+    }
+
+    fn big(v: &Value) -> String {
+        "x".repeat(v["bytes"].as_u64().unwrap_or(0) as usize)
+    }
+
+    #[inline(never)]
+    #[allow(unconditional_recursion)]
+    fn recurse(depth: u64, sink: &mut [u64; 64]) -> u64 {
+        sink[(depth % 64) as usize] = depth;
+        recurse(depth + 1, sink) + sink[(depth * 7 % 64) as usize]
+    }
+
+    fn run(op: &Value) -> Result<Value, String> {
+        let name = op["op"].as_str().unwrap_or("");
+        Ok(match name {
+            "echo" => op.clone(),
+            "spin" => loop {
+                std::hint::black_box(0u64);
+            },
+            "grow" => {
+                let mb = op["mb"].as_u64().unwrap_or(1024) as usize;
+                let mut chunks: Vec<Vec<u8>> = Vec::new();
+                for _ in 0..mb {
+                    chunks.push(vec![1u8; 1 << 20]);
+                }
+                json!({"grew_mb": chunks.len()})
+            }
+            "recurse" => {
+                let mut sink = [0u64; 64];
+                json!({"depth": recurse(0, &mut sink)})
+            }
+            "trap" => panic!("probe was told to panic"),
+            "err" => return Err(op["message"].as_str().unwrap_or("probe error").to_string()),
+            "print" => {
+                let s = big(op);
+                print!("{s}");
+                eprintln!("to stderr");
+                json!({"printed": s.len()})
+            }
+            "log" => {
+                for _ in 0..op["count"].as_u64().unwrap_or(1) {
+                    log::write(Level::Info, &format!("probe says {}", big(op)));
+                }
+                json!({"logged": true})
+            }
+            "state" => {
+                let mut got = serde_json::Map::new();
+                if let Some(sets) = op["set"].as_object() {
+                    for (k, v) in sets {
+                        if let Err(e) = state::set(k, &v.to_string()) {
+                            got.insert(format!("set-error:{k}"), json!(e));
+                        }
+                    }
+                }
+                if let Some(raw) = op["set_raw"].as_object() {
+                    for (k, v) in raw {
+                        if let Err(e) = state::set(k, v.as_str().unwrap_or("")) {
+                            got.insert(format!("set-error:{k}"), json!(e));
+                        }
+                    }
+                }
+                for k in strs(op, "remove") {
+                    state::remove(&k);
+                }
+                for k in strs(op, "get") {
+                    got.insert(k.clone(), json!(state::get(&k)));
+                }
+                if let Some(prefix) = op["keys"].as_str() {
+                    got.insert("keys".into(), json!(state::keys(prefix)));
+                }
+                if op["fail_after"].as_bool() == Some(true) {
+                    return Err("failing after state writes".into());
+                }
+                Value::Object(got)
+            }
+            "state_big" => json!({"result": format!("{:?}", state::set("big", &format!("\"{}\"", big(op))))}),
+            "flood" => {
+                for _ in 0..op["count"].as_u64().unwrap_or(1_000_000) {
+                    std::hint::black_box(state::get("k"));
+                }
+                json!({"flooded": true})
+            }
+            "exec" => {
+                let env = op["env"].as_object().map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect()).unwrap_or_default();
+                let req = ShellRequest::Exec(Command {
+                    argv: strs(op, "argv"),
+                    cwd: op["cwd"].as_str().map(String::from),
+                    env,
+                    stdin: op["stdin"].as_str().map(String::from),
+                    timeout_ms: op["timeout_ms"].as_u64(),
+                });
+                let times = op["times"].as_u64().unwrap_or(1);
+                let mut results: Vec<Value> = (0..times).map(|_| output_json(actions::shell(&req))).collect();
+                if times == 1 { results.pop().unwrap() } else { json!(results) }
+            }
+            "exec_big" => output_json(actions::shell(&ShellRequest::Exec(Command {
+                argv: vec!["echo".into(), big(op)],
+                cwd: None,
+                env: vec![],
+                stdin: None,
+                timeout_ms: None,
+            }))),
+            "script" => output_json(actions::shell(&ShellRequest::Script(Script {
+                source: op["source"].as_str().unwrap_or("").into(),
+                cwd: op["cwd"].as_str().map(String::from),
+                timeout_ms: op["timeout_ms"].as_u64(),
+            }))),
+            "prompt" => output_json(actions::prompt(&PromptRequest {
+                text: op["text"].as_str().unwrap_or("").into(),
+                kind: PromptKind::Prompt,
+                model: None,
+                session: op["session"].as_str().map(String::from),
+                timeout_ms: None,
+            })),
+            "read" => match loopbox::policy::workspace::read(op["path"].as_str().unwrap_or("")) {
+                Ok(s) => json!({"ok": s}),
+                Err(e) => json!({"err": e}),
+            },
+            "list" => match loopbox::policy::workspace::list_dir(op["dir"].as_str().unwrap_or("")) {
+                Ok(s) => json!({"ok": s}),
+                Err(e) => json!({"err": e}),
+            },
+            other => return Err(format!("probe: unknown op `{other}`")),
+        })
+    }
+
+    fn decide(json: &str) -> Result<Decision, String> {
+        let op: Value = serde_json::from_str(json).map_err(|e| format!("probe: bad op: {e}"))?;
+        // `then` lets one event end with a decision other than `done`.
+        let data = run(&op)?;
+        Ok(match op["then"].as_str() {
+            Some("pass") => Decision::Pass,
+            Some("ask") => Decision::Ask("probe asks".into()),
+            Some("escalate") => Decision::Escalate("probe escalates".into()),
+            Some("inject") => Decision::Inject(op["message"].as_str().unwrap_or("go on").into()),
+            Some("rewrite") => Decision::Rewrite(data.to_string()),
+            _ => Decision::Done(Outcome { success: true, summary: name_of(&op), data: Some(data.to_string()) }),
+        })
+    }
+
+    fn name_of(op: &Value) -> String {
+        format!("probe {}", op["op"].as_str().unwrap_or("?"))
+    }
+
+    impl Guest for Probe {
+        fn info() -> PolicyInfo {
+            PolicyInfo { name: "probe".into(), version: "0.0.0".into(), description: "test policy that does what its event says".into() }
+        }
+
+        fn handle(event: Event) -> Result<Decision, String> {
+            match event {
+                Event::Start(json) | Event::Tick(json) => decide(&json),
+                Event::UserInput(text) => Ok(Decision::Done(Outcome { success: true, summary: format!("answer: {text}"), data: None })),
+                Event::TurnComplete(t) => Ok(Decision::Done(Outcome {
+                    success: true,
+                    summary: format!("turn {}", t.index),
+                    data: Some(json!({"response": t.response, "session": t.session_id, "continuation": t.continuation}).to_string()),
+                })),
+                _ => Ok(Decision::Pass),
+            }
+        }
+    }
+
+    export!(Probe);
+}

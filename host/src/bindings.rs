@@ -1,0 +1,16 @@
+//! The host's one `bindgen!` over `wit/`: Rust types and traits for the
+//! `loopbox:policy` contract. A `decider` component imports a subset of
+//! `loop-policy`'s interfaces and exports the same `policy`, so one set of
+//! bindings serves both worlds.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "loop-policy",
+    imports: { default: async | trappable },
+    exports: { default: async },
+});
+
+pub use exports::loopbox::policy::policy::PolicyInfo;
+pub use loopbox::policy::actions;
+pub use loopbox::policy::log::Level;
+pub use loopbox::policy::types::{Decision, Event, Outcome, ToolCall, Turn};

@@ -1,0 +1,185 @@
+//! `actions`: shell commands and agent prompts, each checked against the
+//! user's grants (see [`crate::grants`]) and the run's action budget before
+//! anything runs. Refusals are `action-error`s the policy can handle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::agent::{AgentRequest, AgentRunner};
+use crate::bindings::actions::{self, ActionError, Output, PromptKind, PromptRequest, ShellRequest};
+use crate::child_env::ChildEnv;
+use crate::config::ShellConfig;
+use crate::db::Db;
+use crate::grants::{self, show_argv, shorten};
+use crate::instance::InstanceState;
+use crate::limits::{Limit, LimitExceeded, Limits};
+use crate::meter::Meter;
+use crate::process::{self, Finished, Spec};
+use crate::runlog::RunLog;
+
+/// What a run grants for actions; shared by every instance of the run.
+pub struct ActionGrants {
+    pub shell: ShellConfig,
+    pub env: ChildEnv,
+    pub agent: Option<AgentRunner>,
+}
+
+pub struct ActionsHost {
+    grants: Arc<ActionGrants>,
+    db: Db,
+    run: String,
+    meter: Arc<Meter>,
+    log: RunLog,
+    actions_limit: u64,
+    output_cap: usize,
+}
+
+impl ActionsHost {
+    pub fn new(grants: Arc<ActionGrants>, db: Db, run: String, meter: Arc<Meter>, log: RunLog, limits: &Limits) -> ActionsHost {
+        ActionsHost { grants, db, run, meter, log, actions_limit: limits.actions_per_run, output_cap: limits.output_bytes as usize }
+    }
+
+    fn deny(&self, what: &str, why: String) -> ActionError {
+        self.log.host("warn", format!("denied {what}: {why}"));
+        ActionError::Denied(why)
+    }
+
+    /// Count the action against the run's budget, or say it is spent.
+    fn spend(&self) -> wasmtime::Result<Result<(), ActionError>> {
+        if self.db.try_add_action(&self.run, self.actions_limit).map_err(crate::host_err)? {
+            Ok(Ok(()))
+        } else {
+            let e = LimitExceeded::new(Limit::Actions, self.actions_limit).to_string();
+            self.log.host("warn", e.clone());
+            Ok(Err(ActionError::BudgetExhausted(e)))
+        }
+    }
+
+    fn timeout(&self, asked: Option<u64>) -> Duration {
+        let s = &self.grants.shell;
+        Duration::from_millis(asked.unwrap_or(s.default_timeout_ms).min(s.max_timeout_ms))
+    }
+
+    fn check_strings<'a>(&self, strings: impl IntoIterator<Item = &'a str>) -> Result<(), ActionError> {
+        for s in strings {
+            self.meter.check_str(s).map_err(|e| ActionError::Invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    async fn exec(&self, label: String, program: &str, args: Vec<String>, cwd: Option<&str>, env: &[(String, String)], stdin: Option<String>, timeout: Option<u64>) -> wasmtime::Result<Result<Output, ActionError>> {
+        let cwd = match self.grants.env.resolve_cwd(cwd) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(ActionError::Invalid(e))),
+        };
+        let Some(path) = self.grants.env.resolve_program(program, &cwd) else {
+            return Ok(Err(ActionError::Unavailable(format!("program `{program}` not found (looked in shell.path = `{}`)", self.grants.env.path_var()))));
+        };
+        if let Err(e) = self.spend()? {
+            return Ok(Err(e));
+        }
+        self.log.ui().status(format!("running {label}"));
+        let spec = Spec { program: path, args, cwd, env: self.grants.env.vars(env), stdin, timeout: self.timeout(timeout), output_cap: self.output_cap };
+        match process::run(spec).await {
+            Ok(f) => {
+                self.log.host("info", format!("ran {label}: {}", describe(&f)));
+                Ok(Ok(to_output(f, None)))
+            }
+            Err(e) => Ok(Err(ActionError::Unavailable(format!("failed to start {label}: {e}")))),
+        }
+    }
+}
+
+pub fn describe(f: &Finished) -> String {
+    let status = match (f.timed_out, f.exit_code) {
+        (true, _) => "timed out".to_string(),
+        (false, Some(c)) => format!("exit {c}"),
+        (false, None) => "killed by a signal".to_string(),
+    };
+    format!("{status} in {:.1}s{}", f.duration.as_secs_f64(), if f.truncated { " (output truncated)" } else { "" })
+}
+
+fn to_output(f: Finished, session: Option<String>) -> Output {
+    Output {
+        exit_code: f.exit_code,
+        stdout: f.stdout,
+        stderr: f.stderr,
+        duration_ms: f.duration.as_millis() as u64,
+        timed_out: f.timed_out,
+        truncated: f.truncated,
+        session,
+    }
+}
+
+impl actions::Host for ActionsHost {
+    async fn shell(&mut self, req: ShellRequest) -> wasmtime::Result<Result<Output, ActionError>> {
+        let _call = self.meter.call()?;
+        match req {
+            ShellRequest::Exec(cmd) => {
+                let strings = cmd.argv.iter().map(String::as_str).chain(cmd.cwd.as_deref()).chain(cmd.stdin.as_deref()).chain(cmd.env.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]));
+                if let Err(e) = self.check_strings(strings) {
+                    return Ok(Err(e));
+                }
+                if cmd.argv.is_empty() || cmd.argv[0].is_empty() {
+                    return Ok(Err(ActionError::Invalid("exec needs a program: argv is empty".into())));
+                }
+                if cmd.argv.iter().any(|a| a.contains('\0')) {
+                    return Ok(Err(ActionError::Invalid("an argument contains a NUL byte".into())));
+                }
+                let label = format!("`{}`", show_argv(&cmd.argv));
+                if let Err(why) = grants::check_exec(&self.grants.shell, &cmd.argv, &cmd.env) {
+                    return Ok(Err(self.deny(&format!("exec {label}"), why)));
+                }
+                let mut argv = cmd.argv;
+                let program = argv.remove(0);
+                self.exec(label, &program, argv, cmd.cwd.as_deref(), &cmd.env, cmd.stdin, cmd.timeout_ms).await
+            }
+            ShellRequest::Script(script) => {
+                if let Err(e) = self.check_strings([script.source.as_str()].into_iter().chain(script.cwd.as_deref())) {
+                    return Ok(Err(e));
+                }
+                if let Err(why) = grants::check_script(&self.grants.shell, &script.source) {
+                    return Ok(Err(self.deny("script", why)));
+                }
+                let label = format!("script `{}`", shorten(&crate::ui::sanitize(&script.source), 80));
+                self.exec(label, "sh", vec!["-c".into(), script.source], script.cwd.as_deref(), &[], None, script.timeout_ms).await
+            }
+        }
+    }
+
+    async fn prompt(&mut self, req: PromptRequest) -> wasmtime::Result<Result<Output, ActionError>> {
+        let _call = self.meter.call()?;
+        if let Err(e) = self.check_strings([req.text.as_str()].into_iter().chain(req.model.as_deref()).chain(req.session.as_deref())) {
+            return Ok(Err(e));
+        }
+        if req.kind == PromptKind::SlashCommand && !req.text.starts_with('/') {
+            return Ok(Err(ActionError::Invalid(format!("a slash command must start with `/`: `{}`", shorten(&req.text, 40)))));
+        }
+        let grants = self.grants.clone();
+        let Some(agent) = &grants.agent else {
+            return Ok(Err(self.deny("prompt", "no agent is configured: add an `[agent]` section with `command = [\"claude\", \"-p\", \"{prompt}\"]` (or your agent's CLI) to loopbox.toml".into())));
+        };
+        if let Err(e) = self.spend()? {
+            return Ok(Err(e));
+        }
+        self.log.ui().status(format!("prompting the agent: {}", shorten(&crate::ui::sanitize(&req.text), 60)));
+        let r = agent.send(AgentRequest { text: &req.text, model: req.model.as_deref(), session: req.session.as_deref(), timeout: req.timeout_ms.map(Duration::from_millis) }).await;
+        match r {
+            Ok(reply) => {
+                self.log.host("info", format!("prompted the agent: {}", describe(&reply.process)));
+                // The reply text (not the raw JSON) is what the policy reads.
+                let mut out = to_output(reply.process, reply.session);
+                out.stdout = reply.text;
+                Ok(Ok(out))
+            }
+            Err(e) => Ok(Err(ActionError::Unavailable(e.to_string()))),
+        }
+    }
+}
+
+pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
+    actions::add_to_linker::<InstanceState, HasSelf<ActionsHost>>(linker, |s| &mut s.actions).map_err(crate::wasm_err)
+}

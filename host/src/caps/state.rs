@@ -1,0 +1,106 @@
+//! `state`: the run's durable key/value JSON. Writes made while handling an
+//! event are buffered here (reads see them) and handed to the run to commit
+//! with the event's decision; a failed event's writes are discarded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Result;
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::bindings::loopbox::policy::state;
+use crate::db::Db;
+use crate::instance::InstanceState;
+use crate::limits::{Limit, LimitExceeded, Limits};
+use crate::meter::Meter;
+
+pub struct StateHost {
+    db: Db,
+    run: String,
+    meter: Arc<Meter>,
+    value_limit: u64,
+    total_limit: u64,
+    /// Uncommitted writes: `Some` sets, `None` removes.
+    overlay: BTreeMap<String, Option<String>>,
+}
+
+impl StateHost {
+    pub fn new(db: Db, run: String, meter: Arc<Meter>, limits: &Limits) -> StateHost {
+        StateHost { db, run, meter, value_limit: limits.state_value_bytes, total_limit: limits.state_total_bytes, overlay: BTreeMap::new() }
+    }
+
+    /// The event's writes, in key order.
+    pub fn take_writes(&mut self) -> Vec<(String, Option<String>)> {
+        std::mem::take(&mut self.overlay).into_iter().collect()
+    }
+
+    fn get(&self, key: &str) -> wasmtime::Result<Option<String>> {
+        match self.overlay.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.db.state_get(&self.run, key).map_err(crate::host_err),
+        }
+    }
+
+    /// Total bytes the run's state would hold with the overlay applied and `key` set to `value`.
+    fn total_with(&self, key: &str, value: &str) -> wasmtime::Result<u64> {
+        let mut total = self.db.state_total(&self.run).map_err(crate::host_err)?;
+        let entry = |k: &str, v: &Option<String>| v.as_ref().map_or(0, |v| (k.len() + v.len()) as u64);
+        for (k, v) in self.overlay.iter().filter(|(k, _)| k.as_str() != key) {
+            total = total - self.db.state_entry_size(&self.run, k).map_err(crate::host_err)? + entry(k, v);
+        }
+        total -= self.db.state_entry_size(&self.run, key).map_err(crate::host_err)?;
+        Ok(total + (key.len() + value.len()) as u64)
+    }
+}
+
+impl state::Host for StateHost {
+    async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        let _call = self.meter.call()?;
+        self.meter.check_str(&key)?;
+        StateHost::get(self, &key)
+    }
+
+    async fn set(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), String>> {
+        let _call = self.meter.call()?;
+        if let Err(e) = self.meter.check_str(&key).and_then(|_| self.meter.check_str(&value)) {
+            return Ok(Err(e.to_string()));
+        }
+        let size = (key.len() + value.len()) as u64;
+        if size > self.value_limit {
+            return Ok(Err(LimitExceeded::new(Limit::StateValue, self.value_limit).attempted(size).to_string()));
+        }
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
+            return Ok(Err(format!("state.set(`{key}`): the value is not JSON: {e}")));
+        }
+        let total = self.total_with(&key, &value)?;
+        if total > self.total_limit {
+            return Ok(Err(LimitExceeded::new(Limit::StateTotal, self.total_limit).attempted(total).to_string()));
+        }
+        self.overlay.insert(key, Some(value));
+        Ok(Ok(()))
+    }
+
+    async fn remove(&mut self, key: String) -> wasmtime::Result<()> {
+        let _call = self.meter.call()?;
+        self.meter.check_str(&key)?;
+        self.overlay.insert(key, None);
+        Ok(())
+    }
+
+    async fn keys(&mut self, prefix: String) -> wasmtime::Result<Vec<String>> {
+        let _call = self.meter.call()?;
+        self.meter.check_str(&prefix)?;
+        let mut keys: std::collections::BTreeSet<String> = self.db.state_keys(&self.run, &prefix).map_err(crate::host_err)?.into_iter().collect();
+        for (k, v) in self.overlay.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)) {
+            match v {
+                Some(_) => keys.insert(k.clone()),
+                None => keys.remove(k),
+            };
+        }
+        Ok(keys.into_iter().collect())
+    }
+}
+
+pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
+    state::add_to_linker::<InstanceState, HasSelf<StateHost>>(linker, |s| &mut s.state).map_err(crate::wasm_err)
+}

@@ -1,0 +1,91 @@
+//! WASI p2, linked with an empty context: no preopened directories, no
+//! environment, no arguments, no sockets, no name lookup, stdin closed.
+//! Python and JavaScript components import WASI even when the policy uses none
+//! of it, so it is linked rather than refused. The guest's stdout and stderr
+//! are captured (up to a cap) and go to the run log.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use anyhow::Result;
+use tokio::io::AsyncWrite;
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::instance::InstanceState;
+
+pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
+    wasmtime_wasi::p2::add_to_linker_async(linker).map_err(crate::wasm_err)
+}
+
+impl WasiView for InstanceState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// The empty context, with stdout and stderr going to `out` and `err`.
+pub fn empty_ctx(out: &CapturedOutput, err: &CapturedOutput) -> (WasiCtx, ResourceTable) {
+    let mut b = WasiCtx::builder();
+    b.stdout(out.clone()).stderr(err.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    (b.build(), ResourceTable::new())
+}
+
+/// A stdout/stderr sink that keeps the first `cap` bytes and drops the rest.
+#[derive(Clone)]
+pub struct CapturedOutput {
+    inner: Arc<Mutex<Captured>>,
+}
+
+struct Captured {
+    bytes: Vec<u8>,
+    cap: usize,
+    dropped: u64,
+}
+
+impl CapturedOutput {
+    pub fn new(cap: usize) -> CapturedOutput {
+        CapturedOutput { inner: Arc::new(Mutex::new(Captured { bytes: Vec::new(), cap, dropped: 0 })) }
+    }
+
+    /// What was written, and how many bytes past the cap were dropped.
+    pub fn take(&self) -> (String, u64) {
+        let mut c = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = std::mem::take(&mut c.bytes);
+        (String::from_utf8_lossy(&bytes).into_owned(), std::mem::take(&mut c.dropped))
+    }
+}
+
+impl IsTerminal for CapturedOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for CapturedOutput {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl AsyncWrite for CapturedOutput {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let mut c = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let room = c.cap.saturating_sub(c.bytes.len());
+        let keep = buf.len().min(room);
+        c.bytes.extend_from_slice(&buf[..keep]);
+        c.dropped += (buf.len() - keep) as u64;
+        // Accept everything: a chatty guest is cut off, not blocked or trapped.
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

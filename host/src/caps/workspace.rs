@@ -1,0 +1,136 @@
+//! `workspace`: read-only access to the workspace's files through a cap-std
+//! directory handle. `..` that climbs out, absolute paths and symlinks leading
+//! outside are refused by the handle itself; the store directory `.loopbox/`
+//! is hidden from policies.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Result;
+use cap_std::fs::Dir;
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::bindings::loopbox::policy::workspace;
+use crate::child_env::normalize_relative;
+use crate::db::STORE_DIR;
+use crate::instance::InstanceState;
+use crate::limits::{Limit, LimitExceeded};
+use crate::meter::Meter;
+
+pub struct WorkspaceHost {
+    dir: Arc<Dir>,
+    meter: Arc<Meter>,
+    read_limit: u64,
+}
+
+impl WorkspaceHost {
+    pub fn new(dir: Arc<Dir>, meter: Arc<Meter>, read_limit: u64) -> WorkspaceHost {
+        WorkspaceHost { dir, meter, read_limit }
+    }
+}
+
+/// Check a policy-supplied path before handing it to cap-std, for clearer errors.
+pub fn check_path(path: &str) -> Result<std::path::PathBuf, String> {
+    if path.contains('\0') {
+        return Err("the path contains a NUL byte".into());
+    }
+    let p = Path::new(path);
+    if p.is_absolute() {
+        return Err(format!("`{path}` is absolute; paths are relative to the workspace root"));
+    }
+    let norm = normalize_relative(p).ok_or_else(|| format!("`{path}` leaves the workspace"))?;
+    if norm.components().next().is_some_and(|c| c.as_os_str() == STORE_DIR) {
+        return Err(format!("`{path}` is inside loopbox's store ({STORE_DIR}/), which policies cannot read"));
+    }
+    Ok(norm)
+}
+
+fn io_message(path: &str, e: std::io::Error) -> String {
+    // cap-std reports an escape through a symlink as a permission error.
+    if e.kind() == std::io::ErrorKind::PermissionDenied || e.to_string().contains("outside of the filesystem") {
+        format!("`{path}` leads outside the workspace (through a symlink) or is not readable")
+    } else if e.kind() == std::io::ErrorKind::NotFound {
+        format!("`{path}` does not exist in the workspace")
+    } else {
+        format!("`{path}` cannot be read: {e}")
+    }
+}
+
+impl workspace::Host for WorkspaceHost {
+    async fn read(&mut self, path: String) -> wasmtime::Result<Result<String, String>> {
+        let _call = self.meter.call()?;
+        self.meter.check_str(&path)?;
+        let rel = match check_path(&path) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        let file = match self.dir.open(&rel) {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(io_message(&path, e))),
+        };
+        let meta = file.metadata().map_err(crate::host_err)?;
+        if meta.is_dir() {
+            return Ok(Err(format!("`{path}` is a directory; use list-dir")));
+        }
+        if meta.len() > self.read_limit {
+            return Ok(Err(LimitExceeded::new(Limit::ReadBytes, self.read_limit).attempted(meta.len()).to_string()));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        // Read at most one byte past the limit in case the file grew since the stat.
+        if let Err(e) = file.into_std().take(self.read_limit + 1).read_to_end(&mut bytes) {
+            return Ok(Err(io_message(&path, e)));
+        }
+        if bytes.len() as u64 > self.read_limit {
+            return Ok(Err(LimitExceeded::new(Limit::ReadBytes, self.read_limit).to_string()));
+        }
+        Ok(String::from_utf8(bytes).map_err(|_| format!("`{path}` is not UTF-8 text")))
+    }
+
+    async fn list_dir(&mut self, dir: String) -> wasmtime::Result<Result<Vec<String>, String>> {
+        let _call = self.meter.call()?;
+        self.meter.check_str(&dir)?;
+        let rel = match check_path(&dir) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        let entries = if rel.as_os_str().is_empty() { self.dir.entries() } else { self.dir.read_dir(&rel) };
+        let entries = match entries {
+            Ok(e) => e,
+            Err(e) => return Ok(Err(io_message(&dir, e))),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(crate::host_err)?;
+            let mut name = entry.file_name().to_string_lossy().into_owned();
+            if rel.as_os_str().is_empty() && name == STORE_DIR {
+                continue;
+            }
+            if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                name.push('/');
+            }
+            names.push(name);
+        }
+        names.sort();
+        Ok(Ok(names))
+    }
+}
+
+pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
+    workspace::add_to_linker::<InstanceState, HasSelf<WorkspaceHost>>(linker, |s| &mut s.workspace).map_err(crate::wasm_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_path;
+
+    #[test]
+    fn paths_are_checked_before_use() {
+        assert_eq!(check_path("a/./b").unwrap().to_str(), Some("a/b"));
+        assert!(check_path("../etc/passwd").unwrap_err().contains("leaves the workspace"));
+        assert!(check_path("a/../../x").unwrap_err().contains("leaves the workspace"));
+        assert!(check_path("/etc/passwd").unwrap_err().contains("absolute"));
+        assert!(check_path(".loopbox/loopbox.db").unwrap_err().contains("store"));
+        assert!(check_path("x/../.loopbox").unwrap_err().contains("store"));
+    }
+}

@@ -1,0 +1,108 @@
+//! The command line: clap derive, one file per subcommand. Exit codes are
+//! documented in the README and in `loopbox --help`.
+
+mod inspect;
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes shared by every subcommand.
+pub mod exit {
+    pub const OK: i32 = 0;
+    /// The policy finished and said it failed (or blocked).
+    pub const FAILURE: i32 = 1;
+    /// Bad arguments, config, input or policy file.
+    pub const USAGE: i32 = 2;
+    pub const ESCALATED: i32 = 3;
+    pub const WAITING: i32 = 4;
+    pub const FAULT: i32 = 5;
+    pub const TURN_BUDGET: i32 = 6;
+    pub const AGENT: i32 = 7;
+    /// loopbox itself failed (store, I/O).
+    pub const INTERNAL: i32 = 70;
+}
+
+const EXIT_CODES: &str = "Exit codes:
+  0   the run finished successfully (or the policy let the agent stop)
+  1   the policy finished with a failure outcome, or blocked
+  2   bad arguments, config, input or policy file
+  3   the policy escalated to a person
+  4   the run is waiting (for an answer or events)
+  5   the policy failed: trap, limit, error or malformed decision
+  6   the run used all its turns (run.max_turns)
+  7   the agent could not be run or failed
+  70  loopbox itself failed (store, I/O)";
+
+#[derive(Debug, Parser)]
+#[command(name = "loopbox", version, about = "Run loop policies for AI coding agents as sandboxed WebAssembly components", after_help = EXIT_CODES)]
+pub struct Cli {
+    /// The workspace: actions run here, the store lives in its .loopbox/ (default: the current directory)
+    #[arg(short = 'C', long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a policy until it finishes
+    Run(run::RunArgs),
+    /// Describe a policy component without running it
+    Inspect(inspect::InspectArgs),
+}
+
+/// A failure with the exit code it should end the process with.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    pub fn usage(error: anyhow::Error) -> Failure {
+        Failure { code: exit::USAGE, error }
+    }
+
+    pub fn internal(error: anyhow::Error) -> Failure {
+        Failure { code: exit::INTERNAL, error }
+    }
+}
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
+    let result = match cli.command {
+        Command::Run(args) => run::execute(args, &workspace),
+        Command::Inspect(args) => inspect::execute(args, &workspace),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("error: {:#}", f.error);
+            f.code
+        }
+    }
+}
+
+/// The runtime for a workspace's config (its cache directory).
+pub(crate) fn runtime(config: &crate::config::Config) -> Result<crate::runtime::Runtime, Failure> {
+    let dir = crate::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
+    crate::runtime::Runtime::new(dir).map_err(Failure::internal)
+}
+
+/// A multi-threaded tokio runtime for one command.
+pub(crate) fn tokio() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| Failure::internal(e.into()))
+}
+
+/// `--input` / `--tick` values: inline JSON, or `@file` to read it from a file.
+pub(crate) fn json_arg(flag: &str, value: &str) -> Result<String, Failure> {
+    let text = match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| Failure::usage(anyhow::anyhow!("{flag} @{path}: cannot read the file: {e}")))?,
+        None => value.to_string(),
+    };
+    serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| Failure::usage(anyhow::anyhow!("{flag} is not valid JSON: {e}")))?;
+    Ok(text)
+}

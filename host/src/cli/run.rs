@@ -1,0 +1,123 @@
+//! `loopbox run POLICY`: run a policy in the workspace until it ends.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Failure, exit, json_arg};
+use crate::config::Config;
+use crate::db::Db;
+use crate::driver::{self, Asker, DriveOptions, NoAsker, RunEnd};
+use crate::policy::PolicySource;
+use crate::run::{RunContext, new_run_id};
+use crate::ui::{Ui, sanitize};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The policy: a path to a .wasm component, or builtin:NAME (ralph, todo-enforcer, fix-forward)
+    policy: String,
+    /// Config file (default: loopbox.toml in the workspace, if present)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The run's input, delivered with `start`: JSON, or @FILE to read it from a file
+    #[arg(long, value_name = "JSON|@FILE", default_value = "{}")]
+    input: String,
+    /// A tick to deliver when the policy waits for events (repeatable, in order): JSON or @FILE
+    #[arg(long = "tick", value_name = "JSON|@FILE")]
+    ticks: Vec<String>,
+    /// Agent turns this run may take (overrides run.max_turns)
+    #[arg(long, value_name = "N")]
+    max_turns: Option<u32>,
+    /// Print the result as one JSON object on stdout (and no progress)
+    #[arg(long)]
+    json: bool,
+}
+
+/// Asks on the terminal; declines (returns None) without one or under CI.
+struct TerminalAsker {
+    ui: Ui,
+}
+
+impl Asker for TerminalAsker {
+    fn ask(&self, question: &str) -> Option<String> {
+        if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
+            return None;
+        }
+        let mut answer = String::new();
+        self.ui.suspend(|| {
+            eprintln!("\nThe policy asks: {}", sanitize(question));
+            eprint!("answer> ");
+            let _ = std::io::stderr().flush();
+            std::io::stdin().lock().read_line(&mut answer).ok()
+        })?;
+        Some(answer.trim_end_matches(['\n', '\r']).to_string())
+    }
+}
+
+pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
+    let (mut config, _) = Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
+    if let Some(n) = args.max_turns {
+        if n == 0 {
+            return Err(Failure::usage(anyhow::anyhow!("--max-turns must be at least 1")));
+        }
+        config.run.max_turns = n;
+    }
+    let input = json_arg("--input", &args.input)?;
+    let ticks = args.ticks.iter().map(|t| json_arg("--tick", t)).collect::<Result<VecDeque<_>, _>>()?;
+    let source = PolicySource::parse(&args.policy);
+
+    let runtime = super::runtime(&config)?;
+    let policy = runtime.load(&source).map_err(Failure::usage)?;
+    let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
+    let ui = if args.json { Ui::quiet() } else { Ui::detect(false) };
+    let id = new_run_id();
+    db.create_run(&id, &source.to_string(), &policy.digest, &input).map_err(Failure::internal)?;
+    let config = Arc::new(config);
+    let ctx = RunContext::new(id.clone(), config.clone(), db.clone(), workspace, ui.clone()).map_err(Failure::usage)?;
+    ui.line(banner(&id, &source, policy.world.name(), &config));
+
+    let asker: Box<dyn Asker> = if args.json { Box::new(NoAsker) } else { Box::new(TerminalAsker { ui: ui.clone() }) };
+    let opts = DriveOptions { max_turns: config.run.max_turns, asker: asker.as_ref(), ticks };
+    let end = super::tokio()?.block_on(driver::drive(&ctx, &policy, &input, opts)).map_err(Failure::internal)?;
+    ui.finish();
+
+    let outcome = match &end {
+        RunEnd::Done(o) => Some(json!({"success": o.success, "summary": o.summary, "data": o.data.as_deref().map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap_or(json!(d)))})),
+        _ => None,
+    };
+    db.set_status(&id, end.status(), outcome.as_ref().map(|o| o.to_string()).as_deref()).map_err(Failure::internal)?;
+    let record = db.run(&id).map_err(Failure::internal)?.expect("the run was just created");
+    let code = end.exit_code();
+    if args.json {
+        let out = json!({
+            "run_id": id, "policy": source.to_string(), "world": policy.world.name(), "status": end.status(),
+            "exit_code": code, "summary": end.summary(), "outcome": outcome, "turns": record.turns, "actions": record.actions,
+        });
+        println!("{out}");
+    } else {
+        println!("{}: {}", end.status(), sanitize(&end.summary()));
+        if let RunEnd::Waiting(_) = end {
+            println!("run {id} is parked in {}", db.path().display());
+        }
+    }
+    debug_assert!(code == exit::OK || code != 0);
+    Ok(code)
+}
+
+/// The first line of a run: what runs, and everything it is granted.
+fn banner(id: &str, source: &PolicySource, world: &str, config: &Config) -> String {
+    let rules = if config.shell.allow.is_empty() {
+        "none".to_string()
+    } else {
+        config.shell.allow.iter().map(|r| r.join(" ")).collect::<Vec<_>>().join("; ")
+    };
+    let agent = config.agent.as_ref().map_or("none".to_string(), |a| a.command[0].clone());
+    format!(
+        "loopbox: run {id} of {source} (world {world}); grants: exec [{rules}], scripts {}, agent {agent}",
+        if config.shell.scripts { "ALLOWED" } else { "no" }
+    )
+}

@@ -1,0 +1,270 @@
+//! `loopbox.toml`: the user's grants and limits. Everything a policy may do is
+//! decided here; a key that is absent grants nothing.
+//!
+//! Unknown keys and bad values are errors that name the key (serde with
+//! `deny_unknown_fields`, plus `validate` for ranges serde cannot express).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+use crate::limits::Limits;
+
+/// The file loopbox reads from the workspace root when `--config` is not given.
+pub const CONFIG_FILE: &str = "loopbox.toml";
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub shell: ShellConfig,
+    #[serde(default)]
+    pub agent: Option<AgentConfig>,
+    #[serde(default)]
+    pub run: RunConfig,
+    #[serde(default)]
+    pub engine: EngineConfig,
+}
+
+/// `[shell]`: which commands a policy may run, and how children are set up.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellConfig {
+    /// Argv-prefix rules: `["cargo", "test"]` allows `cargo test --all` but not `cargo build`.
+    #[serde(default)]
+    pub allow: Vec<Vec<String>>,
+    /// Allow `script` requests (shell text run by `sh -c`).
+    #[serde(default)]
+    pub scripts: bool,
+    /// `PATH` for children and for resolving program names.
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Host environment variables passed through to children (besides `PATH`).
+    #[serde(default = "default_pass_env")]
+    pub pass_env: Vec<String>,
+    /// Environment variable names a policy may set in a `command`'s `env`.
+    #[serde(default)]
+    pub pass_env_from_policy: Vec<String>,
+    /// Timeout when a request gives none, in milliseconds.
+    #[serde(default = "default_timeout_ms")]
+    pub default_timeout_ms: u64,
+    /// The longest timeout a request may ask for, in milliseconds.
+    #[serde(default = "default_max_timeout_ms")]
+    pub max_timeout_ms: u64,
+}
+
+fn default_path() -> String {
+    "/usr/local/bin:/usr/bin:/bin".into()
+}
+fn default_pass_env() -> Vec<String> {
+    vec!["HOME".into(), "LANG".into(), "TERM".into()]
+}
+fn default_timeout_ms() -> u64 {
+    120_000
+}
+fn default_max_timeout_ms() -> u64 {
+    1_800_000
+}
+
+impl Default for ShellConfig {
+    fn default() -> Self {
+        ShellConfig {
+            allow: Vec::new(),
+            scripts: false,
+            path: default_path(),
+            pass_env: default_pass_env(),
+            pass_env_from_policy: Vec::new(),
+            default_timeout_ms: default_timeout_ms(),
+            max_timeout_ms: default_max_timeout_ms(),
+        }
+    }
+}
+
+/// How the agent's reply is read from its standard output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentOutput {
+    /// The whole of stdout is the reply; no session id.
+    #[default]
+    Text,
+    /// stdout is one JSON object: the reply in `result` (or `response`, `text`),
+    /// the conversation id in `session_id` (or `session`). Claude's `--output-format json`.
+    Json,
+}
+
+/// `[agent]`: the agent CLI behind `prompt` actions and `inject` decisions.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Command template; `{prompt}` becomes the message (one argument, never
+    /// split or interpreted by a shell).
+    pub command: Vec<String>,
+    /// Appended when continuing a conversation; `{session}` becomes its id.
+    #[serde(default)]
+    pub resume: Vec<String>,
+    /// Appended when a prompt asks for a model; `{model}` becomes its name.
+    #[serde(default)]
+    pub model: Vec<String>,
+    #[serde(default)]
+    pub output: AgentOutput,
+    /// Milliseconds an agent turn may take.
+    #[serde(default = "default_agent_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_agent_timeout_ms() -> u64 {
+    1_800_000
+}
+
+/// `[run]`: the standalone driver.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Agent turns one run may take before it is stopped.
+    #[serde(default = "default_max_turns")]
+    pub max_turns: u32,
+}
+
+fn default_max_turns() -> u32 {
+    50
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig { max_turns: default_max_turns() }
+    }
+}
+
+/// `[engine]`: the Wasm engine and its compiled-component cache.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Where compiled components are kept; `$LOOPBOX_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/loopbox`, else `~/.cache/loopbox` when absent.
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Config {
+    /// Parse `text` (the contents of `origin`), then check what serde cannot.
+    pub fn parse(text: &str, origin: &Path) -> Result<Config> {
+        let config: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
+            .with_context(|| format!("invalid config `{}`", origin.display()))?;
+        config.validate().with_context(|| format!("invalid config `{}`", origin.display()))?;
+        Ok(config)
+    }
+
+    /// Read `path`; a missing file is an error (the user named it).
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("failed to read config `{}`", path.display()))?;
+        Config::parse(&text, path)
+    }
+
+    /// `--config PATH` when given, else `loopbox.toml` in the workspace if present, else defaults.
+    pub fn discover(explicit: Option<&Path>, workspace: &Path) -> Result<(Config, Option<PathBuf>)> {
+        if let Some(path) = explicit {
+            return Ok((Config::load(path)?, Some(path.to_path_buf())));
+        }
+        let path = workspace.join(CONFIG_FILE);
+        if path.is_file() {
+            return Ok((Config::load(&path)?, Some(path)));
+        }
+        Ok((Config::default(), None))
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.limits.validate()?;
+        for (i, rule) in self.shell.allow.iter().enumerate() {
+            if rule.is_empty() || rule[0].is_empty() {
+                bail!("shell.allow[{i}]: a rule needs at least a program name, e.g. [\"cargo\", \"test\"]");
+            }
+        }
+        if self.shell.default_timeout_ms == 0 || self.shell.max_timeout_ms == 0 {
+            bail!("shell.default_timeout_ms and shell.max_timeout_ms must be greater than 0");
+        }
+        for name in self.shell.pass_env.iter().chain(&self.shell.pass_env_from_policy) {
+            if name.is_empty() || name.contains('=') || name.contains('\0') {
+                bail!("shell.pass_env: `{name}` is not an environment variable name");
+            }
+        }
+        if let Some(agent) = &self.agent {
+            if agent.command.is_empty() || agent.command[0].is_empty() {
+                bail!("agent.command: needs at least a program, e.g. [\"claude\", \"-p\", \"{{prompt}}\"]");
+            }
+            if !agent.command.iter().any(|t| t.contains("{prompt}")) {
+                bail!("agent.command: no token holds `{{prompt}}`, so the agent would never see the message");
+            }
+            if agent.timeout_ms == 0 {
+                bail!("agent.timeout_ms must be greater than 0");
+            }
+        }
+        if self.run.max_turns == 0 {
+            bail!("run.max_turns must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::parse(text, Path::new("loopbox.toml"))
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn empty_config_grants_nothing() {
+        let c = parse("").unwrap();
+        assert!(c.shell.allow.is_empty());
+        assert!(!c.shell.scripts);
+        assert!(c.agent.is_none());
+        assert_eq!(c.run.max_turns, 50);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        assert!(err("[shell]\nallowed = []").contains("unknown field `allowed`"), "{}", err("[shell]\nallowed = []"));
+        assert!(err("[nope]").contains("unknown field `nope`"));
+        assert!(err("[limits]\nfuel = 1").contains("unknown field `fuel`"));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        assert!(err("[shell]\nscripts = \"yes\"").contains("scripts"));
+        assert!(err("[shell]\nallow = [[]]").contains("shell.allow[0]"));
+        assert!(err("[agent]\ncommand = [\"claude\"]").contains("{prompt}"));
+        assert!(err("[run]\nmax_turns = 0").contains("run.max_turns"));
+        assert!(err("[limits]\nmemory_bytes = 1").contains("limits.memory_bytes"));
+        assert!(err("not toml").contains("loopbox.toml"));
+    }
+
+    #[test]
+    fn a_full_config_parses() {
+        let c = parse(
+            r#"
+            [limits]
+            fuel_per_event = 1000000
+            [shell]
+            allow = [["cargo", "test"]]
+            scripts = true
+            [agent]
+            command = ["claude", "-p", "{prompt}", "--output-format", "json"]
+            resume = ["--resume", "{session}"]
+            output = "json"
+            [run]
+            max_turns = 5
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.limits.fuel_per_event, 1_000_000);
+        assert_eq!(c.agent.unwrap().output, AgentOutput::Json);
+    }
+}

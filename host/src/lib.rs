@@ -1,0 +1,46 @@
+//! loopbox: run loop policies for AI coding agents as sandboxed WebAssembly
+//! components.
+//!
+//! A policy is a component exporting `loopbox:policy/policy` (see `wit/`). The
+//! [`runtime::Runtime`] loads it (compiled once, cached on disk), and a
+//! [`run::RunContext`] delivers events to fresh instances, each event one
+//! transaction in the run's SQLite store. Everything a policy does in the world
+//! goes through the capabilities in [`caps`], checked against the user's
+//! [`config::Config`]. [`driver`] is the standalone loop behind `loopbox run`.
+//!
+//! See `docs/architecture.md` for how the pieces fit.
+
+pub mod agent;
+pub mod bindings;
+pub mod builtin;
+pub mod cache;
+pub mod caps;
+pub mod child_env;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod driver;
+pub mod engine;
+pub mod fault;
+pub mod grants;
+pub mod inspect;
+pub mod instance;
+pub mod limits;
+pub mod meter;
+pub mod policy;
+pub mod process;
+pub mod record;
+pub mod run;
+pub mod runtime;
+pub mod runlog;
+pub mod ui;
+
+/// A wasmtime error as an `anyhow` one (wasmtime 48 has its own error type).
+pub fn wasm_err(e: wasmtime::Error) -> anyhow::Error {
+    anyhow::Error::from(e)
+}
+
+/// A host failure as a wasmtime error: it traps the guest, and the run records why.
+pub fn host_err(e: impl std::fmt::Display) -> wasmtime::Error {
+    wasmtime::Error::msg(format!("loopbox host error: {e}"))
+}

@@ -1,0 +1,203 @@
+//! A loaded policy: its source, its compiled and pre-linked form, the world it
+//! targets. Loading checks everything that can be checked before running:
+//! that the file is a component (not a core module), that it exports the
+//! `loopbox:policy/policy` interface, and that it imports only what loopbox provides.
+//! [`Policy::call`] runs one call on a fresh instance in a fresh Store.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use wasmtime::component::Component;
+use wasmtime::{Engine, Store, UpdateDeadline};
+
+use crate::bindings::{Decision, Event, LoopPolicyPre, PolicyInfo};
+use crate::builtin;
+use crate::cache::CacheOutcome;
+use crate::engine::ticks;
+use crate::fault::PolicyFault;
+use crate::instance::InstanceState;
+use crate::limits::{Limit, LimitExceeded, Limits};
+use crate::meter::Meter;
+
+pub const PACKAGE: &str = "loopbox:policy";
+pub const VERSION: &str = "0.1.0";
+
+/// Longest stretch a guest runs before yielding to other tasks.
+const SLICE: Duration = Duration::from_millis(20);
+
+/// Where a policy comes from: `builtin:NAME` or a path to a `.wasm` component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicySource {
+    Builtin(String),
+    Path(PathBuf),
+}
+
+impl PolicySource {
+    pub fn parse(s: &str) -> PolicySource {
+        match s.strip_prefix("builtin:") {
+            Some(name) => PolicySource::Builtin(name.to_string()),
+            None => PolicySource::Path(PathBuf::from(s)),
+        }
+    }
+
+    pub fn read(&self) -> Result<Cow<'static, [u8]>> {
+        match self {
+            PolicySource::Builtin(name) => builtin::get(name).map(Cow::Borrowed).with_context(|| {
+                format!("there is no builtin policy `{name}`; builtins are: {}", builtin::names().iter().map(|n| format!("builtin:{n}")).collect::<Vec<_>>().join(", "))
+            }),
+            PolicySource::Path(p) => std::fs::read(p).map(Cow::Owned).with_context(|| format!("cannot read `{}`: give a path to a .wasm component or builtin:NAME", p.display())),
+        }
+    }
+}
+
+impl std::fmt::Display for PolicySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicySource::Builtin(n) => write!(f, "builtin:{n}"),
+            PolicySource::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// The world a component targets, told by what it imports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum World {
+    /// May run commands, prompt agents and read the workspace.
+    LoopPolicy,
+    /// State and log only.
+    Decider,
+}
+
+impl World {
+    pub fn name(self) -> &'static str {
+        match self {
+            World::LoopPolicy => "loop-policy",
+            World::Decider => "decider",
+        }
+    }
+}
+
+/// What a component imports and exports, by name.
+#[derive(Debug, Clone)]
+pub struct Interface {
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+pub struct Policy {
+    pub source: PolicySource,
+    pub digest: String,
+    pub size: usize,
+    pub world: World,
+    pub interface: Interface,
+    pub cache: CacheOutcome,
+    pub wasm: Arc<[u8]>,
+    engine: Engine,
+    pre: LoopPolicyPre<InstanceState>,
+}
+
+/// One call into a policy.
+pub enum Call<'a> {
+    Info,
+    Handle(&'a Event),
+}
+
+/// A call's return value.
+pub enum Returned {
+    Info(PolicyInfo),
+    Decision(Decision),
+}
+
+/// The interface names loopbox provides, for import checks.
+fn provided(name: &str) -> bool {
+    let ours = ["types", "actions", "state", "workspace", "log"].iter().any(|i| name == format!("{PACKAGE}/{i}@{VERSION}"));
+    ours || name.starts_with("wasi:")
+}
+
+/// The world of a component with these imports and exports, or why it is not a policy.
+pub fn classify(interface: &Interface) -> Result<World> {
+    let export = format!("{PACKAGE}/policy@{VERSION}");
+    if !interface.exports.iter().any(|e| *e == export) {
+        bail!(
+            "it is a component of another world: it does not export `{export}` (its exports: {}); build it against world `loop-policy` or `decider` in loopbox's wit/",
+            list_or_none(&interface.exports)
+        );
+    }
+    let foreign: Vec<&String> = interface.imports.iter().filter(|i| !provided(i)).collect();
+    if !foreign.is_empty() {
+        bail!("it imports {}, which loopbox does not provide", foreign.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", "));
+    }
+    let acts = ["actions", "workspace"].iter().any(|i| interface.imports.iter().any(|n| *n == format!("{PACKAGE}/{i}@{VERSION}")));
+    Ok(if acts { World::LoopPolicy } else { World::Decider })
+}
+
+fn list_or_none(v: &[String]) -> String {
+    if v.is_empty() { "none".into() } else { v.join(", ") }
+}
+
+/// Refuse what is not a component before compiling it, with an error that says what it is.
+pub fn check_component_bytes(bytes: &[u8]) -> Result<()> {
+    if wasmparser::Parser::is_component(bytes) {
+        return Ok(());
+    }
+    if wasmparser::Parser::is_core_wasm(bytes) {
+        bail!("it is a core WebAssembly module, not a component: build it for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)");
+    }
+    bail!("it is not a WebAssembly component (no `\\0asm` header)");
+}
+
+impl Policy {
+    pub(crate) fn new(source: PolicySource, wasm: Arc<[u8]>, engine: &Engine, component: &Component, cache: CacheOutcome, linker: &wasmtime::component::Linker<InstanceState>) -> Result<Policy> {
+        let ty = component.component_type();
+        let interface = Interface {
+            imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
+            exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
+        };
+        let world = classify(&interface)?;
+        let pre = linker.instantiate_pre(component).map_err(|e| anyhow::anyhow!("{e}")).context("it cannot be linked")?;
+        let pre = LoopPolicyPre::new(pre).map_err(|e| anyhow::anyhow!("{e}")).context("its `policy` export does not match loopbox's contract (was it built from another version of wit/?)")?;
+        Ok(Policy { source, digest: blake3::hash(&wasm).to_hex().to_string(), size: wasm.len(), world, interface, cache, wasm, engine: engine.clone(), pre })
+    }
+
+    /// Run one call on a fresh instance; returns the result and the instance's state
+    /// (its buffered state writes and captured output) for the caller to commit or drop.
+    pub async fn call(&self, data: InstanceState, meter: Arc<Meter>, limits: &Limits, call: Call<'_>) -> (Result<Returned, PolicyFault>, InstanceState) {
+        let mut store = Store::new(&self.engine, data);
+        store.limiter(|s| &mut s.limiter);
+        if let Err(e) = store.set_fuel(limits.fuel_per_event) {
+            return (Err(PolicyFault::Instantiate(e.to_string())), store.into_data());
+        }
+        store.set_hostcall_fuel(limits.hostcall_bytes as usize);
+        let budget = meter.cpu_budget();
+        let cpu_ms = limits.cpu_ms_per_event;
+        store.epoch_deadline_callback(move |_| {
+            let used = meter.guest_time();
+            if used >= budget {
+                return Err(LimitExceeded::new(Limit::CpuTime, cpu_ms).into());
+            }
+            Ok(UpdateDeadline::Yield(ticks((budget - used).min(SLICE))))
+        });
+        store.set_epoch_deadline(ticks(budget.min(SLICE)));
+
+        let result = self.call_in(&mut store, call).await;
+        let result = match result {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(msg)) => Err(PolicyFault::Error(msg)),
+            Err(e) => Err(PolicyFault::from_wasm(&e, limits)),
+        };
+        // The Store is dropped here whatever happened: nothing of a trapped instance is reused.
+        (result, store.into_data())
+    }
+
+    async fn call_in(&self, store: &mut Store<InstanceState>, call: Call<'_>) -> wasmtime::Result<Result<Returned, String>> {
+        let instance = self.pre.instantiate_async(&mut *store).await?;
+        let policy = instance.loopbox_policy_policy();
+        match call {
+            Call::Info => Ok(Ok(Returned::Info(policy.call_info(&mut *store).await?))),
+            Call::Handle(event) => Ok(policy.call_handle(&mut *store, event).await?.map(Returned::Decision)),
+        }
+    }
+}

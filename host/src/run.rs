@@ -1,0 +1,136 @@
+//! One run's context: its id, its grants, its store and log. Delivering an
+//! event is a transaction: a fresh instance handles it, and its state writes,
+//! log lines and decision are committed together; a failed event commits its
+//! log and the failure, and none of its state writes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+
+use crate::agent::AgentRunner;
+use crate::bindings::{Decision, Event, PolicyInfo};
+use crate::caps::actions::{ActionGrants, ActionsHost};
+use crate::caps::log::LogHost;
+use crate::caps::state::StateHost;
+use crate::caps::wasi::{CapturedOutput, empty_ctx};
+use crate::caps::workspace::WorkspaceHost;
+use crate::child_env::ChildEnv;
+use crate::config::Config;
+use crate::db::{Db, EventCommit};
+use crate::fault::PolicyFault;
+use crate::instance::{InstanceState, Limiter};
+use crate::meter::Meter;
+use crate::policy::{Call, Policy, Returned};
+use crate::record::{decision_json, describe_decision, event_json, validate_decision};
+use crate::runlog::{RunLog, Source};
+use crate::ui::Ui;
+
+pub struct RunContext {
+    pub id: String,
+    pub config: Arc<Config>,
+    pub db: Db,
+    pub log: RunLog,
+    root: PathBuf,
+    dir: Arc<Dir>,
+    grants: Arc<ActionGrants>,
+}
+
+/// A fresh run id: short, sortable by creation time, unique enough per store.
+pub fn new_run_id() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let salt = blake3::hash(&[now.as_nanos().to_le_bytes().as_slice(), &std::process::id().to_le_bytes()].concat());
+    format!("r{:x}{}", now.as_secs(), &salt.to_hex()[..6])
+}
+
+impl RunContext {
+    /// `root` is the workspace: the store lives under it, actions run in it.
+    pub fn new(id: String, config: Arc<Config>, db: Db, root: &Path, ui: Ui) -> Result<RunContext> {
+        let root = root.canonicalize().with_context(|| format!("workspace `{}` cannot be used", root.display()))?;
+        let dir = Dir::open_ambient_dir(&root, ambient_authority()).with_context(|| format!("failed to open workspace `{}`", root.display()))?;
+        let env = ChildEnv::new(&config.shell, &root);
+        let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize));
+        let grants = Arc::new(ActionGrants { shell: config.shell.clone(), env, agent });
+        Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn agent(&self) -> Option<&AgentRunner> {
+        self.grants.agent.as_ref()
+    }
+
+    /// The data for one instance's Store.
+    pub fn instance_state(&self, meter: Arc<Meter>) -> InstanceState {
+        let limits = &self.config.limits;
+        let out = CapturedOutput::new(limits.log_bytes_per_event as usize);
+        let err = CapturedOutput::new(limits.log_bytes_per_event as usize);
+        let (wasi, table) = empty_ctx(&out, &err);
+        InstanceState {
+            wasi,
+            table,
+            limiter: Limiter::new(limits),
+            actions: ActionsHost::new(self.grants.clone(), self.db.clone(), self.id.clone(), meter.clone(), self.log.clone(), limits),
+            state: StateHost::new(self.db.clone(), self.id.clone(), meter.clone(), limits),
+            workspace: WorkspaceHost::new(self.dir.clone(), meter.clone(), limits.read_bytes),
+            log: LogHost::new(self.log.clone(), meter, limits.log_bytes_per_event),
+            stdout: out,
+            stderr: err,
+        }
+    }
+
+    async fn call(&self, policy: &Policy, call: Call<'_>) -> (Result<Returned, PolicyFault>, InstanceState) {
+        let meter = Arc::new(Meter::new(&self.config.limits));
+        let data = self.instance_state(meter.clone());
+        let (result, mut data) = policy.call(data, meter, &self.config.limits, call).await;
+        // What the guest printed goes to the run log, within the event's log budget.
+        for (source, captured) in [(Source::Stdout, &data.stdout), (Source::Stderr, &data.stderr)] {
+            let (text, dropped) = captured.take();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                data.log.write("info", source, line);
+            }
+            if dropped > 0 {
+                self.log.host("warn", format!("{dropped} bytes of the policy's {} past limits.log_bytes_per_event were dropped", source.as_str()));
+            }
+        }
+        (result, data)
+    }
+
+    /// Ask the policy to describe itself (nothing is committed).
+    pub async fn info(&self, policy: &Policy) -> Result<PolicyInfo, PolicyFault> {
+        match self.call(policy, Call::Info).await.0 {
+            Ok(Returned::Info(i)) => Ok(i),
+            Ok(Returned::Decision(_)) => unreachable!("info returns info"),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Deliver one event and commit its outcome. `Err` only for the store failing.
+    pub async fn deliver(&self, policy: &Policy, event: &Event) -> Result<Result<Decision, PolicyFault>> {
+        let (result, mut data) = self.call(policy, Call::Handle(event)).await;
+        let result = match result {
+            Ok(Returned::Decision(d)) => validate_decision(&d, self.config.limits.max_string_bytes).map(|_| d).map_err(PolicyFault::Malformed),
+            Ok(Returned::Info(_)) => unreachable!("handle returns a decision"),
+            Err(f) => Err(f),
+        };
+        let mut commit = EventCommit { event: event_json(event).to_string(), ..Default::default() };
+        match &result {
+            Ok(d) => {
+                self.log.host("info", format!("decision: {}", describe_decision(d)));
+                commit.decision = Some(decision_json(d).to_string());
+                commit.state_writes = data.state.take_writes();
+            }
+            Err(f) => {
+                self.log.host("error", f.to_string());
+                commit.error = Some(serde_json::json!({"kind": f.kind(), "message": f.to_string()}).to_string());
+            }
+        }
+        commit.log = self.log.take();
+        self.db.commit_event(&self.id, &commit).context("failed to record the event in the store")?;
+        Ok(result)
+    }
+}

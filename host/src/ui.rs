@@ -1,0 +1,99 @@
+//! What the user sees while a run goes: on a terminal, a spinner naming the
+//! current action with log lines printed above it; otherwise plain lines on
+//! stderr. Quiet mode shows neither (for `--json` and scripts).
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::db::LogRecord;
+
+#[derive(Clone)]
+pub struct Ui {
+    inner: Arc<Inner>,
+}
+
+enum Inner {
+    Spinner(ProgressBar),
+    Plain,
+    Quiet,
+}
+
+impl Ui {
+    /// A spinner when stderr is a terminal (and not in CI), plain lines otherwise.
+    pub fn detect(quiet: bool) -> Ui {
+        let inner = if quiet {
+            Inner::Quiet
+        } else if std::io::stderr().is_terminal() && std::env::var_os("CI").is_none() {
+            let pb = ProgressBar::new_spinner();
+            pb.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
+            pb.enable_steady_tick(Duration::from_millis(100));
+            Inner::Spinner(pb)
+        } else {
+            Inner::Plain
+        };
+        Ui { inner: Arc::new(inner) }
+    }
+
+    pub fn quiet() -> Ui {
+        Ui { inner: Arc::new(Inner::Quiet) }
+    }
+
+    /// What is happening now (the current action).
+    pub fn status(&self, msg: impl Into<String>) {
+        match &*self.inner {
+            Inner::Spinner(pb) => pb.set_message(msg.into()),
+            Inner::Plain => eprintln!("loopbox: {}", msg.into()),
+            Inner::Quiet => {}
+        }
+    }
+
+    /// A line that stays.
+    pub fn line(&self, msg: impl AsRef<str>) {
+        match &*self.inner {
+            Inner::Spinner(pb) => pb.println(msg.as_ref()),
+            Inner::Plain => eprintln!("{}", msg.as_ref()),
+            Inner::Quiet => {}
+        }
+    }
+
+    pub fn log(&self, r: &LogRecord) {
+        if !matches!(*self.inner, Inner::Quiet) {
+            self.line(format!("  [{}] {}: {}", r.source, r.level, sanitize(&r.message)));
+        }
+    }
+
+    /// Run `f` with the spinner hidden (for prompting the user).
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &*self.inner {
+            Inner::Spinner(pb) => pb.suspend(f),
+            _ => f(),
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Inner::Spinner(pb) = &*self.inner {
+            pb.finish_and_clear();
+        }
+    }
+
+    pub fn is_interactive(&self) -> bool {
+        matches!(*self.inner, Inner::Spinner(_))
+    }
+}
+
+/// Policy text shown on a terminal: control characters and escape sequences
+/// removed, so a policy cannot rewrite what the user sees.
+pub fn sanitize(s: &str) -> String {
+    s.chars().map(|c| if c == '\n' || c == '\t' || !c.is_control() { c } else { '\u{FFFD}' }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escapes_are_neutralized() {
+        assert_eq!(super::sanitize("a\x1b[2Kb\rc\nd"), "a\u{FFFD}[2Kb\u{FFFD}c\nd");
+    }
+}
