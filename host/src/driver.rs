@@ -114,9 +114,10 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, input: &str, mut opts: Dri
             Decision::Rewrite(_) => {
                 return Ok(RunEnd::Fault(PolicyFault::Malformed("`rewrite` answers a tool-call event, and a standalone run has none".into())));
             }
-            Decision::Pass if after_turn => return Ok(RunEnd::Stopped { turns }),
+            // Queued ticks are delivered whenever the policy has nothing to add.
             Decision::Pass => match opts.ticks.pop_front() {
                 Some(tick) => Event::Tick(tick),
+                None if after_turn => return Ok(RunEnd::Stopped { turns }),
                 None => return Ok(RunEnd::Waiting("the policy is waiting for events and none are queued (give ticks with --tick JSON)".into())),
             },
             Decision::Ask(q) => match opts.asker.ask(&q) {

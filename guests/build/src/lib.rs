@@ -19,8 +19,12 @@ pub struct Repo {
 impl Repo {
     /// The repository holding the crate whose build script is running.
     pub fn from_build_script() -> Repo {
-        let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run from a build script"));
-        let root = manifest.ancestors().find(|p| p.join("wit").is_dir() && p.join("guests").is_dir()).expect("repository root with wit/ and guests/").to_path_buf();
+        Repo::containing(Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("run from a build script")))
+    }
+
+    /// The repository that `dir` is inside.
+    pub fn containing(dir: &Path) -> Repo {
+        let root = dir.ancestors().find(|p| p.join("wit").is_dir() && p.join("guests").is_dir()).expect("repository root with wit/ and guests/").to_path_buf();
         Repo { root }
     }
 
@@ -30,11 +34,13 @@ impl Repo {
     pub fn build_rust_guests(&self, packages: &[&str]) -> Vec<(String, PathBuf)> {
         let guests = self.root.join("guests/rust");
         let target_dir = self.root.join("target/guests");
-        for watched in [guests.join("Cargo.toml"), guests.join("Cargo.lock"), self.root.join("wit")] {
-            println!("cargo:rerun-if-changed={}", watched.display());
-        }
-        for p in packages {
-            println!("cargo:rerun-if-changed={}", guests.join(p).display());
+        if std::env::var_os("OUT_DIR").is_some() {
+            for watched in [guests.join("Cargo.toml"), guests.join("Cargo.lock"), self.root.join("wit")] {
+                println!("cargo:rerun-if-changed={}", watched.display());
+            }
+            for p in packages {
+                println!("cargo:rerun-if-changed={}", guests.join(p).display());
+            }
         }
 
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

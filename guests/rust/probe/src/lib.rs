@@ -177,6 +177,7 @@ mod component {
             Some("escalate") => Decision::Escalate("probe escalates".into()),
             Some("inject") => Decision::Inject(op["message"].as_str().unwrap_or("go on").into()),
             Some("rewrite") => Decision::Rewrite(data.to_string()),
+            Some("malformed") => Decision::Done(Outcome { success: true, summary: "bad data".into(), data: Some("{not json".into()) }),
             _ => Decision::Done(Outcome { success: true, summary: name_of(&op), data: Some(data.to_string()) }),
         })
     }

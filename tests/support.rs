@@ -1,0 +1,114 @@
+//! Shared harness for the integration tests: the guests' component paths (built
+//! from source by `build.rs`), one runtime per test process, and throwaway
+//! workspaces each with their own store.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use loopbox::bindings::{Decision, Event};
+use loopbox::config::Config;
+use loopbox::db::Db;
+use loopbox::fault::PolicyFault;
+use loopbox::policy::{Policy, PolicySource};
+use loopbox::run::RunContext;
+use loopbox::runtime::Runtime;
+use loopbox::ui::Ui;
+use serde_json::Value;
+
+/// A guest component built by this crate's build script.
+pub fn guest(name: &str) -> PathBuf {
+    PathBuf::from(match name {
+        "ralph" => env!("LOOPBOX_GUEST_RALPH"),
+        "todo-enforcer" => env!("LOOPBOX_GUEST_TODO_ENFORCER"),
+        "fix-forward" => env!("LOOPBOX_GUEST_FIX_FORWARD"),
+        "probe" => env!("LOOPBOX_GUEST_PROBE"),
+        other => panic!("no guest named {other}"),
+    })
+}
+
+/// One engine for the whole test process, as in the CLI.
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        let cache = std::env::temp_dir().join(format!("loopbox-test-cache-{}", std::process::id()));
+        Runtime::new(cache).expect("runtime")
+    })
+}
+
+/// A guest loaded once per process.
+pub fn load(name: &str) -> Arc<Policy> {
+    static LOADED: OnceLock<std::sync::Mutex<Vec<(String, Arc<Policy>)>>> = OnceLock::new();
+    let mut loaded = LOADED.get_or_init(Default::default).lock().unwrap();
+    if let Some((_, p)) = loaded.iter().find(|(n, _)| n == name) {
+        return p.clone();
+    }
+    let p = Arc::new(runtime().load(&PolicySource::Path(guest(name))).expect("guest loads"));
+    loaded.push((name.to_string(), p.clone()));
+    p
+}
+
+/// A temporary workspace with a store.
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+    pub db: Db,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open_workspace(dir.path()).unwrap();
+        Workspace { dir, db }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, rel: &str, contents: &str) {
+        let p = self.dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, contents).unwrap();
+    }
+
+    /// A new run of `policy` in this workspace under `config` (loopbox.toml text).
+    pub fn run(&self, policy: &Policy, config: &str) -> RunContext {
+        let config = Config::parse(config, Path::new("test.toml")).expect("test config parses");
+        let id = loopbox::run::new_run_id() + &format!("{:04}", COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        self.db.create_run(&id, &policy.source.to_string(), &policy.digest, "{}").unwrap();
+        RunContext::new(id, Arc::new(config), self.db.clone(), self.root(), Ui::quiet()).unwrap()
+    }
+}
+
+impl Default for Workspace {
+    fn default() -> Self {
+        Workspace::new()
+    }
+}
+
+static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Deliver one event and return its decision (or fault).
+pub async fn deliver(ctx: &RunContext, policy: &Policy, event: Event) -> Result<Decision, PolicyFault> {
+    ctx.deliver(policy, &event).await.expect("the store works")
+}
+
+/// Have the probe perform `op` (as `start`) and return what it observed (`done.data`).
+pub async fn probe(ctx: &RunContext, op: Value) -> Result<Value, PolicyFault> {
+    match deliver(ctx, &load("probe"), Event::Start(op.to_string())).await? {
+        Decision::Done(o) => Ok(serde_json::from_str(o.data.as_deref().unwrap_or("null")).unwrap()),
+        other => panic!("probe answered {other:?}"),
+    }
+}
+
+/// The limit a fault names, if it is a limit.
+pub fn limit_key(f: &PolicyFault) -> Option<&'static str> {
+    match f {
+        PolicyFault::Limit(l) => Some(l.limit.key()),
+        _ => None,
+    }
+}
+
+/// The run log's messages, in order.
+pub fn log_messages(ctx: &RunContext) -> Vec<String> {
+    ctx.db.log(&ctx.id).unwrap().into_iter().map(|r| format!("[{}] {}", r.source, r.message)).collect()
+}
