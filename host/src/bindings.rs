@@ -8,6 +8,7 @@ wasmtime::component::bindgen!({
     world: "loop-policy",
     imports: { default: async | trappable },
     exports: { default: async },
+    additional_derives: [PartialEq],
 });
 
 pub use exports::loopbox::policy::policy::PolicyInfo;

@@ -1,0 +1,183 @@
+//! Each capability through the runtime: what is granted works, everything else
+//! is denied as an `action-error` (or a workspace error) the policy can handle.
+
+use loopbox_tests::*;
+use serde_json::json;
+
+fn err_kind(v: &serde_json::Value) -> (&str, &str) {
+    (v["err"]["kind"].as_str().unwrap_or("<ok>"), v["err"]["message"].as_str().unwrap_or(""))
+}
+
+#[tokio::test]
+async fn exec_runs_only_what_a_rule_allows() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"echo\", \"hi\"]]");
+    let ok = probe(&ctx, json!({"op": "exec", "argv": ["echo", "hi", "there; rm -rf /"]})).await.unwrap();
+    assert_eq!(ok["ok"]["stdout"], "hi there; rm -rf /\n");
+    for argv in [json!(["echo", "bye"]), json!(["ls"]), json!(["/bin/echo", "hi"]), json!(["sh", "-c", "echo hi"])] {
+        let denied = probe(&ctx, json!({"op": "exec", "argv": argv})).await.unwrap();
+        let (kind, msg) = err_kind(&denied);
+        assert_eq!(kind, "denied", "{argv}: {denied}");
+        assert!(msg.contains("shell.allow"), "{msg}");
+    }
+    assert!(log_messages(&ctx).iter().any(|l| l.contains("denied exec `ls`")));
+}
+
+#[tokio::test]
+async fn nothing_runs_without_a_config() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["true"]})).await.unwrap();
+    let (kind, msg) = err_kind(&v);
+    assert_eq!((kind, msg.contains("add [\"true\"] to `shell.allow`")), ("denied", true), "{msg}");
+}
+
+#[tokio::test]
+async fn scripts_need_the_scripts_grant() {
+    let ws = Workspace::new();
+    let denied = ws.run(&load("probe"), "[shell]\nallow = [[\"sh\"]]");
+    let v = probe(&denied, json!({"op": "script", "source": "echo $((1+2))"})).await.unwrap();
+    let (kind, msg) = err_kind(&v);
+    assert_eq!(kind, "denied");
+    assert!(msg.contains("shell.scripts = true"), "{msg}");
+    let granted = ws.run(&load("probe"), "[shell]\nscripts = true");
+    let v = probe(&granted, json!({"op": "script", "source": "echo $((1+2))"})).await.unwrap();
+    assert_eq!(v["ok"]["stdout"], "3\n");
+}
+
+#[tokio::test]
+async fn policy_set_environment_needs_a_grant() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"env\"]]\npass_env = []");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["env"], "env": {"LD_PRELOAD": "/tmp/x.so"}})).await.unwrap();
+    assert!(err_kind(&v).1.contains("shell.pass_env_from_policy"), "{v}");
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"env\"]]\npass_env = []\npass_env_from_policy = [\"GREETING\"]");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["env"], "env": {"GREETING": "hi"}})).await.unwrap();
+    // The child sees PATH and what was granted, nothing of the host's environment.
+    let mut lines: Vec<&str> = v["ok"]["stdout"].as_str().unwrap().lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["GREETING=hi", "PATH=/usr/local/bin:/usr/bin:/bin"]);
+}
+
+#[tokio::test]
+async fn cwd_must_stay_in_the_workspace() {
+    let ws = Workspace::new();
+    std::fs::create_dir(ws.root().join("sub")).unwrap();
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"pwd\"]]");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["pwd"], "cwd": "sub"})).await.unwrap();
+    assert!(v["ok"]["stdout"].as_str().unwrap().trim_end().ends_with("/sub"), "{v}");
+    for cwd in ["..", "/tmp", "sub/../.."] {
+        let v = probe(&ctx, json!({"op": "exec", "argv": ["pwd"], "cwd": cwd})).await.unwrap();
+        assert_eq!(err_kind(&v).0, "invalid", "{cwd}: {v}");
+    }
+}
+
+#[tokio::test]
+async fn timeouts_kill_the_command_and_output_is_capped() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[limits]\noutput_bytes = 100\n[shell]\nallow = [[\"sleep\"], [\"head\"]]");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["sleep", "30"], "timeout_ms": 200})).await.unwrap();
+    assert_eq!((v["ok"]["timed_out"].as_bool(), v["ok"]["exit_code"].is_null()), (Some(true), true), "{v}");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["head", "-c", "100000", "/dev/zero"]})).await.unwrap();
+    assert_eq!((v["ok"]["truncated"].as_bool(), v["ok"]["stdout"].as_str().unwrap().len()), (Some(true), 100));
+}
+
+#[tokio::test]
+async fn a_missing_program_is_unavailable_and_stdin_is_delivered() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"no-such-program-anywhere\"], [\"cat\"]]");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["no-such-program-anywhere"]})).await.unwrap();
+    assert_eq!(err_kind(&v).0, "unavailable");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["cat"], "stdin": "fed"})).await.unwrap();
+    assert_eq!(v["ok"]["stdout"], "fed");
+}
+
+#[tokio::test]
+async fn prompt_needs_an_agent() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "");
+    let v = probe(&ctx, json!({"op": "prompt", "text": "hello"})).await.unwrap();
+    let (kind, msg) = err_kind(&v);
+    assert_eq!(kind, "denied");
+    assert!(msg.contains("[agent]"), "{msg}");
+}
+
+#[tokio::test]
+async fn prompt_goes_through_the_agent_template_and_keeps_the_session() {
+    let ws = Workspace::new();
+    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/project/agent/scripted-agent");
+    ws.write("agent/scripted-agent", &std::fs::read_to_string(agent).unwrap());
+    std::fs::set_permissions(ws.root().join("agent/scripted-agent"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    ws.write(".scripted-agent/replies", "first reply\\nline two\nsecond reply");
+    let config = "[agent]\ncommand = [\"./agent/scripted-agent\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]\noutput = \"json\"";
+    let ctx = ws.run(&load("probe"), config);
+    let v = probe(&ctx, json!({"op": "prompt", "text": "do it; $(rm -rf /)"})).await.unwrap();
+    assert_eq!(v["ok"]["stdout"], "first reply\nline two");
+    let session = v["ok"]["session"].as_str().unwrap().to_string();
+    let v = probe(&ctx, json!({"op": "prompt", "text": "again", "session": session})).await.unwrap();
+    assert_eq!((v["ok"]["stdout"].as_str(), v["ok"]["session"].as_str()), (Some("second reply"), Some(session.as_str())));
+    // The prompt reached the agent as one argument, uninterpreted.
+    let prompts = std::fs::read_to_string(ws.root().join(".scripted-agent/prompts")).unwrap();
+    assert!(prompts.starts_with("do it; $(rm -rf /)\n"), "{prompts}");
+}
+
+#[tokio::test]
+async fn workspace_reads_stay_inside_the_root() {
+    let ws = Workspace::new();
+    ws.write("notes/todo.md", "- [ ] one");
+    std::os::unix::fs::symlink("/etc/passwd", ws.root().join("passwd")).unwrap();
+    std::os::unix::fs::symlink("/etc", ws.root().join("etc")).unwrap();
+    std::os::unix::fs::symlink("notes/todo.md", ws.root().join("inside")).unwrap();
+    let ctx = ws.run(&load("probe"), "");
+    assert_eq!(probe(&ctx, json!({"op": "read", "path": "notes/todo.md"})).await.unwrap()["ok"], "- [ ] one");
+    assert_eq!(probe(&ctx, json!({"op": "read", "path": "inside"})).await.unwrap()["ok"], "- [ ] one");
+    for (path, why) in [
+        ("../x", "leaves the workspace"),
+        ("/etc/passwd", "absolute"),
+        ("passwd", "outside the workspace"),
+        ("etc/hostname", "outside the workspace"),
+        (".loopbox/loopbox.db", "store"),
+        ("missing.txt", "does not exist"),
+    ] {
+        let v = probe(&ctx, json!({"op": "read", "path": path})).await.unwrap();
+        assert!(v["err"].as_str().unwrap_or("").contains(why), "{path}: {v}");
+    }
+    let v = probe(&ctx, json!({"op": "list", "dir": ""})).await.unwrap();
+    assert_eq!(v["ok"], json!(["etc", "inside", "notes/", "passwd"]));
+    assert!(probe(&ctx, json!({"op": "list", "dir": "etc"})).await.unwrap()["err"].as_str().unwrap().contains("outside the workspace"));
+}
+
+#[tokio::test]
+async fn reads_over_the_limit_are_refused() {
+    let ws = Workspace::new();
+    ws.write("big.txt", &"z".repeat(5000));
+    let ctx = ws.run(&load("probe"), "[limits]\nread_bytes = 4096");
+    let v = probe(&ctx, json!({"op": "read", "path": "big.txt"})).await.unwrap();
+    assert!(v["err"].as_str().unwrap().contains("limits.read_bytes = 4096"), "{v}");
+}
+
+#[tokio::test]
+async fn state_is_transactional_per_event() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "");
+    let v = probe(&ctx, json!({"op": "state", "set": {"a": 1, "b": [2]}, "get": ["a"], "keys": ""})).await.unwrap();
+    assert_eq!((v["a"].as_str(), &v["keys"]), (Some("1"), &json!(["a", "b"])), "reads see the event's own writes");
+    // A failed event's writes are discarded.
+    let f = probe(&ctx, json!({"op": "state", "set": {"a": 99, "c": 3}, "fail_after": true})).await.unwrap_err();
+    assert!(f.to_string().contains("failing after state writes"));
+    let v = probe(&ctx, json!({"op": "state", "get": ["a", "c"], "remove": ["b"], "keys": ""})).await.unwrap();
+    assert_eq!((v["a"].as_str(), v["c"].is_null(), &v["keys"]), (Some("1"), true, &json!(["a"])));
+    // Values must be JSON, and other runs do not see this run's state.
+    let v = probe(&ctx, json!({"op": "state", "set_raw": {"bad": "{nope"}})).await.unwrap();
+    assert!(v["set-error:bad"].as_str().unwrap().contains("not JSON"));
+    let other = ws.run(&load("probe"), "");
+    assert_eq!(probe(&other, json!({"op": "state", "keys": ""})).await.unwrap()["keys"], json!([]));
+}
+
+#[tokio::test]
+async fn a_decider_cannot_import_actions() {
+    let p = load("fix-forward");
+    assert_eq!(p.world, loopbox::policy::World::Decider);
+    assert!(!p.interface.imports.iter().any(|i| i.contains("actions") || i.contains("workspace")));
+    assert_eq!(load("probe").world, loopbox::policy::World::LoopPolicy);
+}

@@ -1,0 +1,79 @@
+//! What loading and calling refuse: files that are not policies, and policies
+//! that answer badly. Each is a clear error, and the runtime keeps working.
+
+use loopbox::bindings::Event;
+use loopbox::fault::PolicyFault;
+use loopbox::policy::PolicySource;
+use loopbox_tests::*;
+use serde_json::json;
+
+fn load_err(bytes: &[u8]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.wasm");
+    std::fs::write(&path, bytes).unwrap();
+    format!("{:#}", runtime().load(&PolicySource::Path(path)).err().expect("refused"))
+}
+
+#[test]
+fn a_core_module_is_refused() {
+    let e = load_err(&wasmtime_wat("(module)"));
+    assert!(e.contains("core WebAssembly module, not a component"), "{e}");
+}
+
+#[test]
+fn a_component_of_another_world_is_refused() {
+    let e = load_err(&wasmtime_wat("(component)"));
+    assert!(e.contains("component of another world") && e.contains("loopbox:policy/policy@0.1.0"), "{e}");
+}
+
+#[test]
+fn garbage_and_truncated_files_are_refused() {
+    assert!(load_err(b"hello").contains("not a WebAssembly component"));
+    let probe = std::fs::read(guest("probe")).unwrap();
+    let e = load_err(&probe[..probe.len() / 2]);
+    assert!(e.contains("not a valid component"), "{e}");
+}
+
+#[test]
+fn missing_files_and_unknown_builtins_say_what_exists() {
+    let e = format!("{:#}", runtime().load(&PolicySource::parse("/no/such.wasm")).err().unwrap());
+    assert!(e.contains("failed to load policy `/no/such.wasm`") && e.contains("builtin:NAME"), "{e}");
+    let e = format!("{:#}", runtime().load(&PolicySource::parse("builtin:nope")).err().unwrap());
+    assert!(e.contains("builtin:ralph, builtin:todo-enforcer, builtin:fix-forward"), "{e}");
+}
+
+#[test]
+fn builtins_load_and_a_second_load_hits_the_cache() {
+    let first = runtime().load(&PolicySource::parse("builtin:todo-enforcer")).unwrap();
+    let second = runtime().load(&PolicySource::parse("builtin:todo-enforcer")).unwrap();
+    assert_eq!(second.cache, loopbox::cache::CacheOutcome::Hit);
+    assert_eq!(first.digest, second.digest);
+}
+
+#[tokio::test]
+async fn errors_and_malformed_decisions_are_faults() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "");
+    let f = probe(&ctx, json!({"op": "err", "message": "no way"})).await.unwrap_err();
+    assert_eq!(f, PolicyFault::Error("no way".into()));
+    let f = deliver(&ctx, &load("probe"), Event::Start(json!({"op": "echo", "then": "malformed"}).to_string())).await.unwrap_err();
+    assert!(matches!(&f, PolicyFault::Malformed(m) if m.contains("done.data is not JSON")), "{f:?}");
+    // Faults are recorded with the event.
+    let events = ctx.db.events(&ctx.id).unwrap();
+    assert_eq!(events.len(), 2);
+    assert!(events.iter().all(|(_, decision, error)| decision.is_none() && error.is_some()));
+}
+
+#[tokio::test]
+async fn many_failing_events_in_a_row_leave_the_host_healthy() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[limits]\nfuel_per_event = 20000000");
+    for op in ["trap", "recurse", "spin", "trap", "spin"].iter().cycle().take(25) {
+        assert!(probe(&ctx, json!({"op": op})).await.is_err());
+    }
+    assert_eq!(probe(&ctx, json!({"op": "echo", "ok": true})).await.unwrap()["ok"], true);
+}
+
+fn wasmtime_wat(text: &str) -> Vec<u8> {
+    wat::parse_str(text).unwrap()
+}

@@ -1,0 +1,108 @@
+//! The shipped policies through the runtime, one fresh instance per event.
+
+use loopbox::bindings::{Decision, Event, Turn};
+use loopbox_tests::*;
+use serde_json::json;
+
+fn turn(response: &str, index: u32, continuation: bool) -> Event {
+    Event::TurnComplete(Turn { session_id: "s".into(), response: response.into(), index, continuation })
+}
+
+#[tokio::test]
+async fn ralph_stops_exactly_at_the_promise() {
+    let ws = Workspace::new();
+    let ralph = load("ralph");
+    let ctx = ws.run(&ralph, "");
+    let start = json!({"prompt": "fix it", "completion_promise": "DONE", "max_iterations": 10}).to_string();
+    assert_eq!(deliver(&ctx, &ralph, Event::Start(start)).await.unwrap(), Decision::Inject("fix it\n\n[ralph iteration 1 of 10]".into()));
+    let replies = ["nothing yet", "<promise>NOT DONE</promise>", "almost <promise>DONE"];
+    for (i, r) in replies.iter().enumerate() {
+        let d = deliver(&ctx, &ralph, turn(r, i as u32 + 1, i > 0)).await.unwrap();
+        assert_eq!(d, Decision::Inject(format!("fix it\n\n[ralph iteration {} of 10]", i + 2)), "after {r:?}");
+    }
+    match deliver(&ctx, &ralph, turn("done. <promise>DONE</promise>", 4, true)).await.unwrap() {
+        Decision::Done(o) => assert_eq!((o.success, o.summary.as_str()), (true, "completion promise found after 4 iteration(s)")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn ralph_fails_when_iterations_run_out_and_rejects_bad_input() {
+    let ws = Workspace::new();
+    let ralph = load("ralph");
+    let ctx = ws.run(&ralph, "");
+    deliver(&ctx, &ralph, Event::Start(json!({"prompt": "p", "completion_promise": "X", "max_iterations": 2}).to_string())).await.unwrap();
+    assert!(matches!(deliver(&ctx, &ralph, turn("no", 1, false)).await.unwrap(), Decision::Inject(_)));
+    match deliver(&ctx, &ralph, turn("no", 2, true)).await.unwrap() {
+        Decision::Done(o) => assert!(!o.success && o.summary.contains("max_iterations (2)")),
+        other => panic!("{other:?}"),
+    }
+    let fresh = ws.run(&ralph, "");
+    let f = deliver(&fresh, &ralph, Event::Start("{\"promt\": 1}".into())).await.unwrap_err();
+    assert!(f.to_string().contains("ralph: bad input"), "{f}");
+}
+
+#[tokio::test]
+async fn todo_enforcer_continues_while_items_are_open_up_to_its_limit() {
+    let ws = Workspace::new();
+    let todo = load("todo-enforcer");
+    let ctx = ws.run(&todo, "");
+    assert_eq!(deliver(&ctx, &todo, Event::Start(json!({"max_continuations": 2, "message": "{count} left"}).to_string())).await.unwrap(), Decision::Pass);
+    let open = "plan:\n- [x] a\n- [ ] b\n  * [ ] c";
+    assert_eq!(deliver(&ctx, &todo, turn(open, 1, false)).await.unwrap(), Decision::Inject("2 left".into()));
+    assert_eq!(deliver(&ctx, &todo, turn(open, 2, true)).await.unwrap(), Decision::Inject("2 left".into()));
+    assert_eq!(deliver(&ctx, &todo, turn(open, 3, true)).await.unwrap(), Decision::Pass, "limit of forced continuations");
+    assert_eq!(deliver(&ctx, &todo, turn("all - [x] done", 4, false)).await.unwrap(), Decision::Pass);
+    assert_eq!(deliver(&ctx, &todo, turn(open, 5, false)).await.unwrap(), Decision::Inject("2 left".into()), "a new turn resets the count");
+}
+
+/// The AFK table, written again from the seed's prose as an independent oracle.
+fn oracle(pushed: bool, ci: Option<&str>, thread: Option<&str>, attempts: u32, elapsed: u64, max_attempts: u32, max_seconds: u64) -> &'static str {
+    if pushed && ci == Some("green") {
+        "close-success"
+    } else if pushed && ci == Some("red") {
+        if attempts < max_attempts && elapsed < max_seconds { "fix-forward" } else { "freeze-escalate" }
+    } else if !pushed && matches!(thread, Some("error" | "idle")) {
+        "escalate-prepush"
+    } else {
+        "wait"
+    }
+}
+
+fn action_of(d: &Decision) -> String {
+    match d {
+        Decision::Done(o) => serde_json::from_str::<serde_json::Value>(o.data.as_deref().unwrap()).unwrap()["action"].as_str().unwrap().to_string(),
+        Decision::Inject(_) => "fix-forward".into(),
+        Decision::Escalate(r) => r.split(':').next().unwrap().to_string(),
+        Decision::Pass => "wait".into(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn fix_forward_matches_the_table_over_every_combination() {
+    let ws = Workspace::new();
+    let ff = load("fix-forward");
+    let ctx = ws.run(&ff, "");
+    let (max_attempts, max_seconds) = (2u32, 600u64);
+    let start = json!({"fix_forward_max_attempts": max_attempts, "fix_forward_max_seconds": max_seconds}).to_string();
+    assert_eq!(deliver(&ctx, &ff, Event::Start(start)).await.unwrap(), Decision::Pass);
+    let mut checked = 0;
+    for pushed in [false, true] {
+        for ci in [None, Some("green"), Some("red"), Some("pending")] {
+            for thread in [None, Some("running"), Some("idle"), Some("error")] {
+                for attempts in [0, 1, 2, 3] {
+                    for elapsed in [0, 599, 600, 601] {
+                        let tick = json!({"pushed": pushed, "ci_status": ci, "thread_status": thread, "attempts": attempts, "elapsed_seconds": elapsed});
+                        let d = deliver(&ctx, &ff, Event::Tick(tick.to_string())).await.unwrap();
+                        assert_eq!(action_of(&d), oracle(pushed, ci, thread, attempts, elapsed, max_attempts, max_seconds), "tick {tick}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 4 * 4 * 4 * 4);
+    let f = deliver(&ctx, &ff, Event::Tick("{\"pushed\": \"yes\"}".into())).await.unwrap_err();
+    assert!(f.to_string().contains("fix-forward: bad tick"), "{f}");
+}
