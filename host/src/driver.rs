@@ -64,7 +64,7 @@ impl RunEnd {
         match self {
             RunEnd::Done(o) => o.summary.clone(),
             RunEnd::Stopped { turns } => format!("the policy let the agent stop after {turns} turn(s)"),
-            RunEnd::Escalated(r) => format!("escalated: {r}"),
+            RunEnd::Escalated(r) => r.clone(),
             RunEnd::Blocked(r) => format!("blocked: {r}"),
             RunEnd::Waiting(w) => w.clone(),
             RunEnd::Fault(f) => f.to_string(),

@@ -1,0 +1,243 @@
+//! The CLI as a user runs it: the real `loopbox` binary on the example
+//! project, with stdout, stderr and exit codes checked. Run ids and timings
+//! are normalized before comparing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// A copy of examples/project in a temp dir, so runs leave nothing behind.
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = repo().join("examples/project");
+    copy_dir(&src, dir.path());
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == ".loopbox" || name == ".scripted-agent" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn loopbox(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-cli-test-cache"))
+        .current_dir(dir)
+        .env("CI", "true")
+        .output()
+        .unwrap()
+}
+
+/// Replace run ids and durations so output can be compared exactly.
+fn normalize(s: &[u8]) -> String {
+    let s = String::from_utf8_lossy(s);
+    let mut out = String::new();
+    for word in s.split_inclusive([' ', '\n']) {
+        let (w, sep) = word.split_at(word.trim_end_matches([' ', '\n']).len());
+        let is_run_id = w.len() > 10 && w.starts_with('r') && w[1..].chars().all(|c| c.is_ascii_hexdigit());
+        let is_duration = w.ends_with('s') && w[..w.len() - 1].parse::<f64>().is_ok();
+        out.push_str(if is_run_id { "RUN" } else if is_duration { "T" } else { w });
+        out.push_str(sep);
+    }
+    out
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited")
+}
+
+#[test]
+fn ralph_runs_the_example_to_its_promise() {
+    let p = project();
+    let o = loopbox(p.path(), &["run", "builtin:ralph", "--input", "@ralph.json"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(normalize(&o.stdout), "done: completion promise found after 3 iteration(s)\n");
+    let stderr = normalize(&o.stderr);
+    let expected_start = "loopbox: run RUN of builtin:ralph (world decider); grants: exec [ls; cat README.md], scripts no, agent ./agent/scripted-agent\n  [host] info: decision: inject: Make the tests in this project pass. When they do, reply with <promise>DONE</promise>.\n\n[ralph iteration 1 of 5]\nloopbox: turn 1: waiting for the agent\n  [host] info: agent turn 1 finished in T\n";
+    assert!(stderr.starts_with(expected_start), "{stderr}");
+    assert!(stderr.ends_with("  [host] info: decision: done (success): completion promise found after 3 iteration(s)\n"), "{stderr}");
+    // The same conversation was continued on every turn.
+    let turns: Vec<_> = std::fs::read_dir(p.path().join(".scripted-agent")).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("turns-")).collect();
+    assert_eq!(turns.len(), 1);
+}
+
+#[test]
+fn ralph_fails_when_iterations_run_out() {
+    let p = project();
+    let o = loopbox(p.path(), &["run", "builtin:ralph", "--input", r#"{"prompt": "go", "completion_promise": "NEVER", "max_iterations": 2}"#]);
+    assert_eq!(code(&o), 1);
+    assert_eq!(normalize(&o.stdout), "failed: max_iterations (2) reached without the completion promise\n");
+}
+
+#[test]
+fn the_turn_budget_stops_a_policy_that_never_ends() {
+    let p = project();
+    let o = loopbox(p.path(), &["run", "builtin:ralph", "--max-turns", "2", "--input", r#"{"prompt": "go"}"#]);
+    assert_eq!(code(&o), 6);
+    assert_eq!(normalize(&o.stdout), "failed: the run used all 2 of its turns (run.max_turns) without the policy finishing\n");
+}
+
+#[test]
+fn todo_enforcer_keeps_the_agent_working_until_the_list_is_done() {
+    let p = project();
+    let o = loopbox(p.path(), &["run", "builtin:todo-enforcer", "--input", "@todo.json", "--json"]);
+    assert_eq!(code(&o), 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["status"].as_str(), v["turns"].as_u64(), v["exit_code"].as_i64()), (Some("done"), Some(3), Some(0)), "{v}");
+    assert_eq!(v["summary"], "the policy let the agent stop after 3 turn(s)");
+    assert!(o.stderr.is_empty(), "--json prints nothing else: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn fix_forward_follows_ticks_to_each_ending() {
+    let p = project();
+    let red = r#"{"pushed": true, "ci_status": "red", "attempts": 0, "elapsed_seconds": 10}"#;
+    let o = loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", red, "--tick", r#"{"pushed": true, "ci_status": "green"}"#]);
+    assert_eq!((code(&o), normalize(&o.stdout).as_str()), (0, "done: CI is green on the pushed commit; closing the issue\n"));
+    let o = loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", r#"{"pushed": true, "ci_status": "red", "attempts": 2}"#]);
+    assert_eq!(code(&o), 3);
+    assert!(normalize(&o.stdout).starts_with("escalated: freeze-escalate: CI is still red after 2 fix-forward attempt(s)"), "{}", normalize(&o.stdout));
+    let o = loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", r#"{"pushed": false, "thread_status": "running"}"#]);
+    assert_eq!(code(&o), 4);
+    let out = normalize(&o.stdout);
+    assert!(out.starts_with("waiting: the policy is waiting for events and none are queued") && out.contains("run RUN is parked in"), "{out}");
+}
+
+#[test]
+fn no_agent_configured_is_exit_7_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["run", "builtin:ralph", "--input", r#"{"prompt": "go"}"#]);
+    assert_eq!(code(&o), 7);
+    assert_eq!(
+        normalize(&o.stdout),
+        "failed: the policy sent a message to the agent, but no agent is configured: add an `[agent]` section with `command = [...]` to loopbox.toml\n"
+    );
+}
+
+#[test]
+fn config_errors_name_the_key_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loopbox.toml"), "[shell]\nallowed = [[\"ls\"]]\n").unwrap();
+    let o = loopbox(dir.path(), &["run", "builtin:ralph"]);
+    assert_eq!(code(&o), 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("error: invalid config `") && err.contains("unknown field `allowed`"), "{err}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn bad_input_and_missing_policies_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["run", "builtin:ralph", "--input", "{nope"]);
+    assert_eq!(code(&o), 2);
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("error: --input is not valid JSON: "));
+    let o = loopbox(dir.path(), &["run", "missing.wasm"]);
+    assert_eq!(code(&o), 2);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "error: failed to load policy `missing.wasm`: cannot read `missing.wasm`: give a path to a .wasm component or builtin:NAME: No such file or directory (os error 2)\n"
+    );
+}
+
+#[test]
+fn inspect_describes_a_builtin() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["inspect", "builtin:ralph"]);
+    assert_eq!(code(&o), 0);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let head: Vec<&str> = out.lines().take(5).collect();
+    assert_eq!(
+        head,
+        [
+            "policy       builtin:ralph",
+            "info         ralph 0.1.0: Re-feed a prompt until the reply carries the completion promise or iterations run out",
+            "world        loopbox:policy/decider",
+            "capabilities state",
+            "exports      loopbox:policy/policy@0.1.0",
+        ]
+    );
+    assert!(out.contains("\nlanguage     Rust"), "{out}");
+    let o = loopbox(dir.path(), &["inspect", "builtin:fix-forward", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["world"].as_str(), &v["capabilities"]), (Some("decider"), &serde_json::json!(["state"])));
+    assert_eq!(v["info"]["name"], "fix-forward");
+}
+
+#[test]
+fn inspect_refuses_a_core_module() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let o = loopbox(dir.path(), &["inspect", &dir.path().join("core.wasm").to_string_lossy()]);
+    assert_eq!(code(&o), 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is a core WebAssembly module, not a component: build it for the wasm32-wasip2 target"), "{err}");
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let o = Command::new(BIN).arg("--help").output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    for line in ["  4   the run is waiting (for an answer or events)", "  5   the policy failed: trap, limit, error or malformed decision"] {
+        assert!(out.contains(line), "{out}");
+    }
+}
+
+/// The probe test guest, built from source (once per test process).
+fn probe() -> &'static Path {
+    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| {
+        let built = loopbox_guest_build::Repo::containing(&repo()).build_rust_guests(&["probe"]);
+        built.into_iter().next().unwrap().1
+    })
+}
+
+#[test]
+fn a_trapping_policy_is_exit_5_with_its_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["run", &probe().to_string_lossy(), "--input", r#"{"op": "trap"}"#]);
+    assert_eq!(code(&o), 5);
+    assert!(normalize(&o.stdout).starts_with("failed: policy trapped: wasm `unreachable` executed"), "{}", normalize(&o.stdout));
+    let err = normalize(&o.stderr);
+    assert!(err.contains("  [stderr] info: ") && err.contains("probe was told to panic"), "{err}");
+}
+
+#[test]
+fn an_ask_without_a_terminal_parks_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["run", &probe().to_string_lossy(), "--input", r#"{"op": "echo", "then": "ask"}"#]);
+    assert_eq!(code(&o), 4);
+    let out = normalize(&o.stdout);
+    assert!(out.starts_with("waiting: the policy asks: probe asks\nrun RUN is parked in "), "{out}");
+}
+
+#[test]
+fn denials_are_shown_in_the_run_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["run", &probe().to_string_lossy(), "--input", r#"{"op": "exec", "argv": ["rm", "-rf", "/"]}"#]);
+    assert_eq!(code(&o), 0, "the policy handled the denial and finished");
+    let err = normalize(&o.stderr);
+    assert!(
+        err.contains("  [host] warn: denied exec `rm -rf /`: `rm -rf /` is not allowed: no rule in `shell.allow` matches; to allow it add [\"rm\", \"-rf\"] to `shell.allow` in loopbox.toml\n"),
+        "{err}"
+    );
+}
