@@ -150,3 +150,17 @@ async fn a_panicking_guest_is_a_trap_with_its_message_in_the_log() {
     assert!(matches!(f, loopbox::fault::PolicyFault::Trap(_)), "{f:?}");
     assert!(log_messages(&ctx).iter().any(|l| l.starts_with("[stderr]") && l.contains("probe was told to panic")));
 }
+
+#[tokio::test]
+async fn instance_and_table_limits_are_named() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[limits]\nmax_instances = 1");
+    let f = probe(&ctx, json!({"op": "echo"})).await.unwrap_err();
+    assert_eq!(limit_key(&f), Some("limits.max_instances"), "{f}");
+    let ctx = ws.run(&load("probe"), "[limits]\nmax_tables = 1");
+    let f = probe(&ctx, json!({"op": "echo"})).await.unwrap_err();
+    assert_eq!(limit_key(&f), Some("limits.max_tables"), "{f}");
+    let ctx = ws.run(&load("probe"), "[limits]\ntable_elements = 2");
+    let f = probe(&ctx, json!({"op": "echo"})).await.unwrap_err();
+    assert_eq!(limit_key(&f), Some("limits.table_elements"), "{f}");
+}

@@ -61,7 +61,7 @@ async fn errors_and_malformed_decisions_are_faults() {
     // Faults are recorded with the event.
     let events = ctx.db.events(&ctx.id).unwrap();
     assert_eq!(events.len(), 2);
-    assert!(events.iter().all(|(_, decision, error)| decision.is_none() && error.is_some()));
+    assert!(events.iter().all(|e| e.decision.is_none() && e.error.is_some()));
 }
 
 #[tokio::test]

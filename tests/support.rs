@@ -37,7 +37,8 @@ pub fn runtime() -> &'static Runtime {
 
 /// A guest loaded once per process.
 pub fn load(name: &str) -> Arc<Policy> {
-    static LOADED: OnceLock<std::sync::Mutex<Vec<(String, Arc<Policy>)>>> = OnceLock::new();
+    type Loaded = std::sync::Mutex<Vec<(String, Arc<Policy>)>>;
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
     let mut loaded = LOADED.get_or_init(Default::default).lock().unwrap();
     if let Some((_, p)) = loaded.iter().find(|(n, _)| n == name) {
         return p.clone();

@@ -65,10 +65,8 @@ impl AgentRunner {
     pub async fn send(&self, req: AgentRequest<'_>) -> Result<AgentReply, AgentError> {
         let argv = self.argv(&req);
         let cwd = self.env.root().to_path_buf();
-        let program = self
-            .env
-            .resolve_program(&argv[0], &cwd)
-            .ok_or_else(|| AgentError::NotFound { program: argv[0].clone(), path: self.env.path_var().to_string() })?;
+        let program =
+            self.env.resolve_program(&argv[0], &cwd).ok_or_else(|| AgentError::NotFound { program: argv[0].clone(), path: self.env.path_var().to_string() })?;
         let timeout = req.timeout.map_or(Duration::from_millis(self.config.timeout_ms), |t| t.min(Duration::from_millis(self.config.timeout_ms)));
         let spec = Spec { program, args: argv[1..].to_vec(), cwd, env: self.env.vars(&[]), stdin: None, timeout, output_cap: self.output_cap };
         let process = process::run(spec).await.map_err(|source| AgentError::Spawn { program: argv[0].clone(), source })?;

@@ -98,7 +98,11 @@ fn create_private_dir(dir: &Path) -> Result<()> {
 
 fn tempfile_in(dir: &Path) -> Result<(PathBuf, std::fs::File)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let name = format!(".tmp-{}-{}", std::process::id(), blake3::hash(&std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos().to_le_bytes()).to_hex());
+    let name = format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        blake3::hash(&std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos().to_le_bytes()).to_hex()
+    );
     let path = dir.join(&name[..40.min(name.len())]);
     let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
     Ok((path, file))

@@ -151,7 +151,8 @@ pub struct EngineConfig {
 impl Config {
     /// Parse `text` (the contents of `origin`), then check what serde cannot.
     pub fn parse(text: &str, origin: &Path) -> Result<Config> {
-        let config: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
+        let config: Config = toml::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
             .with_context(|| format!("invalid config `{}`", origin.display()))?;
         config.validate().with_context(|| format!("invalid config `{}`", origin.display()))?;
         Ok(config)

@@ -42,6 +42,14 @@ pub struct EventCommit {
     pub log: Vec<LogRecord>,
 }
 
+/// One delivered event as stored: JSON texts of the event and its decision, or the error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    pub event: String,
+    pub decision: Option<String>,
+    pub error: Option<String>,
+}
+
 /// A run's row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
@@ -75,10 +83,7 @@ impl Db {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version > SCHEMA_VERSION {
-            anyhow::bail!(
-                "the store `{}` was written by a newer loopbox (schema {version}, this one knows {SCHEMA_VERSION}); upgrade loopbox",
-                path.display()
-            );
+            anyhow::bail!("the store `{}` was written by a newer loopbox (schema {version}, this one knows {SCHEMA_VERSION}); upgrade loopbox", path.display());
         }
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS runs (
@@ -166,22 +171,18 @@ impl Db {
     pub fn run(&self, id: &str) -> Result<Option<RunRecord>> {
         Ok(self
             .conn()
-            .query_row(
-                "SELECT id, policy, status, created_at, updated_at, turns, actions, outcome FROM runs WHERE id = ?1",
-                [id],
-                |r| {
-                    Ok(RunRecord {
-                        id: r.get(0)?,
-                        policy: r.get(1)?,
-                        status: r.get(2)?,
-                        created_at_ms: r.get(3)?,
-                        updated_at_ms: r.get(4)?,
-                        turns: r.get(5)?,
-                        actions: r.get::<_, i64>(6)? as u64,
-                        outcome: r.get(7)?,
-                    })
-                },
-            )
+            .query_row("SELECT id, policy, status, created_at, updated_at, turns, actions, outcome FROM runs WHERE id = ?1", [id], |r| {
+                Ok(RunRecord {
+                    id: r.get(0)?,
+                    policy: r.get(1)?,
+                    status: r.get(2)?,
+                    created_at_ms: r.get(3)?,
+                    updated_at_ms: r.get(4)?,
+                    turns: r.get(5)?,
+                    actions: r.get::<_, i64>(6)? as u64,
+                    outcome: r.get(7)?,
+                })
+            })
             .optional()?)
     }
 
@@ -199,15 +200,20 @@ impl Db {
 
     /// Bytes of keys and values the run holds.
     pub fn state_total(&self, run: &str) -> Result<u64> {
-        Ok(self.conn().query_row("SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1", [run], |r| r.get::<_, i64>(0))?
-            as u64)
+        Ok(self.conn().query_row(
+            "SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1",
+            [run],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
     }
 
     /// The size of one stored entry, 0 when absent.
     pub fn state_entry_size(&self, run: &str, key: &str) -> Result<u64> {
         Ok(self
             .conn()
-            .query_row("SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| r.get::<_, i64>(0))
+            .query_row("SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| {
+                r.get::<_, i64>(0)
+            })
             .optional()?
             .unwrap_or(0) as u64)
     }
@@ -224,7 +230,10 @@ impl Db {
         )?;
         for (key, value) in &commit.state_writes {
             match value {
-                Some(v) => tx.execute("INSERT INTO state (run_id, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value", params![run, key, v])?,
+                Some(v) => tx.execute(
+                    "INSERT INTO state (run_id, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value",
+                    params![run, key, v],
+                )?,
                 None => tx.execute("DELETE FROM state WHERE run_id = ?1 AND key = ?2", params![run, key])?,
             };
         }
@@ -252,11 +261,11 @@ impl Db {
         Ok(rows)
     }
 
-    /// `(event, decision, error)` for each event of the run, in order.
-    pub fn events(&self, run: &str) -> Result<Vec<(String, Option<String>, Option<String>)>> {
+    /// Each event of the run, in order.
+    pub fn events(&self, run: &str) -> Result<Vec<EventRecord>> {
         let c = self.conn();
         let mut stmt = c.prepare("SELECT event, decision, error FROM events WHERE run_id = ?1 ORDER BY seq")?;
-        let rows = stmt.query_map([run], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<Vec<_>, _>>()?;
+        let rows = stmt.query_map([run], |r| Ok(EventRecord { event: r.get(0)?, decision: r.get(1)?, error: r.get(2)? }))?.collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
 }

@@ -130,7 +130,8 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, input: &str, mut opts: Dri
                 }
                 let Some(agent) = ctx.agent() else {
                     return Ok(RunEnd::Agent(
-                        "the policy sent a message to the agent, but no agent is configured: add an `[agent]` section with `command = [...]` to loopbox.toml".into(),
+                        "the policy sent a message to the agent, but no agent is configured: add an `[agent]` section with `command = [...]` to loopbox.toml"
+                            .into(),
                     ));
                 };
                 turns += 1;

@@ -42,7 +42,9 @@ impl PolicyFault {
                 Trap::OutOfFuel => PolicyFault::Limit(LimitExceeded::new(Limit::Fuel, limits.fuel_per_event)),
                 Trap::Interrupt => PolicyFault::Limit(LimitExceeded::new(Limit::CpuTime, limits.cpu_ms_per_event)),
                 Trap::StackOverflow => PolicyFault::Trap("stack overflow: the policy recursed past its 512 KiB stack".into()),
-                Trap::UnreachableCodeReached => PolicyFault::Trap("wasm `unreachable` executed (a Rust panic or abort; its message, if any, is in the policy's stderr above)".into()),
+                Trap::UnreachableCodeReached => {
+                    PolicyFault::Trap("wasm `unreachable` executed (a Rust panic or abort; its message, if any, is in the policy's stderr above)".into())
+                }
                 other => PolicyFault::Trap(other.to_string()),
             };
         }

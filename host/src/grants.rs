@@ -8,17 +8,9 @@ use crate::config::ShellConfig;
 
 /// The index of the rule that allows `argv`, or why nothing does.
 pub fn check_exec(shell: &ShellConfig, argv: &[String], env: &[(String, String)]) -> Result<usize, String> {
-    let rule = shell
-        .allow
-        .iter()
-        .position(|rule| rule.len() <= argv.len() && rule.iter().zip(argv).all(|(r, a)| r == a))
-        .ok_or_else(|| {
-            format!(
-                "`{}` is not allowed: no rule in `shell.allow` matches; to allow it add {} to `shell.allow` in loopbox.toml",
-                show_argv(argv),
-                toml_rule(argv)
-            )
-        })?;
+    let rule = shell.allow.iter().position(|rule| rule.len() <= argv.len() && rule.iter().zip(argv).all(|(r, a)| r == a)).ok_or_else(|| {
+        format!("`{}` is not allowed: no rule in `shell.allow` matches; to allow it add {} to `shell.allow` in loopbox.toml", show_argv(argv), toml_rule(argv))
+    })?;
     for (name, _) in env {
         if !shell.pass_env_from_policy.iter().any(|n| n == name) {
             return Err(format!(
@@ -43,7 +35,13 @@ pub fn check_script(shell: &ShellConfig, source: &str) -> Result<(), String> {
 /// An argv as a person would type it.
 pub fn show_argv(argv: &[String]) -> String {
     argv.iter()
-        .map(|a| if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) { a.clone() } else { format!("'{}'", a.replace('\'', "'\\''")) })
+        .map(|a| {
+            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
         .map(|a| shorten(&crate::ui::sanitize(&a), 200))
         .collect::<Vec<_>>()
         .join(" ")

@@ -31,8 +31,8 @@ pub mod policy;
 pub mod process;
 pub mod record;
 pub mod run;
-pub mod runtime;
 pub mod runlog;
+pub mod runtime;
 pub mod ui;
 
 /// A wasmtime error as an `anyhow` one (wasmtime 48 has its own error type).

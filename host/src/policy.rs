@@ -46,9 +46,14 @@ impl PolicySource {
     pub fn read(&self) -> Result<Cow<'static, [u8]>> {
         match self {
             PolicySource::Builtin(name) => builtin::get(name).map(Cow::Borrowed).with_context(|| {
-                format!("there is no builtin policy `{name}`; builtins are: {}", builtin::names().iter().map(|n| format!("builtin:{n}")).collect::<Vec<_>>().join(", "))
+                format!(
+                    "there is no builtin policy `{name}`; builtins are: {}",
+                    builtin::names().iter().map(|n| format!("builtin:{n}")).collect::<Vec<_>>().join(", ")
+                )
             }),
-            PolicySource::Path(p) => std::fs::read(p).map(Cow::Owned).with_context(|| format!("cannot read `{}`: give a path to a .wasm component or builtin:NAME", p.display())),
+            PolicySource::Path(p) => {
+                std::fs::read(p).map(Cow::Owned).with_context(|| format!("cannot read `{}`: give a path to a .wasm component or builtin:NAME", p.display()))
+            }
         }
     }
 }
@@ -120,7 +125,7 @@ fn provided(name: &str) -> bool {
 /// The world of a component with these imports and exports, or why it is not a policy.
 pub fn classify(interface: &Interface) -> Result<World> {
     let export = format!("{PACKAGE}/policy@{VERSION}");
-    if !interface.exports.iter().any(|e| *e == export) {
+    if !interface.exports.contains(&export) {
         bail!(
             "it is a component of another world: it does not export `{export}` (its exports: {}); build it against world `loop-policy` or `decider` in loopbox's wit/",
             list_or_none(&interface.exports)
@@ -150,15 +155,22 @@ pub fn check_component_bytes(bytes: &[u8]) -> Result<()> {
 }
 
 impl Policy {
-    pub(crate) fn new(source: PolicySource, wasm: Arc<[u8]>, engine: &Engine, component: &Component, cache: CacheOutcome, linker: &wasmtime::component::Linker<InstanceState>) -> Result<Policy> {
+    pub(crate) fn new(
+        source: PolicySource,
+        wasm: Arc<[u8]>,
+        engine: &Engine,
+        component: &Component,
+        cache: CacheOutcome,
+        linker: &wasmtime::component::Linker<InstanceState>,
+    ) -> Result<Policy> {
         let ty = component.component_type();
-        let interface = Interface {
-            imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
-            exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
-        };
+        let interface =
+            Interface { imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(), exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect() };
         let world = classify(&interface)?;
         let pre = linker.instantiate_pre(component).map_err(|e| anyhow::anyhow!("{e}")).context("it cannot be linked")?;
-        let pre = LoopPolicyPre::new(pre).map_err(|e| anyhow::anyhow!("{e}")).context("its `policy` export does not match loopbox's contract (was it built from another version of wit/?)")?;
+        let pre = LoopPolicyPre::new(pre)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("its `policy` export does not match loopbox's contract (was it built from another version of wit/?)")?;
         Ok(Policy { source, digest: blake3::hash(&wasm).to_hex().to_string(), size: wasm.len(), world, interface, cache, wasm, engine: engine.clone(), pre })
     }
 

@@ -56,7 +56,13 @@ fn normalize(s: &[u8]) -> String {
         let (w, sep) = word.split_at(word.trim_end_matches([' ', '\n']).len());
         let is_run_id = w.len() > 10 && w.starts_with('r') && w[1..].chars().all(|c| c.is_ascii_hexdigit());
         let is_duration = w.ends_with('s') && w[..w.len() - 1].parse::<f64>().is_ok();
-        out.push_str(if is_run_id { "RUN" } else if is_duration { "T" } else { w });
+        out.push_str(if is_run_id {
+            "RUN"
+        } else if is_duration {
+            "T"
+        } else {
+            w
+        });
         out.push_str(sep);
     }
     out
@@ -77,7 +83,10 @@ fn ralph_runs_the_example_to_its_promise() {
     assert!(stderr.starts_with(expected_start), "{stderr}");
     assert!(stderr.ends_with("  [host] info: decision: done (success): completion promise found after 3 iteration(s)\n"), "{stderr}");
     // The same conversation was continued on every turn.
-    let turns: Vec<_> = std::fs::read_dir(p.path().join(".scripted-agent")).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("turns-")).collect();
+    let turns: Vec<_> = std::fs::read_dir(p.path().join(".scripted-agent"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("turns-"))
+        .collect();
     assert_eq!(turns.len(), 1);
 }
 
@@ -112,9 +121,13 @@ fn todo_enforcer_keeps_the_agent_working_until_the_list_is_done() {
 fn fix_forward_follows_ticks_to_each_ending() {
     let p = project();
     let red = r#"{"pushed": true, "ci_status": "red", "attempts": 0, "elapsed_seconds": 10}"#;
-    let o = loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", red, "--tick", r#"{"pushed": true, "ci_status": "green"}"#]);
+    let o = loopbox(
+        p.path(),
+        &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", red, "--tick", r#"{"pushed": true, "ci_status": "green"}"#],
+    );
     assert_eq!((code(&o), normalize(&o.stdout).as_str()), (0, "done: CI is green on the pushed commit; closing the issue\n"));
-    let o = loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", r#"{"pushed": true, "ci_status": "red", "attempts": 2}"#]);
+    let o =
+        loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", r#"{"pushed": true, "ci_status": "red", "attempts": 2}"#]);
     assert_eq!(code(&o), 3);
     assert!(normalize(&o.stdout).starts_with("escalated: freeze-escalate: CI is still red after 2 fix-forward attempt(s)"), "{}", normalize(&o.stdout));
     let o = loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", r#"{"pushed": false, "thread_status": "running"}"#]);

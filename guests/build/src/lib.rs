@@ -45,14 +45,21 @@ impl Repo {
 
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(&guests)
-            .args(["build", "--release", "--target", TARGET, "--target-dir"])
-            .arg(&target_dir);
+        cmd.current_dir(&guests).args(["build", "--release", "--target", TARGET, "--target-dir"]).arg(&target_dir);
         for p in packages {
             cmd.args(["-p", p]);
         }
         // The outer build's flags are for the host target; they must not leak into the guests'.
-        for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_MAKEFLAGS", "MAKEFLAGS", "MFLAGS"] {
+        for var in [
+            "RUSTFLAGS",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "CARGO_MAKEFLAGS",
+            "MAKEFLAGS",
+            "MFLAGS",
+        ] {
             cmd.env_remove(var);
         }
         for (key, _) in std::env::vars() {

@@ -13,7 +13,7 @@ use crate::bindings::actions::{self, ActionError, Output, PromptKind, PromptRequ
 use crate::child_env::ChildEnv;
 use crate::config::ShellConfig;
 use crate::db::Db;
-use crate::grants::{self, show_argv, shorten};
+use crate::grants::{self, shorten, show_argv};
 use crate::instance::InstanceState;
 use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::meter::Meter;
@@ -70,7 +70,8 @@ impl ActionsHost {
         Ok(())
     }
 
-    async fn exec(&self, label: String, program: &str, args: Vec<String>, cwd: Option<&str>, env: &[(String, String)], stdin: Option<String>, timeout: Option<u64>) -> wasmtime::Result<Result<Output, ActionError>> {
+    async fn exec(&self, req: Exec<'_>) -> wasmtime::Result<Result<Output, ActionError>> {
+        let Exec { label, program, args, cwd, env, stdin, timeout } = req;
         let cwd = match self.grants.env.resolve_cwd(cwd) {
             Ok(c) => c,
             Err(e) => return Ok(Err(ActionError::Invalid(e))),
@@ -91,6 +92,17 @@ impl ActionsHost {
             Err(e) => Ok(Err(ActionError::Unavailable(format!("failed to start {label}: {e}")))),
         }
     }
+}
+
+/// A checked request, ready to resolve and run.
+struct Exec<'a> {
+    label: String,
+    program: &'a str,
+    args: Vec<String>,
+    cwd: Option<&'a str>,
+    env: &'a [(String, String)],
+    stdin: Option<String>,
+    timeout: Option<u64>,
 }
 
 pub fn describe(f: &Finished) -> String {
@@ -119,7 +131,13 @@ impl actions::Host for ActionsHost {
         let _call = self.meter.call()?;
         match req {
             ShellRequest::Exec(cmd) => {
-                let strings = cmd.argv.iter().map(String::as_str).chain(cmd.cwd.as_deref()).chain(cmd.stdin.as_deref()).chain(cmd.env.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]));
+                let strings = cmd
+                    .argv
+                    .iter()
+                    .map(String::as_str)
+                    .chain(cmd.cwd.as_deref())
+                    .chain(cmd.stdin.as_deref())
+                    .chain(cmd.env.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]));
                 if let Err(e) = self.check_strings(strings) {
                     return Ok(Err(e));
                 }
@@ -135,7 +153,8 @@ impl actions::Host for ActionsHost {
                 }
                 let mut argv = cmd.argv;
                 let program = argv.remove(0);
-                self.exec(label, &program, argv, cmd.cwd.as_deref(), &cmd.env, cmd.stdin, cmd.timeout_ms).await
+                self.exec(Exec { label, program: &program, args: argv, cwd: cmd.cwd.as_deref(), env: &cmd.env, stdin: cmd.stdin, timeout: cmd.timeout_ms })
+                    .await
             }
             ShellRequest::Script(script) => {
                 if let Err(e) = self.check_strings([script.source.as_str()].into_iter().chain(script.cwd.as_deref())) {
@@ -145,7 +164,16 @@ impl actions::Host for ActionsHost {
                     return Ok(Err(self.deny("script", why)));
                 }
                 let label = format!("script `{}`", shorten(&crate::ui::sanitize(&script.source), 80));
-                self.exec(label, "sh", vec!["-c".into(), script.source], script.cwd.as_deref(), &[], None, script.timeout_ms).await
+                self.exec(Exec {
+                    label,
+                    program: "sh",
+                    args: vec!["-c".into(), script.source],
+                    cwd: script.cwd.as_deref(),
+                    env: &[],
+                    stdin: None,
+                    timeout: script.timeout_ms,
+                })
+                .await
             }
         }
     }
@@ -160,13 +188,24 @@ impl actions::Host for ActionsHost {
         }
         let grants = self.grants.clone();
         let Some(agent) = &grants.agent else {
-            return Ok(Err(self.deny("prompt", "no agent is configured: add an `[agent]` section with `command = [\"claude\", \"-p\", \"{prompt}\"]` (or your agent's CLI) to loopbox.toml".into())));
+            return Ok(Err(self.deny(
+                "prompt",
+                "no agent is configured: add an `[agent]` section with `command = [\"claude\", \"-p\", \"{prompt}\"]` (or your agent's CLI) to loopbox.toml"
+                    .into(),
+            )));
         };
         if let Err(e) = self.spend()? {
             return Ok(Err(e));
         }
         self.log.ui().status(format!("prompting the agent: {}", shorten(&crate::ui::sanitize(&req.text), 60)));
-        let r = agent.send(AgentRequest { text: &req.text, model: req.model.as_deref(), session: req.session.as_deref(), timeout: req.timeout_ms.map(Duration::from_millis) }).await;
+        let r = agent
+            .send(AgentRequest {
+                text: &req.text,
+                model: req.model.as_deref(),
+                session: req.session.as_deref(),
+                timeout: req.timeout_ms.map(Duration::from_millis),
+            })
+            .await;
         match r {
             Ok(reply) => {
                 self.log.host("info", format!("prompted the agent: {}", describe(&reply.process)));

@@ -86,7 +86,9 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     ui.finish();
 
     let outcome = match &end {
-        RunEnd::Done(o) => Some(json!({"success": o.success, "summary": o.summary, "data": o.data.as_deref().map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap_or(json!(d)))})),
+        RunEnd::Done(o) => Some(
+            json!({"success": o.success, "summary": o.summary, "data": o.data.as_deref().map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap_or(json!(d)))}),
+        ),
         _ => None,
     };
     db.set_status(&id, end.status(), outcome.as_ref().map(|o| o.to_string()).as_deref()).map_err(Failure::internal)?;
@@ -110,11 +112,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
 
 /// The first line of a run: what runs, and everything it is granted.
 fn banner(id: &str, source: &PolicySource, world: &str, config: &Config) -> String {
-    let rules = if config.shell.allow.is_empty() {
-        "none".to_string()
-    } else {
-        config.shell.allow.iter().map(|r| r.join(" ")).collect::<Vec<_>>().join("; ")
-    };
+    let rules = if config.shell.allow.is_empty() { "none".to_string() } else { config.shell.allow.iter().map(|r| r.join(" ")).collect::<Vec<_>>().join("; ") };
     let agent = config.agent.as_ref().map_or("none".to_string(), |a| a.command[0].clone());
     format!(
         "loopbox: run {id} of {source} (world {world}); grants: exec [{rules}], scripts {}, agent {agent}",

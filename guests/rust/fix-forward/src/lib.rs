@@ -143,9 +143,8 @@ mod component {
         fn handle(event: Event) -> Result<Decision, String> {
             match event {
                 Event::Start(json) => {
-                    let b: Budgets = serde_json::from_str(&json).map_err(|e| {
-                        format!("fix-forward: bad input: {e}; expected {{\"fix_forward_max_attempts\": N, \"fix_forward_max_seconds\": N}}")
-                    })?;
+                    let b: Budgets = serde_json::from_str(&json)
+                        .map_err(|e| format!("fix-forward: bad input: {e}; expected {{\"fix_forward_max_attempts\": N, \"fix_forward_max_seconds\": N}}"))?;
                     state::set(KEY, &serde_json::to_string(&b).expect("budgets serialize"))?;
                     Ok(Decision::Pass)
                 }
@@ -158,11 +157,9 @@ mod component {
                     let action = super::next_action(&s, &b);
                     let text = super::explain(action, &s, &b);
                     Ok(match action {
-                        Action::CloseSuccess => Decision::Done(Outcome {
-                            success: true,
-                            summary: text,
-                            data: Some(format!("{{\"action\":\"{}\"}}", action.name())),
-                        }),
+                        Action::CloseSuccess => {
+                            Decision::Done(Outcome { success: true, summary: text, data: Some(format!("{{\"action\":\"{}\"}}", action.name())) })
+                        }
                         Action::FixForward => Decision::Inject(text),
                         Action::FreezeEscalate | Action::EscalatePrepush => Decision::Escalate(format!("{}: {text}", action.name())),
                         Action::Wait => Decision::Pass,

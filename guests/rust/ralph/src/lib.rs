@@ -78,11 +78,9 @@ pub fn decide(progress: Option<Progress>, input: Input<'_>) -> Result<(Option<Pr
             let Some(mut p) = progress else {
                 return Err("ralph: a turn arrived before the run started; deliver `start` with the loop's input first".into());
             };
-            if let (Some(want), Some(got)) = (p.config.completion_promise.as_deref(), find_promise(response)) {
-                if got == want {
-                    let summary = format!("completion promise found after {} iteration(s)", p.iteration);
-                    return Ok((Some(p), Next::Done { success: true, summary }));
-                }
+            if p.config.completion_promise.is_some() && p.config.completion_promise.as_deref() == find_promise(response) {
+                let summary = format!("completion promise found after {} iteration(s)", p.iteration);
+                return Ok((Some(p), Next::Done { success: true, summary }));
             }
             if p.config.max_iterations > 0 && p.iteration >= p.config.max_iterations {
                 let summary = format!("max_iterations ({}) reached without the completion promise", p.config.max_iterations);

@@ -57,10 +57,7 @@ pub enum Next {
 
 /// Number of unchecked markdown task items (`- [ ]`, `* [ ]`, `+ [ ]`) in `text`.
 pub fn open_items(text: &str) -> usize {
-    text.lines()
-        .map(str::trim_start)
-        .filter(|l| ["- [ ]", "* [ ]", "+ [ ]"].iter().any(|m| l.starts_with(m)))
-        .count()
+    text.lines().map(str::trim_start).filter(|l| ["- [ ]", "* [ ]", "+ [ ]"].iter().any(|m| l.starts_with(m))).count()
 }
 
 pub fn decide(progress: Option<Progress>, input: Input<'_>) -> Result<(Progress, Next), String> {
