@@ -139,13 +139,26 @@ impl Default for RunConfig {
 }
 
 /// `[engine]`: the Wasm engine and its compiled-component cache.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineConfig {
     /// Where compiled components are kept; `$LOOPBOX_CACHE_DIR`, else
     /// `$XDG_CACHE_HOME/loopbox`, else `~/.cache/loopbox` when absent.
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
+    /// Instances that may be alive at once (events in flight); reserved at start-up.
+    #[serde(default = "default_pool_instances")]
+    pub pool_instances: u32,
+}
+
+fn default_pool_instances() -> u32 {
+    crate::engine::DEFAULT_POOL_INSTANCES
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { cache_dir: None, pool_instances: default_pool_instances() }
+    }
 }
 
 impl Config {
@@ -201,6 +214,9 @@ impl Config {
             if agent.timeout_ms == 0 {
                 bail!("agent.timeout_ms must be greater than 0");
             }
+        }
+        if !(1..=10_000).contains(&self.engine.pool_instances) {
+            bail!("engine.pool_instances = {} is out of range: give 1 to 10000", self.engine.pool_instances);
         }
         if self.run.max_turns == 0 {
             bail!("run.max_turns must be at least 1");

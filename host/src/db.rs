@@ -169,21 +169,27 @@ impl Db {
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRecord>> {
-        Ok(self
-            .conn()
-            .query_row("SELECT id, policy, status, created_at, updated_at, turns, actions, outcome FROM runs WHERE id = ?1", [id], |r| {
-                Ok(RunRecord {
-                    id: r.get(0)?,
-                    policy: r.get(1)?,
-                    status: r.get(2)?,
-                    created_at_ms: r.get(3)?,
-                    updated_at_ms: r.get(4)?,
-                    turns: r.get(5)?,
-                    actions: r.get::<_, i64>(6)? as u64,
-                    outcome: r.get(7)?,
-                })
-            })
-            .optional()?)
+        Ok(self.conn().query_row(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), [id], run_record).optional()?)
+    }
+
+    /// Whether the run's `start` event was handled successfully.
+    pub fn started(&self, run: &str) -> Result<bool> {
+        Ok(self.conn().query_row(
+            "SELECT EXISTS (SELECT 1 FROM events WHERE run_id = ?1 AND decision IS NOT NULL AND json_extract(event, '$.type') = 'start')",
+            [run],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Every run, newest first, with the type of its last event.
+    pub fn list_runs(&self) -> Result<Vec<(RunRecord, Option<String>)>> {
+        let c = self.conn();
+        let mut stmt = c.prepare(&format!(
+            "SELECT {RUN_COLUMNS}, (SELECT json_extract(e.event, '$.type') FROM events e WHERE e.run_id = runs.id ORDER BY e.seq DESC LIMIT 1)
+                 FROM runs ORDER BY created_at DESC, id"
+        ))?;
+        let rows = stmt.query_map([], |r| Ok((run_record(r)?, r.get(8)?)))?.collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
     }
 
     pub fn state_get(&self, run: &str, key: &str) -> Result<Option<String>> {
@@ -268,6 +274,22 @@ impl Db {
         let rows = stmt.query_map([run], |r| Ok(EventRecord { event: r.get(0)?, decision: r.get(1)?, error: r.get(2)? }))?.collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
+}
+
+const RUN_COLUMNS: &str = "id, policy, status, created_at, updated_at, turns, actions, outcome";
+
+/// A `runs` row selected with `RUN_COLUMNS`.
+fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    Ok(RunRecord {
+        id: r.get(0)?,
+        policy: r.get(1)?,
+        status: r.get(2)?,
+        created_at_ms: r.get(3)?,
+        updated_at_ms: r.get(4)?,
+        turns: r.get(5)?,
+        actions: r.get::<_, i64>(6)? as u64,
+        outcome: r.get(7)?,
+    })
 }
 
 fn append_log(tx: &rusqlite::Transaction<'_>, run: &str, lines: &[LogRecord]) -> Result<()> {

@@ -17,11 +17,13 @@ use crate::limits::MAX_MEMORY_BYTES;
 /// How often the epoch advances; compute-time limits are enforced at this granularity.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
-/// Instances alive at once across the process (each event makes one).
-const POOL_INSTANCES: u32 = 1000;
+/// Instances alive at once across the process (each event in flight makes one).
+/// The pool is reserved up front, so a one-shot process (a hook) pays for its
+/// size at start-up; hosts driving many runs at once raise it in `[engine]`.
+pub const DEFAULT_POOL_INSTANCES: u32 = 64;
 
-/// Builds the engine configuration. Public so the cache key and benches see the same settings.
-pub fn config() -> Config {
+/// Builds the engine configuration for a pool of `pool_instances` instances.
+pub fn config(pool_instances: u32) -> Config {
     let mut config = Config::new();
     config.consume_fuel(true);
     config.epoch_interruption(true);
@@ -33,11 +35,11 @@ pub fn config() -> Config {
     config.memory_init_cow(true);
 
     let mut pool = PoolingAllocationConfig::new();
-    pool.total_component_instances(POOL_INSTANCES)
-        .total_core_instances(POOL_INSTANCES * 8)
-        .total_memories(POOL_INSTANCES * 2)
-        .total_tables(POOL_INSTANCES * 4)
-        .total_stacks(POOL_INSTANCES)
+    pool.total_component_instances(pool_instances)
+        .total_core_instances(pool_instances * 8)
+        .total_memories(pool_instances * 2)
+        .total_tables(pool_instances * 4)
+        .total_stacks(pool_instances)
         .max_memory_size(MAX_MEMORY_BYTES as usize)
         .table_elements(100_000)
         .max_core_instances_per_component(64)
@@ -66,7 +68,8 @@ impl EpochTicker {
         let flag = stop.clone();
         let thread = std::thread::Builder::new().name("loopbox-epoch".into()).spawn(move || {
             while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(EPOCH_TICK);
+                // park_timeout, not sleep: dropping the ticker unparks it, so exit never waits a tick.
+                std::thread::park_timeout(EPOCH_TICK);
                 match weak.upgrade() {
                     Some(e) => e.increment_epoch(),
                     None => break,
@@ -81,6 +84,7 @@ impl Drop for EpochTicker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }

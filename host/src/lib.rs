@@ -23,6 +23,7 @@ pub mod driver;
 pub mod engine;
 pub mod fault;
 pub mod grants;
+pub mod hook;
 pub mod inspect;
 pub mod instance;
 pub mod limits;

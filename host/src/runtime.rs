@@ -23,7 +23,12 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(cache_dir: PathBuf) -> Result<Runtime> {
-        let engine = Engine::new(&engine::config()).map_err(crate::wasm_err).context("failed to create the Wasm engine")?;
+        Runtime::with_pool(cache_dir, engine::DEFAULT_POOL_INSTANCES)
+    }
+
+    /// A runtime whose instance pool holds `pool_instances` instances at once.
+    pub fn with_pool(cache_dir: PathBuf, pool_instances: u32) -> Result<Runtime> {
+        let engine = Engine::new(&engine::config(pool_instances)).map_err(crate::wasm_err).context("failed to create the Wasm engine")?;
         let mut linker = Linker::new(&engine);
         crate::caps::add_to_linker(&mut linker).context("failed to link loopbox's capabilities")?;
         let ticker = EpochTicker::start(&engine)?;

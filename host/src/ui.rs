@@ -84,6 +84,23 @@ impl Ui {
     }
 }
 
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC.
+pub fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
 /// Policy text shown on a terminal: control characters and escape sequences
 /// removed, so a policy cannot rewrite what the user sees.
 pub fn sanitize(s: &str) -> String {
@@ -92,6 +109,13 @@ pub fn sanitize(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00");
+        assert_eq!(super::utc(1_795_239_208_000), "2026-11-21 05:33:28");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00");
+    }
+
     #[test]
     fn escapes_are_neutralized() {
         assert_eq!(super::sanitize("a\x1b[2Kb\rc\nd"), "a\u{FFFD}[2Kb\u{FFFD}c\nd");

@@ -1,8 +1,10 @@
 //! The command line: clap derive, one file per subcommand. Exit codes are
 //! documented in the README and in `loopbox --help`.
 
+mod hook;
 mod inspect;
 mod run;
+mod runs;
 
 use std::path::PathBuf;
 
@@ -51,6 +53,10 @@ enum Command {
     Run(run::RunArgs),
     /// Describe a policy component without running it
     Inspect(inspect::InspectArgs),
+    /// List the runs in this workspace (standalone runs and hook sessions)
+    Runs(runs::RunsArgs),
+    /// Run a policy as an agent's hook (Claude Code), or install it as one
+    Hook(hook::HookArgs),
 }
 
 /// A failure with the exit code it should end the process with.
@@ -76,6 +82,8 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Run(args) => run::execute(args, &workspace),
         Command::Inspect(args) => inspect::execute(args, &workspace),
+        Command::Runs(args) => runs::execute(args, &workspace),
+        Command::Hook(args) => hook::execute(args, cli.workspace.as_deref()),
     };
     match result {
         Ok(code) => code,
@@ -89,7 +97,7 @@ pub fn main() -> i32 {
 /// The runtime for a workspace's config (its cache directory).
 pub(crate) fn runtime(config: &crate::config::Config) -> Result<crate::runtime::Runtime, Failure> {
     let dir = crate::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
-    crate::runtime::Runtime::new(dir).map_err(Failure::internal)
+    crate::runtime::Runtime::with_pool(dir, config.engine.pool_instances).map_err(Failure::internal)
 }
 
 /// A multi-threaded tokio runtime for one command.

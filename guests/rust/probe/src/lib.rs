@@ -177,6 +177,7 @@ mod component {
             Some("escalate") => Decision::Escalate("probe escalates".into()),
             Some("inject") => Decision::Inject(op["message"].as_str().unwrap_or("go on").into()),
             Some("rewrite") => Decision::Rewrite(data.to_string()),
+            Some("block") => Decision::Block("probe blocks".into()),
             Some("malformed") => Decision::Done(Outcome { success: true, summary: "bad data".into(), data: Some("{not json".into()) }),
             _ => Decision::Done(Outcome { success: true, summary: name_of(&op), data: Some(data.to_string()) }),
         })
@@ -200,7 +201,16 @@ mod component {
                     summary: format!("turn {}", t.index),
                     data: Some(json!({"response": t.response, "session": t.session_id, "continuation": t.continuation}).to_string()),
                 })),
-                _ => Ok(Decision::Pass),
+                // Hook tests steer the probe through the tool input or the prompt.
+                Event::ToolCall(call) => decide(&call.input),
+                Event::Custom((_, payload)) => {
+                    let payload: Value = serde_json::from_str(&payload).map_err(|e| e.to_string())?;
+                    match (&payload["prompt"], &payload["tool_input"]) {
+                        (Value::String(op), _) => decide(op),
+                        (_, op @ Value::Object(_)) => decide(&op.to_string()),
+                        _ => Ok(Decision::Pass),
+                    }
+                }
             }
         }
     }

@@ -1,0 +1,74 @@
+//! One hook invocation: find (or start) the run for this agent session, deliver
+//! the event, and turn the decision into the hook's answer.
+//!
+//! A session's run is keyed by the policy and the agent's `session_id`, so the
+//! policy's state (the Ralph loop's iteration count) survives from one hook
+//! process to the next. `start(input)` is delivered the first time a session is
+//! seen (and again on the next event if it failed). Once the policy has finished the session's run (`done`, `escalate`),
+//! later events of that session are answered with nothing.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Result, anyhow};
+
+use crate::bindings::{Decision, Event};
+use crate::config::Config;
+use crate::db::Db;
+use crate::hook::claude_code::{HookInput, HookOutput, render};
+use crate::hook::transcript;
+use crate::policy::{Policy, PolicySource};
+use crate::record::decision_json;
+use crate::run::RunContext;
+use crate::ui::Ui;
+
+/// The run id for a session of a policy: stable across hook processes.
+pub fn session_run_id(source: &PolicySource, session_id: &str) -> String {
+    let h = blake3::hash(format!("{source}\0{session_id}").as_bytes());
+    format!("cc-{}", &h.to_hex()[..16])
+}
+
+/// Statuses after which a session's run takes no more events.
+fn finished(status: &str) -> bool {
+    matches!(status, "done" | "failed" | "escalated")
+}
+
+pub async fn answer(policy: &Policy, config: Arc<Config>, workspace: &Path, start_input: &str, input: &HookInput) -> Result<HookOutput> {
+    let db = Db::open_workspace(workspace)?;
+    let id = session_run_id(&policy.source, &input.session_id);
+    let existing = db.run(&id)?;
+    if existing.as_ref().is_some_and(|r| finished(&r.status)) {
+        return Ok(HookOutput { stdout: None });
+    }
+    let ctx = RunContext::new(id.clone(), config, db.clone(), workspace, Ui::quiet())?;
+    if existing.is_none() {
+        db.create_run(&id, &policy.source.to_string(), &policy.digest, start_input)?;
+        ctx.log.host("info", format!("Claude Code session {} seen for the first time", input.session_id));
+    }
+    // A start that failed (a bad --input, say) is tried again on the next event.
+    if !db.started(&id)? {
+        ctx.deliver(policy, &Event::Start(start_input.to_string())).await?.map_err(|f| anyhow!("the policy failed on start: {f}"))?;
+    }
+
+    let response = if input.is_stop() {
+        match &input.last_assistant_message {
+            Some(m) => Some(m.clone()),
+            None => match input.transcript() {
+                Some(path) => Some(transcript::last_assistant_message(path, &transcript::allowed_roots(ctx.root())).map_err(|e| anyhow!(e))?),
+                None => None,
+            },
+        }
+    } else {
+        None
+    };
+    let index = if input.is_stop() { db.add_turn(&id)? } else { 0 };
+    let event = input.event(response, index).map_err(|e| anyhow!(e))?;
+    let decision = ctx.deliver(policy, &event).await?.map_err(|f| anyhow!("{f}"))?;
+    let output = render(&input.event_name, &decision).map_err(|e| anyhow!(e))?;
+    match &decision {
+        Decision::Done(o) => db.set_status(&id, if o.success { "done" } else { "failed" }, Some(&decision_json(&decision).to_string()))?,
+        Decision::Escalate(_) => db.set_status(&id, "escalated", Some(&decision_json(&decision).to_string()))?,
+        _ => {}
+    }
+    Ok(output)
+}
