@@ -14,7 +14,10 @@ async fn exec_runs_only_what_a_rule_allows() {
     let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"echo\", \"hi\"]]");
     let ok = probe(&ctx, json!({"op": "exec", "argv": ["echo", "hi", "there; rm -rf /"]})).await.unwrap();
     assert_eq!(ok["ok"]["stdout"], "hi there; rm -rf /\n");
-    for argv in [json!(["echo", "bye"]), json!(["ls"]), json!(["/bin/echo", "hi"]), json!(["sh", "-c", "echo hi"])] {
+    // The rule names a program, not a string: the same program by its path matches.
+    let ok = probe(&ctx, json!({"op": "exec", "argv": ["/bin/echo", "hi"]})).await.unwrap();
+    assert_eq!(ok["ok"]["stdout"], "hi\n");
+    for argv in [json!(["echo", "bye"]), json!(["ls"]), json!(["sh", "-c", "echo hi"])] {
         let denied = probe(&ctx, json!({"op": "exec", "argv": argv})).await.unwrap();
         let (kind, msg) = err_kind(&denied);
         assert_eq!(kind, "denied", "{argv}: {denied}");
@@ -180,4 +183,91 @@ async fn a_decider_cannot_import_actions() {
     assert_eq!(p.world, loopbox::policy::World::Decider);
     assert!(!p.interface.imports.iter().any(|i| i.contains("actions") || i.contains("workspace")));
     assert_eq!(load("probe").world, loopbox::policy::World::LoopPolicy);
+}
+
+#[tokio::test]
+async fn ask_tier_actions_are_declined_with_no_one_to_ask_and_run_when_approved() {
+    let ws = Workspace::new();
+    let config = "[shell]\nask = [[\"echo\"]]";
+    let ctx = ws.run(&load("probe"), config);
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["echo", "hi"]})).await.unwrap();
+    let (kind, msg) = err_kind(&v);
+    assert_eq!(kind, "declined", "{v}");
+    assert!(msg.contains("needs a person's yes (shell.ask[0] (echo))"), "{msg}");
+    assert!(log_messages(&ctx).iter().any(|l| l.contains("needs a yes (shell.ask[0] (echo)): declined")));
+    let approved = ws.run_with(&load("probe"), config, std::sync::Arc::new(loopbox::confirm::ApproveAll));
+    let v = probe(&approved, json!({"op": "exec", "argv": ["echo", "hi"]})).await.unwrap();
+    assert_eq!(v["ok"]["stdout"], "hi\n");
+    assert!(log_messages(&approved).iter().any(|l| l.contains("needs a yes (shell.ask[0] (echo)): approved")));
+}
+
+#[tokio::test]
+async fn wrappers_and_interpreters_cannot_smuggle_a_command() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"env\"], [\"xargs\"], [\"find\"], [\"git\"], [\"timeout\"]]");
+    for argv in [
+        json!(["env", "rm", "-rf", "x"]),
+        json!(["xargs", "rm"]),
+        json!(["find", ".", "-exec", "rm", "{}", ";"]),
+        json!(["git", "-c", "core.pager=sh -c id", "log"]),
+        json!(["timeout", "5", "sh", "-c", "id"]),
+    ] {
+        let v = probe(&ctx, json!({"op": "exec", "argv": argv})).await.unwrap();
+        let (kind, msg) = err_kind(&v);
+        assert_eq!(kind, "denied", "{argv}: {v}");
+        assert!(msg.contains("only a rule naming the whole command exactly allows it"), "{msg}");
+    }
+}
+
+#[tokio::test]
+async fn a_workspace_program_named_like_an_allowed_one_is_denied() {
+    let ws = Workspace::new();
+    ws.write("npm", "#!/bin/sh\necho pwned > pwned\n");
+    std::fs::set_permissions(ws.root().join("npm"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"npm\"], [\"ls\"]]");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["./npm", "test"]})).await.unwrap();
+    assert_eq!(err_kind(&v).0, "denied", "{v}");
+    assert!(!ws.root().join("pwned").exists());
+}
+
+#[tokio::test]
+async fn deny_rules_catch_reordered_flags() {
+    let ws = Workspace::new();
+    ws.write("junk/x", "x");
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"rm\"]]\ndeny = [[\"rm\", \"-rf\"]]");
+    for argv in [json!(["rm", "-fr", "junk"]), json!(["rm", "-r", "-f", "junk"])] {
+        let v = probe(&ctx, json!({"op": "exec", "argv": argv})).await.unwrap();
+        assert!(err_kind(&v).1.contains("denied by shell.deny[0] (rm -rf)"), "{v}");
+    }
+    assert!(ws.root().join("junk/x").exists());
+}
+
+#[tokio::test]
+async fn child_rlimits_apply() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[shell]\nallow = [[\"dd\"]]\n[shell.rlimits]\nfile_size_bytes = 1048576");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["dd", "if=/dev/zero", "of=big", "bs=1048576", "count=4"]})).await.unwrap();
+    assert_ne!(v["ok"]["exit_code"], 0, "{v}");
+    assert!(std::fs::metadata(ws.root().join("big")).unwrap().len() <= 1 << 20);
+}
+
+#[tokio::test]
+async fn prompt_tiers_and_agent_failures() {
+    let ws = Workspace::new();
+    let deny = ws.run(&load("probe"), "[agent]\ncommand = [\"echo\", \"{prompt}\"]\ntier = \"deny\"");
+    assert!(err_kind(&probe(&deny, json!({"op": "prompt", "text": "hi"})).await.unwrap()).1.contains("agent.tier = \"deny\""));
+    let ask = ws.run(&load("probe"), "[agent]\ncommand = [\"echo\", \"{prompt}\"]\ntier = \"ask\"");
+    assert_eq!(err_kind(&probe(&ask, json!({"op": "prompt", "text": "hi"})).await.unwrap()).0, "declined");
+    let missing = ws.run(&load("probe"), "[agent]\ncommand = [\"no-such-agent-cli\", \"{prompt}\"]");
+    let v = probe(&missing, json!({"op": "prompt", "text": "hi"})).await.unwrap();
+    assert_eq!(
+        err_kind(&v),
+        ("unavailable", "the agent command `no-such-agent-cli` was not found (agent.command[0]; looked in shell.path = `/usr/local/bin:/usr/bin:/bin`)")
+    );
+    let hangs = ws.run(&load("probe"), "[agent]\ncommand = [\"sleep\", \"{prompt}\"]\ntimeout_ms = 300");
+    let started = std::time::Instant::now();
+    let v = probe(&hangs, json!({"op": "prompt", "text": "30"})).await.unwrap();
+    assert_eq!(err_kind(&v).0, "unavailable", "{v}");
+    assert!(err_kind(&v).1.contains("timeout"), "{v}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }

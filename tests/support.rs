@@ -71,12 +71,19 @@ impl Workspace {
         std::fs::write(p, contents).unwrap();
     }
 
-    /// A new run of `policy` in this workspace under `config` (loopbox.toml text).
+    /// A new run of `policy` in this workspace under `config` (loopbox.toml text);
+    /// ask-tier actions are declined.
     pub fn run(&self, policy: &Policy, config: &str) -> RunContext {
+        self.run_with(policy, config, Arc::new(loopbox::confirm::NoOneToAsk("no one can be asked in this test")))
+    }
+
+    /// As [`Workspace::run`], with `confirm` answering ask-tier actions.
+    pub fn run_with(&self, policy: &Policy, config: &str, confirm: Arc<dyn loopbox::confirm::Confirm>) -> RunContext {
         let config = Config::parse(config, Path::new("test.toml")).expect("test config parses");
         let id = loopbox::run::new_run_id() + &format!("{:04}", COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         self.db.create_run(&id, &policy.source.to_string(), &policy.digest, "{}").unwrap();
-        RunContext::new(id, Arc::new(config), self.db.clone(), self.root(), Ui::quiet()).unwrap()
+        let extra = loopbox::grants::ExtraRules::default();
+        RunContext::with_access(id, Arc::new(config), self.db.clone(), self.root(), Ui::quiet(), &extra, confirm).unwrap()
     }
 }
 

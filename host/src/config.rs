@@ -36,6 +36,12 @@ pub struct ShellConfig {
     /// Argv-prefix rules: `["cargo", "test"]` allows `cargo test --all` but not `cargo build`.
     #[serde(default)]
     pub allow: Vec<Vec<String>>,
+    /// Argv-prefix rules for commands that need a person's yes before they run.
+    #[serde(default)]
+    pub ask: Vec<Vec<String>>,
+    /// Rules that never run; their tokens match in any order (`["rm", "-rf"]` denies `rm -fr`).
+    #[serde(default)]
+    pub deny: Vec<Vec<String>>,
     /// Allow `script` requests (shell text run by `sh -c`).
     #[serde(default)]
     pub scripts: bool,
@@ -54,6 +60,31 @@ pub struct ShellConfig {
     /// The longest timeout a request may ask for, in milliseconds.
     #[serde(default = "default_max_timeout_ms")]
     pub max_timeout_ms: u64,
+    /// Resource limits set on every child (0 leaves one unlimited).
+    #[serde(default)]
+    pub rlimits: Rlimits,
+}
+
+/// `[shell.rlimits]`: setrlimit(2) values for every command a policy runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Rlimits {
+    /// CPU seconds (RLIMIT_CPU); the child gets SIGXCPU past it.
+    pub cpu_seconds: u64,
+    /// Address space in bytes (RLIMIT_AS); 0 by default, since JITs and compilers reserve a lot.
+    pub address_space_bytes: u64,
+    /// Processes of the user (RLIMIT_NPROC); counts all of the user's processes.
+    pub processes: u64,
+    /// Largest file the child may write (RLIMIT_FSIZE); SIGXFSZ past it.
+    pub file_size_bytes: u64,
+    /// Open file descriptors (RLIMIT_NOFILE).
+    pub open_files: u64,
+}
+
+impl Default for Rlimits {
+    fn default() -> Self {
+        Rlimits { cpu_seconds: 1800, address_space_bytes: 0, processes: 0, file_size_bytes: 8 << 30, open_files: 4096 }
+    }
 }
 
 fn default_path() -> String {
@@ -73,12 +104,15 @@ impl Default for ShellConfig {
     fn default() -> Self {
         ShellConfig {
             allow: Vec::new(),
+            ask: Vec::new(),
+            deny: Vec::new(),
             scripts: false,
             path: default_path(),
             pass_env: default_pass_env(),
             pass_env_from_policy: Vec::new(),
             default_timeout_ms: default_timeout_ms(),
             max_timeout_ms: default_max_timeout_ms(),
+            rlimits: Rlimits::default(),
         }
     }
 }
@@ -93,6 +127,15 @@ pub enum AgentOutput {
     /// stdout is one JSON object: the reply in `result` (or `response`, `text`),
     /// the conversation id in `session_id` (or `session`). Claude's `--output-format json`.
     Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PromptTier {
+    #[default]
+    Allow,
+    Ask,
+    Deny,
 }
 
 /// `[agent]`: the agent CLI behind `prompt` actions and `inject` decisions.
@@ -110,6 +153,10 @@ pub struct AgentConfig {
     pub model: Vec<String>,
     #[serde(default)]
     pub output: AgentOutput,
+    /// The tier of a policy's `prompt` actions: "allow" (default), "ask" or "deny".
+    /// Turns the driver takes for `inject` are the user's own loop and always run.
+    #[serde(default)]
+    pub tier: PromptTier,
     /// Milliseconds an agent turn may take.
     #[serde(default = "default_agent_timeout_ms")]
     pub timeout_ms: u64,
@@ -191,10 +238,15 @@ impl Config {
 
     fn validate(&self) -> Result<()> {
         self.limits.validate()?;
-        for (i, rule) in self.shell.allow.iter().enumerate() {
-            if rule.is_empty() || rule[0].is_empty() {
-                bail!("shell.allow[{i}]: a rule needs at least a program name, e.g. [\"cargo\", \"test\"]");
+        for (key, rules) in [("allow", &self.shell.allow), ("ask", &self.shell.ask), ("deny", &self.shell.deny)] {
+            for (i, rule) in rules.iter().enumerate() {
+                if rule.is_empty() || rule[0].is_empty() {
+                    bail!("shell.{key}[{i}]: a rule needs at least a program name, e.g. [\"cargo\", \"test\"]");
+                }
             }
+        }
+        if self.shell.pass_env_from_policy.iter().any(|n| n == "PATH" || n.starts_with("LD_")) {
+            bail!("shell.pass_env_from_policy: PATH and LD_* would let a policy choose which program runs; remove them");
         }
         if self.shell.default_timeout_ms == 0 || self.shell.max_timeout_ms == 0 {
             bail!("shell.default_timeout_ms and shell.max_timeout_ms must be greater than 0");

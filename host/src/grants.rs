@@ -1,24 +1,218 @@
-//! Grant checks for shell requests, as pure functions over the config: an
-//! `exec` is allowed only when an argv-prefix rule in `shell.allow` matches
-//! token for token; `script` only with `shell.scripts`; policy-set environment
-//! variables only when named in `shell.pass_env_from_policy`. A denial says
-//! what was asked and which key would allow it.
+//! Grant checks for shell requests: the user's rules, each with a tier
+//! (deny, ask, allow), matched on argv tokens after the program is resolved
+//! to its real path through the granted `PATH`. The program that is matched is
+//! the program that runs: the caller executes [`Grant::program`], never the name.
+//!
+//! - Order: deny, then ask, then allow; no match is a denial that says what was
+//!   asked and which config key would allow it.
+//! - allow and ask rules are argv prefixes: `["cargo", "test"]` allows
+//!   `cargo test --all`, not `cargo build`.
+//! - deny rules match their tokens in any order, with short-flag clusters split,
+//!   so `["rm", "-rf"]` also denies `rm -fr` and `rm -r -f`.
+//! - Wrappers and interpreters (`sh`, `env`, `xargs`, `python`, ...) and
+//!   program-running options (`find -exec`, `git -c`, `cargo --config`) are
+//!   allowed only by a rule naming the whole command exactly.
+//! - Strings holding `&&`, `;`, `|`, `$(...)` are plain arguments: nothing here
+//!   or downstream interprets them.
 
+use std::path::{Path, PathBuf};
+
+use crate::child_env::ChildEnv;
 use crate::config::ShellConfig;
 
-/// The index of the rule that allows `argv`, or why nothing does.
-pub fn check_exec(shell: &ShellConfig, argv: &[String], env: &[(String, String)]) -> Result<usize, String> {
-    let rule = shell.allow.iter().position(|rule| rule.len() <= argv.len() && rule.iter().zip(argv).all(|(r, a)| r == a)).ok_or_else(|| {
-        format!("`{}` is not allowed: no rule in `shell.allow` matches; to allow it add {} to `shell.allow` in loopbox.toml", show_argv(argv), toml_rule(argv))
-    })?;
-    for (name, _) in env {
-        if !shell.pass_env_from_policy.iter().any(|n| n == name) {
-            return Err(format!(
-                "the policy may not set environment variable `{name}`: add \"{name}\" to `shell.pass_env_from_policy` in loopbox.toml to allow it"
-            ));
+/// What happens to a matched request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl Tier {
+    pub fn key(self) -> &'static str {
+        match self {
+            Tier::Allow => "allow",
+            Tier::Ask => "ask",
+            Tier::Deny => "deny",
         }
     }
-    Ok(rule)
+}
+
+/// One rule, where it came from, and its program resolved once per run.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub tier: Tier,
+    pub argv: Vec<String>,
+    /// `shell.allow[0]` or `--allow`, for messages and the run log.
+    pub origin: String,
+    program: Option<PathBuf>,
+}
+
+impl Rule {
+    /// The rule as the user wrote it, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.origin, show_argv(&self.argv))
+    }
+}
+
+/// Rules given on the command line, added to the config's.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraRules {
+    pub allow: Vec<Vec<String>>,
+    pub ask: Vec<Vec<String>>,
+    pub deny: Vec<Vec<String>>,
+}
+
+/// A request that may run (possibly after a person's yes).
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub tier: Tier,
+    pub rule: String,
+    /// The real path of the program to execute.
+    pub program: PathBuf,
+}
+
+/// Why a request may not run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    Denied(String),
+    /// The program does not exist on the granted PATH.
+    NotFound(String),
+}
+
+/// A run's shell rules, with programs resolved.
+#[derive(Debug, Clone)]
+pub struct ShellGrants {
+    rules: Vec<Rule>,
+    pass_env_from_policy: Vec<String>,
+}
+
+impl ShellGrants {
+    pub fn new(shell: &ShellConfig, extra: &ExtraRules, env: &ChildEnv) -> ShellGrants {
+        let mut rules = Vec::new();
+        let lists: [(Tier, &[Vec<String>], &[Vec<String>]); 3] =
+            [(Tier::Deny, &shell.deny, &extra.deny), (Tier::Ask, &shell.ask, &extra.ask), (Tier::Allow, &shell.allow, &extra.allow)];
+        for (tier, config, cli) in lists {
+            for (i, argv) in config.iter().enumerate() {
+                rules.push(Rule { tier, argv: argv.clone(), origin: format!("shell.{}[{i}]", tier.key()), program: resolve(env, &argv[0], env.root()) });
+            }
+            for argv in cli {
+                rules.push(Rule { tier, argv: argv.clone(), origin: format!("--{}", tier.key()), program: resolve(env, &argv[0], env.root()) });
+            }
+        }
+        ShellGrants { rules, pass_env_from_policy: shell.pass_env_from_policy.clone() }
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Decide a request run in `cwd` with policy-set variables `env`.
+    pub fn check(&self, argv: &[String], cwd: &Path, child: &ChildEnv, env: &[(String, String)]) -> Result<Grant, Refusal> {
+        for (name, _) in env {
+            if !self.pass_env_from_policy.iter().any(|n| n == name) {
+                return Err(Refusal::Denied(format!(
+                    "the policy may not set environment variable `{name}`: add \"{name}\" to `shell.pass_env_from_policy` in loopbox.toml to allow it"
+                )));
+            }
+        }
+        let program = resolve(child, &argv[0], cwd)
+            .ok_or_else(|| Refusal::NotFound(format!("program `{}` not found (looked in shell.path = `{}`)", argv[0], child.path_var())))?;
+        let args = &argv[1..];
+        let same_program = |r: &&Rule| r.program.as_deref() == Some(program.as_path());
+
+        if let Some(r) = self.rules.iter().filter(|r| r.tier == Tier::Deny).filter(same_program).find(|r| contains_all(args, &r.argv[1..])) {
+            return Err(Refusal::Denied(format!("`{}` is denied by {}", show_argv(argv), r.describe())));
+        }
+        let risky = runs_anything(&program, args);
+        for tier in [Tier::Ask, Tier::Allow] {
+            let matched = self.rules.iter().filter(|r| r.tier == tier).filter(same_program).find(|r| match &risky {
+                // A wrapper is allowed only by a rule naming the whole command.
+                Some(_) => r.argv[1..] == *args,
+                None => args.starts_with(&r.argv[1..]),
+            });
+            if let Some(r) = matched {
+                return Ok(Grant { tier, rule: r.describe(), program });
+            }
+        }
+        Err(Refusal::Denied(match risky {
+            Some(why) => format!(
+                "`{}` is not allowed: {why}, so only a rule naming the whole command exactly allows it; to allow exactly this, add {} to `shell.allow` in loopbox.toml",
+                show_argv(argv),
+                toml_rule(argv, argv.len())
+            ),
+            None => format!(
+                "`{}` is not allowed: no rule in `shell.allow` matches; to allow it add {} to `shell.allow` in loopbox.toml",
+                show_argv(argv),
+                toml_rule(argv, 2)
+            ),
+        }))
+    }
+}
+
+/// The real path of a program name: through the granted PATH for a bare name,
+/// relative to `cwd` for one with a slash.
+fn resolve(env: &ChildEnv, name: &str, cwd: &Path) -> Option<PathBuf> {
+    env.resolve_program(name, cwd).and_then(|p| p.canonicalize().ok())
+}
+
+/// Split `-rf` into `-r`, `-f`; other tokens as they are.
+fn expand(tokens: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tokens {
+        let short_cluster = t.len() > 2 && t.starts_with('-') && !t.starts_with("--") && t[1..].chars().all(|c| c.is_ascii_alphanumeric());
+        if short_cluster {
+            out.extend(t[1..].chars().map(|c| format!("-{c}")));
+        } else {
+            out.push(t.clone());
+        }
+    }
+    out
+}
+
+/// Whether every token of `rule` appears in `args`, in any order.
+fn contains_all(args: &[String], rule: &[String]) -> bool {
+    let have = expand(args);
+    expand(rule).iter().all(|t| have.contains(t))
+}
+
+/// Programs that run other programs or code given as arguments.
+const WRAPPERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox", "env", "xargs", "timeout", "nice", "nohup", "stdbuf", "setsid", "sudo",
+    "doas", "su", "runuser", "chroot", "unshare", "nsenter", "strace", "ltrace", "gdb", "time", "watch", "flock", "ionice", "taskset", "chrt", "script",
+    "expect", "parallel", "python", "pypy", "node", "nodejs", "deno", "bun", "perl", "ruby", "irb", "php", "lua", "luajit", "tclsh", "wish", "awk", "gawk",
+    "mawk", "nawk", "pwsh", "rlwrap", "npx", "uvx", "pipx",
+];
+
+/// Why this command can run arbitrary programs, if it can.
+pub fn runs_anything(program: &Path, args: &[String]) -> Option<String> {
+    let name = program.file_name()?.to_string_lossy().into_owned();
+    // python3.11 -> python, perl5.36 -> perl
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    if WRAPPERS.contains(&base) {
+        return Some(format!("`{name}` is a wrapper or interpreter that can run anything"));
+    }
+    let has = |flags: &[&str]| args.iter().find(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}=")))).cloned();
+    let risky = match base {
+        "find" => has(&["-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprintf", "-fls"]),
+        "git" => has(&["-c", "--config-env", "--exec-path", "--upload-pack", "--receive-pack", "--exec", "--ext-diff", "--extcmd"]).or_else(|| {
+            let sub: Vec<&str> = args.iter().map(String::as_str).filter(|a| !a.starts_with('-')).take(2).collect();
+            match sub.as_slice() {
+                ["submodule", "foreach"] | ["bisect", "run"] | ["filter-branch", ..] | ["difftool", ..] | ["mergetool", ..] => Some(sub.join(" ")),
+                ["rebase", ..] if args.iter().any(|a| a == "-x") => Some("rebase -x".into()),
+                _ => None,
+            }
+        }),
+        "cargo" => has(&["--config", "-Z"]),
+        "make" | "gmake" => has(&["SHELL", "--eval", "-E"]).or_else(|| args.iter().find(|a| a.starts_with("SHELL=")).cloned()),
+        "npm" | "pnpm" | "yarn" => has(&["exec", "x", "dlx"]),
+        "ssh" => has(&["-o"]),
+        "tar" => has(&["--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--info-script", "--new-volume-script"]),
+        "rsync" => has(&["-e", "--rsh", "--rsync-path"]),
+        "less" | "more" | "man" | "vi" | "vim" | "nvim" | "emacs" | "nano" | "ed" => Some(name.clone()),
+        _ => None,
+    };
+    risky.map(|opt| format!("`{name} {opt}` runs other programs"))
 }
 
 pub fn check_script(shell: &ShellConfig, source: &str) -> Result<(), String> {
@@ -47,10 +241,9 @@ pub fn show_argv(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// The rule a user would add to allow exactly this program and its first argument.
-fn toml_rule(argv: &[String]) -> String {
-    let take = argv.len().min(2);
-    let parts: Vec<String> = argv[..take].iter().map(|a| serde_json::to_string(&shorten(a, 60)).unwrap_or_default()).collect();
+/// A TOML rule for the first `take` tokens of `argv`.
+fn toml_rule(argv: &[String], take: usize) -> String {
+    let parts: Vec<String> = argv[..take.min(argv.len())].iter().map(|a| serde_json::to_string(&shorten(a, 60)).unwrap_or_default()).collect();
     format!("[{}]", parts.join(", "))
 }
 
@@ -62,51 +255,145 @@ pub fn shorten(s: &str, max: usize) -> String {
     format!("{cut}… ({} bytes)", s.len())
 }
 
+/// A rule from the command line: `--allow 'cargo test'` splits on white space.
+pub fn parse_cli_rule(text: &str) -> Result<Vec<String>, String> {
+    let argv: Vec<String> = text.split_whitespace().map(String::from).collect();
+    if argv.is_empty() {
+        return Err("a rule needs at least a program name, e.g. --allow 'cargo test'".into());
+    }
+    Ok(argv)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn shell(rules: &[&[&str]]) -> ShellConfig {
-        ShellConfig { allow: rules.iter().map(|r| r.iter().map(|s| s.to_string()).collect()).collect(), ..ShellConfig::default() }
-    }
 
     fn argv(s: &str) -> Vec<String> {
         s.split(' ').map(String::from).collect()
     }
 
-    #[test]
-    fn prefix_rules_match_whole_tokens() {
-        let s = shell(&[&["cargo", "test"], &["git", "status"]]);
-        assert_eq!(check_exec(&s, &argv("cargo test --all"), &[]), Ok(0));
-        assert_eq!(check_exec(&s, &argv("git status"), &[]), Ok(1));
-        assert!(check_exec(&s, &argv("cargo testx"), &[]).is_err());
-        assert!(check_exec(&s, &argv("cargo"), &[]).is_err());
-        assert!(check_exec(&s, &argv("./cargo test"), &[]).is_err());
-        assert!(check_exec(&s, &argv("/usr/bin/cargo test"), &[]).is_err());
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+        env: ChildEnv,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let env = ChildEnv::new(&ShellConfig { pass_env: vec![], ..ShellConfig::default() }, &root);
+        Fixture { _dir: dir, root, env }
+    }
+
+    fn grants(f: &Fixture, allow: &[&str], ask: &[&str], deny: &[&str]) -> ShellGrants {
+        let list = |v: &[&str]| v.iter().map(|s| argv(s)).collect::<Vec<_>>();
+        let shell = ShellConfig { allow: list(allow), ask: list(ask), deny: list(deny), ..ShellConfig::default() };
+        ShellGrants::new(&shell, &ExtraRules::default(), &f.env)
+    }
+
+    fn tier(g: &ShellGrants, f: &Fixture, cmd: &str) -> Result<Tier, String> {
+        match g.check(&argv(cmd), &f.root, &f.env, &[]) {
+            Ok(grant) => Ok(grant.tier),
+            Err(Refusal::Denied(m) | Refusal::NotFound(m)) => Err(m),
+        }
     }
 
     #[test]
-    fn shell_metacharacters_are_plain_tokens() {
-        let s = shell(&[&["echo"]]);
-        // Allowed, but only as echo's arguments: nothing interprets them.
-        assert_eq!(check_exec(&s, &["echo".into(), "a; rm -rf /".into()], &[]), Ok(0));
-        assert!(check_exec(&s, &["echo;rm".into()], &[]).is_err());
+    fn prefix_rules_match_whole_tokens_on_the_resolved_program() {
+        let f = fixture();
+        let g = grants(&f, &["ls -l", "cat"], &[], &[]);
+        assert_eq!(tier(&g, &f, "ls -l -a"), Ok(Tier::Allow));
+        assert_eq!(tier(&g, &f, "/bin/ls -l"), Ok(Tier::Allow), "the same program by its path");
+        assert!(tier(&g, &f, "ls -la").is_err());
+        assert!(tier(&g, &f, "ls").is_err());
+        let grant = g.check(&argv("cat x"), &f.root, &f.env, &[]).unwrap();
+        assert!(grant.program.is_absolute() && grant.rule == "shell.allow[1] (cat)");
     }
 
     #[test]
-    fn nothing_is_allowed_by_default() {
-        let msg = check_exec(&ShellConfig::default(), &argv("ls -la"), &[]).unwrap_err();
-        assert_eq!(msg, "`ls -la` is not allowed: no rule in `shell.allow` matches; to allow it add [\"ls\", \"-la\"] to `shell.allow` in loopbox.toml");
+    fn a_workspace_program_with_an_allowed_name_is_not_that_program() {
+        let f = fixture();
+        std::fs::create_dir(f.root.join("bin")).unwrap();
+        for p in ["ls", "bin/ls"] {
+            std::fs::write(f.root.join(p), "#!/bin/sh\necho pwned\n").unwrap();
+            std::fs::set_permissions(f.root.join(p), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        }
+        let g = grants(&f, &["ls"], &[], &[]);
+        assert!(tier(&g, &f, "./ls").unwrap_err().contains("not allowed"));
+        assert!(tier(&g, &f, "bin/ls").unwrap_err().contains("not allowed"));
+        assert_eq!(tier(&g, &f, "ls"), Ok(Tier::Allow), "the bare name resolves through the granted PATH, not the workspace");
+    }
+
+    #[test]
+    fn deny_wins_and_matches_flags_in_any_order() {
+        let f = fixture();
+        let g = grants(&f, &["rm"], &[], &["rm -rf"]);
+        for cmd in ["rm -rf /", "rm -fr /", "rm -r -f x", "rm -f -r x", "rm x -rf"] {
+            assert!(tier(&g, &f, cmd).unwrap_err().contains("denied by shell.deny[0] (rm -rf)"), "{cmd}");
+        }
+        assert_eq!(tier(&g, &f, "rm -f x"), Ok(Tier::Allow));
+    }
+
+    #[test]
+    fn ask_comes_before_allow() {
+        let f = fixture();
+        let g = grants(&f, &["git"], &["git push"], &[]);
+        assert_eq!(tier(&g, &f, "git push origin main"), Ok(Tier::Ask));
+        assert_eq!(tier(&g, &f, "git status"), Ok(Tier::Allow));
+    }
+
+    #[test]
+    fn wrappers_need_a_rule_naming_the_whole_command() {
+        let f = fixture();
+        let g = grants(&f, &["sh", "env", "python3 check.py", "find", "git", "xargs"], &[], &[]);
+        for cmd in
+            ["sh -c id", "env rm -rf /", "python3 -c print(1)", "find . -exec rm {} ;", "git -c core.pager=sh status", "xargs rm", "git submodule foreach rm"]
+        {
+            let e = tier(&g, &f, cmd).unwrap_err();
+            assert!(e.contains("only a rule naming the whole command exactly allows it"), "{cmd}: {e}");
+        }
+        assert_eq!(tier(&g, &f, "python3 check.py"), Ok(Tier::Allow), "named exactly");
+        assert_eq!(tier(&g, &f, "find . -name x"), Ok(Tier::Allow));
+        assert_eq!(tier(&g, &f, "git status"), Ok(Tier::Allow));
+    }
+
+    #[test]
+    fn chaining_characters_are_plain_arguments() {
+        let f = fixture();
+        let g = grants(&f, &["echo"], &[], &[]);
+        assert_eq!(g.check(&["echo".into(), "a && rm -rf / ; $(id) `id` | sh\nid".into()], &f.root, &f.env, &[]).unwrap().tier, Tier::Allow);
+        assert!(tier(&g, &f, "echo;rm").unwrap_err().contains("not found"));
+    }
+
+    #[test]
+    fn nothing_is_allowed_by_default_and_the_message_says_how() {
+        let f = fixture();
+        let g = grants(&f, &[], &[], &[]);
+        assert_eq!(
+            tier(&g, &f, "ls -la").unwrap_err(),
+            "`ls -la` is not allowed: no rule in `shell.allow` matches; to allow it add [\"ls\", \"-la\"] to `shell.allow` in loopbox.toml"
+        );
         assert!(check_script(&ShellConfig::default(), "ls").unwrap_err().contains("shell.scripts = true"));
     }
 
     #[test]
     fn policy_env_needs_a_grant() {
-        let mut s = shell(&[&["env"]]);
+        let f = fixture();
+        let g = grants(&f, &["ls"], &[], &[]);
         let env = [("LD_PRELOAD".to_string(), "/x.so".to_string())];
-        assert!(check_exec(&s, &argv("env"), &env).unwrap_err().contains("shell.pass_env_from_policy"));
-        s.pass_env_from_policy.push("LD_PRELOAD".into());
-        assert!(check_exec(&s, &argv("env"), &env).is_ok());
+        match g.check(&argv("ls"), &f.root, &f.env, &env) {
+            Err(Refusal::Denied(m)) => assert!(m.contains("shell.pass_env_from_policy")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn cli_rules_are_named_by_their_flag() {
+        let f = fixture();
+        let extra = ExtraRules { allow: vec![parse_cli_rule("ls  -l").unwrap()], ..ExtraRules::default() };
+        let g = ShellGrants::new(&ShellConfig::default(), &extra, &f.env);
+        assert_eq!(g.check(&argv("ls -l"), &f.root, &f.env, &[]).unwrap().rule, "--allow (ls -l)");
+        assert!(parse_cli_rule("  ").is_err());
     }
 
     #[test]

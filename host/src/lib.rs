@@ -18,6 +18,7 @@ pub mod caps;
 pub mod child_env;
 pub mod cli;
 pub mod config;
+pub mod confirm;
 pub mod db;
 pub mod driver;
 pub mod engine;

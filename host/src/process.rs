@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use crate::config::Rlimits;
+
 /// How long a timed-out group gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long output pipes may stay open after the leader exits (held by its children).
@@ -26,6 +28,8 @@ pub struct Spec {
     pub timeout: Duration,
     /// Bytes kept of stdout, and of stderr.
     pub output_cap: usize,
+    /// Resource limits set in the child before it executes (None: inherit).
+    pub rlimits: Option<Rlimits>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +54,24 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(limits) = spec.rlimits {
+        let table = rlimit_table(&limits);
+        // SAFETY: the closure runs in the forked child before exec and calls only
+        // setrlimit(2), which is async-signal-safe; it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                for (resource, value) in table {
+                    if value > 0 {
+                        let lim = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value as libc::rlim_t };
+                        if libc::setrlimit(resource, &lim) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32);
 
@@ -99,6 +121,17 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
     })
 }
 
+/// `(resource, value)` pairs; a value of 0 leaves that resource alone.
+fn rlimit_table(l: &Rlimits) -> [(libc::__rlimit_resource_t, u64); 5] {
+    [
+        (libc::RLIMIT_CPU, l.cpu_seconds),
+        (libc::RLIMIT_AS, l.address_space_bytes),
+        (libc::RLIMIT_NPROC, l.processes),
+        (libc::RLIMIT_FSIZE, l.file_size_bytes),
+        (libc::RLIMIT_NOFILE, l.open_files),
+    ]
+}
+
 fn signal_group(pgid: Option<i32>, signal: i32) {
     if let Some(pgid) = pgid.filter(|p| *p > 0) {
         // SAFETY: kill(2) with a negative pid signals the group we created for this child.
@@ -137,6 +170,7 @@ mod tests {
             stdin: None,
             timeout: Duration::from_secs(20),
             output_cap: 1 << 20,
+            rlimits: None,
         }
     }
 
@@ -171,6 +205,38 @@ mod tests {
         assert!(f.timed_out);
         assert_eq!(f.exit_code, None);
         assert!(f.duration < Duration::from_secs(10), "{:?}", f.duration);
+    }
+
+    #[tokio::test]
+    async fn rlimits_apply_to_the_child() {
+        let mut s = spec("/bin/sh", &["-c", "ulimit -n; ulimit -f; ulimit -t"]);
+        s.rlimits = Some(Rlimits { cpu_seconds: 7, address_space_bytes: 0, processes: 0, file_size_bytes: 1 << 20, open_files: 64 });
+        // sh reports the file size limit in 512-byte blocks.
+        assert_eq!(run(s).await.unwrap().stdout, "64\n2048\n7\n");
+    }
+
+    #[tokio::test]
+    async fn a_child_past_its_cpu_limit_is_killed() {
+        let mut s = spec("/bin/sh", &["-c", "while :; do :; done"]);
+        s.rlimits = Some(Rlimits { cpu_seconds: 1, ..Rlimits::default() });
+        let f = run(s).await.unwrap();
+        assert_eq!((f.exit_code, f.timed_out), (None, false), "killed by SIGXCPU, not the timeout");
+    }
+
+    #[tokio::test]
+    async fn a_child_ignoring_sigterm_is_killed() {
+        let mut s = spec("/bin/sh", &["-c", "trap '' TERM; while :; do sleep 1; done"]);
+        s.timeout = Duration::from_millis(300);
+        let f = run(s).await.unwrap();
+        assert!(f.timed_out && f.duration < Duration::from_secs(10), "{f:?}");
+    }
+
+    #[tokio::test]
+    async fn a_grandchild_holding_the_pipe_does_not_hang_the_host() {
+        let s = spec("/bin/sh", &["-c", "sleep 60 & echo started"]);
+        let f = run(s).await.unwrap();
+        assert_eq!((f.exit_code, f.stdout.as_str()), (Some(0), "started\n"));
+        assert!(f.duration < Duration::from_secs(10), "{f:?}");
     }
 
     #[tokio::test]

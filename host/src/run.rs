@@ -19,8 +19,10 @@ use crate::caps::wasi::{CapturedOutput, empty_ctx};
 use crate::caps::workspace::WorkspaceHost;
 use crate::child_env::ChildEnv;
 use crate::config::Config;
+use crate::confirm::{Confirm, NoOneToAsk};
 use crate::db::{Db, EventCommit};
 use crate::fault::PolicyFault;
+use crate::grants::{ExtraRules, ShellGrants};
 use crate::instance::{InstanceState, Limiter};
 use crate::meter::Meter;
 use crate::policy::{Call, Policy, Returned};
@@ -47,12 +49,20 @@ pub fn new_run_id() -> String {
 
 impl RunContext {
     /// `root` is the workspace: the store lives under it, actions run in it.
+    /// Only the config's rules apply, and ask-tier actions are declined.
     pub fn new(id: String, config: Arc<Config>, db: Db, root: &Path, ui: Ui) -> Result<RunContext> {
+        RunContext::with_access(id, config, db, root, ui, &ExtraRules::default(), Arc::new(NoOneToAsk("no one can be asked here")))
+    }
+
+    /// As [`RunContext::new`], with rules from the command line and a way to ask a person.
+    pub fn with_access(id: String, config: Arc<Config>, db: Db, root: &Path, ui: Ui, extra: &ExtraRules, confirm: Arc<dyn Confirm>) -> Result<RunContext> {
         let root = root.canonicalize().with_context(|| format!("workspace `{}` cannot be used", root.display()))?;
         let dir = Dir::open_ambient_dir(&root, ambient_authority()).with_context(|| format!("failed to open workspace `{}`", root.display()))?;
         let env = ChildEnv::new(&config.shell, &root);
         let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize));
-        let grants = Arc::new(ActionGrants { shell: config.shell.clone(), env, agent });
+        let rules = ShellGrants::new(&config.shell, extra, &env);
+        let prompt_tier = config.agent.as_ref().map(|a| a.tier).unwrap_or_default();
+        let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, prompt_tier, confirm });
         Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants })
     }
 

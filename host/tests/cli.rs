@@ -254,3 +254,28 @@ fn denials_are_shown_in_the_run_log() {
         "{err}"
     );
 }
+
+#[test]
+fn command_line_rules_tiers_and_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = probe().to_string_lossy().into_owned();
+    let input = r#"{"op": "exec", "argv": ["echo", "hi"]}"#;
+    // Ask-tier with no terminal (CI is set): declined, and the policy sees why.
+    let o = loopbox(dir.path(), &["run", &probe, "--input", input, "--ask", "echo", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let data = &v["outcome"]["data"];
+    assert_eq!(data["err"]["kind"], "declined", "{v}");
+    assert!(data["err"]["message"].as_str().unwrap().contains("pass --yes to approve ask-tier actions"), "{v}");
+    // --yes approves it, and the banner says so.
+    let o = loopbox(dir.path(), &["run", &probe, "--input", input, "--ask", "echo", "--yes"]);
+    assert_eq!(code(&o), 0);
+    let err = normalize(&o.stderr);
+    assert!(err.contains("; ask [echo] (all approved by --yes)"), "{err}");
+    assert!(err.contains("  [host] info: exec `echo hi` needs a yes (--ask (echo)): approved\n"), "{err}");
+    // --deny wins over --allow.
+    let o = loopbox(dir.path(), &["run", &probe, "--input", input, "--allow", "echo", "--deny", "echo hi", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["outcome"]["data"]["err"]["message"], "`echo hi` is denied by --deny (echo hi)");
+    let o = loopbox(dir.path(), &["run", &probe, "--allow", " "]);
+    assert_eq!(code(&o), 2);
+}

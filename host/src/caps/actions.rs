@@ -1,7 +1,10 @@
 //! `actions`: shell commands and agent prompts, each checked against the
 //! user's grants (see [`crate::grants`]) and the run's action budget before
-//! anything runs. Refusals are `action-error`s the policy can handle.
+//! anything runs. Ask-tier actions need a person's yes through [`Confirm`].
+//! Refusals are `action-error`s the policy can handle, and every decision
+//! goes to the run log with the rule that made it.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,9 +14,10 @@ use wasmtime::component::{HasSelf, Linker};
 use crate::agent::{AgentRequest, AgentRunner};
 use crate::bindings::actions::{self, ActionError, Output, PromptKind, PromptRequest, ShellRequest};
 use crate::child_env::ChildEnv;
-use crate::config::ShellConfig;
+use crate::config::{PromptTier, ShellConfig};
+use crate::confirm::Confirm;
 use crate::db::Db;
-use crate::grants::{self, shorten, show_argv};
+use crate::grants::{self, Refusal, ShellGrants, Tier, shorten, show_argv};
 use crate::instance::InstanceState;
 use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::meter::Meter;
@@ -23,8 +27,12 @@ use crate::runlog::RunLog;
 /// What a run grants for actions; shared by every instance of the run.
 pub struct ActionGrants {
     pub shell: ShellConfig,
+    pub rules: ShellGrants,
     pub env: ChildEnv,
     pub agent: Option<AgentRunner>,
+    pub prompt_tier: PromptTier,
+    /// Who approves ask-tier actions.
+    pub confirm: Arc<dyn Confirm>,
 }
 
 pub struct ActionsHost {
@@ -35,6 +43,17 @@ pub struct ActionsHost {
     log: RunLog,
     actions_limit: u64,
     output_cap: usize,
+}
+
+/// A checked request, ready to run.
+struct Exec {
+    label: String,
+    program: PathBuf,
+    args: Vec<String>,
+    cwd: PathBuf,
+    env: Vec<(String, String)>,
+    stdin: Option<String>,
+    timeout: Option<u64>,
 }
 
 impl ActionsHost {
@@ -70,39 +89,51 @@ impl ActionsHost {
         Ok(())
     }
 
-    async fn exec(&self, req: Exec<'_>) -> wasmtime::Result<Result<Output, ActionError>> {
-        let Exec { label, program, args, cwd, env, stdin, timeout } = req;
-        let cwd = match self.grants.env.resolve_cwd(cwd) {
-            Ok(c) => c,
-            Err(e) => return Ok(Err(ActionError::Invalid(e))),
-        };
-        let Some(path) = self.grants.env.resolve_program(program, &cwd) else {
-            return Ok(Err(ActionError::Unavailable(format!("program `{program}` not found (looked in shell.path = `{}`)", self.grants.env.path_var()))));
-        };
+    /// Ask a person about an ask-tier action; `Err` is the refusal to hand the policy.
+    async fn confirm(&self, what: &str, rule: &str) -> Result<(), ActionError> {
+        let confirm = self.grants.confirm.clone();
+        let (w, r) = (what.to_string(), rule.to_string());
+        // Reading a terminal blocks: keep it off the async workers.
+        let answer = tokio::task::spawn_blocking(move || confirm.confirm(&w, &r)).await.unwrap_or_else(|e| Err(format!("the confirmation failed: {e}")));
+        match answer {
+            Ok(true) => {
+                self.log.host("info", format!("{what} needs a yes ({rule}): approved"));
+                Ok(())
+            }
+            Ok(false) => {
+                self.log.host("warn", format!("{what} needs a yes ({rule}): the user said no"));
+                Err(ActionError::Declined(format!("the user declined {what} ({rule})")))
+            }
+            Err(why) => {
+                self.log.host("warn", format!("{what} needs a yes ({rule}): declined, {why}"));
+                Err(ActionError::Declined(format!("{what} needs a person's yes ({rule}), and {why}")))
+            }
+        }
+    }
+
+    async fn exec(&self, req: Exec) -> wasmtime::Result<Result<Output, ActionError>> {
         if let Err(e) = self.spend()? {
             return Ok(Err(e));
         }
-        self.log.ui().status(format!("running {label}"));
-        let spec = Spec { program: path, args, cwd, env: self.grants.env.vars(env), stdin, timeout: self.timeout(timeout), output_cap: self.output_cap };
+        self.log.ui().status(format!("running {}", req.label));
+        let spec = Spec {
+            program: req.program,
+            args: req.args,
+            cwd: req.cwd,
+            env: self.grants.env.vars(&req.env),
+            stdin: req.stdin,
+            timeout: self.timeout(req.timeout),
+            output_cap: self.output_cap,
+            rlimits: Some(self.grants.shell.rlimits),
+        };
         match process::run(spec).await {
             Ok(f) => {
-                self.log.host("info", format!("ran {label}: {}", describe(&f)));
+                self.log.host("info", format!("ran {}: {}", req.label, describe(&f)));
                 Ok(Ok(to_output(f, None)))
             }
-            Err(e) => Ok(Err(ActionError::Unavailable(format!("failed to start {label}: {e}")))),
+            Err(e) => Ok(Err(ActionError::Unavailable(format!("failed to start {}: {e}", req.label)))),
         }
     }
-}
-
-/// A checked request, ready to resolve and run.
-struct Exec<'a> {
-    label: String,
-    program: &'a str,
-    args: Vec<String>,
-    cwd: Option<&'a str>,
-    env: &'a [(String, String)],
-    stdin: Option<String>,
-    timeout: Option<u64>,
 }
 
 pub fn describe(f: &Finished) -> String {
@@ -144,17 +175,28 @@ impl actions::Host for ActionsHost {
                 if cmd.argv.is_empty() || cmd.argv[0].is_empty() {
                     return Ok(Err(ActionError::Invalid("exec needs a program: argv is empty".into())));
                 }
-                if cmd.argv.iter().any(|a| a.contains('\0')) {
-                    return Ok(Err(ActionError::Invalid("an argument contains a NUL byte".into())));
+                if cmd.argv.iter().chain(cmd.env.iter().flat_map(|(k, v)| [k, v])).any(|a| a.contains('\0')) {
+                    return Ok(Err(ActionError::Invalid("an argument or variable contains a NUL byte".into())));
                 }
                 let label = format!("`{}`", show_argv(&cmd.argv));
-                if let Err(why) = grants::check_exec(&self.grants.shell, &cmd.argv, &cmd.env) {
-                    return Ok(Err(self.deny(&format!("exec {label}"), why)));
+                let cwd = match self.grants.env.resolve_cwd(cmd.cwd.as_deref()) {
+                    Ok(c) => c,
+                    Err(e) => return Ok(Err(ActionError::Invalid(e))),
+                };
+                let grant = match self.grants.rules.check(&cmd.argv, &cwd, &self.grants.env, &cmd.env) {
+                    Ok(g) => g,
+                    Err(Refusal::Denied(why)) => return Ok(Err(self.deny(&format!("exec {label}"), why))),
+                    Err(Refusal::NotFound(why)) => return Ok(Err(ActionError::Unavailable(why))),
+                };
+                if grant.tier == Tier::Ask {
+                    if let Err(e) = self.confirm(&format!("exec {label}"), &grant.rule).await {
+                        return Ok(Err(e));
+                    }
+                } else {
+                    self.log.host("info", format!("exec {label} allowed by {}", grant.rule));
                 }
-                let mut argv = cmd.argv;
-                let program = argv.remove(0);
-                self.exec(Exec { label, program: &program, args: argv, cwd: cmd.cwd.as_deref(), env: &cmd.env, stdin: cmd.stdin, timeout: cmd.timeout_ms })
-                    .await
+                let args = cmd.argv[1..].to_vec();
+                self.exec(Exec { label, program: grant.program, args, cwd, env: cmd.env, stdin: cmd.stdin, timeout: cmd.timeout_ms }).await
             }
             ShellRequest::Script(script) => {
                 if let Err(e) = self.check_strings([script.source.as_str()].into_iter().chain(script.cwd.as_deref())) {
@@ -164,16 +206,16 @@ impl actions::Host for ActionsHost {
                     return Ok(Err(self.deny("script", why)));
                 }
                 let label = format!("script `{}`", shorten(&crate::ui::sanitize(&script.source), 80));
-                self.exec(Exec {
-                    label,
-                    program: "sh",
-                    args: vec!["-c".into(), script.source],
-                    cwd: script.cwd.as_deref(),
-                    env: &[],
-                    stdin: None,
-                    timeout: script.timeout_ms,
-                })
-                .await
+                let cwd = match self.grants.env.resolve_cwd(script.cwd.as_deref()) {
+                    Ok(c) => c,
+                    Err(e) => return Ok(Err(ActionError::Invalid(e))),
+                };
+                let Some(sh) = self.grants.env.resolve_program("sh", &cwd) else {
+                    return Ok(Err(ActionError::Unavailable(format!("no `sh` on shell.path = `{}`", self.grants.env.path_var()))));
+                };
+                self.log.host("info", format!("{label} allowed by shell.scripts = true"));
+                self.exec(Exec { label, program: sh, args: vec!["-c".into(), script.source], cwd, env: Vec::new(), stdin: None, timeout: script.timeout_ms })
+                    .await
             }
         }
     }
@@ -194,6 +236,16 @@ impl actions::Host for ActionsHost {
                     .into(),
             )));
         };
+        let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
+        match grants.prompt_tier {
+            PromptTier::Deny => return Ok(Err(self.deny(&what, "prompts are denied by agent.tier = \"deny\" in loopbox.toml".into()))),
+            PromptTier::Ask => {
+                if let Err(e) = self.confirm(&what, "agent.tier = \"ask\"").await {
+                    return Ok(Err(e));
+                }
+            }
+            PromptTier::Allow => {}
+        }
         if let Err(e) = self.spend()? {
             return Ok(Err(e));
         }
@@ -209,6 +261,9 @@ impl actions::Host for ActionsHost {
         match r {
             Ok(reply) => {
                 self.log.host("info", format!("prompted the agent: {}", describe(&reply.process)));
+                if reply.process.timed_out {
+                    return Ok(Err(ActionError::Unavailable(format!("the agent did not answer within its timeout ({})", describe(&reply.process)))));
+                }
                 // The reply text (not the raw JSON) is what the policy reads.
                 let mut out = to_output(reply.process, reply.session);
                 out.stdout = reply.text;

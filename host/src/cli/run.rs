@@ -10,8 +10,10 @@ use serde_json::json;
 
 use super::{Failure, exit, json_arg};
 use crate::config::Config;
+use crate::confirm::{ApproveAll, Confirm, NoOneToAsk};
 use crate::db::Db;
 use crate::driver::{self, Asker, DriveOptions, NoAsker, RunEnd};
+use crate::grants::{ExtraRules, parse_cli_rule};
 use crate::policy::PolicySource;
 use crate::run::{RunContext, new_run_id};
 use crate::ui::{Ui, sanitize};
@@ -32,9 +34,53 @@ pub struct RunArgs {
     /// Agent turns this run may take (overrides run.max_turns)
     #[arg(long, value_name = "N")]
     max_turns: Option<u32>,
+    /// Allow commands starting with this argv prefix, e.g. --allow 'cargo test' (repeatable)
+    #[arg(long, value_name = "RULE")]
+    allow: Vec<String>,
+    /// Ask before running commands starting with this prefix (repeatable)
+    #[arg(long, value_name = "RULE")]
+    ask: Vec<String>,
+    /// Never run commands with these tokens, in any order (repeatable)
+    #[arg(long, value_name = "RULE")]
+    deny: Vec<String>,
+    /// Approve every ask-tier action without asking
+    #[arg(long)]
+    yes: bool,
     /// Print the result as one JSON object on stdout (and no progress)
     #[arg(long)]
     json: bool,
+}
+
+/// Asks on the terminal whether an ask-tier action may run.
+struct TerminalConfirm {
+    ui: Ui,
+}
+
+impl Confirm for TerminalConfirm {
+    fn confirm(&self, action: &str, rule: &str) -> Result<bool, String> {
+        if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
+            return Err(
+                "there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions".into()
+            );
+        }
+        let mut answer = String::new();
+        self.ui
+            .suspend(|| {
+                eprintln!("\nThe policy wants to run {} (needs a yes: {})", sanitize(action), sanitize(rule));
+                eprint!("Allow it? [y/N] ");
+                let _ = std::io::stderr().flush();
+                std::io::stdin().lock().read_line(&mut answer)
+            })
+            .map_err(|e| format!("reading the answer failed: {e}"))?;
+        Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+    }
+}
+
+fn cli_rules(args: &RunArgs) -> Result<ExtraRules, Failure> {
+    let parse = |flag: &str, v: &[String]| {
+        v.iter().map(|r| parse_cli_rule(r).map_err(|e| Failure::usage(anyhow::anyhow!("--{flag} {r:?}: {e}")))).collect::<Result<Vec<_>, _>>()
+    };
+    Ok(ExtraRules { allow: parse("allow", &args.allow)?, ask: parse("ask", &args.ask)?, deny: parse("deny", &args.deny)? })
 }
 
 /// Asks on the terminal; declines (returns None) without one or under CI.
@@ -77,8 +123,16 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     let id = new_run_id();
     db.create_run(&id, &source.to_string(), &policy.digest, &input).map_err(Failure::internal)?;
     let config = Arc::new(config);
-    let ctx = RunContext::new(id.clone(), config.clone(), db.clone(), workspace, ui.clone()).map_err(Failure::usage)?;
-    ui.line(banner(&id, &source, policy.world.name(), &config));
+    let extra = cli_rules(&args)?;
+    let confirm: Arc<dyn Confirm> = if args.yes {
+        Arc::new(ApproveAll)
+    } else if args.json {
+        Arc::new(NoOneToAsk("--json runs ask no one; pass --yes to approve ask-tier actions"))
+    } else {
+        Arc::new(TerminalConfirm { ui: ui.clone() })
+    };
+    let ctx = RunContext::with_access(id.clone(), config.clone(), db.clone(), workspace, ui.clone(), &extra, confirm).map_err(Failure::usage)?;
+    ui.line(banner(&id, &source, policy.world.name(), &config, &extra, args.yes));
 
     let asker: Box<dyn Asker> = if args.json { Box::new(NoAsker) } else { Box::new(TerminalAsker { ui: ui.clone() }) };
     let opts = DriveOptions { max_turns: config.run.max_turns, asker: asker.as_ref(), ticks };
@@ -111,11 +165,22 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
 }
 
 /// The first line of a run: what runs, and everything it is granted.
-fn banner(id: &str, source: &PolicySource, world: &str, config: &Config) -> String {
-    let rules = if config.shell.allow.is_empty() { "none".to_string() } else { config.shell.allow.iter().map(|r| r.join(" ")).collect::<Vec<_>>().join("; ") };
+fn banner(id: &str, source: &PolicySource, world: &str, config: &Config, extra: &ExtraRules, yes: bool) -> String {
+    let list = |a: &[Vec<String>], b: &[Vec<String>]| {
+        let all: Vec<String> = a.iter().chain(b).map(|r| r.join(" ")).collect();
+        if all.is_empty() { "none".to_string() } else { all.join("; ") }
+    };
     let agent = config.agent.as_ref().map_or("none".to_string(), |a| a.command[0].clone());
-    format!(
-        "loopbox: run {id} of {source} (world {world}); grants: exec [{rules}], scripts {}, agent {agent}",
+    let mut line = format!(
+        "loopbox: run {id} of {source} (world {world}); grants: exec [{}], scripts {}, agent {agent}",
+        list(&config.shell.allow, &extra.allow),
         if config.shell.scripts { "ALLOWED" } else { "no" }
-    )
+    );
+    if !config.shell.ask.is_empty() || !extra.ask.is_empty() {
+        line.push_str(&format!("; ask [{}]{}", list(&config.shell.ask, &extra.ask), if yes { " (all approved by --yes)" } else { "" }));
+    }
+    if !config.shell.deny.is_empty() || !extra.deny.is_empty() {
+        line.push_str(&format!("; deny [{}]", list(&config.shell.deny, &extra.deny)));
+    }
+    line
 }
