@@ -79,11 +79,15 @@ impl Workspace {
 
     /// As [`Workspace::run`], with `confirm` answering ask-tier actions.
     pub fn run_with(&self, policy: &Policy, config: &str, confirm: Arc<dyn loopbox::confirm::Confirm>) -> RunContext {
+        self.run_access(policy, config, loopbox::run::Access { confirm, ..Default::default() })
+    }
+
+    /// As [`Workspace::run`], with everything the front end adds.
+    pub fn run_access(&self, policy: &Policy, config: &str, access: loopbox::run::Access) -> RunContext {
         let config = Config::parse(config, Path::new("test.toml")).expect("test config parses");
         let id = loopbox::run::new_run_id() + &format!("{:04}", COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         self.db.create_run(&id, &policy.source.to_string(), &policy.digest, "{}").unwrap();
-        let extra = loopbox::grants::ExtraRules::default();
-        RunContext::with_access(id, Arc::new(config), self.db.clone(), self.root(), Ui::quiet(), &extra, confirm).unwrap()
+        RunContext::with_access(id, Arc::new(config), self.db.clone(), self.root(), Ui::quiet(), access).unwrap()
     }
 }
 

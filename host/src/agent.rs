@@ -68,7 +68,17 @@ impl AgentRunner {
         let program =
             self.env.resolve_program(&argv[0], &cwd).ok_or_else(|| AgentError::NotFound { program: argv[0].clone(), path: self.env.path_var().to_string() })?;
         let timeout = req.timeout.map_or(Duration::from_millis(self.config.timeout_ms), |t| t.min(Duration::from_millis(self.config.timeout_ms)));
-        let spec = Spec { program, args: argv[1..].to_vec(), cwd, env: self.env.vars(&[]), stdin: None, timeout, output_cap: self.output_cap, rlimits: None };
+        let spec = Spec {
+            program,
+            args: argv[1..].to_vec(),
+            cwd,
+            env: self.env.vars(&[]),
+            stdin: None,
+            timeout,
+            output_cap: self.output_cap,
+            rlimits: None,
+            confinement: None,
+        };
         let process = process::run(spec).await.map_err(|source| AgentError::Spawn { program: argv[0].clone(), source })?;
         let (text, session) = parse_reply(self.config.output, &process.stdout);
         Ok(AgentReply { process, text, session })

@@ -42,9 +42,15 @@ pub struct ShellConfig {
     /// Rules that never run; their tokens match in any order (`["rm", "-rf"]` denies `rm -fr`).
     #[serde(default)]
     pub deny: Vec<Vec<String>>,
-    /// Allow `script` requests (shell text run by `sh -c`).
+    /// Allow `script` requests (shell text run by `sh -c`); they run only inside the OS sandbox.
     #[serde(default)]
     pub scripts: bool,
+    /// The OS sandbox under every command: "auto" (default), "bwrap", "landlock" or "none".
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxChoice,
+    /// Let sandboxed commands use the network.
+    #[serde(default)]
+    pub network: bool,
     /// `PATH` for children and for resolving program names.
     #[serde(default = "default_path")]
     pub path: String,
@@ -107,6 +113,8 @@ impl Default for ShellConfig {
             ask: Vec::new(),
             deny: Vec::new(),
             scripts: false,
+            sandbox: Default::default(),
+            network: false,
             path: default_path(),
             pass_env: default_pass_env(),
             pass_env_from_policy: Vec::new(),

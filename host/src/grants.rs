@@ -90,8 +90,8 @@ pub struct ShellGrants {
 impl ShellGrants {
     pub fn new(shell: &ShellConfig, extra: &ExtraRules, env: &ChildEnv) -> ShellGrants {
         let mut rules = Vec::new();
-        let lists: [(Tier, &[Vec<String>], &[Vec<String>]); 3] =
-            [(Tier::Deny, &shell.deny, &extra.deny), (Tier::Ask, &shell.ask, &extra.ask), (Tier::Allow, &shell.allow, &extra.allow)];
+        type Lists<'a> = [(Tier, &'a [Vec<String>], &'a [Vec<String>]); 3];
+        let lists: Lists = [(Tier::Deny, &shell.deny, &extra.deny), (Tier::Ask, &shell.ask, &extra.ask), (Tier::Allow, &shell.allow, &extra.allow)];
         for (tier, config, cli) in lists {
             for (i, argv) in config.iter().enumerate() {
                 rules.push(Rule { tier, argv: argv.clone(), origin: format!("shell.{}[{i}]", tier.key()), program: resolve(env, &argv[0], env.root()) });

@@ -35,6 +35,7 @@ pub mod record;
 pub mod run;
 pub mod runlog;
 pub mod runtime;
+pub mod sandbox;
 pub mod ui;
 
 /// A wasmtime error as an `anyhow` one (wasmtime 48 has its own error type).

@@ -11,13 +11,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::config::Rlimits;
+use crate::sandbox::Confinement;
 
 /// How long a timed-out group gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long output pipes may stay open after the leader exits (held by its children).
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Spec {
     pub program: PathBuf,
     pub args: Vec<String>,
@@ -30,6 +31,8 @@ pub struct Spec {
     pub output_cap: usize,
     /// Resource limits set in the child before it executes (None: inherit).
     pub rlimits: Option<Rlimits>,
+    /// Landlock and seccomp restrictions applied in the child before it executes.
+    pub confinement: Option<Confinement>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -54,21 +57,26 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    if let Some(limits) = spec.rlimits {
-        let table = rlimit_table(&limits);
-        // SAFETY: the closure runs in the forked child before exec and calls only
-        // setrlimit(2), which is async-signal-safe; it allocates nothing.
+    if spec.rlimits.is_some() || spec.confinement.is_some() {
+        let table = spec.rlimits.as_ref().map(rlimit_table);
+        let confinement = spec.confinement;
+        // SAFETY: the closure runs in the forked child before exec and makes only
+        // async-signal-safe syscalls (setrlimit, prctl, landlock_restrict_self);
+        // everything it reads was prepared in the parent; it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
-                for (resource, value) in table {
-                    if value > 0 {
-                        let lim = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value as libc::rlim_t };
-                        if libc::setrlimit(resource, &lim) != 0 {
+                for (resource, value) in table.iter().flatten() {
+                    if *value > 0 {
+                        let lim = libc::rlimit { rlim_cur: *value as libc::rlim_t, rlim_max: *value as libc::rlim_t };
+                        if libc::setrlimit(*resource, &lim) != 0 {
                             return Err(std::io::Error::last_os_error());
                         }
                     }
                 }
-                Ok(())
+                match &confinement {
+                    Some(c) => c.apply_in_child(),
+                    None => Ok(()),
+                }
             });
         }
     }
@@ -171,6 +179,7 @@ mod tests {
             timeout: Duration::from_secs(20),
             output_cap: 1 << 20,
             rlimits: None,
+            confinement: None,
         }
     }
 

@@ -28,7 +28,25 @@ use crate::meter::Meter;
 use crate::policy::{Call, Policy, Returned};
 use crate::record::{decision_json, describe_decision, event_json, validate_decision};
 use crate::runlog::{RunLog, Source};
+use crate::sandbox::{Confines, Sandbox};
 use crate::ui::Ui;
+
+/// What the front end adds to a run's grants.
+pub struct Access {
+    /// Rules from the command line.
+    pub rules: ExtraRules,
+    /// Who approves ask-tier actions.
+    pub confirm: Arc<dyn Confirm>,
+    /// Files the sandbox keeps read-only besides the store and `loopbox.toml`
+    /// (the config file in use, the policy file).
+    pub protected: Vec<PathBuf>,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Access { rules: ExtraRules::default(), confirm: Arc::new(NoOneToAsk("no one can be asked here")), protected: Vec::new() }
+    }
+}
 
 pub struct RunContext {
     pub id: String,
@@ -51,23 +69,33 @@ impl RunContext {
     /// `root` is the workspace: the store lives under it, actions run in it.
     /// Only the config's rules apply, and ask-tier actions are declined.
     pub fn new(id: String, config: Arc<Config>, db: Db, root: &Path, ui: Ui) -> Result<RunContext> {
-        RunContext::with_access(id, config, db, root, ui, &ExtraRules::default(), Arc::new(NoOneToAsk("no one can be asked here")))
+        RunContext::with_access(id, config, db, root, ui, Access::default())
     }
 
-    /// As [`RunContext::new`], with rules from the command line and a way to ask a person.
-    pub fn with_access(id: String, config: Arc<Config>, db: Db, root: &Path, ui: Ui, extra: &ExtraRules, confirm: Arc<dyn Confirm>) -> Result<RunContext> {
+    /// As [`RunContext::new`], with rules from the command line, a way to ask a
+    /// person, and the files the sandbox must keep read-only.
+    pub fn with_access(id: String, config: Arc<Config>, db: Db, root: &Path, ui: Ui, access: Access) -> Result<RunContext> {
         let root = root.canonicalize().with_context(|| format!("workspace `{}` cannot be used", root.display()))?;
+        let mut protected = vec![root.join(crate::db::STORE_DIR), root.join(crate::config::CONFIG_FILE)];
+        protected.extend(access.protected.iter().filter_map(|p| p.canonicalize().ok()));
+        let confines = Confines { workspace: root.clone(), protected, network: config.shell.network };
+        let sandbox = Sandbox::decide(config.shell.sandbox, crate::sandbox::support());
         let dir = Dir::open_ambient_dir(&root, ambient_authority()).with_context(|| format!("failed to open workspace `{}`", root.display()))?;
         let env = ChildEnv::new(&config.shell, &root);
         let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize));
-        let rules = ShellGrants::new(&config.shell, extra, &env);
+        let rules = ShellGrants::new(&config.shell, &access.rules, &env);
         let prompt_tier = config.agent.as_ref().map(|a| a.tier).unwrap_or_default();
-        let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, prompt_tier, confirm });
+        let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, prompt_tier, confirm: access.confirm, sandbox, confines });
         Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The OS sandbox this run's commands run in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.grants.sandbox
     }
 
     pub fn agent(&self) -> Option<&AgentRunner> {

@@ -79,8 +79,16 @@ fn ralph_runs_the_example_to_its_promise() {
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(normalize(&o.stdout), "done: completion promise found after 3 iteration(s)\n");
     let stderr = normalize(&o.stderr);
-    let expected_start = "loopbox: run RUN of builtin:ralph (world decider); grants: exec [ls; cat README.md], scripts no, agent ./agent/scripted-agent\n  [host] info: decision: inject: Make the tests in this project pass. When they do, reply with <promise>DONE</promise>.\n\n[ralph iteration 1 of 5]\nloopbox: turn 1: waiting for the agent\n  [host] info: agent turn 1 finished in T\n";
-    assert!(stderr.starts_with(expected_start), "{stderr}");
+    let (banner, rest) = stderr.split_once('\n').unwrap();
+    // The sandbox named last depends on the machine (bwrap, landlock or none).
+    assert!(
+        banner.starts_with(
+            "loopbox: run RUN of builtin:ralph (world decider); grants: exec [ls; cat README.md], scripts no, agent ./agent/scripted-agent; sandbox "
+        ),
+        "{banner}"
+    );
+    let expected_start = "  [host] info: decision: inject: Make the tests in this project pass. When they do, reply with <promise>DONE</promise>.\n\n[ralph iteration 1 of 5]\nloopbox: turn 1: waiting for the agent\n  [host] info: agent turn 1 finished in T\n";
+    assert!(rest.starts_with(expected_start), "{stderr}");
     assert!(stderr.ends_with("  [host] info: decision: done (success): completion promise found after 3 iteration(s)\n"), "{stderr}");
     // The same conversation was continued on every turn.
     let turns: Vec<_> = std::fs::read_dir(p.path().join(".scripted-agent"))
@@ -278,4 +286,24 @@ fn command_line_rules_tiers_and_yes() {
     assert_eq!(v["outcome"]["data"]["err"]["message"], "`echo hi` is denied by --deny (echo hi)");
     let o = loopbox(dir.path(), &["run", &probe, "--allow", " "]);
     assert_eq!(code(&o), 2);
+}
+
+#[test]
+fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["doctor"]);
+    assert_eq!(code(&o), 0);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let keys: Vec<&str> = out.lines().map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+    assert_eq!(keys, ["landlock", "bubblewrap", "sandbox", "network", "config", "component", "agent"], "{out}");
+    assert!(out.contains("config            none (defaults: nothing granted)"), "{out}");
+    let o = loopbox(dir.path(), &["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["network"], false);
+    // A choice this machine cannot enforce makes doctor fail, and says so.
+    std::fs::write(dir.path().join("loopbox.toml"), "[shell]\nsandbox = \"landlock\"\n").unwrap();
+    let support = loopbox::sandbox::support();
+    let o = loopbox(dir.path(), &["doctor"]);
+    let landlock_ok = support.landlock.as_ref().is_ok_and(|a| *a >= loopbox::sandbox::MIN_LANDLOCK_ABI);
+    assert_eq!(code(&o), if landlock_ok { 0 } else { 1 });
 }

@@ -23,6 +23,7 @@ use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::meter::Meter;
 use crate::process::{self, Finished, Spec};
 use crate::runlog::RunLog;
+use crate::sandbox::{Confines, Sandbox};
 
 /// What a run grants for actions; shared by every instance of the run.
 pub struct ActionGrants {
@@ -33,6 +34,9 @@ pub struct ActionGrants {
     pub prompt_tier: PromptTier,
     /// Who approves ask-tier actions.
     pub confirm: Arc<dyn Confirm>,
+    /// The OS sandbox every command runs in, and what it protects.
+    pub sandbox: Sandbox,
+    pub confines: Confines,
 }
 
 pub struct ActionsHost {
@@ -112,20 +116,32 @@ impl ActionsHost {
     }
 
     async fn exec(&self, req: Exec) -> wasmtime::Result<Result<Output, ActionError>> {
+        let prepared = match self.grants.confines.prepare(&self.grants.sandbox, req.program, req.args, &req.cwd) {
+            Ok(p) => p,
+            Err(why) => {
+                self.log.host("error", format!("refused {}: {why}", req.label));
+                return Ok(Err(ActionError::Unavailable(why)));
+            }
+        };
         if let Err(e) = self.spend()? {
             return Ok(Err(e));
         }
         self.log.ui().status(format!("running {}", req.label));
+        let mut env = req.env;
+        env.extend(prepared.env);
         let spec = Spec {
-            program: req.program,
-            args: req.args,
+            program: prepared.program,
+            args: prepared.args,
             cwd: req.cwd,
-            env: self.grants.env.vars(&req.env),
+            env: self.grants.env.vars(&env),
             stdin: req.stdin,
             timeout: self.timeout(req.timeout),
             output_cap: self.output_cap,
             rlimits: Some(self.grants.shell.rlimits),
+            confinement: prepared.confinement,
         };
+        // The private temp dir lives until the command is done.
+        let _tmp = prepared._tmp;
         match process::run(spec).await {
             Ok(f) => {
                 self.log.host("info", format!("ran {}: {}", req.label, describe(&f)));
@@ -204,6 +220,13 @@ impl actions::Host for ActionsHost {
                 }
                 if let Err(why) = grants::check_script(&self.grants.shell, &script.source) {
                     return Ok(Err(self.deny("script", why)));
+                }
+                if !self.grants.sandbox.is_enforced() {
+                    let why = match &self.grants.sandbox {
+                        Sandbox::None { why } | Sandbox::Unavailable(why) => why.clone(),
+                        _ => unreachable!("checked"),
+                    };
+                    return Ok(Err(self.deny("script", format!("scripts run only inside the OS sandbox, and this run has none: {why}"))));
                 }
                 let label = format!("script `{}`", shorten(&crate::ui::sanitize(&script.source), 80));
                 let cwd = match self.grants.env.resolve_cwd(script.cwd.as_deref()) {

@@ -1,6 +1,7 @@
 //! The command line: clap derive, one file per subcommand. Exit codes are
 //! documented in the README and in `loopbox --help`.
 
+mod doctor;
 mod hook;
 mod inspect;
 mod run;
@@ -57,6 +58,8 @@ enum Command {
     Runs(runs::RunsArgs),
     /// Run a policy as an agent's hook (Claude Code), or install it as one
     Hook(hook::HookArgs),
+    /// Say what this machine supports: OS sandboxes, cache, agent
+    Doctor(doctor::DoctorArgs),
 }
 
 /// A failure with the exit code it should end the process with.
@@ -84,6 +87,7 @@ pub fn main() -> i32 {
         Command::Inspect(args) => inspect::execute(args, &workspace),
         Command::Runs(args) => runs::execute(args, &workspace),
         Command::Hook(args) => hook::execute(args, cli.workspace.as_deref()),
+        Command::Doctor(args) => doctor::execute(args, &workspace),
     };
     match result {
         Ok(code) => code,

@@ -15,7 +15,8 @@ use crate::db::Db;
 use crate::driver::{self, Asker, DriveOptions, NoAsker, RunEnd};
 use crate::grants::{ExtraRules, parse_cli_rule};
 use crate::policy::PolicySource;
-use crate::run::{RunContext, new_run_id};
+use crate::run::{Access, RunContext, new_run_id};
+use crate::sandbox::Sandbox;
 use crate::ui::{Ui, sanitize};
 
 #[derive(Debug, Args)]
@@ -105,7 +106,7 @@ impl Asker for TerminalAsker {
 }
 
 pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
-    let (mut config, _) = Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
+    let (mut config, config_path) = Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
     if let Some(n) = args.max_turns {
         if n == 0 {
             return Err(Failure::usage(anyhow::anyhow!("--max-turns must be at least 1")));
@@ -131,8 +132,13 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     } else {
         Arc::new(TerminalConfirm { ui: ui.clone() })
     };
-    let ctx = RunContext::with_access(id.clone(), config.clone(), db.clone(), workspace, ui.clone(), &extra, confirm).map_err(Failure::usage)?;
-    ui.line(banner(&id, &source, policy.world.name(), &config, &extra, args.yes));
+    let protected = config_path.into_iter().chain(match &source {
+        PolicySource::Path(p) => Some(p.clone()),
+        PolicySource::Builtin(_) => None,
+    });
+    let access = Access { rules: extra.clone(), confirm, protected: protected.collect() };
+    let ctx = RunContext::with_access(id.clone(), config.clone(), db.clone(), workspace, ui.clone(), access).map_err(Failure::usage)?;
+    ui.line(banner(&id, &source, policy.world.name(), &config, &extra, args.yes, ctx.sandbox()));
 
     let asker: Box<dyn Asker> = if args.json { Box::new(NoAsker) } else { Box::new(TerminalAsker { ui: ui.clone() }) };
     let opts = DriveOptions { max_turns: config.run.max_turns, asker: asker.as_ref(), ticks };
@@ -165,7 +171,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
 }
 
 /// The first line of a run: what runs, and everything it is granted.
-fn banner(id: &str, source: &PolicySource, world: &str, config: &Config, extra: &ExtraRules, yes: bool) -> String {
+fn banner(id: &str, source: &PolicySource, world: &str, config: &Config, extra: &ExtraRules, yes: bool, sandbox: &Sandbox) -> String {
     let list = |a: &[Vec<String>], b: &[Vec<String>]| {
         let all: Vec<String> = a.iter().chain(b).map(|r| r.join(" ")).collect();
         if all.is_empty() { "none".to_string() } else { all.join("; ") }
@@ -181,6 +187,12 @@ fn banner(id: &str, source: &PolicySource, world: &str, config: &Config, extra: 
     }
     if !config.shell.deny.is_empty() || !extra.deny.is_empty() {
         line.push_str(&format!("; deny [{}]", list(&config.shell.deny, &extra.deny)));
+    }
+    line.push_str(&format!("; sandbox {}{}", sandbox.name(), if config.shell.network { " with network" } else { "" }));
+    match sandbox {
+        Sandbox::None { why } => line.push_str(&format!(" ({why}: commands run unconfined, scripts are refused)")),
+        Sandbox::Unavailable(why) => line.push_str(&format!(" ({why}: every command will be refused)")),
+        _ => {}
     }
     line
 }

@@ -1,0 +1,73 @@
+//! `loopbox doctor`: what this machine and workspace support, and what
+//! `loopbox run` would use: the OS sandboxes, the configured sandbox, the
+//! compiled-component cache, the store, the agent.
+
+use std::path::Path;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Failure, exit};
+use crate::child_env::ChildEnv;
+use crate::config::Config;
+use crate::sandbox::{MIN_LANDLOCK_ABI, Sandbox, support};
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Config file (default: loopbox.toml in the workspace)
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Print one JSON object
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
+    let (config, config_path) = Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
+    let s = support();
+    let sandbox = Sandbox::decide(config.shell.sandbox, s);
+    let landlock = match &s.landlock {
+        Ok(abi) if *abi >= MIN_LANDLOCK_ABI => format!("yes (ABI {abi})"),
+        Ok(abi) => format!("too old (ABI {abi}; loopbox needs {MIN_LANDLOCK_ABI}+)"),
+        Err(e) => format!("no: {e}"),
+    };
+    let bwrap = match &s.bwrap {
+        Ok(p) => format!("yes ({})", p.display()),
+        Err(e) => format!("no: {e}"),
+    };
+    let chosen = match &sandbox {
+        Sandbox::None { why } => format!("none ({why})"),
+        Sandbox::Unavailable(why) => format!("UNAVAILABLE: {why}; every command will be refused"),
+        other => other.name(),
+    };
+    let cache = crate::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
+    let root = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
+    let agent = match &config.agent {
+        None => "none configured ([agent] in loopbox.toml)".to_string(),
+        Some(a) => match ChildEnv::new(&config.shell, &root).resolve_program(&a.command[0], &root) {
+            Some(p) => format!("{} ({})", a.command[0], p.display()),
+            None => format!("{} NOT FOUND on shell.path = `{}`", a.command[0], config.shell.path),
+        },
+    };
+    let config_line = config_path.as_ref().map_or("none (defaults: nothing granted)".to_string(), |p| p.display().to_string());
+    if args.json {
+        let v = json!({
+            "landlock": s.landlock.as_ref().ok(), "landlock_error": s.landlock.as_ref().err(),
+            "bwrap": s.bwrap.as_ref().ok(), "bwrap_error": s.bwrap.as_ref().err(),
+            "sandbox": sandbox.name(), "sandbox_enforced": sandbox.is_enforced(), "sandbox_note": chosen,
+            "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("serializable"));
+    } else {
+        let line = |k: &str, v: &str| println!("{k:<18}{v}");
+        line("landlock", &landlock);
+        line("bubblewrap", &bwrap);
+        line("sandbox", &format!("{chosen} (shell.sandbox = \"{}\")", config.shell.sandbox.name()));
+        line("network", if config.shell.network { "granted to commands (shell.network = true)" } else { "denied to commands" });
+        line("config", &config_line);
+        line("component cache", &cache.display().to_string());
+        line("agent", &agent);
+    }
+    // Non-zero when commands could not run as configured.
+    Ok(if matches!(sandbox, Sandbox::Unavailable(_)) { exit::FAILURE } else { exit::OK })
+}
