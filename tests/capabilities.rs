@@ -272,3 +272,12 @@ async fn prompt_tiers_and_agent_failures() {
     assert!(err_kind(&v).1.contains("timeout"), "{v}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[tokio::test]
+async fn a_command_printing_forever_costs_only_the_cap_and_its_timeout() {
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "[limits]\noutput_bytes = 1000\n[shell]\nallow = [[\"yes\"]]");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["yes", "loopbox"], "timeout_ms": 500})).await.unwrap();
+    assert_eq!((v["ok"]["timed_out"].as_bool(), v["ok"]["truncated"].as_bool()), (Some(true), Some(true)), "{v}");
+    assert_eq!(v["ok"]["stdout"].as_str().unwrap().len(), 1000);
+}

@@ -146,12 +146,46 @@ pub enum PromptTier {
     Deny,
 }
 
-/// `[agent]`: the agent CLI behind `prompt` actions and `inject` decisions.
+/// Which kind of agent answers prompts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunnerKind {
+    /// Any CLI, from `agent.command`.
+    #[default]
+    Command,
+    /// `claude -p {prompt} --output-format json`, continued with `--resume`.
+    Claude,
+    /// `codex exec {prompt}`.
+    Codex,
+    /// `gemini -p {prompt}`.
+    Gemini,
+    /// An OpenAI-compatible chat-completions server, from `[agent.openai]`.
+    Openai,
+}
+
+impl RunnerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunnerKind::Command => "command",
+            RunnerKind::Claude => "claude",
+            RunnerKind::Codex => "codex",
+            RunnerKind::Gemini => "gemini",
+            RunnerKind::Openai => "openai",
+        }
+    }
+}
+
+/// `[agent]`: the agent behind `prompt` actions and `inject` decisions.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
+    /// "command" (default), a CLI preset ("claude", "codex", "gemini"), or "openai".
+    #[serde(default)]
+    pub runner: RunnerKind,
     /// Command template; `{prompt}` becomes the message (one argument, never
-    /// split or interpreted by a shell).
+    /// split or interpreted by a shell); a token holding `{model}` or `{session}`
+    /// is filled in, or dropped when the request has none. Presets fill it in.
+    #[serde(default)]
     pub command: Vec<String>,
     /// Appended when continuing a conversation; `{session}` becomes its id.
     #[serde(default)]
@@ -161,13 +195,68 @@ pub struct AgentConfig {
     pub model: Vec<String>,
     #[serde(default)]
     pub output: AgentOutput,
+    /// Milliseconds an agent turn may take; a prompt's own timeout is capped by it.
+    #[serde(default = "default_agent_timeout_ms")]
+    pub timeout_ms: u64,
     /// The tier of a policy's `prompt` actions: "allow" (default), "ask" or "deny".
     /// Turns the driver takes for `inject` are the user's own loop and always run.
     #[serde(default)]
     pub tier: PromptTier,
-    /// Milliseconds an agent turn may take.
-    #[serde(default = "default_agent_timeout_ms")]
-    pub timeout_ms: u64,
+    /// Prompt actions one run may take.
+    #[serde(default = "default_max_prompts")]
+    pub max_prompts: u64,
+    /// `[agent.openai]`, for `runner = "openai"`.
+    #[serde(default)]
+    pub openai: Option<OpenAiConfig>,
+}
+
+fn default_max_prompts() -> u64 {
+    100
+}
+
+/// `[agent.openai]`: an OpenAI-compatible chat-completions server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiConfig {
+    /// e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`.
+    pub base_url: String,
+    /// The model when a prompt names none.
+    pub model: String,
+    /// The *name* of the environment variable holding the API key (never the key itself).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// A system message at the start of every conversation.
+    #[serde(default)]
+    pub system: Option<String>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+impl AgentConfig {
+    /// Fill in a CLI preset's command, resume and model arguments and output format.
+    fn apply_preset(&mut self) -> Result<()> {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (command, resume, model, output) = match self.runner {
+            RunnerKind::Command | RunnerKind::Openai => return Ok(()),
+            RunnerKind::Claude => {
+                (v(&["claude", "-p", "{prompt}", "--output-format", "json"]), v(&["--resume", "{session}"]), v(&["--model", "{model}"]), AgentOutput::Json)
+            }
+            RunnerKind::Codex => (v(&["codex", "exec", "{prompt}"]), vec![], v(&["--model", "{model}"]), AgentOutput::Text),
+            RunnerKind::Gemini => (v(&["gemini", "-p", "{prompt}"]), vec![], v(&["--model", "{model}"]), AgentOutput::Text),
+        };
+        if !self.command.is_empty() {
+            bail!("agent.command: runner = \"{}\" sets the command itself; remove agent.command, or use runner = \"command\"", self.runner.name());
+        }
+        self.command = command;
+        if self.resume.is_empty() {
+            self.resume = resume;
+        }
+        if self.model.is_empty() {
+            self.model = model;
+        }
+        self.output = output;
+        Ok(())
+    }
 }
 
 fn default_agent_timeout_ms() -> u64 {
@@ -219,9 +308,12 @@ impl Default for EngineConfig {
 impl Config {
     /// Parse `text` (the contents of `origin`), then check what serde cannot.
     pub fn parse(text: &str, origin: &Path) -> Result<Config> {
-        let config: Config = toml::from_str(text)
+        let mut config: Config = toml::from_str(text)
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
             .with_context(|| format!("invalid config `{}`", origin.display()))?;
+        if let Some(agent) = config.agent.as_mut() {
+            agent.apply_preset().with_context(|| format!("invalid config `{}`", origin.display()))?;
+        }
         config.validate().with_context(|| format!("invalid config `{}`", origin.display()))?;
         Ok(config)
     }
@@ -264,7 +356,16 @@ impl Config {
                 bail!("shell.pass_env: `{name}` is not an environment variable name");
             }
         }
-        if let Some(agent) = &self.agent {
+        if let Some(agent) = self.agent.as_ref().filter(|a| a.runner == RunnerKind::Openai) {
+            let Some(o) = &agent.openai else { bail!("agent.runner = \"openai\" needs an [agent.openai] table with base_url and model") };
+            if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
+                bail!("agent.openai.base_url must start with http:// or https://, not `{}`", o.base_url);
+            }
+            if o.api_key_env.as_deref().is_some_and(|k| k.starts_with("sk-") || k.contains(' ')) {
+                bail!("agent.openai.api_key_env is the *name* of the environment variable holding the key (e.g. \"OPENAI_API_KEY\"), never the key itself");
+            }
+        }
+        if let Some(agent) = self.agent.as_ref().filter(|a| a.runner != RunnerKind::Openai) {
             if agent.command.is_empty() || agent.command[0].is_empty() {
                 bail!("agent.command: needs at least a program, e.g. [\"claude\", \"-p\", \"{{prompt}}\"]");
             }

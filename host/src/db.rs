@@ -14,12 +14,18 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 /// Directory under the workspace that holds the store.
 pub const STORE_DIR: &str = ".loopbox";
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 #[derive(Clone)]
 pub struct Db {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("path", &self.path).finish()
+    }
 }
 
 /// One log line as stored.
@@ -122,9 +128,19 @@ impl Db {
                 message TEXT NOT NULL,
                 PRIMARY KEY (run_id, seq)
              );
-             PRAGMA user_version = 1;",
+             CREATE TABLE IF NOT EXISTS agent_conversations (
+                session TEXT PRIMARY KEY,
+                messages TEXT NOT NULL,
+                updated_at INTEGER NOT NULL
+             );",
         )
         .with_context(|| format!("failed to set up the store `{}`", path.display()))?;
+        // Schema 2 counts prompt actions per run.
+        let has_prompts: bool = conn.query_row("SELECT COUNT(*) > 0 FROM pragma_table_info('runs') WHERE name = 'prompts'", [], |r| r.get(0))?;
+        if !has_prompts {
+            conn.execute_batch("ALTER TABLE runs ADD COLUMN prompts INTEGER NOT NULL DEFAULT 0")?;
+        }
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
     }
 
@@ -166,6 +182,26 @@ impl Db {
     pub fn try_add_action(&self, id: &str, limit: u64) -> Result<bool> {
         let changed = self.conn().execute("UPDATE runs SET actions = actions + 1 WHERE id = ?1 AND actions < ?2", params![id, limit as i64])?;
         Ok(changed == 1)
+    }
+
+    /// Count one prompt action against the run unless it already took `limit`; false when spent.
+    pub fn try_add_prompt(&self, id: &str, limit: u64) -> Result<bool> {
+        let changed = self.conn().execute("UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2", params![id, limit as i64])?;
+        Ok(changed == 1)
+    }
+
+    /// The messages of an agent conversation (JSON), if it exists.
+    pub fn conversation(&self, session: &str) -> Result<Option<String>> {
+        Ok(self.conn().query_row("SELECT messages FROM agent_conversations WHERE session = ?1", [session], |r| r.get(0)).optional()?)
+    }
+
+    pub fn save_conversation(&self, session: &str, messages: &str) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO agent_conversations (session, messages, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (session) DO UPDATE SET messages = excluded.messages, updated_at = excluded.updated_at",
+            params![session, messages, now_ms()],
+        )?;
+        Ok(())
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRecord>> {
@@ -345,6 +381,25 @@ mod tests {
         db.commit_event("r2", &w("a%c")).unwrap();
         assert_eq!(db.state_keys("r1", "a%").unwrap(), ["a%b"]);
         assert_eq!(db.state_keys("r2", "").unwrap(), ["a%c"]);
+    }
+
+    #[test]
+    fn a_schema_1_store_is_upgraded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE runs (id TEXT PRIMARY KEY, policy TEXT NOT NULL, policy_digest TEXT NOT NULL, input TEXT NOT NULL, status TEXT NOT NULL,
+             created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, turns INTEGER NOT NULL DEFAULT 0, actions INTEGER NOT NULL DEFAULT 0, outcome TEXT);
+             INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at) VALUES ('old', 'p', 'd', '{}', 'done', 1, 1);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        drop(c);
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.run("old").unwrap().unwrap().status, "done");
+        assert!(db.try_add_prompt("old", 1).unwrap());
+        assert!(!db.try_add_prompt("old", 1).unwrap());
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl RunContext {
         let sandbox = Sandbox::decide(config.shell.sandbox, crate::sandbox::support());
         let dir = Dir::open_ambient_dir(&root, ambient_authority()).with_context(|| format!("failed to open workspace `{}`", root.display()))?;
         let env = ChildEnv::new(&config.shell, &root);
-        let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize));
+        let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize, db.clone()));
         let rules = ShellGrants::new(&config.shell, &access.rules, &env);
         let prompt_tier = config.agent.as_ref().map(|a| a.tier).unwrap_or_default();
         let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, prompt_tier, confirm: access.confirm, sandbox, confines });

@@ -269,6 +269,12 @@ impl actions::Host for ActionsHost {
             }
             PromptTier::Allow => {}
         }
+        let max_prompts = agent.config().max_prompts;
+        if !self.db.try_add_prompt(&self.run, max_prompts).map_err(crate::host_err)? {
+            let e = format!("the run has used all {max_prompts} of its prompts (agent.max_prompts)");
+            self.log.host("warn", e.clone());
+            return Ok(Err(ActionError::BudgetExhausted(e)));
+        }
         if let Err(e) = self.spend()? {
             return Ok(Err(e));
         }
