@@ -307,3 +307,14 @@ fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
     let landlock_ok = support.landlock.as_ref().is_ok_and(|a| *a >= loopbox::sandbox::MIN_LANDLOCK_ABI);
     assert_eq!(code(&o), if landlock_ok { 0 } else { 1 });
 }
+
+#[test]
+fn the_readme_config_example_is_a_valid_config() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = readme.split("## Configuration: `loopbox.toml`").nth(1).expect("README has the config section");
+    let block = section.split("```toml\n").nth(1).unwrap().split("```").next().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loopbox.toml"), block).unwrap();
+    let o = loopbox(dir.path(), &["doctor"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+}
