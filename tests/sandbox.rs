@@ -106,3 +106,34 @@ async fn landlock_cannot_create_files_in_the_workspace_root_but_bwrap_can() {
         assert_eq!(ws.root().join("fresh.txt").exists(), created, "{kind}");
     }
 }
+
+#[tokio::test]
+async fn a_sandbox_that_cannot_be_set_up_refuses_every_command() {
+    let ws = Workspace::new();
+    let machine = loopbox::sandbox::Support { landlock: Err("no Landlock on this machine".into()), bwrap: Err("bubblewrap is not installed".into()) };
+    for (kind, why) in [("bwrap", "bubblewrap is not installed"), ("landlock", "no Landlock on this machine")] {
+        let access = loopbox::run::Access { support: Some(machine.clone()), ..Default::default() };
+        let ctx = ws.run_access(&load("probe"), &config(kind, ""), access);
+        let v = exec(&ctx, json!(["touch", "x"])).await;
+        assert_eq!(v["err"]["kind"], "unavailable", "{kind}: {v}");
+        assert_eq!(v["err"]["message"], format!("shell.sandbox = \"{kind}\" cannot be enforced: {why}"));
+        assert!(!ws.root().join("x").exists());
+        assert!(log_messages(&ctx).iter().any(|l| l.contains("refused `touch x`: shell.sandbox")), "{kind}");
+        let v = probe(&ctx, json!({"op": "script", "source": "touch y"})).await.unwrap();
+        assert!(v["err"]["message"].as_str().unwrap().contains("scripts run only inside the OS sandbox"), "{v}");
+    }
+    // Under `auto` the same machine runs commands unconfined, and the run says so.
+    let access = loopbox::run::Access { support: Some(machine), ..Default::default() };
+    let ctx = ws.run_access(&load("probe"), &config("auto", ""), access);
+    assert!(matches!(ctx.sandbox(), loopbox::sandbox::Sandbox::None { why } if why.contains("no sandbox is available here")));
+}
+
+#[tokio::test]
+async fn a_path_entry_inside_the_workspace_is_refused() {
+    let ws = Workspace::new();
+    std::fs::create_dir(ws.root().join("bin")).unwrap();
+    let config =
+        loopbox::config::Config::parse(&format!("[shell]\npath = \"{}/bin:/usr/bin:/bin\"", ws.root().display()), std::path::Path::new("t.toml")).unwrap();
+    let err = loopbox::run::RunContext::new("r".into(), std::sync::Arc::new(config), ws.db.clone(), ws.root(), loopbox::ui::Ui::quiet()).err().unwrap();
+    assert!(err.to_string().contains("inside the workspace"), "{err}");
+}

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
@@ -40,11 +40,13 @@ pub struct Access {
     /// Files the sandbox keeps read-only besides the store and `loopbox.toml`
     /// (the config file in use, the policy file).
     pub protected: Vec<PathBuf>,
+    /// What the machine supports; probed when None (tests pass a machine without sandboxes).
+    pub support: Option<crate::sandbox::Support>,
 }
 
 impl Default for Access {
     fn default() -> Self {
-        Access { rules: ExtraRules::default(), confirm: Arc::new(NoOneToAsk("no one can be asked here")), protected: Vec::new() }
+        Access { rules: ExtraRules::default(), confirm: Arc::new(NoOneToAsk("no one can be asked here")), protected: Vec::new(), support: None }
     }
 }
 
@@ -79,7 +81,17 @@ impl RunContext {
         let mut protected = vec![root.join(crate::db::STORE_DIR), root.join(crate::config::CONFIG_FILE)];
         protected.extend(access.protected.iter().filter_map(|p| p.canonicalize().ok()));
         let confines = Confines { workspace: root.clone(), protected, network: config.shell.network };
-        let sandbox = Sandbox::decide(config.shell.sandbox, crate::sandbox::support());
+        let sandbox = Sandbox::decide(config.shell.sandbox, access.support.as_ref().unwrap_or_else(|| crate::sandbox::support()));
+        // A PATH entry the policy's commands can write would let them plant a program
+        // under an allowed name.
+        for dir in config.shell.path.split(':').filter(|d| !d.is_empty()) {
+            let real = Path::new(dir).canonicalize().unwrap_or_else(|_| root.join(dir));
+            if real.starts_with(&root) {
+                bail!(
+                    "shell.path contains `{dir}`, which is inside the workspace: a command could plant a program there under an allowed name; remove it from shell.path"
+                );
+            }
+        }
         let dir = Dir::open_ambient_dir(&root, ambient_authority()).with_context(|| format!("failed to open workspace `{}`", root.display()))?;
         let env = ChildEnv::new(&config.shell, &root);
         let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize, db.clone()));

@@ -16,11 +16,13 @@ use clap::{Args, Subcommand};
 
 use super::{Failure, exit, json_arg};
 use crate::config::Config;
+use crate::confirm::NoOneToAsk;
 use crate::db::STORE_DIR;
 use crate::hook::claude_code::{HookInput, MAX_INPUT_BYTES};
 use crate::hook::session;
 use crate::hook::settings::{self, EVENTS, HookEntry};
 use crate::policy::PolicySource;
+use crate::run::Access;
 
 /// Exit code for a loopbox failure while answering a hook: non-blocking for Claude Code.
 pub const HOOK_FAILED: i32 = 1;
@@ -129,12 +131,19 @@ fn answer(args: AnswerArgs, workspace: Option<&Path>) -> i32 {
 }
 
 fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Result<Option<serde_json::Value>> {
-    let (config, _) = Config::discover(args.config.as_deref(), workspace)?;
+    let (config, config_path) = Config::discover(args.config.as_deref(), workspace)?;
     let start = json_arg("--input", &args.input).map_err(|f| f.error)?;
     let runtime = super::runtime(&config).map_err(|f| f.error)?;
-    let policy = runtime.load(&PolicySource::parse(&args.policy))?;
+    let source = PolicySource::parse(&args.policy);
+    let policy = runtime.load(&source)?;
+    // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.
+    let access = Access {
+        confirm: Arc::new(NoOneToAsk("a hook cannot ask anyone (its stdin is the hook input); approve it with an allow rule instead")),
+        protected: config_path.into_iter().chain(if let PolicySource::Path(p) = &source { Some(p.clone()) } else { None }).collect(),
+        ..Access::default()
+    };
     let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let output = tokio.block_on(session::answer(&policy, Arc::new(config), workspace, &start, input))?;
+    let output = tokio.block_on(session::answer(&policy, Arc::new(config), workspace, &start, input, access))?;
     Ok(output.stdout)
 }
 

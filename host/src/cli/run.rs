@@ -136,7 +136,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
         PolicySource::Path(p) => Some(p.clone()),
         PolicySource::Builtin(_) => None,
     });
-    let access = Access { rules: extra.clone(), confirm, protected: protected.collect() };
+    let access = Access { rules: extra.clone(), confirm, protected: protected.collect(), support: None };
     let ctx = RunContext::with_access(id.clone(), config.clone(), db.clone(), workspace, ui.clone(), access).map_err(Failure::usage)?;
     ui.line(banner(&id, &source, policy.world.name(), &config, &extra, args.yes, ctx.sandbox()));
 

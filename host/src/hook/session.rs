@@ -19,7 +19,7 @@ use crate::hook::claude_code::{HookInput, HookOutput, render};
 use crate::hook::transcript;
 use crate::policy::{Policy, PolicySource};
 use crate::record::decision_json;
-use crate::run::RunContext;
+use crate::run::{Access, RunContext};
 use crate::ui::Ui;
 
 /// The run id for a session of a policy: stable across hook processes.
@@ -33,14 +33,14 @@ fn finished(status: &str) -> bool {
     matches!(status, "done" | "failed" | "escalated")
 }
 
-pub async fn answer(policy: &Policy, config: Arc<Config>, workspace: &Path, start_input: &str, input: &HookInput) -> Result<HookOutput> {
+pub async fn answer(policy: &Policy, config: Arc<Config>, workspace: &Path, start_input: &str, input: &HookInput, access: Access) -> Result<HookOutput> {
     let db = Db::open_workspace(workspace)?;
     let id = session_run_id(&policy.source, &input.session_id);
     let existing = db.run(&id)?;
     if existing.as_ref().is_some_and(|r| finished(&r.status)) {
         return Ok(HookOutput { stdout: None });
     }
-    let ctx = RunContext::new(id.clone(), config, db.clone(), workspace, Ui::quiet())?;
+    let ctx = RunContext::with_access(id.clone(), config, db.clone(), workspace, Ui::quiet(), access)?;
     if existing.is_none() {
         db.create_run(&id, &policy.source.to_string(), &policy.digest, start_input)?;
         ctx.log.host("info", format!("Claude Code session {} seen for the first time", input.session_id));
