@@ -12,7 +12,7 @@ use cap_std::fs::Dir;
 
 use crate::agent::AgentRunner;
 use crate::bindings::{Decision, Event, PolicyInfo};
-use crate::caps::actions::{ActionGrants, ActionsHost};
+use crate::caps::actions::{ActionGrants, ActionsHost, LazySandbox};
 use crate::caps::log::LogHost;
 use crate::caps::state::StateHost;
 use crate::caps::wasi::{CapturedOutput, empty_ctx};
@@ -81,7 +81,7 @@ impl RunContext {
         let mut protected = vec![root.join(crate::db::STORE_DIR), root.join(crate::config::CONFIG_FILE)];
         protected.extend(access.protected.iter().filter_map(|p| p.canonicalize().ok()));
         let confines = Confines { workspace: root.clone(), protected, network: config.shell.network };
-        let sandbox = Sandbox::decide(config.shell.sandbox, access.support.as_ref().unwrap_or_else(|| crate::sandbox::support()));
+        let sandbox = LazySandbox::new(config.shell.sandbox, access.support);
         // A PATH entry the policy's commands can write would let them plant a program
         // under an allowed name.
         for dir in config.shell.path.split(':').filter(|d| !d.is_empty()) {
@@ -105,9 +105,9 @@ impl RunContext {
         &self.root
     }
 
-    /// The OS sandbox this run's commands run in.
+    /// The OS sandbox this run's commands run in (decided on first use).
     pub fn sandbox(&self) -> &Sandbox {
-        &self.grants.sandbox
+        self.grants.sandbox.get()
     }
 
     pub fn agent(&self) -> Option<&AgentRunner> {

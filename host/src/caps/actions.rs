@@ -5,7 +5,7 @@
 //! goes to the run log with the rule that made it.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -23,7 +23,7 @@ use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::meter::Meter;
 use crate::process::{self, Finished, Spec};
 use crate::runlog::RunLog;
-use crate::sandbox::{Confines, Sandbox};
+use crate::sandbox::{Confines, Sandbox, SandboxChoice, Support};
 
 /// What a run grants for actions; shared by every instance of the run.
 pub struct ActionGrants {
@@ -35,8 +35,26 @@ pub struct ActionGrants {
     /// Who approves ask-tier actions.
     pub confirm: Arc<dyn Confirm>,
     /// The OS sandbox every command runs in, and what it protects.
-    pub sandbox: Sandbox,
+    pub sandbox: LazySandbox,
     pub confines: Confines,
+}
+
+/// The sandbox decision, made when first needed: probing bubblewrap costs a
+/// process spawn, which a run that never executes a command (a Stop hook) skips.
+pub struct LazySandbox {
+    choice: SandboxChoice,
+    support: Option<Support>,
+    decided: OnceLock<Sandbox>,
+}
+
+impl LazySandbox {
+    pub fn new(choice: SandboxChoice, support: Option<Support>) -> LazySandbox {
+        LazySandbox { choice, support, decided: OnceLock::new() }
+    }
+
+    pub fn get(&self) -> &Sandbox {
+        self.decided.get_or_init(|| Sandbox::decide(self.choice, self.support.as_ref().unwrap_or_else(|| crate::sandbox::support())))
+    }
 }
 
 pub struct ActionsHost {
@@ -116,7 +134,7 @@ impl ActionsHost {
     }
 
     async fn exec(&self, req: Exec) -> wasmtime::Result<Result<Output, ActionError>> {
-        let prepared = match self.grants.confines.prepare(&self.grants.sandbox, req.program, req.args, &req.cwd) {
+        let prepared = match self.grants.confines.prepare(self.grants.sandbox.get(), req.program, req.args, &req.cwd) {
             Ok(p) => p,
             Err(why) => {
                 self.log.host("error", format!("refused {}: {why}", req.label));
@@ -221,8 +239,8 @@ impl actions::Host for ActionsHost {
                 if let Err(why) = grants::check_script(&self.grants.shell, &script.source) {
                     return Ok(Err(self.deny("script", why)));
                 }
-                if !self.grants.sandbox.is_enforced() {
-                    let why = match &self.grants.sandbox {
+                if !self.grants.sandbox.get().is_enforced() {
+                    let why = match self.grants.sandbox.get() {
                         Sandbox::None { why } | Sandbox::Unavailable(why) => why.clone(),
                         _ => unreachable!("checked"),
                     };
