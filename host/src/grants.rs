@@ -226,19 +226,18 @@ pub fn check_script(shell: &ShellConfig, source: &str) -> Result<(), String> {
     }
 }
 
-/// An argv as a person would type it.
+/// An argv as a person would type it, for messages: quoted, sanitized, long arguments shortened.
 pub fn show_argv(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .map(|a| shorten(&crate::ui::sanitize(&a), 200))
-        .collect::<Vec<_>>()
-        .join(" ")
+    argv.iter().map(|a| shorten(&crate::ui::sanitize(&shell_quote(a)), 200)).collect::<Vec<_>>().join(" ")
+}
+
+/// One argument quoted for a POSIX shell (single quotes unless it is plainly safe).
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// A TOML rule for the first `take` tokens of `argv`.

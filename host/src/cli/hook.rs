@@ -18,6 +18,7 @@ use super::{Failure, exit, json_arg};
 use crate::config::Config;
 use crate::confirm::NoOneToAsk;
 use crate::db::STORE_DIR;
+use crate::grants::shell_quote;
 use crate::hook::claude_code::{HookInput, MAX_INPUT_BYTES};
 use crate::hook::session;
 use crate::hook::settings::{self, EVENTS, HookEntry};
@@ -173,16 +174,8 @@ fn hook_command(e: &EntryArgs) -> Result<String> {
         argv.push("--config".into());
         argv.push(c.canonicalize().with_context(|| format!("config `{}` not found", c.display()))?.to_string_lossy().into_owned());
     }
+    // Claude Code runs hook commands through a shell.
     Ok(argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "))
-}
-
-/// Quote for the shell Claude Code runs hook commands with.
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
 }
 
 fn edit(e: EntryArgs, workspace: Option<&Path>, install: bool) -> Result<i32, Failure> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::Args;
 use serde_json::json;
 
-use super::{Failure, exit, json_arg};
+use super::{Failure, json_arg};
 use crate::config::Config;
 use crate::confirm::{ApproveAll, Confirm, NoOneToAsk};
 use crate::db::Db;
@@ -59,22 +59,27 @@ struct TerminalConfirm {
 
 impl Confirm for TerminalConfirm {
     fn confirm(&self, action: &str, rule: &str) -> Result<bool, String> {
-        if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
-            return Err(
-                "there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions".into()
-            );
-        }
-        let mut answer = String::new();
-        self.ui
-            .suspend(|| {
-                eprintln!("\nThe policy wants to run {} (needs a yes: {})", sanitize(action), sanitize(rule));
-                eprint!("Allow it? [y/N] ");
-                let _ = std::io::stderr().flush();
-                std::io::stdin().lock().read_line(&mut answer)
-            })
-            .map_err(|e| format!("reading the answer failed: {e}"))?;
+        let message = format!("The policy wants to run {} (needs a yes: {})", sanitize(action), sanitize(rule));
+        let answer = read_answer(&self.ui, &message, "Allow it? [y/N] ")
+            .ok_or("there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions")?;
         Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
     }
+}
+
+/// Show `message` and read one line from the person at the terminal; None without one
+/// (stdin not a terminal, or `CI` set), or when reading fails.
+fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
+    if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
+        return None;
+    }
+    let mut answer = String::new();
+    ui.suspend(|| {
+        eprintln!("\n{message}");
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        std::io::stdin().lock().read_line(&mut answer).ok()
+    })?;
+    Some(answer.trim_end_matches(['\n', '\r']).to_string())
 }
 
 fn cli_rules(args: &RunArgs) -> Result<ExtraRules, Failure> {
@@ -91,17 +96,7 @@ struct TerminalAsker {
 
 impl Asker for TerminalAsker {
     fn ask(&self, question: &str) -> Option<String> {
-        if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
-            return None;
-        }
-        let mut answer = String::new();
-        self.ui.suspend(|| {
-            eprintln!("\nThe policy asks: {}", sanitize(question));
-            eprint!("answer> ");
-            let _ = std::io::stderr().flush();
-            std::io::stdin().lock().read_line(&mut answer).ok()
-        })?;
-        Some(answer.trim_end_matches(['\n', '\r']).to_string())
+        read_answer(&self.ui, &format!("The policy asks: {}", sanitize(question)), "answer> ")
     }
 }
 
@@ -166,7 +161,6 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
             println!("run {id} is parked in {}", db.path().display());
         }
     }
-    debug_assert!(code == exit::OK || code != 0);
     Ok(code)
 }
 
