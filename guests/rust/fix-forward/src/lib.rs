@@ -120,24 +120,16 @@ pub fn explain(action: Action, s: &RunState, b: &Budgets) -> String {
 
 #[cfg(target_arch = "wasm32")]
 mod component {
-    wit_bindgen::generate!({ path: "../../../wit", world: "decider" });
-
     use super::{Action, Budgets, RunState};
-    use exports::loopbox::policy::policy::{Guest, PolicyInfo};
-    use loopbox::policy::state;
-    use loopbox::policy::types::{Decision, Event, Outcome};
+    use loopbox_guest::{Decision, Event, Info, Policy, done_with, state};
 
     const KEY: &str = "budgets";
 
     struct FixForward;
 
-    impl Guest for FixForward {
-        fn info() -> PolicyInfo {
-            PolicyInfo {
-                name: "fix-forward".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                description: "The AFK fix-forward decision table over CI and agent-thread ticks".into(),
-            }
+    impl Policy for FixForward {
+        fn info() -> Info {
+            Info::new("fix-forward", env!("CARGO_PKG_VERSION"), "The AFK fix-forward decision table over CI and agent-thread ticks")
         }
 
         fn handle(event: Event) -> Result<Decision, String> {
@@ -145,21 +137,16 @@ mod component {
                 Event::Start(json) => {
                     let b: Budgets = serde_json::from_str(&json)
                         .map_err(|e| format!("fix-forward: bad input: {e}; expected {{\"fix_forward_max_attempts\": N, \"fix_forward_max_seconds\": N}}"))?;
-                    state::set(KEY, &serde_json::to_string(&b).expect("budgets serialize"))?;
+                    state::set(KEY, &b)?;
                     Ok(Decision::Pass)
                 }
                 Event::Tick(json) => {
-                    let b: Budgets = match state::get(KEY) {
-                        Some(s) => serde_json::from_str(&s).map_err(|e| format!("fix-forward: stored budgets are corrupt: {e}"))?,
-                        None => return Err("fix-forward: a tick arrived before `start` gave the budgets".into()),
-                    };
+                    let b: Budgets = state::get(KEY)?.ok_or("fix-forward: a tick arrived before `start` gave the budgets")?;
                     let s: RunState = serde_json::from_str(&json).map_err(|e| format!("fix-forward: bad tick: {e}"))?;
                     let action = super::next_action(&s, &b);
                     let text = super::explain(action, &s, &b);
                     Ok(match action {
-                        Action::CloseSuccess => {
-                            Decision::Done(Outcome { success: true, summary: text, data: Some(format!("{{\"action\":\"{}\"}}", action.name())) })
-                        }
+                        Action::CloseSuccess => done_with(true, text, &serde_json::json!({"action": action.name()}))?,
                         Action::FixForward => Decision::Inject(text),
                         Action::FreezeEscalate | Action::EscalatePrepush => Decision::Escalate(format!("{}: {text}", action.name())),
                         Action::Wait => Decision::Pass,
@@ -170,7 +157,7 @@ mod component {
         }
     }
 
-    export!(FixForward);
+    loopbox_guest::policy!(FixForward);
 }
 
 #[cfg(test)]

@@ -7,13 +7,13 @@
 
 #[cfg(target_arch = "wasm32")]
 mod component {
-    wit_bindgen::generate!({ path: "../../../wit", world: "loop-policy" });
-
-    use exports::loopbox::policy::policy::{Guest, PolicyInfo};
-    use loopbox::policy::actions::{self, ActionError, Command, Output, PromptKind, PromptRequest, Script, ShellRequest};
-    use loopbox::policy::log::{self, Level};
-    use loopbox::policy::state;
-    use loopbox::policy::types::{Decision, Event, Outcome};
+    // The probe needs the raw host calls (non-JSON state, hand-built requests), so it
+    // uses the SDK's bindings directly and only its export macro.
+    use loopbox_guest::bindings::loopbox;
+    use loopbox_guest::bindings::loopbox::policy::actions::{self, ActionError, Command, Output, PromptKind, PromptRequest, Script, ShellRequest};
+    use loopbox_guest::bindings::loopbox::policy::log::{self, Level};
+    use loopbox_guest::bindings::loopbox::policy::state;
+    use loopbox_guest::{Decision, Event, Info as PolicyInfo, Outcome, Policy};
     use serde_json::{Value, json};
 
     struct Probe;
@@ -187,7 +187,7 @@ mod component {
         format!("probe {}", op["op"].as_str().unwrap_or("?"))
     }
 
-    impl Guest for Probe {
+    impl Policy for Probe {
         fn info() -> PolicyInfo {
             PolicyInfo { name: "probe".into(), version: "0.0.0".into(), description: "test policy that does what its event says".into() }
         }
@@ -215,5 +215,5 @@ mod component {
         }
     }
 
-    export!(Probe);
+    loopbox_guest::policy!(Probe);
 }

@@ -96,48 +96,36 @@ pub fn decide(progress: Option<Progress>, input: Input<'_>) -> Result<(Option<Pr
 
 #[cfg(target_arch = "wasm32")]
 mod component {
-    wit_bindgen::generate!({ path: "../../../wit", world: "decider" });
-
-    use exports::loopbox::policy::policy::{Guest, PolicyInfo};
-    use loopbox::policy::state;
-    use loopbox::policy::types::{Decision, Event, Outcome};
+    use loopbox_guest::{Decision, Event, Info, Policy, done, state};
 
     const KEY: &str = "ralph";
 
     struct Ralph;
 
-    impl Guest for Ralph {
-        fn info() -> PolicyInfo {
-            PolicyInfo {
-                name: "ralph".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                description: "Re-feed a prompt until the reply carries the completion promise or iterations run out".into(),
-            }
+    impl Policy for Ralph {
+        fn info() -> Info {
+            Info::new("ralph", env!("CARGO_PKG_VERSION"), "Re-feed a prompt until the reply carries the completion promise or iterations run out")
         }
 
         fn handle(event: Event) -> Result<Decision, String> {
-            let progress = match state::get(KEY) {
-                Some(json) => Some(serde_json::from_str(&json).map_err(|e| format!("ralph: stored progress is corrupt: {e}"))?),
-                None => None,
-            };
             let input = match &event {
                 Event::Start(json) => super::Input::Start(json),
                 Event::TurnComplete(turn) => super::Input::Turn { response: &turn.response },
                 _ => super::Input::Other,
             };
-            let (progress, next) = super::decide(progress, input)?;
+            let (progress, next) = super::decide(state::get(KEY)?, input)?;
             if let Some(p) = progress {
-                state::set(KEY, &serde_json::to_string(&p).expect("progress serializes"))?;
+                state::set(KEY, &p)?;
             }
             Ok(match next {
                 super::Next::Pass => Decision::Pass,
                 super::Next::Inject(msg) => Decision::Inject(msg),
-                super::Next::Done { success, summary } => Decision::Done(Outcome { success, summary, data: None }),
+                super::Next::Done { success, summary } => done(success, summary),
             })
         }
     }
 
-    export!(Ralph);
+    loopbox_guest::policy!(Ralph);
 }
 
 #[cfg(test)]

@@ -89,37 +89,25 @@ pub fn decide(progress: Option<Progress>, input: Input<'_>) -> Result<(Progress,
 
 #[cfg(target_arch = "wasm32")]
 mod component {
-    wit_bindgen::generate!({ path: "../../../wit", world: "decider" });
-
-    use exports::loopbox::policy::policy::{Guest, PolicyInfo};
-    use loopbox::policy::state;
-    use loopbox::policy::types::{Decision, Event};
+    use loopbox_guest::{Decision, Event, Info, Policy, state};
 
     const KEY: &str = "todo-enforcer";
 
     struct TodoEnforcer;
 
-    impl Guest for TodoEnforcer {
-        fn info() -> PolicyInfo {
-            PolicyInfo {
-                name: "todo-enforcer".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                description: "Send the agent back to work while its reply still has unchecked todo items".into(),
-            }
+    impl Policy for TodoEnforcer {
+        fn info() -> Info {
+            Info::new("todo-enforcer", env!("CARGO_PKG_VERSION"), "Send the agent back to work while its reply still has unchecked todo items")
         }
 
         fn handle(event: Event) -> Result<Decision, String> {
-            let progress = match state::get(KEY) {
-                Some(json) => Some(serde_json::from_str(&json).map_err(|e| format!("todo-enforcer: stored progress is corrupt: {e}"))?),
-                None => None,
-            };
             let input = match &event {
                 Event::Start(json) => super::Input::Start(json),
                 Event::TurnComplete(t) => super::Input::Turn { response: &t.response, continuation: t.continuation },
                 _ => super::Input::Other,
             };
-            let (progress, next) = super::decide(progress, input)?;
-            state::set(KEY, &serde_json::to_string(&progress).expect("progress serializes"))?;
+            let (progress, next) = super::decide(state::get(KEY)?, input)?;
+            state::set(KEY, &progress)?;
             Ok(match next {
                 super::Next::Pass => Decision::Pass,
                 super::Next::Inject(msg) => Decision::Inject(msg),
@@ -127,7 +115,7 @@ mod component {
         }
     }
 
-    export!(TodoEnforcer);
+    loopbox_guest::policy!(TodoEnforcer);
 }
 
 #[cfg(test)]
