@@ -4,7 +4,7 @@
 #   ./scripts/test.sh
 #
 # 1. the pinned Rust toolchain (rust-toolchain.toml) and its wasm32-wasip2 target,
-#    and bubblewrap for the sandbox tests
+#    componentize-py for the Python guests, and bubblewrap for the sandbox tests
 # 2. host unit tests, guests built from source by build scripts, integration and
 #    CLI tests, and the benchmark run once as a smoke test (cargo test --all-targets)
 # 3. the guests' own native unit tests
@@ -16,6 +16,13 @@ if ! rustup toolchain list | grep -q "^$toolchain"; then
   rustup toolchain install "$toolchain" --profile minimal
 fi
 rustup target add wasm32-wasip2 --toolchain "$toolchain"
+
+# Python guests are built with a pinned componentize-py.
+cpy="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/componentize-py"
+if ! "$cpy" --version 2>/dev/null | grep -q "0.25.1"; then
+  python3 -m pip install --quiet --disable-pip-version-check componentize-py==0.25.1
+  if command -v pyenv >/dev/null; then pyenv rehash; fi
+fi
 
 # The OS sandbox tests need bubblewrap (Landlock comes with the kernel).
 if ! command -v bwrap >/dev/null; then

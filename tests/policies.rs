@@ -106,3 +106,39 @@ async fn fix_forward_matches_the_table_over_every_combination() {
     let f = deliver(&ctx, &ff, Event::Tick("{\"pushed\": \"yes\"}".into())).await.unwrap_err();
     assert!(f.to_string().contains("fix-forward: bad tick"), "{f}");
 }
+
+/// Every decision (or failure) of `policy` over one start and a list of replies.
+async fn decisions(policy: &str, input: &str, replies: &[&str]) -> Vec<Result<Decision, String>> {
+    let ws = Workspace::new();
+    let p = load(policy);
+    let ctx = ws.run(&p, "");
+    let mut out = vec![deliver(&ctx, &p, Event::Start(input.into())).await.map_err(|f| f.kind().to_string())];
+    for (i, r) in replies.iter().enumerate() {
+        out.push(deliver(&ctx, &p, turn(r, i as u32 + 1, i > 0)).await.map_err(|f| f.kind().to_string()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn ralph_in_python_decides_exactly_as_ralph_in_rust() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            r#"{"prompt": "fix it", "completion_promise": "DONE", "max_iterations": 5}"#,
+            &["nope", "<promise>NOT</promise>", "x <promise> DONE </promise> <promise>no</promise>"],
+        ),
+        (r#"{"prompt": "fix it", "completion_promise": "DONE", "max_iterations": 2}"#, &["no", "still no", "never"]),
+        (r#"{"prompt": "修正して 🚀", "max_iterations": 0}"#, &["<promise>DONE</promise>", "a", "b", "c"]),
+        (r#"{"prompt": "go", "completion_promise": "a b"}"#, &["<promise>a  b</promise>", "<promise>\n a b\t</promise>"]),
+        (r#"{"prompt": "  "}"#, &["x"]),
+        (r#"{"prompt": "go", "typo": 1}"#, &[]),
+        ("not json", &[]),
+    ];
+    for (input, replies) in cases {
+        let rust = decisions("ralph", input, replies).await;
+        let python = decisions("ralph-py", input, replies).await;
+        assert_eq!(python, rust, "input {input}");
+    }
+    // The comparison covers every kind of decision Ralph makes.
+    let all = decisions("ralph", cases[0].0, cases[0].1).await;
+    assert!(all.iter().any(|d| matches!(d, Ok(Decision::Done(_)))) && all.iter().any(|d| matches!(d, Ok(Decision::Inject(_)))));
+}

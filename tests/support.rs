@@ -22,6 +22,7 @@ pub fn guest(name: &str) -> PathBuf {
         "todo-enforcer" => env!("LOOPBOX_GUEST_TODO_ENFORCER"),
         "fix-forward" => env!("LOOPBOX_GUEST_FIX_FORWARD"),
         "probe" => env!("LOOPBOX_GUEST_PROBE"),
+        "ralph-py" => env!("LOOPBOX_GUEST_RALPH_PY"),
         other => panic!("no guest named {other}"),
     })
 }

@@ -86,6 +86,57 @@ impl Repo {
     }
 }
 
+/// The componentize-py release the Python guests are built with.
+pub const COMPONENTIZE_PY: &str = "0.25.1";
+
+impl Repo {
+    /// Build the Python guest in `guests/python/<name>` (module `app`) for `world`
+    /// with the pinned componentize-py; returns the component's path.
+    pub fn build_python_guest(&self, name: &str, world: &str) -> PathBuf {
+        let source = self.root.join("guests/python").join(name);
+        let out_dir = self.root.join("target/guests/python");
+        if std::env::var_os("OUT_DIR").is_some() {
+            println!("cargo:rerun-if-changed={}", source.display());
+        }
+        let install = format!("install it with:\n    python3 -m pip install componentize-py=={COMPONENTIZE_PY}\n(./scripts/test.sh does this)");
+        let version = componentize_py()
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("componentize-py is needed to build the Python guests but cannot be run ({e}); {install}"));
+        let version = String::from_utf8_lossy(&version.stdout);
+        if !version.contains(COMPONENTIZE_PY) {
+            panic!("the Python guests are built with componentize-py {COMPONENTIZE_PY}, but `componentize-py --version` says `{}`; {install}", version.trim());
+        }
+        std::fs::create_dir_all(&out_dir).expect("create target/guests/python");
+        let out = out_dir.join(format!("{name}.wasm"));
+        let status = componentize_py()
+            .arg("-d")
+            .arg(self.root.join("wit"))
+            .args(["-w", world, "componentize", "app", "-p"])
+            .arg(&source)
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .unwrap_or_else(|e| panic!("failed to run componentize-py: {e}"));
+        assert!(status.success(), "componentize-py failed to build {} ({status})", source.display());
+        out
+    }
+}
+
+/// `componentize-py` from PATH, else from python3's scripts directory (where pip
+/// puts it even when that directory is not on PATH, e.g. before `pyenv rehash`).
+fn componentize_py() -> Command {
+    let on_path = Command::new("componentize-py").arg("--version").output().is_ok_and(|o| o.status.success());
+    if on_path {
+        return Command::new("componentize-py");
+    }
+    let scripts = Command::new("python3").args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]).output();
+    match scripts {
+        Ok(o) if o.status.success() => Command::new(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("componentize-py")),
+        _ => Command::new("componentize-py"),
+    }
+}
+
 /// Where cargo leaves the component for package `name`.
 pub fn component_path(target_dir: &Path, name: &str) -> PathBuf {
     target_dir.join(TARGET).join("release").join(format!("{}.wasm", name.replace('-', "_")))
