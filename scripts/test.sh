@@ -4,7 +4,8 @@
 #   ./scripts/test.sh
 #
 # 1. the pinned Rust toolchain (rust-toolchain.toml) and its wasm32-wasip2 target,
-#    componentize-py for the Python guests, and bubblewrap for the sandbox tests
+#    componentize-py for the Python guests, the npm packages for the JavaScript
+#    guests, and bubblewrap for the sandbox tests
 # 2. host unit tests, guests built from source by build scripts, integration and
 #    CLI tests, and the benchmark run once as a smoke test (cargo test --all-targets)
 # 3. the guests' own native unit tests
@@ -23,6 +24,9 @@ if ! "$cpy" --version 2>/dev/null | grep -q "0.25.1"; then
   python3 -m pip install --quiet --disable-pip-version-check componentize-py==0.25.1
   if command -v pyenv >/dev/null; then pyenv rehash; fi
 fi
+
+# JavaScript guests are built with the componentize-js pinned in the lockfile.
+(cd guests/js && npm ci --no-audit --no-fund --loglevel=error)
 
 # The OS sandbox tests need bubblewrap (Landlock comes with the kernel).
 if ! command -v bwrap >/dev/null; then

@@ -142,3 +142,38 @@ async fn ralph_in_python_decides_exactly_as_ralph_in_rust() {
     let all = decisions("ralph", cases[0].0, cases[0].1).await;
     assert!(all.iter().any(|d| matches!(d, Ok(Decision::Done(_)))) && all.iter().any(|d| matches!(d, Ok(Decision::Inject(_)))));
 }
+
+#[tokio::test]
+async fn todo_enforcer_in_javascript_decides_exactly_as_in_rust() {
+    let cases: &[(&str, &[&str])] = &[
+        (r#"{"max_continuations": 2, "message": "{count} left"}"#, &["- [ ] a\n  * [ ] b", "- [ ] a", "- [ ] a", "done - [x] a", "+ [ ] c"]),
+        (r#"{"prompt": "work the list"}"#, &["- [ ] x", "- [ ] x", "- [ ] x", "- [ ] x", "- [ ] x"]),
+        ("{}", &["nothing to do", "-[ ] not an item", "- [ ] one"]),
+        (r#"{"bogus": 1}"#, &[]),
+    ];
+    for (input, replies) in cases {
+        let rust = decisions("todo-enforcer", input, replies).await;
+        let js = decisions("todo-enforcer-js", input, replies).await;
+        assert_eq!(js, rust, "input {input}");
+    }
+}
+
+#[tokio::test]
+async fn the_javascript_tool_gate_blocks_recursive_forced_deletes_only() {
+    let ws = Workspace::new();
+    let gate = load("tool-gate-js");
+    let ctx = ws.run(&gate, "");
+    let call = |name: &str, input: serde_json::Value| Event::ToolCall(loopbox::bindings::ToolCall { name: name.into(), input: input.to_string() });
+    for command in ["rm -rf /", "rm -fr build", "rm -r -f x", "sudo rm -Rf ~", "cd /tmp && rm --recursive --force *", "ls; /bin/rm -rf .git", "X=1 rm -rf y"] {
+        match deliver(&ctx, &gate, call("Bash", json!({"command": command}))).await.unwrap() {
+            Decision::Block(reason) => assert!(reason.contains("recursive forced delete"), "{command}: {reason}"),
+            other => panic!("{command}: {other:?}"),
+        }
+    }
+    for command in ["ls -la", "rm notes.txt", "rm -r emptydir", "rm -f one.txt", "git status", "echo rm -rf"] {
+        assert_eq!(deliver(&ctx, &gate, call("Bash", json!({"command": command}))).await.unwrap(), Decision::Pass, "{command}");
+    }
+    assert_eq!(deliver(&ctx, &gate, call("Edit", json!({"file_path": "rm -rf /"}))).await.unwrap(), Decision::Pass);
+    let f = deliver(&ctx, &gate, Event::ToolCall(loopbox::bindings::ToolCall { name: "Bash".into(), input: "{not json".into() })).await.unwrap_err();
+    assert!(f.to_string().contains("tool-gate: the Bash tool input is not JSON"), "{f}");
+}

@@ -23,6 +23,8 @@ pub fn guest(name: &str) -> PathBuf {
         "fix-forward" => env!("LOOPBOX_GUEST_FIX_FORWARD"),
         "probe" => env!("LOOPBOX_GUEST_PROBE"),
         "ralph-py" => env!("LOOPBOX_GUEST_RALPH_PY"),
+        "todo-enforcer-js" => env!("LOOPBOX_GUEST_TODO_ENFORCER_JS"),
+        "tool-gate-js" => env!("LOOPBOX_GUEST_TOOL_GATE_JS"),
         other => panic!("no guest named {other}"),
     })
 }

@@ -123,6 +123,34 @@ impl Repo {
     }
 }
 
+impl Repo {
+    /// Build the JavaScript guest in `guests/js/<name>` (`policy.js`) for `world`
+    /// with the componentize-js pinned in `guests/js/package-lock.json`.
+    pub fn build_js_guest(&self, name: &str, world: &str) -> PathBuf {
+        let js = self.root.join("guests/js");
+        let out_dir = self.root.join("target/guests/js");
+        if std::env::var_os("OUT_DIR").is_some() {
+            println!("cargo:rerun-if-changed={}", js.join(name).display());
+            println!("cargo:rerun-if-changed={}", js.join("build.mjs").display());
+            println!("cargo:rerun-if-changed={}", js.join("package-lock.json").display());
+        }
+        if !js.join("node_modules/@bytecodealliance/componentize-js").is_dir() {
+            panic!("the JavaScript guests need their npm packages: run `npm ci` in {} (./scripts/test.sh does)", js.display());
+        }
+        std::fs::create_dir_all(&out_dir).expect("create target/guests/js");
+        let out = out_dir.join(format!("{name}.wasm"));
+        let status = Command::new("node")
+            .arg(js.join("build.mjs"))
+            .args([name, world])
+            .arg(&out)
+            .current_dir(&js)
+            .status()
+            .unwrap_or_else(|e| panic!("failed to run node to build the JavaScript guests ({e}); install Node.js 20 or later"));
+        assert!(status.success(), "componentize-js failed to build {} ({status})", js.join(name).display());
+        out
+    }
+}
+
 /// `componentize-py` from PATH, else from python3's scripts directory (where pip
 /// puts it even when that directory is not on PATH, e.g. before `pyenv rehash`).
 fn componentize_py() -> Command {
