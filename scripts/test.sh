@@ -25,8 +25,11 @@ if ! "$cpy" --version 2>/dev/null | grep -q "0.25.1"; then
   if command -v pyenv >/dev/null; then pyenv rehash; fi
 fi
 
-# JavaScript guests are built with the componentize-js pinned in the lockfile.
-(cd guests/js && npm ci --no-audit --no-fund --loglevel=error)
+# JavaScript guests are built with the componentize-js pinned in the lockfile. Not
+# `npm ci`: it rejects lockfiles written on one platform that lack other platforms'
+# optional native packages; `install --no-save` installs the locked versions and
+# leaves the lockfile alone.
+(cd guests/js && npm install --no-save --no-audit --no-fund --loglevel=error)
 
 # The OS sandbox tests need bubblewrap (Landlock comes with the kernel).
 if ! command -v bwrap >/dev/null; then
