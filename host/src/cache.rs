@@ -4,7 +4,9 @@
 //!
 //! Artifacts are written atomically (temp file + rename) into a directory only
 //! the user can write: deserializing one is trusting it, so nothing else may
-//! put files there. A damaged artifact is recompiled and replaced.
+//! put files there. A directory or artifact that another user owns or can write
+//! is not used (the component is compiled in memory instead). A damaged
+//! artifact is recompiled and replaced.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -59,9 +61,11 @@ impl ComponentCache {
     }
 
     /// Load the compiled form of `wasm`, compiling and storing it on a miss.
+    /// A cache directory another user could write is not used at all.
     pub fn load(&self, engine: &Engine, wasm: &[u8]) -> Result<(Component, CacheOutcome)> {
         let path = self.dir.join(format!("{}.cwasm", Self::key(engine, wasm)));
-        if path.is_file() {
+        let trusted = trusted(&self.dir) && (!path.exists() || trusted(&path));
+        if trusted && path.is_file() {
             // SAFETY: the file was written by `store` below from `Engine::precompile_component`
             // into a directory created private to this user; wasmtime checks the
             // engine compatibility header before using it.
@@ -73,8 +77,10 @@ impl ComponentCache {
             }
         }
         let bytes = engine.precompile_component(wasm).map_err(|e| anyhow::anyhow!("{e:?}")).context("failed to compile the component")?;
-        // A cache that cannot be written costs speed, not correctness.
-        let _ = self.store(&path, &bytes);
+        // A cache that cannot be written (or trusted) costs speed, not correctness.
+        if trusted {
+            let _ = self.store(&path, &bytes);
+        }
         // SAFETY: these bytes were just produced by this engine.
         let component = unsafe { Component::deserialize(engine, &bytes) }.map_err(|e| anyhow::anyhow!("{e:?}"))?;
         Ok((component, CacheOutcome::Compiled))
@@ -87,6 +93,20 @@ impl ComponentCache {
         tmp.1.sync_all()?;
         std::fs::rename(&tmp.0, path)?;
         Ok(())
+    }
+}
+
+/// Whether `path` (if it exists) belongs to this user and no one else can write it:
+/// loading an artifact runs its code, so only this user may have put it there.
+fn trusted(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => {
+            // SAFETY: getuid(2) cannot fail.
+            let uid = unsafe { libc::getuid() };
+            m.uid() == uid && m.mode() & 0o022 == 0 && !m.file_type().is_symlink()
+        }
+        Err(_) => true,
     }
 }
 
@@ -106,4 +126,31 @@ fn tempfile_in(dir: &Path) -> Result<(PathBuf, std::fs::File)> {
     let path = dir.join(&name[..40.min(name.len())]);
     let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
     Ok((path, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const WAT: &str = "(component)";
+
+    #[test]
+    fn a_second_load_hits_and_an_untrusted_dir_is_not_used() {
+        let engine = Engine::new(&crate::engine::config(4)).unwrap();
+        let wasm = wat::parse_str(WAT).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(dir.path().to_path_buf());
+        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Compiled);
+        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Hit);
+
+        // Writable by others: neither read nor written.
+        let shared = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(shared.path().to_path_buf());
+        std::fs::create_dir_all(cache.dir()).unwrap();
+        std::fs::set_permissions(cache.dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Compiled);
+        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Compiled);
+        assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 0);
+    }
 }
