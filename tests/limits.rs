@@ -117,6 +117,11 @@ async fn state_value_and_total_sizes_are_limited() {
     assert_eq!(data["a"], "\"small\"");
     let data = probe(&ctx, json!({"op": "state", "set": {"c": big}})).await.unwrap();
     assert!(data.as_object().unwrap().is_empty(), "{data}");
+    // Full again; a removal in the same event makes room for a new value.
+    let data = probe(&ctx, json!({"op": "state", "set": {"d": big}})).await.unwrap();
+    assert!(data["set-error:d"].as_str().unwrap().contains("limits.state_total_bytes"), "{data}");
+    let data = probe(&ctx, json!({"op": "state", "remove": ["b"], "set": {"d": big}, "keys": ""})).await.unwrap();
+    assert_eq!(data["keys"], json!(["a", "c", "d"]), "{data}");
 }
 
 #[tokio::test]

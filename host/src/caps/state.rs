@@ -22,11 +22,14 @@ pub struct StateHost {
     total_limit: u64,
     /// Uncommitted writes: `Some` sets, `None` removes.
     overlay: BTreeMap<String, Option<String>>,
+    /// Bytes the run's state holds with the overlay applied; read from the store at
+    /// the event's first write, then kept up to date, so each write costs one lookup.
+    total: Option<u64>,
 }
 
 impl StateHost {
     pub fn new(db: Db, run: String, meter: Arc<Meter>, limits: &Limits) -> StateHost {
-        StateHost { db, run, meter, value_limit: limits.state_value_bytes, total_limit: limits.state_total_bytes, overlay: BTreeMap::new() }
+        StateHost { db, run, meter, value_limit: limits.state_value_bytes, total_limit: limits.state_total_bytes, overlay: BTreeMap::new(), total: None }
     }
 
     /// The event's writes, in key order.
@@ -41,15 +44,25 @@ impl StateHost {
         }
     }
 
-    /// Total bytes the run's state would hold with the overlay applied and `key` set to `value`.
-    fn total_with(&self, key: &str, value: &str) -> wasmtime::Result<u64> {
-        let mut total = self.db.state_total(&self.run).map_err(crate::host_err)?;
-        let entry = |k: &str, v: &Option<String>| v.as_ref().map_or(0, |v| (k.len() + v.len()) as u64);
-        for (k, v) in self.overlay.iter().filter(|(k, _)| k.as_str() != key) {
-            total = total - self.db.state_entry_size(&self.run, k).map_err(crate::host_err)? + entry(k, v);
+    /// Bytes of keys and values the run holds, counting this event's writes.
+    fn total(&mut self) -> wasmtime::Result<u64> {
+        match self.total {
+            Some(t) => Ok(t),
+            None => {
+                // The overlay is empty until the first write, which is when this runs.
+                let t = self.db.state_total(&self.run).map_err(crate::host_err)?;
+                self.total = Some(t);
+                Ok(t)
+            }
         }
-        total -= self.db.state_entry_size(&self.run, key).map_err(crate::host_err)?;
-        Ok(total + (key.len() + value.len()) as u64)
+    }
+
+    /// Bytes `key` and its current value take (0 when absent), counting this event's writes.
+    fn entry_size(&self, key: &str) -> wasmtime::Result<u64> {
+        match self.overlay.get(key) {
+            Some(v) => Ok(v.as_ref().map_or(0, |v| (key.len() + v.len()) as u64)),
+            None => self.db.state_entry_size(&self.run, key).map_err(crate::host_err),
+        }
     }
 }
 
@@ -61,7 +74,8 @@ impl state::Host for StateHost {
     }
 
     async fn set(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), String>> {
-        let _call = self.meter.call()?;
+        let meter = self.meter.clone();
+        let _call = meter.call()?;
         if let Err(e) = self.meter.check_str(&key).and_then(|_| self.meter.check_str(&value)) {
             return Ok(Err(e.to_string()));
         }
@@ -72,17 +86,21 @@ impl state::Host for StateHost {
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
             return Ok(Err(format!("state.set(`{key}`): the value is not JSON: {e}")));
         }
-        let total = self.total_with(&key, &value)?;
+        let total = self.total()? - self.entry_size(&key)? + size;
         if total > self.total_limit {
             return Ok(Err(LimitExceeded::new(Limit::StateTotal, self.total_limit).attempted(total).to_string()));
         }
+        self.total = Some(total);
         self.overlay.insert(key, Some(value));
         Ok(Ok(()))
     }
 
     async fn remove(&mut self, key: String) -> wasmtime::Result<()> {
-        let _call = self.meter.call()?;
+        let meter = self.meter.clone();
+        let _call = meter.call()?;
         self.meter.check_str(&key)?;
+        let total = self.total()? - self.entry_size(&key)?;
+        self.total = Some(total);
         self.overlay.insert(key, None);
         Ok(())
     }

@@ -88,6 +88,9 @@ mod component {
             }
             "state" => {
                 let mut got = serde_json::Map::new();
+                for k in strs(op, "remove") {
+                    state::remove(&k);
+                }
                 if let Some(sets) = op["set"].as_object() {
                     for (k, v) in sets {
                         if let Err(e) = state::set(k, &v.to_string()) {
@@ -101,9 +104,6 @@ mod component {
                             got.insert(format!("set-error:{k}"), json!(e));
                         }
                     }
-                }
-                for k in strs(op, "remove") {
-                    state::remove(&k);
                 }
                 for k in strs(op, "get") {
                     got.insert(k.clone(), json!(state::get(&k)));
