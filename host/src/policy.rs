@@ -5,7 +5,7 @@
 //! [`Policy::call`] runs one call on a fresh instance in a fresh Store.
 
 use std::borrow::Cow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +40,14 @@ impl PolicySource {
         match s.strip_prefix("builtin:") {
             Some(name) => PolicySource::Builtin(name.to_string()),
             None => PolicySource::Path(PathBuf::from(s)),
+        }
+    }
+
+    /// The file, for a policy loaded from one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            PolicySource::Path(p) => Some(p),
+            PolicySource::Builtin(_) => None,
         }
     }
 

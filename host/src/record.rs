@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::bindings::{Decision, Event};
+use crate::bindings::{Decision, Event, Outcome};
 
 /// Embed a JSON text as a value when it parses, else as a string.
 fn embed(text: &str) -> Value {
@@ -35,6 +35,11 @@ pub fn decision_json(d: &Decision) -> Value {
         Decision::Done(o) => json!({"type": "done", "success": o.success, "summary": o.summary, "data": o.data.as_deref().map(embed)}),
         Decision::Escalate(r) => json!({"type": "escalate", "reason": r}),
     }
+}
+
+/// An outcome as JSON, its `data` embedded (the `done` decision above, without its type).
+pub fn outcome_json(o: &Outcome) -> Value {
+    json!({"success": o.success, "summary": o.summary, "data": o.data.as_deref().map(embed)})
 }
 
 /// One line for the run log.
@@ -81,7 +86,6 @@ pub fn validate_decision(d: &Decision, max_bytes: u64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::Outcome;
 
     #[test]
     fn malformed_json_in_a_decision_is_refused() {

@@ -12,7 +12,7 @@ use cap_std::fs::Dir;
 
 use crate::agent::AgentRunner;
 use crate::bindings::{Decision, Event, PolicyInfo};
-use crate::caps::actions::{ActionGrants, ActionsHost, LazySandbox};
+use crate::caps::actions::{ActionGrants, ActionsHost};
 use crate::caps::log::LogHost;
 use crate::caps::state::StateHost;
 use crate::caps::wasi::{CapturedOutput, empty_ctx};
@@ -28,7 +28,7 @@ use crate::meter::Meter;
 use crate::policy::{Call, Policy, Returned};
 use crate::record::{decision_json, describe_decision, event_json, validate_decision};
 use crate::runlog::{RunLog, Source};
-use crate::sandbox::{Confines, Sandbox};
+use crate::sandbox::{Confines, LazySandbox, Sandbox};
 use crate::ui::Ui;
 
 /// What the front end adds to a run's grants.
@@ -96,8 +96,7 @@ impl RunContext {
         let env = ChildEnv::new(&config.shell, &root);
         let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize, db.clone()));
         let rules = ShellGrants::new(&config.shell, &access.rules, &env);
-        let prompt_tier = config.agent.as_ref().map(|a| a.tier).unwrap_or_default();
-        let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, prompt_tier, confirm: access.confirm, sandbox, confines });
+        let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, confirm: access.confirm, sandbox, confines });
         Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants })
     }
 

@@ -59,6 +59,36 @@ pub struct Support {
 /// Landlock ABI that covers truncation (3); earlier ones cannot protect files fully.
 pub const MIN_LANDLOCK_ABI: i32 = 3;
 
+impl Support {
+    /// The Landlock ABI when it is new enough to enforce loopbox's sandbox, or why not.
+    pub fn landlock_usable(&self) -> Result<i32, String> {
+        match &self.landlock {
+            Ok(abi) if *abi >= MIN_LANDLOCK_ABI => Ok(*abi),
+            Ok(abi) => Err(format!("Landlock ABI {abi} is older than {MIN_LANDLOCK_ABI}, which cannot stop a child truncating protected files")),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
+/// The sandbox decision for a run, made when first needed: probing bubblewrap
+/// costs a process spawn, which a run that never executes a command (a Stop hook) skips.
+pub struct LazySandbox {
+    choice: SandboxChoice,
+    support: Option<Support>,
+    decided: OnceLock<Sandbox>,
+}
+
+impl LazySandbox {
+    /// `support` overrides what this machine supports (None: probe it).
+    pub fn new(choice: SandboxChoice, support: Option<Support>) -> LazySandbox {
+        LazySandbox { choice, support, decided: OnceLock::new() }
+    }
+
+    pub fn get(&self) -> &Sandbox {
+        self.decided.get_or_init(|| Sandbox::decide(self.choice, self.support.as_ref().unwrap_or_else(|| support())))
+    }
+}
+
 pub fn support() -> &'static Support {
     static SUPPORT: OnceLock<Support> = OnceLock::new();
     SUPPORT.get_or_init(|| Support { landlock: landlock_abi(), bwrap: find_bwrap() })
@@ -111,13 +141,7 @@ pub enum Sandbox {
 
 impl Sandbox {
     pub fn decide(choice: SandboxChoice, support: &Support) -> Sandbox {
-        let landlock = support.landlock.as_ref().map_err(Clone::clone).and_then(|&abi| {
-            if abi >= MIN_LANDLOCK_ABI {
-                Ok(abi)
-            } else {
-                Err(format!("Landlock ABI {abi} is older than {MIN_LANDLOCK_ABI}, which cannot stop a child truncating protected files"))
-            }
-        });
+        let landlock = support.landlock_usable();
         match choice {
             SandboxChoice::None => Sandbox::None { why: "shell.sandbox = \"none\"".into() },
             SandboxChoice::Bwrap => {

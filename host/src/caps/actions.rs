@@ -5,7 +5,7 @@
 //! goes to the run log with the rule that made it.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -23,7 +23,7 @@ use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::meter::Meter;
 use crate::process::{self, Finished, Spec};
 use crate::runlog::RunLog;
-use crate::sandbox::{Confines, Sandbox, SandboxChoice, Support};
+use crate::sandbox::{Confines, LazySandbox, Sandbox};
 
 /// What a run grants for actions; shared by every instance of the run.
 pub struct ActionGrants {
@@ -31,30 +31,11 @@ pub struct ActionGrants {
     pub rules: ShellGrants,
     pub env: ChildEnv,
     pub agent: Option<AgentRunner>,
-    pub prompt_tier: PromptTier,
     /// Who approves ask-tier actions.
     pub confirm: Arc<dyn Confirm>,
     /// The OS sandbox every command runs in, and what it protects.
     pub sandbox: LazySandbox,
     pub confines: Confines,
-}
-
-/// The sandbox decision, made when first needed: probing bubblewrap costs a
-/// process spawn, which a run that never executes a command (a Stop hook) skips.
-pub struct LazySandbox {
-    choice: SandboxChoice,
-    support: Option<Support>,
-    decided: OnceLock<Sandbox>,
-}
-
-impl LazySandbox {
-    pub fn new(choice: SandboxChoice, support: Option<Support>) -> LazySandbox {
-        LazySandbox { choice, support, decided: OnceLock::new() }
-    }
-
-    pub fn get(&self) -> &Sandbox {
-        self.decided.get_or_init(|| Sandbox::decide(self.choice, self.support.as_ref().unwrap_or_else(|| crate::sandbox::support())))
-    }
 }
 
 pub struct ActionsHost {
@@ -239,11 +220,7 @@ impl actions::Host for ActionsHost {
                 if let Err(why) = grants::check_script(&self.grants.shell, &script.source) {
                     return Ok(Err(self.deny("script", why)));
                 }
-                if !self.grants.sandbox.get().is_enforced() {
-                    let why = match self.grants.sandbox.get() {
-                        Sandbox::None { why } | Sandbox::Unavailable(why) => why.clone(),
-                        _ => unreachable!("checked"),
-                    };
+                if let Sandbox::None { why } | Sandbox::Unavailable(why) = self.grants.sandbox.get() {
                     return Ok(Err(self.deny("script", format!("scripts run only inside the OS sandbox, and this run has none: {why}"))));
                 }
                 let label = format!("script `{}`", shorten(&crate::ui::sanitize(&script.source), 80));
@@ -278,7 +255,7 @@ impl actions::Host for ActionsHost {
             )));
         };
         let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
-        match grants.prompt_tier {
+        match agent.config().tier {
             PromptTier::Deny => return Ok(Err(self.deny(&what, "prompts are denied by agent.tier = \"deny\" in loopbox.toml".into()))),
             PromptTier::Ask => {
                 if let Err(e) = self.confirm(&what, "agent.tier = \"ask\"").await {

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{Failure, exit};
 use crate::child_env::ChildEnv;
 use crate::config::Config;
-use crate::sandbox::{MIN_LANDLOCK_ABI, Sandbox, support};
+use crate::sandbox::{Sandbox, support};
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -26,9 +26,8 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
     let (config, config_path) = Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
     let s = support();
     let sandbox = Sandbox::decide(config.shell.sandbox, s);
-    let landlock = match &s.landlock {
-        Ok(abi) if *abi >= MIN_LANDLOCK_ABI => format!("yes (ABI {abi})"),
-        Ok(abi) => format!("too old (ABI {abi}; loopbox needs {MIN_LANDLOCK_ABI}+)"),
+    let landlock = match s.landlock_usable() {
+        Ok(abi) => format!("yes (ABI {abi})"),
         Err(e) => format!("no: {e}"),
     };
     let bwrap = match &s.bwrap {

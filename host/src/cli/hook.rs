@@ -140,7 +140,7 @@ fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Resul
     // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.
     let access = Access {
         confirm: Arc::new(NoOneToAsk("a hook cannot ask anyone (its stdin is the hook input); approve it with an allow rule instead")),
-        protected: config_path.into_iter().chain(if let PolicySource::Path(p) = &source { Some(p.clone()) } else { None }).collect(),
+        protected: config_path.into_iter().chain(source.path().map(Path::to_path_buf)).collect(),
         ..Access::default()
     };
     let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

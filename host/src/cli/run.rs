@@ -15,6 +15,7 @@ use crate::db::Db;
 use crate::driver::{self, Asker, DriveOptions, NoAsker, RunEnd};
 use crate::grants::{ExtraRules, parse_cli_rule};
 use crate::policy::PolicySource;
+use crate::record::outcome_json;
 use crate::run::{Access, RunContext, new_run_id};
 use crate::sandbox::Sandbox;
 use crate::ui::{Ui, sanitize};
@@ -127,11 +128,8 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     } else {
         Arc::new(TerminalConfirm { ui: ui.clone() })
     };
-    let protected = config_path.into_iter().chain(match &source {
-        PolicySource::Path(p) => Some(p.clone()),
-        PolicySource::Builtin(_) => None,
-    });
-    let access = Access { rules: extra.clone(), confirm, protected: protected.collect(), support: None };
+    let protected = config_path.into_iter().chain(source.path().map(Path::to_path_buf)).collect();
+    let access = Access { rules: extra.clone(), confirm, protected, support: None };
     let ctx = RunContext::with_access(id.clone(), config.clone(), db.clone(), workspace, ui.clone(), access).map_err(Failure::usage)?;
     ui.line(banner(&id, &source, policy.world.name(), &config, &extra, args.yes, ctx.sandbox()));
 
@@ -141,9 +139,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     ui.finish();
 
     let outcome = match &end {
-        RunEnd::Done(o) => Some(
-            json!({"success": o.success, "summary": o.summary, "data": o.data.as_deref().map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap_or(json!(d)))}),
-        ),
+        RunEnd::Done(o) => Some(outcome_json(o)),
         _ => None,
     };
     db.set_status(&id, end.status(), outcome.as_ref().map(|o| o.to_string()).as_deref()).map_err(Failure::internal)?;
