@@ -3,13 +3,16 @@
 
 fn main() {
     let repo = loopbox_guest_build::Repo::from_build_script();
+    let env = |name: &str, path: &std::path::Path| println!("cargo:rustc-env=LOOPBOX_GUEST_{}={}", name.to_uppercase().replace('-', "_"), path.display());
     for (name, path) in repo.build_rust_guests(&["ralph", "todo-enforcer", "fix-forward", "probe"]) {
-        println!("cargo:rustc-env=LOOPBOX_GUEST_{}={}", name.to_uppercase().replace('-', "_"), path.display());
+        env(&name, &path);
     }
-    let ralph_py = repo.build_python_guest("ralph", "decider");
-    println!("cargo:rustc-env=LOOPBOX_GUEST_RALPH_PY={}", ralph_py.display());
-    for name in ["todo-enforcer", "tool-gate"] {
-        let path = repo.build_js_guest(name, "decider");
-        println!("cargo:rustc-env=LOOPBOX_GUEST_{}_JS={}", name.to_uppercase().replace('-', "_"), path.display());
+    env("ralph_py", &repo.build_python_guest("ralph", "decider"));
+    env("ccw_py", &repo.build_python_guest("ccw", "loop-policy"));
+    env("misbehave_py", &repo.build_python_guest("misbehave", "decider"));
+    for name in ["todo-enforcer", "tool-gate", "misbehave"] {
+        env(&format!("{name}_js"), &repo.build_js_guest(name, "decider", false));
     }
+    // The same policy with componentize-js's HTTP support left in: it imports wasi:http.
+    env("misbehave_http_js", &repo.build_js_guest("misbehave", "decider", true));
 }

@@ -109,11 +109,7 @@ async fn prompt_needs_an_agent() {
 #[tokio::test]
 async fn prompt_goes_through_the_agent_template_and_keeps_the_session() {
     let ws = Workspace::new();
-    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/project/agent/scripted-agent");
-    ws.write("agent/scripted-agent", &std::fs::read_to_string(agent).unwrap());
-    std::fs::set_permissions(ws.root().join("agent/scripted-agent"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    ws.write(".scripted-agent/replies", "first reply\\nline two\nsecond reply");
-    let config = "[agent]\ncommand = [\"./agent/scripted-agent\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]\noutput = \"json\"";
+    let config = ws.scripted_agent(&["first reply\nline two", "second reply"]);
     let ctx = ws.run(&load("probe"), config);
     let v = probe(&ctx, json!({"op": "prompt", "text": "do it; $(rm -rf /)"})).await.unwrap();
     assert_eq!(v["ok"]["stdout"], "first reply\nline two");
@@ -121,8 +117,7 @@ async fn prompt_goes_through_the_agent_template_and_keeps_the_session() {
     let v = probe(&ctx, json!({"op": "prompt", "text": "again", "session": session})).await.unwrap();
     assert_eq!((v["ok"]["stdout"].as_str(), v["ok"]["session"].as_str()), (Some("second reply"), Some(session.as_str())));
     // The prompt reached the agent as one argument, uninterpreted.
-    let prompts = std::fs::read_to_string(ws.root().join(".scripted-agent/prompts")).unwrap();
-    assert!(prompts.starts_with("do it; $(rm -rf /)\n"), "{prompts}");
+    assert_eq!(ws.agent_prompts()[0], "do it; $(rm -rf /)");
 }
 
 #[tokio::test]

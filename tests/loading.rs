@@ -77,3 +77,59 @@ async fn many_failing_events_in_a_row_leave_the_host_healthy() {
 fn wasmtime_wat(text: &str) -> Vec<u8> {
     wat::parse_str(text).unwrap()
 }
+
+/// Deliver `start` with `{"op": op}` to a misbehaving guest; the fault and the run log.
+async fn misbehave(guest: &str, op: &str) -> (PolicyFault, String) {
+    let ws = Workspace::new();
+    let p = load(guest);
+    let ctx = ws.run(&p, "");
+    let f = deliver(&ctx, &p, Event::Start(json!({"op": op}).to_string())).await.unwrap_err();
+    (f, log_messages(&ctx).join("\n"))
+}
+
+#[tokio::test]
+async fn python_and_javascript_failures_are_clear_errors_carrying_the_guests_message() {
+    let aborted = "policy trapped: the policy aborted (wasm `unreachable`: a panic, an uncaught exception or an abort); it said: ";
+    let cases: &[(&str, &str, &str, &str)] = &[
+        // An exception the policy did not mean to raise: its traceback is in the log.
+        ("misbehave-py", "raise", "trap", "RuntimeError: python policy exploded on purpose"),
+        // `raise Err(...)` is the policy's own error.
+        ("misbehave-py", "err", "error", "policy returned an error: python policy refuses on purpose"),
+        ("misbehave-py", "malformed", "trap", "called `Result::unwrap()` on an `Err` value: PyErr { type: <class 'KeyError'>"),
+        ("misbehave-py", "bad-data", "malformed", "policy returned a malformed decision: done.data is not JSON"),
+        // A thrown Error becomes the policy's error with its message; its stack goes to the log.
+        ("misbehave-js", "throw", "error", "policy returned an error: Error: js policy exploded on purpose"),
+        ("misbehave-js", "throw-string", "error", "policy returned an error: js policy refuses on purpose"),
+        ("misbehave-js", "malformed", "trap", "invalid variant tag value `\"bogus\"`"),
+        ("misbehave-js", "wrong-type", "trap", "expected a string, received [number]"),
+    ];
+    for (guest, op, kind, needle) in cases {
+        let (f, log) = misbehave(guest, op).await;
+        assert_eq!(f.kind(), *kind, "{guest} {op}: {f}");
+        let message = f.to_string();
+        if *kind == "trap" {
+            assert!(message.starts_with(aborted) && message.contains(needle), "{guest} {op}: {message}");
+        } else {
+            assert!(message.starts_with(needle), "{guest} {op}: {message}");
+        }
+        assert!(log.contains(&format!("[host] {message}")), "{guest} {op}: {log}");
+    }
+    let (_, log) = misbehave("misbehave-py", "raise").await;
+    assert!(log.contains("[stderr] Traceback (most recent call last):") && log.contains("line 22, in handle"), "{log}");
+    let (_, log) = misbehave("misbehave-js", "throw").await;
+    assert!(log.contains("[stderr] handle@misbehave/policy.js:14:15"), "{log}");
+    // The host is unharmed: the same guests still answer.
+    for guest in ["misbehave-py", "misbehave-js"] {
+        let ws = Workspace::new();
+        let p = load(guest);
+        let d = deliver(&ws.run(&p, ""), &p, Event::Start(json!({"op": "ok"}).to_string())).await.unwrap();
+        assert!(matches!(d, loopbox::bindings::Decision::Done(o) if o.success));
+    }
+}
+
+#[test]
+fn a_component_importing_wasi_http_is_refused_at_load() {
+    let e = format!("{:#}", runtime().load(&PolicySource::Path(guest("misbehave-http-js"))).err().expect("refused"));
+    assert!(e.contains("it imports `wasi:http/types@0.2") && e.contains("which loopbox does not provide") && e.contains("disableFeatures"), "{e}");
+}
+

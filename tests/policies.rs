@@ -177,3 +177,141 @@ async fn the_javascript_tool_gate_blocks_recursive_forced_deletes_only() {
     let f = deliver(&ctx, &gate, Event::ToolCall(loopbox::bindings::ToolCall { name: "Bash".into(), input: "{not json".into() })).await.unwrap_err();
     assert!(f.to_string().contains("tool-gate: the Bash tool input is not JSON"), "{f}");
 }
+
+/// An agent reply ending in a CCW ACTION_RESULT block.
+fn ccw_reply(action: &str, status: &str, message: &str, updates: &str) -> String {
+    format!("Worked on it.\n\nACTION_RESULT:\n- action: {action}\n- status: {status}\n- message: {message}\n- state_updates: {updates}\n\nNEXT_ACTION_NEEDED: VALIDATE\n")
+}
+
+/// The CCW actions a run took, from its log (`DEVELOP success`, ...).
+fn ccw_path(ctx: &loopbox::run::RunContext) -> Vec<String> {
+    log_messages(ctx)
+        .iter()
+        .filter_map(|m| m.split_once("] ").map(|(_, rest)| rest))
+        .filter_map(|m| {
+            let word = m.split([' ', ':']).next()?;
+            ["INIT", "DEVELOP", "DEBUG", "VALIDATE", "COMPLETE"].contains(&word).then(|| m.split(':').next().unwrap().to_string())
+        })
+        .collect()
+}
+
+fn outcome(d: &Decision) -> (bool, String, serde_json::Value) {
+    match d {
+        Decision::Done(o) => (o.success, o.summary.clone(), serde_json::from_str(o.data.as_deref().unwrap_or("null")).unwrap()),
+        other => panic!("expected done, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn ccw_in_python_walks_develop_validate_complete_with_one_agent_conversation() {
+    let ws = Workspace::new();
+    let replies = [
+        ccw_reply("DEVELOP", "success", "parser written", "{}"),
+        ccw_reply("DEVELOP", "success", "flag wired", r#"{"add_tasks": ["document the flag"]}"#),
+        ccw_reply("DEVELOP", "success", "documented", "{}"),
+        ccw_reply("VALIDATE", "success", "all 12 tests pass", "{}"),
+    ];
+    let config = ws.scripted_agent(&replies.iter().map(String::as_str).collect::<Vec<_>>());
+    let ccw = load("ccw-py");
+    let ctx = ws.run(&ccw, config);
+    let d = deliver(&ctx, &ccw, Event::Start(json!({"task": "add --json", "tasks": ["write the parser", "wire the flag"]}).to_string())).await.unwrap();
+    let (success, summary, data) = outcome(&d);
+    assert!(success, "{summary}");
+    assert_eq!(summary, "ccw: 3 of 3 task(s) done, validation passed, after 4 action(s)");
+    assert_eq!(data, json!({"actions": 4, "tasks_done": 3, "tasks": 3, "validated": true}));
+    assert_eq!(ccw_path(&ctx), ["INIT", "DEVELOP success", "DEVELOP success", "DEVELOP success", "VALIDATE success", "COMPLETE"]);
+    let prompts = ws.agent_prompts();
+    assert!(prompts[0].starts_with("[ccw DEVELOP] Overall task: add --json\nDo this development task now: write the parser"), "{}", prompts[0]);
+    assert!(prompts[2].contains("Do this development task now: document the flag"), "{}", prompts[2]);
+    // Every action continued the one conversation the first prompt started.
+    let sessions: Vec<_> = std::fs::read_dir(ws.root().join(".scripted-agent")).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_prefix("turns-").map(String::from)).collect();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+}
+
+#[tokio::test]
+async fn ccw_debugs_a_failed_validation_until_a_hypothesis_is_confirmed() {
+    let ws = Workspace::new();
+    let replies = [
+        ccw_reply("DEVELOP", "success", "done", "{}"),
+        ccw_reply("VALIDATE", "failed", "2 tests fail", "{}"),
+        "I looked around but have no idea yet.".to_string(), // no ACTION_RESULT: a failed DEBUG
+        ccw_reply("DEBUG", "success", "found it", r#"{"confirmed_hypothesis": "off by one in the loop bound"}"#),
+        ccw_reply("VALIDATE", "success", "green", "{}"),
+    ];
+    let config = ws.scripted_agent(&replies.iter().map(String::as_str).collect::<Vec<_>>());
+    let ccw = load("ccw-py");
+    let ctx = ws.run(&ccw, config);
+    let d = deliver(&ctx, &ccw, Event::Start(json!({"task": "fix the bug"}).to_string())).await.unwrap();
+    assert!(outcome(&d).0);
+    assert_eq!(ccw_path(&ctx), ["INIT", "DEVELOP success", "VALIDATE failed", "DEBUG failed", "DEBUG success", "VALIDATE success", "COMPLETE"]);
+    assert!(ws.agent_prompts()[2].contains("The last validation said: 2 tests fail"));
+    // The iteration budget ends a loop that never validates, as a failure.
+    let ws = Workspace::new();
+    let config = ws.scripted_agent(&[&ccw_reply("DEVELOP", "success", "done", "{}"), &ccw_reply("VALIDATE", "failed", "red", "{}")]);
+    let ctx = ws.run(&ccw, config);
+    let d = deliver(&ctx, &ccw, Event::Start(json!({"task": "t", "max_iterations": 2}).to_string())).await.unwrap();
+    assert_eq!(outcome(&d).1, "ccw: 1 of 1 task(s) done, validation failed, after 2 action(s)");
+}
+
+#[tokio::test]
+async fn ccw_interactive_mode_asks_at_the_menu_and_needs_input_becomes_a_question() {
+    let ws = Workspace::new();
+    let replies = [
+        ccw_reply("DEVELOP", "needs_input", "which database, sqlite or postgres?", "{}"),
+        ccw_reply("DEVELOP", "success", "used sqlite", "{}"),
+        ccw_reply("VALIDATE", "success", "green", "{}"),
+    ];
+    let config = ws.scripted_agent(&replies.iter().map(String::as_str).collect::<Vec<_>>());
+    let ccw = load("ccw-py");
+    let ctx = ws.run(&ccw, config);
+    let ask = |d: Decision| match d {
+        Decision::Ask(q) => q,
+        other => panic!("expected ask, got {other:?}"),
+    };
+    let q = ask(deliver(&ctx, &ccw, Event::Start(json!({"task": "store", "mode": "interactive"}).to_string())).await.unwrap());
+    assert!(q.contains("tasks 0/1 done, validation not run") && q.contains("1 develop, 2 debug, 3 validate, 4 complete, 5 exit"), "{q}");
+    let q = ask(deliver(&ctx, &ccw, Event::UserInput("frobnicate".into())).await.unwrap());
+    assert!(q.starts_with("Unknown choice \"frobnicate\"."), "{q}");
+    let q = ask(deliver(&ctx, &ccw, Event::UserInput("develop".into())).await.unwrap());
+    assert_eq!(q, "ccw: DEVELOP needs your input: which database, sqlite or postgres?");
+    let q = ask(deliver(&ctx, &ccw, Event::UserInput("sqlite".into())).await.unwrap());
+    assert!(q.contains("Last: DEVELOP success: used sqlite") && q.contains("tasks 1/1 done"), "{q}");
+    assert!(ws.agent_prompts()[1].contains("The user answered your question: sqlite"));
+    let q = ask(deliver(&ctx, &ccw, Event::UserInput("3".into())).await.unwrap());
+    assert!(q.contains("validation passed"), "{q}");
+    let (success, summary, _) = outcome(&deliver(&ctx, &ccw, Event::UserInput("complete".into())).await.unwrap());
+    assert!(success, "{summary}");
+    assert_eq!(ccw_path(&ctx), ["INIT", "DEVELOP needs_input", "DEVELOP success", "VALIDATE success", "COMPLETE"]);
+}
+
+#[tokio::test]
+async fn ccw_handles_a_denied_prompt_and_validates_with_a_granted_command() {
+    // No agent configured: the prompt is denied, and the policy escalates saying so.
+    let ws = Workspace::new();
+    let ccw = load("ccw-py");
+    let ctx = ws.run(&ccw, "");
+    match deliver(&ctx, &ccw, Event::Start(json!({"task": "t"}).to_string())).await.unwrap() {
+        Decision::Escalate(r) => assert!(r.starts_with("ccw: DEVELOP could not be sent to the agent (Denied: ") && r.contains("[agent]"), "{r}"),
+        other => panic!("{other:?}"),
+    }
+    // VALIDATE runs the configured command when it is granted...
+    let ws = Workspace::new();
+    let config = ws.scripted_agent(&[&ccw_reply("DEVELOP", "success", "done", "{}")]);
+    ws.write("check.txt", "ok");
+    let ccw_config = json!({"task": "t", "validate_command": ["grep", "-q", "ok", "check.txt"]}).to_string();
+    let ctx = ws.run(&ccw, &format!("{config}[shell]\nallow = [[\"grep\"]]\n"));
+    assert!(outcome(&deliver(&ctx, &ccw, Event::Start(ccw_config.clone())).await.unwrap()).0);
+    assert_eq!(ccw_path(&ctx), ["INIT", "DEVELOP success", "VALIDATE success", "COMPLETE"]);
+    assert_eq!(ws.agent_prompts().len(), 1, "the agent was not asked to validate");
+    // ...and asks the agent instead, with a warning, when it is not.
+    let ws = Workspace::new();
+    let config = ws.scripted_agent(&[&ccw_reply("DEVELOP", "success", "done", "{}"), &ccw_reply("VALIDATE", "success", "fine", "{}")]);
+    let ctx = ws.run(&ccw, config);
+    assert!(outcome(&deliver(&ctx, &ccw, Event::Start(ccw_config)).await.unwrap()).0);
+    let log = log_messages(&ctx).join("\n");
+    assert!(log.contains("VALIDATE: cannot run [\"grep\", \"-q\", \"ok\", \"check.txt\"] (Denied: "), "{log}");
+    assert_eq!(ws.agent_prompts().len(), 2);
+    // Bad input names the field.
+    let f = deliver(&ctx, &ccw, Event::Start(json!({"task": "t", "mode": "lazy"}).to_string())).await.unwrap_err();
+    assert!(f.to_string().contains("ccw: bad input: `mode` must be \"auto\" or \"interactive\""), "{f}");
+}

@@ -25,6 +25,10 @@ pub fn guest(name: &str) -> PathBuf {
         "ralph-py" => env!("LOOPBOX_GUEST_RALPH_PY"),
         "todo-enforcer-js" => env!("LOOPBOX_GUEST_TODO_ENFORCER_JS"),
         "tool-gate-js" => env!("LOOPBOX_GUEST_TOOL_GATE_JS"),
+        "ccw-py" => env!("LOOPBOX_GUEST_CCW_PY"),
+        "misbehave-py" => env!("LOOPBOX_GUEST_MISBEHAVE_PY"),
+        "misbehave-js" => env!("LOOPBOX_GUEST_MISBEHAVE_JS"),
+        "misbehave-http-js" => env!("LOOPBOX_GUEST_MISBEHAVE_HTTP_JS"),
         other => panic!("no guest named {other}"),
     })
 }
@@ -72,6 +76,25 @@ impl Workspace {
         let p = self.dir.path().join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, contents).unwrap();
+    }
+
+    /// Put the example project's scripted agent in this workspace, answering
+    /// with `replies` in order (one per turn of a conversation); returns the
+    /// `[agent]` config that uses it.
+    pub fn scripted_agent(&self, replies: &[&str]) -> &'static str {
+        let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/project/agent/scripted-agent");
+        self.write("agent/scripted-agent", &std::fs::read_to_string(agent).unwrap());
+        std::fs::set_permissions(self.root().join("agent/scripted-agent"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        // One reply per line, as JSON string content (the agent turns `\n` back into newlines).
+        let lines: Vec<String> = replies.iter().map(|r| serde_json::to_string(r).unwrap().trim_matches('"').to_string()).collect();
+        self.write(".scripted-agent/replies", &lines.join("\n"));
+        "[agent]\ncommand = [\"./agent/scripted-agent\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]\noutput = \"json\"\n"
+    }
+
+    /// The prompts the scripted agent received, in order.
+    pub fn agent_prompts(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(self.root().join(".scripted-agent/prompts")).unwrap_or_default();
+        text.split("\n---\n").filter(|p| !p.is_empty()).map(str::to_string).collect()
     }
 
     /// A new run of `policy` in this workspace under `config` (loopbox.toml text);

@@ -169,7 +169,7 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
         e => AgentError::Http(format!("{url}: reading the answer failed: {e}")),
     })?;
     if !status.is_success() {
-        return Err(AgentError::Http(format!("{url} answered {status}: {}", crate::grants::shorten(raw.trim(), 300))));
+        return Err(AgentError::Http(format!("{url} answered {status}: {}", crate::ui::shorten(raw.trim(), 300))));
     }
     let v: Value = serde_json::from_str(&raw).map_err(|e| AgentError::Http(format!("{url} answered with invalid JSON: {e}")))?;
     let reply = v["choices"][0]["message"]["content"]

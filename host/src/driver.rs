@@ -144,7 +144,7 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, input: &str, mut opts: Dri
                 let p = &reply.process;
                 if p.timed_out || p.exit_code != Some(0) {
                     let why = if p.timed_out { "timed out (agent.timeout_ms)".to_string() } else { format!("exited with {:?}", p.exit_code) };
-                    let stderr = crate::grants::shorten(p.stderr.trim(), 400);
+                    let stderr = crate::ui::shorten(p.stderr.trim(), 400);
                     return Ok(RunEnd::Agent(format!("the agent {why} on turn {turns}: {stderr}")));
                 }
                 ctx.log.host("info", format!("agent turn {turns} finished in {:.1}s", p.duration.as_secs_f64()));

@@ -20,7 +20,38 @@ pub enum PolicyFault {
     Instantiate(String),
 }
 
+/// How a guest that panicked or aborted (wasm `unreachable`) is described.
+const ABORTED: &str = "the policy aborted (wasm `unreachable`: a panic, an uncaught exception or an abort)";
+
+/// Lines language runtimes print around a guest's own message when it aborts.
+const BOILERPLATE: [&str; 7] = [
+    "thread '",
+    "note: run with `RUST_BACKTRACE",
+    "Traceback (most recent call last)",
+    "Python function threw an unexpected exception",
+    "Redirecting call to abort()",
+    "Stack:",
+    "Error: error while executing at wasm backtrace",
+];
+
+/// The line of a guest's stderr that says why it aborted: the last one that is
+/// not a runtime's boilerplate or a stack frame.
+pub fn last_words(stderr: &str) -> Option<&str> {
+    stderr.lines().filter(|l| !l.trim().is_empty() && !l.starts_with([' ', '\t']) && !BOILERPLATE.iter().any(|b| l.starts_with(b))).next_back().map(str::trim)
+}
+
 impl PolicyFault {
+    /// Add what the guest printed before it aborted, so the one-line error says why.
+    pub fn with_stderr(self, stderr: &str) -> PolicyFault {
+        match self {
+            PolicyFault::Trap(m) if m == ABORTED => match last_words(stderr) {
+                Some(words) => PolicyFault::Trap(format!("{m}; it said: {}", crate::ui::shorten(words, 300))),
+                None => PolicyFault::Trap(m),
+            },
+            other => other,
+        }
+    }
+
     /// A short name for records and `--json`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -42,9 +73,7 @@ impl PolicyFault {
                 Trap::OutOfFuel => PolicyFault::Limit(LimitExceeded::new(Limit::Fuel, limits.fuel_per_event)),
                 Trap::Interrupt => PolicyFault::Limit(LimitExceeded::new(Limit::CpuTime, limits.cpu_ms_per_event)),
                 Trap::StackOverflow => PolicyFault::Trap("stack overflow: the policy recursed past its 512 KiB stack".into()),
-                Trap::UnreachableCodeReached => {
-                    PolicyFault::Trap("wasm `unreachable` executed (a Rust panic or abort; its message, if any, is in the policy's stderr above)".into())
-                }
+                Trap::UnreachableCodeReached => PolicyFault::Trap(ABORTED.into()),
                 other => PolicyFault::Trap(other.to_string()),
             };
         }
@@ -63,5 +92,24 @@ impl PolicyFault {
             }
         }
         PolicyFault::Trap(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_words_skip_runtime_boilerplate() {
+        let python = "Traceback (most recent call last):\n  File \"/0/app.py\", line 22, in handle\nRuntimeError: boom\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\nPython function threw an unexpected exception\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(last_words(python), Some("RuntimeError: boom"));
+        let rust = "thread '<unnamed>' panicked at src/lib.rs:9:5:\nindex out of bounds\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(last_words(rust), Some("index out of bounds"));
+        let js = "invalid variant tag value `\"bogus\"` specified for `Decision`\nStack:\n  handle@x.js:1:2\nRedirecting call to abort() to mozalloc_abort\n";
+        assert_eq!(last_words(js), Some("invalid variant tag value `\"bogus\"` specified for `Decision`"));
+        assert_eq!(last_words("note: run with `RUST_BACKTRACE=1`\n\n"), None);
+        let f = PolicyFault::Trap(ABORTED.into()).with_stderr(rust);
+        assert_eq!(f.to_string(), format!("policy trapped: {ABORTED}; it said: index out of bounds"));
+        assert_eq!(PolicyFault::Error("x".into()).with_stderr(rust), PolicyFault::Error("x".into()));
     }
 }

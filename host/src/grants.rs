@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use crate::child_env::ChildEnv;
 use crate::config::ShellConfig;
+use crate::ui::shorten;
 
 /// What happens to a matched request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,14 +245,6 @@ pub fn shell_quote(s: &str) -> String {
 fn toml_rule(argv: &[String], take: usize) -> String {
     let parts: Vec<String> = argv[..take.min(argv.len())].iter().map(|a| serde_json::to_string(&shorten(a, 60)).unwrap_or_default()).collect();
     format!("[{}]", parts.join(", "))
-}
-
-pub fn shorten(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let cut: String = s.chars().take(max).collect();
-    format!("{cut}… ({} bytes)", s.len())
 }
 
 /// A rule from the command line: `--allow 'cargo test'` splits on white space.

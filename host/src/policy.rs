@@ -124,10 +124,14 @@ pub enum Returned {
     Decision(Decision),
 }
 
+/// The WASI packages linked (with an empty context, see `caps::wasi`). Others,
+/// `wasi:http` above all, would be a way out of the sandbox and are not provided.
+const WASI_PACKAGES: [&str; 6] = ["wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:cli/", "wasi:filesystem/", "wasi:sockets/"];
+
 /// The interface names loopbox provides, for import checks.
 fn provided(name: &str) -> bool {
     let ours = ["types", "actions", "state", "workspace", "log"].iter().any(|i| name == format!("{PACKAGE}/{i}@{VERSION}"));
-    ours || name.starts_with("wasi:")
+    ours || WASI_PACKAGES.iter().any(|p| name.starts_with(p))
 }
 
 /// The world of a component with these imports and exports, or why it is not a policy.
@@ -141,7 +145,13 @@ pub fn classify(interface: &Interface) -> Result<World> {
     }
     let foreign: Vec<&String> = interface.imports.iter().filter(|i| !provided(i)).collect();
     if !foreign.is_empty() {
-        bail!("it imports {}, which loopbox does not provide", foreign.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", "));
+        let names = foreign.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ");
+        let hint = if foreign.iter().any(|i| i.starts_with("wasi:http/")) {
+            " (a policy reaches the network only through loopbox's actions; with componentize-js, build with `disableFeatures: ['http', 'fetch-event']`, as `loopbox build` does)"
+        } else {
+            ""
+        };
+        bail!("it imports {names}, which loopbox does not provide: a policy may import only loopbox:policy's interfaces and basic WASI{hint}");
     }
     let acts = ["actions", "workspace"].iter().any(|i| interface.imports.iter().any(|n| *n == format!("{PACKAGE}/{i}@{VERSION}")));
     Ok(if acts { World::LoopPolicy } else { World::Decider })

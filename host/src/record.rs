@@ -44,7 +44,7 @@ pub fn outcome_json(o: &Outcome) -> Value {
 
 /// One line for the run log.
 pub fn describe_decision(d: &Decision) -> String {
-    let short = |s: &str| crate::grants::shorten(&crate::ui::sanitize(s), 120);
+    let short = |s: &str| crate::ui::shorten(&crate::ui::sanitize(s), 120);
     match d {
         Decision::Pass => "pass".into(),
         Decision::Inject(m) => format!("inject: {}", short(m)),

@@ -135,10 +135,13 @@ impl RunContext {
     async fn call(&self, policy: &Policy, call: Call<'_>) -> (Result<Returned, PolicyFault>, InstanceState) {
         let meter = Arc::new(Meter::new(&self.config.limits));
         let data = self.instance_state(meter.clone());
-        let (result, mut data) = policy.call(data, meter, &self.config.limits, call).await;
+        let (mut result, mut data) = policy.call(data, meter, &self.config.limits, call).await;
         // What the guest printed goes to the run log, within the event's log budget.
         for (source, captured) in [(Source::Stdout, &data.stdout), (Source::Stderr, &data.stderr)] {
             let (text, dropped) = captured.take();
+            if let (Source::Stderr, Err(f)) = (source, &mut result) {
+                *f = std::mem::replace(f, PolicyFault::Trap(String::new())).with_stderr(&text);
+            }
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 data.log.write("info", source, line);
             }

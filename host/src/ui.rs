@@ -121,3 +121,12 @@ mod tests {
         assert_eq!(super::sanitize("a\x1b[2Kb\rc\nd"), "a\u{FFFD}[2Kb\u{FFFD}c\nd");
     }
 }
+
+/// `s` cut to `max` characters, saying how long it was.
+pub fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}… ({} bytes)", s.len())
+}

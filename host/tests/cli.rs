@@ -237,7 +237,7 @@ fn a_trapping_policy_is_exit_5_with_its_message() {
     let dir = tempfile::tempdir().unwrap();
     let o = loopbox(dir.path(), &["run", &probe().to_string_lossy(), "--input", r#"{"op": "trap"}"#]);
     assert_eq!(code(&o), 5);
-    assert!(normalize(&o.stdout).starts_with("failed: policy trapped: wasm `unreachable` executed"), "{}", normalize(&o.stdout));
+    assert!(normalize(&o.stdout).starts_with("failed: policy trapped: the policy aborted (wasm `unreachable`: a panic, an uncaught exception or an abort); it said: probe was told to panic"), "{}", normalize(&o.stdout));
     let err = normalize(&o.stderr);
     assert!(err.contains("  [stderr] info: ") && err.contains("probe was told to panic"), "{err}");
 }

@@ -46,7 +46,7 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
         println!(
             "{:<20} {:<28} {:<10} {:<20} {:<14} {:>7}",
             r.id,
-            shorten(&r.policy, 28),
+            keep_tail(&r.policy, 28),
             r.status,
             utc(r.created_at_ms),
             last.as_deref().unwrap_or("-"),
@@ -57,7 +57,8 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
 }
 
 /// Keep the end of long policy paths, where the file name is.
-fn shorten(s: &str, max: usize) -> String {
+/// The end of `s` (a path: its file name matters most) within `max` characters.
+fn keep_tail(s: &str, max: usize) -> String {
     let n = s.chars().count();
     if n <= max { s.to_string() } else { format!("…{}", s.chars().skip(n - max + 1).collect::<String>()) }
 }

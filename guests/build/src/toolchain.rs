@@ -1,0 +1,191 @@
+//! The pinned guest toolchains, called the same way from build scripts and from
+//! `loopbox build`: cargo for Rust, componentize-py for Python, componentize-js
+//! (through Node) for JavaScript. Each step fails with a message naming what is
+//! missing and the command that installs it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The target every guest is built for.
+pub const TARGET: &str = "wasm32-wasip2";
+
+/// The componentize-py release Python guests are built with.
+pub const COMPONENTIZE_PY: &str = "0.25.1";
+
+/// The npm packages (and versions) a JavaScript guest project needs.
+pub const JS_PACKAGES: &[(&str, &str)] =
+    &[("@bytecodealliance/componentize-js", "0.23.0"), ("@bytecodealliance/jco", "1.35.0"), ("@bytecodealliance/preview2-shim", "0.25.0")];
+
+/// The Node script that turns one JavaScript module into a component, run with
+/// `node --input-type=module -e` from the directory holding `node_modules`.
+pub const COMPONENTIZE_JS_SCRIPT: &str = include_str!("componentize.mjs");
+
+/// What a failed build step says: the whole message, ready to print.
+pub type Error = String;
+
+/// Environment variables a build script's cargo sets that must not reach a
+/// nested cargo building for another target.
+fn scrub_build_script_env(cmd: &mut Command) {
+    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_MAKEFLAGS", "MAKEFLAGS", "MFLAGS"]
+    {
+        cmd.env_remove(var);
+    }
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CARGO_FEATURE_") || key.starts_with("CARGO_CFG_") {
+            cmd.env_remove(key);
+        }
+    }
+}
+
+/// A Rust guest build: which workspace, where its output goes, which packages.
+pub struct CargoBuild<'a> {
+    /// The directory holding the guests' `Cargo.toml`.
+    pub dir: &'a Path,
+    pub target_dir: &'a Path,
+    pub packages: &'a [&'a str],
+    /// True inside a build script: drop the outer cargo's host-target settings.
+    pub nested: bool,
+}
+
+impl CargoBuild<'_> {
+    /// Build in release mode; returns each package's component path.
+    pub fn run(&self) -> Result<Vec<(String, PathBuf)>, Error> {
+        check_rust_target(self.dir)?;
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(&cargo);
+        cmd.current_dir(self.dir).args(["build", "--release", "--target", TARGET, "--target-dir"]).arg(self.target_dir);
+        for p in self.packages {
+            cmd.args(["-p", p]);
+        }
+        if self.nested {
+            scrub_build_script_env(&mut cmd);
+        }
+        let status = cmd.status().map_err(|e| format!("cannot run `{cargo}` ({e}); install Rust with rustup: https://rustup.rs"))?;
+        if !status.success() {
+            return Err(format!("`cargo build --release --target {TARGET}` failed in {} ({status}); its errors are above", self.dir.display()));
+        }
+        self.packages
+            .iter()
+            .map(|p| {
+                let path = self.target_dir.join(TARGET).join("release").join(format!("{}.wasm", p.replace('-', "_")));
+                if path.is_file() { Ok((p.to_string(), path)) } else { Err(format!("cargo built {p} but {} is missing: is its crate-type `cdylib`?", path.display())) }
+            })
+            .collect()
+    }
+}
+
+/// Fails when rustup is present and the wasm32-wasip2 target is not installed
+/// for the toolchain that `dir` selects (without rustup, cargo reports it).
+fn check_rust_target(dir: &Path) -> Result<(), Error> {
+    let Ok(out) = Command::new("rustup").current_dir(dir).args(["target", "list", "--installed"]).output() else {
+        return Ok(());
+    };
+    if out.status.success() && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == TARGET) {
+        return Err(format!("the Rust target `{TARGET}` is not installed; install it with:\n    rustup target add {TARGET}"));
+    }
+    Ok(())
+}
+
+/// A Python guest build with the pinned componentize-py.
+pub struct PythonBuild<'a> {
+    /// The directory holding the module.
+    pub dir: &'a Path,
+    /// The module that defines `Policy` (`app` for app.py).
+    pub module: &'a str,
+    pub wit: &'a Path,
+    pub world: &'a str,
+    pub out: &'a Path,
+}
+
+impl PythonBuild<'_> {
+    pub fn run(&self) -> Result<(), Error> {
+        let install = format!("install it with:\n    python3 -m pip install componentize-py=={COMPONENTIZE_PY}");
+        let version = componentize_py()
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("componentize-py is needed to build Python policies but cannot be run ({e}); {install}"))?;
+        let version = String::from_utf8_lossy(&version.stdout);
+        if !version.contains(COMPONENTIZE_PY) {
+            return Err(format!("Python policies are built with componentize-py {COMPONENTIZE_PY}, but `componentize-py --version` says `{}`; {install}", version.trim()));
+        }
+        let status = componentize_py()
+            .arg("-d")
+            .arg(self.wit)
+            .args(["-w", self.world, "componentize", self.module, "-p"])
+            .arg(self.dir)
+            .arg("-o")
+            .arg(self.out)
+            .status()
+            .map_err(|e| format!("failed to run componentize-py: {e}"))?;
+        if !status.success() {
+            return Err(format!("componentize-py failed to build {} ({status}); its errors are above", self.dir.join(format!("{}.py", self.module)).display()));
+        }
+        Ok(())
+    }
+}
+
+/// `componentize-py` from PATH, else from python3's scripts directory (where pip
+/// puts it even when that directory is not on PATH, e.g. before `pyenv rehash`).
+fn componentize_py() -> Command {
+    let on_path = Command::new("componentize-py").arg("--version").output().is_ok_and(|o| o.status.success());
+    if on_path {
+        return Command::new("componentize-py");
+    }
+    let scripts = Command::new("python3").args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]).output();
+    match scripts {
+        Ok(o) if o.status.success() => Command::new(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("componentize-py")),
+        _ => Command::new("componentize-py"),
+    }
+}
+
+/// A JavaScript guest build with the componentize-js installed in `node_project`.
+pub struct JsBuild<'a> {
+    /// The directory whose `node_modules` holds componentize-js.
+    pub node_project: &'a Path,
+    pub source: &'a Path,
+    pub wit: &'a Path,
+    pub world: &'a str,
+    pub out: &'a Path,
+    /// Leave componentize-js's HTTP support in (the component then imports
+    /// `wasi:http`, which loopbox refuses; only tests want this).
+    pub keep_http: bool,
+}
+
+impl JsBuild<'_> {
+    pub fn run(&self) -> Result<(), Error> {
+        let node = Command::new("node").arg("--version").output();
+        if !node.is_ok_and(|o| o.status.success()) {
+            return Err("Node.js is needed to build JavaScript policies but `node` cannot be run; install Node.js 20 or later (e.g. `apt-get install nodejs npm`)".into());
+        }
+        if !self.node_project.join("node_modules/@bytecodealliance/componentize-js").is_dir() {
+            return Err(format!("componentize-js is not installed in {}; install the npm packages with:\n    npm install --prefix {}", self.node_project.display(), self.node_project.display()));
+        }
+        let status = Command::new("node")
+            .args(["--input-type=module", "-e", COMPONENTIZE_JS_SCRIPT, "--"])
+            .arg(self.source)
+            .arg(self.wit)
+            .arg(self.world)
+            .arg(self.out)
+            .arg(if self.keep_http { "keep-http" } else { "no-http" })
+            .current_dir(self.node_project)
+            .status()
+            .map_err(|e| format!("failed to run node: {e}"))?;
+        if !status.success() {
+            return Err(format!("componentize-js failed to build {} ({status}); its errors are above", self.source.display()));
+        }
+        Ok(())
+    }
+}
+
+/// `npm install` in `dir` (the versions its package.json pins).
+pub fn npm_install(dir: &Path) -> Result<(), Error> {
+    let status = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(dir)
+        .status()
+        .map_err(|e| format!("npm is needed to install the JavaScript build tools but cannot be run ({e}); install Node.js 20 or later with npm"))?;
+    if !status.success() {
+        return Err(format!("`npm install` failed in {} ({status}); its errors are above", dir.display()));
+    }
+    Ok(())
+}
