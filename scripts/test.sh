@@ -8,7 +8,7 @@
 #    guests, and bubblewrap for the sandbox tests
 # 2. host unit tests, guests built from source by build scripts, integration and
 #    CLI tests, and the benchmark run once as a smoke test (cargo test --all-targets)
-# 3. the guests' own native unit tests
+# 3. the guests' own native unit tests (Rust, and the Python CCW logic)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,3 +42,4 @@ fi
 
 cargo test --workspace --all-targets --locked
 (cd guests/rust && cargo test --locked --target-dir ../../target/guests-native)
+(cd guests/python/ccw && python3 -B -m unittest -q)

@@ -291,7 +291,7 @@ async fn ccw_handles_a_denied_prompt_and_validates_with_a_granted_command() {
     let ccw = load("ccw-py");
     let ctx = ws.run(&ccw, "");
     match deliver(&ctx, &ccw, Event::Start(json!({"task": "t"}).to_string())).await.unwrap() {
-        Decision::Escalate(r) => assert!(r.starts_with("ccw: DEVELOP could not be sent to the agent (Denied: ") && r.contains("[agent]"), "{r}"),
+        Decision::Escalate(r) => assert!(r.starts_with("ccw: DEVELOP could not be sent to the agent (denied: ") && r.contains("[agent]"), "{r}"),
         other => panic!("{other:?}"),
     }
     // VALIDATE runs the configured command when it is granted...
@@ -309,7 +309,7 @@ async fn ccw_handles_a_denied_prompt_and_validates_with_a_granted_command() {
     let ctx = ws.run(&ccw, config);
     assert!(outcome(&deliver(&ctx, &ccw, Event::Start(ccw_config)).await.unwrap()).0);
     let log = log_messages(&ctx).join("\n");
-    assert!(log.contains("VALIDATE: cannot run [\"grep\", \"-q\", \"ok\", \"check.txt\"] (Denied: "), "{log}");
+    assert!(log.contains("VALIDATE: cannot run [\"grep\", \"-q\", \"ok\", \"check.txt\"] (denied: "), "{log}");
     assert_eq!(ws.agent_prompts().len(), 2);
     // Bad input names the field.
     let f = deliver(&ctx, &ccw, Event::Start(json!({"task": "t", "mode": "lazy"}).to_string())).await.unwrap_err();

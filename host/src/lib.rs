@@ -31,6 +31,7 @@ pub mod limits;
 pub mod meter;
 pub mod policy;
 pub mod process;
+pub mod project;
 pub mod record;
 pub mod run;
 pub mod runlog;

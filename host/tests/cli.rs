@@ -318,3 +318,104 @@ fn the_readme_config_example_is_a_valid_config() {
     let o = loopbox(dir.path(), &["doctor"]);
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// `loopbox new NAME --lang LANG`, `loopbox build --json` and two runs of what it built.
+fn new_build_run(lang: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("{lang}-gate");
+    let o = loopbox(dir.path(), &["new", &name, "--lang", lang]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let shown = dir.path().display().to_string();
+    let title = match lang {
+        "rust" => "Rust",
+        "python" => "Python",
+        _ => "JavaScript",
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!(
+            "created {shown}/{name}/, a {title} policy. Next:\n  cd {shown}/{name}\n  loopbox build\n  loopbox run {name}.wasm --input '{{\"check\": [\"make\", \"test\"]}}'\n"
+        )
+    );
+    let project = dir.path().join(&name);
+    // Rust scaffolds share one target directory, so a second test run reuses the compiled SDK.
+    let o = Command::new(BIN)
+        .args(["build", "--json"])
+        .current_dir(&project)
+        .env("CARGO_TARGET_DIR", repo().join("target/scaffolds"))
+        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-cli-test-cache"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON object, the tools' chatter went to stderr");
+    assert_eq!((report["name"].as_str(), report["language"].as_str(), report["world"].as_str()), (Some(name.as_str()), Some(lang), Some("loop-policy")));
+    let wasm = format!("{name}.wasm");
+    assert!(project.join(&wasm).is_file());
+
+    let o = loopbox(&project, &["run", &wasm, "--input", r#"{"check": ["true"]}"#, "--allow", "true"]);
+    assert_eq!((code(&o), normalize(&o.stdout)), (0, "done: `true` passes after 0 fix(es)\n".to_string()), "{}", String::from_utf8_lossy(&o.stderr));
+    // Not granted: the policy gets a denial and escalates with it.
+    let o = loopbox(&project, &["run", &wasm, "--input", r#"{"check": ["false"]}"#]);
+    assert_eq!(code(&o), 3, "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        normalize(&o.stdout).starts_with("escalated: cannot run `false`: denied: `false` is not allowed: no rule in `shell.allow` matches"),
+        "{}",
+        normalize(&o.stdout)
+    );
+    // A failing check goes to the agent, which this project has not configured.
+    let o = loopbox(&project, &["run", &wasm, "--input", r#"{"check": ["false"]}"#, "--allow", "false"]);
+    assert_eq!(code(&o), 7, "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn a_new_rust_policy_builds_and_runs() {
+    new_build_run("rust");
+}
+
+#[test]
+fn a_new_python_policy_builds_and_runs() {
+    new_build_run("python");
+}
+
+#[test]
+fn a_new_javascript_policy_builds_and_runs() {
+    new_build_run("js");
+}
+
+#[test]
+fn new_and_build_refuse_bad_input_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["new", "Bad_Name", "--lang", "rust"]);
+    assert_eq!((code(&o), normalize(&o.stderr).as_str()), (2, "error: `Bad_Name` is not a usable policy name: use lower-case letters, digits and `-`, starting with a letter (e.g. `green-tests`)\n"));
+    let o = loopbox(dir.path(), &["new", "p", "--lang", "cobol"]);
+    assert_eq!(code(&o), 2);
+    assert!(normalize(&o.stderr).contains("[possible values: rust, python, js]"));
+    std::fs::create_dir(dir.path().join("taken")).unwrap();
+    std::fs::write(dir.path().join("taken/keep.txt"), "mine").unwrap();
+    let o = loopbox(dir.path(), &["new", "taken", "--lang", "python"]);
+    assert_eq!(code(&o), 2);
+    assert!(normalize(&o.stderr).contains("taken` already exists; choose another name or remove it"));
+    assert_eq!(std::fs::read_dir(dir.path().join("taken")).unwrap().count(), 1);
+
+    let o = loopbox(dir.path(), &["build", "taken"]);
+    assert_eq!(code(&o), 2);
+    assert!(normalize(&o.stderr).contains("is not a policy project: it has no policy.toml, Cargo.toml, app.py or policy.js; create one with `loopbox new NAME --lang rust|python|js`"));
+
+    // Each language's missing tool is named, with the command that installs it.
+    let empty = tempfile::tempdir().unwrap();
+    for (lang, needle) in [
+        ("python", "componentize-py is needed to build Python policies but cannot be run"),
+        ("python", "python3 -m pip install componentize-py==0.25.1"),
+        ("js", "Node.js is needed to build JavaScript policies but `node` cannot be run; install Node.js 20 or later"),
+        ("rust", "cannot run `cargo`"),
+    ] {
+        let name = format!("no-{lang}");
+        if !dir.path().join(&name).exists() {
+            assert_eq!(code(&loopbox(dir.path(), &["new", &name, "--lang", lang])), 0);
+        }
+        let o = Command::new(BIN).args(["build", &name]).current_dir(dir.path()).env("PATH", empty.path()).env_remove("CARGO").output().unwrap();
+        assert_eq!(code(&o), 1, "{lang}: {}", String::from_utf8_lossy(&o.stderr));
+        let err = normalize(&o.stderr);
+        assert!(err.contains(&format!("error: failed to build `./{name}`: ")) && err.contains(needle), "{lang}: {err}");
+    }
+}

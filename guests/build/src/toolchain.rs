@@ -4,7 +4,7 @@
 //! missing and the command that installs it.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// The target every guest is built for.
 pub const TARGET: &str = "wasm32-wasip2";
@@ -22,6 +22,12 @@ pub const COMPONENTIZE_JS_SCRIPT: &str = include_str!("componentize.mjs");
 
 /// What a failed build step says: the whole message, ready to print.
 pub type Error = String;
+
+/// A tool's progress goes to stderr: stdout belongs to the caller (`--json`, or a
+/// build script's `cargo:` directives).
+fn to_stderr() -> Stdio {
+    Stdio::from(std::io::stderr())
+}
 
 /// Environment variables a build script's cargo sets that must not reach a
 /// nested cargo building for another target.
@@ -60,7 +66,7 @@ impl CargoBuild<'_> {
         if self.nested {
             scrub_build_script_env(&mut cmd);
         }
-        let status = cmd.status().map_err(|e| format!("cannot run `{cargo}` ({e}); install Rust with rustup: https://rustup.rs"))?;
+        let status = cmd.stdout(to_stderr()).status().map_err(|e| format!("cannot run `{cargo}` ({e}); install Rust with rustup: https://rustup.rs"))?;
         if !status.success() {
             return Err(format!("`cargo build --release --target {TARGET}` failed in {} ({status}); its errors are above", self.dir.display()));
         }
@@ -115,6 +121,7 @@ impl PythonBuild<'_> {
             .arg(self.dir)
             .arg("-o")
             .arg(self.out)
+            .stdout(to_stderr())
             .status()
             .map_err(|e| format!("failed to run componentize-py: {e}"))?;
         if !status.success() {
@@ -153,10 +160,7 @@ pub struct JsBuild<'a> {
 
 impl JsBuild<'_> {
     pub fn run(&self) -> Result<(), Error> {
-        let node = Command::new("node").arg("--version").output();
-        if !node.is_ok_and(|o| o.status.success()) {
-            return Err("Node.js is needed to build JavaScript policies but `node` cannot be run; install Node.js 20 or later (e.g. `apt-get install nodejs npm`)".into());
-        }
+        check_node()?;
         if !self.node_project.join("node_modules/@bytecodealliance/componentize-js").is_dir() {
             return Err(format!("componentize-js is not installed in {}; install the npm packages with:\n    npm install --prefix {}", self.node_project.display(), self.node_project.display()));
         }
@@ -168,6 +172,7 @@ impl JsBuild<'_> {
             .arg(self.out)
             .arg(if self.keep_http { "keep-http" } else { "no-http" })
             .current_dir(self.node_project)
+            .stdout(to_stderr())
             .status()
             .map_err(|e| format!("failed to run node: {e}"))?;
         if !status.success() {
@@ -177,11 +182,21 @@ impl JsBuild<'_> {
     }
 }
 
+/// Fails, saying how to install it, when `node` cannot be run.
+pub fn check_node() -> Result<(), Error> {
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        return Err("Node.js is needed to build JavaScript policies but `node` cannot be run; install Node.js 20 or later (e.g. `apt-get install nodejs npm`)".into());
+    }
+    Ok(())
+}
+
 /// `npm install` in `dir` (the versions its package.json pins).
 pub fn npm_install(dir: &Path) -> Result<(), Error> {
     let status = Command::new("npm")
         .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
         .current_dir(dir)
+        .stdout(to_stderr())
         .status()
         .map_err(|e| format!("npm is needed to install the JavaScript build tools but cannot be run ({e}); install Node.js 20 or later with npm"))?;
     if !status.success() {

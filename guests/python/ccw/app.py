@@ -12,6 +12,7 @@ the log, and the decision.
 """
 
 import json
+import re
 
 import ccw
 from wit_world import exports
@@ -34,8 +35,8 @@ def save(s):
 
 
 def describe(error):
-    """An action-error as one line."""
-    kind = type(error).__name__.split("_", 1)[-1]
+    """An action-error as one line: `denied: why, and the key that would allow it`."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", " ", type(error).__name__.split("_", 1)[-1]).lower()
     value = getattr(error, "value", None)
     return "%s: %s" % (kind, value) if value else kind
 

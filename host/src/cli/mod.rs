@@ -1,9 +1,11 @@
 //! The command line: clap derive, one file per subcommand. Exit codes are
 //! documented in the README and in `loopbox --help`.
 
+mod build;
 mod doctor;
 mod hook;
 mod inspect;
+mod new;
 mod run;
 mod runs;
 
@@ -60,6 +62,10 @@ enum Command {
     Hook(hook::HookArgs),
     /// Say what this machine supports: OS sandboxes, cache, agent
     Doctor(doctor::DoctorArgs),
+    /// Create a policy project in Rust, Python or JavaScript
+    New(new::NewArgs),
+    /// Build a policy project into a component (NAME.wasm)
+    Build(build::BuildArgs),
 }
 
 /// A failure with the exit code it should end the process with.
@@ -88,6 +94,8 @@ pub fn main() -> i32 {
         Command::Runs(args) => runs::execute(args, &workspace),
         Command::Hook(args) => hook::execute(args, cli.workspace.as_deref()),
         Command::Doctor(args) => doctor::execute(args, &workspace),
+        Command::New(args) => new::execute(args, &workspace),
+        Command::Build(args) => build::execute(args, &workspace),
     };
     match result {
         Ok(code) => code,

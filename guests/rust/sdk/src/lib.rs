@@ -27,8 +27,8 @@
 //!             }
 //!             // Not granted, or no agent: say so and stop.
 //!             Err(e) => {
-//!                 log::warn(&format!("cannot run the tests: {e:?}"));
-//!                 Ok(Decision::Escalate(format!("cannot run `cargo test`: {e:?}")))
+//!                 log::warn(&format!("cannot run the tests: {}", e.describe()));
+//!                 Ok(Decision::Escalate(format!("cannot run `cargo test`: {}", e.describe())))
 //!             }
 //!         }
 //!     }
@@ -60,6 +60,20 @@ pub use wit_bindgen as __wit_bindgen;
 
 pub use bindings::exports::loopbox::policy::policy::PolicyInfo as Info;
 pub use bindings::loopbox::policy::actions::{ActionError, Output};
+
+impl ActionError {
+    /// One line for a log or an escalation: `denied: <why, and the key that would allow it>`.
+    pub fn describe(&self) -> String {
+        match self {
+            ActionError::Denied(m) => format!("denied: {m}"),
+            ActionError::Declined(m) => format!("declined: {m}"),
+            ActionError::BudgetExhausted(m) => format!("budget exhausted: {m}"),
+            ActionError::Invalid(m) => format!("invalid: {m}"),
+            ActionError::Unavailable(m) => format!("unavailable: {m}"),
+            ActionError::OutcomeUnknown => "outcome unknown: the run was interrupted while this action ran, so it may or may not have happened".into(),
+        }
+    }
+}
 pub use bindings::loopbox::policy::types::{Decision, Event, Outcome, ToolCall, Turn};
 
 use bindings::loopbox::policy::actions::{self as host_actions, Command, PromptKind, PromptRequest, Script, ShellRequest};
