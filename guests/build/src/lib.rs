@@ -30,8 +30,10 @@ impl Repo {
         Repo { root }
     }
 
+    /// Tell cargo to rerun the build script when `paths` change (only from a
+    /// build script: NUM_JOBS is set for build scripts alone, OUT_DIR for tests too).
     fn watch(&self, paths: &[PathBuf]) {
-        if std::env::var_os("OUT_DIR").is_some() {
+        if std::env::var_os("NUM_JOBS").is_some() {
             for p in paths {
                 println!("cargo:rerun-if-changed={}", p.display());
             }
