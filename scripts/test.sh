@@ -4,10 +4,10 @@
 #   ./scripts/test.sh
 #
 # 1. the pinned Rust toolchain (rust-toolchain.toml) and its wasm32-wasip2 target,
-#    componentize-py for the Python guests, the npm packages for the JavaScript
-#    guests, and bubblewrap for the sandbox tests
+#    componentize-py for the Python guests, Node.js (when missing) and the npm
+#    packages for the JavaScript guests, and bubblewrap for the sandbox tests
 # 2. host unit tests, guests built from source by build scripts, integration and
-#    CLI tests, and the benchmark run once as a smoke test (cargo test --all-targets)
+#    CLI tests, and the benchmarks run once as smoke tests (cargo test --all-targets)
 # 3. the guests' own native unit tests (Rust, and the Python CCW logic)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,20 +25,24 @@ if ! "$cpy" --version 2>/dev/null | grep -q "0.25.1"; then
   if command -v pyenv >/dev/null; then pyenv rehash; fi
 fi
 
+
+# Debian packages: bubblewrap for the OS sandbox tests (Landlock comes with the
+# kernel), and Node.js with npm for the JavaScript guests when they are missing.
+apt_install() {
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq "$@"
+  else
+    sudo apt-get update -qq && sudo apt-get install -y -qq "$@"
+  fi
+}
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then apt_install nodejs npm; fi
+if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
+
 # JavaScript guests are built with the componentize-js pinned in the lockfile. Not
 # `npm ci`: it rejects lockfiles written on one platform that lack other platforms'
 # optional native packages; `install --no-save` installs the locked versions and
 # leaves the lockfile alone.
 (cd guests/js && npm install --no-save --no-audit --no-fund --loglevel=error)
-
-# The OS sandbox tests need bubblewrap (Landlock comes with the kernel).
-if ! command -v bwrap >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq bubblewrap
-  else
-    sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap
-  fi
-fi
 
 cargo test --workspace --all-targets --locked
 (cd guests/rust && cargo test --locked --target-dir ../../target/guests-native)

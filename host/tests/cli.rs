@@ -351,6 +351,10 @@ fn new_build_run(lang: &str) {
     assert_eq!((report["name"].as_str(), report["language"].as_str(), report["world"].as_str()), (Some(name.as_str()), Some(lang), Some("loop-policy")));
     let wasm = format!("{name}.wasm");
     assert!(project.join(&wasm).is_file());
+    // The build compiled the component into the cache: the next process loads it from there.
+    let o = loopbox(&project, &["inspect", &wasm, "--json"]);
+    let inspected: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((inspected["cached"].as_bool(), inspected["info"]["name"].as_str()), (Some(true), Some(name.as_str())), "{inspected}");
 
     let o = loopbox(&project, &["run", &wasm, "--input", r#"{"check": ["true"]}"#, "--allow", "true"]);
     assert_eq!((code(&o), normalize(&o.stdout)), (0, "done: `true` passes after 0 fix(es)\n".to_string()), "{}", String::from_utf8_lossy(&o.stderr));
