@@ -139,8 +139,9 @@ impl RunContext {
         // What the guest printed goes to the run log, within the event's log budget.
         for (source, captured) in [(Source::Stdout, &data.stdout), (Source::Stderr, &data.stderr)] {
             let (text, dropped) = captured.take();
+            // A trap's one-line error quotes the guest's last words on stderr.
             if let (Source::Stderr, Err(f)) = (source, &mut result) {
-                *f = std::mem::replace(f, PolicyFault::Trap(String::new())).with_stderr(&text);
+                *f = f.clone().with_stderr(&text);
             }
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 data.log.write("info", source, line);
