@@ -37,7 +37,7 @@ const BOILERPLATE: [&str; 7] = [
 /// The line of a guest's stderr that says why it aborted: the last one that is
 /// not a runtime's boilerplate or a stack frame.
 pub fn last_words(stderr: &str) -> Option<&str> {
-    stderr.lines().filter(|l| !l.trim().is_empty() && !l.starts_with([' ', '\t']) && !BOILERPLATE.iter().any(|b| l.starts_with(b))).next_back().map(str::trim)
+    stderr.lines().rfind(|l| !l.trim().is_empty() && !l.starts_with([' ', '\t']) && !BOILERPLATE.iter().any(|b| l.starts_with(b))).map(str::trim)
 }
 
 impl PolicyFault {

@@ -107,6 +107,15 @@ pub fn sanitize(s: &str) -> String {
     s.chars().map(|c| if c == '\n' || c == '\t' || !c.is_control() { c } else { '\u{FFFD}' }).collect()
 }
 
+/// `s` cut to `max` characters, saying how long it was.
+pub fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}… ({} bytes)", s.len())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -120,13 +129,4 @@ mod tests {
     fn escapes_are_neutralized() {
         assert_eq!(super::sanitize("a\x1b[2Kb\rc\nd"), "a\u{FFFD}[2Kb\u{FFFD}c\nd");
     }
-}
-
-/// `s` cut to `max` characters, saying how long it was.
-pub fn shorten(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let cut: String = s.chars().take(max).collect();
-    format!("{cut}… ({} bytes)", s.len())
 }
