@@ -132,4 +132,3 @@ fn a_component_importing_wasi_http_is_refused_at_load() {
     let e = format!("{:#}", runtime().load(&PolicySource::Path(guest("misbehave-http-js"))).err().expect("refused"));
     assert!(e.contains("it imports `wasi:http/types@0.2") && e.contains("which loopbox does not provide") && e.contains("disableFeatures"), "{e}");
 }
-

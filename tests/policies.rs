@@ -180,7 +180,9 @@ async fn the_javascript_tool_gate_blocks_recursive_forced_deletes_only() {
 
 /// An agent reply ending in a CCW ACTION_RESULT block.
 fn ccw_reply(action: &str, status: &str, message: &str, updates: &str) -> String {
-    format!("Worked on it.\n\nACTION_RESULT:\n- action: {action}\n- status: {status}\n- message: {message}\n- state_updates: {updates}\n\nNEXT_ACTION_NEEDED: VALIDATE\n")
+    format!(
+        "Worked on it.\n\nACTION_RESULT:\n- action: {action}\n- status: {status}\n- message: {message}\n- state_updates: {updates}\n\nNEXT_ACTION_NEEDED: VALIDATE\n"
+    )
 }
 
 /// The CCW actions a run took, from its log (`DEVELOP success`, ...).
@@ -224,7 +226,10 @@ async fn ccw_in_python_walks_develop_validate_complete_with_one_agent_conversati
     assert!(prompts[0].starts_with("[ccw DEVELOP] Overall task: add --json\nDo this development task now: write the parser"), "{}", prompts[0]);
     assert!(prompts[2].contains("Do this development task now: document the flag"), "{}", prompts[2]);
     // Every action continued the one conversation the first prompt started.
-    let sessions: Vec<_> = std::fs::read_dir(ws.root().join(".scripted-agent")).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_prefix("turns-").map(String::from)).collect();
+    let sessions: Vec<_> = std::fs::read_dir(ws.root().join(".scripted-agent"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_prefix("turns-").map(String::from))
+        .collect();
     assert_eq!(sessions.len(), 1, "{sessions:?}");
 }
 

@@ -16,6 +16,7 @@ use criterion::{Criterion, criterion_group};
 use loopbox::bindings::{Event, Turn};
 use loopbox::config::Config;
 use loopbox::db::Db;
+use loopbox::journal::Journal;
 use loopbox::meter::Meter;
 use loopbox::policy::{Call, Policy, PolicySource};
 use loopbox::run::RunContext;
@@ -62,7 +63,9 @@ impl Wasm {
     fn call(&self, event: &Event) {
         self.tokio.block_on(async {
             let meter = Arc::new(Meter::new(&self.ctx.config.limits));
-            let data = self.ctx.instance_state(meter.clone());
+            // Clock readings are journaled in memory, as in a run; nothing is written.
+            let journal = Journal::live(self.ctx.db.clone(), &self.ctx.id, String::new(), true);
+            let data = self.ctx.instance_state(meter.clone(), &journal, 1).unwrap();
             let (r, _) = self.policy.call(data, meter, &self.ctx.config.limits, Call::Handle(event)).await;
             black_box(r.unwrap());
         })

@@ -42,6 +42,11 @@ pub struct ShellConfig {
     /// Rules that never run; their tokens match in any order (`["rm", "-rf"]` denies `rm -fr`).
     #[serde(default)]
     pub deny: Vec<Vec<String>>,
+    /// Argv-prefix rules for commands that are safe to run twice. When a run is resumed after
+    /// a crash that happened while such a command ran, it is run again instead of being
+    /// reported to the policy as `outcome-unknown`.
+    #[serde(default)]
+    pub idempotent: Vec<Vec<String>>,
     /// Allow `script` requests (shell text run by `sh -c`); they run only inside the OS sandbox.
     #[serde(default)]
     pub scripts: bool,
@@ -112,6 +117,7 @@ impl Default for ShellConfig {
             allow: Vec::new(),
             ask: Vec::new(),
             deny: Vec::new(),
+            idempotent: Vec::new(),
             scripts: false,
             sandbox: Default::default(),
             network: false,
@@ -270,6 +276,14 @@ pub struct RunConfig {
     /// Agent turns one run may take before it is stopped.
     #[serde(default = "default_max_turns")]
     pub max_turns: u32,
+    /// Journal every host call so a crashed run resumes without redoing finished
+    /// actions. Off trades that away for one fewer disk sync per action.
+    #[serde(default = "default_true")]
+    pub journal: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_max_turns() -> u32 {
@@ -278,7 +292,7 @@ fn default_max_turns() -> u32 {
 
 impl Default for RunConfig {
     fn default() -> Self {
-        RunConfig { max_turns: default_max_turns() }
+        RunConfig { max_turns: default_max_turns(), journal: true }
     }
 }
 
@@ -338,7 +352,7 @@ impl Config {
 
     fn validate(&self) -> Result<()> {
         self.limits.validate()?;
-        for (key, rules) in [("allow", &self.shell.allow), ("ask", &self.shell.ask), ("deny", &self.shell.deny)] {
+        for (key, rules) in [("allow", &self.shell.allow), ("ask", &self.shell.ask), ("deny", &self.shell.deny), ("idempotent", &self.shell.idempotent)] {
             for (i, rule) in rules.iter().enumerate() {
                 if rule.is_empty() || rule[0].is_empty() {
                     bail!("shell.{key}[{i}]: a rule needs at least a program name, e.g. [\"cargo\", \"test\"]");

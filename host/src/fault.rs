@@ -18,6 +18,16 @@ pub enum PolicyFault {
     Malformed(String),
     #[error("failed to instantiate the policy: {0}")]
     Instantiate(String),
+    /// On resume, the policy did not repeat the calls the journal recorded.
+    #[error("non-determinism: {0}")]
+    NonDeterminism(String),
+    /// loopbox itself failed while serving the policy (the store, the disk):
+    /// not the policy's fault, and the event is left to be resumed.
+    #[error("loopbox failed while serving the policy: {0}")]
+    Host(String),
+    /// A failure read back from the store, as it was reported then.
+    #[error("{0}")]
+    Recorded(String),
 }
 
 /// How a guest that panicked or aborted (wasm `unreachable`) is described.
@@ -60,6 +70,9 @@ impl PolicyFault {
             PolicyFault::Error(_) => "error",
             PolicyFault::Malformed(_) => "malformed",
             PolicyFault::Instantiate(_) => "instantiate",
+            PolicyFault::NonDeterminism(_) => "non-determinism",
+            PolicyFault::Host(_) => "host",
+            PolicyFault::Recorded(_) => "recorded",
         }
     }
 
@@ -67,6 +80,9 @@ impl PolicyFault {
     pub fn from_wasm(err: &wasmtime::Error, limits: &Limits) -> PolicyFault {
         if let Some(l) = err.downcast_ref::<LimitExceeded>() {
             return PolicyFault::Limit(l.clone());
+        }
+        if let Some(h) = err.downcast_ref::<crate::HostError>() {
+            return PolicyFault::Host(h.0.clone());
         }
         if let Some(t) = err.downcast_ref::<Trap>() {
             return match t {

@@ -4,7 +4,8 @@
 //! A policy is a component exporting `loopbox:policy/policy` (see `wit/`). The
 //! [`runtime::Runtime`] loads it (compiled once, cached on disk), and a
 //! [`run::RunContext`] delivers events to fresh instances, each event one
-//! transaction in the run's SQLite store. Everything a policy does in the world
+//! transaction in the run's SQLite store, its host calls recorded in a
+//! [`journal`] so a crashed run resumes without redoing them. Everything a policy does in the world
 //! goes through the capabilities in [`caps`], checked against the user's
 //! [`config::Config`]. [`driver`] is the standalone loop behind `loopbox run`.
 //!
@@ -19,6 +20,7 @@ pub mod child_env;
 pub mod cli;
 pub mod config;
 pub mod confirm;
+pub mod crashpoint;
 pub mod db;
 pub mod driver;
 pub mod engine;
@@ -27,6 +29,7 @@ pub mod grants;
 pub mod hook;
 pub mod inspect;
 pub mod instance;
+pub mod journal;
 pub mod limits;
 pub mod meter;
 pub mod policy;
@@ -44,7 +47,13 @@ pub fn wasm_err(e: wasmtime::Error) -> anyhow::Error {
     anyhow::Error::from(e)
 }
 
-/// A host failure as a wasmtime error: it traps the guest, and the run records why.
+/// A failure of loopbox itself (the store, the file system) while serving a guest's call.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HostError(pub String);
+
+/// A host failure as a wasmtime error: it stops the guest, and the run stops
+/// with it without blaming the policy (see [`fault::PolicyFault::Host`]).
 pub fn host_err(e: impl std::fmt::Display) -> wasmtime::Error {
-    wasmtime::Error::msg(format!("loopbox host error: {e}"))
+    wasmtime::Error::new(HostError(format!("{e:#}")))
 }

@@ -67,7 +67,13 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
             cmd.pre_exec(move || {
                 for (resource, value) in table.iter().flatten() {
                     if *value > 0 {
-                        let lim = libc::rlimit { rlim_cur: *value as libc::rlim_t, rlim_max: *value as libc::rlim_t };
+                        // Limits only tighten: one above loopbox's own hard limit would be refused.
+                        let mut own = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                        let mut v = *value as libc::rlim_t;
+                        if libc::getrlimit(*resource, &mut own) == 0 {
+                            v = v.min(own.rlim_max);
+                        }
+                        let lim = libc::rlimit { rlim_cur: v, rlim_max: v };
                         if libc::setrlimit(*resource, &lim) != 0 {
                             return Err(std::io::Error::last_os_error());
                         }

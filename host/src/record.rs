@@ -25,6 +25,31 @@ pub fn event_json(e: &Event) -> Value {
     }
 }
 
+/// An event back from its stored JSON (the inverse of [`event_json`]).
+pub fn parse_event(text: &str) -> anyhow::Result<Event> {
+    let v: Value = serde_json::from_str(text)?;
+    // Payloads were embedded as JSON when they parsed; give them back as text.
+    let payload = |v: &Value| match v {
+        Value::String(s) if serde_json::from_str::<Value>(s).is_err() => s.clone(),
+        other => other.to_string(),
+    };
+    let s = |k: &str| v[k].as_str().map(String::from).ok_or_else(|| anyhow::anyhow!("the event has no `{k}`"));
+    Ok(match v["type"].as_str().unwrap_or_default() {
+        "start" => Event::Start(payload(&v["input"])),
+        "turn-complete" => Event::TurnComplete(crate::bindings::Turn {
+            session_id: s("session_id")?,
+            response: s("response")?,
+            index: v["index"].as_u64().unwrap_or(0) as u32,
+            continuation: v["continuation"].as_bool().unwrap_or(false),
+        }),
+        "tool-call" => Event::ToolCall(crate::bindings::ToolCall { name: s("name")?, input: payload(&v["input"]) }),
+        "tick" => Event::Tick(payload(&v["payload"])),
+        "user-input" => Event::UserInput(s("text")?),
+        "custom" => Event::Custom((s("name")?, payload(&v["payload"]))),
+        other => anyhow::bail!("unknown event type `{other}`"),
+    })
+}
+
 pub fn decision_json(d: &Decision) -> Value {
     match d {
         Decision::Pass => json!({"type": "pass"}),
@@ -35,6 +60,26 @@ pub fn decision_json(d: &Decision) -> Value {
         Decision::Done(o) => json!({"type": "done", "success": o.success, "summary": o.summary, "data": o.data.as_deref().map(embed)}),
         Decision::Escalate(r) => json!({"type": "escalate", "reason": r}),
     }
+}
+
+/// A decision back from its stored JSON (the inverse of [`decision_json`]).
+pub fn parse_decision(text: &str) -> anyhow::Result<Decision> {
+    let v: Value = serde_json::from_str(text)?;
+    let s = |k: &str| v[k].as_str().map(String::from).ok_or_else(|| anyhow::anyhow!("the decision has no `{k}`"));
+    Ok(match v["type"].as_str().unwrap_or_default() {
+        "pass" => Decision::Pass,
+        "inject" => Decision::Inject(s("message")?),
+        "block" => Decision::Block(s("reason")?),
+        "rewrite" => Decision::Rewrite(v["payload"].to_string()),
+        "ask" => Decision::Ask(s("question")?),
+        "done" => Decision::Done(Outcome {
+            success: v["success"].as_bool().unwrap_or(false),
+            summary: s("summary")?,
+            data: v.get("data").filter(|d| !d.is_null()).map(Value::to_string),
+        }),
+        "escalate" => Decision::Escalate(s("reason")?),
+        other => anyhow::bail!("unknown decision type `{other}`"),
+    })
 }
 
 /// An outcome as JSON, its `data` embedded (the `done` decision above, without its type).
@@ -93,6 +138,41 @@ mod tests {
         assert!(validate_decision(&d, 100).unwrap_err().contains("done.data is not JSON"));
         assert!(validate_decision(&Decision::Rewrite("[1]".into()), 100).is_ok());
         assert!(validate_decision(&Decision::Inject("x".repeat(101)), 100).unwrap_err().contains("limits.max_string_bytes"));
+    }
+
+    #[test]
+    fn stored_events_read_back_as_they_were_delivered() {
+        let events = [
+            Event::Start("{\"a\":[1,2]}".into()),
+            Event::Start("not json".into()),
+            Event::Tick("{}".into()),
+            Event::UserInput("yes".into()),
+            Event::Custom(("PostToolUse".into(), "{\"x\":1}".into())),
+            Event::ToolCall(crate::bindings::ToolCall { name: "Bash".into(), input: "{\"command\":\"ls\"}".into() }),
+            Event::TurnComplete(crate::bindings::Turn { session_id: "s".into(), response: "done".into(), index: 2, continuation: true }),
+        ];
+        for e in events {
+            let text = event_json(&e).to_string();
+            assert_eq!(event_json(&parse_event(&text).unwrap()).to_string(), text);
+        }
+        assert!(parse_event("{\"type\": \"nope\"}").is_err());
+    }
+
+    #[test]
+    fn stored_decisions_read_back() {
+        let decisions = [
+            Decision::Pass,
+            Decision::Inject("go on".into()),
+            Decision::Block("no".into()),
+            Decision::Rewrite("{\"a\":1}".into()),
+            Decision::Ask("which?".into()),
+            Decision::Done(Outcome { success: true, summary: "ok".into(), data: Some("[1]".into()) }),
+            Decision::Done(Outcome { success: false, summary: "no".into(), data: None }),
+            Decision::Escalate("help".into()),
+        ];
+        for d in decisions {
+            assert_eq!(parse_decision(&decision_json(&d).to_string()).unwrap(), d);
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! One run's context: its id, its grants, its store and log. Delivering an
 //! event is a transaction: a fresh instance handles it, and its state writes,
-//! log lines and decision are committed together; a failed event commits its
-//! log and the failure, and none of its state writes.
+//! log lines, journal and decision are committed together; a failed event
+//! commits its log and the failure, and none of its state writes. An event a
+//! crash interrupted is delivered again with [`RunContext::redeliver`], its
+//! host calls answered from the journal.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,9 +26,10 @@ use crate::db::{Db, EventCommit};
 use crate::fault::PolicyFault;
 use crate::grants::{ExtraRules, ShellGrants};
 use crate::instance::{InstanceState, Limiter};
+use crate::journal::Journal;
 use crate::meter::Meter;
 use crate::policy::{Call, Policy, Returned};
-use crate::record::{decision_json, describe_decision, event_json, validate_decision};
+use crate::record::{decision_json, describe_decision, event_json, parse_event, validate_decision};
 use crate::runlog::{RunLog, Source};
 use crate::sandbox::{Confines, LazySandbox, Sandbox};
 use crate::ui::Ui;
@@ -58,6 +61,8 @@ pub struct RunContext {
     root: PathBuf,
     dir: Arc<Dir>,
     grants: Arc<ActionGrants>,
+    /// The run's random seed, read from the store at the first event.
+    seed: std::sync::OnceLock<String>,
 }
 
 /// A fresh run id: short, sortable by creation time, unique enough per store.
@@ -97,7 +102,7 @@ impl RunContext {
         let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize, db.clone()));
         let rules = ShellGrants::new(&config.shell, &access.rules, &env);
         let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, confirm: access.confirm, sandbox, confines });
-        Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants })
+        Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants, seed: Default::default() })
     }
 
     pub fn root(&self) -> &Path {
@@ -113,28 +118,35 @@ impl RunContext {
         self.grants.agent.as_ref()
     }
 
-    /// The data for one instance's Store.
-    pub fn instance_state(&self, meter: Arc<Meter>) -> InstanceState {
+    /// The data for one instance's Store; `event` is the number of the event it handles.
+    pub fn instance_state(&self, meter: Arc<Meter>, journal: &Journal, event: i64) -> Result<InstanceState> {
         let limits = &self.config.limits;
         let out = CapturedOutput::new(limits.log_bytes_per_event as usize);
         let err = CapturedOutput::new(limits.log_bytes_per_event as usize);
-        let (wasi, table) = empty_ctx(&out, &err);
-        InstanceState {
+        let seed = match self.seed.get() {
+            Some(s) => s,
+            None => {
+                let run = self.db.existing_run(&self.id)?;
+                self.seed.get_or_init(|| run.seed)
+            }
+        };
+        let (wasi, table) = empty_ctx(&out, &err, journal, seed, event);
+        Ok(InstanceState {
             wasi,
             table,
             limiter: Limiter::new(limits),
-            actions: ActionsHost::new(self.grants.clone(), self.db.clone(), self.id.clone(), meter.clone(), self.log.clone(), limits),
+            actions: ActionsHost::new(self.grants.clone(), self.db.clone(), self.id.clone(), meter.clone(), self.log.clone(), journal.clone(), limits),
             state: StateHost::new(self.db.clone(), self.id.clone(), meter.clone(), limits),
-            workspace: WorkspaceHost::new(self.dir.clone(), meter.clone(), limits.read_bytes),
+            workspace: WorkspaceHost::new(self.dir.clone(), meter.clone(), limits.read_bytes, journal.clone()),
             log: LogHost::new(self.log.clone(), meter, limits.log_bytes_per_event),
             stdout: out,
             stderr: err,
-        }
+        })
     }
 
-    async fn call(&self, policy: &Policy, call: Call<'_>) -> (Result<Returned, PolicyFault>, InstanceState) {
+    async fn call(&self, policy: &Policy, call: Call<'_>, journal: &Journal, event: i64) -> Result<(Result<Returned, PolicyFault>, InstanceState)> {
         let meter = Arc::new(Meter::new(&self.config.limits));
-        let data = self.instance_state(meter.clone());
+        let data = self.instance_state(meter.clone(), journal, event)?;
         let (mut result, mut data) = policy.call(data, meter, &self.config.limits, call).await;
         // What the guest printed goes to the run log, within the event's log budget.
         for (source, captured) in [(Source::Stdout, &data.stdout), (Source::Stderr, &data.stderr)] {
@@ -150,27 +162,61 @@ impl RunContext {
                 self.log.host("warn", format!("{dropped} bytes of the policy's {} past limits.log_bytes_per_event were dropped", source.as_str()));
             }
         }
-        (result, data)
+        Ok((result, data))
     }
 
-    /// Ask the policy to describe itself (nothing is committed).
+    /// Ask the policy to describe itself (nothing is committed or journaled).
     pub async fn info(&self, policy: &Policy) -> Result<PolicyInfo, PolicyFault> {
-        match self.call(policy, Call::Info).await.0 {
-            Ok(Returned::Info(i)) => Ok(i),
-            Ok(Returned::Decision(_)) => unreachable!("info returns info"),
-            Err(f) => Err(f),
+        let journal = Journal::live(self.db.clone(), &self.id, String::new(), false);
+        match self.call(policy, Call::Info, &journal, 0).await {
+            Ok((Ok(Returned::Info(i)), _)) => Ok(i),
+            Ok((Ok(Returned::Decision(_)), _)) => unreachable!("info returns info"),
+            Ok((Err(f), _)) => Err(f),
+            Err(e) => Err(PolicyFault::Host(format!("{e:#}"))),
         }
     }
 
-    /// Deliver one event and commit its outcome. `Err` only for the store failing.
+    /// Deliver a new event and commit its outcome. `Err` when loopbox itself
+    /// failed (the store, the disk): then nothing of the event is committed.
     pub async fn deliver(&self, policy: &Policy, event: &Event) -> Result<Result<Decision, PolicyFault>> {
-        let (result, mut data) = self.call(policy, Call::Handle(event)).await;
-        let result = match result {
+        Ok(self.deliver_numbered(policy, event).await?.1)
+    }
+
+    /// As [`RunContext::deliver`], with the number the event was stored under.
+    pub async fn deliver_numbered(&self, policy: &Policy, event: &Event) -> Result<(i64, Result<Decision, PolicyFault>)> {
+        let json = event_json(event).to_string();
+        let journal = Journal::live(self.db.clone(), &self.id, json.clone(), self.config.run.journal);
+        let nominal = self.db.next_event_seq(&self.id)?;
+        self.handle(policy, event, json, journal, nominal).await
+    }
+
+    /// Deliver again the event numbered `seq` that a crash interrupted,
+    /// answering the calls it made from the journal.
+    pub async fn redeliver(&self, policy: &Policy, seq: i64, json: String) -> Result<Result<Decision, PolicyFault>> {
+        let event = parse_event(&json).with_context(|| format!("the stored event {seq} cannot be read back"))?;
+        let journal = Journal::replay(self.db.clone(), &self.id, seq, json.clone())?;
+        self.log.host("info", format!("resuming event {seq} ({}) from the journal", event_type(&event)));
+        Ok(self.handle(policy, &event, json, journal, seq).await?.1)
+    }
+
+    async fn handle(&self, policy: &Policy, event: &Event, json: String, journal: Journal, nominal: i64) -> Result<(i64, Result<Decision, PolicyFault>)> {
+        let (result, mut data) = self.call(policy, Call::Handle(event), &journal, nominal).await?;
+        let mut result = match result {
             Ok(Returned::Decision(d)) => validate_decision(&d, self.config.limits.max_string_bytes).map(|_| d).map_err(PolicyFault::Malformed),
             Ok(Returned::Info(_)) => unreachable!("handle returns a decision"),
             Err(f) => Err(f),
         };
-        let mut commit = EventCommit { event: event_json(event).to_string(), ..Default::default() };
+        let finished = journal.finish_event();
+        // A mismatch with the journal outranks whatever the guest did after it.
+        if let Some(nd) = finished.failure {
+            result = Err(PolicyFault::NonDeterminism(nd.0));
+        }
+        if let Err(PolicyFault::Host(why)) = &result {
+            self.log.host("error", format!("loopbox failed while the policy handled the event: {why}"));
+            let _ = self.db.append_log(&self.id, &self.log.take());
+            anyhow::bail!("{why}");
+        }
+        let mut commit = EventCommit { seq: finished.seq, event: json, journal: finished.rows, ..Default::default() };
         match &result {
             Ok(d) => {
                 self.log.host("info", format!("decision: {}", describe_decision(d)));
@@ -183,7 +229,19 @@ impl RunContext {
             }
         }
         commit.log = self.log.take();
-        self.db.commit_event(&self.id, &commit).context("failed to record the event in the store")?;
-        Ok(result)
+        let seq = self.db.commit_event(&self.id, &commit).context("failed to record the event in the store")?;
+        crate::crashpoint::hit("event-committed");
+        Ok((seq, result))
+    }
+}
+
+fn event_type(e: &Event) -> &'static str {
+    match e {
+        Event::Start(_) => "start",
+        Event::TurnComplete(_) => "turn-complete",
+        Event::ToolCall(_) => "tool-call",
+        Event::Tick(_) => "tick",
+        Event::UserInput(_) => "user-input",
+        Event::Custom(_) => "custom",
     }
 }

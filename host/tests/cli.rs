@@ -237,7 +237,13 @@ fn a_trapping_policy_is_exit_5_with_its_message() {
     let dir = tempfile::tempdir().unwrap();
     let o = loopbox(dir.path(), &["run", &probe().to_string_lossy(), "--input", r#"{"op": "trap"}"#]);
     assert_eq!(code(&o), 5);
-    assert!(normalize(&o.stdout).starts_with("failed: policy trapped: the policy aborted (wasm `unreachable`: a panic, an uncaught exception or an abort); it said: probe was told to panic"), "{}", normalize(&o.stdout));
+    assert!(
+        normalize(&o.stdout).starts_with(
+            "failed: policy trapped: the policy aborted (wasm `unreachable`: a panic, an uncaught exception or an abort); it said: probe was told to panic"
+        ),
+        "{}",
+        normalize(&o.stdout)
+    );
     let err = normalize(&o.stderr);
     assert!(err.contains("  [stderr] info: ") && err.contains("probe was told to panic"), "{err}");
 }
@@ -390,7 +396,10 @@ fn a_new_javascript_policy_builds_and_runs() {
 fn new_and_build_refuse_bad_input_with_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let o = loopbox(dir.path(), &["new", "Bad_Name", "--lang", "rust"]);
-    assert_eq!((code(&o), normalize(&o.stderr).as_str()), (2, "error: `Bad_Name` is not a usable policy name: use lower-case letters, digits and `-`, starting with a letter (e.g. `green-tests`)\n"));
+    assert_eq!(
+        (code(&o), normalize(&o.stderr).as_str()),
+        (2, "error: `Bad_Name` is not a usable policy name: use lower-case letters, digits and `-`, starting with a letter (e.g. `green-tests`)\n")
+    );
     let o = loopbox(dir.path(), &["new", "p", "--lang", "cobol"]);
     assert_eq!(code(&o), 2);
     assert!(normalize(&o.stderr).contains("[possible values: rust, python, js]"));
@@ -403,7 +412,11 @@ fn new_and_build_refuse_bad_input_with_what_to_do() {
 
     let o = loopbox(dir.path(), &["build", "taken"]);
     assert_eq!(code(&o), 2);
-    assert!(normalize(&o.stderr).contains("is not a policy project: it has no policy.toml, Cargo.toml, app.py or policy.js; create one with `loopbox new NAME --lang rust|python|js`"));
+    assert!(
+        normalize(&o.stderr).contains(
+            "is not a policy project: it has no policy.toml, Cargo.toml, app.py or policy.js; create one with `loopbox new NAME --lang rust|python|js`"
+        )
+    );
 
     // Each language's missing tool is named, with the command that installs it.
     let empty = tempfile::tempdir().unwrap();

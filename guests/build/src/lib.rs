@@ -67,14 +67,8 @@ impl Repo {
         let js = self.root.join("guests/js");
         self.watch(&[js.join(name), js.join("package-lock.json")]);
         let out = self.output("js", &if keep_http { format!("{name}-http") } else { name.to_string() });
-        let build = toolchain::JsBuild {
-            node_project: &js,
-            source: &js.join(name).join("policy.js"),
-            wit: &self.root.join("wit"),
-            world,
-            out: &out,
-            keep_http,
-        };
+        let build =
+            toolchain::JsBuild { node_project: &js, source: &js.join(name).join("policy.js"), wit: &self.root.join("wit"), world, out: &out, keep_http };
         build.run().unwrap_or_else(|e| panic!("building the JavaScript guest {name}: {e}\n(./scripts/test.sh installs what the guests need)"));
         out
     }

@@ -32,7 +32,8 @@ fn to_stderr() -> Stdio {
 /// Environment variables a build script's cargo sets that must not reach a
 /// nested cargo building for another target.
 fn scrub_build_script_env(cmd: &mut Command) {
-    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_MAKEFLAGS", "MAKEFLAGS", "MFLAGS"]
+    for var in
+        ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_MAKEFLAGS", "MAKEFLAGS", "MFLAGS"]
     {
         cmd.env_remove(var);
     }
@@ -74,7 +75,11 @@ impl CargoBuild<'_> {
             .iter()
             .map(|p| {
                 let path = self.target_dir.join(TARGET).join("release").join(format!("{}.wasm", p.replace('-', "_")));
-                if path.is_file() { Ok((p.to_string(), path)) } else { Err(format!("cargo built {p} but {} is missing: is its crate-type `cdylib`?", path.display())) }
+                if path.is_file() {
+                    Ok((p.to_string(), path))
+                } else {
+                    Err(format!("cargo built {p} but {} is missing: is its crate-type `cdylib`?", path.display()))
+                }
             })
             .collect()
     }
@@ -112,7 +117,10 @@ impl PythonBuild<'_> {
             .map_err(|e| format!("componentize-py is needed to build Python policies but cannot be run ({e}); {install}"))?;
         let version = String::from_utf8_lossy(&version.stdout);
         if !version.contains(COMPONENTIZE_PY) {
-            return Err(format!("Python policies are built with componentize-py {COMPONENTIZE_PY}, but `componentize-py --version` says `{}`; {install}", version.trim()));
+            return Err(format!(
+                "Python policies are built with componentize-py {COMPONENTIZE_PY}, but `componentize-py --version` says `{}`; {install}",
+                version.trim()
+            ));
         }
         let status = componentize_py()
             .arg("-d")
@@ -162,7 +170,11 @@ impl JsBuild<'_> {
     pub fn run(&self) -> Result<(), Error> {
         check_node()?;
         if !self.node_project.join("node_modules/@bytecodealliance/componentize-js").is_dir() {
-            return Err(format!("componentize-js is not installed in {}; install the npm packages with:\n    npm install --prefix {}", self.node_project.display(), self.node_project.display()));
+            return Err(format!(
+                "componentize-js is not installed in {}; install the npm packages with:\n    npm install --prefix {}",
+                self.node_project.display(),
+                self.node_project.display()
+            ));
         }
         let status = Command::new("node")
             .args(["--input-type=module", "-e", COMPONENTIZE_JS_SCRIPT, "--"])
@@ -186,7 +198,9 @@ impl JsBuild<'_> {
 pub fn check_node() -> Result<(), Error> {
     let node = Command::new("node").arg("--version").output();
     if !node.is_ok_and(|o| o.status.success()) {
-        return Err("Node.js is needed to build JavaScript policies but `node` cannot be run; install Node.js 20 or later (e.g. `apt-get install nodejs npm`)".into());
+        return Err(
+            "Node.js is needed to build JavaScript policies but `node` cannot be run; install Node.js 20 or later (e.g. `apt-get install nodejs npm`)".into()
+        );
     }
     Ok(())
 }

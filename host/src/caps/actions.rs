@@ -3,6 +3,11 @@
 //! anything runs. Ask-tier actions need a person's yes through [`Confirm`].
 //! Refusals are `action-error`s the policy can handle, and every decision
 //! goes to the run log with the rule that made it.
+//!
+//! Every call goes through the event's [`Journal`]: an action is recorded
+//! durably before it starts and when it ends; on replay a recorded call is
+//! answered from the record, and one that was running when the process died is
+//! `outcome-unknown`, unless `shell.idempotent` says it may run again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,15 +21,16 @@ use crate::bindings::actions::{self, ActionError, Output, PromptKind, PromptRequ
 use crate::child_env::ChildEnv;
 use crate::config::{PromptTier, ShellConfig};
 use crate::confirm::Confirm;
-use crate::db::Db;
+use crate::db::{Budget, Db, Spent};
 use crate::grants::{self, Refusal, ShellGrants, Tier, show_argv};
-use crate::ui::shorten;
 use crate::instance::InstanceState;
+use crate::journal::{Journal, Step, codec};
 use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::meter::Meter;
 use crate::process::{self, Finished, Spec};
 use crate::runlog::RunLog;
 use crate::sandbox::{Confines, LazySandbox, Sandbox};
+use crate::ui::shorten;
 
 /// What a run grants for actions; shared by every instance of the run.
 pub struct ActionGrants {
@@ -45,8 +51,19 @@ pub struct ActionsHost {
     run: String,
     meter: Arc<Meter>,
     log: RunLog,
+    journal: Journal,
     actions_limit: u64,
     output_cap: usize,
+}
+
+/// Where an action's record goes.
+#[derive(Clone, Copy)]
+struct Slot<'a> {
+    seq: i64,
+    kind: &'static str,
+    request: &'a str,
+    /// The intent row exists already: the action is being run again after a crash.
+    rerun: bool,
 }
 
 /// A checked request, ready to run.
@@ -61,8 +78,8 @@ struct Exec {
 }
 
 impl ActionsHost {
-    pub fn new(grants: Arc<ActionGrants>, db: Db, run: String, meter: Arc<Meter>, log: RunLog, limits: &Limits) -> ActionsHost {
-        ActionsHost { grants, db, run, meter, log, actions_limit: limits.actions_per_run, output_cap: limits.output_bytes as usize }
+    pub fn new(grants: Arc<ActionGrants>, db: Db, run: String, meter: Arc<Meter>, log: RunLog, journal: Journal, limits: &Limits) -> ActionsHost {
+        ActionsHost { grants, db, run, meter, log, journal, actions_limit: limits.actions_per_run, output_cap: limits.output_bytes as usize }
     }
 
     fn deny(&self, what: &str, why: String) -> ActionError {
@@ -70,15 +87,63 @@ impl ActionsHost {
         ActionError::Denied(why)
     }
 
-    /// Count the action against the run's budget, or say it is spent.
-    fn spend(&self) -> wasmtime::Result<Result<(), ActionError>> {
-        if self.db.try_add_action(&self.run, self.actions_limit).map_err(crate::host_err)? {
-            Ok(Ok(()))
-        } else {
-            let e = LimitExceeded::new(Limit::Actions, self.actions_limit).to_string();
-            self.log.host("warn", e.clone());
-            Ok(Err(ActionError::BudgetExhausted(e)))
+    /// Record that the action is about to start and count it against the run's
+    /// budgets, or say why it may not start.
+    fn start(&self, slot: Slot<'_>, prompts: Option<u64>) -> wasmtime::Result<Result<(), ActionError>> {
+        if slot.rerun {
+            return Ok(Ok(()));
         }
+        if self.db.cancel_requested(&self.run).map_err(crate::host_err)? {
+            return Ok(Err(ActionError::Declined("the run is being cancelled (`loopbox runs cancel`)".into())));
+        }
+        let budget = Budget { actions: Some(self.actions_limit), prompts, turn: false };
+        crate::crashpoint::hit("before-intent");
+        match self.journal.intent(slot.seq, slot.kind, slot.request, &budget).map_err(crate::host_err)? {
+            Ok(()) => Ok(Ok(())),
+            Err(spent) => {
+                let e = match spent {
+                    Spent::Actions(n) => LimitExceeded::new(Limit::Actions, n).to_string(),
+                    Spent::Prompts(n) => format!("the run has used all {n} of its prompts (agent.max_prompts)"),
+                };
+                self.log.host("warn", e.clone());
+                Ok(Err(ActionError::BudgetExhausted(e)))
+            }
+        }
+    }
+
+    /// Journal the result of a call: durably if an intent row exists for it, else with the next write.
+    fn record(&self, slot: Slot<'_>, started: bool, result: &Result<Output, ActionError>) -> wasmtime::Result<()> {
+        let text = codec::action_result(result);
+        if started || slot.rerun {
+            self.journal.finish(slot.seq, &text).map_err(crate::host_err)
+        } else {
+            self.journal.note(slot.seq, slot.kind, slot.request, &text);
+            Ok(())
+        }
+    }
+
+    /// Answer a call from the journal, or place it for a live run.
+    fn replay(&self, kind: &'static str, request: &str, what: &dyn Fn() -> String) -> wasmtime::Result<Replay> {
+        match self.journal.step(kind, request) {
+            Ok(Step::Replayed(text)) => {
+                let r = codec::parse_action_result(&text)
+                    .ok_or_else(|| crate::host_err(anyhow::anyhow!("the journal's result for {} is damaged: {text}", what())))?;
+                self.log.host("info", format!("replayed {} from the journal", what()));
+                Ok(Replay::Answered(r))
+            }
+            Ok(Step::InFlight(seq)) => Ok(Replay::InFlight(seq)),
+            Ok(Step::Live(seq)) => Ok(Replay::Live(seq)),
+            Err(nd) => Err(crate::host_err(nd)),
+        }
+    }
+
+    /// An action that was running when the process died: its outcome cannot be known.
+    fn unknown(&self, seq: i64, kind: &'static str, request: &str, what: &str) -> wasmtime::Result<Result<Output, ActionError>> {
+        self.log
+            .host("warn", format!("{what} was running when the run stopped; its outcome is unknown (mark it in `shell.idempotent` to run it again instead)"));
+        let r = Err(ActionError::OutcomeUnknown);
+        self.record(Slot { seq, kind, request, rerun: true }, true, &r)?;
+        Ok(r)
     }
 
     fn timeout(&self, asked: Option<u64>) -> Duration {
@@ -115,16 +180,17 @@ impl ActionsHost {
         }
     }
 
-    async fn exec(&self, req: Exec) -> wasmtime::Result<Result<Output, ActionError>> {
+    /// Run a checked request. The bool says whether it was journaled as started.
+    async fn exec(&self, req: Exec, slot: Slot<'_>) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
         let prepared = match self.grants.confines.prepare(self.grants.sandbox.get(), req.program, req.args, &req.cwd) {
             Ok(p) => p,
             Err(why) => {
                 self.log.host("error", format!("refused {}: {why}", req.label));
-                return Ok(Err(ActionError::Unavailable(why)));
+                return Ok((Err(ActionError::Unavailable(why)), false));
             }
         };
-        if let Err(e) = self.spend()? {
-            return Ok(Err(e));
+        if let Err(e) = self.start(slot, None)? {
+            return Ok((Err(e), false));
         }
         self.log.ui().status(format!("running {}", req.label));
         let mut env = req.env;
@@ -142,14 +208,158 @@ impl ActionsHost {
         };
         // The private temp dir lives until the command is done.
         let _tmp = prepared._tmp;
-        match process::run(spec).await {
+        crate::crashpoint::hit("action-started");
+        let result = process::run(spec).await;
+        crate::crashpoint::hit("action-finished");
+        let result = match result {
             Ok(f) => {
                 self.log.host("info", format!("ran {}: {}", req.label, describe(&f)));
-                Ok(Ok(to_output(f, None)))
+                Ok(to_output(f, None))
             }
-            Err(e) => Ok(Err(ActionError::Unavailable(format!("failed to start {}: {e}", req.label)))),
+            Err(e) => Err(ActionError::Unavailable(format!("failed to start {}: {e}", req.label))),
+        };
+        Ok((result, true))
+    }
+
+    /// A shell request not answered from the journal: check it, then run it.
+    async fn shell_live(&self, req: ShellRequest, slot: Slot<'_>) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
+        let refused = |e| Ok((Err(e), false));
+        match req {
+            ShellRequest::Exec(cmd) => {
+                let strings = cmd
+                    .argv
+                    .iter()
+                    .map(String::as_str)
+                    .chain(cmd.cwd.as_deref())
+                    .chain(cmd.stdin.as_deref())
+                    .chain(cmd.env.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]));
+                if let Err(e) = self.check_strings(strings) {
+                    return refused(e);
+                }
+                if cmd.argv.is_empty() || cmd.argv[0].is_empty() {
+                    return refused(ActionError::Invalid("exec needs a program: argv is empty".into()));
+                }
+                if cmd.argv.iter().chain(cmd.env.iter().flat_map(|(k, v)| [k, v])).any(|a| a.contains('\0')) {
+                    return refused(ActionError::Invalid("an argument or variable contains a NUL byte".into()));
+                }
+                let label = format!("`{}`", show_argv(&cmd.argv));
+                let cwd = match self.grants.env.resolve_cwd(cmd.cwd.as_deref()) {
+                    Ok(c) => c,
+                    Err(e) => return refused(ActionError::Invalid(e)),
+                };
+                let grant = match self.grants.rules.check(&cmd.argv, &cwd, &self.grants.env, &cmd.env) {
+                    Ok(g) => g,
+                    Err(Refusal::Denied(why)) => return refused(self.deny(&format!("exec {label}"), why)),
+                    Err(Refusal::NotFound(why)) => return refused(ActionError::Unavailable(why)),
+                };
+                if grant.tier == Tier::Ask && !slot.rerun {
+                    if let Err(e) = self.confirm(&format!("exec {label}"), &grant.rule).await {
+                        return refused(e);
+                    }
+                } else {
+                    self.log.host("info", format!("exec {label} allowed by {}", grant.rule));
+                }
+                let args = cmd.argv[1..].to_vec();
+                let exec = Exec { label, program: grant.program, args, cwd, env: cmd.env, stdin: cmd.stdin, timeout: cmd.timeout_ms };
+                self.exec(exec, slot).await
+            }
+            ShellRequest::Script(script) => {
+                if let Err(e) = self.check_strings([script.source.as_str()].into_iter().chain(script.cwd.as_deref())) {
+                    return refused(e);
+                }
+                if let Err(why) = grants::check_script(&self.grants.shell, &script.source) {
+                    return refused(self.deny("script", why));
+                }
+                if let Sandbox::None { why } | Sandbox::Unavailable(why) = self.grants.sandbox.get() {
+                    return refused(self.deny("script", format!("scripts run only inside the OS sandbox, and this run has none: {why}")));
+                }
+                let label = format!("script `{}`", shorten(&crate::ui::sanitize(&script.source), 80));
+                let cwd = match self.grants.env.resolve_cwd(script.cwd.as_deref()) {
+                    Ok(c) => c,
+                    Err(e) => return refused(ActionError::Invalid(e)),
+                };
+                let Some(sh) = self.grants.env.resolve_program("sh", &cwd) else {
+                    return refused(ActionError::Unavailable(format!("no `sh` on shell.path = `{}`", self.grants.env.path_var())));
+                };
+                self.log.host("info", format!("{label} allowed by shell.scripts = true"));
+                let exec = Exec { label, program: sh, args: vec!["-c".into(), script.source], cwd, env: Vec::new(), stdin: None, timeout: script.timeout_ms };
+                self.exec(exec, slot).await
+            }
         }
     }
+
+    /// Whether `shell.idempotent` lets this request run again after a crash.
+    fn idempotent(&self, req: &ShellRequest) -> bool {
+        match req {
+            ShellRequest::Exec(cmd) => self.grants.shell.idempotent.iter().any(|rule| cmd.argv.starts_with(rule)),
+            ShellRequest::Script(_) => false,
+        }
+    }
+
+    /// A prompt not answered from the journal: check it, then send it.
+    async fn prompt_live(&self, req: PromptRequest, slot: Slot<'_>) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
+        let refused = |e| Ok((Err(e), false));
+        if let Err(e) = self.check_strings([req.text.as_str()].into_iter().chain(req.model.as_deref()).chain(req.session.as_deref())) {
+            return refused(e);
+        }
+        if req.kind == PromptKind::SlashCommand && !req.text.starts_with('/') {
+            return refused(ActionError::Invalid(format!("a slash command must start with `/`: `{}`", shorten(&req.text, 40))));
+        }
+        let grants = self.grants.clone();
+        let Some(agent) = &grants.agent else {
+            return refused(self.deny(
+                "prompt",
+                "no agent is configured: add an `[agent]` section with `command = [\"claude\", \"-p\", \"{prompt}\"]` (or your agent's CLI) to loopbox.toml"
+                    .into(),
+            ));
+        };
+        let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
+        match agent.config().tier {
+            PromptTier::Deny => return refused(self.deny(&what, "prompts are denied by agent.tier = \"deny\" in loopbox.toml".into())),
+            PromptTier::Ask => {
+                if let Err(e) = self.confirm(&what, "agent.tier = \"ask\"").await {
+                    return refused(e);
+                }
+            }
+            PromptTier::Allow => {}
+        }
+        if let Err(e) = self.start(slot, Some(agent.config().max_prompts))? {
+            return refused(e);
+        }
+        self.log.ui().status(format!("prompting the agent: {}", shorten(&crate::ui::sanitize(&req.text), 60)));
+        crate::crashpoint::hit("action-started");
+        let r = agent
+            .send(AgentRequest {
+                text: &req.text,
+                model: req.model.as_deref(),
+                session: req.session.as_deref(),
+                timeout: req.timeout_ms.map(Duration::from_millis),
+            })
+            .await;
+        crate::crashpoint::hit("action-finished");
+        let result = match r {
+            Ok(reply) => {
+                self.log.host("info", format!("prompted the agent: {}", describe(&reply.process)));
+                if reply.process.timed_out {
+                    Err(ActionError::Unavailable(format!("the agent did not answer within its timeout ({})", describe(&reply.process))))
+                } else {
+                    // The reply text (not the raw JSON) is what the policy reads.
+                    let mut out = to_output(reply.process, reply.session);
+                    out.stdout = reply.text;
+                    Ok(out)
+                }
+            }
+            Err(e) => Err(ActionError::Unavailable(e.to_string())),
+        };
+        Ok((result, true))
+    }
+}
+
+/// A call placed against the journal.
+enum Replay {
+    Answered(Result<Output, ActionError>),
+    InFlight(i64),
+    Live(i64),
 }
 
 pub fn describe(f: &Finished) -> String {
@@ -176,126 +386,40 @@ fn to_output(f: Finished, session: Option<String>) -> Output {
 impl actions::Host for ActionsHost {
     async fn shell(&mut self, req: ShellRequest) -> wasmtime::Result<Result<Output, ActionError>> {
         let _call = self.meter.call()?;
-        match req {
-            ShellRequest::Exec(cmd) => {
-                let strings = cmd
-                    .argv
-                    .iter()
-                    .map(String::as_str)
-                    .chain(cmd.cwd.as_deref())
-                    .chain(cmd.stdin.as_deref())
-                    .chain(cmd.env.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]));
-                if let Err(e) = self.check_strings(strings) {
-                    return Ok(Err(e));
-                }
-                if cmd.argv.is_empty() || cmd.argv[0].is_empty() {
-                    return Ok(Err(ActionError::Invalid("exec needs a program: argv is empty".into())));
-                }
-                if cmd.argv.iter().chain(cmd.env.iter().flat_map(|(k, v)| [k, v])).any(|a| a.contains('\0')) {
-                    return Ok(Err(ActionError::Invalid("an argument or variable contains a NUL byte".into())));
-                }
-                let label = format!("`{}`", show_argv(&cmd.argv));
-                let cwd = match self.grants.env.resolve_cwd(cmd.cwd.as_deref()) {
-                    Ok(c) => c,
-                    Err(e) => return Ok(Err(ActionError::Invalid(e))),
-                };
-                let grant = match self.grants.rules.check(&cmd.argv, &cwd, &self.grants.env, &cmd.env) {
-                    Ok(g) => g,
-                    Err(Refusal::Denied(why)) => return Ok(Err(self.deny(&format!("exec {label}"), why))),
-                    Err(Refusal::NotFound(why)) => return Ok(Err(ActionError::Unavailable(why))),
-                };
-                if grant.tier == Tier::Ask {
-                    if let Err(e) = self.confirm(&format!("exec {label}"), &grant.rule).await {
-                        return Ok(Err(e));
-                    }
-                } else {
-                    self.log.host("info", format!("exec {label} allowed by {}", grant.rule));
-                }
-                let args = cmd.argv[1..].to_vec();
-                self.exec(Exec { label, program: grant.program, args, cwd, env: cmd.env, stdin: cmd.stdin, timeout: cmd.timeout_ms }).await
+        let request = codec::shell_request(&req);
+        let what = || match &req {
+            ShellRequest::Exec(c) => format!("exec `{}`", shorten(&crate::ui::sanitize(&show_argv(&c.argv)), 80)),
+            ShellRequest::Script(s) => format!("script `{}`", shorten(&crate::ui::sanitize(&s.source), 80)),
+        };
+        let slot = match self.replay("shell", &request, &what)? {
+            Replay::Answered(r) => return Ok(r),
+            Replay::InFlight(seq) if !self.idempotent(&req) => return self.unknown(seq, "shell", &request, &what()),
+            Replay::InFlight(seq) => {
+                self.log.host("info", format!("{} was running when the run stopped; running it again (shell.idempotent)", what()));
+                Slot { seq, kind: "shell", request: &request, rerun: true }
             }
-            ShellRequest::Script(script) => {
-                if let Err(e) = self.check_strings([script.source.as_str()].into_iter().chain(script.cwd.as_deref())) {
-                    return Ok(Err(e));
-                }
-                if let Err(why) = grants::check_script(&self.grants.shell, &script.source) {
-                    return Ok(Err(self.deny("script", why)));
-                }
-                if let Sandbox::None { why } | Sandbox::Unavailable(why) = self.grants.sandbox.get() {
-                    return Ok(Err(self.deny("script", format!("scripts run only inside the OS sandbox, and this run has none: {why}"))));
-                }
-                let label = format!("script `{}`", shorten(&crate::ui::sanitize(&script.source), 80));
-                let cwd = match self.grants.env.resolve_cwd(script.cwd.as_deref()) {
-                    Ok(c) => c,
-                    Err(e) => return Ok(Err(ActionError::Invalid(e))),
-                };
-                let Some(sh) = self.grants.env.resolve_program("sh", &cwd) else {
-                    return Ok(Err(ActionError::Unavailable(format!("no `sh` on shell.path = `{}`", self.grants.env.path_var()))));
-                };
-                self.log.host("info", format!("{label} allowed by shell.scripts = true"));
-                self.exec(Exec { label, program: sh, args: vec!["-c".into(), script.source], cwd, env: Vec::new(), stdin: None, timeout: script.timeout_ms })
-                    .await
-            }
-        }
+            Replay::Live(seq) => Slot { seq, kind: "shell", request: &request, rerun: false },
+        };
+        let (result, started) = self.shell_live(req.clone(), slot).await?;
+        self.record(slot, started, &result)?;
+        crate::crashpoint::hit("action-recorded");
+        Ok(result)
     }
 
     async fn prompt(&mut self, req: PromptRequest) -> wasmtime::Result<Result<Output, ActionError>> {
         let _call = self.meter.call()?;
-        if let Err(e) = self.check_strings([req.text.as_str()].into_iter().chain(req.model.as_deref()).chain(req.session.as_deref())) {
-            return Ok(Err(e));
-        }
-        if req.kind == PromptKind::SlashCommand && !req.text.starts_with('/') {
-            return Ok(Err(ActionError::Invalid(format!("a slash command must start with `/`: `{}`", shorten(&req.text, 40)))));
-        }
-        let grants = self.grants.clone();
-        let Some(agent) = &grants.agent else {
-            return Ok(Err(self.deny(
-                "prompt",
-                "no agent is configured: add an `[agent]` section with `command = [\"claude\", \"-p\", \"{prompt}\"]` (or your agent's CLI) to loopbox.toml"
-                    .into(),
-            )));
+        let request = codec::prompt_request(&req);
+        let what = || format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
+        let slot = match self.replay("prompt", &request, &what)? {
+            Replay::Answered(r) => return Ok(r),
+            // An agent may have acted on the prompt: never sent twice.
+            Replay::InFlight(seq) => return self.unknown(seq, "prompt", &request, &what()),
+            Replay::Live(seq) => Slot { seq, kind: "prompt", request: &request, rerun: false },
         };
-        let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
-        match agent.config().tier {
-            PromptTier::Deny => return Ok(Err(self.deny(&what, "prompts are denied by agent.tier = \"deny\" in loopbox.toml".into()))),
-            PromptTier::Ask => {
-                if let Err(e) = self.confirm(&what, "agent.tier = \"ask\"").await {
-                    return Ok(Err(e));
-                }
-            }
-            PromptTier::Allow => {}
-        }
-        let max_prompts = agent.config().max_prompts;
-        if !self.db.try_add_prompt(&self.run, max_prompts).map_err(crate::host_err)? {
-            let e = format!("the run has used all {max_prompts} of its prompts (agent.max_prompts)");
-            self.log.host("warn", e.clone());
-            return Ok(Err(ActionError::BudgetExhausted(e)));
-        }
-        if let Err(e) = self.spend()? {
-            return Ok(Err(e));
-        }
-        self.log.ui().status(format!("prompting the agent: {}", shorten(&crate::ui::sanitize(&req.text), 60)));
-        let r = agent
-            .send(AgentRequest {
-                text: &req.text,
-                model: req.model.as_deref(),
-                session: req.session.as_deref(),
-                timeout: req.timeout_ms.map(Duration::from_millis),
-            })
-            .await;
-        match r {
-            Ok(reply) => {
-                self.log.host("info", format!("prompted the agent: {}", describe(&reply.process)));
-                if reply.process.timed_out {
-                    return Ok(Err(ActionError::Unavailable(format!("the agent did not answer within its timeout ({})", describe(&reply.process)))));
-                }
-                // The reply text (not the raw JSON) is what the policy reads.
-                let mut out = to_output(reply.process, reply.session);
-                out.stdout = reply.text;
-                Ok(Ok(out))
-            }
-            Err(e) => Ok(Err(ActionError::Unavailable(e.to_string()))),
-        }
+        let (result, started) = self.prompt_live(req.clone(), slot).await?;
+        self.record(slot, started, &result)?;
+        crate::crashpoint::hit("action-recorded");
+        Ok(result)
     }
 }
 

@@ -2,7 +2,9 @@
 //! environment, no arguments, no sockets, no name lookup, stdin closed.
 //! Python and JavaScript components import WASI even when the policy uses none
 //! of it, so it is linked rather than refused. The guest's stdout and stderr
-//! are captured (up to a cap) and go to the run log.
+//! are captured (up to a cap) and go to the run log. Its clocks read through
+//! the event's journal and its random numbers come from the run's seed, so a
+//! replayed event sees what the original saw.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::instance::InstanceState;
+use crate::journal::{Journal, JournalClock, event_rng};
 
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker).map_err(crate::wasm_err)
@@ -26,10 +29,18 @@ impl WasiView for InstanceState {
     }
 }
 
-/// The empty context, with stdout and stderr going to `out` and `err`.
-pub fn empty_ctx(out: &CapturedOutput, err: &CapturedOutput) -> (WasiCtx, ResourceTable) {
+/// The empty context, with stdout and stderr going to `out` and `err`, clocks
+/// through `journal`, and random numbers for event `event` of the run seeded `seed`.
+pub fn empty_ctx(out: &CapturedOutput, err: &CapturedOutput, journal: &Journal, seed: &str, event: i64) -> (WasiCtx, ResourceTable) {
     let mut b = WasiCtx::builder();
     b.stdout(out.clone()).stderr(err.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    if journal.enabled() {
+        b.wall_clock(JournalClock::new(journal.clone()))
+            .monotonic_clock(JournalClock::new(journal.clone()))
+            .secure_random(event_rng(seed, event, "secure"))
+            .insecure_random(event_rng(seed, event, "insecure"))
+            .insecure_random_seed(u128::from_le_bytes(blake3::hash(format!("{seed}/{event}/seed").as_bytes()).as_bytes()[..16].try_into().unwrap_or_default()));
+    }
     (b.build(), ResourceTable::new())
 }
 

@@ -2,6 +2,9 @@
 //! directory handle. `..` that climbs out, absolute paths and symlinks leading
 //! outside are refused by the handle itself; the store directory `.loopbox/`
 //! is hidden from policies.
+//!
+//! Each read goes into the event's journal with what it returned, so a resumed
+//! run replays what the policy saw even if the files changed since.
 
 use std::io::Read;
 use std::path::Path;
@@ -15,6 +18,7 @@ use crate::bindings::loopbox::policy::workspace;
 use crate::child_env::normalize_relative;
 use crate::db::STORE_DIR;
 use crate::instance::InstanceState;
+use crate::journal::{Journal, Step, codec};
 use crate::limits::{Limit, LimitExceeded};
 use crate::meter::Meter;
 
@@ -22,11 +26,30 @@ pub struct WorkspaceHost {
     dir: Arc<Dir>,
     meter: Arc<Meter>,
     read_limit: u64,
+    journal: Journal,
 }
 
 impl WorkspaceHost {
-    pub fn new(dir: Arc<Dir>, meter: Arc<Meter>, read_limit: u64) -> WorkspaceHost {
-        WorkspaceHost { dir, meter, read_limit }
+    pub fn new(dir: Arc<Dir>, meter: Arc<Meter>, read_limit: u64, journal: Journal) -> WorkspaceHost {
+        WorkspaceHost { dir, meter, read_limit, journal }
+    }
+
+    /// Answer from the journal on replay; else call `live` and journal what it returned.
+    fn journaled<T>(&self, kind: &str, request: &str, live: impl FnOnce() -> wasmtime::Result<Result<T, String>>) -> wasmtime::Result<Result<T, String>>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        match self.journal.step(kind, request).map_err(crate::host_err)? {
+            Step::Replayed(text) => {
+                codec::parse_text_result(&text).ok_or_else(|| crate::host_err(format!("the journal's result for {kind} `{request}` is damaged")))
+            }
+            Step::InFlight(seq) => Err(crate::host_err(format!("call {seq} ({kind} `{request}`) has no result in the journal"))),
+            Step::Live(seq) => {
+                let r = live()?;
+                self.journal.note(seq, kind, request, &codec::text_result(&r));
+                Ok(r)
+            }
+        }
     }
 }
 
@@ -57,17 +80,15 @@ fn io_message(path: &str, e: std::io::Error) -> String {
     }
 }
 
-impl workspace::Host for WorkspaceHost {
-    async fn read(&mut self, path: String) -> wasmtime::Result<Result<String, String>> {
-        let _call = self.meter.call()?;
-        self.meter.check_str(&path)?;
-        let rel = match check_path(&path) {
+impl WorkspaceHost {
+    fn read_live(&self, path: &str) -> wasmtime::Result<Result<String, String>> {
+        let rel = match check_path(path) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
         let file = match self.dir.open(&rel) {
             Ok(f) => f,
-            Err(e) => return Ok(Err(io_message(&path, e))),
+            Err(e) => return Ok(Err(io_message(path, e))),
         };
         let meta = file.metadata().map_err(crate::host_err)?;
         if meta.is_dir() {
@@ -79,7 +100,7 @@ impl workspace::Host for WorkspaceHost {
         let mut bytes = Vec::with_capacity(meta.len() as usize);
         // Read at most one byte past the limit in case the file grew since the stat.
         if let Err(e) = file.into_std().take(self.read_limit + 1).read_to_end(&mut bytes) {
-            return Ok(Err(io_message(&path, e)));
+            return Ok(Err(io_message(path, e)));
         }
         if bytes.len() as u64 > self.read_limit {
             return Ok(Err(LimitExceeded::new(Limit::ReadBytes, self.read_limit).to_string()));
@@ -87,17 +108,15 @@ impl workspace::Host for WorkspaceHost {
         Ok(String::from_utf8(bytes).map_err(|_| format!("`{path}` is not UTF-8 text")))
     }
 
-    async fn list_dir(&mut self, dir: String) -> wasmtime::Result<Result<Vec<String>, String>> {
-        let _call = self.meter.call()?;
-        self.meter.check_str(&dir)?;
-        let rel = match check_path(&dir) {
+    fn list_live(&self, dir: &str) -> wasmtime::Result<Result<Vec<String>, String>> {
+        let rel = match check_path(dir) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
         let entries = if rel.as_os_str().is_empty() { self.dir.entries() } else { self.dir.read_dir(&rel) };
         let entries = match entries {
             Ok(e) => e,
-            Err(e) => return Ok(Err(io_message(&dir, e))),
+            Err(e) => return Ok(Err(io_message(dir, e))),
         };
         let mut names = Vec::new();
         for entry in entries {
@@ -113,6 +132,20 @@ impl workspace::Host for WorkspaceHost {
         }
         names.sort();
         Ok(Ok(names))
+    }
+}
+
+impl workspace::Host for WorkspaceHost {
+    async fn read(&mut self, path: String) -> wasmtime::Result<Result<String, String>> {
+        let _call = self.meter.call()?;
+        self.meter.check_str(&path)?;
+        self.journaled("read", &path, || self.read_live(&path))
+    }
+
+    async fn list_dir(&mut self, dir: String) -> wasmtime::Result<Result<Vec<String>, String>> {
+        let _call = self.meter.call()?;
+        self.meter.check_str(&dir)?;
+        self.journaled("list-dir", &dir, || self.list_live(&dir))
     }
 }
 

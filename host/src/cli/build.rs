@@ -13,7 +13,9 @@ use crate::policy::PolicySource;
 use crate::project::{Manifest, build};
 
 #[derive(Debug, Args)]
-#[command(after_help = "Exit codes:\n  0  built\n  1  the build failed: a tool is missing (the message says how to install it) or the toolchain reported errors\n  2  DIR is not a policy project, or what it built is not a policy of its world")]
+#[command(
+    after_help = "Exit codes:\n  0  built\n  1  the build failed: a tool is missing (the message says how to install it) or the toolchain reported errors\n  2  DIR is not a policy project, or what it built is not a policy of its world"
+)]
 pub struct BuildArgs {
     /// The project directory (default: the current directory)
     dir: Option<PathBuf>,

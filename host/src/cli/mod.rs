@@ -3,6 +3,7 @@
 
 mod build;
 mod doctor;
+mod drive;
 mod hook;
 mod inspect;
 mod new;
@@ -25,6 +26,12 @@ pub mod exit {
     pub const FAULT: i32 = 5;
     pub const TURN_BUDGET: i32 = 6;
     pub const AGENT: i32 = 7;
+    /// The run was cancelled (`loopbox runs cancel`).
+    pub const CANCELLED: i32 = 8;
+    /// Another loopbox process is driving the run.
+    pub const BUSY: i32 = 9;
+    /// An agent turn was in flight when the run stopped; resume with --resend-turn or cancel.
+    pub const UNKNOWN_TURN: i32 = 10;
     /// loopbox itself failed (store, I/O).
     pub const INTERNAL: i32 = 70;
 }
@@ -38,6 +45,9 @@ const EXIT_CODES: &str = "Exit codes:
   5   the policy failed: trap, limit, error or malformed decision
   6   the run used all its turns (run.max_turns)
   7   the agent could not be run or failed
+  8   the run was cancelled (loopbox runs cancel)
+  9   another loopbox process is driving the run
+  10  an agent turn was in flight when the run stopped: resume with --resend-turn, or cancel
   70  loopbox itself failed (store, I/O)";
 
 #[derive(Debug, Parser)]
@@ -56,7 +66,7 @@ enum Command {
     Run(run::RunArgs),
     /// Describe a policy component without running it
     Inspect(inspect::InspectArgs),
-    /// List the runs in this workspace (standalone runs and hook sessions)
+    /// List the runs in this workspace; show, follow, resume, answer, tick or cancel one
     Runs(runs::RunsArgs),
     /// Run a policy as an agent's hook (Claude Code), or install it as one
     Hook(hook::HookArgs),
@@ -81,7 +91,12 @@ impl Failure {
     }
 
     pub fn internal(error: anyhow::Error) -> Failure {
-        Failure { code: exit::INTERNAL, error }
+        Failure { code: exit::INTERNAL, error: crate::db::advise(error) }
+    }
+
+    /// Looking something up: not finding it is a usage error, the store failing is internal.
+    pub fn lookup(error: anyhow::Error) -> Failure {
+        if crate::db::is_store_error(&error) { Failure::internal(error) } else { Failure::usage(error) }
     }
 }
 

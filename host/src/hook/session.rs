@@ -42,7 +42,7 @@ pub async fn answer(policy: &Policy, config: Arc<Config>, workspace: &Path, star
     }
     let ctx = RunContext::with_access(id.clone(), config, db.clone(), workspace, Ui::quiet(), access)?;
     if existing.is_none() {
-        db.create_run(&id, &policy.source.to_string(), &policy.digest, start_input)?;
+        db.create_hook_run(&id, &policy.source.to_string(), &policy.digest, start_input)?;
         ctx.log.host("info", format!("Claude Code session {} seen for the first time", input.session_id));
     }
     // A start that failed (a bad --input, say) is tried again on the next event.

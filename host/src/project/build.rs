@@ -14,7 +14,11 @@ pub fn build(dir: &Path, manifest: &Manifest) -> Result<PathBuf> {
     let out = dir.join(format!("{}.wasm", manifest.name));
     let wit = dir.join("wit");
     if manifest.language != Language::Rust && !wit.join("policy.wit").is_file() {
-        bail!("`{}` is missing: a {} policy is built against loopbox's contract; copy wit/ from a project made by `loopbox new`", wit.join("policy.wit").display(), manifest.language.title());
+        bail!(
+            "`{}` is missing: a {} policy is built against loopbox's contract; copy wit/ from a project made by `loopbox new`",
+            wit.join("policy.wit").display(),
+            manifest.language.title()
+        );
     }
     match manifest.language {
         Language::Rust => {
@@ -36,7 +40,10 @@ pub fn build(dir: &Path, manifest: &Manifest) -> Result<PathBuf> {
             check_node().map_err(|e| anyhow!(e))?;
             if !dir.join("node_modules/@bytecodealliance/componentize-js").is_dir() {
                 if !dir.join("package.json").is_file() {
-                    bail!("`{}` is missing: it pins the componentize-js that builds the policy; copy it from a project made by `loopbox new`", dir.join("package.json").display());
+                    bail!(
+                        "`{}` is missing: it pins the componentize-js that builds the policy; copy it from a project made by `loopbox new`",
+                        dir.join("package.json").display()
+                    );
                 }
                 eprintln!("installing the npm packages in {} (first build only)", dir.display());
                 npm_install(dir).map_err(|e| anyhow!(e))?;

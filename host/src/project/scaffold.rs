@@ -59,7 +59,10 @@ pub fn create(parent: &Path, name: &str, language: Language) -> Result<PathBuf> 
         bail!("`{}` already exists; choose another name or remove it", target.display());
     }
     // Written aside and renamed into place, so an interrupted `new` leaves no half project.
-    let staging = tempfile::Builder::new().prefix(&format!(".{name}.")).tempdir_in(parent).with_context(|| format!("cannot create a directory in `{}`", parent.display()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .tempdir_in(parent)
+        .with_context(|| format!("cannot create a directory in `{}`", parent.display()))?;
     for (rel, contents) in files(name, language) {
         let path = staging.path().join(rel);
         if let Some(dir) = path.parent() {

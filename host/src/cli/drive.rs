@@ -1,0 +1,222 @@
+//! What `loopbox run` and `loopbox runs resume|answer|tick` share: turning a
+//! run's options into its config and grants, asking on the terminal, driving
+//! the run to its end (or until it parks), and reporting how it ended.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{Failure, exit};
+use crate::config::Config;
+use crate::confirm::{ApproveAll, Confirm, NoOneToAsk};
+use crate::db::{Db, RunOptions, RunRecord};
+use crate::driver::{self, Asker, DriveOptions, Next, NoAsker, RunEnd};
+use crate::grants::{ExtraRules, parse_cli_rule};
+use crate::policy::{Policy, PolicySource};
+use crate::record::outcome_json;
+use crate::run::{Access, RunContext};
+use crate::sandbox::Sandbox;
+use crate::ui::{Ui, sanitize};
+
+/// The config a run's options name, with `--max-turns` applied.
+pub fn config_for(options: &RunOptions, workspace: &Path) -> Result<(Config, Option<PathBuf>), Failure> {
+    let (mut config, path) = Config::discover(options.config.as_deref(), workspace).map_err(Failure::usage)?;
+    if let Some(n) = options.max_turns {
+        if n == 0 {
+            return Err(Failure::usage(anyhow::anyhow!("--max-turns must be at least 1")));
+        }
+        config.run.max_turns = n;
+    }
+    Ok((config, path))
+}
+
+pub fn cli_rules(options: &RunOptions) -> Result<ExtraRules, Failure> {
+    let parse = |flag: &str, v: &[String]| {
+        v.iter().map(|r| parse_cli_rule(r).map_err(|e| Failure::usage(anyhow::anyhow!("--{flag} {r:?}: {e}")))).collect::<Result<Vec<_>, _>>()
+    };
+    Ok(ExtraRules { allow: parse("allow", &options.allow)?, ask: parse("ask", &options.ask)?, deny: parse("deny", &options.deny)? })
+}
+
+/// The policy a run was started with: its recorded path, else its source text.
+pub fn policy_source(run: &RunRecord) -> PolicySource {
+    match &run.options.policy_path {
+        Some(p) => PolicySource::Path(p.clone()),
+        None => PolicySource::parse(&run.policy),
+    }
+}
+
+/// One process driving one run.
+pub struct Drive<'a> {
+    pub workspace: &'a Path,
+    pub db: Db,
+    pub run: RunRecord,
+    pub policy: Policy,
+    pub config: Config,
+    pub config_path: Option<PathBuf>,
+    pub json: bool,
+    /// Print the grants banner (a new run) or a one-line "resuming" note.
+    pub banner: bool,
+    pub resend_turn: bool,
+}
+
+impl Drive<'_> {
+    /// Drive the run from `next`, record how it ended, print it; the exit code.
+    pub fn until_it_stops(self, next: Next) -> Result<i32, Failure> {
+        let Drive { workspace, db, run, policy, config, config_path, json, banner, resend_turn } = self;
+        let ui = if json { Ui::quiet() } else { Ui::detect(false) };
+        let extra = cli_rules(&run.options)?;
+        let yes = run.options.yes;
+        let confirm: Arc<dyn Confirm> = if yes {
+            Arc::new(ApproveAll)
+        } else if json {
+            Arc::new(NoOneToAsk("--json runs ask no one; pass --yes to approve ask-tier actions"))
+        } else {
+            Arc::new(TerminalConfirm { ui: ui.clone() })
+        };
+        let source = policy.source.clone();
+        let protected = config_path.into_iter().chain(source.path().map(Path::to_path_buf)).collect();
+        let access = Access { rules: extra.clone(), confirm, protected, support: None };
+        let config = Arc::new(config);
+        let ctx = RunContext::with_access(run.id.clone(), config.clone(), db.clone(), workspace, ui.clone(), access).map_err(Failure::usage)?;
+        if banner {
+            ui.line(grants_banner(&run.id, &source, policy.world.name(), &config, &extra, yes, ctx.sandbox()));
+        } else {
+            ui.line(format!("loopbox: resuming run {} of {source} (world {}); sandbox {}", run.id, policy.world.name(), ctx.sandbox().name()));
+        }
+
+        let delivered = db.ticks_delivered(&run.id).map_err(Failure::internal)?;
+        let ticks: VecDeque<String> = run.options.ticks.iter().skip(delivered).cloned().collect();
+        let asker: Box<dyn Asker> = if json { Box::new(NoAsker) } else { Box::new(TerminalAsker { ui: ui.clone() }) };
+        let opts = DriveOptions { max_turns: config.run.max_turns, asker: asker.as_ref(), ticks, resend_turn };
+        let end = super::tokio()?.block_on(driver::drive(&ctx, &policy, next, opts));
+        ui.finish();
+        let end = end.map_err(|e| {
+            Failure::internal(e.context(format!("run {} stopped; once the cause is fixed, continue it with `loopbox runs resume {}`", run.id, run.id)))
+        })?;
+        report(&db, &run.id, &source, policy.world.name(), &end, json)
+    }
+}
+
+/// Record how the run ended (and give up its lease), then print it.
+pub fn report(db: &Db, id: &str, source: &PolicySource, world: &str, end: &RunEnd, json: bool) -> Result<i32, Failure> {
+    let outcome = match end {
+        RunEnd::Done(o) => Some(outcome_json(o)),
+        _ => None,
+    };
+    db.finish_driving(id, end.status(), outcome.as_ref().map(|o| o.to_string()).as_deref()).map_err(Failure::internal)?;
+    let record = db.existing_run(id).map_err(Failure::internal)?;
+    let code = end.exit_code();
+    if json {
+        let out = json!({
+            "run_id": id, "policy": source.to_string(), "world": world, "status": end.status(),
+            "exit_code": code, "summary": end.summary(), "outcome": outcome, "turns": record.turns, "actions": record.actions,
+        });
+        println!("{out}");
+    } else {
+        println!("{}: {}", end.status(), sanitize(&end.summary()));
+        match end {
+            RunEnd::Waiting(_) => println!("run {id} is parked in {}", db.path().display()),
+            RunEnd::TurnUnknown(_) => println!("resume it with `loopbox runs resume {id} --resend-turn`, or stop it with `loopbox runs cancel {id}`"),
+            _ => {}
+        }
+    }
+    Ok(code)
+}
+
+/// Take the run for this process, or say who has it.
+pub fn acquire(db: &Db, id: &str) -> Result<(), Failure> {
+    match db.acquire(id).map_err(Failure::internal)? {
+        Ok(()) => Ok(()),
+        Err(holder) => Err(Failure {
+            code: exit::BUSY,
+            error: anyhow::anyhow!(
+                "run {id} is being driven by another loopbox process (pid {} on {}); wait for it to finish, or stop it with `loopbox runs cancel {id}`",
+                holder.pid,
+                holder.host
+            ),
+        }),
+    }
+}
+
+/// Say which runs were interrupted (their driver died) and how to pick them up.
+pub fn note_interrupted(db: &Db) {
+    if let Ok(runs) = db.find_interrupted() {
+        for r in runs {
+            eprintln!(
+                "note: run {} of {} was interrupted (its loopbox process stopped); resume it with `loopbox runs resume {}`, or stop it with `loopbox runs cancel {}`",
+                r.id, r.policy, r.id, r.id
+            );
+        }
+    }
+}
+
+/// Asks on the terminal whether an ask-tier action may run.
+struct TerminalConfirm {
+    ui: Ui,
+}
+
+impl Confirm for TerminalConfirm {
+    fn confirm(&self, action: &str, rule: &str) -> Result<bool, String> {
+        let message = format!("The policy wants to run {} (needs a yes: {})", sanitize(action), sanitize(rule));
+        let answer = read_answer(&self.ui, &message, "Allow it? [y/N] ")
+            .ok_or("there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions")?;
+        Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+    }
+}
+
+/// Asks on the terminal; declines (returns None) without one or under CI.
+struct TerminalAsker {
+    ui: Ui,
+}
+
+impl Asker for TerminalAsker {
+    fn ask(&self, question: &str) -> Option<String> {
+        read_answer(&self.ui, &format!("The policy asks: {}", sanitize(question)), "answer> ")
+    }
+}
+
+/// Show `message` and read one line from the person at the terminal; None without one
+/// (stdin not a terminal, or `CI` set), or when reading fails.
+fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
+    if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
+        return None;
+    }
+    let mut answer = String::new();
+    ui.suspend(|| {
+        eprintln!("\n{message}");
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        std::io::stdin().lock().read_line(&mut answer).ok()
+    })?;
+    Some(answer.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// The first line of a run: what runs, and everything it is granted.
+fn grants_banner(id: &str, source: &PolicySource, world: &str, config: &Config, extra: &ExtraRules, yes: bool, sandbox: &Sandbox) -> String {
+    let list = |a: &[Vec<String>], b: &[Vec<String>]| {
+        let all: Vec<String> = a.iter().chain(b).map(|r| r.join(" ")).collect();
+        if all.is_empty() { "none".to_string() } else { all.join("; ") }
+    };
+    let agent = config.agent.as_ref().map_or("none".to_string(), |a| a.command[0].clone());
+    let mut line = format!(
+        "loopbox: run {id} of {source} (world {world}); grants: exec [{}], scripts {}, agent {agent}",
+        list(&config.shell.allow, &extra.allow),
+        if config.shell.scripts { "ALLOWED" } else { "no" }
+    );
+    if !config.shell.ask.is_empty() || !extra.ask.is_empty() {
+        line.push_str(&format!("; ask [{}]{}", list(&config.shell.ask, &extra.ask), if yes { " (all approved by --yes)" } else { "" }));
+    }
+    if !config.shell.deny.is_empty() || !extra.deny.is_empty() {
+        line.push_str(&format!("; deny [{}]", list(&config.shell.deny, &extra.deny)));
+    }
+    line.push_str(&format!("; sandbox {}{}", sandbox.name(), if config.shell.network { " with network" } else { "" }));
+    match sandbox {
+        Sandbox::None { why } => line.push_str(&format!(" ({why}: commands run unconfined, scripts are refused)")),
+        Sandbox::Unavailable(why) => line.push_str(&format!(" ({why}: every command will be refused)")),
+        _ => {}
+    }
+    line
+}

@@ -1,0 +1,200 @@
+//! Events with their decisions, the run's key/value state, and the run log.
+//! [`Db::commit_event`] writes everything one handled event changed in one
+//! transaction.
+
+use anyhow::Result;
+use rusqlite::{OptionalExtension, params};
+
+use super::journal::{JournalRow, insert_rows};
+use super::{Db, now_ms};
+
+/// One log line as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRecord {
+    pub at_ms: i64,
+    pub level: String,
+    pub source: String,
+    pub message: String,
+}
+
+/// Everything one handled event changes, committed together.
+#[derive(Debug, Default)]
+pub struct EventCommit {
+    /// The event's number when its row was already written (with an action's intent).
+    pub seq: Option<i64>,
+    pub event: String,
+    pub decision: Option<String>,
+    pub error: Option<String>,
+    /// `Some(value)` sets, `None` removes.
+    pub state_writes: Vec<(String, Option<String>)>,
+    pub log: Vec<LogRecord>,
+    /// Journal rows not yet written (calls with no side effects: denials, reads, clocks).
+    pub journal: Vec<JournalRow>,
+}
+
+/// One delivered event as stored: JSON texts of the event and its decision, or the error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    pub seq: i64,
+    pub at_ms: i64,
+    pub event: String,
+    pub decision: Option<String>,
+    pub error: Option<String>,
+    /// Still being handled, or interrupted while it was.
+    pub pending: bool,
+}
+
+fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
+    Ok(EventRecord { seq: r.get(0)?, at_ms: r.get(1)?, event: r.get(2)?, decision: r.get(3)?, error: r.get(4)?, pending: r.get::<_, i64>(5)? != 0 })
+}
+
+const EVENT_COLUMNS: &str = "seq, at, event, decision, error, pending";
+
+/// The next event number of `run`.
+pub(super) fn next_event_seq(tx: &rusqlite::Transaction<'_>, run: &str) -> rusqlite::Result<i64> {
+    tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1", [run], |r| r.get(0))
+}
+
+impl Db {
+    /// Commit one handled event atomically; returns its sequence number.
+    pub fn commit_event(&self, run: &str, commit: &EventCommit) -> Result<i64> {
+        self.write("commit the event", |tx| {
+            let now = now_ms();
+            let seq = match commit.seq {
+                Some(seq) => {
+                    tx.execute(
+                        "UPDATE events SET decision = ?3, error = ?4, pending = 0 WHERE run_id = ?1 AND seq = ?2",
+                        params![run, seq, commit.decision, commit.error],
+                    )?;
+                    seq
+                }
+                None => {
+                    let seq = next_event_seq(tx, run)?;
+                    tx.execute(
+                        "INSERT INTO events (run_id, seq, at, event, decision, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![run, seq, now, commit.event, commit.decision, commit.error],
+                    )?;
+                    seq
+                }
+            };
+            insert_rows(tx, run, seq, &commit.journal)?;
+            for (key, value) in &commit.state_writes {
+                match value {
+                    Some(v) => tx.execute(
+                        "INSERT INTO state (run_id, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value",
+                        params![run, key, v],
+                    )?,
+                    None => tx.execute("DELETE FROM state WHERE run_id = ?1 AND key = ?2", params![run, key])?,
+                };
+            }
+            append_log(tx, run, &commit.log)?;
+            tx.execute("UPDATE runs SET updated_at = ?2 WHERE id = ?1", params![run, now])?;
+            Ok(seq)
+        })
+    }
+
+    /// The number the run's next event will get.
+    pub fn next_event_seq(&self, run: &str) -> Result<i64> {
+        Ok(self.conn().query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1", [run], |r| r.get(0))?)
+    }
+
+    /// Whether the run's `start` event was handled successfully.
+    pub fn started(&self, run: &str) -> Result<bool> {
+        Ok(self.conn().query_row(
+            "SELECT EXISTS (SELECT 1 FROM events WHERE run_id = ?1 AND decision IS NOT NULL AND json_extract(event, '$.type') = 'start')",
+            [run],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Each event of the run, in order.
+    pub fn events(&self, run: &str) -> Result<Vec<EventRecord>> {
+        let c = self.conn();
+        let mut stmt = c.prepare(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq"))?;
+        let rows = stmt.query_map([run], event_record)?.collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// The run's last event, handled or not.
+    pub fn last_event(&self, run: &str) -> Result<Option<EventRecord>> {
+        Ok(self.conn().query_row(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1"), [run], event_record).optional()?)
+    }
+
+    /// Count of `tick` events the run was delivered (handled or pending).
+    pub fn ticks_delivered(&self, run: &str) -> Result<usize> {
+        Ok(self.conn().query_row("SELECT COUNT(*) FROM events WHERE run_id = ?1 AND json_extract(event, '$.type') = 'tick'", [run], |r| r.get::<_, i64>(0))?
+            as usize)
+    }
+
+    pub fn state_get(&self, run: &str, key: &str) -> Result<Option<String>> {
+        Ok(self.conn().query_row("SELECT value FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| r.get(0)).optional()?)
+    }
+
+    /// Keys of the run starting with `prefix`, sorted.
+    pub fn state_keys(&self, run: &str, prefix: &str) -> Result<Vec<String>> {
+        let c = self.conn();
+        let mut stmt = c.prepare_cached("SELECT key FROM state WHERE run_id = ?1 AND substr(key, 1, length(?2)) = ?2 ORDER BY key")?;
+        let keys = stmt.query_map([run, prefix], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+        Ok(keys)
+    }
+
+    /// Every key and value of the run, sorted by key.
+    pub fn state_all(&self, run: &str) -> Result<Vec<(String, String)>> {
+        let c = self.conn();
+        let mut stmt = c.prepare("SELECT key, value FROM state WHERE run_id = ?1 ORDER BY key")?;
+        let rows = stmt.query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Bytes of keys and values the run holds.
+    pub fn state_total(&self, run: &str) -> Result<u64> {
+        Ok(self.conn().query_row(
+            "SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1",
+            [run],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
+    }
+
+    /// The size of one stored entry, 0 when absent.
+    pub fn state_entry_size(&self, run: &str, key: &str) -> Result<u64> {
+        Ok(self
+            .conn()
+            .query_row("SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| {
+                r.get::<_, i64>(0)
+            })
+            .optional()?
+            .unwrap_or(0) as u64)
+    }
+
+    /// Log lines that belong to no event (the driver's own).
+    pub fn append_log(&self, run: &str, lines: &[LogRecord]) -> Result<()> {
+        self.write("write the run log", |tx| append_log(tx, run, lines))
+    }
+
+    pub fn log(&self, run: &str) -> Result<Vec<LogRecord>> {
+        Ok(self.log_after(run, 0)?.into_iter().map(|(_, l)| l).collect())
+    }
+
+    /// Log lines numbered after `seq`, with their numbers (for `runs log --follow`).
+    pub fn log_after(&self, run: &str, seq: i64) -> Result<Vec<(i64, LogRecord)>> {
+        let c = self.conn();
+        let mut stmt = c.prepare_cached("SELECT seq, at, level, source, message FROM run_log WHERE run_id = ?1 AND seq > ?2 ORDER BY seq")?;
+        let rows = stmt
+            .query_map(params![run, seq], |r| Ok((r.get(0)?, LogRecord { at_ms: r.get(1)?, level: r.get(2)?, source: r.get(3)?, message: r.get(4)? })))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+}
+
+fn append_log(tx: &rusqlite::Transaction<'_>, run: &str, lines: &[LogRecord]) -> Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let mut seq: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM run_log WHERE run_id = ?1", [run], |r| r.get(0))?;
+    let mut stmt = tx.prepare_cached("INSERT INTO run_log (run_id, seq, at, level, source, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+    for l in lines {
+        seq += 1;
+        stmt.execute(params![run, seq, l.at_ms, l.level, l.source, l.message])?;
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! Journal rows: every host call of an event with its request and result.
+//! An action's intent is written durably, in one transaction with the budget
+//! it spends and the calls before it, before the action starts; its result is
+//! written before the policy sees it.
+
+use anyhow::Result;
+use rusqlite::params;
+
+use super::events::next_event_seq;
+use super::{Db, now_ms};
+
+/// One journaled host call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalRow {
+    /// Order within the event, from 1 (0 is the driver's agent turn after the event).
+    pub seq: i64,
+    /// `shell`, `prompt`, `read`, `list-dir`, `wall-clock`, `monotonic-clock`, `turn`.
+    pub kind: String,
+    pub request: String,
+    /// `None` while the action runs, and forever when the process died during it.
+    pub result: Option<String>,
+}
+
+/// What starting an action spends; `None` limits are not checked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Budget {
+    pub actions: Option<u64>,
+    pub prompts: Option<u64>,
+    /// An agent turn of the driver (counted in `turns`).
+    pub turn: bool,
+}
+
+/// The budget that was spent, with its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spent {
+    Actions(u64),
+    Prompts(u64),
+}
+
+pub(super) fn insert_rows(tx: &rusqlite::Transaction<'_>, run: &str, event_seq: i64, rows: &[JournalRow]) -> Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO journal (run_id, event_seq, seq, kind, request, result, at, done_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at",
+    )?;
+    let now = now_ms();
+    for r in rows {
+        stmt.execute(params![run, event_seq, r.seq, r.kind, r.request, r.result, now, r.result.as_ref().map(|_| now)])?;
+    }
+    Ok(())
+}
+
+fn spend(tx: &rusqlite::Transaction<'_>, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
+    if let Some(limit) = budget.prompts
+        && tx.execute("UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2", params![run, limit as i64])? == 0
+    {
+        return Ok(Err(Spent::Prompts(limit)));
+    }
+    if let Some(limit) = budget.actions
+        && tx.execute("UPDATE runs SET actions = actions + 1 WHERE id = ?1 AND actions < ?2", params![run, limit as i64])? == 0
+    {
+        return Ok(Err(Spent::Actions(limit)));
+    }
+    if budget.turn {
+        tx.execute("UPDATE runs SET turns = turns + 1 WHERE id = ?1", [run])?;
+    }
+    Ok(Ok(()))
+}
+
+impl Db {
+    /// The journal of one event, in call order.
+    pub fn journal(&self, run: &str, event_seq: i64) -> Result<Vec<JournalRow>> {
+        let c = self.conn();
+        let mut stmt = c.prepare_cached("SELECT seq, kind, request, result FROM journal WHERE run_id = ?1 AND event_seq = ?2 ORDER BY seq")?;
+        let rows = stmt
+            .query_map(params![run, event_seq], |r| Ok(JournalRow { seq: r.get(0)?, kind: r.get(1)?, request: r.get(2)?, result: r.get(3)? }))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Every journaled call of the run, with its event's number, in order.
+    pub fn journal_of_run(&self, run: &str) -> Result<Vec<(i64, JournalRow)>> {
+        let c = self.conn();
+        let mut stmt = c.prepare("SELECT event_seq, seq, kind, request, result FROM journal WHERE run_id = ?1 ORDER BY event_seq, seq")?;
+        let rows = stmt
+            .query_map([run], |r| Ok((r.get(0)?, JournalRow { seq: r.get(1)?, kind: r.get(2)?, request: r.get(3)?, result: r.get(4)? })))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Spend `budget` without journaling (the journal is off).
+    pub fn spend(&self, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
+        self.write("count the action", |tx| spend(tx, run, budget))
+    }
+
+    /// Durably record that an action is about to start: the event's row (as
+    /// pending) if it has none yet, the calls journaled before it, its intent
+    /// row, and the budget it spends. Returns the event's number, or the budget
+    /// that is spent (and then writes nothing).
+    pub fn journal_intent(
+        &self,
+        run: &str,
+        event: (Option<i64>, &str),
+        earlier: &[JournalRow],
+        intent: &JournalRow,
+        budget: &Budget,
+    ) -> Result<Result<i64, Spent>> {
+        self.write("journal the action", |tx| {
+            if let Err(spent) = spend(tx, run, budget)? {
+                // Nothing is written: the transaction is dropped by the caller's rollback.
+                return Err(SpentError(spent).into());
+            }
+            let seq = match event.0 {
+                Some(seq) => seq,
+                None => {
+                    let seq = next_event_seq(tx, run)?;
+                    tx.execute("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
+                    seq
+                }
+            };
+            insert_rows(tx, run, seq, earlier)?;
+            insert_rows(tx, run, seq, std::slice::from_ref(intent))?;
+            Ok(seq)
+        })
+        .map(Ok)
+        .or_else(|e| match e.downcast_ref::<SpentError>() {
+            Some(SpentError(spent)) => Ok(Err(*spent)),
+            None => Err(e),
+        })
+    }
+
+    /// Durably record an action's result.
+    pub fn journal_result(&self, run: &str, event_seq: i64, seq: i64, result: &str) -> Result<()> {
+        self.write("journal the action's result", |tx| {
+            tx.execute(
+                "UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
+                params![run, event_seq, seq, result, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+/// Carries a spent budget out of the transaction so it rolls back.
+#[derive(Debug)]
+struct SpentError(Spent);
+
+impl std::fmt::Display for SpentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "budget spent: {:?}", self.0)
+    }
+}
+
+impl std::error::Error for SpentError {}

@@ -1,0 +1,270 @@
+//! The run store: one SQLite database per workspace (`.loopbox/loopbox.db`),
+//! in WAL mode with `synchronous=FULL`, holding runs, their state, the events
+//! delivered with the decisions they got, the journal of host calls, and the
+//! run log.
+//!
+//! A handled event is committed as one transaction: its state writes, its log
+//! lines, its journal and its decision go in together or not at all. An action
+//! is journaled durably before it starts and again when it finishes, so a
+//! crashed run can be resumed without running a finished action twice.
+
+mod events;
+mod journal;
+pub mod lease;
+mod runs;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use rusqlite::{Connection, ErrorCode};
+
+pub use events::{EventCommit, EventRecord, LogRecord};
+pub use journal::{Budget, JournalRow, Spent};
+pub use runs::{FINAL, RunOptions, RunRecord};
+
+/// Directory under the workspace that holds the store.
+pub const STORE_DIR: &str = ".loopbox";
+/// The store's file name in [`STORE_DIR`].
+pub const STORE_FILE: &str = "loopbox.db";
+
+#[derive(Clone)]
+pub struct Db {
+    conn: Arc<Mutex<Connection>>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("path", &self.path).finish()
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Db {
+    /// Open (creating) the store of the workspace at `root`.
+    pub fn open_workspace(root: &Path) -> Result<Db> {
+        let dir = root.join(STORE_DIR);
+        std::fs::create_dir_all(&dir).with_context(|| format!("failed to create the store directory `{}`", dir.display()))?;
+        Db::open(&dir.join(STORE_FILE))
+    }
+
+    pub fn open(path: &Path) -> Result<Db> {
+        let setup = || -> Result<Connection> {
+            let conn = Connection::open(path)?;
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            conn.pragma_update(None, "foreign_keys", "ON")?;
+            schema::migrate(&conn)?;
+            Ok(conn)
+        };
+        let conn = setup().map_err(|e| explain(path, e)).with_context(|| format!("failed to open the store `{}`", path.display()))?;
+        Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite half-written (it has its own
+        // transactions), so a poisoned lock is still safe to use.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run `f` in one transaction; the error names the store and what to do
+    /// when it is damaged or the disk is full.
+    fn write<T>(&self, what: &str, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut c = self.conn();
+        let attempt = (|| {
+            let tx = c.transaction()?;
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        attempt.map_err(|e| explain(&self.path, e)).with_context(|| format!("failed to {what}"))
+    }
+}
+
+/// As [`explain`], for a store error that reached the command line without it.
+pub fn advise(e: anyhow::Error) -> anyhow::Error {
+    let advised = e.chain().any(|c| {
+        let t = c.to_string();
+        t.contains("the store is damaged") || t.contains("free some space") || t.contains("cannot be written: check")
+    });
+    if advised { e } else { explain(Path::new(".loopbox/loopbox.db"), e) }
+}
+
+/// Whether `e` came from the store (rather than, say, a missing run).
+pub fn is_store_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<rusqlite::Error>().is_some())
+}
+
+/// Add what to do to the errors a user can act on: a damaged store, a full disk.
+fn explain(path: &Path, e: anyhow::Error) -> anyhow::Error {
+    let code = e.chain().find_map(|c| match c.downcast_ref::<rusqlite::Error>() {
+        Some(rusqlite::Error::SqliteFailure(f, _)) => Some(f.code),
+        _ => None,
+    });
+    match code {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => e.context(format!(
+            "the store is damaged and loopbox will not guess at its contents: move it aside (`mv {0} {0}.damaged`) to start a fresh one, \
+             or try to salvage it with `sqlite3 {0} .recover`",
+            path.display()
+        )),
+        Some(ErrorCode::DiskFull) => e.context(format!(
+            "the disk holding `{}` is full (or a file size limit was reached), so this step was not recorded; free some space, then resume the run",
+            path.display()
+        )),
+        Some(ErrorCode::SystemIoFailure) => e.context(format!(
+            "`{}` could not be written (the disk may be full or failing, or a file size limit was reached), so this step was not recorded; \
+             free some space, then resume the run",
+            path.display()
+        )),
+        Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
+            e.context(format!("`{}` cannot be written: check the permissions of the file and of its directory", path.display()))
+        }
+        _ => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> (tempfile::TempDir, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open_workspace(dir.path()).unwrap();
+        db.create_run("r1", "builtin:ralph", "d", "{}").unwrap();
+        (dir, db)
+    }
+
+    #[test]
+    fn an_event_commits_state_and_log_together() {
+        let (_d, db) = db();
+        let commit = EventCommit {
+            event: "{}".into(),
+            decision: Some("\"pass\"".into()),
+            state_writes: vec![("a".into(), Some("1".into())), ("b".into(), Some("2".into())), ("a".into(), None)],
+            log: vec![LogRecord { at_ms: 1, level: "info".into(), source: "policy".into(), message: "hi".into() }],
+            ..Default::default()
+        };
+        assert_eq!(db.commit_event("r1", &commit).unwrap(), 1);
+        assert_eq!(db.state_get("r1", "a").unwrap(), None);
+        assert_eq!(db.state_get("r1", "b").unwrap().as_deref(), Some("2"));
+        assert_eq!(db.state_keys("r1", "").unwrap(), ["b"]);
+        assert_eq!(db.state_total("r1").unwrap(), 2);
+        assert_eq!(db.log("r1").unwrap().len(), 1);
+        assert_eq!(db.commit_event("r1", &EventCommit::default()).unwrap(), 2);
+    }
+
+    #[test]
+    fn state_is_per_run_and_prefix_is_literal() {
+        let (_d, db) = db();
+        db.create_run("r2", "p", "d", "{}").unwrap();
+        let w = |k: &str| EventCommit { state_writes: vec![(k.into(), Some("0".into()))], ..Default::default() };
+        db.commit_event("r1", &w("a%b")).unwrap();
+        db.commit_event("r1", &w("axb")).unwrap();
+        db.commit_event("r2", &w("a%c")).unwrap();
+        assert_eq!(db.state_keys("r1", "a%").unwrap(), ["a%b"]);
+        assert_eq!(db.state_keys("r2", "").unwrap(), ["a%c"]);
+    }
+
+    #[test]
+    fn a_schema_1_store_is_upgraded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE runs (id TEXT PRIMARY KEY, policy TEXT NOT NULL, policy_digest TEXT NOT NULL, input TEXT NOT NULL, status TEXT NOT NULL,
+             created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, turns INTEGER NOT NULL DEFAULT 0, actions INTEGER NOT NULL DEFAULT 0, outcome TEXT);
+             INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at) VALUES ('old', 'p', 'd', '{}', 'done', 1, 1);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        drop(c);
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.run("old").unwrap().unwrap().status, "done");
+        let prompts = Budget { prompts: Some(1), ..Default::default() };
+        assert_eq!(db.spend("old", &prompts).unwrap(), Ok(()));
+        assert_eq!(db.spend("old", &prompts).unwrap(), Err(Spent::Prompts(1)));
+    }
+
+    fn row(seq: i64, kind: &str, result: Option<&str>) -> JournalRow {
+        JournalRow { seq, kind: kind.into(), request: format!("req{seq}"), result: result.map(String::from) }
+    }
+
+    #[test]
+    fn an_intent_writes_the_pending_event_and_the_calls_before_it() {
+        let (_d, db) = db();
+        let budget = Budget { actions: Some(5), ..Default::default() };
+        let seq = db.journal_intent("r1", (None, "{\"type\":\"start\"}"), &[row(1, "read", Some("r"))], &row(2, "shell", None), &budget).unwrap().unwrap();
+        assert_eq!(seq, 1);
+        let pending = db.last_event("r1").unwrap().unwrap();
+        assert!(pending.pending && pending.decision.is_none());
+        assert_eq!(db.journal("r1", 1).unwrap(), [row(1, "read", Some("r")), row(2, "shell", None)]);
+        db.journal_result("r1", 1, 2, "out").unwrap();
+        assert_eq!(db.run("r1").unwrap().unwrap().actions, 1);
+        // The event commits into the same row, with the calls after the action.
+        let commit = EventCommit { seq: Some(1), decision: Some("{}".into()), journal: vec![row(3, "wall-clock", Some("1"))], ..Default::default() };
+        assert_eq!(db.commit_event("r1", &commit).unwrap(), 1);
+        let e = db.last_event("r1").unwrap().unwrap();
+        assert!(!e.pending && e.decision.is_some());
+        assert_eq!(db.journal("r1", 1).unwrap(), [row(1, "read", Some("r")), row(2, "shell", Some("out")), row(3, "wall-clock", Some("1"))]);
+    }
+
+    #[test]
+    fn a_spent_budget_writes_nothing() {
+        let (_d, db) = db();
+        let budget = Budget { actions: Some(0), ..Default::default() };
+        let r = db.journal_intent("r1", (None, "{}"), &[row(1, "read", Some("r"))], &row(2, "shell", None), &budget).unwrap();
+        assert_eq!(r, Err(Spent::Actions(0)));
+        assert!(db.last_event("r1").unwrap().is_none());
+        assert!(db.journal("r1", 1).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over() {
+        let (_d, db) = db();
+        assert_eq!(db.acquire("r1").unwrap(), Ok(()));
+        // Another live process holds it.
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let other = lease::Owner::of(child.id()).unwrap();
+        db.conn().execute("UPDATE runs SET lease = ?1 WHERE id = 'r1'", [other.to_string()]).unwrap();
+        assert_eq!(db.acquire("r1").unwrap(), Err(other.clone()));
+        assert!(db.find_interrupted().unwrap().is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // A driver that is gone: the run shows as interrupted, and can be taken.
+        db.conn().execute("UPDATE runs SET lease = ?1 WHERE id = 'r1'", [format!("{} 999999999 1", lease::Owner::me().host)]).unwrap();
+        let found = db.find_interrupted().unwrap();
+        assert_eq!(found.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["r1"]);
+        assert_eq!(db.run("r1").unwrap().unwrap().status, "interrupted");
+        assert_eq!(db.acquire("r1").unwrap(), Ok(()));
+        assert_eq!(db.run("r1").unwrap().unwrap().status, "running");
+        assert!(db.find_interrupted().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_damaged_store_says_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        std::fs::write(&path, b"this is not a database, just text that is long enough to have a header......").unwrap();
+        let e = format!("{:#}", Db::open(&path).err().unwrap());
+        assert!(e.contains("the store is damaged") && e.contains(".recover"), "{e}");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
+        assert!(format!("{:#}", Db::open(&path).err().unwrap()).contains("newer loopbox"));
+    }
+}

@@ -1,0 +1,221 @@
+//! Run rows: creation, status, counters and budgets, the driver's lease, and
+//! cancellation requests.
+
+use anyhow::{Context, Result};
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use super::lease::Owner;
+use super::{Db, now_ms};
+
+/// A run's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub id: String,
+    pub policy: String,
+    pub policy_digest: String,
+    pub input: String,
+    pub status: String,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub turns: u32,
+    pub actions: u64,
+    pub prompts: u64,
+    pub outcome: Option<String>,
+    /// Seeds the guest's WASI random numbers, so a replayed event sees the same ones.
+    pub seed: String,
+    pub options: RunOptions,
+    /// The process driving the run, if one took it.
+    pub lease: Option<Owner>,
+    pub cancel_requested: bool,
+}
+
+/// How a standalone run was started, kept so `runs resume` continues it the same way.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunOptions {
+    /// The policy file's absolute path (none for builtins), so a resume finds it from anywhere.
+    pub policy_path: Option<std::path::PathBuf>,
+    /// The `--config` file's absolute path, when one was given.
+    pub config: Option<std::path::PathBuf>,
+    pub allow: Vec<String>,
+    pub ask: Vec<String>,
+    pub deny: Vec<String>,
+    pub yes: bool,
+    pub max_turns: Option<u32>,
+    /// Ticks given with `--tick`, in order; those already delivered are skipped on resume.
+    pub ticks: Vec<String>,
+    /// An agent hook session: the agent's hook events drive it, not a loopbox process.
+    pub hook: bool,
+}
+
+const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel";
+
+fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    let options: String = r.get(12)?;
+    let lease: Option<String> = r.get(13)?;
+    Ok(RunRecord {
+        id: r.get(0)?,
+        policy: r.get(1)?,
+        policy_digest: r.get(2)?,
+        input: r.get(3)?,
+        status: r.get(4)?,
+        created_at_ms: r.get(5)?,
+        updated_at_ms: r.get(6)?,
+        turns: r.get(7)?,
+        actions: r.get::<_, i64>(8)? as u64,
+        prompts: r.get::<_, i64>(9)? as u64,
+        outcome: r.get(10)?,
+        seed: r.get(11)?,
+        options: serde_json::from_str(&options).unwrap_or_default(),
+        lease: lease.as_deref().and_then(Owner::parse),
+        cancel_requested: r.get::<_, i64>(14)? != 0,
+    })
+}
+
+/// Statuses a run never leaves.
+pub const FINAL: [&str; 5] = ["done", "failed", "escalated", "cancelled", "blocked"];
+
+impl Db {
+    /// A run driven by no process (tests).
+    pub fn create_run(&self, id: &str, policy: &str, digest: &str, input: &str) -> Result<()> {
+        self.insert_run(id, policy, digest, input, &RunOptions::default(), None)
+    }
+
+    /// An agent hook session's run.
+    pub fn create_hook_run(&self, id: &str, policy: &str, digest: &str, input: &str) -> Result<()> {
+        self.insert_run(id, policy, digest, input, &RunOptions { hook: true, ..Default::default() }, None)
+    }
+
+    /// A standalone run, leased to this process from the start.
+    pub fn create_driven_run(&self, id: &str, policy: &str, digest: &str, input: &str, options: &RunOptions) -> Result<()> {
+        self.insert_run(id, policy, digest, input, options, Some(&Owner::me()))
+    }
+
+    fn insert_run(&self, id: &str, policy: &str, digest: &str, input: &str, options: &RunOptions, owner: Option<&Owner>) -> Result<()> {
+        let seed = blake3::hash(&[id.as_bytes(), &now_ms().to_le_bytes(), &std::process::id().to_le_bytes()].concat()).to_hex().to_string();
+        let options = serde_json::to_string(options)?;
+        let lease = owner.map(Owner::to_string);
+        self.write("record the new run", |tx| {
+            tx.execute(
+                "INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at, seed, options, lease)
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5, ?6, ?7, ?8)",
+                params![id, policy, digest, input, now_ms(), seed, options, lease],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn set_status(&self, id: &str, status: &str, outcome: Option<&str>) -> Result<()> {
+        self.write("update the run's status", |tx| {
+            tx.execute("UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4 WHERE id = ?1", params![id, status, outcome, now_ms()])?;
+            Ok(())
+        })
+    }
+
+    /// Set the status the driver ends with, and give up the lease.
+    pub fn finish_driving(&self, id: &str, status: &str, outcome: Option<&str>) -> Result<()> {
+        self.write("record how the run ended", |tx| {
+            tx.execute(
+                "UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, lease = NULL WHERE id = ?1",
+                params![id, status, outcome, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn add_turn(&self, id: &str) -> Result<u32> {
+        self.write("count the turn", |tx| {
+            tx.execute("UPDATE runs SET turns = turns + 1, updated_at = ?2 WHERE id = ?1", params![id, now_ms()])?;
+            Ok(tx.query_row("SELECT turns FROM runs WHERE id = ?1", [id], |r| r.get(0))?)
+        })
+    }
+
+    pub fn run(&self, id: &str) -> Result<Option<RunRecord>> {
+        Ok(self.conn().query_row(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), [id], run_record).optional()?)
+    }
+
+    /// The run `id`, or an error saying how to list the runs.
+    pub fn existing_run(&self, id: &str) -> Result<RunRecord> {
+        self.run(id)?.with_context(|| format!("there is no run `{id}` in `{}`; list the runs with `loopbox runs`", self.path.display()))
+    }
+
+    /// Every run, newest first, with the type of its last event.
+    pub fn list_runs(&self) -> Result<Vec<(RunRecord, Option<String>)>> {
+        let c = self.conn();
+        let mut stmt = c.prepare(&format!(
+            "SELECT {RUN_COLUMNS}, (SELECT json_extract(e.event, '$.type') FROM events e WHERE e.run_id = runs.id ORDER BY e.seq DESC LIMIT 1)
+                 FROM runs ORDER BY created_at DESC, id"
+        ))?;
+        let rows = stmt.query_map([], |r| Ok((run_record(r)?, r.get(15)?)))?.collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Take the run for this process. `Err` names the live process that holds it.
+    pub fn acquire(&self, id: &str) -> Result<Result<(), Owner>> {
+        let me = Owner::me();
+        self.write("take the run", |tx| {
+            let lease: Option<String> = tx.query_row("SELECT lease FROM runs WHERE id = ?1", [id], |r| r.get(0))?;
+            if let Some(holder) = lease.as_deref().and_then(Owner::parse)
+                && holder != me
+                && holder.is_alive()
+            {
+                return Ok(Err(holder));
+            }
+            tx.execute("UPDATE runs SET lease = ?2, status = 'running', updated_at = ?3 WHERE id = ?1", params![id, me.to_string(), now_ms()])?;
+            Ok(Ok(()))
+        })
+    }
+
+    /// Runs left `running` by a driver that is gone, now marked `interrupted`.
+    pub fn find_interrupted(&self) -> Result<Vec<RunRecord>> {
+        let running: Vec<RunRecord> = self.list_runs()?.into_iter().map(|(r, _)| r).filter(|r| r.status == "running").collect();
+        let dead: Vec<RunRecord> = running.into_iter().filter(|r| r.lease.as_ref().is_some_and(|o| !o.is_alive())).collect();
+        for r in &dead {
+            self.write("mark the run interrupted", |tx| {
+                tx.execute(
+                    "UPDATE runs SET status = 'interrupted' WHERE id = ?1 AND status = 'running' AND lease = ?2",
+                    params![r.id, r.lease.as_ref().map(Owner::to_string)],
+                )?;
+                Ok(())
+            })?;
+        }
+        Ok(dead.into_iter().map(|r| RunRecord { status: "interrupted".into(), ..r }).collect())
+    }
+
+    /// Record that the run continues with a changed policy (`--allow-policy-change`).
+    pub fn set_policy_digest(&self, id: &str, digest: &str) -> Result<()> {
+        self.write("record the new policy digest", |tx| {
+            tx.execute("UPDATE runs SET policy_digest = ?2 WHERE id = ?1", params![id, digest])?;
+            Ok(())
+        })
+    }
+
+    /// Ask the run's driver to stop at its next step.
+    pub fn request_cancel(&self, id: &str) -> Result<()> {
+        self.write("ask the run to stop", |tx| {
+            tx.execute("UPDATE runs SET cancel = 1, updated_at = ?2 WHERE id = ?1", params![id, now_ms()])?;
+            Ok(())
+        })
+    }
+
+    pub fn cancel_requested(&self, id: &str) -> Result<bool> {
+        Ok(self.conn().query_row("SELECT cancel FROM runs WHERE id = ?1", [id], |r| r.get::<_, i64>(0))? != 0)
+    }
+
+    /// The messages of an agent conversation (JSON), if it exists.
+    pub fn conversation(&self, session: &str) -> Result<Option<String>> {
+        Ok(self.conn().query_row("SELECT messages FROM agent_conversations WHERE session = ?1", [session], |r| r.get(0)).optional()?)
+    }
+
+    pub fn save_conversation(&self, session: &str, messages: &str) -> Result<()> {
+        self.write("save the agent conversation", |tx| {
+            tx.execute(
+                "INSERT INTO agent_conversations (session, messages, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session) DO UPDATE SET messages = excluded.messages, updated_at = excluded.updated_at",
+                params![session, messages, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+}

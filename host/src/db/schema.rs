@@ -1,0 +1,94 @@
+//! The store's tables, and the upgrades that bring an older store up to date
+//! in place. `user_version` holds the schema number.
+
+use anyhow::{Context, Result, bail};
+use rusqlite::Connection;
+
+pub const SCHEMA_VERSION: i64 = 3;
+
+const TABLES: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    policy TEXT NOT NULL,
+    policy_digest TEXT NOT NULL,
+    input TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    turns INTEGER NOT NULL DEFAULT 0,
+    actions INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT
+);
+CREATE TABLE IF NOT EXISTS state (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    seq INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    decision TEXT,
+    error TEXT,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS run_log (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    seq INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    level TEXT NOT NULL,
+    source TEXT NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS agent_conversations (
+    session TEXT PRIMARY KEY,
+    messages TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+-- Every host call of an event, in order: its request, and its result once known.
+-- An action's row is written (durably) before it starts: a row without a result
+-- is an action whose outcome is unknown. `event_seq` 0..n; `seq` 0 is the
+-- driver's follow-up to the event's decision (the agent turn after an `inject`).
+CREATE TABLE IF NOT EXISTS journal (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    event_seq INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    request TEXT NOT NULL,
+    result TEXT,
+    at INTEGER NOT NULL,
+    done_at INTEGER,
+    PRIMARY KEY (run_id, event_seq, seq)
+) WITHOUT ROWID;
+";
+
+/// Columns added after schema 1, each with the version that added it.
+const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
+    ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
+    ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
+    // `host pid start-time` of the process driving the run.
+    ("runs", "lease", "TEXT"),
+    ("runs", "cancel", "INTEGER NOT NULL DEFAULT 0"),
+    // 1 while the event is being handled: written with its first action's intent.
+    ("events", "pending", "INTEGER NOT NULL DEFAULT 0"),
+];
+
+pub fn migrate(conn: &Connection) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        bail!("it was written by a newer loopbox (schema {version}, this one knows {SCHEMA_VERSION}); upgrade loopbox");
+    }
+    conn.execute_batch(TABLES).context("failed to create the tables")?;
+    for (table, column, decl) in ADDED_COLUMNS {
+        let present: bool = conn.query_row(&format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| r.get(0))?;
+        if !present {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}")).with_context(|| format!("failed to add {table}.{column}"))?;
+        }
+    }
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    Ok(())
+}

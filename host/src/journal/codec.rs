@@ -1,0 +1,135 @@
+//! Requests and results as journal text: canonical JSON, so a replayed
+//! request compares equal to the recorded one exactly when it asks for the
+//! same thing.
+
+use serde_json::{Value, json};
+
+use crate::bindings::actions::{ActionError, Output, PromptKind, PromptRequest, ShellRequest};
+
+pub fn shell_request(req: &ShellRequest) -> String {
+    match req {
+        ShellRequest::Exec(c) => json!({
+            "exec": c.argv, "cwd": c.cwd, "env": c.env, "stdin": c.stdin, "timeout_ms": c.timeout_ms,
+        }),
+        ShellRequest::Script(s) => json!({"script": s.source, "cwd": s.cwd, "timeout_ms": s.timeout_ms}),
+    }
+    .to_string()
+}
+
+pub fn prompt_request(req: &PromptRequest) -> String {
+    let kind = match req.kind {
+        PromptKind::Prompt => "prompt",
+        PromptKind::SlashCommand => "slash-command",
+    };
+    json!({"text": req.text, "kind": kind, "model": req.model, "session": req.session, "timeout_ms": req.timeout_ms}).to_string()
+}
+
+pub fn action_result(r: &Result<Output, ActionError>) -> String {
+    match r {
+        Ok(o) => json!({"ok": {
+            "exit_code": o.exit_code, "stdout": o.stdout, "stderr": o.stderr, "duration_ms": o.duration_ms,
+            "timed_out": o.timed_out, "truncated": o.truncated, "session": o.session,
+        }}),
+        Err(e) => {
+            let (kind, message) = match e {
+                ActionError::Denied(m) => ("denied", Some(m)),
+                ActionError::Declined(m) => ("declined", Some(m)),
+                ActionError::BudgetExhausted(m) => ("budget-exhausted", Some(m)),
+                ActionError::Invalid(m) => ("invalid", Some(m)),
+                ActionError::Unavailable(m) => ("unavailable", Some(m)),
+                ActionError::OutcomeUnknown => ("outcome-unknown", None),
+            };
+            json!({"err": {"kind": kind, "message": message}})
+        }
+    }
+    .to_string()
+}
+
+/// A recorded action result; `None` when the text is not one (a damaged journal).
+pub fn parse_action_result(text: &str) -> Option<Result<Output, ActionError>> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    if let Some(o) = v.get("ok") {
+        let s = |k: &str| o[k].as_str().map(String::from);
+        return Some(Ok(Output {
+            exit_code: o["exit_code"].as_i64().map(|c| c as i32),
+            stdout: s("stdout")?,
+            stderr: s("stderr")?,
+            duration_ms: o["duration_ms"].as_u64()?,
+            timed_out: o["timed_out"].as_bool()?,
+            truncated: o["truncated"].as_bool()?,
+            session: s("session"),
+        }));
+    }
+    let e = v.get("err")?;
+    let m = e["message"].as_str().unwrap_or_default().to_string();
+    Some(Err(match e["kind"].as_str()? {
+        "denied" => ActionError::Denied(m),
+        "declined" => ActionError::Declined(m),
+        "budget-exhausted" => ActionError::BudgetExhausted(m),
+        "invalid" => ActionError::Invalid(m),
+        "unavailable" => ActionError::Unavailable(m),
+        "outcome-unknown" => ActionError::OutcomeUnknown,
+        _ => return None,
+    }))
+}
+
+/// `result<T, string>` of the workspace calls.
+pub fn text_result<T: serde::Serialize>(r: &Result<T, String>) -> String {
+    match r {
+        Ok(v) => json!({"ok": v}),
+        Err(e) => json!({"err": e}),
+    }
+    .to_string()
+}
+
+pub fn parse_text_result<T: serde::de::DeserializeOwned>(text: &str) -> Option<Result<T, String>> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    match (v.get("ok"), v.get("err")) {
+        (Some(ok), _) => serde_json::from_value(ok.clone()).ok().map(Ok),
+        (_, Some(Value::String(e))) => Some(Err(e.clone())),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_action_result_survives_the_journal() {
+        let out = Output {
+            exit_code: Some(3),
+            stdout: "o\n".into(),
+            stderr: "e".into(),
+            duration_ms: 12,
+            timed_out: false,
+            truncated: true,
+            session: Some("s".into()),
+        };
+        let signalled = Output { exit_code: None, session: None, ..out.clone() };
+        let cases = [
+            Ok(out),
+            Ok(signalled),
+            Err(ActionError::Denied("d".into())),
+            Err(ActionError::Declined("n".into())),
+            Err(ActionError::BudgetExhausted("b".into())),
+            Err(ActionError::Invalid("i".into())),
+            Err(ActionError::Unavailable("u".into())),
+            Err(ActionError::OutcomeUnknown),
+        ];
+        for c in cases {
+            let text = action_result(&c);
+            assert_eq!(action_result(&parse_action_result(&text).unwrap()), text);
+        }
+        assert!(parse_action_result("{\"err\": {\"kind\": \"bogus\"}}").is_none());
+        assert!(parse_action_result("garbage").is_none());
+    }
+
+    #[test]
+    fn workspace_results_survive_the_journal() {
+        let r: Result<Vec<String>, String> = Ok(vec!["a".into(), "b/".into()]);
+        assert_eq!(parse_text_result::<Vec<String>>(&text_result(&r)).unwrap(), r);
+        let e: Result<String, String> = Err("no such file".into());
+        assert_eq!(parse_text_result::<String>(&text_result(&e)).unwrap(), e);
+    }
+}

@@ -1,0 +1,272 @@
+//! The journal of one event's delivery: every host call the policy makes, in
+//! order, with its request and result. Delivering an event live appends to it;
+//! resuming a crashed run replays it, answering each call the policy repeats
+//! from the record (the request must match, else the run stops with a
+//! non-determinism error naming the call) and carrying on live after its end.
+//!
+//! Calls without side effects (denials, workspace reads, clock reads) are kept
+//! in memory and written with the next action's intent or with the event's
+//! commit: if the process dies before either, replay does them again, which is
+//! harmless. An action is written before it starts and again when it ends.
+
+mod clock;
+pub mod codec;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Result;
+
+pub use clock::{JournalClock, event_rng};
+
+use crate::db::{Budget, Db, JournalRow, Spent};
+use crate::ui::shorten;
+
+/// Where a call stands against the journal.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Recorded with its result: answer with it.
+    Replayed(String),
+    /// Recorded as started and never finished: the process died during it.
+    InFlight(i64),
+    /// Not recorded: do it, under this number.
+    Live(i64),
+}
+
+/// What an event's commit takes from its journal.
+#[derive(Debug)]
+pub struct FinishedEvent {
+    /// The event's number, when an action's intent already wrote its row.
+    pub seq: Option<i64>,
+    /// Calls not yet written.
+    pub rows: Vec<JournalRow>,
+    pub failure: Option<NonDeterminism>,
+}
+
+/// Replay met a call other than the one recorded.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct NonDeterminism(pub String);
+
+#[derive(Clone)]
+pub struct Journal {
+    inner: Arc<Mutex<Inner>>,
+}
+
+struct Inner {
+    db: Db,
+    run: String,
+    enabled: bool,
+    event: String,
+    /// The event's number once its row is written.
+    event_seq: Option<i64>,
+    recorded: Vec<JournalRow>,
+    cursor: usize,
+    next_seq: i64,
+    buffered: Vec<JournalRow>,
+    /// A mismatch found where it could not be returned (a clock read).
+    failure: Option<NonDeterminism>,
+}
+
+impl Journal {
+    /// The journal of a new event (`event` is its JSON). A disabled journal
+    /// records nothing and only counts budgets.
+    pub fn live(db: Db, run: &str, event: String, enabled: bool) -> Journal {
+        Journal::with(db, run, event, enabled, None, Vec::new())
+    }
+
+    /// The journal of the pending event `seq`, to replay.
+    pub fn replay(db: Db, run: &str, seq: i64, event: String) -> Result<Journal> {
+        let recorded = db.journal(run, seq)?.into_iter().filter(|r| r.seq > 0).collect();
+        Ok(Journal::with(db, run, event, true, Some(seq), recorded))
+    }
+
+    fn with(db: Db, run: &str, event: String, enabled: bool, event_seq: Option<i64>, recorded: Vec<JournalRow>) -> Journal {
+        let next_seq = recorded.iter().map(|r: &JournalRow| r.seq).max().unwrap_or(0) + 1;
+        let inner = Inner { db, run: run.to_string(), enabled, event, event_seq, recorded, cursor: 0, next_seq, buffered: Vec::new(), failure: None };
+        Journal { inner: Arc::new(Mutex::new(inner)) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.lock().enabled
+    }
+
+    /// Place the next call: answered from the record, or live.
+    pub fn step(&self, kind: &str, request: &str) -> Result<Step, NonDeterminism> {
+        let mut j = self.lock();
+        if !j.enabled {
+            return Ok(Step::Live(0));
+        }
+        if let Some(f) = &j.failure {
+            return Err(f.clone());
+        }
+        let Some(row) = j.recorded.get(j.cursor).cloned() else {
+            let seq = j.next_seq;
+            j.next_seq += 1;
+            return Ok(Step::Live(seq));
+        };
+        if row.kind != kind || row.request != request {
+            let f = NonDeterminism(format!(
+                "the policy did not repeat what it did before the crash: call {} of this event was {} in the journal, but the policy now asked for {}; \
+                 the policy must decide from its event, its state and the results of its calls alone",
+                row.seq,
+                describe_call(&row.kind, &row.request),
+                describe_call(kind, request)
+            ));
+            j.failure = Some(f.clone());
+            return Err(f);
+        }
+        j.cursor += 1;
+        Ok(match row.result {
+            Some(r) => Step::Replayed(r),
+            None => Step::InFlight(row.seq),
+        })
+    }
+
+    /// Record a call that changed nothing (written later, with the next intent or the commit).
+    pub fn note(&self, seq: i64, kind: &str, request: &str, result: &str) {
+        let mut j = self.lock();
+        if j.enabled {
+            j.buffered.push(JournalRow { seq, kind: kind.into(), request: request.into(), result: Some(result.into()) });
+        }
+    }
+
+    /// Durably record that action `seq` is about to start, spending `budget`.
+    pub fn intent(&self, seq: i64, kind: &str, request: &str, budget: &Budget) -> Result<Result<(), Spent>> {
+        let mut j = self.lock();
+        if !j.enabled {
+            return j.db.spend(&j.run, budget);
+        }
+        let row = JournalRow { seq, kind: kind.into(), request: request.into(), result: None };
+        match j.db.journal_intent(&j.run, (j.event_seq, &j.event), &j.buffered, &row, budget)? {
+            Ok(event_seq) => {
+                j.event_seq = Some(event_seq);
+                j.buffered.clear();
+                Ok(Ok(()))
+            }
+            Err(spent) => Ok(Err(spent)),
+        }
+    }
+
+    /// Durably record how action `seq` ended.
+    pub fn finish(&self, seq: i64, result: &str) -> Result<()> {
+        let j = self.lock();
+        match (j.enabled, j.event_seq) {
+            (true, Some(event_seq)) => j.db.journal_result(&j.run, event_seq, seq, result),
+            _ => Ok(()),
+        }
+    }
+
+    /// What the event's commit must add: its number if its row exists, the
+    /// calls not yet written, and the mismatch replay found, if any (also when
+    /// the policy decided without repeating every recorded call).
+    pub fn finish_event(&self) -> FinishedEvent {
+        let mut j = self.lock();
+        if j.failure.is_none() && j.cursor < j.recorded.len() {
+            let row = &j.recorded[j.cursor];
+            j.failure = Some(NonDeterminism(format!(
+                "the policy did not repeat what it did before the crash: it decided after {} of the {} recorded calls of this event, \
+                 and never made call {} ({})",
+                j.cursor,
+                j.recorded.len(),
+                row.seq,
+                describe_call(&row.kind, &row.request)
+            )));
+        }
+        FinishedEvent { seq: j.event_seq, rows: std::mem::take(&mut j.buffered), failure: j.failure.clone() }
+    }
+
+    /// The mismatch replay found, if any.
+    pub fn failure(&self) -> Option<NonDeterminism> {
+        self.lock().failure.clone()
+    }
+
+    fn record_failure(&self, f: NonDeterminism) {
+        let mut j = self.lock();
+        if j.failure.is_none() {
+            j.failure = Some(f);
+        }
+    }
+}
+
+/// A call for an error message: its kind, and its request when it has one.
+fn describe_call(kind: &str, request: &str) -> String {
+    if request.is_empty() { kind.to_string() } else { format!("{kind} {}", shorten(request, 160)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open_workspace(dir.path()).unwrap();
+        db.create_run("r", "p", "d", "{}").unwrap();
+        (dir, db)
+    }
+
+    const BUDGET: Budget = Budget { actions: Some(10), prompts: None, turn: false };
+
+    #[test]
+    fn replay_answers_recorded_calls_reports_the_unfinished_one_and_then_goes_live() {
+        let (_d, db) = setup();
+        let j = Journal::live(db.clone(), "r", "{}".into(), true);
+        assert_eq!(j.step("read", "a").unwrap(), Step::Live(1));
+        j.note(1, "read", "a", "A");
+        assert_eq!(j.step("shell", "x").unwrap(), Step::Live(2));
+        j.intent(2, "shell", "x", &BUDGET).unwrap().unwrap();
+        j.finish(2, "X").unwrap();
+        assert_eq!(j.step("shell", "y").unwrap(), Step::Live(3));
+        j.intent(3, "shell", "y", &BUDGET).unwrap().unwrap();
+        // The process dies here: y has no result, the event is pending.
+        let pending = db.last_event("r").unwrap().unwrap();
+        assert!(pending.pending);
+
+        let r = Journal::replay(db.clone(), "r", pending.seq, pending.event).unwrap();
+        assert_eq!(r.step("read", "a").unwrap(), Step::Replayed("A".into()));
+        assert_eq!(r.step("shell", "x").unwrap(), Step::Replayed("X".into()));
+        assert_eq!(r.step("shell", "y").unwrap(), Step::InFlight(3));
+        r.finish(3, "unknown").unwrap();
+        assert_eq!(r.step("shell", "z").unwrap(), Step::Live(4));
+        let done = r.finish_event();
+        assert_eq!((done.seq, done.failure), (Some(pending.seq), None));
+        assert_eq!(db.run("r").unwrap().unwrap().actions, 2);
+    }
+
+    #[test]
+    fn a_different_request_on_replay_is_non_determinism_naming_the_call() {
+        let (_d, db) = setup();
+        let j = Journal::live(db.clone(), "r", "{}".into(), true);
+        let Step::Live(seq) = j.step("shell", "{\"argv\":[\"make\",\"test\"]}").unwrap() else { panic!() };
+        j.intent(seq, "shell", "{\"argv\":[\"make\",\"test\"]}", &BUDGET).unwrap().unwrap();
+        let r = Journal::replay(db.clone(), "r", 1, "{}".into()).unwrap();
+        let e = r.step("shell", "{\"argv\":[\"make\",\"check\"]}").unwrap_err().to_string();
+        assert!(e.contains("call 1 of this event was shell {\"argv\":[\"make\",\"test\"]}") && e.contains("make\",\"check"), "{e}");
+        // The mismatch sticks: later calls and the commit fail too.
+        assert!(r.step("read", "a").is_err());
+        assert!(r.finish_event().failure.is_some());
+    }
+
+    #[test]
+    fn deciding_before_repeating_every_recorded_call_is_non_determinism() {
+        let (_d, db) = setup();
+        let j = Journal::live(db.clone(), "r", "{}".into(), true);
+        j.intent(1, "shell", "x", &BUDGET).unwrap().unwrap();
+        let r = Journal::replay(db, "r", 1, "{}".into()).unwrap();
+        let e = r.finish_event().failure.unwrap().to_string();
+        assert!(e.contains("after 0 of the 1 recorded calls") && e.contains("never made call 1 (shell x)"), "{e}");
+    }
+
+    #[test]
+    fn a_disabled_journal_records_nothing_but_still_counts() {
+        let (_d, db) = setup();
+        let j = Journal::live(db.clone(), "r", "{}".into(), false);
+        assert_eq!(j.step("shell", "x").unwrap(), Step::Live(0));
+        j.intent(0, "shell", "x", &Budget { actions: Some(1), ..Default::default() }).unwrap().unwrap();
+        assert_eq!(j.intent(0, "shell", "x", &Budget { actions: Some(1), ..Default::default() }).unwrap(), Err(Spent::Actions(1)));
+        assert!(db.last_event("r").unwrap().is_none());
+    }
+}
