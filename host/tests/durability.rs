@@ -354,8 +354,17 @@ fn a_second_process_cannot_drive_a_run_and_cancel_stops_it() {
     let o = loopbox(dir.path(), &["runs", "cancel", &id, "--wait", "1"]);
     assert_eq!(o.status.code(), Some(0));
     assert!(text(&o.stdout).contains("is still running: it stops after its current action"), "{}", text(&o.stdout));
+    // `runs log --follow` prints what is there and keeps going while the driver lives.
+    let follow = command(dir.path(), &["runs", "log", &id, "--follow"]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
     driver.kill().unwrap();
     driver.wait().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(follow.wait_with_output().unwrap()).unwrap());
+    let followed = rx.recv_timeout(Duration::from_secs(10)).expect("--follow stops once the driver is gone");
+    assert_eq!(followed.status.code(), Some(0));
+    let log = text(&followed.stdout);
+    assert!(log.contains("[host] exec `tee -a effects.log` allowed by shell.allow[0] (tee -a)") && log.contains("decision: inject: turn 1"), "{log}");
 
     // The driver is gone: the next `loopbox run` says so, and the listing shows it.
     let o = loopbox(dir.path(), &["run", "builtin:ralph", "--input", "{}", "--json"]);
