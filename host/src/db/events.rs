@@ -51,7 +51,7 @@ fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
 const EVENT_COLUMNS: &str = "seq, at, event, decision, error, pending";
 
 /// The next event number of `run`.
-pub(super) fn next_event_seq(tx: &rusqlite::Transaction<'_>, run: &str) -> rusqlite::Result<i64> {
+pub(super) fn next_event_seq(tx: &rusqlite::Connection, run: &str) -> rusqlite::Result<i64> {
     tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1", [run], |r| r.get(0))
 }
 
@@ -95,7 +95,7 @@ impl Db {
 
     /// The number the run's next event will get.
     pub fn next_event_seq(&self, run: &str) -> Result<i64> {
-        Ok(self.conn().query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1", [run], |r| r.get(0))?)
+        Ok(next_event_seq(&self.conn(), run)?)
     }
 
     /// Whether the run's `start` event was handled successfully.
