@@ -486,3 +486,18 @@ fn a_full_disk_stops_the_run_without_claiming_success_and_it_resumes_after() {
     assert_eq!(counts.len(), 150);
     assert!(counts.values().all(|n| *n == 1), "an action ran twice");
 }
+
+#[test]
+fn an_action_marked_idempotent_runs_again_instead_of_coming_back_unknown() {
+    let dir = workspace();
+    let config =
+        std::fs::read_to_string(dir.path().join("loopbox.toml")).unwrap().replace("sandbox = \"none\"", "sandbox = \"none\"\nidempotent = [[\"tee\", \"-a\"]]");
+    std::fs::write(dir.path().join("loopbox.toml"), config).unwrap();
+    let o = command(dir.path(), &["run", "durable.wasm", "--input", &input()]).env("LOOPBOX_CRASH_AT", "action-started:1").output().unwrap();
+    assert_eq!(o.status.signal(), Some(9));
+    let id = run_id(dir.path());
+    let (result, _) = resume_to_end(dir.path(), &id);
+    assert!(check_finished(dir.path(), &id, &result).is_empty(), "nothing came back unknown: {result}");
+    let log = text(&loopbox(dir.path(), &["runs", "log", &id]).stdout);
+    assert!(log.contains("was running when the run stopped; running it again (shell.idempotent)"), "{log}");
+}
