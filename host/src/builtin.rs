@@ -6,6 +6,7 @@ pub const BUILTINS: &[(&str, &[u8])] = &[
     ("ralph", include_bytes!(concat!(env!("OUT_DIR"), "/ralph.wasm"))),
     ("todo-enforcer", include_bytes!(concat!(env!("OUT_DIR"), "/todo-enforcer.wasm"))),
     ("fix-forward", include_bytes!(concat!(env!("OUT_DIR"), "/fix-forward.wasm"))),
+    ("fsm", include_bytes!(concat!(env!("OUT_DIR"), "/fsm.wasm"))),
 ];
 
 pub fn get(name: &str) -> Option<&'static [u8]> {

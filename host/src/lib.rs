@@ -31,6 +31,7 @@ pub mod inspect;
 pub mod instance;
 pub mod journal;
 pub mod limits;
+pub mod loops;
 pub mod meter;
 pub mod policy;
 pub mod process;

@@ -3,7 +3,7 @@
 //! stderr. Quiet mode shows neither (for `--json` and scripts).
 
 use std::io::IsTerminal;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -13,6 +13,8 @@ use crate::db::LogRecord;
 #[derive(Clone)]
 pub struct Ui {
     inner: Arc<Inner>,
+    /// The policy's own status line (`log.progress`), shown before the current action.
+    stage: Arc<Mutex<String>>,
 }
 
 enum Inner {
@@ -34,19 +36,41 @@ impl Ui {
         } else {
             Inner::Plain
         };
-        Ui { inner: Arc::new(inner) }
+        Ui { inner: Arc::new(inner), stage: Arc::default() }
     }
 
     pub fn quiet() -> Ui {
-        Ui { inner: Arc::new(Inner::Quiet) }
+        Ui { inner: Arc::new(Inner::Quiet), stage: Arc::default() }
     }
 
     /// What is happening now (the current action).
     pub fn status(&self, msg: impl Into<String>) {
+        let msg = msg.into();
         match &*self.inner {
-            Inner::Spinner(pb) => pb.set_message(msg.into()),
-            Inner::Plain => eprintln!("loopbox: {}", msg.into()),
+            Inner::Spinner(pb) => {
+                let stage = self.stage.lock().map(|s| s.clone()).unwrap_or_default();
+                pb.set_message(if stage.is_empty() { msg } else { format!("{stage} — {msg}") })
+            }
+            Inner::Plain => eprintln!("loopbox: {msg}"),
             Inner::Quiet => {}
+        }
+    }
+
+    /// The policy's status line: kept in front of the spinner's message, or
+    /// printed once per change when there is no terminal.
+    pub fn stage(&self, msg: &str) {
+        let msg = sanitize(msg).replace('\n', " ");
+        let changed = match self.stage.lock() {
+            Ok(mut s) if *s != msg => {
+                *s = msg.clone();
+                true
+            }
+            _ => false,
+        };
+        match &*self.inner {
+            Inner::Spinner(pb) => pb.set_message(msg),
+            Inner::Plain if changed => eprintln!("loopbox: {msg}"),
+            _ => {}
         }
     }
 

@@ -3,73 +3,15 @@
 //! are normalized before comparing.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
+mod common;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
+use common::*;
 
 /// A copy of examples/project in a temp dir, so runs leave nothing behind.
 fn project() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let src = repo().join("examples/project");
-    copy_dir(&src, dir.path());
-    dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == ".loopbox" || name == ".scripted-agent" {
-            continue;
-        }
-        let target = to.join(&name);
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
-fn loopbox(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-cli-test-cache"))
-        .current_dir(dir)
-        .env("CI", "true")
-        .output()
-        .unwrap()
-}
-
-/// Replace run ids and durations so output can be compared exactly.
-fn normalize(s: &[u8]) -> String {
-    let s = String::from_utf8_lossy(s);
-    let mut out = String::new();
-    for word in s.split_inclusive([' ', '\n']) {
-        let (w, sep) = word.split_at(word.trim_end_matches([' ', '\n']).len());
-        let is_run_id = w.len() > 10 && w.starts_with('r') && w[1..].chars().all(|c| c.is_ascii_hexdigit());
-        let is_duration = w.ends_with('s') && w[..w.len() - 1].parse::<f64>().is_ok();
-        out.push_str(if is_run_id {
-            "RUN"
-        } else if is_duration {
-            "T"
-        } else {
-            w
-        });
-        out.push_str(sep);
-    }
-    out
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().expect("exited")
+    example("project")
 }
 
 #[test]

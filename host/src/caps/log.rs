@@ -62,6 +62,16 @@ impl log::Host for LogHost {
         LogHost::write(self, level_name(level), Source::Policy, &message);
         Ok(())
     }
+
+    async fn progress(&mut self, message: String) -> wasmtime::Result<()> {
+        let meter = self.meter.clone();
+        let _call = meter.call()?;
+        meter.check_str(&message)?;
+        if self.charge(message.len() as u64) {
+            self.log.ui().stage(&crate::ui::shorten(&message, 120));
+        }
+        Ok(())
+    }
 }
 
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {

@@ -80,32 +80,30 @@ fn io_message(path: &str, e: std::io::Error) -> String {
     }
 }
 
+/// A workspace file as UTF-8 text, at most `limit` bytes; the error says why not.
+/// Shared by the policy's `workspace.read` and the host's own reads of loop files.
+pub fn read_text(dir: &Dir, path: &str, limit: u64) -> Result<String, String> {
+    let rel = check_path(path)?;
+    let file = dir.open(&rel).map_err(|e| io_message(path, e))?;
+    let meta = file.metadata().map_err(|e| io_message(path, e))?;
+    if meta.is_dir() {
+        return Err(format!("`{path}` is a directory; use list-dir"));
+    }
+    if meta.len() > limit {
+        return Err(LimitExceeded::new(Limit::ReadBytes, limit).attempted(meta.len()).to_string());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // Read at most one byte past the limit in case the file grew since the stat.
+    file.into_std().take(limit + 1).read_to_end(&mut bytes).map_err(|e| io_message(path, e))?;
+    if bytes.len() as u64 > limit {
+        return Err(LimitExceeded::new(Limit::ReadBytes, limit).to_string());
+    }
+    String::from_utf8(bytes).map_err(|_| format!("`{path}` is not UTF-8 text"))
+}
+
 impl WorkspaceHost {
     fn read_live(&self, path: &str) -> wasmtime::Result<Result<String, String>> {
-        let rel = match check_path(path) {
-            Ok(p) => p,
-            Err(e) => return Ok(Err(e)),
-        };
-        let file = match self.dir.open(&rel) {
-            Ok(f) => f,
-            Err(e) => return Ok(Err(io_message(path, e))),
-        };
-        let meta = file.metadata().map_err(crate::host_err)?;
-        if meta.is_dir() {
-            return Ok(Err(format!("`{path}` is a directory; use list-dir")));
-        }
-        if meta.len() > self.read_limit {
-            return Ok(Err(LimitExceeded::new(Limit::ReadBytes, self.read_limit).attempted(meta.len()).to_string()));
-        }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        // Read at most one byte past the limit in case the file grew since the stat.
-        if let Err(e) = file.into_std().take(self.read_limit + 1).read_to_end(&mut bytes) {
-            return Ok(Err(io_message(path, e)));
-        }
-        if bytes.len() as u64 > self.read_limit {
-            return Ok(Err(LimitExceeded::new(Limit::ReadBytes, self.read_limit).to_string()));
-        }
-        Ok(String::from_utf8(bytes).map_err(|_| format!("`{path}` is not UTF-8 text")))
+        Ok(read_text(&self.dir, path, self.read_limit))
     }
 
     fn list_live(&self, dir: &str) -> wasmtime::Result<Result<Vec<String>, String>> {

@@ -9,6 +9,7 @@ mod inspect;
 mod new;
 mod run;
 mod runs;
+mod validate;
 
 use std::path::PathBuf;
 
@@ -62,8 +63,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a policy until it finishes
+    /// Run a policy, or a YAML loop, until it finishes
     Run(run::RunArgs),
+    /// Check a YAML loop without running it
+    Validate(validate::ValidateArgs),
     /// Describe a policy component without running it
     Inspect(inspect::InspectArgs),
     /// List the runs in this workspace; show, follow, resume, answer, tick or cancel one
@@ -105,6 +108,7 @@ pub fn main() -> i32 {
     let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
     let result = match cli.command {
         Command::Run(args) => run::execute(args, &workspace),
+        Command::Validate(args) => validate::execute(args, &workspace),
         Command::Inspect(args) => inspect::execute(args, &workspace),
         Command::Runs(args) => runs::execute(args, &workspace),
         Command::Hook(args) => hook::execute(args, cli.workspace.as_deref()),

@@ -9,17 +9,19 @@ use super::{Failure, json_arg};
 use crate::bindings::Event;
 use crate::db::{Db, RunOptions};
 use crate::driver::Next;
+use crate::loops;
 use crate::policy::PolicySource;
 use crate::run::new_run_id;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The policy: a path to a .wasm component, or builtin:NAME (ralph, todo-enforcer, fix-forward)
+    /// The policy: a path to a .wasm component, builtin:NAME (ralph, todo-enforcer, fix-forward, fsm), or a YAML loop (LOOP.yaml)
     policy: String,
     /// Config file (default: loopbox.toml in the workspace, if present)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The run's input, delivered with `start`: JSON, or @FILE to read it from a file
+    /// The run's input, delivered with `start`: JSON, or @FILE to read it from a file.
+    /// For a YAML loop: a JSON object whose values replace the loop's `context`
     #[arg(long, value_name = "JSON|@FILE", default_value = "{}")]
     input: String,
     /// A tick to deliver when the policy waits for events (repeatable, in order): JSON or @FILE
@@ -46,7 +48,8 @@ pub struct RunArgs {
 }
 
 pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
-    let source = PolicySource::parse(&args.policy);
+    let loop_file = loops::loop_path(&args.policy, &args.input);
+    let source = PolicySource::parse(if loop_file.is_some() { loops::FSM } else { &args.policy });
     let absolute = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let options = RunOptions {
         policy_path: source.path().map(absolute),
@@ -61,7 +64,23 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     };
     let (config, config_path) = config_for(&options, workspace)?;
     super::drive::cli_rules(&options)?;
-    let input = json_arg("--input", &args.input)?;
+    let input = match &loop_file {
+        // A YAML loop is checked here, before anything runs, and travels as the input.
+        Some(path) => {
+            let file = loops::read(workspace, path).map_err(Failure::usage)?;
+            if let Err(problems) = loops::load(workspace, &file, config.limits.read_bytes) {
+                return Err(Failure::usage(anyhow::anyhow!(
+                    "the loop has {} problem(s):\n{}\n(`loopbox validate {}` checks a loop without running it)",
+                    problems.len(),
+                    loopbox_fsm::render(&problems),
+                    path.display()
+                )));
+            }
+            let context = if args.input.starts_with('@') { "{}".to_string() } else { json_arg("--input", &args.input)? };
+            loops::payload(&file, &context).map_err(Failure::usage)?
+        }
+        None => json_arg("--input", &args.input)?,
+    };
 
     let runtime = super::runtime(&config)?;
     let policy = runtime.load(&source).map_err(Failure::usage)?;

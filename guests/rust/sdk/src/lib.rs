@@ -148,9 +148,14 @@ pub mod state {
     }
 }
 
-/// Messages for the run log.
+/// Messages for the run log, and the run's status line.
 pub mod log {
     use super::bindings::loopbox::policy::log::{Level, write};
+
+    /// The one-line status the user sees while the run goes; not logged.
+    pub fn progress(message: &str) {
+        super::bindings::loopbox::policy::log::progress(message)
+    }
 
     pub fn debug(message: &str) {
         write(Level::Debug, message)

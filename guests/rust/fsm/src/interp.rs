@@ -1,0 +1,241 @@
+//! `${namespace.path}` interpolation in actions and evaluator fields.
+//!
+//! Namespaces: `context.*`, `captured.NAME.*` (`output`, `exit_code`,
+//! `stderr`, `duration_ms`, `result.*` from an ACTION_RESULT block), `prev.*`
+//! (the previous state's `output`, `exit_code`, `stderr`, `state`, `result`),
+//! `state.name`, `state.iteration`, `loop.name`, `loop.step`. Suffixes:
+//! `:default=TEXT` and `?` (missing is empty). `$${` is a literal `${`.
+//! A missing reference without a suffix is an error that names it.
+
+use serde_json::Value;
+
+pub const NAMESPACES: &[&str] = &["context", "captured", "prev", "state", "loop"];
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    Text(String),
+    Ref(Ref),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ref {
+    /// `["captured", "tests", "output"]`.
+    pub path: Vec<String>,
+    pub default: Option<String>,
+    pub optional: bool,
+    /// The reference as written, `${...}` included.
+    pub raw: String,
+}
+
+/// Split a template into text and references; syntax errors name the spot.
+pub fn parse(template: &str) -> Result<Vec<Piece>, String> {
+    scan(template).into_iter().collect()
+}
+
+/// Every piece of a template, each reference parsed on its own, so one bad
+/// reference does not hide the others.
+fn scan(template: &str) -> Vec<Result<Piece, String>> {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut rest = template;
+    while let Some(i) = rest.find('$') {
+        text.push_str(&rest[..i]);
+        let after = &rest[i..];
+        if let Some(r) = after.strip_prefix("$${") {
+            text.push_str("${");
+            rest = r;
+        } else if let Some(body_start) = after.strip_prefix("${") {
+            if !text.is_empty() {
+                pieces.push(Ok(Piece::Text(std::mem::take(&mut text))));
+            }
+            let Some(end) = body_start.find('}') else {
+                pieces.push(Err(format!("`{}` is not closed with `}}`", shorten(after))));
+                return pieces;
+            };
+            let body = &body_start[..end];
+            pieces.push(parse_ref(body, format!("${{{body}}}")).map(Piece::Ref));
+            rest = &body_start[end + 1..];
+        } else {
+            text.push('$');
+            rest = &after[1..];
+        }
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        pieces.push(Ok(Piece::Text(text)));
+    }
+    pieces
+}
+
+fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
+    let (expr, default) = match body.split_once(":default=") {
+        Some((e, d)) => (e, Some(d.to_string())),
+        None => (body, None),
+    };
+    let (expr, optional) = match expr.strip_suffix('?') {
+        Some(e) => (e, true),
+        None => (expr, false),
+    };
+    let expr = expr.trim();
+    if expr.is_empty() {
+        return Err(format!("`{raw}` is empty: write `${{context.NAME}}`, `${{captured.NAME.output}}` and so on"));
+    }
+    let path: Vec<String> = expr.split('.').map(str::to_string).collect();
+    if path.iter().any(|p| p.is_empty()) {
+        return Err(format!("`{raw}` has an empty part in its path"));
+    }
+    let ns = path[0].as_str();
+    if ns == "env" {
+        return Err(format!("`{raw}`: a sandboxed loop has no environment; put the value in `context` (a run's --input can set it)"));
+    }
+    if !NAMESPACES.contains(&ns) {
+        return Err(format!("`{raw}`: unknown namespace `{ns}` (namespaces: {})", NAMESPACES.join(", ")));
+    }
+    if path.len() < 2 {
+        return Err(format!("`{raw}` names a whole namespace; add a field, like `{ns}.{}`", example(ns)));
+    }
+    Ok(Ref { path, default, optional, raw })
+}
+
+fn example(ns: &str) -> &'static str {
+    match ns {
+        "captured" => "NAME.output",
+        "prev" => "output",
+        "state" => "name",
+        "loop" => "name",
+        _ => "NAME",
+    }
+}
+
+fn shorten(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
+/// Every reference in a template, or why it is malformed (for static checks).
+pub fn refs(template: &str) -> Vec<Result<Ref, String>> {
+    scan(template)
+        .into_iter()
+        .filter_map(|p| match p {
+            Ok(Piece::Ref(r)) => Some(Ok(r)),
+            Ok(Piece::Text(_)) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect()
+}
+
+/// Looks a reference up: `None` when it does not exist (yet).
+pub trait Scope {
+    fn lookup(&self, path: &[String]) -> Result<Option<Value>, String>;
+}
+
+/// Fill in a template. Errors name the reference and why it is missing.
+pub fn render(template: &str, scope: &dyn Scope) -> Result<String, String> {
+    let mut out = String::new();
+    for piece in parse(template)? {
+        match piece {
+            Piece::Text(t) => out.push_str(&t),
+            Piece::Ref(r) => match scope.lookup(&r.path)? {
+                Some(v) => out.push_str(&as_text(&v)),
+                None if r.default.is_some() => out.push_str(r.default.as_deref().unwrap_or_default()),
+                None if r.optional => {}
+                None => return Err(format!("`{}` refers to nothing: {}", r.raw, missing_hint(&r.path))),
+            },
+        }
+    }
+    Ok(out)
+}
+
+fn missing_hint(path: &[String]) -> String {
+    match path[0].as_str() {
+        "captured" => format!("no state has captured `{}` yet (add `:default=` or `?` if that can happen)", path[1]),
+        "prev" => "there is no previous state's result yet".into(),
+        "context" => format!("`context` has no `{}`", path[1..].join(".")),
+        _ => format!("`{}` is not defined", path.join(".")),
+    }
+}
+
+/// How a value reads inside text: strings as they are, JSON for the rest.
+pub fn as_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// Follow `path` into a JSON value; numeric parts index lists.
+pub fn walk<'a>(mut v: &'a Value, path: &[String]) -> Option<&'a Value> {
+    for part in path {
+        v = match v {
+            Value::Object(m) => m.get(part)?,
+            Value::Array(items) => items.get(part.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    struct Json(Value);
+
+    impl Scope for Json {
+        fn lookup(&self, path: &[String]) -> Result<Option<Value>, String> {
+            Ok(walk(&self.0, path).cloned())
+        }
+    }
+
+    fn scope() -> Json {
+        Json(json!({
+            "context": {"target": 3, "dir": "src", "nested": {"list": ["a", "b"]}},
+            "captured": {"tests": {"output": "2 failed", "exit_code": 1, "stderr": ""}},
+            "prev": {"output": "hello"},
+            "state": {"name": "fix", "iteration": 2},
+            "loop": {"name": "fix-tests"},
+        }))
+    }
+
+    #[test]
+    fn references_fill_in_from_every_namespace() {
+        let cases = [
+            ("make ${context.target} in ${context.dir}", "make 3 in src"),
+            ("${captured.tests.output} (exit ${captured.tests.exit_code})", "2 failed (exit 1)"),
+            ("${prev.output}!", "hello!"),
+            ("${state.name}#${state.iteration} of ${loop.name}", "fix#2 of fix-tests"),
+            ("${context.nested.list.1}", "b"),
+            ("${context.nested.list}", "[\"a\",\"b\"]"),
+            ("cost: $5 and $${literal}", "cost: $5 and ${literal}"),
+            ("${context.missing:default=none}", "none"),
+            ("[${context.missing?}]", "[]"),
+            ("${context.target:default=9}", "3"),
+        ];
+        for (template, want) in cases {
+            assert_eq!(render(template, &scope()).as_deref(), Ok(want), "{template}");
+        }
+    }
+
+    #[test]
+    fn unknown_references_are_errors_that_name_them() {
+        let cases = [
+            ("${captured.build.output}", "`${captured.build.output}` refers to nothing: no state has captured `build` yet"),
+            ("${context.nope}", "`${context.nope}` refers to nothing: `context` has no `nope`"),
+            ("${env.HOME}", "`${env.HOME}`: a sandboxed loop has no environment"),
+            ("${ctx.x}", "`${ctx.x}`: unknown namespace `ctx`"),
+            ("${context}", "`${context}` names a whole namespace"),
+            ("${context.x", "`${context.x` is not closed"),
+            ("${}", "`${}` is empty"),
+        ];
+        for (template, want) in cases {
+            let err = render(template, &scope()).unwrap_err();
+            assert!(err.starts_with(want), "{template}: {err}");
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! YAML text to a small tree of [`Node`]s that remember their line, so every
+//! later error can say where it is. Bounded: the text's size, the nesting
+//! depth and the number of nodes (aliases included, which stops alias bombs)
+//! all have caps.
+
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+/// The longest loop file accepted.
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
+/// Nodes one document may expand to, aliases counted at their full size.
+pub const MAX_NODES: usize = 100_000;
+/// How deep mappings and sequences may nest.
+pub const MAX_DEPTH: usize = 64;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub value: Value,
+    /// 1-based line where the node starts.
+    pub line: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Node>),
+    /// Keys in document order; duplicate keys are refused at parse time.
+    Map(Vec<(Key, Node)>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Key {
+    pub name: String,
+    pub line: u32,
+}
+
+/// A YAML error with its line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyntaxError {
+    pub line: u32,
+    pub message: String,
+}
+
+impl Node {
+    pub fn kind(&self) -> &'static str {
+        match self.value {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Int(_) | Value::Float(_) => "a number",
+            Value::Str(_) => "a string",
+            Value::Seq(_) => "a list",
+            Value::Map(_) => "a mapping",
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.value {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_map(&self) -> Option<&[(Key, Node)]> {
+        match &self.value {
+            Value::Map(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The value as JSON (for `context` values and `output_json` targets).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match &self.value {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(i) => J::from(*i),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
+            Value::Str(s) => J::String(s.clone()),
+            Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
+            Value::Map(entries) => J::Object(entries.iter().map(|(k, v)| (k.name.clone(), v.to_json())).collect()),
+        }
+    }
+}
+
+/// Parse one YAML document. An empty text is a null node.
+pub fn parse(text: &str) -> Result<Node, SyntaxError> {
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(SyntaxError { line: 1, message: format!("the file is {} bytes; a loop may be at most {MAX_TEXT_BYTES}", text.len()) });
+    }
+    let mut builder = Builder::default();
+    let mut parser = Parser::new_from_str(text);
+    if let Err(e) = parser.load(&mut builder, false) {
+        return Err(SyntaxError { line: e.marker().line() as u32, message: e.info().to_string() });
+    }
+    if let Some(e) = builder.error {
+        return Err(e);
+    }
+    Ok(builder.root.unwrap_or(Node { value: Value::Null, line: 1 }))
+}
+
+/// Containers being filled, innermost last.
+enum Open {
+    Seq { items: Vec<Node>, line: u32, anchor: usize },
+    Map { entries: Vec<(Key, Node)>, pending: Option<Key>, line: u32, anchor: usize },
+}
+
+#[derive(Default)]
+struct Builder {
+    stack: Vec<Open>,
+    root: Option<Node>,
+    anchors: Vec<(usize, Node)>,
+    nodes: usize,
+    error: Option<SyntaxError>,
+}
+
+impl Builder {
+    fn fail(&mut self, line: u32, message: String) {
+        if self.error.is_none() {
+            self.error = Some(SyntaxError { line, message });
+        }
+    }
+
+    fn count(&mut self, n: usize, line: u32) -> bool {
+        self.nodes += n;
+        if self.nodes > MAX_NODES {
+            self.fail(line, format!("the document expands to more than {MAX_NODES} values (are aliases nesting?)"));
+            return false;
+        }
+        true
+    }
+
+    /// Put a finished node into its parent (or make it the root).
+    fn place(&mut self, node: Node, anchor: usize) {
+        if anchor != 0 {
+            self.anchors.push((anchor, node.clone()));
+        }
+        match self.stack.last_mut() {
+            None => self.root = Some(node),
+            Some(Open::Seq { items, .. }) => items.push(node),
+            Some(Open::Map { entries, pending, .. }) => match pending.take() {
+                Some(key) => entries.push((key, node)),
+                None => {
+                    let name = match node.value {
+                        Value::Str(s) => s,
+                        Value::Int(i) => i.to_string(),
+                        Value::Bool(b) => b.to_string(),
+                        Value::Float(f) => f.to_string(),
+                        Value::Null => "null".into(),
+                        _ => {
+                            let line = node.line;
+                            self.fail(line, "a mapping key must be a plain value, not a list or mapping".into());
+                            return;
+                        }
+                    };
+                    if entries.iter().any(|(k, _)| k.name == name) {
+                        let first = entries.iter().find(|(k, _)| k.name == name).map(|(k, _)| k.line).unwrap_or(0);
+                        let line = node.line;
+                        self.fail(line, format!("key `{name}` appears twice in this mapping (first on line {first})"));
+                        return;
+                    }
+                    *pending = Some(Key { name, line: node.line });
+                }
+            },
+        }
+    }
+}
+
+fn size(node: &Node) -> usize {
+    match &node.value {
+        Value::Seq(items) => 1 + items.iter().map(size).sum::<usize>(),
+        Value::Map(entries) => 1 + entries.iter().map(|(_, v)| 1 + size(v)).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+fn scalar(text: String, style: TScalarStyle) -> Value {
+    if style != TScalarStyle::Plain {
+        return Value::Str(text);
+    }
+    match text.as_str() {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        _ => {}
+    }
+    if let Ok(i) = text.parse::<i64>() {
+        return Value::Int(i);
+    }
+    let numeric = text.bytes().next().is_some_and(|b| b.is_ascii_digit() || b == b'-' || b == b'+' || b == b'.');
+    if numeric
+        && let Ok(f) = text.parse::<f64>()
+        && f.is_finite()
+    {
+        return Value::Float(f);
+    }
+    Value::Str(text)
+}
+
+impl MarkedEventReceiver for Builder {
+    fn on_event(&mut self, ev: Event, mark: Marker) {
+        if self.error.is_some() {
+            return;
+        }
+        let line = mark.line() as u32;
+        match ev {
+            Event::Scalar(text, style, anchor, tag) => {
+                if !self.count(1, line) {
+                    return;
+                }
+                let value = match tag {
+                    // `!!str 1` keeps the text; other tags are read as plain values.
+                    Some(t) if t.suffix == "str" => Value::Str(text),
+                    _ => scalar(text, style),
+                };
+                self.place(Node { value, line }, anchor);
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if self.stack.len() >= MAX_DEPTH {
+                    self.fail(line, format!("values nest deeper than {MAX_DEPTH} levels"));
+                    return;
+                }
+                if !self.count(1, line) {
+                    return;
+                }
+                self.stack.push(if matches!(ev, Event::SequenceStart(..)) {
+                    Open::Seq { items: Vec::new(), line, anchor }
+                } else {
+                    Open::Map { entries: Vec::new(), pending: None, line, anchor }
+                });
+            }
+            Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
+                Some(Open::Seq { items, line, anchor }) => self.place(Node { value: Value::Seq(items), line }, anchor),
+                Some(Open::Map { entries, line, anchor, .. }) => self.place(Node { value: Value::Map(entries), line }, anchor),
+                None => self.fail(line, "unbalanced end of a collection".into()),
+            },
+            Event::Alias(id) => {
+                let Some(node) = self.anchors.iter().rev().find(|(a, _)| *a == id).map(|(_, n)| n.clone()) else {
+                    self.fail(line, "an alias refers to an unknown anchor".into());
+                    return;
+                };
+                if !self.count(size(&node), line) {
+                    return;
+                }
+                self.place(Node { line, ..node }, 0);
+            }
+            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentStart | Event::DocumentEnd => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_take_their_yaml_types() {
+        let n = parse("a: 1\nb: 2.5\nc: true\nd: ~\ne: '1'\nf: text\ng: -3\n").unwrap();
+        let m = n.as_map().unwrap();
+        let kinds: Vec<_> = m.iter().map(|(k, v)| (k.name.as_str(), v.value.clone(), v.line)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("a", Value::Int(1), 1),
+                ("b", Value::Float(2.5), 2),
+                ("c", Value::Bool(true), 3),
+                ("d", Value::Null, 4),
+                ("e", Value::Str("1".into()), 5),
+                ("f", Value::Str("text".into()), 6),
+                ("g", Value::Int(-3), 7),
+            ]
+        );
+    }
+
+    #[test]
+    fn nested_nodes_keep_their_lines() {
+        let n = parse("states:\n  test:\n    action: cargo test\n    on_yes: done\n").unwrap();
+        let states = &n.as_map().unwrap()[0].1;
+        let (key, test) = &states.as_map().unwrap()[0];
+        assert_eq!((key.name.as_str(), key.line), ("test", 2));
+        assert_eq!(test.as_map().unwrap()[1].0.line, 4);
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_with_both_lines() {
+        let e = parse("a: 1\nb: 2\na: 3\n").unwrap_err();
+        assert_eq!(e, SyntaxError { line: 3, message: "key `a` appears twice in this mapping (first on line 1)".into() });
+    }
+
+    #[test]
+    fn syntax_errors_name_their_line() {
+        let e = parse("a: [1, 2\nb: 3\n").unwrap_err();
+        assert!(e.line >= 2, "{e:?}");
+    }
+
+    #[test]
+    fn alias_bombs_stop_at_the_node_cap() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..8 {
+            let p = i - 1;
+            text.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+        }
+        let e = parse(&text).unwrap_err();
+        assert!(e.message.contains("more than 100000 values"), "{e:?}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let text = "[".repeat(200) + &"]".repeat(200);
+        assert!(parse(&text).unwrap_err().message.contains("nest deeper"));
+    }
+
+    #[test]
+    fn anchors_and_aliases_copy_values() {
+        let n = parse("base: &b {x: 1}\nother: *b\n").unwrap();
+        assert_eq!(n.to_json(), serde_json::json!({"base": {"x": 1}, "other": {"x": 1}}));
+    }
+}

@@ -1,0 +1,349 @@
+//! YAML loops through the CLI: the bundled example loops run with the real
+//! `builtin:fsm` component on a copy of `examples/loops`, with real processes
+//! and the example agent script; `validate` on broken loops, message by message.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::*;
+use serde_json::Value;
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", text(&o.stdout), text(&o.stderr)))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn path_of(result: &Value) -> Vec<String> {
+    result["outcome"]["data"]["path"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+}
+
+/// The run log of a `--json` run (which prints no progress itself).
+fn log_of(dir: &Path, result: &Value) -> String {
+    text(&loopbox(dir, &["runs", "log", result["run_id"].as_str().unwrap()]).stdout)
+}
+
+fn read(dir: &Path, file: &str) -> String {
+    std::fs::read_to_string(dir.join(file)).unwrap_or_default()
+}
+
+#[test]
+fn fix_the_tests_hands_the_failure_to_the_agent_until_the_tests_pass() {
+    let p = example("loops");
+    assert!(read(p.path(), "calc.sh").contains("$1 - $2"), "the example starts broken");
+    let o = loopbox(p.path(), &["run", "fix-the-tests.yaml"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_eq!(normalize(&o.stdout), "done: reached `done` after 4 steps (test → fix → test → done)\n");
+    let stderr = text(&o.stderr);
+    // The progress line names the state and the step, and each transition is logged.
+    for line in [
+        "loopbox: fix-the-tests · test · step 1/10",
+        "loopbox: fix-the-tests · fix · step 2/10",
+        "[policy] info: captured `tests`: exit 1, 65 bytes of output",
+        "[policy] info: step 1 `test`: no (exit 1) -> `fix`",
+        "[policy] info: step 2 `fix`: next -> `test`",
+        "[policy] info: step 3 `test`: yes (exit 0) -> `done`",
+        "[host] info: script `sh test.sh` allowed by shell.scripts = true",
+    ] {
+        assert!(stderr.contains(line), "missing `{line}` in:\n{stderr}");
+    }
+    assert!(read(p.path(), "calc.sh").contains("$1 + $2"), "the agent fixed calc.sh");
+    let prompts = read(p.path(), ".fix-agent/prompts");
+    assert!(prompts.starts_with("The tests fail:\ntest add ... FAILED: calc.sh 2 3 printed -1, expected 5\n1 failed\n"), "{prompts}");
+    assert_eq!(prompts.matches("---").count(), 1, "one prompt");
+}
+
+#[test]
+fn the_convergence_loop_burns_the_todos_down_to_zero() {
+    let p = example("loops");
+    let o = loopbox(p.path(), &["run", "convergence.yaml", "--json"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let result = json_of(&o);
+    assert_eq!(path_of(&result), ["measure", "work", "measure", "work", "measure", "work", "measure", "done"]);
+    assert_eq!(result["actions"], 7);
+    assert!(!read(p.path(), "notes.md").contains("TODO"));
+    let log = log_of(p.path(), &result);
+    assert!(log.contains("step 1 `measure`: progress (3 (first value; target 0)) -> `work`"), "{log}");
+    assert!(log.contains("step 3 `measure`: progress (3 -> 2 (target 0)) -> `work`"), "{log}");
+    assert!(log.contains("step 7 `measure`: target (0 is within 0 of 0) -> `done`"), "{log}");
+
+    // A step that makes no progress is a stall; --input replaces context values.
+    std::fs::write(p.path().join("stuck.md"), "TODO one\n").unwrap();
+    let o = loopbox(p.path(), &["run", "convergence.yaml", "--json", "--input", r#"{"notes": "stuck.md"}"#]);
+    assert_eq!(code(&o), 1, "{}", text(&o.stderr));
+    let result = json_of(&o);
+    assert_eq!(path_of(&result), ["measure", "work", "measure", "failed"], "burn-down of stuck.md is not granted, so nothing changes");
+    assert!(log_of(p.path(), &result).contains("denied exec `sh tools/burn-down stuck.md`"), "{}", log_of(p.path(), &result));
+}
+
+#[test]
+fn triage_routes_on_captures_and_the_agents_action_result() {
+    let p = example("loops");
+    let o = loopbox(p.path(), &["run", "triage.yaml", "--json"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let result = json_of(&o);
+    assert_eq!(path_of(&result), ["run-tests", "ask-agent", "check-report", "run-tests", "done"]);
+    let stderr = log_of(p.path(), &result);
+    assert!(stderr.contains("step 3 `check-report`: yes (`^success$` found) -> `run-tests`"), "{stderr}");
+    assert!(read(p.path(), ".fix-agent/prompts").starts_with("The test suite `test.sh` fails (attempt 1):\n"));
+
+    // A bug the agent cannot fix: it reports `failed`, and the loop routes there.
+    let p = example("loops");
+    std::fs::write(p.path().join("calc.sh"), "#!/bin/sh\necho $(( $1 * $2 ))\n").unwrap();
+    let o = loopbox(p.path(), &["run", "triage.yaml", "--json"]);
+    assert_eq!(code(&o), 1, "{}", text(&o.stderr));
+    let result = json_of(&o);
+    assert_eq!(path_of(&result), ["run-tests", "ask-agent", "check-report", "failed"]);
+    assert_eq!(result["summary"], "reached `failed`, a failure state, after 4 steps (run-tests → ask-agent → check-report → failed)");
+}
+
+#[test]
+fn without_the_scripts_grant_a_shell_action_is_refused_and_routed_as_an_error() {
+    let p = example("loops");
+    let config = read(p.path(), "loopbox.toml").replace("scripts = true", "scripts = false");
+    std::fs::write(p.path().join("loopbox.toml"), config).unwrap();
+    let o = loopbox(p.path(), &["run", "fix-the-tests.yaml", "--json"]);
+    assert_eq!(code(&o), 1, "{}", text(&o.stderr));
+    let result = json_of(&o);
+    assert_eq!(path_of(&result), ["test", "failed"]);
+    let stderr = log_of(p.path(), &result);
+    assert!(stderr.contains("step 1 `test`: error (denied: shell text is not allowed (`sh test.sh`): set `shell.scripts = true`"), "{stderr}");
+    assert!(stderr.contains("-> `failed`"), "{stderr}");
+    assert!(stderr.contains("captured `tests`: the action failed, so there is no output"), "{stderr}");
+    assert!(read(p.path(), "calc.sh").contains("$1 - $2"), "nothing ran");
+}
+
+#[test]
+fn an_llm_verdict_comes_from_the_configured_agent() {
+    let p = example("loops");
+    let yaml = "name: judged
+initial: test
+import: common.yaml
+states:
+  test:
+    exec: [sh, test.sh]
+    evaluate:
+      type: llm_structured
+      prompt: Did every test pass?
+    on_yes: done
+    on_no: fix
+  fix:
+    action: The tests FAILED; fix calc.sh.
+    action_type: prompt
+    next: test
+";
+    std::fs::write(p.path().join("judged.yaml"), yaml).unwrap();
+    let o = loopbox(p.path(), &["run", "judged.yaml", "--json"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let result = json_of(&o);
+    assert_eq!(path_of(&result), ["test", "fix", "test", "done"]);
+    let prompts = read(p.path(), ".fix-agent/prompts");
+    assert_eq!(prompts.matches("Did every test pass?\n\n<action_output>\n").count(), 2, "{prompts}");
+    let stderr = log_of(p.path(), &result);
+    assert!(stderr.contains("step 1 `test`: no (no at 0.80: no passing tests in the output) -> `fix`"), "{stderr}");
+    assert!(stderr.contains("step 3 `test`: yes (yes at 0.90: the output reports passing tests) -> `done`"), "{stderr}");
+}
+
+#[test]
+fn builtin_fsm_takes_the_loop_as_its_input() {
+    let p = example("loops");
+    let o = loopbox(p.path(), &["run", "builtin:fsm", "--input", "@fix-the-tests.yaml", "--json"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let result = json_of(&o);
+    assert_eq!(result["policy"], "builtin:fsm");
+    assert_eq!(path_of(&result), ["test", "fix", "test", "done"]);
+}
+
+#[test]
+fn a_run_killed_mid_loop_resumes_without_redoing_finished_steps() {
+    let p = example("loops");
+    // Killed right after the agent's reply is recorded: the test and the prompt are done.
+    let o = std::process::Command::new(BIN)
+        .args(["run", "fix-the-tests.yaml"])
+        .current_dir(p.path())
+        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-cli-test-cache"))
+        .env("CI", "true")
+        .env("LOOPBOX_CRASH_AT", "action-recorded:2")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "killed: {}", text(&o.stderr));
+    let runs = json_of(&loopbox(p.path(), &["runs", "--json"]));
+    let id = runs[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(runs[0]["status"], "interrupted");
+
+    let o = loopbox(p.path(), &["runs", "resume", &id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_eq!(path_of(&json_of(&o)), ["test", "fix", "test", "done"]);
+    assert_eq!(read(p.path(), ".fix-agent/prompts").matches("---").count(), 1, "the agent was prompted once, not again on resume");
+}
+
+/// `loopbox validate` on a broken loop: exit 2 and exactly these problems.
+fn invalid(yaml: &str, problems: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loop.yaml"), yaml).unwrap();
+    let o = loopbox(dir.path(), &["validate", "loop.yaml"]);
+    assert_eq!(code(&o), 2, "{}", text(&o.stderr));
+    let mut want: Vec<String> = problems.iter().map(|p| format!("loop.yaml:{p}")).collect();
+    want.push(format!("error: loop.yaml has {} problem(s); fix them and run `loopbox validate loop.yaml` again", problems.len()));
+    assert_eq!(text(&o.stderr).lines().collect::<Vec<_>>(), want, "\n{yaml}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn validate_names_each_problem_with_its_line() {
+    invalid(
+        "name: a\ninitial: start\nstates:\n  begin:\n    action: echo hi\n    next: done\n  done:\n    terminal: true\n",
+        &["2: initial state `start` is not defined (states: begin, done)"],
+    );
+    invalid(
+        "name: b\ninitial: test\nstates:\n  test:\n    action: cargo test\n    on_yes: done\n    on_no: fix\n  done:\n    terminal: true\n",
+        &["7: state `test`: routes to `fix`, which is not defined (states: done, test)"],
+    );
+    invalid(
+        "name: c\ninitial: test\nstates:\n  test:\n    action: cargo test\n    on_yes: done\n    on_no: done\n  orphan:\n    action: echo lost\n    next: done\n  done:\n    terminal: true\n",
+        &["8: state `orphan` is unreachable: no route from `test` leads to it"],
+    );
+    invalid(
+        "name: d\ninitial: a\nstates:\n  a:\n    action: echo a\n    next: b\n  b:\n    action: echo b\n    next: a\n",
+        &["2: no terminal state can be reached from `a`: the loop could only stop at max_steps; add a state with `terminal: true`"],
+    );
+    invalid(
+        "name: e\ninitial: a\nmax_step: 3\nbackoff: 5\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    loop: other.yaml\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "3: unknown field `max_step` (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, llm, import)",
+            "4: `backoff` is not supported by loopbox: a policy cannot sleep between steps; add a state that runs `sleep N` if you need a pause",
+            "8: state `a`: unknown field `acton` (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, model, max_retries, on_retry_exhausted, on_<verdict>)",
+            "9: state `a`: `loop` is not supported by loopbox: sub-loops are not supported; run the other loop as its own `loopbox run`, or `import` its states",
+        ],
+    );
+    invalid(
+        "name: f\ninitial: a\nstates:\n  a:\n    action: echo 3\n    evaluate:\n      type: output_regex\n    on_yes: b\n    on_no: c\n  b:\n    action: echo 3\n    evaluate:\n      type: diff_stall\n    on_yes: done\n  c:\n    action: echo 3\n    evaluate:\n      type: output_numeric\n      operator: approx\n      target: many\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
+        &[
+            "7: state `a`: evaluate: unknown evaluator type `output_regex` (types: exit_code, output_contains, output_numeric, output_json, convergence, llm_structured)",
+            "13: state `b`: evaluate: evaluator `diff_stall` is not supported by loopbox: it reads git history outside the sandbox; use a shell state that runs `git diff --stat` and `output_contains`",
+            "19: state `c`: evaluate: `operator` must be one of eq, ne, lt, le, gt, ge, not `approx`",
+            "20: state `c`: evaluate: `target` must be a number or a `${...}` reference, not `many`",
+        ],
+    );
+    invalid(
+        "name: g\ninitial: a\nstates:\n  a:\n    action: print('hi')\n    action_type: python\n    next: b\n  b:\n    action: github/create_issue\n    action_type: mcp_tool\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "6: state `a`: `action_type` must be one of shell, prompt, slash_command, not `python`",
+            "10: state `b`: `action_type: mcp_tool` is not supported by loopbox: MCP tools are not reachable from the sandbox",
+        ],
+    );
+    invalid("name: h\ninitial: a\nstates:\n  a:\n    action: \"unclosed\n    next: done\n", &["5: not valid YAML: invalid indentation in quoted scalar"]);
+    invalid(
+        "name: i\ninitial: a\ncontext:\n  dir: src\nstates:\n  a:\n    action: \"ls ${context.dir} ${context.missing} ${captured.nope.output} ${env.HOME} ${prev.oops} ${context.dir:default=x}\"\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "7: state `a`: action: `${context.missing}`: `context` has no `missing`; declare it under `context` (a run's --input can replace it)",
+            "7: state `a`: action: `${captured.nope.output}`: no state captures `nope` (captures: none)",
+            "7: state `a`: action: `${env.HOME}`: a sandboxed loop has no environment; put the value in `context` (a run's --input can set it)",
+            "7: state `a`: action: `${prev.oops}`: `prev` has output, exit_code, stderr, duration_ms, state and result",
+        ],
+    );
+    invalid(
+        "name: j\ninitial: a\nstates:\n  a:\n    action: make\n    on_yes: b\n  b:\n    action: make\n    next: c\n    on_yes: a\n  c:\n    terminal: true\n    failure: maybe\n    on_yes: a\n  d:\n    failure: true\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "4: state `a`: verdict `no` of `exit_code` goes nowhere; add `on_no` or `on_error`, or `_` in a `route` table",
+            "9: state `b`: `next` is unconditional, so its verdict routes would never be used; keep `next` or the routes",
+            "11: state `c`: a terminal state ends the loop, so its routes would never be used",
+            "13: state `c`: `failure` must be true or false, not `maybe`",
+            "15: state `d` is unreachable: no route from `a` leads to it",
+            "16: state `d`: `failure: true` marks how a terminal state ends; add `terminal: true`",
+            "18: state `done` is unreachable: no route from `a` leads to it",
+        ],
+    );
+    invalid(
+        "name: k\ninitial: a\nimport: [missing.yaml, ../outside.yaml]\nstates:\n  a:\n    next: done\n  done:\n    terminal: true\n  a:\n    next: done\n",
+        &["9: not valid YAML: key `a` appears twice in this mapping (first on line 5)"],
+    );
+}
+
+#[test]
+fn validate_checks_imports_and_reports_json() {
+    let p = example("loops");
+    let o = loopbox(p.path(), &["validate", "triage.yaml"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ok: triage.yaml is loop `triage`: 5 states, starts at `run-tests`, ends at `done` or `failed`, at most 12 steps\n");
+
+    std::fs::write(
+        p.path().join("bad.yaml"),
+        "name: k\ninitial: a\nimport: [missing.yaml, ../outside.yaml, common.yaml]\nstates:\n  a:\n    next: done\n  failed:\n    terminal: true\n",
+    )
+    .unwrap();
+    let o = loopbox(p.path(), &["validate", "bad.yaml", "--json"]);
+    assert_eq!(code(&o), 2);
+    let result = json_of(&o);
+    assert_eq!(result["valid"], false);
+    let problems: Vec<String> = result["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{}:{}: {}", p["file"].as_str().unwrap(), p["line"], p["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "bad.yaml:3: cannot import `missing.yaml` (missing.yaml): `missing.yaml` does not exist in the workspace",
+            "bad.yaml:3: import `../outside.yaml` leaves the workspace; imports are read through the workspace and must stay inside it",
+            "common.yaml:5: state `failed` is already defined in bad.yaml (line 7)",
+            "bad.yaml:7: state `failed` is unreachable: no route from `a` leads to it",
+        ]
+    );
+
+    // A loop with problems never starts a run.
+    let o = loopbox(p.path(), &["run", "bad.yaml"]);
+    assert_eq!(code(&o), 2);
+    assert!(text(&o.stderr).starts_with("error: the loop has 4 problem(s):\nbad.yaml:3: cannot import"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("(`loopbox validate bad.yaml` checks a loop without running it)"));
+    assert_eq!(text(&loopbox(p.path(), &["runs", "--json"]).stdout).trim(), "[]");
+}
+
+#[test]
+fn hostile_or_missing_loop_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["validate", "nowhere.yaml"]);
+    assert_eq!(code(&o), 2);
+    assert!(text(&o.stderr).starts_with("error: failed to read loop `nowhere.yaml`: "), "{}", text(&o.stderr));
+
+    std::fs::write(dir.path().join("huge.yaml"), "a".repeat(2 << 20)).unwrap();
+    let o = loopbox(dir.path(), &["run", "huge.yaml"]);
+    assert_eq!(code(&o), 2);
+    assert_eq!(text(&o.stderr), "error: loop `huge.yaml` is 2097152 bytes; a loop may be at most 1048576\n");
+
+    // Aliases that expand exponentially stop at the node cap instead of eating memory.
+    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..9 {
+        bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 10].join(", ")));
+    }
+    std::fs::write(dir.path().join("bomb.yaml"), bomb).unwrap();
+    let o = loopbox(dir.path(), &["validate", "bomb.yaml"]);
+    assert_eq!(code(&o), 2);
+    assert!(text(&o.stderr).contains("not valid YAML: the document expands to more than 100000 values"), "{}", text(&o.stderr));
+
+    std::fs::write(dir.path().join("binary.yaml"), [0xff, 0xfe, 0x00, 0x41]).unwrap();
+    let o = loopbox(dir.path(), &["validate", "binary.yaml"]);
+    assert_eq!(code(&o), 2);
+    assert!(text(&o.stderr).contains("it must be UTF-8 text"), "{}", text(&o.stderr));
+
+    // The loop's --input must be an object of context values.
+    let p = example("loops");
+    let o = loopbox(p.path(), &["run", "convergence.yaml", "--input", "[1, 2]"]);
+    assert_eq!(code(&o), 2);
+    assert!(text(&o.stderr).contains("--input for a YAML loop must be a JSON object of context values"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn inspect_describes_the_fsm_builtin() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = loopbox(dir.path(), &["inspect", "builtin:fsm", "--json"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let report = json_of(&o);
+    assert_eq!(report["info"]["name"], "fsm");
+    assert_eq!(report["world"], "loop-policy");
+}
