@@ -3,12 +3,14 @@
 #
 #   ./scripts/test.sh
 #
-# 1. the pinned Rust toolchain (rust-toolchain.toml) and its wasm32-wasip2 target,
+# 1. the pinned Rust toolchain (rust-toolchain.toml) and its wasm32-wasip2 target
+#    (and wasm32-unknown-unknown, for the Extism plugin the comparison bench runs),
 #    componentize-py for the Python guests, Node.js (when missing) and the npm
 #    packages for the JavaScript guests, and bubblewrap for the sandbox tests
 # 2. host unit tests, guests built from source by build scripts, integration and
 #    CLI tests, and the benchmarks run once as smoke tests (cargo test --all-targets)
 # 3. the guests' own native unit tests (Rust, and the Python CCW logic)
+# 4. the benchmarks built in release mode (cargo bench --no-run), as they run for BENCHMARKS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +18,7 @@ toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
 if ! rustup toolchain list | grep -q "^$toolchain"; then
   rustup toolchain install "$toolchain" --profile minimal
 fi
-rustup target add wasm32-wasip2 --toolchain "$toolchain"
+rustup target add wasm32-wasip2 wasm32-unknown-unknown --toolchain "$toolchain"
 
 # Python guests are built with a pinned componentize-py.
 cpy="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/componentize-py"
@@ -47,3 +49,4 @@ if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
 cargo test --workspace --all-targets --locked
 (cd guests/rust && cargo test --locked --target-dir ../../target/guests-native)
 (cd guests/python/ccw && python3 -B -m unittest -q)
+cargo bench --workspace --no-run --locked

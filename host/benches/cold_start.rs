@@ -4,8 +4,7 @@
 //! compiled artifact the first run left.
 //!
 //! `cargo bench -p loopbox --bench cold_start` builds the guests from source
-//! (Ralph in Rust and Python, the todo enforcer in JavaScript) and prints one
-//! table; samples of every row are interleaved so machine noise hits each alike.
+//! (Ralph in Rust, Python and JavaScript) and prints one table; samples of every row are interleaved so machine noise hits each alike.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,7 +13,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
 
 /// One run to its first decision. Ralph injects and the workspace has no agent,
-/// so the run ends there with exit 7; the todo enforcer passes and ends with 0.
+/// so the run ends there with exit 7.
 fn run(policy: &str, input: &str, expect: i32, workspace: &Path, cache: &Path) -> Duration {
     let t = Instant::now();
     let status = Command::new(BIN)
@@ -45,13 +44,13 @@ fn main() {
     let (n_cold, n_cached) = if bench { (5, 30) } else { (1, 1) };
     let repo = loopbox_guest_build::Repo::containing(Path::new(env!("CARGO_MANIFEST_DIR")));
     let ralph_py = repo.build_python_guest("ralph", "decider");
-    let todo_js = repo.build_js_guest("todo-enforcer", "decider", false);
+    let ralph_js = repo.build_js_guest("ralph", "decider", false);
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
     let ralph_input = r#"{"prompt": "Fix the build.", "completion_promise": "DONE"}"#;
     let mut cases = [
         Case { name: "Rust (builtin:ralph)", policy: "builtin:ralph".into(), input: ralph_input, expect: 7, cold: vec![], cached: vec![] },
         Case { name: "Python (ralph, componentize-py)", policy: path(ralph_py), input: ralph_input, expect: 7, cold: vec![], cached: vec![] },
-        Case { name: "JavaScript (todo-enforcer, componentize-js)", policy: path(todo_js), input: "{}", expect: 4, cold: vec![], cached: vec![] },
+        Case { name: "JavaScript (ralph, componentize-js)", policy: path(ralph_js), input: ralph_input, expect: 7, cold: vec![], cached: vec![] },
     ];
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("ws");

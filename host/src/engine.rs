@@ -49,7 +49,7 @@ pub fn config(pool_instances: u32) -> Config {
         .max_core_instance_size(1 << 20)
         // Keep a few slots warm so back-to-back events reuse initialized memory.
         .max_unused_warm_slots(16)
-        .linear_memory_keep_resident(1 << 20)
+        .linear_memory_keep_resident(64 << 10)
         .table_keep_resident(1 << 16);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config

@@ -41,6 +41,7 @@ pub mod run;
 pub mod runlog;
 pub mod runtime;
 pub mod sandbox;
+pub mod spawn;
 pub mod ui;
 
 /// A wasmtime error as an `anyhow` one (wasmtime 48 has its own error type).

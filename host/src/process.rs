@@ -2,16 +2,18 @@
 //! process group, stdin closed unless given, stdout and stderr read
 //! concurrently and kept only up to a cap (the rest is drained and dropped),
 //! and a timeout that terminates the whole group (SIGTERM, then SIGKILL).
+//! The child is started by [`crate::spawn`], without forking loopbox.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::net::unix::pipe;
 
 use crate::config::Rlimits;
 use crate::sandbox::Confinement;
+use crate::spawn;
 
 /// How long a timed-out group gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -47,73 +49,62 @@ pub struct Finished {
 
 pub async fn run(spec: Spec) -> std::io::Result<Finished> {
     let started = Instant::now();
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if spec.rlimits.is_some() || spec.confinement.is_some() {
-        let table = spec.rlimits.as_ref().map(rlimit_table);
-        let confinement = spec.confinement;
-        // SAFETY: the closure runs in the forked child before exec and makes only
-        // async-signal-safe syscalls (setrlimit, prctl, landlock_restrict_self);
-        // everything it reads was prepared in the parent; it allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                for (resource, value) in table.iter().flatten() {
-                    if *value > 0 {
-                        // Limits only tighten: one above loopbox's own hard limit would be refused.
-                        let mut own = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-                        let mut v = *value as libc::rlim_t;
-                        if libc::getrlimit(*resource, &mut own) == 0 {
-                            v = v.min(own.rlim_max);
-                        }
-                        let lim = libc::rlimit { rlim_cur: v, rlim_max: v };
-                        if libc::setrlimit(*resource, &lim) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                    }
-                }
-                match &confinement {
-                    Some(c) => c.apply_in_child(),
-                    None => Ok(()),
-                }
-            });
+    // Every descriptor is close-on-exec here; the child's dup2 onto 0, 1 and 2
+    // clears that for its own copies only, so no other child inherits a pipe.
+    let (stdin_child, stdin_parent) = match spec.stdin {
+        Some(_) => {
+            let (r, w) = above_stdio(spawn::pipe()?)?;
+            (r, Some(w))
         }
-    }
-    let mut child = cmd.spawn()?;
-    let pgid = child.id().map(|p| p as i32);
+        None => (above_stdio_one(dev_null()?)?, None),
+    };
+    let (out_r, out_w) = above_stdio(spawn::pipe()?)?;
+    let (err_r, err_w) = above_stdio(spawn::pipe()?)?;
+    let rlimits = spec.rlimits.as_ref().map(clamped).unwrap_or_default();
+    let pid = spawn::spawn(&spawn::Launch {
+        program: &spec.program,
+        args: &spec.args,
+        env: &spec.env,
+        cwd: &spec.cwd,
+        stdin: stdin_child.as_raw_fd(),
+        stdout: out_w.as_raw_fd(),
+        stderr: err_w.as_raw_fd(),
+        rlimits: &rlimits,
+        confinement: spec.confinement.as_ref(),
+    })?;
+    drop((stdin_child, out_w, err_w));
+    // The child leads its own group (pgid = pid); whatever happens to this
+    // future, the group does not outlive it.
+    let group = Group(pid);
+    let mut exited = tokio::task::spawn_blocking(move || spawn::reap(pid));
 
-    if let (Some(text), Some(mut stdin)) = (spec.stdin, child.stdin.take()) {
+    if let (Some(text), Some(w)) = (spec.stdin, stdin_parent) {
+        let mut stdin = pipe::Sender::from_owned_fd(w)?;
         // A child that does not read its stdin must not block us: write in the background.
         tokio::spawn(async move {
             let _ = stdin.write_all(text.as_bytes()).await;
         });
     }
-    let out = tokio::spawn(read_capped(child.stdout.take().expect("piped"), spec.output_cap));
-    let err = tokio::spawn(read_capped(child.stderr.take().expect("piped"), spec.output_cap));
+    let out = tokio::spawn(read_capped(pipe::Receiver::from_owned_fd(out_r)?, spec.output_cap));
+    let err = tokio::spawn(read_capped(pipe::Receiver::from_owned_fd(err_r)?, spec.output_cap));
 
-    let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
-        Ok(status) => (status?, false),
+    let wait = |r: Result<std::io::Result<i32>, tokio::task::JoinError>| r.map_err(std::io::Error::other).and_then(|s| s);
+    let (status, timed_out) = match tokio::time::timeout(spec.timeout, &mut exited).await {
+        Ok(r) => (wait(r)?, false),
         Err(_) => {
-            signal_group(pgid, libc::SIGTERM);
-            let status = match tokio::time::timeout(KILL_GRACE, child.wait()).await {
-                Ok(s) => s?,
+            group.signal(libc::SIGTERM);
+            let status = match tokio::time::timeout(KILL_GRACE, &mut exited).await {
+                Ok(r) => wait(r)?,
                 Err(_) => {
-                    signal_group(pgid, libc::SIGKILL);
-                    child.wait().await?
+                    group.signal(libc::SIGKILL);
+                    wait(exited.await)?
                 }
             };
             (status, true)
         }
     };
     // Whatever the leader left behind in its group goes with it.
-    signal_group(pgid, libc::SIGKILL);
+    drop(group);
 
     let collect = |h: tokio::task::JoinHandle<std::io::Result<(Vec<u8>, bool)>>| async move {
         match tokio::time::timeout(DRAIN_GRACE, h).await {
@@ -126,13 +117,72 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
 
     Ok(Finished {
         // A signal death (including our own kill on timeout) has no exit code.
-        exit_code: if timed_out { None } else { status.code() },
+        exit_code: if timed_out || !libc::WIFEXITED(status) { None } else { Some(libc::WEXITSTATUS(status)) },
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
         duration: started.elapsed(),
         timed_out,
         truncated: cut_out || cut_err,
     })
+}
+
+/// A child's process group: SIGKILLed when dropped.
+struct Group(libc::pid_t);
+
+impl Group {
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) with a negative pid signals the group we created for this child.
+        unsafe {
+            libc::kill(-self.0, signal);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+}
+
+fn dev_null() -> std::io::Result<OwnedFd> {
+    Ok(std::fs::File::open("/dev/null")?.into())
+}
+
+/// Keep our descriptors off 0, 1 and 2 (free when our own stdio is closed), so
+/// the child's dup2 onto them cannot overwrite one it still needs.
+fn above_stdio_one(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: duplicates a descriptor we own onto a fresh close-on-exec one at 3 or above.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if moved < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `moved` is fresh and ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+}
+
+fn above_stdio((a, b): (OwnedFd, OwnedFd)) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    Ok((above_stdio_one(a)?, above_stdio_one(b)?))
+}
+
+/// The limits to set in the child: the non-zero ones, each no higher than our
+/// own hard limit (a child may only tighten them).
+fn clamped(l: &Rlimits) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
+    rlimit_table(l)
+        .into_iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(resource, value)| {
+            let mut own = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            let mut v = value as libc::rlim_t;
+            // SAFETY: getrlimit fills a local struct.
+            if unsafe { libc::getrlimit(resource, &mut own) } == 0 {
+                v = v.min(own.rlim_max);
+            }
+            (resource, v)
+        })
+        .collect()
 }
 
 /// `(resource, value)` pairs; a value of 0 leaves that resource alone.
@@ -144,15 +194,6 @@ fn rlimit_table(l: &Rlimits) -> [(libc::__rlimit_resource_t, u64); 5] {
         (libc::RLIMIT_FSIZE, l.file_size_bytes),
         (libc::RLIMIT_NOFILE, l.open_files),
     ]
-}
-
-fn signal_group(pgid: Option<i32>, signal: i32) {
-    if let Some(pgid) = pgid.filter(|p| *p > 0) {
-        // SAFETY: kill(2) with a negative pid signals the group we created for this child.
-        unsafe {
-            libc::kill(-pgid, signal);
-        }
-    }
 }
 
 /// Read everything, keeping the first `cap` bytes; true when more was dropped.
@@ -187,6 +228,54 @@ mod tests {
             rlimits: None,
             confinement: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_or_bad_directory_is_an_error_not_a_hang() {
+        let e = run(spec("/nonexistent/program", &[])).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        let mut s = spec("/bin/true", &[]);
+        s.cwd = "/nonexistent/dir".into();
+        assert_eq!(run(s).await.unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        let dir = tempfile::tempdir().unwrap();
+        let not_executable = dir.path().join("data");
+        std::fs::write(&not_executable, "x").unwrap();
+        let e = run(spec(not_executable.to_str().unwrap(), &[])).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    }
+
+    #[tokio::test]
+    async fn the_child_runs_in_its_own_group_with_default_signals() {
+        // SIGPIPE is ignored in Rust programs; a child must get the default back.
+        // With SIGPIPE ignored, `yes` would print "Broken pipe" and go on failing writes.
+        let f = run(spec("/bin/sh", &["-c", "echo $$ $(ps -o pgid= -p $$); yes | head -1 >/dev/null; echo ok"])).await.unwrap();
+        assert_eq!(f.stderr, "", "{f:?}");
+        let mut parts = f.stdout.split_whitespace();
+        let (pid, pgid) = (parts.next().unwrap(), parts.next().unwrap());
+        assert_eq!(pid, pgid, "{}", f.stdout);
+        assert!(f.stdout.ends_with("ok\n"), "{f:?}");
+    }
+
+    #[tokio::test]
+    async fn many_children_at_once_each_get_only_their_own_output() {
+        let runs = (0..40).map(|i| run(spec("/bin/sh", &["-c", &format!("sleep 0.0{}; echo {i}", i % 7)])));
+        let outs = futures_join(runs).await;
+        for (i, f) in outs.into_iter().enumerate() {
+            assert_eq!(f.unwrap().stdout, format!("{i}\n"));
+        }
+    }
+
+    async fn futures_join<F>(fs: impl Iterator<Item = F>) -> Vec<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handles: Vec<_> = fs.map(tokio::spawn).collect();
+        let mut out = Vec::new();
+        for h in handles {
+            out.push(h.await.unwrap());
+        }
+        out
     }
 
     #[tokio::test]

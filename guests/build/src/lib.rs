@@ -46,8 +46,20 @@ impl Repo {
         let mut watched = vec![guests.join("Cargo.toml"), guests.join("Cargo.lock"), self.root.join("wit")];
         watched.extend(packages.iter().map(|p| guests.join(p)));
         self.watch(&watched);
-        let build = toolchain::CargoBuild { dir: &guests, target_dir: &self.root.join("target/guests"), packages, nested: true };
+        let build = toolchain::CargoBuild { dir: &guests, target_dir: &self.root.join("target/guests"), packages, nested: true, target: toolchain::TARGET };
         build.run().unwrap_or_else(|e| panic!("building the guest policies: {e}"))
+    }
+
+    /// Build the Extism plugins in `guests/extism` (for the comparison benchmarks);
+    /// returns each one's core module path.
+    pub fn build_extism_plugins(&self, packages: &[&str]) -> Vec<(String, PathBuf)> {
+        let dir = self.root.join("guests/extism");
+        let mut watched = vec![dir.join("Cargo.toml"), dir.join("Cargo.lock"), self.root.join("guests/rust/ralph")];
+        watched.extend(packages.iter().map(|p| dir.join(p.trim_end_matches("-extism"))));
+        self.watch(&watched);
+        let build =
+            toolchain::CargoBuild { dir: &dir, target_dir: &self.root.join("target/guests-extism"), packages, nested: true, target: "wasm32-unknown-unknown" };
+        build.run().unwrap_or_else(|e| panic!("building the Extism plugins: {e}"))
     }
 
     /// Build the Python guest in `guests/python/<name>` (module `app`) for `world`.

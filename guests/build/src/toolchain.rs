@@ -52,15 +52,18 @@ pub struct CargoBuild<'a> {
     pub packages: &'a [&'a str],
     /// True inside a build script: drop the outer cargo's host-target settings.
     pub nested: bool,
+    /// The Rust target: [`TARGET`] for policies; `wasm32-unknown-unknown` for the
+    /// Extism plugins the comparison benchmarks build.
+    pub target: &'a str,
 }
 
 impl CargoBuild<'_> {
     /// Build in release mode; returns each package's component path.
     pub fn run(&self) -> Result<Vec<(String, PathBuf)>, Error> {
-        check_rust_target(self.dir)?;
+        check_rust_target(self.dir, self.target)?;
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(&cargo);
-        cmd.current_dir(self.dir).args(["build", "--release", "--target", TARGET, "--target-dir"]).arg(self.target_dir);
+        cmd.current_dir(self.dir).args(["build", "--release", "--target", self.target, "--target-dir"]).arg(self.target_dir);
         for p in self.packages {
             cmd.args(["-p", p]);
         }
@@ -69,12 +72,12 @@ impl CargoBuild<'_> {
         }
         let status = cmd.stdout(to_stderr()).status().map_err(|e| format!("cannot run `{cargo}` ({e}); install Rust with rustup: https://rustup.rs"))?;
         if !status.success() {
-            return Err(format!("`cargo build --release --target {TARGET}` failed in {} ({status}); its errors are above", self.dir.display()));
+            return Err(format!("`cargo build --release --target {}` failed in {} ({status}); its errors are above", self.target, self.dir.display()));
         }
         self.packages
             .iter()
             .map(|p| {
-                let path = self.target_dir.join(TARGET).join("release").join(format!("{}.wasm", p.replace('-', "_")));
+                let path = self.target_dir.join(self.target).join("release").join(format!("{}.wasm", p.replace('-', "_")));
                 if path.is_file() {
                     Ok((p.to_string(), path))
                 } else {
@@ -85,14 +88,14 @@ impl CargoBuild<'_> {
     }
 }
 
-/// Fails when rustup is present and the wasm32-wasip2 target is not installed
-/// for the toolchain that `dir` selects (without rustup, cargo reports it).
-fn check_rust_target(dir: &Path) -> Result<(), Error> {
+/// Fails when rustup is present and `target` is not installed for the
+/// toolchain that `dir` selects (without rustup, cargo reports it).
+fn check_rust_target(dir: &Path, target: &str) -> Result<(), Error> {
     let Ok(out) = Command::new("rustup").current_dir(dir).args(["target", "list", "--installed"]).output() else {
         return Ok(());
     };
-    if out.status.success() && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == TARGET) {
-        return Err(format!("the Rust target `{TARGET}` is not installed; install it with:\n    rustup target add {TARGET}"));
+    if out.status.success() && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == target) {
+        return Err(format!("the Rust target `{target}` is not installed; install it with:\n    rustup target add {target}"));
     }
     Ok(())
 }

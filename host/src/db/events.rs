@@ -2,6 +2,7 @@
 //! [`Db::commit_event`] writes everything one handled event changed in one
 //! transaction.
 
+use crate::db::Cached;
 use anyhow::Result;
 use rusqlite::{OptionalExtension, params};
 
@@ -52,7 +53,7 @@ const EVENT_COLUMNS: &str = "seq, at, event, decision, error, pending";
 
 /// The next event number of `run`.
 pub(super) fn next_event_seq(tx: &rusqlite::Connection, run: &str) -> rusqlite::Result<i64> {
-    tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1", [run], |r| r.get(0))
+    tx.row("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1", [run], |r| r.get(0))
 }
 
 impl Db {
@@ -62,7 +63,7 @@ impl Db {
             let now = now_ms();
             let seq = match commit.seq {
                 Some(seq) => {
-                    tx.execute(
+                    tx.exec(
                         "UPDATE events SET decision = ?3, error = ?4, pending = 0 WHERE run_id = ?1 AND seq = ?2",
                         params![run, seq, commit.decision, commit.error],
                     )?;
@@ -70,7 +71,7 @@ impl Db {
                 }
                 None => {
                     let seq = next_event_seq(tx, run)?;
-                    tx.execute(
+                    tx.exec(
                         "INSERT INTO events (run_id, seq, at, event, decision, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                         params![run, seq, now, commit.event, commit.decision, commit.error],
                     )?;
@@ -80,15 +81,15 @@ impl Db {
             insert_rows(tx, run, seq, &commit.journal)?;
             for (key, value) in &commit.state_writes {
                 match value {
-                    Some(v) => tx.execute(
+                    Some(v) => tx.exec(
                         "INSERT INTO state (run_id, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value",
                         params![run, key, v],
                     )?,
-                    None => tx.execute("DELETE FROM state WHERE run_id = ?1 AND key = ?2", params![run, key])?,
+                    None => tx.exec("DELETE FROM state WHERE run_id = ?1 AND key = ?2", params![run, key])?,
                 };
             }
             append_log(tx, run, &commit.log)?;
-            tx.execute("UPDATE runs SET updated_at = ?2 WHERE id = ?1", params![run, now])?;
+            tx.exec("UPDATE runs SET updated_at = ?2 WHERE id = ?1", params![run, now])?;
             Ok(seq)
         })
     }
@@ -100,7 +101,7 @@ impl Db {
 
     /// Whether the run's `start` event was handled successfully.
     pub fn started(&self, run: &str) -> Result<bool> {
-        Ok(self.conn().query_row(
+        Ok(self.conn().row(
             "SELECT EXISTS (SELECT 1 FROM events WHERE run_id = ?1 AND decision IS NOT NULL AND json_extract(event, '$.type') = 'start')",
             [run],
             |r| r.get(0),
@@ -117,17 +118,16 @@ impl Db {
 
     /// The run's last event, handled or not.
     pub fn last_event(&self, run: &str) -> Result<Option<EventRecord>> {
-        Ok(self.conn().query_row(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1"), [run], event_record).optional()?)
+        Ok(self.conn().row(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1"), [run], event_record).optional()?)
     }
 
     /// Count of `tick` events the run was delivered (handled or pending).
     pub fn ticks_delivered(&self, run: &str) -> Result<usize> {
-        Ok(self.conn().query_row("SELECT COUNT(*) FROM events WHERE run_id = ?1 AND json_extract(event, '$.type') = 'tick'", [run], |r| r.get::<_, i64>(0))?
-            as usize)
+        Ok(self.conn().row("SELECT COUNT(*) FROM events WHERE run_id = ?1 AND json_extract(event, '$.type') = 'tick'", [run], |r| r.get::<_, i64>(0))? as usize)
     }
 
     pub fn state_get(&self, run: &str, key: &str) -> Result<Option<String>> {
-        Ok(self.conn().query_row("SELECT value FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| r.get(0)).optional()?)
+        Ok(self.conn().row("SELECT value FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| r.get(0)).optional()?)
     }
 
     /// Keys of the run starting with `prefix`, sorted.
@@ -148,20 +148,16 @@ impl Db {
 
     /// Bytes of keys and values the run holds.
     pub fn state_total(&self, run: &str) -> Result<u64> {
-        Ok(self.conn().query_row(
-            "SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1",
-            [run],
-            |r| r.get::<_, i64>(0),
-        )? as u64)
+        Ok(self.conn().row("SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1", [run], |r| {
+            r.get::<_, i64>(0)
+        })? as u64)
     }
 
     /// The size of one stored entry, 0 when absent.
     pub fn state_entry_size(&self, run: &str, key: &str) -> Result<u64> {
         Ok(self
             .conn()
-            .query_row("SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| {
-                r.get::<_, i64>(0)
-            })
+            .row("SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| r.get::<_, i64>(0))
             .optional()?
             .unwrap_or(0) as u64)
     }
@@ -190,7 +186,7 @@ fn append_log(tx: &rusqlite::Transaction<'_>, run: &str, lines: &[LogRecord]) ->
     if lines.is_empty() {
         return Ok(());
     }
-    let mut seq: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM run_log WHERE run_id = ?1", [run], |r| r.get(0))?;
+    let mut seq: i64 = tx.row("SELECT COALESCE(MAX(seq), 0) FROM run_log WHERE run_id = ?1", [run], |r| r.get(0))?;
     let mut stmt = tx.prepare_cached("INSERT INTO run_log (run_id, seq, at, level, source, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
     for l in lines {
         seq += 1;

@@ -3,6 +3,7 @@
 //! it spends and the calls before it, before the action starts; its result is
 //! written before the policy sees it.
 
+use crate::db::Cached;
 use anyhow::Result;
 use rusqlite::params;
 
@@ -51,17 +52,17 @@ pub(super) fn insert_rows(tx: &rusqlite::Transaction<'_>, run: &str, event_seq: 
 
 fn spend(tx: &rusqlite::Transaction<'_>, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
     if let Some(limit) = budget.prompts
-        && tx.execute("UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2", params![run, limit as i64])? == 0
+        && tx.exec("UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2", params![run, limit as i64])? == 0
     {
         return Ok(Err(Spent::Prompts(limit)));
     }
     if let Some(limit) = budget.actions
-        && tx.execute("UPDATE runs SET actions = actions + 1 WHERE id = ?1 AND actions < ?2", params![run, limit as i64])? == 0
+        && tx.exec("UPDATE runs SET actions = actions + 1 WHERE id = ?1 AND actions < ?2", params![run, limit as i64])? == 0
     {
         return Ok(Err(Spent::Actions(limit)));
     }
     if budget.turn {
-        tx.execute("UPDATE runs SET turns = turns + 1 WHERE id = ?1", [run])?;
+        tx.exec("UPDATE runs SET turns = turns + 1 WHERE id = ?1", [run])?;
     }
     Ok(Ok(()))
 }
@@ -113,7 +114,7 @@ impl Db {
                 Some(seq) => seq,
                 None => {
                     let seq = next_event_seq(tx, run)?;
-                    tx.execute("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
+                    tx.exec("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
                     seq
                 }
             };
@@ -131,7 +132,7 @@ impl Db {
     /// Durably record an action's result.
     pub fn journal_result(&self, run: &str, event_seq: i64, seq: i64, result: &str) -> Result<()> {
         self.write("journal the action's result", |tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
                 params![run, event_seq, seq, result, now_ms()],
             )?;

@@ -1,6 +1,7 @@
 //! Run rows: creation, status, counters and budgets, the driver's lease, and
 //! cancellation requests.
 
+use crate::db::Cached;
 use anyhow::{Context, Result};
 use rusqlite::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -97,7 +98,7 @@ impl Db {
         let options = serde_json::to_string(options)?;
         let lease = owner.map(Owner::to_string);
         self.write("record the new run", |tx| {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at, seed, options, lease)
                  VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5, ?6, ?7, ?8)",
                 params![id, policy, digest, input, now_ms(), seed, options, lease],
@@ -108,7 +109,7 @@ impl Db {
 
     pub fn set_status(&self, id: &str, status: &str, outcome: Option<&str>) -> Result<()> {
         self.write("update the run's status", |tx| {
-            tx.execute("UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4 WHERE id = ?1", params![id, status, outcome, now_ms()])?;
+            tx.exec("UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4 WHERE id = ?1", params![id, status, outcome, now_ms()])?;
             Ok(())
         })
     }
@@ -116,7 +117,7 @@ impl Db {
     /// Set the status the driver ends with, and give up the lease.
     pub fn finish_driving(&self, id: &str, status: &str, outcome: Option<&str>) -> Result<()> {
         self.write("record how the run ended", |tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, lease = NULL WHERE id = ?1",
                 params![id, status, outcome, now_ms()],
             )?;
@@ -126,13 +127,13 @@ impl Db {
 
     pub fn add_turn(&self, id: &str) -> Result<u32> {
         self.write("count the turn", |tx| {
-            tx.execute("UPDATE runs SET turns = turns + 1, updated_at = ?2 WHERE id = ?1", params![id, now_ms()])?;
-            Ok(tx.query_row("SELECT turns FROM runs WHERE id = ?1", [id], |r| r.get(0))?)
+            tx.exec("UPDATE runs SET turns = turns + 1, updated_at = ?2 WHERE id = ?1", params![id, now_ms()])?;
+            Ok(tx.row("SELECT turns FROM runs WHERE id = ?1", [id], |r| r.get(0))?)
         })
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRecord>> {
-        Ok(self.conn().query_row(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), [id], run_record).optional()?)
+        Ok(self.conn().row(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), [id], run_record).optional()?)
     }
 
     /// The run `id`, or an error saying how to list the runs.
@@ -155,14 +156,14 @@ impl Db {
     pub fn acquire(&self, id: &str) -> Result<Result<(), Owner>> {
         let me = Owner::me();
         self.write("take the run", |tx| {
-            let lease: Option<String> = tx.query_row("SELECT lease FROM runs WHERE id = ?1", [id], |r| r.get(0))?;
+            let lease: Option<String> = tx.row("SELECT lease FROM runs WHERE id = ?1", [id], |r| r.get(0))?;
             if let Some(holder) = lease.as_deref().and_then(Owner::parse)
                 && holder != me
                 && holder.is_alive()
             {
                 return Ok(Err(holder));
             }
-            tx.execute("UPDATE runs SET lease = ?2, status = 'running', updated_at = ?3 WHERE id = ?1", params![id, me.to_string(), now_ms()])?;
+            tx.exec("UPDATE runs SET lease = ?2, status = 'running', updated_at = ?3 WHERE id = ?1", params![id, me.to_string(), now_ms()])?;
             Ok(Ok(()))
         })
     }
@@ -173,7 +174,7 @@ impl Db {
         let dead: Vec<RunRecord> = running.into_iter().filter(|r| r.lease.as_ref().is_some_and(|o| !o.is_alive())).collect();
         for r in &dead {
             self.write("mark the run interrupted", |tx| {
-                tx.execute(
+                tx.exec(
                     "UPDATE runs SET status = 'interrupted' WHERE id = ?1 AND status = 'running' AND lease = ?2",
                     params![r.id, r.lease.as_ref().map(Owner::to_string)],
                 )?;
@@ -186,7 +187,7 @@ impl Db {
     /// Record that the run continues with a changed policy (`--allow-policy-change`).
     pub fn set_policy_digest(&self, id: &str, digest: &str) -> Result<()> {
         self.write("record the new policy digest", |tx| {
-            tx.execute("UPDATE runs SET policy_digest = ?2 WHERE id = ?1", params![id, digest])?;
+            tx.exec("UPDATE runs SET policy_digest = ?2 WHERE id = ?1", params![id, digest])?;
             Ok(())
         })
     }
@@ -194,23 +195,23 @@ impl Db {
     /// Ask the run's driver to stop at its next step.
     pub fn request_cancel(&self, id: &str) -> Result<()> {
         self.write("ask the run to stop", |tx| {
-            tx.execute("UPDATE runs SET cancel = 1, updated_at = ?2 WHERE id = ?1", params![id, now_ms()])?;
+            tx.exec("UPDATE runs SET cancel = 1, updated_at = ?2 WHERE id = ?1", params![id, now_ms()])?;
             Ok(())
         })
     }
 
     pub fn cancel_requested(&self, id: &str) -> Result<bool> {
-        Ok(self.conn().query_row("SELECT cancel FROM runs WHERE id = ?1", [id], |r| r.get::<_, i64>(0))? != 0)
+        Ok(self.conn().row("SELECT cancel FROM runs WHERE id = ?1", [id], |r| r.get::<_, i64>(0))? != 0)
     }
 
     /// The messages of an agent conversation (JSON), if it exists.
     pub fn conversation(&self, session: &str) -> Result<Option<String>> {
-        Ok(self.conn().query_row("SELECT messages FROM agent_conversations WHERE session = ?1", [session], |r| r.get(0)).optional()?)
+        Ok(self.conn().row("SELECT messages FROM agent_conversations WHERE session = ?1", [session], |r| r.get(0)).optional()?)
     }
 
     pub fn save_conversation(&self, session: &str, messages: &str) -> Result<()> {
         self.write("save the agent conversation", |tx| {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO agent_conversations (session, messages, updated_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session) DO UPDATE SET messages = excluded.messages, updated_at = excluded.updated_at",
                 params![session, messages, now_ms()],

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
-use loopbox_guest_build::toolchain::{CargoBuild, JsBuild, PythonBuild, check_node, npm_install};
+use loopbox_guest_build::toolchain::{CargoBuild, JsBuild, PythonBuild, TARGET, check_node, npm_install};
 
 use super::{Language, Manifest};
 
@@ -23,7 +23,9 @@ pub fn build(dir: &Path, manifest: &Manifest) -> Result<PathBuf> {
     match manifest.language {
         Language::Rust => {
             let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| dir.join("target"));
-            let built = CargoBuild { dir, target_dir: &target_dir, packages: &[manifest.name.as_str()], nested: false }.run().map_err(|e| anyhow!(e))?;
+            let built = CargoBuild { dir, target_dir: &target_dir, packages: &[manifest.name.as_str()], nested: false, target: TARGET }
+                .run()
+                .map_err(|e| anyhow!(e))?;
             std::fs::copy(&built[0].1, &out).map_err(|e| anyhow!("cannot copy {} to {}: {e}", built[0].1.display(), out.display()))?;
         }
         Language::Python => {

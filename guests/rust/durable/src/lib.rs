@@ -5,7 +5,8 @@
 //! not give the guest the recorded clocks and randoms would ask for different
 //! requests and be stopped as non-deterministic. It injects until `turns`
 //! turns are done, then finishes with which actions completed and which came
-//! back `outcome-unknown`.
+//! back `outcome-unknown`. With `command` in its input it runs that argv (no
+//! stdin) instead of `tee`, for the action-overhead benchmark.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,9 @@ pub struct Config {
     pub per_event: u32,
     pub turns: u32,
     pub file: String,
+    /// Run this instead of `tee -a FILE` (the benchmark runs `true`).
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -62,9 +66,13 @@ mod component {
                 let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
                 let random = RandomState::new().hash_one(&id);
                 let line = format!("{id} t={nanos} r={random:x} waited={}\n", started.elapsed().as_nanos() > 0);
-                match shell(["tee", "-a", config.file.as_str()]).stdin(&line).run() {
+                let run = match &config.command {
+                    Some(argv) => shell(argv.iter().map(String::as_str)).run(),
+                    None => shell(["tee", "-a", config.file.as_str()]).stdin(&line).run(),
+                };
+                match run {
                     Ok(o) if o.exit_code == Some(0) => p.done.push(id),
-                    Ok(o) => return Err(format!("{id}: tee failed: {}", o.stderr)),
+                    Ok(o) => return Err(format!("{id}: the action failed: {}", o.stderr)),
                     Err(ActionError::OutcomeUnknown) => {
                         loopbox_guest::log::warn(&format!("{id}: outcome unknown"));
                         p.unknown.push(id);

@@ -94,7 +94,7 @@ pub fn decide(progress: Option<Progress>, input: Input<'_>) -> Result<(Option<Pr
     }
 }
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
 mod component {
     use loopbox_guest::{Decision, Event, Info, Policy, done, state};
 
