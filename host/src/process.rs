@@ -257,6 +257,17 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_signal_the_user_ignored_stays_ignored_in_the_child() {
+        // As under `nohup loopbox ...`: SIGHUP is ignored, and exec keeps it so.
+        // SAFETY: ignoring SIGHUP in the test process harms no other test.
+        unsafe {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        }
+        let f = run(spec("/bin/sh", &["-c", "kill -HUP $$; echo alive"])).await.unwrap();
+        assert_eq!((f.exit_code, f.stdout.as_str()), (Some(0), "alive\n"));
+    }
+
+    #[tokio::test]
     async fn many_children_at_once_each_get_only_their_own_output() {
         let runs = (0..40).map(|i| run(spec("/bin/sh", &["-c", &format!("sleep 0.0{}; echo {i}", i % 7)])));
         let outs = futures_join(runs).await;

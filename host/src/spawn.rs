@@ -157,16 +157,21 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
     };
     // SAFETY: every call below is a system call on prepared data.
     unsafe {
-        // Handlers are the parent's code: the child starts from the defaults,
-        // SIGPIPE included (Rust ignores it in the parent), with nothing blocked.
+        // Handlers are the parent's code: each becomes the default. Signals the
+        // user ignored stay ignored (as exec keeps them), except SIGPIPE, which
+        // Rust ignores for itself: the child gets the default, as std gives it.
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
         for sig in 1..65 {
             if sig == libc::SIGKILL || sig == libc::SIGSTOP {
                 continue;
             }
             let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction != libc::SIG_DFL {
-                let mut dfl: libc::sigaction = std::mem::zeroed();
-                dfl.sa_sigaction = libc::SIG_DFL;
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            let handled = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+            if handled || sig == libc::SIGPIPE {
                 libc::sigaction(sig, &dfl, std::ptr::null_mut());
             }
         }
