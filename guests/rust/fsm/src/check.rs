@@ -28,6 +28,7 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
     {
         out.push(at(&main_file, t.line, format!("`on_max_steps` must name a terminal state: the loop has no steps left to route on from `{}`", t.state)));
     }
+    let captures: BTreeSet<&str> = lp.states.iter().filter_map(|s| s.capture.as_deref()).collect();
     for s in &lp.states {
         for t in s.routes.targets().chain(s.on_retry_exhausted.iter()) {
             if t.state != CURRENT && !known(t) {
@@ -35,7 +36,7 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
             }
         }
         unrouted_verdicts(s, &mut out);
-        references(lp, s, &mut out);
+        references(lp, &captures, s, &mut out);
     }
     if !known(&lp.initial) {
         return out;
@@ -140,8 +141,8 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
     out
 }
 
-fn references(lp: &Loop, s: &State, out: &mut Vec<Problem>) {
-    let captures: BTreeSet<&str> = lp.states.iter().filter_map(|s| s.capture.as_deref()).collect();
+/// `captures`: every capture name in the loop.
+fn references(lp: &Loop, captures: &BTreeSet<&str>, s: &State, out: &mut Vec<Problem>) {
     for (field, template, line) in templates(s) {
         for r in interp::refs(&template) {
             let r = match r {
@@ -155,7 +156,7 @@ fn references(lp: &Loop, s: &State, out: &mut Vec<Problem>) {
                 continue;
             }
             let problem = match r.path[0].as_str() {
-                "context" if interp::walk(&serde_json::Value::Object(lp.context.clone()), &r.path[1..2]).is_none() => {
+                "context" if !lp.context.contains_key(&r.path[1]) => {
                     Some(format!("`{}`: `context` has no `{}`; declare it under `context` (a run's --input can replace it)", r.raw, r.path[1]))
                 }
                 "captured" if !captures.contains(r.path[1].as_str()) => {

@@ -183,7 +183,7 @@ pub fn preview(s: &str) -> String {
 }
 
 fn fmt(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e15 { format!("{}", n as i64) } else { format!("{n}") }
+    crate::interp::number_text(n)
 }
 
 #[cfg(test)]

@@ -160,11 +160,16 @@ pub fn as_text(v: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => number_text(f),
             _ => n.to_string(),
         },
         other => other.to_string(),
     }
+}
+
+/// A number as text: whole numbers without a fraction (`3`, not `3.0`).
+pub fn number_text(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 { format!("{}", n as i64) } else { format!("{n}") }
 }
 
 /// Follow `path` into a JSON value; numeric parts index lists.

@@ -2,7 +2,7 @@
 //! [`Files`] the caller has: the workspace capability inside the sandbox, the
 //! workspace directory for `loopbox validate`), then the static checks.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::check;
 use crate::problem::{Problem, Problems};
@@ -32,9 +32,9 @@ pub fn load(path: &str, text: &str, files: &mut dyn Files) -> Result<Loop, Vec<P
     let mut problems = p.list;
 
     let mut seen = BTreeSet::from([normalize(path).unwrap_or_else(|| path.to_string())]);
-    let mut queue: Vec<(String, String, u32)> = lp.imports.iter().map(|(i, line)| (path.to_string(), i.clone(), *line)).collect();
+    let mut queue: VecDeque<(String, String, u32)> = lp.imports.iter().map(|(i, line)| (path.to_string(), i.clone(), *line)).collect();
     let mut imported = 0;
-    while let Some((from, import, line)) = pop_front(&mut queue) {
+    while let Some((from, import, line)) = queue.pop_front() {
         let mut p = Problems::new(&from);
         let Some(target) = resolve(&from, &import) else {
             p.at(line, format!("import `{import}` leaves the workspace; imports are read through the workspace and must stay inside it"));
@@ -81,10 +81,6 @@ pub fn load(path: &str, text: &str, files: &mut dyn Files) -> Result<Loop, Vec<P
 
     problems.extend(check::check(&lp));
     if problems.is_empty() { Ok(lp) } else { Err(problems) }
-}
-
-fn pop_front<T>(v: &mut Vec<T>) -> Option<T> {
-    if v.is_empty() { None } else { Some(v.remove(0)) }
 }
 
 /// `import` relative to the directory of `from`, normalized; `None` when it

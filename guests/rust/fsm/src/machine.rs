@@ -95,7 +95,7 @@ impl Scope for Run<'_> {
     fn lookup(&self, path: &[String]) -> Result<Option<Value>, String> {
         let rest = &path[1..];
         let found = match path[0].as_str() {
-            "context" => interp::walk(&Value::Object(self.context.clone()), rest).cloned(),
+            "context" => self.context.get(&rest[0]).and_then(|c| interp::walk(c, &rest[1..])).cloned(),
             "captured" => self.captured.get(&rest[0]).and_then(|c| interp::walk(c, &rest[1..])).cloned(),
             "prev" => self.prev.as_ref().and_then(|p| interp::walk(p, rest)).cloned(),
             "state" => match rest[0].as_str() {
@@ -209,7 +209,7 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
         // Evaluate and route. A `next` state still takes its error route when the host refused its action.
         let refused = matches!(result, Some(Err(_)));
         let (verdict, next) = if let (Some(next), false) = (&state.routes.next, refused && state.routes.error.is_some()) {
-            (None, if next.state == crate::spec::CURRENT { state.name.clone() } else { next.state.clone() })
+            (None, crate::route::resolve(state, next))
         } else {
             let v = match evaluate(&mut r, state, result.as_ref(), world) {
                 Ok(v) => v,

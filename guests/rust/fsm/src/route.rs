@@ -9,7 +9,12 @@
 //!
 //! `$current` stays in the state.
 
-use crate::spec::{CURRENT, Routes, State};
+use crate::spec::{CURRENT, Routes, State, Target};
+
+/// The state `target` names, `$current` being `state` itself.
+pub fn resolve(state: &State, target: &Target) -> String {
+    if target.state == CURRENT { state.name.clone() } else { target.state.clone() }
+}
 
 /// The next state's name, or why there is none.
 pub fn route(state: &State, verdict: &str) -> Result<String, String> {
@@ -20,8 +25,7 @@ pub fn route(state: &State, verdict: &str) -> Result<String, String> {
         .or_else(|| if verdict == "no" { r.error.as_ref() } else { None })
         .or(r.default.as_ref());
     match target {
-        Some(t) if t.state == CURRENT => Ok(state.name.clone()),
-        Some(t) => Ok(t.state.clone()),
+        Some(t) => Ok(resolve(state, t)),
         None => {
             let mut have: Vec<String> = r.by_verdict.keys().cloned().collect();
             if r.error.is_some() {

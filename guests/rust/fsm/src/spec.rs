@@ -345,7 +345,7 @@ impl<'a> Fields<'a> {
     }
 
     fn positive(&mut self, p: &mut Problems, name: &str, what: &str) -> Option<u64> {
-        let line = self.entries.iter().find(|(k, _)| k.name == name).map(|(_, v)| v.line)?;
+        let line = value_line(self.entries, name)?;
         match self.uint(p, name, what) {
             Some(0) => {
                 p.at(line, format!("{what}`{name}` must be greater than 0"));
@@ -380,6 +380,16 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// The line of `name`'s value in a mapping's entries, when the key is there.
+fn value_line(entries: &[(Key, Node)], name: &str) -> Option<u32> {
+    entries.iter().find(|(k, _)| k.name == name).map(|(_, v)| v.line)
+}
+
+/// The line of the key `name` itself.
+fn key_line(entries: &[(Key, Node)], name: &str) -> Option<u32> {
+    entries.iter().find(|(k, _)| k.name == name).map(|(k, _)| k.line)
+}
+
 fn describe(node: &Node) -> String {
     match &node.value {
         Value::Str(s) => format!("`{s}`"),
@@ -410,7 +420,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
     let states = f.take("states").map(|n| read_states(n, p)).unwrap_or_default();
     let context = read_context(f.take("context"), p);
     let max_steps = f.positive(p, "max_steps", "");
-    let max_iterations_line = entries.iter().find(|(k, _)| k.name == "max_iterations").map(|(k, _)| k.line);
+    let max_iterations_line = key_line(entries, "max_iterations");
     let max_iterations = f.positive(p, "max_iterations", "");
     if let (Some(_), Some(line)) = (max_steps, max_iterations_line) {
         p.at(line, "give `max_steps` or `max_iterations`, not both: loopbox reads `max_iterations` as the step cap, and has no separate full-pass cap");
@@ -554,10 +564,10 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         }
     };
     let mut f = Fields::new(entries);
-    let action_line = entries.iter().find(|(k, _)| k.name == "action" || k.name == "exec").map(|(_, v)| v.line).unwrap_or(key.line);
+    let action_line = value_line(entries, "action").or_else(|| value_line(entries, "exec")).unwrap_or(key.line);
     let action_text = f.string(p, "action", &what);
     let exec = f.take("exec").and_then(|n| read_exec(n, &what, p));
-    let action_type_line = entries.iter().find(|(k, _)| k.name == "action_type").map(|(_, v)| v.line).unwrap_or(key.line);
+    let action_type_line = value_line(entries, "action_type").unwrap_or(key.line);
     let action_type = f.string(p, "action_type", &what);
     let action = match (action_text, exec) {
         (Some(_), Some(_)) => {
@@ -603,7 +613,7 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         read_route_table(node, &what, &mut routes, p);
     }
     let terminal = f.boolean(p, "terminal", &what).unwrap_or(false);
-    let failure_line = entries.iter().find(|(k, _)| k.name == "failure").map(|(k, _)| k.line);
+    let failure_line = key_line(entries, "failure");
     let failure = f.boolean(p, "failure", &what).unwrap_or(false);
     let capture = f.string(p, "capture", &what);
     if let Some(c) = &capture
@@ -754,14 +764,14 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
     };
     let w = format!("{what}evaluate: ");
     let mut f = Fields::new(entries);
-    let type_line = entries.iter().find(|(k, _)| k.name == "type").map(|(_, v)| v.line).unwrap_or(node.line);
+    let type_line = value_line(entries, "type").unwrap_or(node.line);
     let Some(ty) = f.string(p, "type", &w) else {
         p.at(node.line, format!("{w}`type` is missing (one of {})", EVALUATORS.join(", ")));
         return None;
     };
     let source = f.string(p, "source", &w);
     let op = |f: &mut Fields, p: &mut Problems| {
-        let line = f.entries.iter().find(|(k, _)| k.name == "operator").map(|(_, v)| v.line).unwrap_or(node.line);
+        let line = value_line(f.entries, "operator").unwrap_or(node.line);
         match f.string(p, "operator", &w) {
             None => Some(Op::Eq),
             Some(s) => Op::parse(&s).or_else(|| {
@@ -819,7 +829,7 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
                 p.at(node.line, format!("{w}`convergence` needs a `target`"));
             }
             let tolerance = f.number(p, "tolerance", &w).unwrap_or(Number::Value(0.0));
-            let direction_line = entries.iter().find(|(k, _)| k.name == "direction").map(|(_, v)| v.line).unwrap_or(node.line);
+            let direction_line = value_line(entries, "direction").unwrap_or(node.line);
             let direction = match f.string(p, "direction", &w).as_deref() {
                 None | Some("minimize") => Some(Direction::Minimize),
                 Some("maximize") => Some(Direction::Maximize),
@@ -833,7 +843,7 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
         }
         "llm_structured" => {
             let prompt = f.string(p, "prompt", &w);
-            let mc_line = entries.iter().find(|(k, _)| k.name == "min_confidence").map(|(_, v)| v.line).unwrap_or(node.line);
+            let mc_line = value_line(entries, "min_confidence").unwrap_or(node.line);
             let min_confidence = match f.number(p, "min_confidence", &w) {
                 None => 0.5,
                 Some(Number::Value(v)) if (0.0..=1.0).contains(&v) => v,
