@@ -149,6 +149,17 @@ states:
 }
 
 #[test]
+fn context_values_can_come_from_an_input_file() {
+    let p = example("loops");
+    std::fs::write(p.path().join("stuck.md"), "TODO one\n").unwrap();
+    std::fs::write(p.path().join("ctx.json"), r#"{"notes": "stuck.md"}"#).unwrap();
+    let o = loopbox(p.path(), &["run", "convergence.yaml", "--json", "--input", "@ctx.json"]);
+    assert_eq!(code(&o), 1, "{}", text(&o.stderr));
+    assert_eq!(path_of(&json_of(&o)), ["measure", "work", "measure", "failed"], "the loop worked on stuck.md, not notes.md");
+    assert!(read(p.path(), "notes.md").contains("TODO"));
+}
+
+#[test]
 fn builtin_fsm_takes_the_loop_as_its_input() {
     let p = example("loops");
     let o = loopbox(p.path(), &["run", "builtin:fsm", "--input", "@fix-the-tests.yaml", "--json"]);

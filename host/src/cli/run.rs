@@ -76,7 +76,9 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
                     path.display()
                 )));
             }
-            let context = if args.input.starts_with('@') { "{}".to_string() } else { json_arg("--input", &args.input)? };
+            // With `builtin:fsm --input @LOOP.yaml` the input is the loop itself; with
+            // `run LOOP.yaml`, --input (inline or @FILE) holds the context values.
+            let context = if loops::is_loop_file(&args.policy) { json_arg("--input", &args.input)? } else { "{}".to_string() };
             loops::payload(&file, &context).map_err(Failure::usage)?
         }
         None => json_arg("--input", &args.input)?,
