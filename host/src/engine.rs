@@ -49,6 +49,8 @@ pub fn config(pool_instances: u32) -> Config {
         .max_core_instance_size(1 << 20)
         // Keep a few slots warm so back-to-back events reuse initialized memory.
         .max_unused_warm_slots(16)
+        // What stays resident is zeroed on every deallocation: 1 MiB made that memset
+        // the largest cost of a small policy's event (BENCHMARKS.md, section 1).
         .linear_memory_keep_resident(64 << 10)
         .table_keep_resident(1 << 16);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
