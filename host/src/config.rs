@@ -334,7 +334,7 @@ impl Config {
 
     /// Read `path`; a missing file is an error (the user named it).
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("failed to read config `{}`", path.display()))?;
+        let text = crate::files::read_text(path, crate::files::MAX_CONFIG_BYTES, "config")?;
         Config::parse(&text, path)
     }
 
@@ -344,10 +344,19 @@ impl Config {
             return Ok((Config::load(path)?, Some(path.to_path_buf())));
         }
         let path = workspace.join(CONFIG_FILE);
-        if path.is_file() {
-            return Ok((Config::load(&path)?, Some(path)));
+        // Absent means defaults; anything else that is not a readable regular file
+        // (a directory, a FIFO, a device, a dangling symlink) is an error, never
+        // silently the defaults.
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Config::default(), None)),
+            Err(e) => Err(anyhow::anyhow!("config `{}` cannot be read: {e}", path.display())),
+            Ok(m) if m.file_type().is_symlink() && std::fs::metadata(&path).is_err() => Err(anyhow::anyhow!(
+                "config `{}` is a symbolic link to `{}`, which does not exist; fix or remove the link",
+                path.display(),
+                std::fs::read_link(&path).map(|t| t.display().to_string()).unwrap_or_default()
+            )),
+            Ok(_) => Ok((Config::load(&path)?, Some(path))),
         }
-        Ok((Config::default(), None))
     }
 
     fn validate(&self) -> Result<()> {

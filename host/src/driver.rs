@@ -21,6 +21,7 @@ use crate::fault::PolicyFault;
 use crate::policy::Policy;
 use crate::record::parse_decision;
 use crate::run::RunContext;
+use crate::stop::StopReason;
 
 /// How a run ended (or stopped for now).
 #[derive(Debug, Clone)]
@@ -43,6 +44,8 @@ pub enum RunEnd {
     Agent(String),
     /// `loopbox runs cancel` stopped the run.
     Cancelled,
+    /// SIGINT or SIGTERM stopped the run where it stood; it can be resumed.
+    Interrupted,
     /// Agent turn N was being sent when the run stopped: whether the agent
     /// acted on it cannot be known, so a person decides whether to send it again.
     TurnUnknown(u32),
@@ -57,7 +60,7 @@ impl RunEnd {
             RunEnd::Escalated(_) => "escalated",
             RunEnd::Waiting(_) => "waiting",
             RunEnd::Cancelled => "cancelled",
-            RunEnd::TurnUnknown(_) => "interrupted",
+            RunEnd::TurnUnknown(_) | RunEnd::Interrupted => "interrupted",
             _ => "failed",
         }
     }
@@ -76,6 +79,7 @@ impl RunEnd {
             RunEnd::Agent(_) => exit::AGENT,
             RunEnd::Cancelled => exit::CANCELLED,
             RunEnd::TurnUnknown(_) => exit::UNKNOWN_TURN,
+            RunEnd::Interrupted => exit::INTERRUPTED,
         }
     }
 
@@ -90,6 +94,7 @@ impl RunEnd {
             RunEnd::TurnBudget(n) => format!("the run used all {n} of its turns (run.max_turns) without the policy finishing"),
             RunEnd::Agent(e) => e.clone(),
             RunEnd::Cancelled => "the run was cancelled".into(),
+            RunEnd::Interrupted => "loopbox was interrupted (SIGINT or SIGTERM); the run stopped where it stood".into(),
             RunEnd::TurnUnknown(n) => format!(
                 "agent turn {n} was being sent when the run stopped, so whether the agent acted on it is unknown; \
                  check the workspace, then resume with --resend-turn to send it again, or cancel the run"
@@ -159,27 +164,31 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, next: Next, mut opts: Driv
     let mut session = last_session(&ctx.db, &ctx.id)?;
     let mut next = next;
     loop {
+        if matches!(next, Next::Deliver(_) | Next::Redeliver { .. })
+            && let Some(end) = stopped(ctx)?
+        {
+            return Ok(end);
+        }
         let (seq, decision, after_turn) = match next {
             Next::Ended(end) => return Ok(end),
             Next::Act { seq, decision, after_turn } => (seq, decision, after_turn),
-            Next::Deliver(_) | Next::Redeliver { .. } if ctx.db.cancel_requested(&ctx.id)? => return Ok(RunEnd::Cancelled),
             Next::Deliver(event) => {
                 let after_turn = matches!(event, Event::TurnComplete(_));
                 match ctx.deliver_numbered(policy, &event).await? {
                     (seq, Ok(d)) => (seq, d, after_turn),
-                    (_, Err(f)) => return Ok(RunEnd::Fault(f)),
+                    (_, Err(f)) => return Ok(fault_end(f)),
                 }
             }
             Next::Redeliver { seq, event } => {
                 let after_turn = serde_json::from_str::<Value>(&event).is_ok_and(|v| v["type"] == "turn-complete");
                 match ctx.redeliver(policy, seq, event).await? {
                     Ok(d) => (seq, d, after_turn),
-                    Err(f) => return Ok(RunEnd::Fault(f)),
+                    Err(f) => return Ok(fault_end(f)),
                 }
             }
         };
-        if ctx.db.cancel_requested(&ctx.id)? {
-            return Ok(RunEnd::Cancelled);
+        if let Some(end) = stopped(ctx)? {
+            return Ok(end);
         }
         next = match decision {
             Decision::Done(o) => return Ok(RunEnd::Done(o)),
@@ -210,6 +219,29 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, next: Next, mut opts: Driv
         };
         opts.resend_turn = false;
         tokio::task::yield_now().await;
+    }
+}
+
+/// How the run ends when it was asked to stop (a signal or `runs cancel`), if it was.
+fn stopped(ctx: &RunContext) -> Result<Option<RunEnd>> {
+    if ctx.db.cancel_requested(&ctx.id)? {
+        ctx.stop().request(StopReason::Cancelled);
+    }
+    Ok(ctx.stop().requested().map(stop_end))
+}
+
+fn stop_end(reason: StopReason) -> RunEnd {
+    match reason {
+        StopReason::Cancelled => RunEnd::Cancelled,
+        StopReason::Interrupted => RunEnd::Interrupted,
+    }
+}
+
+/// How a failed event ends the run: a stop request is not the policy's fault.
+fn fault_end(f: PolicyFault) -> RunEnd {
+    match f {
+        PolicyFault::Stopped(reason) => stop_end(reason),
+        f => RunEnd::Fault(f),
     }
 }
 
@@ -264,7 +296,11 @@ async fn agent_turn(
             } else {
                 ctx.log.host("warn", format!("sending agent turn {turns} again (--resend-turn)"));
             }
-            let result = send_turn(ctx, message, session.as_deref(), *turns).await;
+            // Stopped mid-turn, the turn's outcome is unknown, as after a crash.
+            let result = match ctx.until_stopped(send_turn(ctx, message, session.as_deref(), *turns)).await {
+                Ok(r) => r,
+                Err(reason) => return Ok(Err(stop_end(reason))),
+            };
             crate::crashpoint::hit("turn-finished");
             if journaled {
                 ctx.db.journal_result(&ctx.id, seq, 0, &turn_json(&result))?;

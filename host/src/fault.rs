@@ -28,6 +28,10 @@ pub enum PolicyFault {
     /// A failure read back from the store, as it was reported then.
     #[error("{0}")]
     Recorded(String),
+    /// The run was asked to stop (cancel, SIGINT, SIGTERM) while the event ran:
+    /// not the policy's doing; nothing of the event is committed.
+    #[error("{0}")]
+    Stopped(crate::stop::StopReason),
 }
 
 /// How a guest that panicked or aborted (wasm `unreachable`) is described.
@@ -73,6 +77,7 @@ impl PolicyFault {
             PolicyFault::NonDeterminism(_) => "non-determinism",
             PolicyFault::Host(_) => "host",
             PolicyFault::Recorded(_) => "recorded",
+            PolicyFault::Stopped(_) => "stopped",
         }
     }
 
@@ -80,6 +85,9 @@ impl PolicyFault {
     pub fn from_wasm(err: &wasmtime::Error, limits: &Limits) -> PolicyFault {
         if let Some(l) = err.downcast_ref::<LimitExceeded>() {
             return PolicyFault::Limit(l.clone());
+        }
+        if let Some(s) = err.downcast_ref::<crate::stop::Stopped>() {
+            return PolicyFault::Stopped(s.0);
         }
         if let Some(h) = err.downcast_ref::<crate::HostError>() {
             return PolicyFault::Host(h.0.clone());

@@ -25,6 +25,7 @@ pub mod db;
 pub mod driver;
 pub mod engine;
 pub mod fault;
+pub mod files;
 pub mod grants;
 pub mod hook;
 pub mod inspect;
@@ -33,6 +34,7 @@ pub mod journal;
 pub mod limits;
 pub mod loops;
 pub mod meter;
+pub mod out;
 pub mod policy;
 pub mod process;
 pub mod project;
@@ -42,6 +44,7 @@ pub mod runlog;
 pub mod runtime;
 pub mod sandbox;
 pub mod spawn;
+pub mod stop;
 pub mod ui;
 
 /// A wasmtime error as an `anyhow` one (wasmtime 48 has its own error type).

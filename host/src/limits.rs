@@ -18,6 +18,10 @@ pub struct Limits {
     /// Guest compute time one event may take, in milliseconds; time the host
     /// spends in actions does not count.
     pub cpu_ms_per_event: u64,
+    /// Wall time one event's guest may take, running or waiting (a WASI sleep,
+    /// a pollable that never fires), in milliseconds; actions do not count.
+    /// Unlike compute time it is enforced while the guest waits in the host.
+    pub wall_ms_per_event: u64,
     /// Linear memory an instance may grow to, in bytes.
     pub memory_bytes: u64,
     /// Tables, core instances and memories one instance may create (each).
@@ -43,6 +47,10 @@ pub struct Limits {
     pub output_bytes: u64,
     /// The largest file `workspace.read` returns.
     pub read_bytes: u64,
+    /// Bytes of journal (host-call requests and results) one event may record,
+    /// and one run may record over all its events.
+    pub journal_bytes_per_event: u64,
+    pub journal_bytes_per_run: u64,
 }
 
 impl Default for Limits {
@@ -50,6 +58,7 @@ impl Default for Limits {
         Limits {
             fuel_per_event: 2_000_000_000,
             cpu_ms_per_event: 2_000,
+            wall_ms_per_event: 10_000,
             memory_bytes: 256 << 20,
             max_tables: 20,
             max_instances: 50,
@@ -64,15 +73,18 @@ impl Default for Limits {
             log_bytes_per_event: 64 << 10,
             output_bytes: 1 << 20,
             read_bytes: 4 << 20,
+            journal_bytes_per_event: 32 << 20,
+            journal_bytes_per_run: 256 << 20,
         }
     }
 }
 
 impl Limits {
     pub fn validate(&self) -> Result<()> {
-        let positive: [(&str, u64); 15] = [
+        let positive: [(&str, u64); 18] = [
             ("fuel_per_event", self.fuel_per_event),
             ("cpu_ms_per_event", self.cpu_ms_per_event),
+            ("wall_ms_per_event", self.wall_ms_per_event),
             ("memory_bytes", self.memory_bytes),
             ("max_tables", self.max_tables.into()),
             ("max_instances", self.max_instances.into()),
@@ -86,6 +98,8 @@ impl Limits {
             ("log_bytes_per_event", self.log_bytes_per_event),
             ("output_bytes", self.output_bytes),
             ("read_bytes", self.read_bytes),
+            ("journal_bytes_per_event", self.journal_bytes_per_event),
+            ("journal_bytes_per_run", self.journal_bytes_per_run),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -97,6 +111,13 @@ impl Limits {
         }
         if self.hostcall_bytes < self.max_string_bytes {
             bail!("limits.hostcall_bytes ({}) must be at least limits.max_string_bytes ({})", self.hostcall_bytes, self.max_string_bytes);
+        }
+        if self.journal_bytes_per_event > self.journal_bytes_per_run {
+            bail!(
+                "limits.journal_bytes_per_event ({}) must not exceed limits.journal_bytes_per_run ({})",
+                self.journal_bytes_per_event,
+                self.journal_bytes_per_run
+            );
         }
         if self.state_value_bytes > self.state_total_bytes {
             bail!("limits.state_value_bytes ({}) must not exceed limits.state_total_bytes ({})", self.state_value_bytes, self.state_total_bytes);
@@ -110,6 +131,7 @@ impl Limits {
 pub enum Limit {
     Fuel,
     CpuTime,
+    WallTime,
     Memory,
     Tables,
     TableElements,
@@ -123,6 +145,8 @@ pub enum Limit {
     StateTotal,
     LogBytes,
     ReadBytes,
+    JournalBytes,
+    JournalRunBytes,
 }
 
 impl Limit {
@@ -131,6 +155,7 @@ impl Limit {
         match self {
             Limit::Fuel => "limits.fuel_per_event",
             Limit::CpuTime => "limits.cpu_ms_per_event",
+            Limit::WallTime => "limits.wall_ms_per_event",
             Limit::Memory => "limits.memory_bytes",
             Limit::Tables => "limits.max_tables",
             Limit::TableElements => "limits.table_elements",
@@ -144,6 +169,8 @@ impl Limit {
             Limit::StateTotal => "limits.state_total_bytes",
             Limit::LogBytes => "limits.log_bytes_per_event",
             Limit::ReadBytes => "limits.read_bytes",
+            Limit::JournalBytes => "limits.journal_bytes_per_event",
+            Limit::JournalRunBytes => "limits.journal_bytes_per_run",
         }
     }
 
@@ -151,6 +178,7 @@ impl Limit {
         match self {
             Limit::Fuel => "ran out of fuel",
             Limit::CpuTime => "used up its compute time",
+            Limit::WallTime => "ran or waited past its wall-clock time for one event",
             Limit::Memory => "tried to grow its memory past the limit",
             Limit::Tables => "created too many tables",
             Limit::TableElements => "tried to grow a table past the limit",
@@ -164,6 +192,8 @@ impl Limit {
             Limit::StateTotal => "tried to grow the run's state past the limit",
             Limit::LogBytes => "wrote more log than one event may",
             Limit::ReadBytes => "tried to read a file over the size limit",
+            Limit::JournalBytes => "recorded more host-call journal than one event may",
+            Limit::JournalRunBytes => "recorded more host-call journal than one run may",
         }
     }
 }

@@ -30,11 +30,7 @@ pub struct LoopFile {
 
 /// Read `file` (relative to the current directory, like any policy path).
 pub fn read(workspace: &Path, file: &Path) -> Result<LoopFile> {
-    let meta = std::fs::metadata(file).with_context(|| format!("failed to read loop `{}`", file.display()))?;
-    if meta.len() > loopbox_fsm::yaml::MAX_TEXT_BYTES as u64 {
-        bail!("loop `{}` is {} bytes; a loop may be at most {}", file.display(), meta.len(), loopbox_fsm::yaml::MAX_TEXT_BYTES);
-    }
-    let text = std::fs::read_to_string(file).with_context(|| format!("failed to read loop `{}` (it must be UTF-8 text)", file.display()))?;
+    let text = crate::files::read_text(file, loopbox_fsm::yaml::MAX_TEXT_BYTES as u64, "loop")?;
     let abs = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
     let root = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
     let path = match abs.strip_prefix(&root) {

@@ -59,9 +59,9 @@ impl PolicySource {
                     builtin::names().iter().map(|n| format!("builtin:{n}")).collect::<Vec<_>>().join(", ")
                 )
             }),
-            PolicySource::Path(p) => {
-                std::fs::read(p).map(Cow::Owned).with_context(|| format!("cannot read `{}`: give a path to a .wasm component or builtin:NAME", p.display()))
-            }
+            PolicySource::Path(p) => crate::files::read_capped(p, crate::files::MAX_COMPONENT_BYTES)
+                .map(Cow::Owned)
+                .with_context(|| format!("cannot read `{}`: give a path to a .wasm component or builtin:NAME", p.display())),
         }
     }
 }
@@ -203,8 +203,11 @@ impl Policy {
         store.set_hostcall_fuel(limits.hostcall_bytes as usize);
         let budget = meter.cpu_budget();
         let cpu_ms = limits.cpu_ms_per_event;
+        let m = meter.clone();
         store.epoch_deadline_callback(move |_| {
-            let used = meter.guest_time();
+            // A limit hit where it could not be raised (a clock read), or a stop request.
+            m.check()?;
+            let used = m.guest_time();
             if used >= budget {
                 return Err(LimitExceeded::new(Limit::CpuTime, cpu_ms).into());
             }
@@ -212,7 +215,14 @@ impl Policy {
         });
         store.set_epoch_deadline(ticks(budget.min(SLICE)));
 
-        let result = self.call_in(&mut store, call).await;
+        // The epoch callback runs only while the guest runs wasm; the watchdog also
+        // covers a guest waiting in the host (a WASI sleep, a pollable that never
+        // fires). Whichever ends first drops the other: a call cut short drops its
+        // instance, and an action in progress kills its process group.
+        let result = tokio::select! {
+            r = self.call_in(&mut store, call) => r.and_then(|r| meter.check_limits().map(|()| r).map_err(Into::into)),
+            halt = watchdog(&meter, limits.wall_ms_per_event) => Err(halt),
+        };
         let result = match result {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(msg)) => Err(PolicyFault::Error(msg)),
@@ -221,7 +231,26 @@ impl Policy {
         // The Store is dropped here whatever happened: nothing of a trapped instance is reused.
         (result, store.into_data())
     }
+}
 
+/// Resolves with the error that ends the call: its wall time is used, or a stop was requested.
+async fn watchdog(meter: &Meter, wall_ms: u64) -> wasmtime::Error {
+    let budget = meter.wall_budget();
+    loop {
+        let used = meter.guest_time();
+        if used >= budget {
+            return LimitExceeded::new(Limit::WallTime, wall_ms).into();
+        }
+        // Host calls pause the guest's clock, so waking finds less used than asked for; check again.
+        let nap = (budget - used).max(Duration::from_millis(1));
+        tokio::select! {
+            reason = meter.stop().wait() => return crate::stop::Stopped(reason).into(),
+            () = tokio::time::sleep(nap) => {}
+        }
+    }
+}
+
+impl Policy {
     async fn call_in(&self, store: &mut Store<InstanceState>, call: Call<'_>) -> wasmtime::Result<Result<Returned, String>> {
         let instance = self.pre.instantiate_async(&mut *store).await?;
         let policy = instance.loopbox_policy_policy();

@@ -26,12 +26,13 @@ use crate::db::{Db, EventCommit};
 use crate::fault::PolicyFault;
 use crate::grants::{ExtraRules, ShellGrants};
 use crate::instance::{InstanceState, Limiter};
-use crate::journal::Journal;
+use crate::journal::{Journal, JournalBudget};
 use crate::meter::Meter;
 use crate::policy::{Call, Policy, Returned};
 use crate::record::{decision_json, describe_decision, event_json, parse_event, validate_decision};
 use crate::runlog::{RunLog, Source};
 use crate::sandbox::{Confines, LazySandbox, Sandbox};
+use crate::stop::{Stop, StopReason};
 use crate::ui::Ui;
 
 /// What the front end adds to a run's grants.
@@ -63,7 +64,12 @@ pub struct RunContext {
     grants: Arc<ActionGrants>,
     /// The run's random seed, read from the store at the first event.
     seed: std::sync::OnceLock<String>,
+    /// Raised by a cancel request (polled from the store) or a signal.
+    stop: Arc<Stop>,
 }
+
+/// How often a running event looks in the store for `loopbox runs cancel`.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A fresh run id: short, sortable by creation time, unique enough per store.
 pub fn new_run_id() -> String {
@@ -102,7 +108,33 @@ impl RunContext {
         let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize, db.clone()));
         let rules = ShellGrants::new(&config.shell, &access.rules, &env);
         let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, confirm: access.confirm, sandbox, confines });
-        Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants, seed: Default::default() })
+        Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants, seed: Default::default(), stop: Arc::new(Stop::new()) })
+    }
+
+    /// The run's stop request: raise it to end the event in progress (see [`crate::stop`]).
+    pub fn stop(&self) -> &Arc<Stop> {
+        &self.stop
+    }
+
+    /// Raise the stop request when `loopbox runs cancel` (another process) leaves one
+    /// in the store. Never resolves.
+    async fn poll_cancel(&self) {
+        loop {
+            tokio::time::sleep(CANCEL_POLL).await;
+            if self.db.cancel_requested(&self.id).unwrap_or(false) {
+                self.stop.request(StopReason::Cancelled);
+            }
+        }
+    }
+
+    /// Run `work` (an agent turn, say) until it ends or the run is asked to stop;
+    /// on a stop `work` is dropped (a child process with it).
+    pub async fn until_stopped<T>(&self, work: impl std::future::Future<Output = T>) -> Result<T, StopReason> {
+        tokio::select! {
+            r = work => Ok(r),
+            reason = self.stop.wait() => Err(reason),
+            _ = self.poll_cancel() => unreachable!("the cancel poll never ends"),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -130,7 +162,7 @@ impl RunContext {
                 self.seed.get_or_init(|| run.seed)
             }
         };
-        let (wasi, table) = empty_ctx(&out, &err, journal, seed, event);
+        let (wasi, table) = empty_ctx(&out, &err, journal, &meter, seed, event);
         Ok(InstanceState {
             wasi,
             table,
@@ -145,9 +177,14 @@ impl RunContext {
     }
 
     async fn call(&self, policy: &Policy, call: Call<'_>, journal: &Journal, event: i64) -> Result<(Result<Returned, PolicyFault>, InstanceState)> {
-        let meter = Arc::new(Meter::new(&self.config.limits));
+        let meter = Arc::new(Meter::with_stop(&self.config.limits, self.stop.clone()));
         let data = self.instance_state(meter.clone(), journal, event)?;
-        let (mut result, mut data) = policy.call(data, meter, &self.config.limits, call).await;
+        // The call ends itself on a stop request (its meter and watchdog see it);
+        // this only raises the request when `runs cancel` leaves one in the store.
+        let (mut result, mut data) = tokio::select! {
+            r = policy.call(data, meter, &self.config.limits, call) => r,
+            _ = self.poll_cancel() => unreachable!("the cancel poll never ends"),
+        };
         // What the guest printed goes to the run log, within the event's log budget.
         for (source, captured) in [(Source::Stdout, &data.stdout), (Source::Stderr, &data.stderr)] {
             let (text, dropped) = captured.take();
@@ -185,7 +222,7 @@ impl RunContext {
     /// As [`RunContext::deliver`], with the number the event was stored under.
     pub async fn deliver_numbered(&self, policy: &Policy, event: &Event) -> Result<(i64, Result<Decision, PolicyFault>)> {
         let json = event_json(event).to_string();
-        let journal = Journal::live(self.db.clone(), &self.id, json.clone(), self.config.run.journal);
+        let journal = Journal::live(self.db.clone(), &self.id, json.clone(), self.config.run.journal).limited(JournalBudget::of(&self.config.limits))?;
         let nominal = self.db.next_event_seq(&self.id)?;
         self.handle(policy, event, json, journal, nominal).await
     }
@@ -194,7 +231,7 @@ impl RunContext {
     /// answering the calls it made from the journal.
     pub async fn redeliver(&self, policy: &Policy, seq: i64, json: String) -> Result<Result<Decision, PolicyFault>> {
         let event = parse_event(&json).with_context(|| format!("the stored event {seq} cannot be read back"))?;
-        let journal = Journal::replay(self.db.clone(), &self.id, seq, json.clone())?;
+        let journal = Journal::replay(self.db.clone(), &self.id, seq, json.clone())?.limited(JournalBudget::of(&self.config.limits))?;
         self.log.host("info", format!("resuming event {seq} ({}) from the journal", event_type(&event)));
         Ok(self.handle(policy, &event, json, journal, seq).await?.1)
     }
@@ -215,6 +252,13 @@ impl RunContext {
             self.log.host("error", format!("loopbox failed while the policy handled the event: {why}"));
             let _ = self.db.append_log(&self.id, &self.log.take());
             anyhow::bail!("{why}");
+        }
+        // A stopped event is left as a crash would leave it: what its actions journaled
+        // stays, and a resume delivers it again.
+        if let Err(PolicyFault::Stopped(reason)) = &result {
+            self.log.host("warn", format!("the event was stopped: {reason}"));
+            self.db.append_log(&self.id, &self.log.take()).context("failed to record the run log in the store")?;
+            return Ok((finished.seq.unwrap_or(nominal), result));
         }
         let mut commit = EventCommit { seq: finished.seq, event: json, journal: finished.rows, ..Default::default() };
         match &result {

@@ -51,7 +51,7 @@ impl Ui {
                 let stage = self.stage.lock().map(|s| s.clone()).unwrap_or_default();
                 pb.set_message(if stage.is_empty() { msg } else { format!("{stage} — {msg}") })
             }
-            Inner::Plain => eprintln!("loopbox: {msg}"),
+            Inner::Plain => crate::errln!("loopbox: {msg}"),
             Inner::Quiet => {}
         }
     }
@@ -69,7 +69,7 @@ impl Ui {
         };
         match &*self.inner {
             Inner::Spinner(pb) => pb.set_message(msg),
-            Inner::Plain if changed => eprintln!("loopbox: {msg}"),
+            Inner::Plain if changed => crate::errln!("loopbox: {msg}"),
             _ => {}
         }
     }
@@ -78,7 +78,7 @@ impl Ui {
     pub fn line(&self, msg: impl AsRef<str>) {
         match &*self.inner {
             Inner::Spinner(pb) => pb.println(msg.as_ref()),
-            Inner::Plain => eprintln!("{}", msg.as_ref()),
+            Inner::Plain => crate::errln!("{}", msg.as_ref()),
             Inner::Quiet => {}
         }
     }

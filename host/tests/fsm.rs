@@ -320,12 +320,12 @@ fn hostile_or_missing_loop_files_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let o = loopbox(dir.path(), &["validate", "nowhere.yaml"]);
     assert_eq!(code(&o), 2);
-    assert!(text(&o.stderr).starts_with("error: failed to read loop `nowhere.yaml`: "), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).starts_with("error: loop `nowhere.yaml` cannot be read: No such file"), "{}", text(&o.stderr));
 
     std::fs::write(dir.path().join("huge.yaml"), "a".repeat(2 << 20)).unwrap();
     let o = loopbox(dir.path(), &["run", "huge.yaml"]);
     assert_eq!(code(&o), 2);
-    assert_eq!(text(&o.stderr), "error: loop `huge.yaml` is 2097152 bytes; a loop may be at most 1048576\n");
+    assert_eq!(text(&o.stderr), "error: loop `huge.yaml` cannot be read: it is 2097152 bytes; at most 1048576 bytes are read\n");
 
     // Aliases that expand exponentially stop at the node cap instead of eating memory.
     let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");

@@ -133,7 +133,7 @@ impl ActionsHost {
             }
             Ok(Step::InFlight(seq)) => Ok(Replay::InFlight(seq)),
             Ok(Step::Live(seq)) => Ok(Replay::Live(seq)),
-            Err(nd) => Err(crate::host_err(nd)),
+            Err(e) => Err(e.into_wasm()),
         }
     }
 

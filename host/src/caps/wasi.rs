@@ -18,6 +18,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::instance::InstanceState;
 use crate::journal::{Journal, JournalClock, event_rng};
+use crate::meter::Meter;
 
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker).map_err(crate::wasm_err)
@@ -31,13 +32,13 @@ impl WasiView for InstanceState {
 
 /// The empty context, with stdout and stderr going to `out` and `err`, clocks
 /// through `journal`, and random numbers for event `event` of the run seeded `seed`.
-pub fn empty_ctx(out: &CapturedOutput, err: &CapturedOutput, journal: &Journal, seed: &str, event: i64) -> (WasiCtx, ResourceTable) {
+pub fn empty_ctx(out: &CapturedOutput, err: &CapturedOutput, journal: &Journal, meter: &Arc<Meter>, seed: &str, event: i64) -> (WasiCtx, ResourceTable) {
     let mut b = WasiCtx::builder();
     b.stdout(out.clone()).stderr(err.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    // Clock reads are host calls, counted (and journaled when the journal is on).
+    b.wall_clock(JournalClock::new(journal.clone(), meter.clone())).monotonic_clock(JournalClock::new(journal.clone(), meter.clone()));
     if journal.enabled() {
-        b.wall_clock(JournalClock::new(journal.clone()))
-            .monotonic_clock(JournalClock::new(journal.clone()))
-            .secure_random(event_rng(seed, event, "secure"))
+        b.secure_random(event_rng(seed, event, "secure"))
             .insecure_random(event_rng(seed, event, "insecure"))
             .insecure_random_seed(u128::from_le_bytes(blake3::hash(format!("{seed}/{event}/seed").as_bytes()).as_bytes()[..16].try_into().unwrap_or_default()));
     }

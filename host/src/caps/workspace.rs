@@ -6,12 +6,13 @@
 //! Each read goes into the event's journal with what it returned, so a resumed
 //! run replays what the policy saw even if the files changed since.
 
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, OpenOptionsExt};
+
+use crate::files::ReadError;
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::bindings::loopbox::policy::workspace;
@@ -39,7 +40,7 @@ impl WorkspaceHost {
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
-        match self.journal.step(kind, request).map_err(crate::host_err)? {
+        match self.journal.step(kind, request).map_err(crate::journal::StepError::into_wasm)? {
             Step::Replayed(text) => {
                 codec::parse_text_result(&text).ok_or_else(|| crate::host_err(format!("the journal's result for {kind} `{request}` is damaged")))
             }
@@ -84,20 +85,19 @@ fn io_message(path: &str, e: std::io::Error) -> String {
 /// Shared by the policy's `workspace.read` and the host's own reads of loop files.
 pub fn read_text(dir: &Dir, path: &str, limit: u64) -> Result<String, String> {
     let rel = check_path(path)?;
-    let file = dir.open(&rel).map_err(|e| io_message(path, e))?;
-    let meta = file.metadata().map_err(|e| io_message(path, e))?;
-    if meta.is_dir() {
-        return Err(format!("`{path}` is a directory; use list-dir"));
-    }
-    if meta.len() > limit {
-        return Err(LimitExceeded::new(Limit::ReadBytes, limit).attempted(meta.len()).to_string());
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    // Read at most one byte past the limit in case the file grew since the stat.
-    file.into_std().take(limit + 1).read_to_end(&mut bytes).map_err(|e| io_message(path, e))?;
-    if bytes.len() as u64 > limit {
-        return Err(LimitExceeded::new(Limit::ReadBytes, limit).to_string());
-    }
+    // O_NONBLOCK: a FIFO a command planted in the workspace must not stall the open.
+    let opts = cap_std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).clone();
+    let file = dir.open_with(&rel, &opts).map_err(|e| io_message(path, e))?;
+    let bytes = match crate::files::read_opened(file.into_std(), limit) {
+        Ok(b) => b,
+        Err(ReadError::NotRegular("a directory")) => return Err(format!("`{path}` is a directory; use list-dir")),
+        Err(ReadError::NotRegular(what)) => return Err(format!("`{path}` is {what}, not a regular file; only regular files can be read")),
+        Err(ReadError::TooLarge { size, .. }) => {
+            let e = LimitExceeded::new(Limit::ReadBytes, limit);
+            return Err(size.map_or(e.clone(), |s| e.attempted(s)).to_string());
+        }
+        Err(ReadError::Io(e)) => return Err(io_message(path, e)),
+    };
     String::from_utf8(bytes).map_err(|_| format!("`{path}` is not UTF-8 text"))
 }
 

@@ -28,7 +28,7 @@ pub fn execute(args: BuildArgs, workspace: &Path) -> Result<i32, Failure> {
     let dir = args.dir.clone().map(|d| workspace.join(d)).unwrap_or_else(|| workspace.to_path_buf());
     let manifest = Manifest::read(&dir).map_err(Failure::usage)?;
     let started = Instant::now();
-    eprintln!("building {} ({}, world {})", manifest.name, manifest.language.title(), manifest.world);
+    crate::errln!("building {} ({}, world {})", manifest.name, manifest.language.title(), manifest.world);
     let out = build::build(&dir, &manifest).map_err(|e| Failure { code: exit::FAILURE, error: e.context(format!("failed to build `{}`", dir.display())) })?;
     let built_in = started.elapsed();
 
@@ -49,9 +49,9 @@ pub fn execute(args: BuildArgs, workspace: &Path) -> Result<i32, Failure> {
             "path": out, "name": manifest.name, "language": manifest.language.key(), "world": policy.world.name(),
             "size_bytes": policy.size, "build_seconds": built_in.as_secs_f64(), "compile_seconds": compiled_in.as_secs_f64(),
         });
-        println!("{report}");
+        crate::outln!("{report}");
     } else {
-        println!(
+        crate::outln!(
             "built {} ({}, world {}, {:.1} MB) in {:.1}s; compiled into the cache in {:.1}s",
             out.display(),
             manifest.language.title(),

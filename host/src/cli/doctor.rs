@@ -56,9 +56,9 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             "sandbox": sandbox.name(), "sandbox_enforced": sandbox.is_enforced(), "sandbox_note": chosen,
             "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
         });
-        println!("{}", serde_json::to_string_pretty(&v).expect("serializable"));
+        crate::outln!("{}", serde_json::to_string_pretty(&v).expect("serializable"));
     } else {
-        let line = |k: &str, v: &str| println!("{k:<18}{v}");
+        let line = |k: &str, v: &str| crate::outln!("{k:<18}{v}");
         line("landlock", &landlock);
         line("bubblewrap", &bwrap);
         line("sandbox", &format!("{chosen} (shell.sandbox = \"{}\")", config.shell.sandbox.name()));

@@ -19,6 +19,7 @@ use crate::policy::{Policy, PolicySource};
 use crate::record::outcome_json;
 use crate::run::{Access, RunContext};
 use crate::sandbox::Sandbox;
+use crate::stop::{Stop, StopReason};
 use crate::ui::{Ui, sanitize};
 
 /// The config a run's options name, with `--max-turns` applied.
@@ -91,13 +92,38 @@ impl Drive<'_> {
         let ticks: VecDeque<String> = run.options.ticks.iter().skip(delivered).cloned().collect();
         let asker: Box<dyn Asker> = if json { Box::new(NoAsker) } else { Box::new(TerminalAsker { ui: ui.clone() }) };
         let opts = DriveOptions { max_turns: config.run.max_turns, asker: asker.as_ref(), ticks, resend_turn };
-        let end = super::tokio()?.block_on(driver::drive(&ctx, &policy, next, opts));
+        let end = super::tokio()?.block_on(async {
+            let signals = tokio::spawn(watch_signals(ctx.stop().clone(), run.id.clone()));
+            let end = driver::drive(&ctx, &policy, next, opts).await;
+            signals.abort();
+            end
+        });
         ui.finish();
         let end = end.map_err(|e| {
             Failure::internal(e.context(format!("run {} stopped; once the cause is fixed, continue it with `loopbox runs resume {}`", run.id, run.id)))
         })?;
         report(&db, &run.id, &source, policy.world.name(), &end, json)
     }
+}
+
+/// The first SIGINT or SIGTERM stops the run where it stands (it can be resumed);
+/// a second one ends loopbox at once, as a crash would.
+async fn watch_signals(stop: Arc<Stop>, id: String) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    crate::errln!("\nloopbox: stopping run {id} where it stands (signal again to quit at once); resume it with `loopbox runs resume {id}`");
+    stop.request(StopReason::Interrupted);
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    std::process::exit(exit::INTERRUPTED);
 }
 
 /// Record how the run ended (and give up its lease), then print it.
@@ -114,12 +140,13 @@ pub fn report(db: &Db, id: &str, source: &PolicySource, world: &str, end: &RunEn
             "run_id": id, "policy": source.to_string(), "world": world, "status": end.status(),
             "exit_code": code, "summary": end.summary(), "outcome": outcome, "turns": record.turns, "actions": record.actions,
         });
-        println!("{out}");
+        crate::outln!("{out}");
     } else {
-        println!("{}: {}", end.status(), sanitize(&end.summary()));
+        crate::outln!("{}: {}", end.status(), sanitize(&end.summary()));
         match end {
-            RunEnd::Waiting(_) => println!("run {id} is parked in {}", db.path().display()),
-            RunEnd::TurnUnknown(_) => println!("resume it with `loopbox runs resume {id} --resend-turn`, or stop it with `loopbox runs cancel {id}`"),
+            RunEnd::Waiting(_) => crate::outln!("run {id} is parked in {}", db.path().display()),
+            RunEnd::TurnUnknown(_) => crate::outln!("resume it with `loopbox runs resume {id} --resend-turn`, or stop it with `loopbox runs cancel {id}`"),
+            RunEnd::Interrupted => crate::outln!("resume it with `loopbox runs resume {id}`, or stop it with `loopbox runs cancel {id}`"),
             _ => {}
         }
     }
@@ -145,9 +172,12 @@ pub fn acquire(db: &Db, id: &str) -> Result<(), Failure> {
 pub fn note_interrupted(db: &Db) {
     if let Ok(runs) = db.find_interrupted() {
         for r in runs {
-            eprintln!(
+            crate::errln!(
                 "note: run {} of {} was interrupted (its loopbox process stopped); resume it with `loopbox runs resume {}`, or stop it with `loopbox runs cancel {}`",
-                r.id, r.policy, r.id, r.id
+                r.id,
+                r.policy,
+                r.id,
+                r.id
             );
         }
     }
@@ -186,8 +216,8 @@ fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
     }
     let mut answer = String::new();
     ui.suspend(|| {
-        eprintln!("\n{message}");
-        eprint!("{prompt}");
+        crate::errln!("\n{message}");
+        crate::errprint!("{prompt}");
         let _ = std::io::stderr().flush();
         std::io::stdin().lock().read_line(&mut answer).ok()
     })?;

@@ -121,7 +121,7 @@ fn answer(args: AnswerArgs, workspace: Option<&Path>) -> i32 {
         Err(e) => {
             let log = record_failure(&workspace, &args.policy, &e);
             let why = format!("{e:#}").replace('\n', " ");
-            eprintln!(
+            crate::errln!(
                 "loopbox: the {} hook failed and let Claude continue: {why}{}",
                 args.policy,
                 log.map_or(String::new(), |p| format!(" (details in {})", p.display()))
@@ -151,7 +151,12 @@ fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Resul
 /// Append the failure, with its whole cause chain, to `.loopbox/hook.log`.
 fn record_failure(workspace: &Path, policy: &str, e: &anyhow::Error) -> Option<PathBuf> {
     let dir = workspace.join(STORE_DIR);
-    std::fs::create_dir_all(&dir).ok()?;
+    // Only inside a workspace that exists: a hook never creates one.
+    if let Err(e) = std::fs::create_dir(&dir)
+        && e.kind() != std::io::ErrorKind::AlreadyExists
+    {
+        return None;
+    }
     let path = dir.join("hook.log");
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).ok()?;
     writeln!(f, "{} {policy}: {e:#}", crate::ui::utc(crate::db::now_ms())).ok()?;
@@ -186,10 +191,10 @@ fn edit(e: EntryArgs, workspace: Option<&Path>, install: bool) -> Result<i32, Fa
     let path = workspace.join(".claude/settings.json");
     let entry =
         HookEntry { event: e.event.clone(), matcher: e.matcher.clone(), command: hook_command(&e).map_err(Failure::usage)?, timeout_s: Some(e.timeout) };
-    let original = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(err) => return Err(Failure::internal(anyhow!("cannot read `{}`: {err}", path.display()))),
+    let original = match crate::files::read_capped(&path, crate::files::MAX_CONFIG_BYTES) {
+        Ok(bytes) => String::from_utf8(bytes).map_err(|_| Failure::usage(anyhow!("`{}` is not UTF-8 text", path.display())))?,
+        Err(err) if err.is_not_found() => String::new(),
+        Err(err) => return Err(Failure::usage(anyhow!("cannot read `{}`: {err}", path.display()))),
     };
     let changed = if install { settings::install(&original, &entry) } else { settings::uninstall(&original, &entry) };
     let changed = changed.map_err(|m| Failure::usage(anyhow!("`{}`: {m}", path.display())))?;
@@ -197,10 +202,10 @@ fn edit(e: EntryArgs, workspace: Option<&Path>, install: bool) -> Result<i32, Fa
     match changed {
         Some(text) => {
             write_atomically(&path, &text).map_err(Failure::internal)?;
-            println!("{} the {what} in {}", if install { "installed" } else { "removed" }, path.display());
+            crate::outln!("{} the {what} in {}", if install { "installed" } else { "removed" }, path.display());
         }
-        None if install => println!("the {what} is already installed in {}", path.display()),
-        None => println!("no {what} in {}; nothing to remove", path.display()),
+        None if install => crate::outln!("the {what} is already installed in {}", path.display()),
+        None => crate::outln!("no {what} in {}; nothing to remove", path.display()),
     }
     Ok(exit::OK)
 }

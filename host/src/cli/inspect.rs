@@ -51,9 +51,9 @@ pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
         cached: policy.cache == crate::cache::CacheOutcome::Hit,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
+        crate::outln!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
     } else {
-        print!("{}", report.human());
+        crate::outln!("{}", report.human().trim_end_matches('\n'));
     }
     Ok(super::exit::OK)
 }

@@ -35,6 +35,8 @@ pub mod exit {
     pub const UNKNOWN_TURN: i32 = 10;
     /// loopbox itself failed (store, I/O).
     pub const INTERNAL: i32 = 70;
+    /// SIGINT or SIGTERM stopped the run; resume it with `loopbox runs resume`.
+    pub const INTERRUPTED: i32 = 130;
 }
 
 const EXIT_CODES: &str = "Exit codes:
@@ -49,7 +51,8 @@ const EXIT_CODES: &str = "Exit codes:
   8   the run was cancelled (loopbox runs cancel)
   9   another loopbox process is driving the run
   10  an agent turn was in flight when the run stopped: resume with --resend-turn, or cancel
-  70  loopbox itself failed (store, I/O)";
+  70  loopbox itself failed (store, I/O)
+  130 interrupted by Ctrl-C (SIGINT) or SIGTERM: the run stopped where it stood; resume it with `loopbox runs resume ID`";
 
 #[derive(Debug, Parser)]
 #[command(name = "loopbox", version, about = "Run loop policies for AI coding agents as sandboxed WebAssembly components", after_help = EXIT_CODES)]
@@ -104,7 +107,26 @@ impl Failure {
 }
 
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    crate::out::guard_std_fds();
+    let code = main_with(Cli::parse());
+    match crate::out::stdout_failure() {
+        Some(why) if code == exit::OK => {
+            crate::errln!("error: cannot write to standard output: {why}");
+            exit::INTERNAL
+        }
+        _ => code,
+    }
+}
+
+fn main_with(cli: Cli) -> i32 {
+    // A workspace is used, never created: a mistyped -C must not make a directory.
+    if let Some(dir) = &cli.workspace
+        && !dir.is_dir()
+    {
+        let why = if dir.exists() { "is not a directory" } else { "does not exist" };
+        crate::errln!("error: workspace `{}` (-C) {why}; give the directory of an existing project", dir.display());
+        return exit::USAGE;
+    }
     let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
     let result = match cli.command {
         Command::Run(args) => run::execute(args, &workspace),
@@ -119,7 +141,7 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("error: {:#}", f.error);
+            crate::errln!("error: {:#}", f.error);
             f.code
         }
     }
@@ -139,7 +161,8 @@ pub(crate) fn tokio() -> Result<tokio::runtime::Runtime, Failure> {
 /// `--input` / `--tick` values: inline JSON, or `@file` to read it from a file.
 pub(crate) fn json_arg(flag: &str, value: &str) -> Result<String, Failure> {
     let text = match value.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| Failure::usage(anyhow::anyhow!("{flag} @{path}: cannot read the file: {e}")))?,
+        Some(path) => crate::files::read_text(std::path::Path::new(path), crate::files::MAX_INPUT_BYTES, &format!("{flag} @"))
+            .map_err(|e| Failure::usage(anyhow::anyhow!("{e}")))?,
         None => value.to_string(),
     };
     serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| Failure::usage(anyhow::anyhow!("{flag} is not valid JSON: {e}")))?;

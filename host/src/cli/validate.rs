@@ -39,13 +39,13 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
                 "problems": problems.iter().map(|p| json!({"file": p.file, "line": p.line, "message": p.message})).collect::<Vec<_>>(),
             }),
         };
-        println!("{value}");
+        crate::outln!("{value}");
         return Ok(if result.is_ok() { exit::OK } else { exit::USAGE });
     }
     match result {
         Ok(lp) => {
             let terminals: Vec<&str> = lp.states.iter().filter(|s| s.terminal).map(|s| s.name.as_str()).collect();
-            println!(
+            crate::outln!(
                 "ok: {} is loop `{}`: {} states, starts at `{}`, ends at {}, at most {} steps",
                 file.path,
                 lp.name,
@@ -57,8 +57,8 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
             Ok(exit::OK)
         }
         Err(problems) => {
-            eprintln!("{}", loopbox_fsm::render(&problems));
-            eprintln!("error: {} has {} problem(s); fix them and run `loopbox validate {}` again", file.path, problems.len(), args.file.display());
+            crate::errln!("{}", loopbox_fsm::render(&problems));
+            crate::errln!("error: {} has {} problem(s); fix them and run `loopbox validate {}` again", file.path, problems.len(), args.file.display());
             Ok(exit::USAGE)
         }
     }

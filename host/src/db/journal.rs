@@ -5,7 +5,7 @@
 
 use crate::db::Cached;
 use anyhow::Result;
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 use super::events::next_event_seq;
 use super::{Db, now_ms};
@@ -44,8 +44,17 @@ pub(super) fn insert_rows(tx: &rusqlite::Transaction<'_>, run: &str, event_seq: 
          ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at",
     )?;
     let now = now_ms();
+    let mut bytes = 0;
     for r in rows {
         stmt.execute(params![run, event_seq, r.seq, r.kind, r.request, r.result, now, r.result.as_ref().map(|_| now)])?;
+        bytes += crate::journal::row_bytes(r);
+    }
+    add_bytes(tx, run, bytes)
+}
+
+fn add_bytes(tx: &rusqlite::Transaction<'_>, run: &str, bytes: u64) -> Result<()> {
+    if bytes > 0 {
+        tx.exec("UPDATE runs SET journal_bytes = journal_bytes + ?2 WHERE id = ?1", params![run, bytes as i64])?;
     }
     Ok(())
 }
@@ -68,6 +77,14 @@ fn spend(tx: &rusqlite::Transaction<'_>, run: &str, budget: &Budget) -> Result<R
 }
 
 impl Db {
+    /// Bytes of journal the run has recorded.
+    pub fn journal_bytes(&self, run: &str) -> Result<u64> {
+        let c = self.conn();
+        let n: Option<i64> = c.row("SELECT journal_bytes FROM runs WHERE id = ?1", [run], |r| r.get(0)).optional()?;
+        let n = n.unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
     /// The journal of one event, in call order.
     pub fn journal(&self, run: &str, event_seq: i64) -> Result<Vec<JournalRow>> {
         let c = self.conn();
@@ -136,7 +153,7 @@ impl Db {
                 "UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
                 params![run, event_seq, seq, result, now_ms()],
             )?;
-            Ok(())
+            add_bytes(tx, run, result.len() as u64)
         })
     }
 }

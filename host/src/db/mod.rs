@@ -11,6 +11,7 @@
 mod events;
 mod journal;
 pub mod lease;
+pub mod lock;
 mod runs;
 mod schema;
 
@@ -34,7 +35,13 @@ pub const STORE_FILE: &str = "loopbox.db";
 pub struct Db {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
+    /// The store file's device and inode when opened: a store deleted or
+    /// replaced under a run is noticed at its next write.
+    identity: (u64, u64),
 }
+
+/// How long a write waits for another process's write to finish.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -64,28 +71,68 @@ pub fn now_ms() -> i64 {
 }
 
 impl Db {
-    /// Open (creating) the store of the workspace at `root`.
+    /// Open (creating) the store of the workspace at `root`, which must exist.
     pub fn open_workspace(root: &Path) -> Result<Db> {
+        match std::fs::metadata(root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => anyhow::bail!("workspace `{}` is not a directory; give a project directory with -C", root.display()),
+            Err(e) => anyhow::bail!("workspace `{}` cannot be used: {e}; give an existing directory with -C", root.display()),
+        }
         let dir = root.join(STORE_DIR);
-        std::fs::create_dir_all(&dir).with_context(|| format!("failed to create the store directory `{}`", dir.display()))?;
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(anyhow::Error::from(e).context(format!("failed to create the store directory `{}`", dir.display())));
+            }
+            _ => {}
+        }
         Db::open(&dir.join(STORE_FILE))
     }
 
+    /// Open the store at `path`, creating it when there is no file there. A
+    /// new store appears whole (see `create`), so an empty file is damage, not
+    /// a store to start afresh in.
     pub fn open(path: &Path) -> Result<Db> {
+        let context = || format!("failed to open the store `{}`", path.display());
+        match std::fs::metadata(path) {
+            Ok(m) if m.len() == 0 => {
+                return Err(anyhow::anyhow!(
+                    "the store is empty (0 bytes): it was truncated or created by something other than loopbox, so loopbox will not take it for a new one; \
+                     move it aside (`mv {0} {0}.empty`) to start a fresh store",
+                    path.display()
+                ))
+                .with_context(context);
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path).map_err(|e| explain(path, e)).with_context(context)?,
+            Err(e) => return Err(anyhow::Error::from(e)).with_context(context),
+        }
         let setup = || -> Result<Connection> {
-            let conn = Connection::open(path)?;
-            conn.busy_timeout(std::time::Duration::from_secs(10))?;
-            conn.pragma_update(None, "journal_mode", "WAL")?;
-            conn.pragma_update(None, "synchronous", "FULL")?;
-            conn.pragma_update(None, "foreign_keys", "ON")?;
-            // Every statement on the event path is cached (see `Cached`): parsing SQL
-            // costs more than running these small queries.
-            conn.set_prepared_statement_cache_capacity(64);
+            // No CREATE: a store deleted since the check above is an error, not a new empty file.
+            let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+            configure(&conn)?;
+            // Stores loopbox creates are WAL already; one made by other tools may not be.
+            let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                conn.pragma_update(None, "journal_mode", "WAL")?;
+            }
             schema::migrate(&conn)?;
             Ok(conn)
         };
-        let conn = setup().map_err(|e| explain(path, e)).with_context(|| format!("failed to open the store `{}`", path.display()))?;
-        Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
+        let conn = setup().map_err(|e| explain(path, e)).with_context(context)?;
+        let identity = file_identity(path).with_context(context)?;
+        Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity })
+    }
+
+    /// Fail if the file at the store's path is no longer the one opened.
+    fn check_identity(&self) -> Result<()> {
+        match file_identity(&self.path) {
+            Ok(id) if id == self.identity => Ok(()),
+            _ => anyhow::bail!(
+                "the store `{}` was deleted or replaced while loopbox was using it, so this step (and the rest of the run) cannot be recorded; \
+                 nothing more is written: check the workspace, then start the run again",
+                self.path.display()
+            ),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -103,13 +150,54 @@ impl Db {
     fn write<T>(&self, what: &str, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
         let mut c = self.conn();
         let attempt = (|| {
-            let tx = c.transaction()?;
+            // IMMEDIATE takes the write lock first (waiting up to BUSY_TIMEOUT): a deferred
+            // transaction that reads, then writes, fails at once with "database is locked"
+            // when another process wrote in between.
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let value = f(&tx)?;
+            self.check_identity()?;
             tx.commit()?;
             Ok(value)
         })();
         attempt.map_err(|e| explain(&self.path, e)).with_context(|| format!("failed to {what}"))
     }
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Every statement on the event path is cached (see `Cached`): parsing SQL
+    // costs more than running these small queries.
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Create a store at `path`: built whole under a temporary name beside it, then
+/// linked into place, so no process ever sees a half-made store. When another
+/// process links its store first, that one is used.
+fn create(path: &Path) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new().prefix(".loopbox.db.new-").tempfile_in(dir).context("failed to create a new store")?;
+    {
+        let conn = Connection::open(tmp.path())?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        configure(&conn)?;
+        schema::migrate(&conn)?;
+        // Closing the last connection checkpoints the WAL into the file and removes it.
+    }
+    match std::fs::hard_link(tmp.path(), path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(anyhow::Error::from(e).context(format!("failed to put the new store at `{}`", path.display()))),
+    }
+}
+
+fn file_identity(path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)?;
+    Ok((m.dev(), m.ino()))
 }
 
 /// As [`explain`], for a store error that reached the command line without it.

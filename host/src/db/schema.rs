@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS journal (
 ";
 
 /// Columns added after schema 1, each with the version that added it.
-const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
     ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
@@ -75,12 +75,35 @@ const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
     ("runs", "cancel", "INTEGER NOT NULL DEFAULT 0"),
     // 1 while the event is being handled: written with its first action's intent.
     ("events", "pending", "INTEGER NOT NULL DEFAULT 0"),
+    // Schema 4: bytes of journal the run has recorded (limits.journal_bytes_per_run).
+    ("runs", "journal_bytes", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
+/// Bring the store to [`SCHEMA_VERSION`]. The upgrade runs under an exclusive
+/// lock and looks at the version again inside it, so processes opening an old
+/// store at once upgrade it once (not "duplicate column" each).
 pub fn migrate(conn: &Connection) -> Result<()> {
+    if version(conn)? == SCHEMA_VERSION {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN EXCLUSIVE").context("failed to lock the store to upgrade it")?;
+    let upgraded = upgrade(conn);
+    let end = if upgraded.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    let ended = conn.execute_batch(end).with_context(|| format!("failed to {} the store's upgrade", end.to_lowercase()));
+    upgraded.and(ended)
+}
+
+fn version(conn: &Connection) -> Result<i64> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > SCHEMA_VERSION {
         bail!("it was written by a newer loopbox (schema {version}, this one knows {SCHEMA_VERSION}); upgrade loopbox");
+    }
+    Ok(version)
+}
+
+fn upgrade(conn: &Connection) -> Result<()> {
+    if version(conn)? == SCHEMA_VERSION {
+        return Ok(());
     }
     conn.execute_batch(TABLES).context("failed to create the tables")?;
     for (table, column, decl) in ADDED_COLUMNS {

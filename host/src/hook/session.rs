@@ -9,12 +9,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 
 use crate::bindings::{Decision, Event};
 use crate::config::Config;
-use crate::db::Db;
+use crate::db::{Db, lock};
 use crate::hook::claude_code::{HookInput, HookOutput, render};
 use crate::hook::transcript;
 use crate::policy::{Policy, PolicySource};
@@ -33,9 +34,15 @@ fn finished(status: &str) -> bool {
     matches!(status, "done" | "failed" | "escalated")
 }
 
+/// How long a hook waits for the hooks of its session before it that are still running.
+const SESSION_WAIT: Duration = Duration::from_secs(300);
+
 pub async fn answer(policy: &Policy, config: Arc<Config>, workspace: &Path, start_input: &str, input: &HookInput, access: Access) -> Result<HookOutput> {
     let db = Db::open_workspace(workspace)?;
     let id = session_run_id(&policy.source, &input.session_id);
+    // One event of a session at a time: parallel subagents fire hooks at once.
+    let store_dir = db.path().parent().unwrap_or(workspace);
+    let _session = lock::acquire(&lock::path(store_dir, &id), SESSION_WAIT).await?;
     let existing = db.run(&id)?;
     if existing.as_ref().is_some_and(|r| finished(&r.status)) {
         return Ok(HookOutput { stdout: None });

@@ -9,11 +9,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, OpenOptionsExt};
 use serde_json::Value;
 
-/// Largest transcript read.
-const MAX_TRANSCRIPT_BYTES: u64 = 256 << 20;
+use crate::files::MAX_TRANSCRIPT_BYTES;
 
 /// The roots a transcript may live under: the workspace and `~/.claude`.
 pub fn allowed_roots(workspace: &Path) -> Vec<PathBuf> {
@@ -31,8 +30,16 @@ pub fn last_assistant_message(path: &str, roots: &[PathBuf]) -> Result<String, S
         .find_map(|r| p.strip_prefix(r).ok().map(|rel| (r, rel)))
         .ok_or_else(|| format!("transcript `{path}` is outside the workspace and ~/.claude, so loopbox will not read it"))?;
     let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| format!("cannot open `{}`: {e}", root.display()))?;
-    let file = dir.open(rel).map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
-    let reader = BufReader::new(file.into_std().take(MAX_TRANSCRIPT_BYTES));
+    // Not blocking on a FIFO, and only a regular file: a transcript path comes from the hook input.
+    let file = dir
+        .open_with(rel, cap_std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY))
+        .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?
+        .into_std();
+    let kind = file.metadata().map_err(|e| format!("cannot read transcript `{path}`: {e}"))?.file_type();
+    if !kind.is_file() {
+        return Err(format!("cannot read transcript `{path}`: it is {}, not a regular file", crate::files::describe(kind)));
+    }
+    let reader = BufReader::new(file.take(MAX_TRANSCRIPT_BYTES));
     let mut last = None;
     for line in reader.lines() {
         let line = line.map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;

@@ -2,30 +2,40 @@
 //! a journaled call, so a replayed guest sees the times it saw before the
 //! crash; random numbers come from a generator seeded by the run's seed and
 //! the event's number, so they repeat without being journaled.
+//!
+//! A clock read is a host call like any other: it counts against
+//! `limits.host_calls_per_event` and the journal's budgets. A read cannot fail,
+//! so past a limit it is answered live and unrecorded, and the meter stops the
+//! guest at its next check (within one epoch tick).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
 
-use super::{Journal, NonDeterminism, Step};
+use super::{Journal, NonDeterminism, Step, StepError};
+use crate::meter::Meter;
 
 /// A WASI clock whose readings go through the event's journal.
 pub struct JournalClock {
     journal: Journal,
+    meter: Arc<Meter>,
     /// Added to live monotonic readings so they continue past replayed ones.
     offset: std::sync::Mutex<(u64, u64)>,
 }
 
 impl JournalClock {
-    pub fn new(journal: Journal) -> JournalClock {
-        JournalClock { journal, offset: std::sync::Mutex::new((0, 0)) }
+    pub fn new(journal: Journal, meter: Arc<Meter>) -> JournalClock {
+        JournalClock { journal, meter, offset: std::sync::Mutex::new((0, 0)) }
     }
 
     /// A reading: from the journal on replay, else `live()` (and journaled).
     fn read(&self, kind: &str, live: impl FnOnce() -> u128) -> u128 {
+        if !self.meter.count_infallible() {
+            return live();
+        }
         match self.journal.step(kind, "") {
             Ok(Step::Replayed(v)) => match v.parse() {
                 Ok(v) => return v,
@@ -39,8 +49,9 @@ impl JournalClock {
             Ok(Step::InFlight(seq)) => {
                 self.journal.record_failure(NonDeterminism(format!("call {seq} of this event is a {kind} reading with no value in the journal")))
             }
+            Err(StepError::Full(limit)) => self.meter.defer(limit),
             // The mismatch is kept in the journal and reported when the event ends.
-            Err(_) => {}
+            Err(StepError::Mismatch(_)) => {}
         }
         live()
     }
@@ -102,7 +113,8 @@ mod tests {
         let db = Db::open_workspace(dir.path()).unwrap();
         db.create_run("r", "p", "d", "{}").unwrap();
         let j = Journal::live(db.clone(), "r", "{}".into(), true);
-        let clock = JournalClock::new(j.clone());
+        let meter = Arc::new(Meter::new(&crate::limits::Limits::default()));
+        let clock = JournalClock::new(j.clone(), meter.clone());
         let wall = HostWallClock::now(&clock);
         let mono = HostMonotonicClock::now(&clock);
         // An action after the readings writes them with its intent.
@@ -110,12 +122,29 @@ mod tests {
 
         std::thread::sleep(Duration::from_millis(5));
         let r = Journal::replay(db, "r", 1, "{}".into()).unwrap();
-        let again = JournalClock::new(r.clone());
+        let again = JournalClock::new(r.clone(), meter);
         assert_eq!(HostWallClock::now(&again), wall);
         assert_eq!(HostMonotonicClock::now(&again), mono);
         assert_eq!(r.step("shell", "x").unwrap(), Step::InFlight(3));
         let later = HostMonotonicClock::now(&again);
         assert!(later > mono, "{later} > {mono}");
+    }
+
+    #[test]
+    fn clock_reads_past_the_host_call_limit_are_not_journaled_and_stop_the_guest() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open_workspace(dir.path()).unwrap();
+        db.create_run("r", "p", "d", "{}").unwrap();
+        let j = Journal::live(db, "r", "{}".into(), true);
+        let limits = crate::limits::Limits { host_calls_per_event: 3, ..Default::default() };
+        let meter = Arc::new(Meter::new(&limits));
+        let clock = JournalClock::new(j.clone(), meter.clone());
+        for _ in 0..1000 {
+            HostWallClock::now(&clock);
+        }
+        assert_eq!(j.finish_event().rows.len(), 3);
+        let e = meter.check().unwrap_err();
+        assert!(e.to_string().contains("limits.host_calls_per_event = 3"), "{e}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use anyhow::Result;
 pub use clock::{JournalClock, event_rng};
 
 use crate::db::{Budget, Db, JournalRow, Spent};
+use crate::limits::{Limit, LimitExceeded};
 use crate::ui::shorten;
 
 /// Where a call stands against the journal.
@@ -47,6 +48,45 @@ pub struct FinishedEvent {
 #[error("{0}")]
 pub struct NonDeterminism(pub String);
 
+/// Why a call cannot be placed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StepError {
+    #[error("{0}")]
+    Mismatch(NonDeterminism),
+    /// The event or the run has recorded all the journal its limits allow.
+    #[error("{0}")]
+    Full(LimitExceeded),
+}
+
+impl StepError {
+    /// As the error that stops the guest: a limit is the policy's, a mismatch is
+    /// reported from the journal when the event ends.
+    pub fn into_wasm(self) -> wasmtime::Error {
+        match self {
+            StepError::Mismatch(nd) => crate::host_err(nd),
+            StepError::Full(l) => l.into(),
+        }
+    }
+}
+
+/// How much journal an event and its run may record.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalBudget {
+    pub per_event: u64,
+    pub per_run: u64,
+}
+
+impl JournalBudget {
+    pub fn of(limits: &crate::limits::Limits) -> JournalBudget {
+        JournalBudget { per_event: limits.journal_bytes_per_event, per_run: limits.journal_bytes_per_run }
+    }
+}
+
+/// The bytes a row takes in the journal (what the budgets count).
+pub fn row_bytes(r: &JournalRow) -> u64 {
+    (r.kind.len() + r.request.len() + r.result.as_ref().map_or(0, String::len)) as u64
+}
+
 #[derive(Clone)]
 pub struct Journal {
     inner: Arc<Mutex<Inner>>,
@@ -65,6 +105,10 @@ struct Inner {
     buffered: Vec<JournalRow>,
     /// A mismatch found where it could not be returned (a clock read).
     failure: Option<NonDeterminism>,
+    budget: Option<JournalBudget>,
+    /// Bytes this event has recorded (replayed rows included), and the run before it.
+    event_bytes: u64,
+    run_bytes: u64,
 }
 
 impl Journal {
@@ -82,8 +126,37 @@ impl Journal {
 
     fn with(db: Db, run: &str, event: String, enabled: bool, event_seq: Option<i64>, recorded: Vec<JournalRow>) -> Journal {
         let next_seq = recorded.iter().map(|r: &JournalRow| r.seq).max().unwrap_or(0) + 1;
-        let inner = Inner { db, run: run.to_string(), enabled, event, event_seq, recorded, cursor: 0, next_seq, buffered: Vec::new(), failure: None };
+        let event_bytes = recorded.iter().map(row_bytes).sum();
+        let inner = Inner {
+            db,
+            run: run.to_string(),
+            enabled,
+            event,
+            event_seq,
+            recorded,
+            cursor: 0,
+            next_seq,
+            buffered: Vec::new(),
+            failure: None,
+            budget: None,
+            event_bytes,
+            run_bytes: 0,
+        };
         Journal { inner: Arc::new(Mutex::new(inner)) }
+    }
+
+    /// Refuse live calls once the event or the run has recorded `budget`'s bytes.
+    pub fn limited(self, budget: JournalBudget) -> Result<Journal> {
+        {
+            let mut j = self.lock();
+            if j.enabled {
+                let run_total = j.db.journal_bytes(&j.run)?;
+                // On replay the event's recorded rows are already in the run's total.
+                j.run_bytes = run_total.saturating_sub(j.event_bytes);
+                j.budget = Some(budget);
+            }
+        }
+        Ok(self)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -94,16 +167,26 @@ impl Journal {
         self.lock().enabled
     }
 
-    /// Place the next call: answered from the record, or live.
-    pub fn step(&self, kind: &str, request: &str) -> Result<Step, NonDeterminism> {
+    /// Place the next call: answered from the record, or live (if the budget has room).
+    pub fn step(&self, kind: &str, request: &str) -> Result<Step, StepError> {
         let mut j = self.lock();
         if !j.enabled {
             return Ok(Step::Live(0));
         }
         if let Some(f) = &j.failure {
-            return Err(f.clone());
+            return Err(StepError::Mismatch(f.clone()));
         }
         let Some(row) = j.recorded.get(j.cursor).cloned() else {
+            // A call is refused once the budget is used, so an event overshoots by at
+            // most the one call that crossed it.
+            if let Some(b) = j.budget {
+                if j.event_bytes >= b.per_event {
+                    return Err(StepError::Full(LimitExceeded::new(Limit::JournalBytes, b.per_event).attempted(j.event_bytes)));
+                }
+                if j.run_bytes + j.event_bytes >= b.per_run {
+                    return Err(StepError::Full(LimitExceeded::new(Limit::JournalRunBytes, b.per_run).attempted(j.run_bytes + j.event_bytes)));
+                }
+            }
             let seq = j.next_seq;
             j.next_seq += 1;
             return Ok(Step::Live(seq));
@@ -117,7 +200,7 @@ impl Journal {
                 describe_call(kind, request)
             ));
             j.failure = Some(f.clone());
-            return Err(f);
+            return Err(StepError::Mismatch(f));
         }
         j.cursor += 1;
         Ok(match row.result {
@@ -130,7 +213,9 @@ impl Journal {
     pub fn note(&self, seq: i64, kind: &str, request: &str, result: &str) {
         let mut j = self.lock();
         if j.enabled {
-            j.buffered.push(JournalRow { seq, kind: kind.into(), request: request.into(), result: Some(result.into()) });
+            let row = JournalRow { seq, kind: kind.into(), request: request.into(), result: Some(result.into()) };
+            j.event_bytes += row_bytes(&row);
+            j.buffered.push(row);
         }
     }
 
@@ -143,6 +228,7 @@ impl Journal {
         let row = JournalRow { seq, kind: kind.into(), request: request.into(), result: None };
         match j.db.journal_intent(&j.run, (j.event_seq, &j.event), &j.buffered, &row, budget)? {
             Ok(event_seq) => {
+                j.event_bytes += row_bytes(&row);
                 j.event_seq = Some(event_seq);
                 j.buffered.clear();
                 Ok(Ok(()))
@@ -153,9 +239,12 @@ impl Journal {
 
     /// Durably record how action `seq` ended.
     pub fn finish(&self, seq: i64, result: &str) -> Result<()> {
-        let j = self.lock();
+        let mut j = self.lock();
         match (j.enabled, j.event_seq) {
-            (true, Some(event_seq)) => j.db.journal_result(&j.run, event_seq, seq, result),
+            (true, Some(event_seq)) => {
+                j.event_bytes += result.len() as u64;
+                j.db.journal_result(&j.run, event_seq, seq, result)
+            }
             _ => Ok(()),
         }
     }
@@ -258,6 +347,26 @@ mod tests {
         let r = Journal::replay(db, "r", 1, "{}".into()).unwrap();
         let e = r.finish_event().failure.unwrap().to_string();
         assert!(e.contains("after 0 of the 1 recorded calls") && e.contains("never made call 1 (shell x)"), "{e}");
+    }
+
+    #[test]
+    fn the_event_and_run_budgets_refuse_calls_once_used_and_count_replayed_rows() {
+        let (_d, db) = setup();
+        let budget = JournalBudget { per_event: 100, per_run: 150 };
+        let j = Journal::live(db.clone(), "r", "{}".into(), true).limited(budget).unwrap();
+        let Step::Live(seq) = j.step("read", "a").unwrap() else { panic!() };
+        j.note(seq, "read", "a", &"x".repeat(95));
+        let e = j.step("read", "b").unwrap_err().to_string();
+        assert!(e.contains("limits.journal_bytes_per_event = 100, attempted 100"), "{e}");
+        let done = j.finish_event();
+        db.commit_event("r", &crate::db::EventCommit { seq: done.seq, event: "{}".into(), journal: done.rows, ..Default::default() }).unwrap();
+        assert_eq!(db.journal_bytes("r").unwrap(), 100);
+        // The next event starts with the run's 100 bytes: 50 more fill the run.
+        let k = Journal::live(db.clone(), "r", "{}".into(), true).limited(budget).unwrap();
+        let Step::Live(seq) = k.step("read", "a").unwrap() else { panic!() };
+        k.note(seq, "read", "a", &"y".repeat(50));
+        let e = k.step("read", "c").unwrap_err().to_string();
+        assert!(e.contains("limits.journal_bytes_per_run = 150"), "{e}");
     }
 
     #[test]

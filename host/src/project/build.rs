@@ -47,7 +47,7 @@ pub fn build(dir: &Path, manifest: &Manifest) -> Result<PathBuf> {
                         dir.join("package.json").display()
                     );
                 }
-                eprintln!("installing the npm packages in {} (first build only)", dir.display());
+                crate::errln!("installing the npm packages in {} (first build only)", dir.display());
                 npm_install(dir).map_err(|e| anyhow!(e))?;
             }
             JsBuild { node_project: dir, source: &source, wit: &wit, world: &manifest.world, out: &out, keep_http: false }.run().map_err(|e| anyhow!(e))?;

@@ -60,7 +60,7 @@ impl Manifest {
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST);
         let manifest = if path.is_file() {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
+            let text = crate::files::read_text(&path, crate::files::MAX_CONFIG_BYTES, "policy manifest")?;
             toml::from_str::<Manifest>(&text).with_context(|| format!("`{}` is not a valid policy manifest", path.display()))?
         } else {
             Manifest::detect(dir)?
@@ -94,7 +94,7 @@ impl Manifest {
 }
 
 fn cargo_package_name(path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let text = crate::files::read_text(path, crate::files::MAX_CONFIG_BYTES, "Cargo manifest")?;
     let value: toml::Value = toml::from_str(&text).with_context(|| format!("`{}` is not valid TOML", path.display()))?;
     value
         .get("package")

@@ -73,6 +73,29 @@ mod component {
                 json!({"depth": recurse(0, &mut sink)})
             }
             "trap" => panic!("probe was told to panic"),
+            // Waits in the host (WASI subscribe-duration + poll), where no fuel or epoch check runs.
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_millis(op["ms"].as_u64().unwrap_or(1 << 40)));
+                json!({"slept": true})
+            }
+            "clocks" => {
+                for _ in 0..op["count"].as_u64().unwrap_or(u64::MAX) {
+                    std::hint::black_box(std::time::SystemTime::now());
+                    std::hint::black_box(std::time::Instant::now());
+                }
+                json!({"clocks": true})
+            }
+            "read_many" => {
+                let path = op["path"].as_str().unwrap_or("");
+                let mut ok = 0;
+                for _ in 0..op["count"].as_u64().unwrap_or(1) {
+                    match loopbox::policy::workspace::read(path) {
+                        Ok(s) => ok += usize::from(!s.is_empty()),
+                        Err(e) => return Ok(json!({"read": ok, "err": e})),
+                    }
+                }
+                json!({"read": ok})
+            }
             "err" => return Err(op["message"].as_str().unwrap_or("probe error").to_string()),
             "print" => {
                 let s = big(op);

@@ -1,6 +1,8 @@
 //! `loopbox runs cancel ID`: stop a run. A run no process drives is cancelled
-//! at once; a driven one is asked to stop, and its driver stops before its
-//! next event or action (an action already running is let finish).
+//! at once; a driven one is asked to stop through the store. Its driver looks
+//! for the request every 200 ms and ends the event in progress: at the guest's
+//! next host call, inside the guest, or while it waits; an action in progress
+//! is killed.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -35,7 +37,7 @@ pub fn execute(args: CancelArgs, json: bool, workspace: &Path) -> Result<i32, Fa
         }
         Some(o) => {
             if !json {
-                eprintln!("asked loopbox (pid {}) to stop run {} at its next step", o.pid, run.id);
+                crate::errln!("asked loopbox (pid {}) to stop run {} at its next step", o.pid, run.id);
             }
             let deadline = Instant::now() + Duration::from_secs(args.wait);
             loop {
@@ -48,11 +50,15 @@ pub fn execute(args: CancelArgs, json: bool, workspace: &Path) -> Result<i32, Fa
         }
     };
     if json {
-        println!("{}", json!({"run_id": run.id, "status": status}));
+        crate::outln!("{}", json!({"run_id": run.id, "status": status}));
     } else if status == "cancelled" {
-        println!("cancelled: run {}", run.id);
+        crate::outln!("cancelled: run {}", run.id);
     } else {
-        println!("run {} is still {status}: it stops after its current action", run.id);
+        crate::outln!(
+            "run {} is still {status}: its driver has not stopped yet (it may be stuck outside loopbox's control); check again with `loopbox runs show {}`",
+            run.id,
+            run.id
+        );
     }
     Ok(exit::OK)
 }

@@ -81,7 +81,7 @@ fn load(id: &str, workspace: &Path, allow_policy_change: bool) -> Result<Loaded,
                 short(&policy.digest)
             )));
         }
-        eprintln!("warning: continuing run {id} with a changed policy (--allow-policy-change)");
+        crate::errln!("warning: continuing run {id} with a changed policy (--allow-policy-change)");
         db.set_policy_digest(id, &policy.digest).map_err(Failure::internal)?;
     }
     Ok(Loaded { db, run, policy, config, config_path })

@@ -65,9 +65,9 @@ fn open_store(workspace: &Path) -> Result<Db, Failure> {
 fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
     if !workspace.join(STORE_DIR).join(STORE_FILE).is_file() {
         if json {
-            println!("[]");
+            crate::outln!("[]");
         } else {
-            println!("no runs in {} yet (start one with `loopbox run POLICY`)", workspace.display());
+            crate::outln!("no runs in {} yet (start one with `loopbox run POLICY`)", workspace.display());
         }
         return Ok(exit::OK);
     }
@@ -84,12 +84,12 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(rows));
+        crate::outln!("{}", serde_json::Value::Array(rows));
         return Ok(exit::OK);
     }
-    println!("{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}", "ID", "POLICY", "STATUS", "STARTED (UTC)", "LAST EVENT", "ACTIONS");
+    crate::outln!("{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}", "ID", "POLICY", "STATUS", "STARTED (UTC)", "LAST EVENT", "ACTIONS");
     for (r, last) in &runs {
-        println!(
+        crate::outln!(
             "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}",
             r.id,
             keep_tail(&r.policy, 28),

@@ -56,24 +56,24 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
                 "outcome": outcome(r, alive), "result": parse(&r.result),
             })).collect::<Vec<_>>(),
         });
-        println!("{out}");
+        crate::outln!("{out}");
         return Ok(exit::OK);
     }
 
-    println!("run {} of {}", run.id, run.policy);
+    crate::outln!("run {} of {}", run.id, run.policy);
     let outcome_line = run
         .outcome
         .as_deref()
         .and_then(|o| serde_json::from_str::<Value>(o).ok())
         .and_then(|o| o["summary"].as_str().map(|s| format!(": {}", sanitize(s))))
         .unwrap_or_default();
-    println!("status:   {}{outcome_line}", run.status);
-    println!("started:  {} UTC; last change {} UTC", utc(run.created_at_ms), utc(run.updated_at_ms));
-    println!("counts:   {} turn(s), {} action(s), {} prompt(s)", run.turns, run.actions, run.prompts);
+    crate::outln!("status:   {}{outcome_line}", run.status);
+    crate::outln!("started:  {} UTC; last change {} UTC", utc(run.created_at_ms), utc(run.updated_at_ms));
+    crate::outln!("counts:   {} turn(s), {} action(s), {} prompt(s)", run.turns, run.actions, run.prompts);
     if let Some(o) = &run.lease {
-        println!("driver:   pid {} on {} ({})", o.pid, o.host, if o.is_alive() { "running" } else { "gone" });
+        crate::outln!("driver:   pid {} on {} ({})", o.pid, o.host, if o.is_alive() { "running" } else { "gone" });
     }
-    println!("events:");
+    crate::outln!("events:");
     for e in &events {
         let kind = serde_json::from_str::<Value>(&e.event).ok().and_then(|v| v["type"].as_str().map(String::from)).unwrap_or_default();
         let after = match (&e.decision, &e.error, e.pending) {
@@ -82,9 +82,9 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             (_, Some(err), _) => format!("-> failed: {}", shorten(&sanitize(err), 100)),
             _ => String::new(),
         };
-        println!("  {:>3}  {kind:<14} {after}", e.seq);
+        crate::outln!("  {:>3}  {kind:<14} {after}", e.seq);
     }
-    println!(
+    crate::outln!(
         "journal:  {} action(s): {} ok, {} failed or refused, {} outcome unknown, {} running",
         actions.len(),
         count("ok"),
@@ -93,7 +93,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         count("running")
     );
     for (event, r) in actions.iter().filter(|(_, r)| matches!(outcome(r, alive), "unknown" | "running")) {
-        println!("  event {event} call {}: {} {} ({})", r.seq, r.kind, shorten(&sanitize(&r.request), 100), outcome(r, alive));
+        crate::outln!("  event {event} call {}: {} {} ({})", r.seq, r.kind, shorten(&sanitize(&r.request), 100), outcome(r, alive));
     }
     Ok(exit::OK)
 }
