@@ -30,7 +30,7 @@ pub enum ReadError {
     NotRegular(&'static str),
     #[error("{}; at most {cap} bytes are read", size.map_or("it grew while it was read".to_string(), |s| format!("it is {s} bytes")))]
     TooLarge { cap: u64, size: Option<u64> },
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 

@@ -160,6 +160,8 @@ fn a_decider_that_never_answers_is_bounded_in_run_inspect_and_hook() {
     assert_eq!(r.code, 0, "{r:?}");
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert!(v["info_error"].as_str().unwrap().contains("limits.wall_ms_per_event = 500"), "{v}");
+    // Its throwaway in-memory store leaves no file behind.
+    assert!(!dir.path().join(":memory:").exists());
 
     // The hook gives up within the bound and lets the agent continue.
     let input = json!({"session_id": "s", "cwd": dir.path(), "hook_event_name": "Stop", "stop_hook_active": false, "last_assistant_message": "hi"});

@@ -350,10 +350,6 @@ fn a_second_process_cannot_drive_a_run_and_cancel_stops_it() {
     let turn = journal.iter().find(|j| j["kind"] == "turn").unwrap();
     assert_eq!(turn["outcome"], "running", "the agent turn is in flight: {show}");
 
-    // Cancel asks the driver; it is busy in its turn, so the run is still going.
-    let o = loopbox(dir.path(), &["runs", "cancel", &id, "--wait", "1"]);
-    assert_eq!(o.status.code(), Some(0));
-    assert!(text(&o.stdout).contains("is still running: it stops after its current action"), "{}", text(&o.stdout));
     // `runs log --follow` prints what is there and keeps going while the driver lives.
     let follow = command(dir.path(), &["runs", "log", &id, "--follow"]).stdout(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -376,10 +372,20 @@ fn a_second_process_cannot_drive_a_run_and_cancel_stops_it() {
     );
     let o = loopbox(dir.path(), &["runs", "show", &id]);
     assert!(text(&o.stdout).contains("status:   interrupted"), "{}", text(&o.stdout));
-    // Resuming honours the cancel that was asked for.
-    let o = loopbox(dir.path(), &["runs", "resume", &id]);
-    assert_eq!(o.status.code(), Some(8), "{}{}", text(&o.stdout), text(&o.stderr));
-    assert_eq!(text(&o.stdout).trim(), "cancelled: the run was cancelled");
+    // A new driver sends the turn again and waits on the slow agent; cancel stops it
+    // mid-turn (the agent's process group is killed), not after the 30 s turn.
+    let mut driver = command(dir.path(), &["runs", "resume", &id, "--resend-turn"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    while !text(&loopbox(dir.path(), &["runs", "show", &id]).stdout).contains("status:   running") {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let asked = std::time::Instant::now();
+    let o = loopbox(dir.path(), &["runs", "cancel", &id, "--wait", "20"]);
+    assert_eq!((o.status.code(), text(&o.stdout).trim().to_string()), (Some(0), format!("cancelled: run {id}")), "{}", text(&o.stderr));
+    assert_eq!(driver.wait().unwrap().code(), Some(8));
+    assert!(asked.elapsed() < Duration::from_secs(15), "{:?}", asked.elapsed());
+    let mut out = String::new();
+    std::io::Read::read_to_string(driver.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert_eq!(out.trim(), "cancelled: the run was cancelled");
     let o = loopbox(dir.path(), &["runs", "cancel", &id]);
     assert_eq!(
         (o.status.code(), text(&o.stderr).trim().to_string()),

@@ -40,6 +40,9 @@ pub struct Db {
     identity: (u64, u64),
 }
 
+/// The identity of an in-memory store, which has no file.
+const MEMORY: (u64, u64) = (u64::MAX, u64::MAX);
+
 /// How long a write waits for another process's write to finish.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -93,6 +96,13 @@ impl Db {
     /// a store to start afresh in.
     pub fn open(path: &Path) -> Result<Db> {
         let context = || format!("failed to open the store `{}`", path.display());
+        if path == Path::new(":memory:") {
+            // A throwaway store (`inspect`): nothing on disk to create or to watch.
+            let conn = Connection::open_in_memory().map_err(anyhow::Error::from).with_context(context)?;
+            configure(&conn).map_err(anyhow::Error::from).with_context(context)?;
+            schema::migrate(&conn).with_context(context)?;
+            return Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity: MEMORY });
+        }
         match std::fs::metadata(path) {
             Ok(m) if m.len() == 0 => {
                 return Err(anyhow::anyhow!(
@@ -125,6 +135,9 @@ impl Db {
 
     /// Fail if the file at the store's path is no longer the one opened.
     fn check_identity(&self) -> Result<()> {
+        if self.identity == MEMORY {
+            return Ok(());
+        }
         match file_identity(&self.path) {
             Ok(id) if id == self.identity => Ok(()),
             _ => anyhow::bail!(
