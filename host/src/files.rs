@@ -59,12 +59,18 @@ pub fn describe(t: std::fs::FileType) -> &'static str {
     }
 }
 
-/// Read an opened file: it must be regular and at most `cap` bytes.
-pub fn read_opened(file: File, cap: u64) -> Result<Vec<u8>, ReadError> {
+/// Refuse an opened file that is not a regular file; its metadata otherwise.
+pub fn check_regular(file: &File) -> Result<std::fs::Metadata, ReadError> {
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
         return Err(ReadError::NotRegular(describe(meta.file_type())));
     }
+    Ok(meta)
+}
+
+/// Read an opened file: it must be regular and at most `cap` bytes.
+pub fn read_opened(file: File, cap: u64) -> Result<Vec<u8>, ReadError> {
+    let meta = check_regular(&file)?;
     if meta.len() > cap {
         return Err(ReadError::TooLarge { cap, size: Some(meta.len()) });
     }
@@ -80,6 +86,24 @@ pub fn read_opened(file: File, cap: u64) -> Result<Vec<u8>, ReadError> {
 /// Open `path` for reading without blocking on a FIFO or device.
 pub fn open_nonblocking(path: &Path) -> std::io::Result<File> {
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)
+}
+
+/// As [`open_nonblocking`], for `rel` inside the cap-std directory `dir` (which
+/// refuses `..` and symlinks leading out of it).
+pub fn open_nonblocking_in(dir: &cap_std::fs::Dir, rel: &Path) -> std::io::Result<File> {
+    use cap_std::fs::OpenOptionsExt as _;
+    let mut opts = cap_std::fs::OpenOptions::new();
+    opts.read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    Ok(dir.open_with(rel, &opts)?.into_std())
+}
+
+/// Create the directory `dir` unless it exists; never its parents (a missing
+/// workspace is an error, not something to make).
+pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// The bytes of the regular file at `path`, at most `cap`.

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
-use cap_std::fs::{Dir, OpenOptionsExt};
+use cap_std::fs::Dir;
 
 use crate::files::ReadError;
 use wasmtime::component::{HasSelf, Linker};
@@ -85,10 +85,9 @@ fn io_message(path: &str, e: std::io::Error) -> String {
 /// Shared by the policy's `workspace.read` and the host's own reads of loop files.
 pub fn read_text(dir: &Dir, path: &str, limit: u64) -> Result<String, String> {
     let rel = check_path(path)?;
-    // O_NONBLOCK: a FIFO a command planted in the workspace must not stall the open.
-    let opts = cap_std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).clone();
-    let file = dir.open_with(&rel, &opts).map_err(|e| io_message(path, e))?;
-    let bytes = match crate::files::read_opened(file.into_std(), limit) {
+    // Non-blocking: a FIFO a command planted in the workspace must not stall the open.
+    let file = crate::files::open_nonblocking_in(dir, &rel).map_err(|e| io_message(path, e))?;
+    let bytes = match crate::files::read_opened(file, limit) {
         Ok(b) => b,
         Err(ReadError::NotRegular("a directory")) => return Err(format!("`{path}` is a directory; use list-dir")),
         Err(ReadError::NotRegular(what)) => return Err(format!("`{path}` is {what}, not a regular file; only regular files can be read")),

@@ -152,11 +152,7 @@ fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Resul
 fn record_failure(workspace: &Path, policy: &str, e: &anyhow::Error) -> Option<PathBuf> {
     let dir = workspace.join(STORE_DIR);
     // Only inside a workspace that exists: a hook never creates one.
-    if let Err(e) = std::fs::create_dir(&dir)
-        && e.kind() != std::io::ErrorKind::AlreadyExists
-    {
-        return None;
-    }
+    crate::files::ensure_dir(&dir).ok()?;
     let path = dir.join("hook.log");
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).ok()?;
     writeln!(f, "{} {policy}: {e:#}", crate::ui::utc(crate::db::now_ms())).ok()?;

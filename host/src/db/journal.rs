@@ -81,8 +81,7 @@ impl Db {
     pub fn journal_bytes(&self, run: &str) -> Result<u64> {
         let c = self.conn();
         let n: Option<i64> = c.row("SELECT journal_bytes FROM runs WHERE id = ?1", [run], |r| r.get(0)).optional()?;
-        let n = n.unwrap_or(0);
-        Ok(n.max(0) as u64)
+        Ok(n.unwrap_or(0).max(0) as u64)
     }
 
     /// The journal of one event, in call order.

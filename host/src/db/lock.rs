@@ -24,12 +24,7 @@ pub fn path(dir: &Path, name: &str) -> PathBuf {
 /// Take the exclusive lock at `path`, waiting up to `wait` for its holder.
 pub async fn acquire(path: &Path, wait: Duration) -> Result<FileLock> {
     if let Some(dir) = path.parent() {
-        match std::fs::create_dir(dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(e).with_context(|| format!("failed to create `{}`", dir.display()));
-            }
-            _ => {}
-        }
+        crate::files::ensure_dir(dir).with_context(|| format!("failed to create `{}`", dir.display()))?;
     }
     let file = std::fs::OpenOptions::new()
         .create(true)

@@ -35,13 +35,10 @@ pub const STORE_FILE: &str = "loopbox.db";
 pub struct Db {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
-    /// The store file's device and inode when opened: a store deleted or
-    /// replaced under a run is noticed at its next write.
-    identity: (u64, u64),
+    /// The store file's device and inode when opened (none for an in-memory
+    /// store): a store deleted or replaced under a run is noticed at its next write.
+    identity: Option<(u64, u64)>,
 }
-
-/// The identity of an in-memory store, which has no file.
-const MEMORY: (u64, u64) = (u64::MAX, u64::MAX);
 
 /// How long a write waits for another process's write to finish.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -82,12 +79,7 @@ impl Db {
             Err(e) => anyhow::bail!("workspace `{}` cannot be used: {e}; give an existing directory with -C", root.display()),
         }
         let dir = root.join(STORE_DIR);
-        match std::fs::create_dir(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(anyhow::Error::from(e).context(format!("failed to create the store directory `{}`", dir.display())));
-            }
-            _ => {}
-        }
+        crate::files::ensure_dir(&dir).with_context(|| format!("failed to create the store directory `{}`", dir.display()))?;
         Db::open(&dir.join(STORE_FILE))
     }
 
@@ -101,7 +93,7 @@ impl Db {
             let conn = Connection::open_in_memory().map_err(anyhow::Error::from).with_context(context)?;
             configure(&conn).map_err(anyhow::Error::from).with_context(context)?;
             schema::migrate(&conn).with_context(context)?;
-            return Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity: MEMORY });
+            return Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity: None });
         }
         match std::fs::metadata(path) {
             Ok(m) if m.len() == 0 => {
@@ -129,17 +121,15 @@ impl Db {
             Ok(conn)
         };
         let conn = setup().map_err(|e| explain(path, e)).with_context(context)?;
-        let identity = file_identity(path).with_context(context)?;
+        let identity = Some(file_identity(path).with_context(context)?);
         Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity })
     }
 
     /// Fail if the file at the store's path is no longer the one opened.
     fn check_identity(&self) -> Result<()> {
-        if self.identity == MEMORY {
-            return Ok(());
-        }
+        let Some(identity) = self.identity else { return Ok(()) };
         match file_identity(&self.path) {
-            Ok(id) if id == self.identity => Ok(()),
+            Ok(id) if id == identity => Ok(()),
             _ => anyhow::bail!(
                 "the store `{}` was deleted or replaced while loopbox was using it, so this step (and the rest of the run) cannot be recorded; \
                  nothing more is written: check the workspace, then start the run again",

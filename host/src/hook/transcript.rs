@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptionsExt};
+use cap_std::fs::Dir;
 use serde_json::Value;
 
 use crate::files::MAX_TRANSCRIPT_BYTES;
@@ -31,14 +31,8 @@ pub fn last_assistant_message(path: &str, roots: &[PathBuf]) -> Result<String, S
         .ok_or_else(|| format!("transcript `{path}` is outside the workspace and ~/.claude, so loopbox will not read it"))?;
     let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| format!("cannot open `{}`: {e}", root.display()))?;
     // Not blocking on a FIFO, and only a regular file: a transcript path comes from the hook input.
-    let file = dir
-        .open_with(rel, cap_std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY))
-        .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?
-        .into_std();
-    let kind = file.metadata().map_err(|e| format!("cannot read transcript `{path}`: {e}"))?.file_type();
-    if !kind.is_file() {
-        return Err(format!("cannot read transcript `{path}`: it is {}, not a regular file", crate::files::describe(kind)));
-    }
+    let file = crate::files::open_nonblocking_in(&dir, rel).map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
+    crate::files::check_regular(&file).map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
     let reader = BufReader::new(file.take(MAX_TRANSCRIPT_BYTES));
     let mut last = None;
     for line in reader.lines() {
