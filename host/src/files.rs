@@ -114,7 +114,7 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
 /// As [`read_capped`], as UTF-8 text, with an error naming `what` and the file.
 pub fn read_text(path: &Path, cap: u64, what: &str) -> anyhow::Result<String> {
     let bytes = read_capped(path, cap).map_err(|e| anyhow::anyhow!("{what} `{}` cannot be read: {e}", path.display()))?;
-    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{what} `{}` is not UTF-8 text", path.display()))
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{what} `{}` cannot be read: it must be UTF-8 text", path.display()))
 }
 
 #[cfg(test)]
