@@ -90,6 +90,14 @@ fn finish(mut child: Child) -> Ran {
     Ran { code, stdout: out.join().unwrap(), stderr: err.join().unwrap(), max_rss_kb: usage.ru_maxrss, took: started.elapsed() }
 }
 
+/// Start loopbox with `stdin` (a hook's input) written to it.
+fn spawn_with_stdin(dir: &Path, args: &[&str], stdin: &Value) -> Child {
+    let mut child = command(dir, args).stdin(Stdio::piped()).spawn().unwrap();
+    // A command that exits before reading its stdin closes the pipe: its exit says why.
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.to_string().as_bytes()).ok();
+    child
+}
+
 fn loopbox(dir: &Path, args: &[&str]) -> Ran {
     finish(command(dir, args).spawn().unwrap())
 }
@@ -165,9 +173,7 @@ fn a_decider_that_never_answers_is_bounded_in_run_inspect_and_hook() {
 
     // The hook gives up within the bound and lets the agent continue.
     let input = json!({"session_id": "s", "cwd": dir.path(), "hook_event_name": "Stop", "stop_hook_active": false, "last_assistant_message": "hi"});
-    let mut child = command(dir.path(), &["hook", "claude-code", "--policy", &stall]).stdin(Stdio::piped()).spawn().unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.to_string().as_bytes()).unwrap();
-    let r = finish(child);
+    let r = finish(spawn_with_stdin(dir.path(), &["hook", "claude-code", "--policy", &stall], &input));
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("limits.wall_ms_per_event = 500"), "{r:?}");
 }
@@ -186,10 +192,7 @@ fn fifos_in_the_workspace_and_as_a_transcript_are_refused_not_waited_on() {
         "session_id": "s", "cwd": dir.path(), "hook_event_name": "Stop", "stop_hook_active": false,
         "transcript_path": dir.path().join("pipe"),
     });
-    let mut child =
-        command(dir.path(), &["hook", "claude-code", "--policy", "builtin:ralph", "--input", r#"{"prompt": "go"}"#]).stdin(Stdio::piped()).spawn().unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.to_string().as_bytes()).unwrap();
-    let r = finish(child);
+    let r = finish(spawn_with_stdin(dir.path(), &["hook", "claude-code", "--policy", "builtin:ralph", "--input", r#"{"prompt": "go"}"#], &input));
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("it is a FIFO (named pipe), not a regular file"), "{r:?}");
 }
@@ -205,10 +208,8 @@ fn devices_given_as_files_are_refused_with_what_they_are() {
         (&["hook", "claude-code", "--policy", "builtin:ralph", "--input", "@/dev/zero"], "it is a character device, not a regular file"),
     ];
     for (args, message) in cases {
-        let mut child = command(dir.path(), args).stdin(Stdio::piped()).spawn().unwrap();
         let stdin = json!({"session_id": "s", "cwd": dir.path(), "hook_event_name": "Stop", "last_assistant_message": "x"});
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.to_string().as_bytes()).ok();
-        let r = finish(child);
+        let r = finish(spawn_with_stdin(dir.path(), args, &stdin));
         assert_ne!(r.code, 0, "{args:?}: {r:?}");
         assert!(r.stderr.contains(message), "{args:?}: {r:?}");
         assert!(r.max_rss_kb < 200 << 10, "{args:?}: {} KiB", r.max_rss_kb);
@@ -400,13 +401,8 @@ fn forty_stop_hooks_at_once_for_one_session_are_counted_exactly() {
     let start = r#"{"prompt": "go", "completion_promise": "DONE", "max_iterations": 100}"#;
     assert_eq!(loopbox(tempfile::tempdir().unwrap().path(), &["inspect", "builtin:ralph"]).code, 0);
     let started = Instant::now();
-    let children: Vec<Child> = (0..40)
-        .map(|_| {
-            let mut child = command(dir.path(), &["hook", "claude-code", "--policy", "builtin:ralph", "--input", start]).stdin(Stdio::piped()).spawn().unwrap();
-            std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.to_string().as_bytes()).unwrap();
-            child
-        })
-        .collect();
+    let children: Vec<Child> =
+        (0..40).map(|_| spawn_with_stdin(dir.path(), &["hook", "claude-code", "--policy", "builtin:ralph", "--input", start], &input)).collect();
     let results: Vec<Ran> = children.into_iter().map(finish).collect();
     let took = started.elapsed();
     let mut iterations: Vec<u64> = results
