@@ -3,7 +3,11 @@
 //! same conversation.
 //!
 //! - CLI agents (`runner = "command"` or a preset: `claude`, `codex`, `gemini`):
-//!   an argv template, `{prompt}` one argument, never through a shell.
+//!   an argv template, never through a shell, run inside the OS sandbox with
+//!   the network allowed and the protected paths read-only. The message goes on
+//!   stdin (presets) or as the `{prompt}` argument; placeholders are filled in
+//!   the template only, a message that would be read as an option is refused,
+//!   and a session id or model name must be a plain word.
 //! - `openai`: an OpenAI-compatible chat-completions server. The conversation
 //!   of each session id is kept in the run store, so a later process (a
 //!   resumed run, the next hook) continues it. The API key is read from the
@@ -14,16 +18,24 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::child_env::ChildEnv;
-use crate::config::{AgentConfig, AgentOutput, OpenAiConfig, RunnerKind};
+use crate::config::{AgentConfig, AgentOutput, OpenAiConfig, PromptInput, RunnerKind};
+use crate::sandbox::{Confines, LazySandbox};
 use crate::db::Db;
 use crate::process::{self, Finished, Spec};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AgentRunner {
     config: AgentConfig,
     env: ChildEnv,
     output_cap: usize,
     db: Db,
+    sandbox: Option<std::sync::Arc<AgentSandbox>>,
+}
+
+/// Where the agent CLI runs: the run's sandbox, with the agent's own confines.
+pub struct AgentSandbox {
+    pub sandbox: LazySandbox,
+    pub confines: Confines,
 }
 
 /// One message to the agent.
@@ -55,36 +67,58 @@ pub enum AgentError {
     TimedOut(Duration),
     #[error("the agent server failed: {0}")]
     Http(String),
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl AgentRunner {
-    pub fn new(config: AgentConfig, env: ChildEnv, output_cap: usize, db: Db) -> AgentRunner {
-        AgentRunner { config, env, output_cap, db }
+    /// `sandbox`: where the CLI runs (None: unconfined, for tests of the template).
+    pub fn new(config: AgentConfig, env: ChildEnv, output_cap: usize, db: Db, sandbox: Option<AgentSandbox>) -> AgentRunner {
+        AgentRunner { config, env, output_cap, db, sandbox: sandbox.map(std::sync::Arc::new) }
     }
 
     pub fn config(&self) -> &AgentConfig {
         &self.config
     }
 
-    /// The argv for a request: the template filled in, then resume and model arguments.
-    pub fn argv(&self, req: &AgentRequest<'_>) -> Vec<String> {
-        let fill = |t: &String| -> Option<String> {
-            let mut t = t.replace("{prompt}", req.text);
-            for (key, value) in [("{model}", req.model), ("{session}", req.session)] {
-                if t.contains(key) {
-                    t = t.replace(key, value?);
-                }
+    /// The argv for a request: the template filled in, then resume and model
+    /// arguments; or why the request may not be sent.
+    pub fn argv(&self, req: &AgentRequest<'_>) -> Result<Vec<String>, String> {
+        for (what, value) in [("session id", req.session), ("model name", req.model)] {
+            if let Some(v) = value.filter(|v| !plain_word(v)) {
+                return Err(format!(
+                    "the {what} `{}` is not a plain word (letters, digits and `._:/@-`, not starting with `-`), so it could reach the agent as an option",
+                    crate::ui::shorten(&crate::ui::sanitize(v), 40)
+                ));
             }
-            Some(t)
-        };
-        let mut argv: Vec<String> = self.config.command.iter().filter_map(fill).collect();
+        }
+        let values = [("{prompt}", Some(req.text)), ("{model}", req.model), ("{session}", req.session)];
+        let mut argv = Vec::new();
+        let mut options_ended = false;
+        for (i, token) in self.config.command.iter().enumerate() {
+            // A message starting with `-` in a token of its own, before any `--`,
+            // would be an option of the agent.
+            if i > 0 && token == "{prompt}" && !options_ended && req.text.starts_with('-') {
+                return Err(format!(
+                    "the message starts with `-` and agent.command passes it as an argument before `--`, where the agent would read it as an option; put \"--\" before \"{{prompt}}\" in agent.command, or use agent.prompt_input = \"stdin\" (message: `{}`)",
+                    crate::ui::shorten(&crate::ui::sanitize(req.text), 40)
+                ));
+            }
+            options_ended |= token == "--";
+            argv.extend(fill(token, &values));
+        }
+        let tail = |templates: &[String], key: &str, value: &str| -> Vec<String> { templates.iter().filter_map(|t| fill(t, &[(key, Some(value))])).collect() };
+        // Resume and model arguments are options: they go before a `--` in the command.
+        let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+        let mut extra = Vec::new();
         if let Some(session) = req.session {
-            argv.extend(self.config.resume.iter().map(|t| t.replace("{session}", session)));
+            extra.extend(tail(&self.config.resume, "{session}", session));
         }
         if let Some(model) = req.model {
-            argv.extend(self.config.model.iter().map(|t| t.replace("{model}", model)));
+            extra.extend(tail(&self.config.model, "{model}", model));
         }
-        argv
+        argv.splice(at..at, extra);
+        Ok(argv)
     }
 
     fn timeout(&self, asked: Option<Duration>) -> Duration {
@@ -106,21 +140,35 @@ impl AgentRunner {
     }
 
     async fn send_cli(&self, req: AgentRequest<'_>) -> Result<AgentReply, AgentError> {
-        let argv = self.argv(&req);
+        let argv = self.argv(&req).map_err(AgentError::Refused)?;
         let cwd = self.env.root().to_path_buf();
         let program =
             self.env.resolve_program(&argv[0], &cwd).ok_or_else(|| AgentError::NotFound { program: argv[0].clone(), path: self.env.path_var().to_string() })?;
+        let stdin = (self.config.prompt_input == PromptInput::Stdin).then(|| req.text.to_string());
+        let (program, arg0, args, extra_env, confinement, pass_fd, keep) = match &self.sandbox {
+            Some(s) => {
+                let p = s.confines.prepare(s.sandbox.get(), program, Some(argv[0].clone()), argv[1..].to_vec(), &cwd).map_err(|why| {
+                    AgentError::Refused(format!("the agent runs only inside the OS sandbox, and it cannot be set up: {why}"))
+                })?;
+                (p.program, p.arg0, p.args, p.env, p.confinement, p.pass_fd, Some((p._tmp, p._hold)))
+            }
+            None => (program, Some(argv[0].clone()), argv[1..].to_vec(), Vec::new(), None, None, None),
+        };
         let spec = Spec {
             program,
-            args: argv[1..].to_vec(),
+            arg0,
+            args,
             cwd,
-            env: self.env.vars(&[]),
-            stdin: None,
+            env: self.env.vars(&extra_env),
+            stdin,
             timeout: self.timeout(req.timeout),
             output_cap: self.output_cap,
             rlimits: None,
-            confinement: None,
+            confinement,
+            pass_fd,
         };
+        // The private temp dir and the placeholders live until the agent is done.
+        let _keep = keep;
         let process = process::run(spec).await.map_err(|source| AgentError::Spawn { program: argv[0].clone(), source })?;
         let (text, session) = parse_reply(self.config.output, &process.stdout);
         Ok(AgentReply { process, text, session })
@@ -193,6 +241,35 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
     Ok(AgentReply { process, text, session: Some(session) })
 }
 
+/// `template` with each placeholder replaced by its value in one pass (a value
+/// is never searched for placeholders); None when a placeholder it holds has none.
+fn fill(template: &str, values: &[(&str, Option<&str>)]) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = template;
+    'scan: while !rest.is_empty() {
+        for (key, value) in values {
+            if let Some(after) = rest.strip_prefix(key) {
+                out.push_str((*value)?);
+                rest = after;
+                continue 'scan;
+            }
+        }
+        let c = rest.chars().next().expect("not empty");
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    Some(out)
+}
+
+/// A session id or model name that cannot be an option or smuggle anything:
+/// `claude-sonnet-4.5`, `gpt-4o`, a UUID, `models/gemini-2.5-pro`.
+fn plain_word(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 200
+        && !v.starts_with('-')
+        && v.chars().all(|c| c.is_ascii_alphanumeric() || "._:/@-[]".contains(c))
+}
+
 /// The reply text and session id from an agent's stdout.
 pub fn parse_reply(format: AgentOutput, stdout: &str) -> (String, Option<String>) {
     match format {
@@ -232,31 +309,42 @@ mod tests {
     fn runner(toml: &str) -> AgentRunner {
         let config = Config::parse(toml, std::path::Path::new("t.toml")).unwrap();
         let db = Db::open(std::path::Path::new(":memory:")).unwrap();
-        AgentRunner::new(config.agent.unwrap(), ChildEnv::new(&Default::default(), std::path::Path::new("/")), 100, db)
+        AgentRunner::new(config.agent.unwrap(), ChildEnv::new(&Default::default(), std::path::Path::new("/")), 100, db, None)
+    }
+
+    fn argv(r: &AgentRunner, text: &str, session: Option<&str>, model: Option<&str>) -> Result<Vec<String>, String> {
+        r.argv(&AgentRequest { text, session, model, ..Default::default() })
     }
 
     #[test]
-    fn presets_fill_the_template() {
+    fn presets_send_the_message_on_stdin() {
         let r = runner("[agent]\nrunner = \"claude\"");
-        assert_eq!(r.argv(&AgentRequest { text: "a; rm -rf /", ..Default::default() }), ["claude", "-p", "a; rm -rf /", "--output-format", "json"]);
-        assert_eq!(
-            r.argv(&AgentRequest { text: "x", session: Some("s"), model: Some("m"), ..Default::default() }),
-            ["claude", "-p", "x", "--output-format", "json", "--resume", "s", "--model", "m"]
-        );
-        assert_eq!(runner("[agent]\nrunner = \"codex\"").argv(&AgentRequest { text: "x", ..Default::default() }), ["codex", "exec", "x"]);
-        assert_eq!(runner("[agent]\nrunner = \"gemini\"").argv(&AgentRequest { text: "x", ..Default::default() }), ["gemini", "-p", "x"]);
+        assert_eq!(r.config().prompt_input, PromptInput::Stdin);
+        assert_eq!(argv(&r, "--dangerously-skip-permissions", None, None).unwrap(), ["claude", "-p", "--output-format", "json"]);
+        assert_eq!(argv(&r, "x", Some("s-1"), Some("m")).unwrap(), ["claude", "-p", "--output-format", "json", "--resume", "s-1", "--model", "m"]);
+        assert_eq!(argv(&runner("[agent]\nrunner = \"codex\""), "x", None, None).unwrap(), ["codex", "exec"]);
+        assert_eq!(argv(&runner("[agent]\nrunner = \"gemini\""), "x", None, None).unwrap(), ["gemini"]);
         let e = Config::parse("[agent]\nrunner = \"claude\"\ncommand = [\"x\", \"{prompt}\"]", std::path::Path::new("t.toml")).unwrap_err();
         assert!(format!("{e:#}").contains("sets the command itself"), "{e:#}");
     }
 
     #[test]
+    fn values_never_become_options_or_placeholders() {
+        let r = runner("[agent]\ncommand = [\"my-agent\", \"--model={model}\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]");
+        assert!(argv(&r, "--dangerously-skip-permissions", None, None).unwrap_err().contains("put \"--\" before"));
+        assert!(argv(&r, "hi", Some("-x"), None).unwrap_err().contains("session id `-x` is not a plain word"));
+        assert!(argv(&r, "hi", None, Some("m --yolo")).unwrap_err().contains("model name"));
+        // `{model}` inside the message stays text.
+        assert_eq!(argv(&r, "use {model} and {session}", None, Some("m")).unwrap(), ["my-agent", "--model=m", "use {model} and {session}"]);
+        let after = runner("[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]");
+        assert_eq!(argv(&after, "--help", Some("abc"), None).unwrap(), ["my-agent", "--resume", "abc", "--", "--help"], "options go before `--`");
+    }
+
+    #[test]
     fn command_tokens_with_absent_values_are_dropped() {
         let r = runner("[agent]\ncommand = [\"my-agent\", \"--model={model}\", \"--session={session}\", \"{prompt}\"]");
-        assert_eq!(r.argv(&AgentRequest { text: "hi", ..Default::default() }), ["my-agent", "hi"]);
-        assert_eq!(
-            r.argv(&AgentRequest { text: "hi", model: Some("m"), session: Some("s"), ..Default::default() }),
-            ["my-agent", "--model=m", "--session=s", "hi"]
-        );
+        assert_eq!(argv(&r, "hi", None, None).unwrap(), ["my-agent", "hi"]);
+        assert_eq!(argv(&r, "hi", Some("s"), Some("m")).unwrap(), ["my-agent", "--model=m", "--session=s", "hi"]);
     }
 
     #[test]

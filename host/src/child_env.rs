@@ -70,6 +70,91 @@ impl ChildEnv {
     }
 }
 
+/// Why a variable can make a child load or run code it was not asked to (or
+/// read config from a place the policy chose), if it can. Names compare
+/// case-insensitively: npm reads `npm_config_*`.
+pub fn dangerous_variable(name: &str) -> Option<&'static str> {
+    let n = name.to_ascii_uppercase();
+    const EXACT: &[(&str, &str)] = &[
+        ("PATH", "chooses which program a name runs"),
+        ("BASH_ENV", "bash runs the file it names (and expands it) before any script"),
+        ("ENV", "sh runs the file it names (and expands it) when it starts"),
+        ("SHELLOPTS", "can turn on xtrace, which expands PS4"),
+        ("BASHOPTS", "changes how bash runs every script"),
+        ("PS4", "is expanded (command substitution included) by `set -x`"),
+        ("PROMPT_COMMAND", "is run by bash"),
+        ("IFS", "changes how shells split words"),
+        ("GCONV_PATH", "makes glibc load shared objects from the directory it names"),
+        ("GLIBC_TUNABLES", "changes glibc's behaviour at start-up"),
+        ("LOCPATH", "makes glibc read locale files from the directory it names"),
+        ("NLSPATH", "makes programs read message catalogs from where it says"),
+        ("HOSTALIASES", "makes the resolver read the file it names"),
+        ("EDITOR", "is run by git and other programs"),
+        ("VISUAL", "is run by git and other programs"),
+        ("PAGER", "is run by git, man and other programs"),
+        ("MANPAGER", "is run by man"),
+        ("BROWSER", "is run by programs that open links"),
+        ("SHELL", "is the shell other programs run commands with"),
+        ("HOME", "moves every program's config (~/.gitconfig, ~/.npmrc) to where the policy says"),
+        ("ZDOTDIR", "moves zsh's startup files"),
+        ("INPUTRC", "makes readline read the file it names"),
+        ("TMPDIR", "is set by the sandbox"),
+        ("OPENSSL_CONF", "makes OpenSSL load engines named in the file"),
+        ("OPENSSL_ENGINES", "makes OpenSSL load shared objects from the directory"),
+        ("SSH_ASKPASS", "is run by ssh"),
+        ("SUDO_ASKPASS", "is run by sudo"),
+        ("CC", "is run by build tools as the compiler"),
+        ("CXX", "is run by build tools as the compiler"),
+        ("RUSTC", "is run by cargo as the compiler"),
+        ("RUSTC_WRAPPER", "is run by cargo around the compiler"),
+        ("RUSTC_WORKSPACE_WRAPPER", "is run by cargo around the compiler"),
+        ("RUSTFLAGS", "can name a linker for cargo to run"),
+        ("RUSTDOCFLAGS", "can name programs for rustdoc to run"),
+        ("MAKEFLAGS", "passes options (SHELL=...) to every make"),
+        ("CLASSPATH", "makes java load classes from where it says"),
+        ("LUA_INIT", "is run by lua when it starts"),
+        ("PHPRC", "makes php read the ini file it names"),
+        ("PHP_INI_SCAN_DIR", "makes php read ini files from the directory"),
+        ("ELECTRON_RUN_AS_NODE", "turns Electron apps into node"),
+        ("XDG_CONFIG_HOME", "moves every program's config (git's included) to where it says"),
+        ("XDG_DATA_HOME", "moves programs' data (and plugins) to where it says"),
+        ("GIT_CONFIG_GLOBAL", "makes git read a config (with its hooks and pagers)"),
+    ];
+    const PREFIXES: &[(&str, &str)] = &[
+        ("LD_", "makes the dynamic loader load shared objects"),
+        ("DYLD_", "makes the dynamic loader load shared objects"),
+        ("PYTHON", "changes what python loads and runs (PYTHONSTARTUP, PYTHONPATH)"),
+        ("PERL5", "makes perl load modules or run options (PERL5OPT, PERL5LIB)"),
+        ("PERLLIB", "makes perl load modules from where it says"),
+        ("RUBY", "makes ruby load code (RUBYOPT, RUBYLIB)"),
+        ("GEM_", "makes ruby load gems from where it says"),
+        ("NODE_", "makes node load code (NODE_OPTIONS=--require)"),
+        ("NPM_CONFIG_", "configures npm (script-shell, node-options)"),
+        ("GIT_", "configures git (GIT_CONFIG_*, GIT_SSH_COMMAND, GIT_EXEC_PATH)"),
+        ("CARGO_", "configures cargo (runners, wrappers, linkers)"),
+        ("JAVA_", "passes options (-javaagent) to java"),
+        ("_JAVA_", "passes options (-javaagent) to java"),
+        ("LUA_", "makes lua load modules from where it says"),
+        ("TCL", "makes tcl load packages from where it says"),
+        ("LESS", "makes less run preprocessors (LESSOPEN)"),
+        ("BASH_FUNC_", "defines bash functions"),
+    ];
+    if let Some((_, why)) = EXACT.iter().find(|(k, _)| *k == n) {
+        return Some(why);
+    }
+    if let Some((_, why)) = PREFIXES.iter().find(|(p, _)| n.starts_with(p)) {
+        return Some(why);
+    }
+    if n.ends_with("_OPTIONS") || n.ends_with("OPTS") {
+        return Some("passes options to a program (NODE_OPTIONS, JAVA_TOOL_OPTIONS, TAR_OPTIONS), which can load code");
+    }
+    None
+}
+
+/// Variables the user may pass from their own environment though they are
+/// listed as dangerous: the value is the user's own, not the policy's.
+pub const SAFE_FROM_HOST: &[&str] = &["HOME", "SHELL", "EDITOR", "VISUAL", "PAGER", "XDG_CONFIG_HOME", "XDG_DATA_HOME"];
+
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
@@ -129,6 +214,16 @@ mod tests {
         let vars = e.vars(&[("A".into(), "1".into())]);
         assert_eq!(vars[0].0, "PATH");
         assert!(vars.contains(&("A".into(), "1".into())));
+    }
+
+    #[test]
+    fn code_loading_variables_are_named() {
+        for v in ["BASH_ENV", "ENV", "GCONV_PATH", "NODE_OPTIONS", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES", "PYTHONSTARTUP", "PERL5OPT", "RUBYOPT", "GIT_SSH_COMMAND", "npm_config_script_shell", "JAVA_TOOL_OPTIONS", "TAR_OPTIONS", "HOME", "PATH"] {
+            assert!(dangerous_variable(v).is_some(), "{v}");
+        }
+        for v in ["CI", "RUST_LOG", "LANG", "TERM", "MY_FLAG"] {
+            assert_eq!(dangerous_variable(v), None, "{v}");
+        }
     }
 
     #[test]

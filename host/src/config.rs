@@ -7,14 +7,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::limits::Limits;
 
 /// The file loopbox reads from the workspace root when `--config` is not given.
 pub const CONFIG_FILE: &str = "loopbox.toml";
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -30,7 +30,7 @@ pub struct Config {
 }
 
 /// `[shell]`: which commands a policy may run, and how children are set up.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShellConfig {
     /// Argv-prefix rules: `["cargo", "test"]` allows `cargo test --all` but not `cargo build`.
@@ -56,6 +56,18 @@ pub struct ShellConfig {
     /// Let sandboxed commands use the network.
     #[serde(default)]
     pub network: bool,
+    /// Let sandboxed commands create UNIX sockets. Off by default: a socket outside
+    /// the workspace (Docker's, an ssh-agent's) reaches a process with your rights.
+    #[serde(default)]
+    pub unix_sockets: bool,
+    /// Protected names (`.git`, `.vscode`, ...) sandboxed commands and the agent may
+    /// write after all. `.loopbox` and `loopbox.toml` never open.
+    #[serde(default)]
+    pub writable: Vec<String>,
+    /// Variables that can make a program load code (`NODE_OPTIONS`, `BASH_ENV`, ...)
+    /// that `pass_env` or `pass_env_from_policy` may carry anyway, named one by one.
+    #[serde(default)]
+    pub unsafe_env: Vec<String>,
     /// `PATH` for children and for resolving program names.
     #[serde(default = "default_path")]
     pub path: String,
@@ -77,7 +89,7 @@ pub struct ShellConfig {
 }
 
 /// `[shell.rlimits]`: setrlimit(2) values for every command a policy runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Rlimits {
     /// CPU seconds (RLIMIT_CPU); the child gets SIGXCPU past it.
@@ -121,6 +133,9 @@ impl Default for ShellConfig {
             scripts: false,
             sandbox: Default::default(),
             network: false,
+            unix_sockets: false,
+            writable: Vec::new(),
+            unsafe_env: Vec::new(),
             path: default_path(),
             pass_env: default_pass_env(),
             pass_env_from_policy: Vec::new(),
@@ -132,7 +147,7 @@ impl Default for ShellConfig {
 }
 
 /// How the agent's reply is read from its standard output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AgentOutput {
     /// The whole of stdout is the reply; no session id.
@@ -143,7 +158,7 @@ pub enum AgentOutput {
     Json,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PromptTier {
     #[default]
@@ -152,8 +167,17 @@ pub enum PromptTier {
     Deny,
 }
 
+/// How the message reaches an agent CLI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PromptInput {
+    #[default]
+    Argument,
+    Stdin,
+}
+
 /// Which kind of agent answers prompts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunnerKind {
     /// Any CLI, from `agent.command`.
@@ -182,17 +206,27 @@ impl RunnerKind {
 }
 
 /// `[agent]`: the agent behind `prompt` actions and `inject` decisions.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// "command" (default), a CLI preset ("claude", "codex", "gemini"), or "openai".
     #[serde(default)]
     pub runner: RunnerKind,
     /// Command template; `{prompt}` becomes the message (one argument, never
-    /// split or interpreted by a shell); a token holding `{model}` or `{session}`
-    /// is filled in, or dropped when the request has none. Presets fill it in.
+    /// split or interpreted by a shell; put `--` before it so a message starting
+    /// with `-` cannot be an option); a token holding `{model}` or `{session}`
+    /// is filled in, or dropped when the request has none. Placeholders are
+    /// filled in the template only, never inside a value. Presets fill it in.
     #[serde(default)]
     pub command: Vec<String>,
+    /// How the message reaches the agent: "argument" (the `{prompt}` token, the
+    /// default) or "stdin" (no `{prompt}` token). Presets use stdin.
+    #[serde(default)]
+    pub prompt_input: PromptInput,
+    /// Paths outside the workspace the agent may write, for its own state
+    /// (`~/` is your home). Presets name their own (`~/.claude`, `~/.codex`, `~/.gemini`).
+    #[serde(default)]
+    pub writable: Option<Vec<String>>,
     /// Appended when continuing a conversation; `{session}` becomes its id.
     #[serde(default)]
     pub resume: Vec<String>,
@@ -204,8 +238,8 @@ pub struct AgentConfig {
     /// Milliseconds an agent turn may take; a prompt's own timeout is capped by it.
     #[serde(default = "default_agent_timeout_ms")]
     pub timeout_ms: u64,
-    /// The tier of a policy's `prompt` actions: "allow" (default), "ask" or "deny".
-    /// Turns the driver takes for `inject` are the user's own loop and always run.
+    /// The tier of every message a policy sends the agent, `prompt` actions and
+    /// `inject` decisions alike: "allow" (default), "ask" or "deny".
     #[serde(default)]
     pub tier: PromptTier,
     /// Prompt actions one run may take.
@@ -221,7 +255,7 @@ fn default_max_prompts() -> u64 {
 }
 
 /// `[agent.openai]`: an OpenAI-compatible chat-completions server.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiConfig {
     /// e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`.
@@ -242,14 +276,24 @@ impl AgentConfig {
     /// Fill in a CLI preset's command, resume and model arguments and output format.
     fn apply_preset(&mut self) -> Result<()> {
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let (command, resume, model, output) = match self.runner {
+        // The message goes on stdin: it can never be read as an option. Measured
+        // against claude 2.1.197, codex 0.169.0 and gemini 0.61.0 (see docs/security.md).
+        let (command, resume, model, output, writable) = match self.runner {
             RunnerKind::Command | RunnerKind::Openai => return Ok(()),
-            RunnerKind::Claude => {
-                (v(&["claude", "-p", "{prompt}", "--output-format", "json"]), v(&["--resume", "{session}"]), v(&["--model", "{model}"]), AgentOutput::Json)
-            }
-            RunnerKind::Codex => (v(&["codex", "exec", "{prompt}"]), vec![], v(&["--model", "{model}"]), AgentOutput::Text),
-            RunnerKind::Gemini => (v(&["gemini", "-p", "{prompt}"]), vec![], v(&["--model", "{model}"]), AgentOutput::Text),
+            RunnerKind::Claude => (
+                v(&["claude", "-p", "--output-format", "json"]),
+                v(&["--resume", "{session}"]),
+                v(&["--model", "{model}"]),
+                AgentOutput::Json,
+                v(&["~/.claude", "~/.claude.json"]),
+            ),
+            RunnerKind::Codex => (v(&["codex", "exec"]), vec![], v(&["--model", "{model}"]), AgentOutput::Text, v(&["~/.codex"])),
+            RunnerKind::Gemini => (v(&["gemini"]), vec![], v(&["--model", "{model}"]), AgentOutput::Text, v(&["~/.gemini"])),
         };
+        self.prompt_input = PromptInput::Stdin;
+        if self.writable.is_none() {
+            self.writable = Some(writable);
+        }
         if !self.command.is_empty() {
             bail!("agent.command: runner = \"{}\" sets the command itself; remove agent.command, or use runner = \"command\"", self.runner.name());
         }
@@ -270,7 +314,7 @@ fn default_agent_timeout_ms() -> u64 {
 }
 
 /// `[run]`: the standalone driver.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
     /// Agent turns one run may take before it is stopped.
@@ -297,7 +341,7 @@ impl Default for RunConfig {
 }
 
 /// `[engine]`: the Wasm engine and its compiled-component cache.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineConfig {
     /// Where compiled components are kept; `$LOOPBOX_CACHE_DIR`, else
@@ -368,8 +412,21 @@ impl Config {
                 }
             }
         }
-        if self.shell.pass_env_from_policy.iter().any(|n| n == "PATH" || n.starts_with("LD_")) {
-            bail!("shell.pass_env_from_policy: PATH and LD_* would let a policy choose which program runs; remove them");
+        if self.shell.pass_env_from_policy.iter().any(|n| n == "PATH") {
+            bail!("shell.pass_env_from_policy: PATH would let a policy choose which program runs; remove it");
+        }
+        for (key, names, host) in [("pass_env_from_policy", &self.shell.pass_env_from_policy, false), ("pass_env", &self.shell.pass_env, true)] {
+            for name in names {
+                let exempt = self.shell.unsafe_env.contains(name) || (host && (name == "PATH" || crate::child_env::SAFE_FROM_HOST.contains(&name.as_str())));
+                if let Some(why) = crate::child_env::dangerous_variable(name).filter(|_| !exempt) {
+                    bail!(
+                        "shell.{key}: `{name}` {why}, so a command could be made to run code it was not asked to; remove it, or name it in `shell.unsafe_env` to accept that"
+                    );
+                }
+            }
+        }
+        for name in &self.shell.writable {
+            crate::sandbox::protect::check_writable(name).map_err(|e| anyhow::anyhow!("shell.writable: {e}"))?;
         }
         if self.shell.default_timeout_ms == 0 || self.shell.max_timeout_ms == 0 {
             bail!("shell.default_timeout_ms and shell.max_timeout_ms must be greater than 0");
@@ -392,8 +449,17 @@ impl Config {
             if agent.command.is_empty() || agent.command[0].is_empty() {
                 bail!("agent.command: needs at least a program, e.g. [\"claude\", \"-p\", \"{{prompt}}\"]");
             }
-            if !agent.command.iter().any(|t| t.contains("{prompt}")) {
-                bail!("agent.command: no token holds `{{prompt}}`, so the agent would never see the message");
+            let has_prompt = agent.command.iter().any(|t| t.contains("{prompt}"));
+            if agent.prompt_input == PromptInput::Argument && !has_prompt {
+                bail!("agent.command: no token holds `{{prompt}}`, so the agent would never see the message (or set agent.prompt_input = \"stdin\")");
+            }
+            if agent.prompt_input == PromptInput::Stdin && has_prompt {
+                bail!("agent.command: with agent.prompt_input = \"stdin\" the message goes on stdin; remove the `{{prompt}}` token");
+            }
+            for p in agent.writable.iter().flatten() {
+                if !(p.starts_with('/') || p.starts_with("~/")) {
+                    bail!("agent.writable: `{p}` must be an absolute path or start with `~/`");
+                }
             }
             if agent.timeout_ms == 0 {
                 bail!("agent.timeout_ms must be greater than 0");

@@ -279,11 +279,15 @@ async fn agent_turn(
                 if *turns >= opts.max_turns {
                     return Ok(Err(RunEnd::TurnBudget(opts.max_turns)));
                 }
-                if ctx.agent().is_none() {
+                let Some(agent) = ctx.agent() else {
                     return Ok(Err(RunEnd::Agent(
                         "the policy sent a message to the agent, but no agent is configured: add an `[agent]` section with `command = [...]` to loopbox.toml"
                             .into(),
                     )));
+                };
+                // An `inject` is a message from the policy like a `prompt` action: the same tier governs it.
+                if let Err(why) = ctx.allow_message(agent.config().tier, &format!("agent turn {}: `{}`", *turns + 1, crate::ui::shorten(&crate::ui::sanitize(message), 60))).await {
+                    return Ok(Err(RunEnd::Agent(why)));
                 }
                 if journaled {
                     let row = JournalRow { seq: 0, kind: "turn".into(), request: request.clone(), result: None };

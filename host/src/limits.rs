@@ -10,7 +10,7 @@ use serde::Deserialize;
 /// The largest linear memory the engine's pooling allocator reserves per memory.
 pub const MAX_MEMORY_BYTES: u64 = 1 << 30;
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Wasm fuel (roughly, instructions) one event may burn.

@@ -23,6 +23,8 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 #[derive(Debug)]
 pub struct Spec {
     pub program: PathBuf,
+    /// `argv[0]` as the caller wrote it (None: the program's path).
+    pub arg0: Option<String>,
     pub args: Vec<String>,
     pub cwd: PathBuf,
     /// The child's whole environment.
@@ -35,6 +37,8 @@ pub struct Spec {
     pub rlimits: Option<Rlimits>,
     /// Landlock and seccomp restrictions applied in the child before it executes.
     pub confinement: Option<Confinement>,
+    /// A descriptor handed to the child as fd 3 (bwrap's seccomp filter).
+    pub pass_fd: Option<OwnedFd>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -61,8 +65,10 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
     let (out_r, out_w) = above_stdio(spawn::pipe()?)?;
     let (err_r, err_w) = above_stdio(spawn::pipe()?)?;
     let rlimits = spec.rlimits.as_ref().map(clamped).unwrap_or_default();
+    let pass_fd = spec.pass_fd.map(above_stdio_one).transpose()?;
     let pid = spawn::spawn(&spawn::Launch {
         program: &spec.program,
+        arg0: spec.arg0.as_deref(),
         args: &spec.args,
         env: &spec.env,
         cwd: &spec.cwd,
@@ -71,8 +77,9 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
         stderr: err_w.as_raw_fd(),
         rlimits: &rlimits,
         confinement: spec.confinement.as_ref(),
+        pass_fd: pass_fd.as_ref().map(|f| f.as_raw_fd()),
     })?;
-    drop((stdin_child, out_w, err_w));
+    drop((stdin_child, out_w, err_w, pass_fd));
     // The child leads its own group (pgid = pid); whatever happens to this
     // future, the group does not outlive it.
     let group = Group(pid);
@@ -219,6 +226,7 @@ mod tests {
     fn spec(program: &str, args: &[&str]) -> Spec {
         Spec {
             program: program.into(),
+            arg0: None,
             args: args.iter().map(|s| s.to_string()).collect(),
             cwd: std::env::temp_dir(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
@@ -227,6 +235,7 @@ mod tests {
             output_cap: 1 << 20,
             rlimits: None,
             confinement: None,
+            pass_fd: None,
         }
     }
 
@@ -287,6 +296,16 @@ mod tests {
             out.push(h.await.unwrap());
         }
         out
+    }
+
+    #[tokio::test]
+    async fn argv0_is_as_written_and_a_passed_fd_arrives_as_3() {
+        let mut s = spec("/bin/sh", &["-c", "echo $0; cat <&3"]);
+        s.arg0 = Some("as-written".into());
+        let (r, w) = spawn::pipe().unwrap();
+        std::io::Write::write_all(&mut std::fs::File::from(w), b"passed").unwrap();
+        s.pass_fd = Some(r);
+        assert_eq!(run(s).await.unwrap().stdout, "as-written\npassed");
     }
 
     #[tokio::test]

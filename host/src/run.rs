@@ -71,6 +71,14 @@ pub struct RunContext {
 /// How often a running event looks in the store for `loopbox runs cancel`.
 const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// `~/x` under `$HOME`; absolute paths as they are.
+fn expand_home(p: &str) -> Option<PathBuf> {
+    match p.strip_prefix("~/") {
+        Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
+        None => Some(PathBuf::from(p)),
+    }
+}
+
 /// A fresh run id: short, sortable by creation time, unique enough per store.
 pub fn new_run_id() -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -89,10 +97,7 @@ impl RunContext {
     /// person, and the files the sandbox must keep read-only.
     pub fn with_access(id: String, config: Arc<Config>, db: Db, root: &Path, ui: Ui, access: Access) -> Result<RunContext> {
         let root = root.canonicalize().with_context(|| format!("workspace `{}` cannot be used", root.display()))?;
-        let mut protected = vec![root.join(crate::db::STORE_DIR), root.join(crate::config::CONFIG_FILE)];
-        protected.extend(access.protected.iter().filter_map(|p| p.canonicalize().ok()));
-        let confines = Confines { workspace: root.clone(), protected, network: config.shell.network };
-        let sandbox = LazySandbox::new(config.shell.sandbox, access.support);
+        let sandbox = LazySandbox::new(config.shell.sandbox, access.support.clone());
         // A PATH entry the policy's commands can write would let them plant a program
         // under an allowed name.
         for dir in config.shell.path.split(':').filter(|d| !d.is_empty()) {
@@ -105,8 +110,28 @@ impl RunContext {
         }
         let dir = Dir::open_ambient_dir(&root, ambient_authority()).with_context(|| format!("failed to open workspace `{}`", root.display()))?;
         let env = ChildEnv::new(&config.shell, &root);
-        let agent = config.agent.clone().map(|a| AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize, db.clone()));
         let rules = ShellGrants::new(&config.shell, &access.rules, &env);
+        // Everything loopbox will run or read again is protected: the config and
+        // policy files, the agent program, and programs the rules name.
+        let mut extra: Vec<PathBuf> = access.protected.clone();
+        let programs = config.agent.iter().filter(|a| a.runner != crate::config::RunnerKind::Openai).map(|a| a.command[0].as_str());
+        for name in programs.chain(rules.rules().iter().filter(|r| r.tier != crate::grants::Tier::Deny).map(|r| r.argv[0].as_str())) {
+            extra.extend(env.resolve_program(name, &root));
+        }
+        let protected = crate::sandbox::protect::paths(&root, &config.shell.writable, &extra);
+        let confines = Confines {
+            workspace: root.clone(),
+            protected: protected.clone(),
+            network: config.shell.network,
+            unix_sockets: config.shell.unix_sockets,
+            writable_outside: Vec::new(),
+        };
+        let agent = config.agent.clone().map(|a| {
+            let writable_outside = a.writable.iter().flatten().filter_map(|p| expand_home(p)).collect();
+            let confines = Confines { workspace: root.clone(), protected: protected.clone(), network: true, unix_sockets: false, writable_outside };
+            let sandbox = crate::agent::AgentSandbox { sandbox: LazySandbox::new(config.shell.sandbox, access.support.clone()), confines };
+            AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize, db.clone(), Some(sandbox))
+        });
         let grants = Arc::new(ActionGrants { shell: config.shell.clone(), rules, env, agent, confirm: access.confirm, sandbox, confines });
         Ok(RunContext { id, config, db, log: RunLog::new(ui), root, dir: Arc::new(dir), grants, seed: Default::default(), stop: Arc::new(Stop::new()) })
     }
@@ -148,6 +173,29 @@ impl RunContext {
 
     pub fn agent(&self) -> Option<&AgentRunner> {
         self.grants.agent.as_ref()
+    }
+
+    /// Whether the agent tier lets a message from the policy through, asking a
+    /// person when it says "ask"; `Err` says why not.
+    pub async fn allow_message(&self, tier: crate::config::PromptTier, what: &str) -> Result<(), String> {
+        use crate::config::PromptTier;
+        match tier {
+            PromptTier::Allow => Ok(()),
+            PromptTier::Deny => {
+                self.log.host("warn", format!("denied {what}: agent.tier = \"deny\""));
+                Err(format!("messages to the agent are denied by agent.tier = \"deny\" in loopbox.toml ({what})"))
+            }
+            PromptTier::Ask => {
+                let confirm = self.grants.confirm.clone();
+                let w = what.to_string();
+                let answer = tokio::task::spawn_blocking(move || confirm.confirm(&w, "agent.tier = \"ask\"")).await.unwrap_or_else(|e| Err(e.to_string()));
+                match answer {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(format!("the user declined {what} (agent.tier = \"ask\")")),
+                    Err(why) => Err(format!("{what} needs a person's yes (agent.tier = \"ask\"), and {why}")),
+                }
+            }
+        }
     }
 
     /// The data for one instance's Store; `event` is the number of the event it handles.

@@ -20,6 +20,8 @@ use crate::sandbox::Confinement;
 /// directory, the three descriptors for stdin/stdout/stderr, and what to set.
 pub struct Launch<'a> {
     pub program: &'a Path,
+    /// `argv[0]`; None: the program's path.
+    pub arg0: Option<&'a str>,
     pub args: &'a [String],
     pub env: &'a [(String, String)],
     pub cwd: &'a Path,
@@ -29,6 +31,8 @@ pub struct Launch<'a> {
     /// `(resource, limit)` pairs, each already clamped to our own hard limit.
     pub rlimits: &'a [(libc::__rlimit_resource_t, libc::rlim_t)],
     pub confinement: Option<&'a Confinement>,
+    /// A descriptor the child gets as [`crate::sandbox::PASSED_FD`] (bwrap's seccomp filter).
+    pub pass_fd: Option<RawFd>,
 }
 
 fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
@@ -44,6 +48,7 @@ struct Prepared<'a> {
     fds: [RawFd; 3],
     rlimits: &'a [(libc::__rlimit_resource_t, libc::rlim_t)],
     confinement: Option<&'a Confinement>,
+    pass_fd: Option<RawFd>,
     /// Where the child reports why exec failed (close-on-exec: silent on success).
     report: RawFd,
 }
@@ -55,7 +60,11 @@ const STACK_BYTES: usize = 256 << 10;
 pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
     use std::os::unix::ffi::OsStrExt;
     let program = cstring(l.program.as_os_str().as_bytes())?;
-    let args: Vec<CString> = std::iter::once(Ok(program.clone())).chain(l.args.iter().map(|a| cstring(a.as_str()))).collect::<io::Result<_>>()?;
+    let arg0 = match l.arg0 {
+        Some(a) => cstring(a)?,
+        None => program.clone(),
+    };
+    let args: Vec<CString> = std::iter::once(Ok(arg0)).chain(l.args.iter().map(|a| cstring(a.as_str()))).collect::<io::Result<_>>()?;
     let env: Vec<CString> = l.env.iter().map(|(k, v)| cstring(format!("{k}={v}"))).collect::<io::Result<_>>()?;
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
@@ -70,6 +79,7 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
         fds: [l.stdin, l.stdout, l.stderr],
         rlimits: l.rlimits,
         confinement: l.confinement,
+        pass_fd: l.pass_fd,
         report: report_w.as_raw_fd(),
     };
     let mut stack = vec![0u8; STACK_BYTES];
@@ -184,6 +194,14 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         }
         for (target, fd) in p.fds.iter().enumerate() {
             if libc::dup2(*fd, target as c_int) < 0 {
+                return fail(p);
+            }
+        }
+        if let Some(fd) = p.pass_fd {
+            let target = crate::sandbox::PASSED_FD;
+            // dup2 onto itself would keep close-on-exec: clear it instead.
+            let ok = if fd == target { libc::fcntl(fd, libc::F_SETFD, 0) == 0 } else { libc::dup2(fd, target) == target };
+            if !ok {
                 return fail(p);
             }
         }

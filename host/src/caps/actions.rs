@@ -70,6 +70,8 @@ struct Slot<'a> {
 struct Exec {
     label: String,
     program: PathBuf,
+    /// `argv[0]` as the policy wrote it.
+    arg0: String,
     args: Vec<String>,
     cwd: PathBuf,
     env: Vec<(String, String)>,
@@ -182,7 +184,7 @@ impl ActionsHost {
 
     /// Run a checked request. The bool says whether it was journaled as started.
     async fn exec(&self, req: Exec, slot: Slot<'_>) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
-        let prepared = match self.grants.confines.prepare(self.grants.sandbox.get(), req.program, req.args, &req.cwd) {
+        let prepared = match self.grants.confines.prepare(self.grants.sandbox.get(), req.program, Some(req.arg0), req.args, &req.cwd) {
             Ok(p) => p,
             Err(why) => {
                 self.log.host("error", format!("refused {}: {why}", req.label));
@@ -197,6 +199,7 @@ impl ActionsHost {
         env.extend(prepared.env);
         let spec = Spec {
             program: prepared.program,
+            arg0: prepared.arg0,
             args: prepared.args,
             cwd: req.cwd,
             env: self.grants.env.vars(&env),
@@ -205,9 +208,10 @@ impl ActionsHost {
             output_cap: self.output_cap,
             rlimits: Some(self.grants.shell.rlimits),
             confinement: prepared.confinement,
+            pass_fd: prepared.pass_fd,
         };
-        // The private temp dir lives until the command is done.
-        let _tmp = prepared._tmp;
+        // The private temp dir and the placeholders live until the command is done.
+        let _keep = (prepared._tmp, prepared._hold);
         crate::crashpoint::hit("action-started");
         let result = process::run(spec).await;
         crate::crashpoint::hit("action-finished");
@@ -260,7 +264,7 @@ impl ActionsHost {
                     self.log.host("info", format!("exec {label} allowed by {}", grant.rule));
                 }
                 let args = cmd.argv[1..].to_vec();
-                let exec = Exec { label, program: grant.program, args, cwd, env: cmd.env, stdin: cmd.stdin, timeout: cmd.timeout_ms };
+                let exec = Exec { label, program: grant.exec, arg0: grant.arg0, args, cwd, env: cmd.env, stdin: cmd.stdin, timeout: cmd.timeout_ms };
                 self.exec(exec, slot).await
             }
             ShellRequest::Script(script) => {
@@ -282,7 +286,8 @@ impl ActionsHost {
                     return refused(ActionError::Unavailable(format!("no `sh` on shell.path = `{}`", self.grants.env.path_var())));
                 };
                 self.log.host("info", format!("{label} allowed by shell.scripts = true"));
-                let exec = Exec { label, program: sh, args: vec!["-c".into(), script.source], cwd, env: Vec::new(), stdin: None, timeout: script.timeout_ms };
+                let exec =
+                    Exec { label, program: sh, arg0: "sh".into(), args: vec!["-c".into(), script.source], cwd, env: Vec::new(), stdin: None, timeout: script.timeout_ms };
                 self.exec(exec, slot).await
             }
         }

@@ -21,6 +21,8 @@ use crate::child_env::ChildEnv;
 use crate::config::ShellConfig;
 use crate::ui::shorten;
 
+mod flags;
+
 /// What happens to a matched request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
@@ -69,8 +71,13 @@ pub struct ExtraRules {
 pub struct Grant {
     pub tier: Tier,
     pub rule: String,
-    /// The real path of the program to execute.
+    /// The real path of the program, which the rule matched.
     pub program: PathBuf,
+    /// The path to execute: where the name was found (a link to `program`
+    /// outside the workspace, so a multi-call binary sees its name), else `program`.
+    pub exec: PathBuf,
+    /// `argv[0]` as the policy wrote it.
+    pub arg0: String,
 }
 
 /// Why a request may not run.
@@ -95,10 +102,10 @@ impl ShellGrants {
         let lists: Lists = [(Tier::Deny, &shell.deny, &extra.deny), (Tier::Ask, &shell.ask, &extra.ask), (Tier::Allow, &shell.allow, &extra.allow)];
         for (tier, config, cli) in lists {
             for (i, argv) in config.iter().enumerate() {
-                rules.push(Rule { tier, argv: argv.clone(), origin: format!("shell.{}[{i}]", tier.key()), program: resolve(env, &argv[0], env.root()) });
+                rules.push(Rule { tier, argv: argv.clone(), origin: format!("shell.{}[{i}]", tier.key()), program: resolve(env, &argv[0], env.root()).map(|(_, real)| real) });
             }
             for argv in cli {
-                rules.push(Rule { tier, argv: argv.clone(), origin: format!("--{}", tier.key()), program: resolve(env, &argv[0], env.root()) });
+                rules.push(Rule { tier, argv: argv.clone(), origin: format!("--{}", tier.key()), program: resolve(env, &argv[0], env.root()).map(|(_, real)| real) });
             }
         }
         ShellGrants { rules, pass_env_from_policy: shell.pass_env_from_policy.clone() }
@@ -117,24 +124,45 @@ impl ShellGrants {
                 )));
             }
         }
-        let program = resolve(child, &argv[0], cwd)
+        let (found, program) = resolve(child, &argv[0], cwd)
             .ok_or_else(|| Refusal::NotFound(format!("program `{}` not found (looked in shell.path = `{}`)", argv[0], child.path_var())))?;
         let args = &argv[1..];
         let same_program = |r: &&Rule| r.program.as_deref() == Some(program.as_path());
-
-        if let Some(r) = self.rules.iter().filter(|r| r.tier == Tier::Deny).filter(same_program).find(|r| contains_all(args, &r.argv[1..])) {
+        let name = file_name(&argv[0]);
+        // The deny safety net holds whatever name the binary is called by.
+        let denied = |r: &&Rule| contains_all(&file_name(&program), args, &r.argv[1..]) || contains_all(&name, args, &r.argv[1..]);
+        if let Some(r) = self.rules.iter().filter(|r| r.tier == Tier::Deny).filter(same_program).find(denied) {
             return Err(Refusal::Denied(format!("`{}` is denied by {}", show_argv(argv), r.describe())));
         }
-        let risky = runs_anything(&program, args);
+        // A multi-call program (rustup as cargo, busybox, vim as vi) acts by the name
+        // it is called by: a rule allows its binary only under the rule's name,
+        // unless the rule names the real path.
+        let same_name = |r: &&Rule| file_name(&r.argv[0]) == name || Path::new(&r.argv[0]) == program;
+        let risky = runs_anything(&program, &argv[0], args);
         for tier in [Tier::Ask, Tier::Allow] {
-            let matched = self.rules.iter().filter(|r| r.tier == tier).filter(same_program).find(|r| match &risky {
+            let matched = self.rules.iter().filter(|r| r.tier == tier).filter(same_program).filter(same_name).find(|r| match &risky {
                 // A wrapper is allowed only by a rule naming the whole command.
                 Some(_) => r.argv[1..] == *args,
                 None => args.starts_with(&r.argv[1..]),
             });
             if let Some(r) = matched {
-                return Ok(Grant { tier, rule: r.describe(), program });
+                // Run the binary by the path its name was found at when that is outside
+                // the workspace (so a multi-call program sees the name), else by its real path.
+                let exec = if found.starts_with(child.root()) { program.clone() } else { found.clone() };
+                return Ok(Grant { tier, rule: r.describe(), program, exec, arg0: argv[0].clone() });
             }
+        }
+        if let Some(r) = self.rules.iter().filter(|r| r.tier != Tier::Deny).filter(same_program).find(|r| !same_name(r)) {
+            return Err(Refusal::Denied(format!(
+                "`{}` is not allowed: `{}` is the same file as `{}` in {} ({}), a program that acts by the name it is called by, and the rule allows it only as `{}`; to allow `{name}` too, add a rule for it (or name the real path `{}` in the rule)",
+                show_argv(argv),
+                argv[0],
+                r.argv[0],
+                r.origin,
+                program.display(),
+                r.argv[0],
+                program.display()
+            )));
         }
         Err(Refusal::Denied(match risky {
             Some(why) => format!(
@@ -151,31 +179,29 @@ impl ShellGrants {
     }
 }
 
-/// The real path of a program name: through the granted PATH for a bare name,
-/// relative to `cwd` for one with a slash.
-fn resolve(env: &ChildEnv, name: &str, cwd: &Path) -> Option<PathBuf> {
-    env.resolve_program(name, cwd).and_then(|p| p.canonicalize().ok())
+/// A program name as found (through the granted PATH for a bare name, relative
+/// to `cwd` for one with a slash) and its real path.
+fn resolve(env: &ChildEnv, name: &str, cwd: &Path) -> Option<(PathBuf, PathBuf)> {
+    let found = env.resolve_program(name, cwd)?;
+    let real = found.canonicalize().ok()?;
+    Some((found, real))
 }
 
-/// Split `-rf` into `-r`, `-f`; other tokens as they are.
-fn expand(tokens: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    for t in tokens {
-        let short_cluster = t.len() > 2 && t.starts_with('-') && !t.starts_with("--") && t[1..].chars().all(|c| c.is_ascii_alphanumeric());
-        if short_cluster {
-            out.extend(t[1..].chars().map(|c| format!("-{c}")));
-        } else {
-            out.push(t.clone());
-        }
-    }
-    out
+/// The last component of a program name or path.
+fn file_name(p: impl AsRef<Path>) -> String {
+    p.as_ref().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// Whether every token of `rule` appears in `args`, in any order.
-fn contains_all(args: &[String], rule: &[String]) -> bool {
-    let have = expand(args);
-    expand(rule).iter().all(|t| have.contains(t))
+/// Whether every token of `rule` appears in `args`, in any order, once both are
+/// normalized for `program` (see [`flags`]).
+fn contains_all(program: &str, args: &[String], rule: &[String]) -> bool {
+    let have = flags::normalize(program, args);
+    flags::normalize(program, rule).iter().all(|t| have.contains(t))
 }
+
+/// Programs whose options can run other programs (see [`runs_anything`]).
+const RISKY_OPTIONS: &[&str] =
+    &["find", "git", "cargo", "make", "gmake", "npm", "pnpm", "yarn", "ssh", "tar", "rsync", "less", "more", "man", "vi", "vim", "nvim", "view", "ex", "emacs", "nano", "ed"];
 
 /// Programs that run other programs or code given as arguments.
 const WRAPPERS: &[&str] = &[
@@ -185,14 +211,21 @@ const WRAPPERS: &[&str] = &[
     "mawk", "nawk", "pwsh", "rlwrap", "npx", "uvx", "pipx",
 ];
 
-/// Why this command can run arbitrary programs, if it can.
-pub fn runs_anything(program: &Path, args: &[String]) -> Option<String> {
-    let name = program.file_name()?.to_string_lossy().into_owned();
-    // python3.11 -> python, perl5.36 -> perl
-    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-    if WRAPPERS.contains(&base) {
-        return Some(format!("`{name}` is a wrapper or interpreter that can run anything"));
+/// Why this command can run arbitrary programs, if it can. Both the name it is
+/// called by and the real binary's name count (`vi` is `vim.basic`).
+pub fn runs_anything(program: &Path, written: &str, args: &[String]) -> Option<String> {
+    let real = file_name(program);
+    let called = file_name(written);
+    // python3.11 -> python, perl5.36 -> perl, vim.basic -> vim
+    let bases: Vec<&str> = [called.as_str(), real.as_str()]
+        .into_iter()
+        .flat_map(|n| [n.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.'), n.split('.').next().unwrap_or(n)])
+        .collect();
+    if let Some(base) = bases.iter().find(|b| WRAPPERS.contains(b)) {
+        return Some(format!("`{called}` is a wrapper or interpreter that can run anything (`{base}`)"));
     }
+    let name = called.clone();
+    let base = *bases.iter().find(|b| RISKY_OPTIONS.contains(b)).unwrap_or(&bases[0]);
     let has = |flags: &[&str]| args.iter().find(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}=")))).cloned();
     let risky = match base {
         "find" => has(&["-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprintf", "-fls"]),
@@ -210,7 +243,7 @@ pub fn runs_anything(program: &Path, args: &[String]) -> Option<String> {
         "ssh" => has(&["-o"]),
         "tar" => has(&["--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--info-script", "--new-volume-script"]),
         "rsync" => has(&["-e", "--rsh", "--rsync-path"]),
-        "less" | "more" | "man" | "vi" | "vim" | "nvim" | "emacs" | "nano" | "ed" => Some(name.clone()),
+        "less" | "more" | "man" | "vi" | "vim" | "nvim" | "view" | "ex" | "emacs" | "nano" | "ed" => Some(name.clone()),
         _ => None,
     };
     risky.map(|opt| format!("`{name} {opt}` runs other programs"))

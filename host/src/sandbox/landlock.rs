@@ -1,0 +1,101 @@
+//! The Landlock ruleset for one child, built with the `landlock` crate in the
+//! parent; the child only calls `landlock_restrict_self` on its descriptor
+//! (between clone and exec nothing may allocate, so the crate's own
+//! `restrict_self` is not used there).
+//!
+//! Landlock only adds access, so a read-only hole cannot be cut in a writable
+//! tree, and a name that does not exist yet cannot be kept from being created:
+//! write access is given to each existing entry of the workspace except the
+//! protected ones (directories holding a protected path are walked into). A
+//! child can therefore not create new entries directly in the workspace root.
+//!
+//! - ABI 4+: TCP bind and connect are handled (denied unless the network is granted).
+//! - ABI 6+: the abstract UNIX socket and signal scopes: no connecting to
+//!   abstract sockets or signalling processes outside the sandbox.
+//! - ABI 9+: connecting to pathname UNIX sockets is allowed only beneath the
+//!   workspace and the private temp dir.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+};
+
+use super::Confines;
+
+/// Whether this ABI confines pathname UNIX sockets (so AF_UNIX can be allowed).
+pub fn confines_unix_sockets(abi: i32) -> bool {
+    abi >= 9
+}
+
+/// A ruleset for `confines` plus the private temp dir `tmp`, as a descriptor the child applies.
+pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, String> {
+    let abi = ABI::from(abi);
+    let all = AccessFs::from_all(abi);
+    let file = AccessFs::from_file(abi);
+    fn e(what: &'static str) -> impl Fn(landlock::RulesetError) -> String {
+        move |err| format!("{what}: {err}")
+    }
+    let mut rules = Ruleset::default().set_compatibility(CompatLevel::HardRequirement).handle_access(all).map_err(e("handling file access"))?;
+    if !confines.network && abi >= ABI::V4 {
+        rules = rules.handle_access(AccessNet::from_all(abi)).map_err(e("handling network access"))?;
+    }
+    if abi >= ABI::V6 {
+        rules = rules.scope(Scope::from_all(abi)).map_err(e("scoping sockets and signals"))?;
+    }
+    let mut created = rules.create().map_err(e("creating the ruleset"))?;
+    let add = |created: RulesetCreated, path: &Path, access: BitFlags<AccessFs>| -> Result<RulesetCreated, String> {
+        let fd = PathFd::new(path).map_err(|err| format!("{}: {err}", path.display()))?;
+        created.add_rule(PathBeneath::new(fd, access)).map_err(|err| format!("{}: {err}", path.display()))
+    };
+    created = add(created, Path::new("/"), AccessFs::from_read(abi))?;
+    for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
+        created = add(created, Path::new(dev), file)?;
+    }
+    created = add(created, tmp, all)?;
+    for outside in &confines.writable_outside {
+        if let Ok(meta) = std::fs::metadata(outside) {
+            created = add(created, outside, if meta.is_dir() { all } else { file })?;
+        }
+    }
+    let mut dirs = vec![confines.workspace.clone()];
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|err| format!("{}: {err}", dir.display()))?;
+        for entry in entries {
+            let path = entry.map_err(|err| format!("{}: {err}", dir.display()))?.path();
+            if confines.is_protected(&path) {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+            if meta.is_dir() && confines.holds_protected(&path) {
+                dirs.push(path);
+            } else if meta.is_dir() {
+                created = add(created, &path, all)?;
+            } else if meta.is_file() {
+                created = add(created, &path, file)?;
+            }
+        }
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or_else(|| "the kernel did not create a Landlock ruleset".to_string())
+}
+
+/// Apply the ruleset to the calling thread. Called in the child between clone
+/// and exec: system calls only.
+///
+/// # Safety
+/// Only async-signal-safe work: the caller is a vfork-style child.
+pub unsafe fn restrict_self(ruleset: &OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: prctl and landlock_restrict_self take no pointers here.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
