@@ -34,7 +34,7 @@ pub fn execute(args: BuildArgs, workspace: &Path) -> Result<i32, Failure> {
 
     let (config, _) = Config::discover(None, workspace).map_err(Failure::usage)?;
     let compiled = Instant::now();
-    let policy = super::runtime(&config)?.load(&PolicySource::Path(out.clone())).map_err(Failure::usage)?;
+    let policy = super::runtime(&config, workspace)?.load(&PolicySource::Path(out.clone())).map_err(Failure::usage)?;
     if policy.world.name() != manifest.world {
         return Err(Failure::usage(anyhow::anyhow!(
             "`{}` was built for world `{}` but is a `{}` component: check `world` in policy.toml",

@@ -134,7 +134,7 @@ fn answer(args: AnswerArgs, workspace: Option<&Path>) -> i32 {
 fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Result<Option<serde_json::Value>> {
     let (config, config_path) = Config::discover(args.config.as_deref(), workspace)?;
     let start = json_arg("--input", &args.input).map_err(|f| f.error)?;
-    let runtime = super::runtime(&config).map_err(|f| f.error)?;
+    let runtime = super::runtime(&config, workspace).map_err(|f| f.error)?;
     let source = PolicySource::parse(&args.policy);
     let policy = runtime.load(&source)?;
     // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.

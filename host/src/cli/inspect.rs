@@ -24,7 +24,7 @@ pub struct InspectArgs {
 
 pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
     let (config, _) = Config::discover(None, workspace).map_err(Failure::usage)?;
-    let runtime = super::runtime(&config)?;
+    let runtime = super::runtime(&config, workspace)?;
     let source = PolicySource::parse(&args.policy);
     let policy = runtime.load(&source).map_err(Failure::usage)?;
 

@@ -147,9 +147,10 @@ fn main_with(cli: Cli) -> i32 {
     }
 }
 
-/// The runtime for a workspace's config (its cache directory).
-pub(crate) fn runtime(config: &crate::config::Config) -> Result<crate::runtime::Runtime, Failure> {
+/// The runtime for a workspace's config (its cache directory, which must lie outside `workspace`).
+pub(crate) fn runtime(config: &crate::config::Config, workspace: &std::path::Path) -> Result<crate::runtime::Runtime, Failure> {
     let dir = crate::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
+    crate::cache::check_dir(&dir, workspace).map_err(Failure::usage)?;
     crate::runtime::Runtime::with_pool(dir, config.engine.pool_instances).map_err(Failure::internal)
 }
 

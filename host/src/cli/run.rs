@@ -84,7 +84,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
         None => json_arg("--input", &args.input)?,
     };
 
-    let runtime = super::runtime(&config)?;
+    let runtime = super::runtime(&config, workspace)?;
     let policy = runtime.load(&source).map_err(Failure::usage)?;
     let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
     note_interrupted(&db);

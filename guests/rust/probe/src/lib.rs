@@ -174,7 +174,7 @@ mod component {
             "prompt" => output_json(actions::prompt(&PromptRequest {
                 text: op["text"].as_str().unwrap_or("").into(),
                 kind: PromptKind::Prompt,
-                model: None,
+                model: op["model"].as_str().map(String::from),
                 session: op["session"].as_str().map(String::from),
                 timeout_ms: None,
             })),

@@ -69,7 +69,7 @@ fn load(id: &str, workspace: &Path, allow_policy_change: bool) -> Result<Loaded,
         return Err(Failure::usage(anyhow::anyhow!("run {id} is an agent hook session: the agent's next hook event moves it on, not `loopbox runs`")));
     }
     let (config, config_path) = config_for(&run.options, workspace)?;
-    let runtime = super::super::runtime(&config)?;
+    let runtime = super::super::runtime(&config, workspace)?;
     let source = policy_source(&run);
     let policy = runtime.load(&source).map_err(Failure::usage)?;
     if policy.digest != run.policy_digest {

@@ -1,0 +1,307 @@
+//! Attacks on the trust boundary, each reproduced end to end through the
+//! runtime with the probe guest standing in for a hostile policy (see
+//! docs/security.md). Each asserts that what a policy or its sandboxed command
+//! plants is never run or trusted outside the sandbox, under bwrap and Landlock.
+
+use std::path::{Path, PathBuf};
+
+use loopbox_tests::*;
+use serde_json::{Value, json};
+
+const KINDS: [&str; 2] = ["bwrap", "landlock"];
+
+async fn exec(ctx: &loopbox::run::RunContext, argv: Value) -> Value {
+    probe(ctx, json!({"op": "exec", "argv": argv})).await.unwrap()
+}
+
+async fn script(ctx: &loopbox::run::RunContext, source: &str) -> Value {
+    probe(ctx, json!({"op": "script", "source": source})).await.unwrap()
+}
+
+fn exit_code(v: &Value) -> Option<i64> {
+    v["ok"]["exit_code"].as_i64()
+}
+
+fn error(v: &Value) -> String {
+    v["err"].to_string()
+}
+
+/// A directory outside the workspace that a planted program would write to if
+/// it ever ran outside the sandbox.
+fn outside() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn executable(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// Item 1: a sandboxed script rewrites the agent program in the workspace; the
+/// rewrite fails, and the agent itself runs inside the sandbox, so even a
+/// planted agent could not write outside the workspace.
+#[tokio::test]
+async fn a_policy_cannot_plant_code_in_the_agent_program() {
+    for kind in KINDS {
+        let ws = Workspace::new();
+        let out = outside();
+        let marker = out.path().join("agent-ran-outside");
+        executable(&ws.root().join("agent/fix-agent"), "#!/bin/sh\necho '{\"result\": \"fixed\"}'\n");
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\nscripts = true\n[agent]\ncommand = [\"./agent/fix-agent\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n"
+        );
+        let ctx = ws.run(&load("probe"), &config);
+        let plant = format!("printf '#!/bin/sh\\ntouch {}\\necho planted\\n' > agent/fix-agent", marker.display());
+        let v = script(&ctx, &plant).await;
+        assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
+        let v = probe(&ctx, json!({"op": "prompt", "text": "fix it"})).await.unwrap();
+        assert_eq!(v["ok"]["stdout"], "fixed", "{kind}: {v}");
+        assert!(!marker.exists(), "{kind}");
+
+        // The agent program itself tries to write outside the workspace and into the store.
+        executable(&ws.root().join("agent/fix-agent"), &format!("#!/bin/sh\ntouch {} .loopbox/planted 2>/dev/null\necho '{{\"result\": \"tried\"}}'\n", marker.display()));
+        let ctx = ws.run(&load("probe"), &config);
+        let v = probe(&ctx, json!({"op": "prompt", "text": "go"})).await.unwrap();
+        assert_eq!(v["ok"]["stdout"], "tried", "{kind}: {v}");
+        assert!(!marker.exists() && !ws.root().join(".loopbox/planted").exists(), "{kind}: the agent is sandboxed");
+    }
+}
+
+/// Item 3: persistence through files that git, Claude Code, direnv or editors
+/// run later, planted by a script or by a granted program.
+#[tokio::test]
+async fn nothing_that_runs_later_can_be_planted() {
+    for kind in KINDS {
+        let ws = Workspace::new();
+        for (path, text) in [(".git/config", "[core]\n\tbare = false\n"), (".git/HEAD", "ref: refs/heads/main\n")] {
+            ws.write(path, text);
+        }
+        std::fs::create_dir_all(ws.root().join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(ws.root().join(".git/objects")).unwrap();
+        std::fs::create_dir_all(ws.root().join(".git/refs")).unwrap();
+        let config = format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\nallow = [[\"git\", \"config\"]]\n");
+        let ctx = ws.run(&load("probe"), &config);
+        let attacks = [
+            "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> .git/config",
+            "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+            "mkdir -p .claude && printf '{\"hooks\":{\"Stop\":[{\"hooks\":[{\"type\":\"command\",\"command\":\"touch /tmp/pwned\"}]}]}}' > .claude/settings.json",
+            "printf 'touch /tmp/pwned\\n' > .envrc",
+            "mkdir -p .vscode && printf '{}' > .vscode/tasks.json",
+            "printf '[shell]\\nallow = [[\"sh\"]]\\n' > loopbox.toml",
+            "printf '{\"mcpServers\":{}}' > .mcp.json",
+        ];
+        for attack in attacks {
+            let v = script(&ctx, attack).await;
+            assert_ne!(exit_code(&v), Some(0), "{kind}: `{attack}` succeeded: {v}");
+        }
+        // A granted program writing git's config is refused the same way.
+        let v = exec(&ctx, json!(["git", "config", "core.fsmonitor", "touch /tmp/pwned"])).await;
+        assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
+        assert_eq!(std::fs::read_to_string(ws.root().join(".git/config")).unwrap(), "[core]\n\tbare = false\n", "{kind}");
+        assert_eq!(std::fs::read_dir(ws.root().join(".git/hooks")).unwrap().count(), 0, "{kind}");
+        for planted in [".claude", ".envrc", ".vscode", "loopbox.toml", ".mcp.json"] {
+            assert!(!ws.root().join(planted).exists(), "{kind}: {planted} exists after the run (a placeholder left behind or planted)");
+        }
+        // The rest of the workspace stays writable (under Landlock, below the root).
+        std::fs::create_dir(ws.root().join("src")).unwrap();
+        assert_eq!(exit_code(&script(&ctx, "echo ok > src/main.txt").await), Some(0), "{kind}");
+    }
+}
+
+/// `shell.writable` opens one protected name on purpose, and only that one.
+#[tokio::test]
+async fn writable_opens_a_protected_name_on_purpose() {
+    let ws = Workspace::new();
+    ws.write(".vscode/settings.json", "{}");
+    ws.write(".envrc", "");
+    let ctx = ws.run(&load("probe"), "[shell]\nsandbox = \"bwrap\"\nscripts = true\nwritable = [\".vscode\"]\n");
+    assert_eq!(exit_code(&script(&ctx, "echo 1 > .vscode/settings.json").await), Some(0));
+    assert_ne!(exit_code(&script(&ctx, "echo 1 > .envrc").await), Some(0));
+    let e = loopbox::config::Config::parse("[shell]\nwritable = [\".loopbox\"]", Path::new("t.toml")).unwrap_err();
+    assert!(format!("{e:#}").contains("never writable"), "{e:#}");
+}
+
+/// A recording agent: prints its arguments and stdin back as the reply.
+fn recording_agent(ws: &Workspace) -> PathBuf {
+    let path = ws.root().join("agent/echo-agent");
+    executable(&path, "#!/bin/sh\nin=$(cat)\nprintf '{\"result\": \"args=[%s] stdin=[%s]\"}' \"$*\" \"$in\"\n");
+    path
+}
+
+/// Item 4: a message or session id chosen by the policy never reaches the
+/// agent as an option, and placeholders are filled in the template only.
+#[tokio::test]
+async fn prompts_and_sessions_never_become_agent_options() {
+    let ws = Workspace::new();
+    recording_agent(&ws);
+    let bare = "[shell]\nsandbox = \"bwrap\"\n[agent]\ncommand = [\"./agent/echo-agent\", \"--model={model}\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]\noutput = \"json\"\n";
+    let ctx = ws.run(&load("probe"), bare);
+    let v = probe(&ctx, json!({"op": "prompt", "text": "--dangerously-skip-permissions"})).await.unwrap();
+    assert!(error(&v).contains("put \\\"--\\\" before"), "{v}");
+    let v = probe(&ctx, json!({"op": "prompt", "text": "hi", "session": "-x"})).await.unwrap();
+    assert!(error(&v).contains("not a plain word"), "{v}");
+    let v = probe(&ctx, json!({"op": "prompt", "text": "say {model} and {session}", "model": "m1"})).await.unwrap();
+    assert_eq!(v["ok"]["stdout"], "args=[--model=m1 say {model} and {session}] stdin=[]", "{v}");
+
+    // With the message on stdin, as the presets send it, nothing is an option.
+    let stdin = "[shell]\nsandbox = \"bwrap\"\n[agent]\ncommand = [\"./agent/echo-agent\"]\nprompt_input = \"stdin\"\noutput = \"json\"\n";
+    let ctx = ws.run(&load("probe"), stdin);
+    let v = probe(&ctx, json!({"op": "prompt", "text": "--dangerously-skip-permissions"})).await.unwrap();
+    assert_eq!(v["ok"]["stdout"], "args=[] stdin=[--dangerously-skip-permissions]", "{v}");
+}
+
+/// Item 5: the agent, run with the user's rights before, could edit the config
+/// and the store; sandboxed, it cannot.
+#[tokio::test]
+async fn the_agent_cannot_widen_the_grants() {
+    for kind in KINDS {
+        let ws = Workspace::new();
+        ws.write("loopbox.toml", "# mine\n");
+        executable(
+            &ws.root().join("agent/proxy"),
+            "#!/bin/sh\nprintf '[shell]\\nallow = [[\"sh\"]]\\n' > loopbox.toml 2>/dev/null; echo x > .loopbox/evil 2>/dev/null; echo '{\"result\": \"done\"}'\n",
+        );
+        let config = format!("[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/proxy\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n");
+        let ctx = ws.run(&load("probe"), &config);
+        let v = probe(&ctx, json!({"op": "prompt", "text": "edit the config"})).await.unwrap();
+        assert_eq!(v["ok"]["stdout"], "done", "{kind}: {v}");
+        assert_eq!(std::fs::read_to_string(ws.root().join("loopbox.toml")).unwrap(), "# mine\n", "{kind}");
+        assert!(!ws.root().join(".loopbox/evil").exists(), "{kind}");
+    }
+}
+
+/// A multi-call program (one file, many names) outside the workspace.
+struct MultiCall {
+    dir: tempfile::TempDir,
+}
+
+impl MultiCall {
+    fn new() -> MultiCall {
+        // Not under /tmp, which bwrap replaces with a private one.
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        executable(&dir.path().join("multi"), "#!/bin/sh\necho \"called as $(basename \"$0\")\"\n");
+        for name in ["alpha", "beta"] {
+            std::os::unix::fs::symlink("multi", dir.path().join(name)).unwrap();
+        }
+        MultiCall { dir }
+    }
+
+    fn path_var(&self) -> String {
+        format!("{}:/usr/bin:/bin", self.dir.path().display())
+    }
+}
+
+/// Item 6: a program runs by the name the policy wrote, and a rule allows a
+/// multi-call binary only under the rule's name.
+#[tokio::test]
+async fn a_multi_call_program_runs_only_as_the_rule_names_it() {
+    let multi = MultiCall::new();
+    for kind in ["bwrap", "landlock", "none"] {
+        let ws = Workspace::new();
+        let config = format!("[shell]\nsandbox = \"{kind}\"\npath = \"{}\"\nallow = [[\"alpha\"], [\"vi\"]]\n", multi.path_var());
+        let ctx = ws.run(&load("probe"), &config);
+        let v = exec(&ctx, json!(["alpha"])).await;
+        assert_eq!(v["ok"]["stdout"], "called as alpha\n", "{kind}: {v}");
+        for other in ["beta", "multi"] {
+            let v = exec(&ctx, json!([other])).await;
+            assert!(error(&v).contains("acts by the name it is called by"), "{kind} {other}: {v}");
+        }
+        // `vi` is vim under another name: still an editor that runs commands.
+        if Path::new("/usr/bin/vi").exists() {
+            let v = exec(&ctx, json!(["vi", "-c", "!touch /tmp/pwned", "-c", "q"])).await;
+            assert!(error(&v).contains("only a rule naming the whole command exactly"), "{kind}: {v}");
+        }
+    }
+    // A rule naming the real path allows every name.
+    let ws = Workspace::new();
+    let real = multi.dir.path().join("multi").canonicalize().unwrap();
+    let config = format!("[shell]\nsandbox = \"none\"\npath = \"{}\"\nallow = [[\"{}\"]]\n", multi.path_var(), real.display());
+    let ctx = ws.run(&load("probe"), &config);
+    assert_eq!(exec(&ctx, json!(["beta"])).await["ok"]["stdout"], "called as beta\n");
+}
+
+/// Item 6 on a real rustup install: `cargo` is rustup under another name.
+#[tokio::test]
+async fn cargo_runs_as_cargo_and_rustup_is_not_cargo() {
+    let Some(home) = std::env::var_os("HOME") else { return };
+    let bin = PathBuf::from(home).join(".cargo/bin");
+    let is_rustup_proxy = std::fs::read_link(bin.join("cargo")).is_ok_and(|t| t.ends_with("rustup"));
+    if !is_rustup_proxy {
+        eprintln!("skipped: cargo here is not a rustup proxy");
+        return;
+    }
+    let ws = Workspace::new();
+    let config = format!("[shell]\nsandbox = \"bwrap\"\npath = \"{}:/usr/bin:/bin\"\nallow = [[\"cargo\", \"--version\"]]\n", bin.display());
+    let ctx = ws.run(&load("probe"), &config);
+    let v = exec(&ctx, json!(["cargo", "--version"])).await;
+    assert!(v["ok"]["stdout"].as_str().unwrap_or("").starts_with("cargo "), "{v}");
+    let v = exec(&ctx, json!(["rustup", "--version"])).await;
+    assert!(error(&v).contains("acts by the name it is called by"), "{v}");
+}
+
+/// Item 7: a deny rule holds however the flags are spelled.
+#[tokio::test]
+async fn deny_rules_hold_for_every_spelling() {
+    let ws = Workspace::new();
+    ws.write("victim/file", "keep");
+    let ctx = ws.run(&load("probe"), "[shell]\nsandbox = \"bwrap\"\nallow = [[\"rm\"]]\ndeny = [[\"rm\", \"-rf\"]]\n");
+    for flags in [vec!["-Rf"], vec!["-fR"], vec!["--recursive", "--force"], vec!["-r", "--force"], vec!["--rec", "--forc"], vec!["-R", "-f"]] {
+        let mut argv = vec!["rm"];
+        argv.extend(flags.iter().copied());
+        argv.push("victim");
+        let v = exec(&ctx, json!(argv)).await;
+        assert!(error(&v).contains("denied by shell.deny[0]"), "{argv:?}: {v}");
+    }
+    assert!(ws.root().join("victim/file").exists());
+}
+
+/// Item 8: variables that make programs load code are refused, in both lists,
+/// unless named in `shell.unsafe_env`.
+#[tokio::test]
+async fn code_loading_variables_need_an_opt_in_per_name() {
+    let parse = |t: &str| loopbox::config::Config::parse(t, Path::new("t.toml")).map(|_| ()).map_err(|e| format!("{e:#}"));
+    for name in ["BASH_ENV", "ENV", "GCONV_PATH", "NODE_OPTIONS", "LD_PRELOAD", "PYTHONSTARTUP", "GIT_SSH_COMMAND", "PERL5OPT"] {
+        let e = parse(&format!("[shell]\npass_env_from_policy = [\"{name}\"]")).unwrap_err();
+        assert!(e.contains("shell.unsafe_env"), "{name}: {e}");
+        assert!(parse(&format!("[shell]\npass_env = [\"{name}\"]")).is_err(), "{name} from the host");
+        assert!(parse(&format!("[shell]\npass_env_from_policy = [\"{name}\"]\nunsafe_env = [\"{name}\"]")).is_ok(), "{name} opted in");
+    }
+    // The attack from the issue: BASH_ENV makes bash run a command substitution.
+    let ws = Workspace::new();
+    let out = outside();
+    let ctx = ws.run(&load("probe"), "[shell]\nsandbox = \"bwrap\"\nallow = [[\"ldd\", \"--version\"]]\n");
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["ldd", "--version"], "env": {"BASH_ENV": format!("$(touch {}/pwned)", out.path().display())}})).await.unwrap();
+    assert!(error(&v).contains("may not set environment variable `BASH_ENV`"), "{v}");
+    assert!(!out.path().join("pwned").exists());
+}
+
+/// Item 9: host UNIX sockets (a Docker daemon, an ssh-agent) and processes
+/// outside the sandbox are out of reach.
+#[tokio::test]
+async fn host_sockets_and_processes_are_out_of_reach() {
+    let out = outside();
+    let socket = out.path().join("daemon.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let connect = format!("import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); print('connected')", socket.display());
+    let abstract_ = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0loopbox-test'); print('connected')";
+    let pid = std::process::id().to_string();
+    for kind in KINDS {
+        let ws = Workspace::new();
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\nnetwork = true\nallow = [[\"python3\", \"-c\", {c:?}], [\"python3\", \"-c\", {a:?}], [\"kill\", \"-0\", \"{pid}\"]]\n",
+            c = connect,
+            a = abstract_
+        );
+        let ctx = ws.run(&load("probe"), &config);
+        for code in [&connect, &abstract_.to_string()] {
+            let v = exec(&ctx, json!(["python3", "-c", code])).await;
+            assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
+            assert!(!v["ok"]["stdout"].as_str().unwrap_or("").contains("connected"), "{kind}: {v}");
+        }
+        let v = exec(&ctx, json!(["kill", "-0", pid])).await;
+        assert_ne!(exit_code(&v), Some(0), "{kind}: signalled a process outside the sandbox: {v}");
+    }
+    assert!(listener.accept().is_err(), "nothing connected");
+}
