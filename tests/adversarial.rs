@@ -48,9 +48,8 @@ async fn a_policy_cannot_plant_code_in_the_agent_program() {
         let out = outside();
         let marker = out.path().join("agent-ran-outside");
         executable(&ws.root().join("agent/fix-agent"), "#!/bin/sh\necho '{\"result\": \"fixed\"}'\n");
-        let config = format!(
-            "[shell]\nsandbox = \"{kind}\"\nscripts = true\n[agent]\ncommand = [\"./agent/fix-agent\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n"
-        );
+        let config =
+            format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n[agent]\ncommand = [\"./agent/fix-agent\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n");
         let ctx = ws.run(&load("probe"), &config);
         let plant = format!("printf '#!/bin/sh\\ntouch {}\\necho planted\\n' > agent/fix-agent", marker.display());
         let v = script(&ctx, &plant).await;
@@ -60,7 +59,10 @@ async fn a_policy_cannot_plant_code_in_the_agent_program() {
         assert!(!marker.exists(), "{kind}");
 
         // The agent program itself tries to write outside the workspace and into the store.
-        executable(&ws.root().join("agent/fix-agent"), &format!("#!/bin/sh\ntouch {} .loopbox/planted 2>/dev/null\necho '{{\"result\": \"tried\"}}'\n", marker.display()));
+        executable(
+            &ws.root().join("agent/fix-agent"),
+            &format!("#!/bin/sh\ntouch {} .loopbox/planted 2>/dev/null\necho '{{\"result\": \"tried\"}}'\n", marker.display()),
+        );
         let ctx = ws.run(&load("probe"), &config);
         let v = probe(&ctx, json!({"op": "prompt", "text": "go"})).await.unwrap();
         assert_eq!(v["ok"]["stdout"], "tried", "{kind}: {v}");
@@ -271,7 +273,9 @@ async fn code_loading_variables_need_an_opt_in_per_name() {
     let ws = Workspace::new();
     let out = outside();
     let ctx = ws.run(&load("probe"), "[shell]\nsandbox = \"bwrap\"\nallow = [[\"ldd\", \"--version\"]]\n");
-    let v = probe(&ctx, json!({"op": "exec", "argv": ["ldd", "--version"], "env": {"BASH_ENV": format!("$(touch {}/pwned)", out.path().display())}})).await.unwrap();
+    let v = probe(&ctx, json!({"op": "exec", "argv": ["ldd", "--version"], "env": {"BASH_ENV": format!("$(touch {}/pwned)", out.path().display())}}))
+        .await
+        .unwrap();
     assert!(error(&v).contains("may not set environment variable `BASH_ENV`"), "{v}");
     assert!(!out.path().join("pwned").exists());
 }

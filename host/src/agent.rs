@@ -19,9 +19,9 @@ use serde_json::{Value, json};
 
 use crate::child_env::ChildEnv;
 use crate::config::{AgentConfig, AgentOutput, OpenAiConfig, PromptInput, RunnerKind};
-use crate::sandbox::{Confines, LazySandbox};
 use crate::db::Db;
 use crate::process::{self, Finished, Spec};
+use crate::sandbox::{Confines, LazySandbox};
 
 #[derive(Clone)]
 pub struct AgentRunner {
@@ -30,6 +30,9 @@ pub struct AgentRunner {
     output_cap: usize,
     db: Db,
     sandbox: Option<std::sync::Arc<AgentSandbox>>,
+    /// The agent program's digest when the runner was made: a program changed
+    /// since (by anything) is not run.
+    program: Option<(std::path::PathBuf, String)>,
 }
 
 /// Where the agent CLI runs: the run's sandbox, with the agent's own confines.
@@ -74,7 +77,11 @@ pub enum AgentError {
 impl AgentRunner {
     /// `sandbox`: where the CLI runs (None: unconfined, for tests of the template).
     pub fn new(config: AgentConfig, env: ChildEnv, output_cap: usize, db: Db, sandbox: Option<AgentSandbox>) -> AgentRunner {
-        AgentRunner { config, env, output_cap, db, sandbox: sandbox.map(std::sync::Arc::new) }
+        let program = (config.runner != RunnerKind::Openai)
+            .then(|| env.resolve_program(&config.command[0], env.root()))
+            .flatten()
+            .and_then(|p| program_digest(&p).map(|d| (p, d)));
+        AgentRunner { config, env, output_cap, db, sandbox: sandbox.map(std::sync::Arc::new), program }
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -144,12 +151,21 @@ impl AgentRunner {
         let cwd = self.env.root().to_path_buf();
         let program =
             self.env.resolve_program(&argv[0], &cwd).ok_or_else(|| AgentError::NotFound { program: argv[0].clone(), path: self.env.path_var().to_string() })?;
+        if let Some((pinned, digest)) = &self.program
+            && (&program != pinned || program_digest(&program).as_ref() != Some(digest))
+        {
+            return Err(AgentError::Refused(format!(
+                "the agent program `{}` changed since the run started, so it is not run; if you changed it, start the run again",
+                program.display()
+            )));
+        }
         let stdin = (self.config.prompt_input == PromptInput::Stdin).then(|| req.text.to_string());
         let (program, arg0, args, extra_env, confinement, pass_fd, keep) = match &self.sandbox {
             Some(s) => {
-                let p = s.confines.prepare(s.sandbox.get(), program, Some(argv[0].clone()), argv[1..].to_vec(), &cwd).map_err(|why| {
-                    AgentError::Refused(format!("the agent runs only inside the OS sandbox, and it cannot be set up: {why}"))
-                })?;
+                let p = s
+                    .confines
+                    .prepare(s.sandbox.get(), program, Some(argv[0].clone()), argv[1..].to_vec(), &cwd)
+                    .map_err(|why| AgentError::Refused(format!("the agent runs only inside the OS sandbox, and it cannot be set up: {why}")))?;
                 (p.program, p.arg0, p.args, p.env, p.confinement, p.pass_fd, Some((p._tmp, p._hold)))
             }
             None => (program, Some(argv[0].clone()), argv[1..].to_vec(), Vec::new(), None, None, None),
@@ -241,6 +257,12 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
     Ok(AgentReply { process, text, session: Some(session) })
 }
 
+/// A digest of the program file `path` resolves to (a script or a binary).
+pub fn program_digest(path: &std::path::Path) -> Option<String> {
+    let bytes = crate::files::read_capped(path, crate::files::MAX_COMPONENT_BYTES).ok()?;
+    Some(blake3::hash(&bytes).to_hex().to_string())
+}
+
 /// `template` with each placeholder replaced by its value in one pass (a value
 /// is never searched for placeholders); None when a placeholder it holds has none.
 fn fill(template: &str, values: &[(&str, Option<&str>)]) -> Option<String> {
@@ -264,10 +286,7 @@ fn fill(template: &str, values: &[(&str, Option<&str>)]) -> Option<String> {
 /// A session id or model name that cannot be an option or smuggle anything:
 /// `claude-sonnet-4.5`, `gpt-4o`, a UUID, `models/gemini-2.5-pro`.
 fn plain_word(v: &str) -> bool {
-    !v.is_empty()
-        && v.len() <= 200
-        && !v.starts_with('-')
-        && v.chars().all(|c| c.is_ascii_alphanumeric() || "._:/@-[]".contains(c))
+    !v.is_empty() && v.len() <= 200 && !v.starts_with('-') && v.chars().all(|c| c.is_ascii_alphanumeric() || "._:/@-[]".contains(c))
 }
 
 /// The reply text and session id from an agent's stdout.

@@ -218,7 +218,23 @@ mod tests {
 
     #[test]
     fn code_loading_variables_are_named() {
-        for v in ["BASH_ENV", "ENV", "GCONV_PATH", "NODE_OPTIONS", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES", "PYTHONSTARTUP", "PERL5OPT", "RUBYOPT", "GIT_SSH_COMMAND", "npm_config_script_shell", "JAVA_TOOL_OPTIONS", "TAR_OPTIONS", "HOME", "PATH"] {
+        for v in [
+            "BASH_ENV",
+            "ENV",
+            "GCONV_PATH",
+            "NODE_OPTIONS",
+            "LD_PRELOAD",
+            "DYLD_INSERT_LIBRARIES",
+            "PYTHONSTARTUP",
+            "PERL5OPT",
+            "RUBYOPT",
+            "GIT_SSH_COMMAND",
+            "npm_config_script_shell",
+            "JAVA_TOOL_OPTIONS",
+            "TAR_OPTIONS",
+            "HOME",
+            "PATH",
+        ] {
             assert!(dangerous_variable(v).is_some(), "{v}");
         }
         for v in ["CI", "RUST_LOG", "LANG", "TERM", "MY_FLAG"] {

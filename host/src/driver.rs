@@ -286,7 +286,10 @@ async fn agent_turn(
                     )));
                 };
                 // An `inject` is a message from the policy like a `prompt` action: the same tier governs it.
-                if let Err(why) = ctx.allow_message(agent.config().tier, &format!("agent turn {}: `{}`", *turns + 1, crate::ui::shorten(&crate::ui::sanitize(message), 60))).await {
+                if let Err(why) = ctx
+                    .allow_message(agent.config().tier, &format!("agent turn {}: `{}`", *turns + 1, crate::ui::shorten(&crate::ui::sanitize(message), 60)))
+                    .await
+                {
                     return Ok(Err(RunEnd::Agent(why)));
                 }
                 if journaled {

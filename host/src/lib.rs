@@ -35,6 +35,7 @@ pub mod limits;
 pub mod loops;
 pub mod meter;
 pub mod out;
+pub mod pin;
 pub mod policy;
 pub mod process;
 pub mod project;

@@ -286,8 +286,16 @@ impl ActionsHost {
                     return refused(ActionError::Unavailable(format!("no `sh` on shell.path = `{}`", self.grants.env.path_var())));
                 };
                 self.log.host("info", format!("{label} allowed by shell.scripts = true"));
-                let exec =
-                    Exec { label, program: sh, arg0: "sh".into(), args: vec!["-c".into(), script.source], cwd, env: Vec::new(), stdin: None, timeout: script.timeout_ms };
+                let exec = Exec {
+                    label,
+                    program: sh,
+                    arg0: "sh".into(),
+                    args: vec!["-c".into(), script.source],
+                    cwd,
+                    env: Vec::new(),
+                    stdin: None,
+                    timeout: script.timeout_ms,
+                };
                 self.exec(exec, slot).await
             }
         }

@@ -48,6 +48,16 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             None => format!("{} NOT FOUND on shell.path = `{}`", a.command[0], config.shell.path),
         },
     };
+    let landlock_limits = match s.landlock_usable() {
+        Ok(abi) => format!(
+            "cannot keep a missing protected name from being created, so commands create nothing in the workspace root; {}; {}",
+            if abi >= 6 { "abstract UNIX sockets and signals scoped (ABI 6+)" } else { "no socket or signal scopes (ABI 6+ has them)" },
+            if abi >= 9 { "UNIX sockets confined to the workspace (ABI 9+)" } else { "UNIX sockets refused unless shell.unix_sockets (ABI 9+ confines them)" }
+        ),
+        Err(_) => "-".into(),
+    };
+    let protected =
+        crate::sandbox::protect::NAMES.iter().map(|(n, _)| *n).filter(|n| !config.shell.writable.iter().any(|w| w == n)).collect::<Vec<_>>().join(" ");
     let config_line = config_path.as_ref().map_or("none (defaults: nothing granted)".to_string(), |p| p.display().to_string());
     if args.json {
         let v = json!({
@@ -55,6 +65,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             "bwrap": s.bwrap.as_ref().ok(), "bwrap_error": s.bwrap.as_ref().err(),
             "sandbox": sandbox.name(), "sandbox_enforced": sandbox.is_enforced(), "sandbox_note": chosen,
             "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
+            "landlock_limits": landlock_limits, "protected": protected, "unix_sockets": config.shell.unix_sockets,
         });
         crate::outln!("{}", serde_json::to_string_pretty(&v).expect("serializable"));
     } else {
@@ -63,6 +74,10 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         line("bubblewrap", &bwrap);
         line("sandbox", &format!("{chosen} (shell.sandbox = \"{}\")", config.shell.sandbox.name()));
         line("network", if config.shell.network { "granted to commands (shell.network = true)" } else { "denied to commands" });
+        line("protected", &format!("{protected}, the config, the policy, the agent program (read-only in the sandbox)"));
+        if s.landlock_usable().is_ok() {
+            line("landlock limits", &landlock_limits);
+        }
         line("config", &config_line);
         line("component cache", &cache.display().to_string());
         line("agent", &agent);

@@ -67,6 +67,9 @@ struct AnswerArgs {
     /// Config file (default: loopbox.toml in the workspace)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Continue the session's run under the config as it is now, though its grants changed since the run started
+    #[arg(long)]
+    accept_config_change: bool,
 }
 
 #[derive(Debug, Args)]
@@ -144,7 +147,7 @@ fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Resul
         ..Access::default()
     };
     let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let output = tokio.block_on(session::answer(&policy, Arc::new(config), workspace, &start, input, access))?;
+    let output = tokio.block_on(session::answer(&policy, Arc::new(config), workspace, &start, input, access, args.accept_config_change))?;
     Ok(output.stdout)
 }
 

@@ -61,9 +61,12 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
         max_turns: args.max_turns,
         ticks: args.ticks.iter().map(|t| json_arg("--tick", t)).collect::<Result<_, _>>()?,
         hook: false,
+        grants: None,
     };
     let (config, config_path) = config_for(&options, workspace)?;
     super::drive::cli_rules(&options)?;
+    let mut options = options;
+    options.grants = Some(crate::pin::pin(&config, workspace));
     let input = match &loop_file {
         // A YAML loop is checked here, before anything runs, and travels as the input.
         Some(path) => {

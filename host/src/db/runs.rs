@@ -48,6 +48,9 @@ pub struct RunOptions {
     pub ticks: Vec<String>,
     /// An agent hook session: the agent's hook events drive it, not a loopbox process.
     pub hook: bool,
+    /// The grants the run started with (see [`crate::pin`]); a later process
+    /// continuing the run refuses a config that differs from them.
+    pub grants: Option<serde_json::Value>,
 }
 
 const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel";
@@ -83,9 +86,9 @@ impl Db {
         self.insert_run(id, policy, digest, input, &RunOptions::default(), None)
     }
 
-    /// An agent hook session's run.
-    pub fn create_hook_run(&self, id: &str, policy: &str, digest: &str, input: &str) -> Result<()> {
-        self.insert_run(id, policy, digest, input, &RunOptions { hook: true, ..Default::default() }, None)
+    /// An agent hook session's run, with the grants it starts under.
+    pub fn create_hook_run(&self, id: &str, policy: &str, digest: &str, input: &str, grants: serde_json::Value) -> Result<()> {
+        self.insert_run(id, policy, digest, input, &RunOptions { hook: true, grants: Some(grants), ..Default::default() }, None)
     }
 
     /// A standalone run, leased to this process from the start.
@@ -185,6 +188,17 @@ impl Db {
     }
 
     /// Record that the run continues with a changed policy (`--allow-policy-change`).
+    /// Pin `grants` as the run's grants from now on.
+    pub fn set_pinned_grants(&self, id: &str, grants: &serde_json::Value) -> Result<()> {
+        let mut options = self.existing_run(id)?.options;
+        options.grants = Some(grants.clone());
+        let options = serde_json::to_string(&options)?;
+        self.write("pin the run's grants", |tx| {
+            tx.exec("UPDATE runs SET options = ?2 WHERE id = ?1", params![id, options])?;
+            Ok(())
+        })
+    }
+
     pub fn set_policy_digest(&self, id: &str, digest: &str) -> Result<()> {
         self.write("record the new policy digest", |tx| {
             tx.exec("UPDATE runs SET policy_digest = ?2 WHERE id = ?1", params![id, digest])?;

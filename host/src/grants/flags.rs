@@ -27,12 +27,8 @@ const RM: &[Flag] = &[
     flag("--one-file-system", &["--one-file-system"]),
     flag("--preserve-root", &["--preserve-root"]),
 ];
-const CP_MV: &[Flag] = &[
-    flag("-r", &["-r", "-R", "--recursive"]),
-    flag("-f", &["-f", "--force"]),
-    flag("-v", &["-v", "--verbose"]),
-    flag("-i", &["-i", "--interactive"]),
-];
+const CP_MV: &[Flag] =
+    &[flag("-r", &["-r", "-R", "--recursive"]), flag("-f", &["-f", "--force"]), flag("-v", &["-v", "--verbose"]), flag("-i", &["-i", "--interactive"])];
 const CHMOD: &[Flag] = &[flag("-R", &["-R", "--recursive"]), flag("-v", &["-v", "--verbose"]), flag("-c", &["-c", "--changes"])];
 const GIT: &[Flag] = &[
     flag("-f", &["-f", "--force", "--force-with-lease", "--force-if-includes"]),

@@ -102,10 +102,20 @@ impl ShellGrants {
         let lists: Lists = [(Tier::Deny, &shell.deny, &extra.deny), (Tier::Ask, &shell.ask, &extra.ask), (Tier::Allow, &shell.allow, &extra.allow)];
         for (tier, config, cli) in lists {
             for (i, argv) in config.iter().enumerate() {
-                rules.push(Rule { tier, argv: argv.clone(), origin: format!("shell.{}[{i}]", tier.key()), program: resolve(env, &argv[0], env.root()).map(|(_, real)| real) });
+                rules.push(Rule {
+                    tier,
+                    argv: argv.clone(),
+                    origin: format!("shell.{}[{i}]", tier.key()),
+                    program: resolve(env, &argv[0], env.root()).map(|(_, real)| real),
+                });
             }
             for argv in cli {
-                rules.push(Rule { tier, argv: argv.clone(), origin: format!("--{}", tier.key()), program: resolve(env, &argv[0], env.root()).map(|(_, real)| real) });
+                rules.push(Rule {
+                    tier,
+                    argv: argv.clone(),
+                    origin: format!("--{}", tier.key()),
+                    program: resolve(env, &argv[0], env.root()).map(|(_, real)| real),
+                });
             }
         }
         ShellGrants { rules, pass_env_from_policy: shell.pass_env_from_policy.clone() }
@@ -200,8 +210,10 @@ fn contains_all(program: &str, args: &[String], rule: &[String]) -> bool {
 }
 
 /// Programs whose options can run other programs (see [`runs_anything`]).
-const RISKY_OPTIONS: &[&str] =
-    &["find", "git", "cargo", "make", "gmake", "npm", "pnpm", "yarn", "ssh", "tar", "rsync", "less", "more", "man", "vi", "vim", "nvim", "view", "ex", "emacs", "nano", "ed"];
+const RISKY_OPTIONS: &[&str] = &[
+    "find", "git", "cargo", "make", "gmake", "npm", "pnpm", "yarn", "ssh", "tar", "rsync", "less", "more", "man", "vi", "vim", "nvim", "view", "ex", "emacs",
+    "nano", "ed",
+];
 
 /// Programs that run other programs or code given as arguments.
 const WRAPPERS: &[&str] = &[

@@ -37,7 +37,15 @@ fn finished(status: &str) -> bool {
 /// How long a hook waits for the hooks of its session before it that are still running.
 const SESSION_WAIT: Duration = Duration::from_secs(300);
 
-pub async fn answer(policy: &Policy, config: Arc<Config>, workspace: &Path, start_input: &str, input: &HookInput, access: Access) -> Result<HookOutput> {
+pub async fn answer(
+    policy: &Policy,
+    config: Arc<Config>,
+    workspace: &Path,
+    start_input: &str,
+    input: &HookInput,
+    access: Access,
+    accept_config_change: bool,
+) -> Result<HookOutput> {
     let db = Db::open_workspace(workspace)?;
     let id = session_run_id(&policy.source, &input.session_id);
     // One event of a session at a time: parallel subagents fire hooks at once.
@@ -47,9 +55,23 @@ pub async fn answer(policy: &Policy, config: Arc<Config>, workspace: &Path, star
     if existing.as_ref().is_some_and(|r| finished(&r.status)) {
         return Ok(HookOutput { stdout: None });
     }
+    let grants = crate::pin::pin(&config, workspace);
+    if let Some(run) = &existing {
+        // A later event of the session keeps the policy and the grants it started with.
+        if run.policy_digest != policy.digest {
+            return Err(anyhow!("the policy `{}` changed since this session's run {id} started; start a new agent session to use the new one", policy.source));
+        }
+        let changed = run.options.grants.as_ref().map(|pinned| crate::pin::differences(pinned, &grants)).unwrap_or_default();
+        if !changed.is_empty() && !accept_config_change {
+            return Err(crate::pin::changed_error(&id, &changed, "start a new agent session to use it (or add --accept-config-change to the hook's command)"));
+        }
+        if !changed.is_empty() || run.options.grants.is_none() {
+            db.set_pinned_grants(&id, &grants)?;
+        }
+    }
     let ctx = RunContext::with_access(id.clone(), config, db.clone(), workspace, Ui::quiet(), access)?;
     if existing.is_none() {
-        db.create_hook_run(&id, &policy.source.to_string(), &policy.digest, start_input)?;
+        db.create_hook_run(&id, &policy.source.to_string(), &policy.digest, start_input, grants)?;
         ctx.log.host("info", format!("Claude Code session {} seen for the first time", input.session_id));
     }
     // A start that failed (a bad --input, say) is tried again on the next event.

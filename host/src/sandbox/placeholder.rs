@@ -95,7 +95,13 @@ fn clean_up(files: &LockFiles) -> Result<(), String> {
         if m.dev().to_string() != dev || m.ino().to_string() != ino {
             continue; // replaced by something else since: not ours
         }
-        let _ = if m.is_dir() { std::fs::remove_dir(path) } else if m.is_file() && m.len() == 0 { std::fs::remove_file(path) } else { Ok(()) };
+        let _ = if m.is_dir() {
+            std::fs::remove_dir(path)
+        } else if m.is_file() && m.len() == 0 {
+            std::fs::remove_file(path)
+        } else {
+            Ok(())
+        };
     }
     let _ = std::fs::remove_file(&files.record);
     Ok(())

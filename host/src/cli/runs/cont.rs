@@ -21,6 +21,9 @@ pub struct ResumeArgs {
     /// Continue even though the policy file changed since the run started
     #[arg(long)]
     allow_policy_change: bool,
+    /// Continue under the config as it is now, though its grants changed since the run started
+    #[arg(long)]
+    accept_config_change: bool,
     /// Send again an agent turn that was in flight when the run stopped
     #[arg(long)]
     resend_turn: bool,
@@ -35,6 +38,9 @@ pub struct AnswerArgs {
     /// Continue even though the policy file changed since the run started
     #[arg(long)]
     allow_policy_change: bool,
+    /// Continue under the config as it is now, though its grants changed since the run started
+    #[arg(long)]
+    accept_config_change: bool,
 }
 
 #[derive(Debug, Args)]
@@ -47,6 +53,9 @@ pub struct TickArgs {
     /// Continue even though the policy file changed since the run started
     #[arg(long)]
     allow_policy_change: bool,
+    /// Continue under the config as it is now, though its grants changed since the run started
+    #[arg(long)]
+    accept_config_change: bool,
 }
 
 /// A run that may be continued, with its policy and config loaded.
@@ -58,7 +67,7 @@ struct Loaded {
     config_path: Option<PathBuf>,
 }
 
-fn load(id: &str, workspace: &Path, allow_policy_change: bool) -> Result<Loaded, Failure> {
+fn load(id: &str, workspace: &Path, allow_policy_change: bool, accept_config_change: bool) -> Result<Loaded, Failure> {
     let db = open_store(workspace)?;
     db.find_interrupted().map_err(Failure::internal)?;
     let run = db.existing_run(id).map_err(Failure::lookup)?;
@@ -69,6 +78,25 @@ fn load(id: &str, workspace: &Path, allow_policy_change: bool) -> Result<Loaded,
         return Err(Failure::usage(anyhow::anyhow!("run {id} is an agent hook session: the agent's next hook event moves it on, not `loopbox runs`")));
     }
     let (config, config_path) = config_for(&run.options, workspace)?;
+    let now = crate::pin::pin(&config, workspace);
+    match &run.options.grants {
+        Some(pinned) => {
+            let changed = crate::pin::differences(pinned, &now);
+            if !changed.is_empty() {
+                if !accept_config_change {
+                    return Err(Failure::usage(crate::pin::changed_error(
+                        id,
+                        &changed,
+                        "pass --accept-config-change to continue under the config as it is now",
+                    )));
+                }
+                crate::errln!("warning: continuing run {id} under changed grants ({}) (--accept-config-change)", changed.join(", "));
+                db.set_pinned_grants(id, &now).map_err(Failure::internal)?;
+            }
+        }
+        // A run from before grants were pinned: pinned from here on.
+        None => db.set_pinned_grants(id, &now).map_err(Failure::internal)?,
+    }
     let runtime = super::super::runtime(&config, workspace)?;
     let source = policy_source(&run);
     let policy = runtime.load(&source).map_err(Failure::usage)?;
@@ -98,13 +126,13 @@ fn drive(l: Loaded, workspace: &Path, json: bool, resend_turn: bool, next: Next)
 }
 
 pub fn resume(args: ResumeArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
-    let l = load(&args.id, workspace, args.allow_policy_change)?;
+    let l = load(&args.id, workspace, args.allow_policy_change, args.accept_config_change)?;
     let next = resume_point(&l.db, &l.run).map_err(Failure::internal)?;
     drive(l, workspace, json, args.resend_turn, next)
 }
 
 pub fn answer(args: AnswerArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
-    let l = load(&args.id, workspace, args.allow_policy_change)?;
+    let l = load(&args.id, workspace, args.allow_policy_change, args.accept_config_change)?;
     match resume_point(&l.db, &l.run).map_err(Failure::internal)? {
         Next::Act { decision: Decision::Ask(_), .. } => drive(l, workspace, json, false, Next::Deliver(Event::UserInput(args.text))),
         other => Err(not_waiting(&args.id, "an answer", &other)),
@@ -113,7 +141,7 @@ pub fn answer(args: AnswerArgs, json: bool, workspace: &Path) -> Result<i32, Fai
 
 pub fn tick(args: TickArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
     let payload = json_arg("the tick", &args.payload)?;
-    let l = load(&args.id, workspace, args.allow_policy_change)?;
+    let l = load(&args.id, workspace, args.allow_policy_change, args.accept_config_change)?;
     match resume_point(&l.db, &l.run).map_err(Failure::internal)? {
         Next::Act { decision: Decision::Pass, after_turn: false, .. } => drive(l, workspace, json, false, Next::Deliver(Event::Tick(payload))),
         other => Err(not_waiting(&args.id, "a tick", &other)),
