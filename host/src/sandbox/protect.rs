@@ -95,10 +95,11 @@ fn git_hooks_path(root: &Path) -> Option<PathBuf> {
     for line in text.lines().map(str::trim) {
         if line.starts_with('[') {
             in_core = line.trim_start_matches('[').trim_end_matches(']').trim().eq_ignore_ascii_case("core");
-        } else if in_core && let Some((key, value)) = line.split_once('=') {
-            if key.trim().eq_ignore_ascii_case("hookspath") {
-                found = Some(value.trim().trim_matches('"').to_string());
-            }
+        } else if in_core
+            && let Some((key, value)) = line.split_once('=')
+            && key.trim().eq_ignore_ascii_case("hookspath")
+        {
+            found = Some(value.trim().trim_matches('"').to_string());
         }
     }
     let value = found.filter(|v| !v.is_empty())?;
