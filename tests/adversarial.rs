@@ -70,6 +70,28 @@ async fn a_policy_cannot_plant_code_in_the_agent_program() {
     }
 }
 
+/// Item 2: the compiled-component cache lies outside the workspace, where a
+/// sandboxed script cannot patch an artifact (which would then run as native code).
+#[tokio::test]
+async fn a_sandboxed_script_cannot_patch_the_component_cache() {
+    load("probe"); // compiled and cached
+    let cache = std::env::temp_dir().join(format!("loopbox-test-cache-{}", std::process::id())).join("components");
+    let snapshot = || -> Vec<(PathBuf, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect();
+        v.sort();
+        v
+    };
+    let before = snapshot();
+    assert!(!before.is_empty(), "the probe's artifact is cached in {}", cache.display());
+    for kind in KINDS {
+        let ws = Workspace::new();
+        let ctx = ws.run(&load("probe"), &format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n"));
+        let v = script(&ctx, &format!("for f in {}/*.cwasm; do printf 'planted' >> \"$f\" || exit 1; done", cache.display())).await;
+        assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
+    }
+    assert!(before == snapshot(), "no artifact changed");
+}
+
 /// Item 3: persistence through files that git, Claude Code, direnv or editors
 /// run later, planted by a script or by a granted program.
 #[tokio::test]
@@ -135,10 +157,18 @@ fn recording_agent(ws: &Workspace) -> PathBuf {
 /// agent as an option, and placeholders are filled in the template only.
 #[tokio::test]
 async fn prompts_and_sessions_never_become_agent_options() {
+    for kind in KINDS {
+        prompts_never_become_options_under(kind).await;
+    }
+}
+
+async fn prompts_never_become_options_under(kind: &str) {
     let ws = Workspace::new();
     recording_agent(&ws);
-    let bare = "[shell]\nsandbox = \"bwrap\"\n[agent]\ncommand = [\"./agent/echo-agent\", \"--model={model}\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]\noutput = \"json\"\n";
-    let ctx = ws.run(&load("probe"), bare);
+    let bare = format!(
+        "[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/echo-agent\", \"--model={{model}}\", \"{{prompt}}\"]\nresume = [\"--resume\", \"{{session}}\"]\noutput = \"json\"\n"
+    );
+    let ctx = ws.run(&load("probe"), &bare);
     let v = probe(&ctx, json!({"op": "prompt", "text": "--dangerously-skip-permissions"})).await.unwrap();
     assert!(error(&v).contains("put \\\"--\\\" before"), "{v}");
     let v = probe(&ctx, json!({"op": "prompt", "text": "hi", "session": "-x"})).await.unwrap();
@@ -147,8 +177,8 @@ async fn prompts_and_sessions_never_become_agent_options() {
     assert_eq!(v["ok"]["stdout"], "args=[--model=m1 say {model} and {session}] stdin=[]", "{v}");
 
     // With the message on stdin, as the presets send it, nothing is an option.
-    let stdin = "[shell]\nsandbox = \"bwrap\"\n[agent]\ncommand = [\"./agent/echo-agent\"]\nprompt_input = \"stdin\"\noutput = \"json\"\n";
-    let ctx = ws.run(&load("probe"), stdin);
+    let stdin = format!("[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/echo-agent\"]\nprompt_input = \"stdin\"\noutput = \"json\"\n");
+    let ctx = ws.run(&load("probe"), &stdin);
     let v = probe(&ctx, json!({"op": "prompt", "text": "--dangerously-skip-permissions"})).await.unwrap();
     assert_eq!(v["ok"]["stdout"], "args=[] stdin=[--dangerously-skip-permissions]", "{v}");
 }

@@ -126,7 +126,8 @@ fn tool_calls_and_prompts_map_to_their_answers() {
     let (_, out, _) = hook(d, &probe, pre(json!({"op": "echo", "then": "ask"})));
     assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "ask");
     let (_, out, _) = hook(d, &probe, pre(json!({"op": "echo", "command": "ls -a", "then": "rewrite"})));
-    assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "allow");
+    // A rewrite is shown to the user, never approved by the policy.
+    assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "ask");
     assert_eq!(out["hookSpecificOutput"]["updatedInput"], json!({"op": "echo", "command": "ls -a", "then": "rewrite"}));
     assert_eq!(hook(d, &probe, pre(json!({"op": "echo", "then": "pass"}))), (0, Value::Null, String::new()));
     let (_, out, _) = hook(d, &probe, pre(json!({"op": "echo", "then": "escalate"})));

@@ -138,7 +138,10 @@ pub fn render(event_name: &str, decision: &Decision) -> Result<HookOutput, Strin
             if !input.is_object() {
                 return Err("rewrite of a tool input must be a JSON object".into());
             }
-            out(pre_tool_use("allow", "rewritten by the loop policy", Some(input)))
+            // Never "allow": a policy that could rewrite a tool call and approve it at
+            // once would run any command through the agent with the user's rights.
+            // Claude Code shows the rewritten input and asks.
+            out(pre_tool_use("ask", "the loop policy rewrote this tool call; approve the rewritten input to run it", Some(input)))
         }
         ("UserPromptSubmit", Decision::Inject(context)) => {
             out(json!({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": context}}))
@@ -210,7 +213,7 @@ mod tests {
         let rw = r("PreToolUse", Decision::Rewrite("{\"command\":\"ls -a\"}".into())).unwrap();
         assert_eq!(
             (rw["hookSpecificOutput"]["permissionDecision"].as_str(), &rw["hookSpecificOutput"]["updatedInput"]),
-            (Some("allow"), &json!({"command": "ls -a"}))
+            (Some("ask"), &json!({"command": "ls -a"}))
         );
         assert_eq!(r("PreToolUse", Decision::Pass), None);
         assert_eq!(r("PostToolUse", Decision::Block("x".into())), Some(json!({"decision": "block", "reason": "x"})));

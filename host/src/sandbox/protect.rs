@@ -5,7 +5,8 @@
 //! - Programs that run by themselves: git's config and hooks (`.git`, a
 //!   `core.hooksPath` inside the workspace, husky, lefthook, pre-commit), the
 //!   agents' and editors' settings (`.claude`, `.codex`, `.gemini`, `.mcp.json`,
-//!   `.vscode`, `.idea`, `.cursor`), direnv's `.envrc`.
+//!   `.vscode`, `.idea`, `.cursor`, `.zed`, `.dir-locals.el`, `.exrc`,
+//!   `.nvim.lua`), what runs on `cd` (direnv's `.envrc`, mise's config).
 //! - loopbox's own: the store (`.loopbox`), `loopbox.toml`, the `--config`
 //!   file, the policy file, the agent program, and programs the rules name.
 //!
@@ -32,6 +33,16 @@ pub const NAMES: &[(&str, Kind)] = &[
     (".idea", Kind::Dir),
     (".cursor", Kind::Dir),
     (".envrc", Kind::File),
+    (".zed", Kind::Dir),
+    (".dir-locals.el", Kind::File),
+    (".exrc", Kind::File),
+    (".nvimrc", Kind::File),
+    (".nvim.lua", Kind::File),
+    ("mise.toml", Kind::File),
+    (".mise.toml", Kind::File),
+    ("mise.local.toml", Kind::File),
+    (".mise.local.toml", Kind::File),
+    (".mise", Kind::Dir),
     (".husky", Kind::Dir),
     (".pre-commit-config.yaml", Kind::File),
     ("lefthook.yml", Kind::File),
