@@ -258,9 +258,13 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
 }
 
 /// A digest of the program file `path` resolves to (a script or a binary).
+/// Streamed: an agent CLI can be a 200 MB single-file binary.
 pub fn program_digest(path: &std::path::Path) -> Option<String> {
-    let bytes = crate::files::read_capped(path, crate::files::MAX_COMPONENT_BYTES).ok()?;
-    Some(blake3::hash(&bytes).to_hex().to_string())
+    let file = crate::files::open_nonblocking(path).ok()?;
+    crate::files::check_regular(&file).ok()?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(file).ok()?;
+    Some(hasher.finalize().to_hex().to_string())
 }
 
 /// `template` with each placeholder replaced by its value in one pass (a value

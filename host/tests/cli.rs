@@ -243,11 +243,20 @@ fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
     assert_eq!(code(&o), 0);
     let out = String::from_utf8_lossy(&o.stdout);
     let keys: Vec<&str> = out.lines().map(|l| l.split_whitespace().next().unwrap_or("")).collect();
-    assert_eq!(keys, ["landlock", "bubblewrap", "sandbox", "network", "config", "component", "agent"], "{out}");
+    let mut expected = vec!["landlock", "bubblewrap", "sandbox", "network", "protected"];
+    // Landlock's limits are stated where it is the fallback.
+    if loopbox::sandbox::support().landlock_usable().is_ok() {
+        expected.push("landlock");
+        assert!(out.contains("landlock limits   cannot keep a missing protected name from being created"), "{out}");
+    }
+    expected.extend(["config", "component", "agent"]);
+    assert_eq!(keys, expected, "{out}");
     assert!(out.contains("config            none (defaults: nothing granted)"), "{out}");
+    assert!(out.contains("protected         .git .claude .codex"), "{out}");
     let o = loopbox(dir.path(), &["doctor", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["network"], false);
+    assert!(v["protected"].as_str().unwrap().starts_with(".git .claude"), "{v}");
     // A choice this machine cannot enforce makes doctor fail, and says so.
     std::fs::write(dir.path().join("loopbox.toml"), "[shell]\nsandbox = \"landlock\"\n").unwrap();
     let support = loopbox::sandbox::support();
