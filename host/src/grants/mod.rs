@@ -255,7 +255,9 @@ pub fn runs_anything(program: &Path, written: &str, args: &[String]) -> Option<S
         "ssh" => has(&["-o"]),
         "tar" => has(&["--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--info-script", "--new-volume-script"]),
         "rsync" => has(&["-e", "--rsh", "--rsync-path"]),
-        "less" | "more" | "man" | "vi" | "vim" | "nvim" | "view" | "ex" | "emacs" | "nano" | "ed" => Some(name.clone()),
+        "less" | "more" | "man" | "vi" | "vim" | "nvim" | "view" | "ex" | "emacs" | "nano" | "ed" => {
+            return Some(format!("`{name}` is an editor or pager, which can run commands"));
+        }
         _ => None,
     };
     risky.map(|opt| format!("`{name} {opt}` runs other programs"))
