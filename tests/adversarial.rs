@@ -203,6 +203,34 @@ async fn the_agent_cannot_widen_the_grants() {
     }
 }
 
+/// The agent writes its own state, never its own settings: hooks and MCP servers
+/// there would run with the user's rights in the next interactive session.
+#[tokio::test]
+async fn the_agent_cannot_plant_hooks_in_its_own_settings() {
+    for kind in KINDS {
+        let ws = Workspace::new();
+        // Not under /tmp, which bwrap replaces with a private one.
+        let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let state = home.path().join(".my-agent");
+        std::fs::create_dir_all(state.join("projects")).unwrap();
+        std::fs::write(state.join("settings.json"), "{}").unwrap();
+        let script = format!(
+            "#!/bin/sh\necho '{{\"hooks\": 1}}' > {s}/settings.json 2>/dev/null; echo log > {s}/projects/today; echo '{{\"result\": \"ok\"}}'\n",
+            s = state.display()
+        );
+        executable(&ws.root().join("agent/a"), &script);
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/a\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\nwritable = [\"{}\"]\n",
+            state.display()
+        );
+        let ctx = ws.run(&load("probe"), &config);
+        let v = probe(&ctx, json!({"op": "prompt", "text": "go"})).await.unwrap();
+        assert_eq!(v["ok"]["stdout"], "ok", "{kind}: {v}");
+        assert_eq!(std::fs::read_to_string(state.join("settings.json")).unwrap(), "{}", "{kind}");
+        assert_eq!(std::fs::read_to_string(state.join("projects/today")).unwrap(), "log\n", "{kind}: its state stays writable");
+    }
+}
+
 /// A multi-call program (one file, many names) outside the workspace.
 struct MultiCall {
     dir: tempfile::TempDir,

@@ -127,8 +127,11 @@ impl RunContext {
             writable_outside: Vec::new(),
         };
         let agent = config.agent.clone().map(|a| {
-            let writable_outside = a.writable.iter().flatten().filter_map(|p| expand_home(p)).collect();
-            let confines = Confines { workspace: root.clone(), protected: protected.clone(), network: true, unix_sockets: false, writable_outside };
+            let writable_outside: Vec<PathBuf> = a.writable.iter().flatten().filter_map(|p| expand_home(p)).collect();
+            // The agent's own settings (hooks, MCP servers) stay read-only though its state is writable.
+            let mut protected = protected.clone();
+            protected.extend(crate::sandbox::protect::agent_settings(&writable_outside));
+            let confines = Confines { workspace: root.clone(), protected, network: true, unix_sockets: false, writable_outside };
             let sandbox = crate::agent::AgentSandbox { sandbox: LazySandbox::new(config.shell.sandbox, access.support.clone()), confines };
             AgentRunner::new(a, env.clone(), config.limits.output_bytes as usize, db.clone(), Some(sandbox))
         });

@@ -54,12 +54,15 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
         created = add(created, Path::new(dev), file)?;
     }
     created = add(created, tmp, all)?;
+    // Trees holding a protected path are walked entry by entry, as the workspace is.
+    let mut dirs = vec![confines.workspace.clone()];
     for outside in &confines.writable_outside {
-        if let Ok(meta) = std::fs::metadata(outside) {
-            created = add(created, outside, if meta.is_dir() { all } else { file })?;
+        match std::fs::metadata(outside) {
+            Ok(meta) if meta.is_dir() && confines.holds_protected(outside) => dirs.push(outside.clone()),
+            Ok(meta) => created = add(created, outside, if meta.is_dir() { all } else { file })?,
+            Err(_) => {}
         }
     }
-    let mut dirs = vec![confines.workspace.clone()];
     while let Some(dir) = dirs.pop() {
         let entries = std::fs::read_dir(&dir).map_err(|err| format!("{}: {err}", dir.display()))?;
         for entry in entries {

@@ -52,6 +52,42 @@ pub const NAMES: &[(&str, Kind)] = &[
     (crate::config::CONFIG_FILE, Kind::File),
 ];
 
+/// What an agent keeps in its own state directory that runs code or steers it
+/// later (hooks, MCP servers, commands, instructions): read-only to the agent
+/// when present, though the directory around it is writable.
+pub const AGENT_SETTINGS: &[&str] = &[
+    "settings.json",
+    "settings.local.json",
+    "config.toml",
+    "hooks.json",
+    "hooks",
+    "commands",
+    "agents",
+    "plugins",
+    "skills",
+    "extensions",
+    "policies",
+    "CLAUDE.md",
+    "AGENTS.md",
+    "GEMINI.md",
+];
+
+/// The agent settings present (as themselves, not links) in the agent's writable directories.
+pub fn agent_settings(writable: &[PathBuf]) -> Vec<Protected> {
+    let mut out = Vec::new();
+    for dir in writable.iter().filter(|d| d.is_dir()) {
+        for name in AGENT_SETTINGS {
+            let path = dir.join(name);
+            if let Ok(m) = std::fs::symlink_metadata(&path)
+                && !m.file_type().is_symlink()
+            {
+                out.push(Protected { path, kind: if m.is_dir() { Kind::Dir } else { Kind::File } });
+            }
+        }
+    }
+    out
+}
+
 /// Names `shell.writable` can never open: loopbox's own integrity.
 pub const NEVER_WRITABLE: &[&str] = &[crate::db::STORE_DIR, crate::config::CONFIG_FILE];
 
