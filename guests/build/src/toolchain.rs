@@ -88,16 +88,26 @@ impl CargoBuild<'_> {
     }
 }
 
-/// Fails when rustup is present and `target` is not installed for the
-/// toolchain that `dir` selects (without rustup, cargo reports it).
+/// Makes sure `target` is installed for the toolchain that `dir` selects: with
+/// rustup, a missing target is added (rustup installs a `rust-toolchain.toml`'s
+/// targets only along with the toolchain itself), and this says so on stderr.
+/// Without rustup, cargo reports a missing target itself.
 fn check_rust_target(dir: &Path, target: &str) -> Result<(), Error> {
-    let Ok(out) = Command::new("rustup").current_dir(dir).args(["target", "list", "--installed"]).output() else {
-        return Ok(());
+    let installed = || -> Option<bool> {
+        let out = Command::new("rustup").current_dir(dir).args(["target", "list", "--installed"]).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == target))
     };
-    if out.status.success() && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == target) {
-        return Err(format!("the Rust target `{target}` is not installed; install it with:\n    rustup target add {target}"));
+    match installed() {
+        None | Some(true) => Ok(()),
+        Some(false) => {
+            eprintln!("loopbox-guest-build: the Rust target `{target}` is not installed; adding it with `rustup target add {target}`");
+            let status = Command::new("rustup").current_dir(dir).args(["target", "add", target]).stdout(to_stderr()).status();
+            match status {
+                Ok(s) if s.success() => Ok(()),
+                _ => Err(format!("the Rust target `{target}` is not installed, and `rustup target add {target}` failed; install it with:\n    rustup target add {target}")),
+            }
+        }
     }
-    Ok(())
 }
 
 /// A Python guest build with the pinned componentize-py.
