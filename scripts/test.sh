@@ -3,6 +3,7 @@
 #
 #   ./scripts/test.sh
 #
+# 0. the README's first commands, as written, on the toolchain as it is
 # 1. the pinned Rust toolchain (rust-toolchain.toml) and its wasm32-wasip2 target
 #    (and wasm32-unknown-unknown, for the Extism plugin the comparison bench runs),
 #    componentize-py for the Python guests, Node.js (when missing) and the npm
@@ -18,6 +19,15 @@ toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
 if ! rustup toolchain list | grep -q "^$toolchain"; then
   rustup toolchain install "$toolchain" --profile minimal
 fi
+
+# The README's first commands, as written and as a newcomer runs them: before
+# anything below is installed (no wasm target added by hand, no componentize-py,
+# no npm packages), so a regression in the first experience fails here.
+sed -n '/^## First commands/,/^```$/p' README.md | grep -E '^(cargo|rm) ' | grep -v 'scripts/test.sh' | while read -r cmd; do
+  echo "+ $cmd" >&2
+  bash -c "$cmd" </dev/null
+done
+
 rustup target add wasm32-wasip2 wasm32-unknown-unknown --toolchain "$toolchain"
 
 # Python guests are built with a pinned componentize-py.
