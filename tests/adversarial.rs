@@ -67,6 +67,13 @@ async fn a_policy_cannot_plant_code_in_the_agent_program() {
         let v = probe(&ctx, json!({"op": "prompt", "text": "go"})).await.unwrap();
         assert_eq!(v["ok"]["stdout"], "tried", "{kind}: {v}");
         assert!(!marker.exists() && !ws.root().join(".loopbox/planted").exists(), "{kind}: the agent is sandboxed");
+
+        // Changed by a route the sandbox does not see (a renamed parent directory, a
+        // process outside it): the program is not run at all.
+        executable(&ws.root().join("agent/fix-agent"), &format!("#!/bin/sh\ntouch {}\n", marker.display()));
+        let v = probe(&ctx, json!({"op": "prompt", "text": "go"})).await.unwrap();
+        assert!(error(&v).contains("changed since the run started, so it is not run"), "{kind}: {v}");
+        assert!(!marker.exists(), "{kind}");
     }
 }
 

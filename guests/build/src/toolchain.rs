@@ -104,7 +104,9 @@ fn check_rust_target(dir: &Path, target: &str) -> Result<(), Error> {
             let status = Command::new("rustup").current_dir(dir).args(["target", "add", target]).stdout(to_stderr()).status();
             match status {
                 Ok(s) if s.success() => Ok(()),
-                _ => Err(format!("the Rust target `{target}` is not installed, and `rustup target add {target}` failed; install it with:\n    rustup target add {target}")),
+                _ => Err(format!(
+                    "the Rust target `{target}` is not installed, and `rustup target add {target}` failed; install it with:\n    rustup target add {target}"
+                )),
             }
         }
     }
