@@ -27,6 +27,19 @@ pub struct ComponentCache {
     digests: PathBuf,
 }
 
+/// A `Hasher` whose output depends only on the bytes fed to it.
+struct StableHasher(blake3::Hasher);
+
+impl Hasher for StableHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        u64::from_le_bytes(self.0.finalize().as_bytes()[..8].try_into().expect("8 bytes"))
+    }
+}
+
 /// Why a cached artifact is not used.
 enum Unverified {
     NoDigest,
@@ -98,10 +111,12 @@ impl ComponentCache {
     }
 
     /// The artifact's file name: content hash plus engine settings.
+    /// Stable across Rust releases (std's `DefaultHasher` is not), so an upgrade
+    /// of the compiler does not orphan the cache.
     pub fn key(engine: &Engine, wasm: &[u8]) -> String {
-        let mut h = std::hash::DefaultHasher::new();
+        let mut h = StableHasher(blake3::Hasher::new());
         engine.precompile_compatibility_hash().hash(&mut h);
-        format!("{}-{:016x}", blake3::hash(wasm).to_hex(), h.finish())
+        format!("{}-{}", blake3::hash(wasm).to_hex(), &h.0.finalize().to_hex()[..16])
     }
 
     /// Load the compiled form of `wasm`, compiling and storing it on a miss.

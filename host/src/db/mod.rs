@@ -80,6 +80,11 @@ impl Db {
         }
         let dir = root.join(STORE_DIR);
         crate::files::ensure_dir(&dir).with_context(|| format!("failed to create the store directory `{}`", dir.display()))?;
+        // The store is this machine's: it never belongs in the project's git history.
+        let ignore = dir.join(".gitignore");
+        if !ignore.exists() {
+            let _ = std::fs::write(&ignore, "# loopbox's run store: local to this machine\n*\n");
+        }
         Db::open(&dir.join(STORE_FILE))
     }
 
@@ -248,6 +253,17 @@ fn explain(path: &Path, e: anyhow::Error) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_keeps_itself_out_of_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output().unwrap();
+        git(&["init", "-q"]);
+        Db::open_workspace(dir.path()).unwrap();
+        let status = git(&["status", "--porcelain", "--untracked-files=all"]);
+        assert!(status.status.success());
+        assert_eq!(String::from_utf8_lossy(&status.stdout), "", "nothing of .loopbox/ shows in git");
+    }
 
     fn db() -> (tempfile::TempDir, Db) {
         let dir = tempfile::tempdir().unwrap();
