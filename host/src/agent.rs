@@ -30,8 +30,8 @@ pub struct AgentRunner {
     output_cap: usize,
     db: Db,
     sandbox: Option<std::sync::Arc<AgentSandbox>>,
-    /// The agent program's digest when the runner was made: a program changed
-    /// since (by anything) is not run.
+    /// The agent program and its identity when the runner was made: a program
+    /// changed since (by anything) is not run.
     program: Option<(std::path::PathBuf, String)>,
 }
 
@@ -80,7 +80,7 @@ impl AgentRunner {
         let program = (config.runner != RunnerKind::Openai)
             .then(|| env.resolve_program(&config.command[0], env.root()))
             .flatten()
-            .and_then(|p| program_digest(&p).map(|d| (p, d)));
+            .and_then(|p| program_identity(&p).map(|d| (p, d)));
         AgentRunner { config, env, output_cap, db, sandbox: sandbox.map(std::sync::Arc::new), program }
     }
 
@@ -151,8 +151,8 @@ impl AgentRunner {
         let cwd = self.env.root().to_path_buf();
         let program =
             self.env.resolve_program(&argv[0], &cwd).ok_or_else(|| AgentError::NotFound { program: argv[0].clone(), path: self.env.path_var().to_string() })?;
-        if let Some((pinned, digest)) = &self.program
-            && (&program != pinned || program_digest(&program).as_ref() != Some(digest))
+        if let Some((pinned, identity)) = &self.program
+            && (&program != pinned || program_identity(&program).as_ref() != Some(identity))
         {
             return Err(AgentError::Refused(format!(
                 "the agent program `{}` changed since the run started, so it is not run; if you changed it, start the run again",
@@ -257,14 +257,15 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
     Ok(AgentReply { process, text, session: Some(session) })
 }
 
-/// A digest of the program file `path` resolves to (a script or a binary).
-/// Streamed: an agent CLI can be a 200 MB single-file binary.
-pub fn program_digest(path: &std::path::Path) -> Option<String> {
-    let file = crate::files::open_nonblocking(path).ok()?;
-    crate::files::check_regular(&file).ok()?;
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(file).ok()?;
-    Some(hasher.finalize().to_hex().to_string())
+/// The identity of the program file `path` resolves to: device, inode, size and
+/// change time. Replacing the file changes its inode, and any write, truncation
+/// or `chmod` sets its change time, which no unprivileged process can set back;
+/// a stat, where hashing an agent CLI (a 200 MB single-file binary) would cost
+/// every hook event a few hundred milliseconds.
+pub fn program_identity(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+    Some(format!("{}:{}:{}:{}.{:09}", m.dev(), m.ino(), m.len(), m.ctime(), m.ctime_nsec()))
 }
 
 /// `template` with each placeholder replaced by its value in one pass (a value

@@ -1,8 +1,9 @@
 //! Grants pinned for the life of a run. A run records the grants it started
-//! with (the resolved config, command-line rules included, and a digest of the
-//! agent program); a later process that continues it (`runs resume`, the next
-//! hook event) compares the config it reads now and refuses a difference,
-//! naming the keys, unless the user accepts it (`--accept-config-change`).
+//! with (the resolved config, command-line rules included, and the identity of
+//! the agent program, see [`crate::agent::program_identity`]); a later process
+//! that continues it (`runs resume`, the next hook event) compares the config
+//! it reads now and refuses a difference, naming the keys, unless the user
+//! accepts it (`--accept-config-change`).
 //! So an edit made during a run, by anyone, never widens that run's grants
 //! silently.
 
@@ -19,7 +20,7 @@ pub fn pin(config: &Config, workspace: &Path) -> Value {
         .as_ref()
         .filter(|a| a.runner != RunnerKind::Openai)
         .and_then(|a| crate::child_env::ChildEnv::new(&config.shell, workspace).resolve_program(&a.command[0], workspace))
-        .and_then(|p| crate::agent::program_digest(&p));
+        .and_then(|p| crate::agent::program_identity(&p));
     json!({"config": serde_json::to_value(config).unwrap_or(Value::Null), "agent_program": agent_program})
 }
 
@@ -43,7 +44,7 @@ fn diff(prefix: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
                 diff(&key, x, y, out);
             }
         }
-        (a, b) if a != b => out.push(if prefix == "agent_program" { "the agent program's contents".into() } else { prefix.to_string() }),
+        (a, b) if a != b => out.push(if prefix == "agent_program" { "the agent program".into() } else { prefix.to_string() }),
         _ => {}
     }
 }
