@@ -178,27 +178,15 @@ impl RunContext {
         self.grants.agent.as_ref()
     }
 
-    /// Whether the agent tier lets a message from the policy through, asking a
-    /// person when it says "ask"; `Err` says why not.
+    /// Whether the agent tier lets a message from the policy through (see
+    /// [`ActionGrants::message_allowed`]); `Err` says why not.
     pub async fn allow_message(&self, tier: crate::config::PromptTier, what: &str) -> Result<(), String> {
-        use crate::config::PromptTier;
-        match tier {
-            PromptTier::Allow => Ok(()),
-            PromptTier::Deny => {
-                self.log.host("warn", format!("denied {what}: agent.tier = \"deny\""));
-                Err(format!("messages to the agent are denied by agent.tier = \"deny\" in loopbox.toml ({what})"))
-            }
-            PromptTier::Ask => {
-                let confirm = self.grants.confirm.clone();
-                let w = what.to_string();
-                let answer = tokio::task::spawn_blocking(move || confirm.confirm(&w, "agent.tier = \"ask\"")).await.unwrap_or_else(|e| Err(e.to_string()));
-                match answer {
-                    Ok(true) => Ok(()),
-                    Ok(false) => Err(format!("the user declined {what} (agent.tier = \"ask\")")),
-                    Err(why) => Err(format!("{what} needs a person's yes (agent.tier = \"ask\"), and {why}")),
-                }
-            }
-        }
+        use crate::bindings::actions::ActionError;
+        self.grants.message_allowed(&self.log, tier, what).await.map_err(|e| match e {
+            ActionError::Denied(why) => format!("{why} ({what})"),
+            ActionError::Declined(why) => why,
+            other => other.to_string(),
+        })
     }
 
     /// The data for one instance's Store; `event` is the number of the event it handles.

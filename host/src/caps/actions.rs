@@ -79,6 +79,45 @@ struct Exec {
     timeout: Option<u64>,
 }
 
+impl ActionGrants {
+    /// Ask a person about `what`, which `rule` allows only with a yes, and log the
+    /// answer; `Err` says why it may not go ahead.
+    pub async fn confirm(&self, log: &RunLog, what: &str, rule: &str) -> Result<(), String> {
+        let confirm = self.confirm.clone();
+        let (w, r) = (what.to_string(), rule.to_string());
+        // Reading a terminal blocks: keep it off the async workers.
+        let answer = tokio::task::spawn_blocking(move || confirm.confirm(&w, &r)).await.unwrap_or_else(|e| Err(format!("the confirmation failed: {e}")));
+        match answer {
+            Ok(true) => {
+                log.host("info", format!("{what} needs a yes ({rule}): approved"));
+                Ok(())
+            }
+            Ok(false) => {
+                log.host("warn", format!("{what} needs a yes ({rule}): the user said no"));
+                Err(format!("the user declined {what} ({rule})"))
+            }
+            Err(why) => {
+                log.host("warn", format!("{what} needs a yes ({rule}): declined, {why}"));
+                Err(format!("{what} needs a person's yes ({rule}), and {why}"))
+            }
+        }
+    }
+
+    /// Whether `tier` (`agent.tier`) lets a message from the policy reach the
+    /// agent: a `prompt` action and an `inject` decision alike.
+    pub async fn message_allowed(&self, log: &RunLog, tier: PromptTier, what: &str) -> Result<(), ActionError> {
+        match tier {
+            PromptTier::Allow => Ok(()),
+            PromptTier::Deny => {
+                let why = "messages to the agent are denied by agent.tier = \"deny\" in loopbox.toml".to_string();
+                log.host("warn", format!("denied {what}: {why}"));
+                Err(ActionError::Denied(why))
+            }
+            PromptTier::Ask => self.confirm(log, what, "agent.tier = \"ask\"").await.map_err(ActionError::Declined),
+        }
+    }
+}
+
 impl ActionsHost {
     pub fn new(grants: Arc<ActionGrants>, db: Db, run: String, meter: Arc<Meter>, log: RunLog, journal: Journal, limits: &Limits) -> ActionsHost {
         ActionsHost { grants, db, run, meter, log, journal, actions_limit: limits.actions_per_run, output_cap: limits.output_bytes as usize }
@@ -162,24 +201,7 @@ impl ActionsHost {
 
     /// Ask a person about an ask-tier action; `Err` is the refusal to hand the policy.
     async fn confirm(&self, what: &str, rule: &str) -> Result<(), ActionError> {
-        let confirm = self.grants.confirm.clone();
-        let (w, r) = (what.to_string(), rule.to_string());
-        // Reading a terminal blocks: keep it off the async workers.
-        let answer = tokio::task::spawn_blocking(move || confirm.confirm(&w, &r)).await.unwrap_or_else(|e| Err(format!("the confirmation failed: {e}")));
-        match answer {
-            Ok(true) => {
-                self.log.host("info", format!("{what} needs a yes ({rule}): approved"));
-                Ok(())
-            }
-            Ok(false) => {
-                self.log.host("warn", format!("{what} needs a yes ({rule}): the user said no"));
-                Err(ActionError::Declined(format!("the user declined {what} ({rule})")))
-            }
-            Err(why) => {
-                self.log.host("warn", format!("{what} needs a yes ({rule}): declined, {why}"));
-                Err(ActionError::Declined(format!("{what} needs a person's yes ({rule}), and {why}")))
-            }
-        }
+        self.grants.confirm(&self.log, what, rule).await.map_err(ActionError::Declined)
     }
 
     /// Run a checked request. The bool says whether it was journaled as started.
@@ -327,14 +349,8 @@ impl ActionsHost {
             ));
         };
         let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
-        match agent.config().tier {
-            PromptTier::Deny => return refused(self.deny(&what, "prompts are denied by agent.tier = \"deny\" in loopbox.toml".into())),
-            PromptTier::Ask => {
-                if let Err(e) = self.confirm(&what, "agent.tier = \"ask\"").await {
-                    return refused(e);
-                }
-            }
-            PromptTier::Allow => {}
+        if let Err(e) = grants.message_allowed(&self.log, agent.config().tier, &what).await {
+            return refused(e);
         }
         if let Err(e) = self.start(slot, Some(agent.config().max_prompts))? {
             return refused(e);
