@@ -12,6 +12,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::config::{Config, RunnerKind};
+use crate::db::Db;
 
 /// The pinned form of a run's grants.
 pub fn pin(config: &Config, workspace: &Path) -> Value {
@@ -49,8 +50,23 @@ fn diff(prefix: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// Hold run `id`, pinned to `pinned` (None: from before grants were pinned), to
+/// the grants `now`. The outer error is the store's; the inner one refuses a
+/// change not accepted (`how_to_accept` says how). When the run goes on, `now`
+/// is its pin from here on, and the keys that changed come back.
+pub fn hold(db: &Db, id: &str, pinned: Option<&Value>, now: &Value, accept: bool, how_to_accept: &str) -> anyhow::Result<Result<Vec<String>, anyhow::Error>> {
+    let changed = pinned.map(|p| differences(p, now)).unwrap_or_default();
+    if !changed.is_empty() && !accept {
+        return Ok(Err(changed_error(id, &changed, how_to_accept)));
+    }
+    if !changed.is_empty() || pinned.is_none() {
+        db.set_pinned_grants(id, now)?;
+    }
+    Ok(Ok(changed))
+}
+
 /// The refusal for a run whose config changed, naming what changed and what to do.
-pub fn changed_error(id: &str, keys: &[String], how_to_accept: &str) -> anyhow::Error {
+fn changed_error(id: &str, keys: &[String], how_to_accept: &str) -> anyhow::Error {
     anyhow::anyhow!(
         "the grants changed since run {id} started ({}); a run keeps the grants it started with, so an edit made during a run cannot widen them. \
          Restore the config, or {how_to_accept}",

@@ -61,13 +61,8 @@ pub async fn answer(
         if run.policy_digest != policy.digest {
             return Err(anyhow!("the policy `{}` changed since this session's run {id} started; start a new agent session to use the new one", policy.source));
         }
-        let changed = run.options.grants.as_ref().map(|pinned| crate::pin::differences(pinned, &grants)).unwrap_or_default();
-        if !changed.is_empty() && !accept_config_change {
-            return Err(crate::pin::changed_error(&id, &changed, "start a new agent session to use it (or add --accept-config-change to the hook's command)"));
-        }
-        if !changed.is_empty() || run.options.grants.is_none() {
-            db.set_pinned_grants(&id, &grants)?;
-        }
+        let how = "start a new agent session to use it (or add --accept-config-change to the hook's command)";
+        crate::pin::hold(&db, &id, run.options.grants.as_ref(), &grants, accept_config_change, how)??;
     }
     let ctx = RunContext::with_access(id.clone(), config, db.clone(), workspace, Ui::quiet(), access)?;
     if existing.is_none() {

@@ -79,23 +79,11 @@ fn load(id: &str, workspace: &Path, allow_policy_change: bool, accept_config_cha
     }
     let (config, config_path) = config_for(&run.options, workspace)?;
     let now = crate::pin::pin(&config, workspace);
-    match &run.options.grants {
-        Some(pinned) => {
-            let changed = crate::pin::differences(pinned, &now);
-            if !changed.is_empty() {
-                if !accept_config_change {
-                    return Err(Failure::usage(crate::pin::changed_error(
-                        id,
-                        &changed,
-                        "pass --accept-config-change to continue under the config as it is now",
-                    )));
-                }
-                crate::errln!("warning: continuing run {id} under changed grants ({}) (--accept-config-change)", changed.join(", "));
-                db.set_pinned_grants(id, &now).map_err(Failure::internal)?;
-            }
-        }
-        // A run from before grants were pinned: pinned from here on.
-        None => db.set_pinned_grants(id, &now).map_err(Failure::internal)?,
+    let how = "pass --accept-config-change to continue under the config as it is now";
+    let changed =
+        crate::pin::hold(&db, id, run.options.grants.as_ref(), &now, accept_config_change, how).map_err(Failure::internal)?.map_err(Failure::usage)?;
+    if !changed.is_empty() {
+        crate::errln!("warning: continuing run {id} under changed grants ({}) (--accept-config-change)", changed.join(", "));
     }
     let runtime = super::super::runtime(&config, workspace)?;
     let source = policy_source(&run);
