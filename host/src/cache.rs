@@ -22,6 +22,8 @@ use anyhow::{Context, Result};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use crate::files::{create_private_dir, only_mine};
+
 pub struct ComponentCache {
     dir: PathBuf,
     digests: PathBuf,
@@ -125,7 +127,7 @@ impl ComponentCache {
         let key = Self::key(engine, wasm);
         let path = self.dir.join(format!("{key}.cwasm"));
         let digest_path = self.digests.join(&key);
-        let trusted = [&self.dir, &self.digests, &path, &digest_path].into_iter().all(|p| trusted(p));
+        let trusted = [&self.dir, &self.digests, &path, &digest_path].into_iter().all(|p| only_mine(p));
         if trusted && path.is_file() {
             match self.verified(&path, &digest_path) {
                 Ok(bytes) => {
@@ -145,6 +147,7 @@ impl ComponentCache {
         }
         let bytes = engine.precompile_component(wasm).map_err(|e| anyhow::anyhow!("{e:?}")).context("failed to compile the component")?;
         // A cache that cannot be written (or trusted) costs speed, not correctness.
+        // Loading an artifact runs its code: only this user may have put it there.
         if trusted {
             let _ = self.store(&path, &digest_path, &bytes);
         }
@@ -176,26 +179,6 @@ impl ComponentCache {
         std::fs::rename(&tmp.0, path)?;
         Ok(())
     }
-}
-
-/// Whether `path` (if it exists) belongs to this user and no one else can write it:
-/// loading an artifact runs its code, so only this user may have put it there.
-fn trusted(path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) => {
-            // SAFETY: getuid(2) cannot fail.
-            let uid = unsafe { libc::getuid() };
-            m.uid() == uid && m.mode() & 0o022 == 0 && !m.file_type().is_symlink()
-        }
-        Err(_) => true,
-    }
-}
-
-fn create_private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    Ok(())
 }
 
 fn tempfile_in(dir: &Path) -> Result<(PathBuf, std::fs::File)> {

@@ -106,6 +106,24 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Create `dir` (and its missing parents) readable and writable by this user only.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Whether `path`, if it exists, is this user's and no one else can write it (and
+/// is no symbolic link): what loopbox runs or trusts from disk must be. A missing
+/// path is fine: this user will create it.
+pub fn only_mine(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(path) {
+        // SAFETY: getuid(2) cannot fail.
+        Ok(m) => m.uid() == unsafe { libc::getuid() } && m.mode() & 0o022 == 0 && !m.file_type().is_symlink(),
+        Err(_) => true,
+    }
+}
+
 /// The bytes of the regular file at `path`, at most `cap`.
 pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
     read_opened(open_nonblocking(path)?, cap)

@@ -115,12 +115,8 @@ fn lock_files(root: &Path) -> Result<LockFiles, String> {
         .map(|d| PathBuf::from(d).join("loopbox"))
         .filter(|d| d.parent().is_some_and(Path::is_dir))
         .unwrap_or_else(|| std::env::temp_dir().join(format!("loopbox-{uid}")));
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        let _ = std::fs::DirBuilder::new().mode(0o700).create(&base);
-    }
-    let m = std::fs::symlink_metadata(&base).map_err(|e| format!("{}: {e}", base.display()))?;
-    if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+    crate::files::create_private_dir(&base).map_err(|e| format!("{}: {e}", base.display()))?;
+    if !(base.is_dir() && crate::files::only_mine(&base)) {
         return Err(format!("`{}` is not a private directory of this user; loopbox keeps its sandbox locks there", base.display()));
     }
     let key = &blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex()[..16];
