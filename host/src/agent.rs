@@ -21,7 +21,7 @@ use crate::child_env::ChildEnv;
 use crate::config::{AgentConfig, AgentOutput, OpenAiConfig, PromptInput, RunnerKind};
 use crate::db::Db;
 use crate::process::{self, Finished, Spec};
-use crate::sandbox::{Confines, LazySandbox};
+use crate::sandbox::{Confines, LazySandbox, Prepared};
 
 #[derive(Clone)]
 pub struct AgentRunner {
@@ -160,31 +160,29 @@ impl AgentRunner {
             )));
         }
         let stdin = (self.config.prompt_input == PromptInput::Stdin).then(|| req.text.to_string());
-        let (program, arg0, args, extra_env, confinement, pass_fd, keep) = match &self.sandbox {
-            Some(s) => {
-                let p = s
-                    .confines
-                    .prepare(s.sandbox.get(), program, Some(argv[0].clone()), argv[1..].to_vec(), &cwd)
-                    .map_err(|why| AgentError::Refused(format!("the agent runs only inside the OS sandbox, and it cannot be set up: {why}")))?;
-                (p.program, p.arg0, p.args, p.env, p.confinement, p.pass_fd, Some((p._tmp, p._hold)))
-            }
-            None => (program, Some(argv[0].clone()), argv[1..].to_vec(), Vec::new(), None, None, None),
+        let (arg0, args) = (Some(argv[0].clone()), argv[1..].to_vec());
+        let p = match &self.sandbox {
+            Some(s) => s
+                .confines
+                .prepare(s.sandbox.get(), program, arg0, args, &cwd)
+                .map_err(|why| AgentError::Refused(format!("the agent runs only inside the OS sandbox, and it cannot be set up: {why}")))?,
+            None => Prepared::unconfined(program, arg0, args),
         };
         let spec = Spec {
-            program,
-            arg0,
-            args,
+            program: p.program,
+            arg0: p.arg0,
+            args: p.args,
             cwd,
-            env: self.env.vars(&extra_env),
+            env: self.env.vars(&p.env),
             stdin,
             timeout: self.timeout(req.timeout),
             output_cap: self.output_cap,
             rlimits: None,
-            confinement,
-            pass_fd,
+            confinement: p.confinement,
+            pass_fd: p.pass_fd,
         };
         // The private temp dir and the placeholders live until the agent is done.
-        let _keep = keep;
+        let _keep = (p._tmp, p._hold);
         let process = process::run(spec).await.map_err(|source| AgentError::Spawn { program: argv[0].clone(), source })?;
         let (text, session) = parse_reply(self.config.output, &process.stdout);
         Ok(AgentReply { process, text, session })

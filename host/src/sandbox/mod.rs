@@ -211,6 +211,13 @@ pub struct Prepared {
     pub _hold: Option<placeholder::Hold>,
 }
 
+impl Prepared {
+    /// A command run as it is, with no sandbox around it.
+    pub fn unconfined(program: PathBuf, arg0: Option<String>, args: Vec<String>) -> Prepared {
+        Prepared { program, args, arg0, env: Vec::new(), confinement: None, pass_fd: None, _tmp: None, _hold: None }
+    }
+}
+
 impl Confines {
     fn is_protected(&self, path: &Path) -> bool {
         self.protected.iter().any(|p| p.path == path)
@@ -226,10 +233,9 @@ impl Confines {
 
     /// Wrap `program args` (to run in `cwd`, with `arg0` as its `argv[0]`) in `sandbox`.
     pub fn prepare(&self, sandbox: &Sandbox, program: PathBuf, arg0: Option<String>, args: Vec<String>, cwd: &Path) -> Result<Prepared, String> {
-        let bare = |program, arg0, args| Prepared { program, args, arg0, env: Vec::new(), confinement: None, pass_fd: None, _tmp: None, _hold: None };
         match sandbox {
             Sandbox::Unavailable(why) => Err(why.clone()),
-            Sandbox::None { .. } => Ok(bare(program, arg0, args)),
+            Sandbox::None { .. } => Ok(Prepared::unconfined(program, arg0, args)),
             Sandbox::Bwrap(bwrap) => {
                 for p in &self.protected {
                     if std::fs::symlink_metadata(&p.path).is_ok_and(|m| m.file_type().is_symlink()) {
