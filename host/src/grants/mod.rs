@@ -1,14 +1,16 @@
 //! Grant checks for shell requests: the user's rules, each with a tier
 //! (deny, ask, allow), matched on argv tokens after the program is resolved
 //! to its real path through the granted `PATH`. The program that is matched is
-//! the program that runs: the caller executes [`Grant::program`], never the name.
+//! the program that runs: the caller executes [`Grant::exec`] (a link to that
+//! real file outside the workspace, or the file itself) with `argv[0]` as written.
 //!
 //! - Order: deny, then ask, then allow; no match is a denial that says what was
 //!   asked and which config key would allow it.
 //! - allow and ask rules are argv prefixes: `["cargo", "test"]` allows
-//!   `cargo test --all`, not `cargo build`.
-//! - deny rules match their tokens in any order, with short-flag clusters split,
-//!   so `["rm", "-rf"]` also denies `rm -fr` and `rm -r -f`.
+//!   `cargo test --all`, not `cargo build`. A multi-call binary (rustup as
+//!   `cargo`, busybox) is allowed only under the rule's own name.
+//! - deny rules match their tokens in any order, flags normalized (`flags.rs`),
+//!   so `["rm", "-rf"]` also denies `rm -fR` and `rm --recursive --force`.
 //! - Wrappers and interpreters (`sh`, `env`, `xargs`, `python`, ...) and
 //!   program-running options (`find -exec`, `git -c`, `cargo --config`) are
 //!   allowed only by a rule naming the whole command exactly.

@@ -6,12 +6,12 @@
 //! git's config and hooks, agent and editor settings, the store, the config, the
 //! policy, the agent program) are neither writable nor creatable; the network
 //! is denied unless granted; sockets are limited by a seccomp filter
-//! ([`seccomp`]). A sandbox that cannot enforce all of it refuses the action and
+//! (`seccomp.rs`). A sandbox that cannot enforce all of it refuses the action and
 //! says why: never a silent fallback.
 //!
-//! - `bwrap`: bubblewrap ([`bwrap`]), the enforcing default. Missing protected
+//! - `bwrap`: bubblewrap (`bwrap.rs`), the enforcing default. Missing protected
 //!   names are held by placeholders ([`placeholder`]).
-//! - `landlock`: Landlock ABI 3 or later ([`landlock`]), the fallback where
+//! - `landlock`: Landlock ABI 3 or later (`landlock.rs`), the fallback where
 //!   namespaces are not allowed. It cannot keep a missing name from being
 //!   created, so children cannot create entries in the workspace root at all.
 //! - `auto` (the default): bwrap when it works here, else Landlock when the
