@@ -183,7 +183,8 @@ impl Sandbox {
 #[derive(Debug, Clone)]
 pub struct Confines {
     pub workspace: PathBuf,
-    /// Paths inside the workspace the child may neither write nor create.
+    /// Paths the child may neither write nor create: in the workspace, and for the
+    /// agent its own settings.
     pub protected: Vec<Protected>,
     pub network: bool,
     /// Let the child create UNIX sockets (`shell.unix_sockets`): it could then
