@@ -5,7 +5,7 @@ use loopbox_tests::*;
 use serde_json::json;
 
 fn turn(response: &str, index: u32, continuation: bool) -> Event {
-    Event::TurnComplete(Turn { session_id: "s".into(), response: response.into(), index, continuation })
+    Event::TurnComplete(Turn { session_id: "s".into(), response: response.into(), index, continuation, origin: None })
 }
 
 #[tokio::test]
@@ -163,7 +163,8 @@ async fn the_javascript_tool_gate_blocks_recursive_forced_deletes_only() {
     let ws = Workspace::new();
     let gate = load("tool-gate-js");
     let ctx = ws.run(&gate, "");
-    let call = |name: &str, input: serde_json::Value| Event::ToolCall(loopbox::bindings::ToolCall { name: name.into(), input: input.to_string() });
+    let call =
+        |name: &str, input: serde_json::Value| Event::ToolCall(loopbox::bindings::ToolCall { name: name.into(), input: input.to_string(), origin: None });
     for command in ["rm -rf /", "rm -fr build", "rm -r -f x", "sudo rm -Rf ~", "cd /tmp && rm --recursive --force *", "ls; /bin/rm -rf .git", "X=1 rm -rf y"] {
         match deliver(&ctx, &gate, call("Bash", json!({"command": command}))).await.unwrap() {
             Decision::Block(reason) => assert!(reason.contains("recursive forced delete"), "{command}: {reason}"),
@@ -174,7 +175,8 @@ async fn the_javascript_tool_gate_blocks_recursive_forced_deletes_only() {
         assert_eq!(deliver(&ctx, &gate, call("Bash", json!({"command": command}))).await.unwrap(), Decision::Pass, "{command}");
     }
     assert_eq!(deliver(&ctx, &gate, call("Edit", json!({"file_path": "rm -rf /"}))).await.unwrap(), Decision::Pass);
-    let f = deliver(&ctx, &gate, Event::ToolCall(loopbox::bindings::ToolCall { name: "Bash".into(), input: "{not json".into() })).await.unwrap_err();
+    let f =
+        deliver(&ctx, &gate, Event::ToolCall(loopbox::bindings::ToolCall { name: "Bash".into(), input: "{not json".into(), origin: None })).await.unwrap_err();
     assert!(f.to_string().contains("tool-gate: the Bash tool input is not JSON"), "{f}");
 }
 

@@ -1,10 +1,11 @@
-//! Whole-process latency of `loopbox hook claude-code`: what Claude Code waits
-//! for on every turn. A fresh process per invocation (as Claude Code runs it),
+//! Whole-process latency of `loopbox hook claude-code|codex|gemini`: what the
+//! agent waits for on every turn. A fresh process per invocation (as Claude Code runs it),
 //! with the policy's compiled component already in the cache.
 //!
 //! `cargo bench -p loopbox --bench hook` prints one table, samples interleaved
 //! so machine noise hits every row alike: spawning `true` (the floor of any
-//! hook), `loopbox --version` (process start), and a Ralph Stop hook.
+//! hook), `loopbox --version` (process start), and a Ralph turn hook under
+//! each agent's adapter (Claude Code and Codex `Stop`, Gemini CLI `AfterAgent`).
 
 use std::io::Write;
 use std::path::Path;
@@ -26,9 +27,9 @@ fn time(mut cmd: Command, stdin: Option<&str>) -> Duration {
     elapsed
 }
 
-fn hook_cmd(workspace: &Path, cache: &Path) -> Command {
+fn hook_cmd(agent: &str, workspace: &Path, cache: &Path) -> Command {
     let mut c = Command::new(BIN);
-    c.args(["hook", "claude-code", "--policy", "builtin:ralph", "--input", r#"{"prompt": "Fix the build.", "completion_promise": "DONE"}"#])
+    c.args(["hook", agent, "--policy", "builtin:ralph", "--input", r#"{"prompt": "Fix the build.", "completion_promise": "DONE"}"#])
         .current_dir(workspace)
         .env("LOOPBOX_CACHE_DIR", cache);
     c
@@ -41,19 +42,25 @@ fn main() {
     let cache = dir.path().join("cache");
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
-    let input =
-        serde_json::json!({"session_id": "bench", "hook_event_name": "Stop", "cwd": ws, "stop_hook_active": true, "last_assistant_message": "still failing"})
-            .to_string();
-    // Warm the compiled-component cache (and the session's run) once.
-    time(hook_cmd(&ws, &cache), Some(&input));
+    let input = |agent: &str| {
+        let (event, reply) = if agent == "gemini" { ("AfterAgent", "prompt_response") } else { ("Stop", "last_assistant_message") };
+        serde_json::json!({"session_id": "bench", "hook_event_name": event, "cwd": ws, "stop_hook_active": true, reply: "still failing"}).to_string()
+    };
+    const AGENTS: [&str; 3] = ["claude-code", "codex", "gemini"];
+    // Warm the compiled-component cache (and each session's run) once.
+    for agent in AGENTS {
+        time(hook_cmd(agent, &ws, &cache), Some(&input(agent)));
+    }
 
-    let mut samples = [Vec::new(), Vec::new(), Vec::new()];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); 2 + AGENTS.len()];
     for _ in 0..n {
         samples[0].push(time(Command::new("true"), None));
         let mut version = Command::new(BIN);
         version.arg("--version");
         samples[1].push(time(version, None));
-        samples[2].push(time(hook_cmd(&ws, &cache), Some(&input)));
+        for (i, agent) in AGENTS.iter().enumerate() {
+            samples[2 + i].push(time(hook_cmd(agent, &ws, &cache), Some(&input(agent))));
+        }
     }
     let pct = |s: &mut Vec<Duration>, p: f64| {
         s.sort();
@@ -62,9 +69,16 @@ fn main() {
     let mut floor = samples[0].clone();
     let floor = pct(&mut floor, 0.5).as_secs_f64();
     println!("\nhook latency, whole process, cached component ({n} interleaved samples each)");
-    println!("{:<36} {:>10} {:>10} {:>10}", "command", "p50", "p99", "p50 ratio");
-    for (name, s) in ["spawn `true` (floor)", "loopbox --version", "loopbox hook claude-code (Ralph Stop)"].iter().zip(samples.iter_mut()) {
+    println!("{:<40} {:>10} {:>10} {:>10}", "command", "p50", "p99", "p50 ratio");
+    let names = [
+        "spawn `true` (floor)",
+        "loopbox --version",
+        "loopbox hook claude-code (Ralph Stop)",
+        "loopbox hook codex (Ralph Stop)",
+        "loopbox hook gemini (Ralph AfterAgent)",
+    ];
+    for (name, s) in names.iter().zip(samples.iter_mut()) {
         let (p50, p99) = (pct(s, 0.5), pct(s, 0.99));
-        println!("{:<36} {:>7.2} ms {:>7.2} ms {:>9.1}x", name, p50.as_secs_f64() * 1e3, p99.as_secs_f64() * 1e3, p50.as_secs_f64() / floor);
+        println!("{:<40} {:>7.2} ms {:>7.2} ms {:>9.1}x", name, p50.as_secs_f64() * 1e3, p99.as_secs_f64() * 1e3, p50.as_secs_f64() / floor);
     }
 }

@@ -14,4 +14,4 @@ wasmtime::component::bindgen!({
 pub use exports::loopbox::policy::policy::PolicyInfo;
 pub use loopbox::policy::actions;
 pub use loopbox::policy::log::Level;
-pub use loopbox::policy::types::{Decision, Event, Outcome, ToolCall, Turn};
+pub use loopbox::policy::types::{Decision, Event, Origin, Outcome, ToolCall, Turn};

@@ -322,7 +322,7 @@ async fn agent_turn(
     if reply.session.is_some() {
         *session = reply.session;
     }
-    Ok(Ok(Turn { session_id: session.clone().unwrap_or_else(|| ctx.id.clone()), response: reply.text, index: *turns, continuation }))
+    Ok(Ok(Turn { session_id: session.clone().unwrap_or_else(|| ctx.id.clone()), response: reply.text, index: *turns, continuation, origin: None }))
 }
 
 async fn send_turn(ctx: &RunContext, message: &str, session: Option<&str>, turn: u32) -> Result<TurnReply, String> {

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::bindings::{Decision, Event, Outcome};
+use crate::bindings::{Decision, Event, Origin, Outcome};
 
 /// Embed a JSON text as a value when it parses, else as a string.
 fn embed(text: &str) -> Value {
@@ -16,13 +16,22 @@ pub fn event_json(e: &Event) -> Value {
         Event::Start(input) => json!({"type": "start", "input": embed(input)}),
         Event::TurnComplete(t) => json!({
             "type": "turn-complete", "session_id": t.session_id, "response": t.response,
-            "index": t.index, "continuation": t.continuation,
+            "index": t.index, "continuation": t.continuation, "origin": t.origin.as_ref().map(origin_json),
         }),
-        Event::ToolCall(c) => json!({"type": "tool-call", "name": c.name, "input": embed(&c.input)}),
+        Event::ToolCall(c) => json!({"type": "tool-call", "name": c.name, "input": embed(&c.input), "origin": c.origin.as_ref().map(origin_json)}),
         Event::Tick(p) => json!({"type": "tick", "payload": embed(p)}),
         Event::UserInput(t) => json!({"type": "user-input", "text": t}),
         Event::Custom((name, p)) => json!({"type": "custom", "name": name, "payload": embed(p)}),
     }
+}
+
+fn origin_json(o: &Origin) -> Value {
+    json!({"agent": o.agent, "event": o.event, "agent_id": o.agent_id, "permission_mode": o.permission_mode, "tool": o.tool})
+}
+
+fn parse_origin(v: &Value) -> Option<Origin> {
+    let s = |k: &str| v[k].as_str().map(String::from);
+    Some(Origin { agent: s("agent")?, event: s("event")?, agent_id: s("agent_id"), permission_mode: s("permission_mode"), tool: s("tool") })
 }
 
 /// An event back from its stored JSON (the inverse of [`event_json`]).
@@ -41,8 +50,9 @@ pub fn parse_event(text: &str) -> anyhow::Result<Event> {
             response: s("response")?,
             index: v["index"].as_u64().unwrap_or(0) as u32,
             continuation: v["continuation"].as_bool().unwrap_or(false),
+            origin: parse_origin(&v["origin"]),
         }),
-        "tool-call" => Event::ToolCall(crate::bindings::ToolCall { name: s("name")?, input: payload(&v["input"]) }),
+        "tool-call" => Event::ToolCall(crate::bindings::ToolCall { name: s("name")?, input: payload(&v["input"]), origin: parse_origin(&v["origin"]) }),
         "tick" => Event::Tick(payload(&v["payload"])),
         "user-input" => Event::UserInput(s("text")?),
         "custom" => Event::Custom((s("name")?, payload(&v["payload"]))),
@@ -148,8 +158,19 @@ mod tests {
             Event::Tick("{}".into()),
             Event::UserInput("yes".into()),
             Event::Custom(("PostToolUse".into(), "{\"x\":1}".into())),
-            Event::ToolCall(crate::bindings::ToolCall { name: "Bash".into(), input: "{\"command\":\"ls\"}".into() }),
-            Event::TurnComplete(crate::bindings::Turn { session_id: "s".into(), response: "done".into(), index: 2, continuation: true }),
+            Event::ToolCall(crate::bindings::ToolCall { name: "Bash".into(), input: "{\"command\":\"ls\"}".into(), origin: None }),
+            Event::TurnComplete(crate::bindings::Turn { session_id: "s".into(), response: "done".into(), index: 2, continuation: true, origin: None }),
+            Event::ToolCall(crate::bindings::ToolCall {
+                name: "Bash".into(),
+                input: "{}".into(),
+                origin: Some(Origin {
+                    agent: "gemini".into(),
+                    event: "BeforeTool".into(),
+                    agent_id: None,
+                    permission_mode: Some("default".into()),
+                    tool: Some("run_shell_command".into()),
+                }),
+            }),
         ];
         for e in events {
             let text = event_json(&e).to_string();

@@ -43,7 +43,8 @@ impl Repo {
     /// Build the named guest packages in release mode; returns each one's component path.
     pub fn build_rust_guests(&self, packages: &[&str]) -> Vec<(String, PathBuf)> {
         let guests = self.root.join("guests/rust");
-        let mut watched = vec![guests.join("Cargo.toml"), guests.join("Cargo.lock"), self.root.join("wit")];
+        // The SDK too: every guest is built on it (and it on wit/).
+        let mut watched = vec![guests.join("Cargo.toml"), guests.join("Cargo.lock"), guests.join("sdk"), self.root.join("wit")];
         watched.extend(packages.iter().map(|p| guests.join(p)));
         self.watch(&watched);
         let build = toolchain::CargoBuild { dir: &guests, target_dir: &self.root.join("target/guests"), packages, nested: true, target: toolchain::TARGET };

@@ -1,32 +1,35 @@
-//! `loopbox hook claude-code`: answer one Claude Code hook event; and
-//! `loopbox hook install|uninstall claude-code`: manage the hook entry in
-//! `.claude/settings.json`.
+//! `loopbox hook claude-code|codex|gemini`: answer one hook event of that
+//! agent; and `loopbox hook install|uninstall AGENT`: manage the hook entry in
+//! the agent's settings.
 //!
-//! Answering a hook never blocks the user's agent by accident: any failure of
-//! loopbox itself (bad input, missing policy, a trapping guest) exits 1, which
-//! Claude Code treats as a non-blocking error, with one line on stderr and the
-//! details appended to `.loopbox/hook.log`.
+//! A failure of loopbox itself (bad input, a missing policy, a trapping or
+//! hanging guest, a panic) is answered by `--on-error`: a gate (a tool call, a
+//! permission request) refuses in the protocol's blocking form, any other
+//! event lets the agent go on. Either way one line goes to stderr and the
+//! details to `.loopbox/hook.log`. loopbox answers before the agent's own
+//! timeout would kill it, because a killed hook is a non-blocking error to
+//! every agent: a gate that is too slow would otherwise fail open.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 
 use super::{Failure, exit, json_arg};
 use crate::config::Config;
 use crate::confirm::NoOneToAsk;
 use crate::db::STORE_DIR;
 use crate::grants::shell_quote;
-use crate::hook::claude_code::{HookInput, MAX_INPUT_BYTES};
-use crate::hook::session;
-use crate::hook::settings::{self, EVENTS, HookEntry};
+use crate::hook::agents::{Agent, EventSpec};
+use crate::hook::input::{HookInput, MAX_INPUT_BYTES};
+use crate::hook::render::{HookOutput, OnError, fail};
+use crate::hook::settings::{self, HookEntry};
+use crate::hook::{session, transcript};
 use crate::policy::PolicySource;
 use crate::run::Access;
-
-/// Exit code for a loopbox failure while answering a hook: non-blocking for Claude Code.
-pub const HOOK_FAILED: i32 = 1;
 
 #[derive(Debug, Args)]
 pub struct HookArgs {
@@ -38,38 +41,63 @@ pub struct HookArgs {
 enum HookCommand {
     /// Answer one Claude Code hook event: reads its JSON on stdin, prints the answer on stdout
     ClaudeCode(AnswerArgs),
-    /// Add a loopbox hook to .claude/settings.json in the workspace
+    /// Answer one Codex hook event: reads its JSON on stdin, prints the answer on stdout
+    Codex(AnswerArgs),
+    /// Answer one Gemini CLI hook event: reads its JSON on stdin, prints the answer on stdout
+    Gemini(AnswerArgs),
+    /// Add a loopbox hook to an agent's settings
     Install {
         #[command(subcommand)]
-        agent: Agent,
+        agent: AgentEntry,
     },
     /// Remove exactly the hook `install` added
     Uninstall {
         #[command(subcommand)]
-        agent: Agent,
+        agent: AgentEntry,
     },
 }
 
 #[derive(Debug, Subcommand)]
-enum Agent {
-    /// Claude Code
+enum AgentEntry {
+    /// Claude Code: .claude/settings.json (project), .claude/settings.local.json (local), ~/.claude/settings.json (user)
     ClaudeCode(EntryArgs),
+    /// Codex: .codex/hooks.json (project), ~/.codex/hooks.json (user)
+    Codex(EntryArgs),
+    /// Gemini CLI: .gemini/settings.json (project), ~/.gemini/settings.json (user)
+    Gemini(EntryArgs),
 }
 
 #[derive(Debug, Args)]
 struct AnswerArgs {
-    /// The policy: a path to a .wasm component, or builtin:NAME
+    /// The policy: a .wasm component (relative to the workspace), or builtin:NAME
     #[arg(long)]
     policy: String,
     /// Input delivered with `start` the first time a session is seen: JSON or @FILE
     #[arg(long, value_name = "JSON|@FILE", default_value = "{}")]
     input: String,
-    /// Config file (default: loopbox.toml in the workspace)
+    /// Config file, relative to the workspace (default: loopbox.toml in the workspace)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Continue the session's run under the config as it is now, though its grants changed since the run started
     #[arg(long)]
     accept_config_change: bool,
+    /// When loopbox cannot answer: refuse (default for tool calls and permission requests) or let the agent go on (default otherwise)
+    #[arg(long, value_enum)]
+    on_error: Option<OnError>,
+    /// Seconds the agent gives this hook (default: the agent's own default); loopbox answers before they run out
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+}
+
+/// Which settings file an entry goes into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scope {
+    /// The project's shared settings, committed with it
+    Project,
+    /// This project on this machine only (Claude Code's settings.local.json)
+    Local,
+    /// Every project of this user
+    User,
 }
 
 #[derive(Debug, Args)]
@@ -77,10 +105,10 @@ struct EntryArgs {
     /// The policy the hook runs: a path to a .wasm component, or builtin:NAME
     #[arg(long)]
     policy: String,
-    /// The hook event: Stop, SubagentStop, PreToolUse, PostToolUse, UserPromptSubmit, ...
+    /// The hook event (Stop, PreToolUse, PermissionRequest, AfterAgent, BeforeTool, ...; see `loopbox hook install AGENT --help`)
     #[arg(long)]
     event: String,
-    /// Tool name pattern, for PreToolUse and PostToolUse (e.g. Bash)
+    /// Which tools (or sources) the entry fires for, e.g. Bash; Gemini CLI's tool names are accepted in Claude Code's form
     #[arg(long)]
     matcher: Option<String>,
     /// Input delivered with `start` for each new session: JSON or @FILE (written into the hook command)
@@ -89,56 +117,162 @@ struct EntryArgs {
     /// Config file for the hook to use
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Seconds Claude Code gives the hook
-    #[arg(long, default_value_t = 30)]
-    timeout: u64,
+    /// Seconds the agent gives the hook (default: the agent's own, 600 for Claude Code and Codex, 60 for Gemini CLI)
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// What the hook does when loopbox cannot answer (default: block on gates, allow otherwise)
+    #[arg(long, value_enum)]
+    on_error: Option<OnError>,
+    /// Which settings file to edit
+    #[arg(long, value_enum, default_value = "project")]
+    scope: Scope,
 }
 
 pub fn execute(args: HookArgs, workspace: Option<&Path>) -> Result<i32, Failure> {
     match args.command {
-        HookCommand::ClaudeCode(a) => Ok(answer(a, workspace)),
-        HookCommand::Install { agent: Agent::ClaudeCode(e) } => edit(e, workspace, true),
-        HookCommand::Uninstall { agent: Agent::ClaudeCode(e) } => edit(e, workspace, false),
+        HookCommand::ClaudeCode(a) => Ok(answer(Agent::ClaudeCode, a, workspace)),
+        HookCommand::Codex(a) => Ok(answer(Agent::Codex, a, workspace)),
+        HookCommand::Gemini(a) => Ok(answer(Agent::Gemini, a, workspace)),
+        HookCommand::Install { agent } => {
+            let (agent, e) = agent.split();
+            edit(agent, e, workspace, true)
+        }
+        HookCommand::Uninstall { agent } => {
+            let (agent, e) = agent.split();
+            edit(agent, e, workspace, false)
+        }
     }
 }
 
-fn answer(args: AnswerArgs, workspace: Option<&Path>) -> i32 {
+impl HookArgs {
+    /// Whether this answers a hook event (rather than editing settings).
+    pub fn answers(&self) -> bool {
+        matches!(self.command, HookCommand::ClaudeCode(_) | HookCommand::Codex(_) | HookCommand::Gemini(_))
+    }
+}
+
+/// The agent when `args` is a `loopbox hook AGENT ...` command line that answers an event.
+pub fn answering(args: impl Iterator<Item = std::ffi::OsString>) -> Option<Agent> {
+    let args: Vec<_> = args.collect();
+    let at = args.iter().position(|a| a == "hook")?;
+    let name = args.get(at + 1)?.to_str()?;
+    Agent::ALL.into_iter().find(|a| a.id() == name)
+}
+
+/// Answer the event on stdin when the hook's own command line is wrong: with
+/// the failure form for its event, as any other failure.
+pub fn answer_broken_command(agent: Agent, clap_error: &str) -> i32 {
+    let mut text = String::new();
+    let _ = std::io::stdin().take(MAX_INPUT_BYTES as u64).read_to_string(&mut text);
+    let event = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["hook_event_name"].as_str().map(String::from)).unwrap_or_default();
+    let spec = agent.event(&event);
+    let first = clap_error.lines().next().unwrap_or_default().trim_start_matches("error: ");
+    emit(&fail(agent, &spec, OnError::default_for(&spec), &format!("the hook command is wrong ({first}); fix it in the agent's hook settings")))
+}
+
+impl AgentEntry {
+    fn split(self) -> (Agent, EntryArgs) {
+        match self {
+            AgentEntry::ClaudeCode(e) => (Agent::ClaudeCode, e),
+            AgentEntry::Codex(e) => (Agent::Codex, e),
+            AgentEntry::Gemini(e) => (Agent::Gemini, e),
+        }
+    }
+}
+
+/// How long loopbox may take, given the agent's timeout: a margin is left to print the answer.
+fn deadline(agent_timeout_s: u64) -> Duration {
+    let total = Duration::from_secs(agent_timeout_s);
+    let margin = (total / 10).clamp(Duration::from_millis(500), Duration::from_secs(10));
+    total.saturating_sub(margin).max(Duration::from_millis(200))
+}
+
+fn answer(agent: Agent, args: AnswerArgs, dash_c: Option<&Path>) -> i32 {
     let mut text = String::new();
     let read = std::io::stdin().take(MAX_INPUT_BYTES as u64 + 1).read_to_string(&mut text);
     let input = match read {
-        Ok(_) if text.len() > MAX_INPUT_BYTES => Err(anyhow!("hook input is over {MAX_INPUT_BYTES} bytes")),
-        Ok(_) => HookInput::parse(&text).map_err(|e| anyhow!(e)),
-        Err(e) => Err(anyhow!("cannot read the hook input from stdin: {e}")),
+        Ok(_) if text.len() > MAX_INPUT_BYTES => Err(format!("hook input is over {MAX_INPUT_BYTES} bytes")),
+        Ok(_) => HookInput::parse(agent, &text),
+        Err(e) => Err(format!("cannot read the hook input from stdin: {e}")),
     };
-    // The project: -C, else the hook input's cwd, else where Claude Code started us.
-    let workspace =
-        workspace.map(Path::to_path_buf).or_else(|| input.as_ref().ok().and_then(|i| i.cwd.clone()).map(PathBuf::from)).unwrap_or_else(|| PathBuf::from("."));
-    let result = input.and_then(|input| answer_input(&args, &workspace, &input));
-    match result {
-        Ok(Some(json)) => {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{json}");
-            exit::OK
-        }
-        Ok(None) => exit::OK,
+    // The event decides how a failure is said; an input too broken to parse still names it, often.
+    let event_name = match &input {
+        Ok(i) => i.event_name.clone(),
+        Err(_) => serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["hook_event_name"].as_str().map(String::from)).unwrap_or_default(),
+    };
+    let spec = agent.event(&event_name);
+    let on_error = args.on_error.unwrap_or_else(|| OnError::default_for(&spec));
+    let cwd = input.as_ref().ok().and_then(|i| i.cwd.clone());
+    let workspace = crate::hook::workspace::resolve(agent, dash_c, cwd.as_deref(), |v| std::env::var(v).ok());
+
+    let result = match (input, &workspace) {
+        (Err(e), _) => Err(anyhow!(e)),
+        (Ok(_), Err(e)) => Err(anyhow!("{e}")),
+        (Ok(input), Ok(ws)) => answer_within(&args, ws.clone(), input, deadline(args.timeout.unwrap_or_else(|| agent.default_timeout_s()))),
+    };
+    let output = match result {
+        Ok(output) => output,
         Err(e) => {
-            let log = record_failure(&workspace, &args.policy, &e);
+            let log = workspace.as_ref().ok().and_then(|ws| record_failure(ws, &args.policy, &e));
             let why = format!("{e:#}").replace('\n', " ");
-            crate::errln!(
-                "loopbox: the {} hook failed and let Claude continue: {why}{}",
-                args.policy,
-                log.map_or(String::new(), |p| format!(" (details in {})", p.display()))
-            );
-            HOOK_FAILED
+            let why = format!("{why}{}", log.map_or(String::new(), |p| format!(" (details in {})", p.display())));
+            fail(agent, &spec, on_error, &why)
+        }
+    };
+    emit(&output)
+}
+
+fn emit(output: &HookOutput) -> i32 {
+    if let Some(json) = &output.stdout {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{json}");
+        let _ = out.flush();
+    }
+    if let Some(line) = &output.stderr {
+        crate::errln!("{line}");
+    }
+    output.exit
+}
+
+/// Answer on a worker thread and wait at most `limit`: a guest, a lock or an
+/// action that hangs, or a panic, becomes an error the caller answers with `--on-error`.
+fn answer_within(args: &AnswerArgs, workspace: PathBuf, input: HookInput, limit: Duration) -> Result<HookOutput> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let policy = args.policy.clone();
+    let start = args.input.clone();
+    let config = args.config.clone();
+    let accept = args.accept_config_change;
+    std::thread::Builder::new()
+        .name("hook".into())
+        .spawn(move || {
+            let _ = tx.send(answer_input(&policy, &start, config.as_deref(), accept, &workspace, &input));
+        })
+        .context("cannot start the hook's worker thread")?;
+    match rx.recv_timeout(limit) {
+        Ok(result) => result,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            bail!("no answer within {:.1} s, the time left before the agent's hook timeout; raise it with --timeout on the hook command", limit.as_secs_f64())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            bail!("loopbox failed unexpectedly while answering (a bug: please report it with .loopbox/hook.log)")
         }
     }
 }
 
-fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Result<Option<serde_json::Value>> {
-    let (config, config_path) = Config::discover(args.config.as_deref(), workspace)?;
-    let start = json_arg("--input", &args.input).map_err(|f| f.error)?;
+/// A path from the hook command, relative to the workspace: the agent may run the hook from any directory.
+fn in_workspace(workspace: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() { path.to_path_buf() } else { workspace.join(path) }
+}
+
+fn answer_input(policy: &str, start: &str, config: Option<&Path>, accept: bool, workspace: &Path, input: &HookInput) -> Result<HookOutput> {
+    let config_file = config.map(|c| in_workspace(workspace, c));
+    let (config, config_path) = Config::discover(config_file.as_deref(), workspace)?;
+    let start = json_arg("--input", start).map_err(|f| f.error)?;
     let runtime = super::runtime(&config, workspace).map_err(|f| f.error)?;
-    let source = PolicySource::parse(&args.policy);
+    let source = match PolicySource::parse(policy) {
+        PolicySource::Path(p) => PolicySource::Path(in_workspace(workspace, &p)),
+        builtin => builtin,
+    };
     let policy = runtime.load(&source)?;
     // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.
     let access = Access {
@@ -147,14 +281,13 @@ fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Resul
         ..Access::default()
     };
     let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let output = tokio.block_on(session::answer(&policy, Arc::new(config), workspace, &start, input, access, args.accept_config_change))?;
-    Ok(output.stdout)
+    tokio.block_on(session::answer(&policy, Arc::new(config), workspace, &start, input, access, accept))
 }
 
 /// Append the failure, with its whole cause chain, to `.loopbox/hook.log`.
 fn record_failure(workspace: &Path, policy: &str, e: &anyhow::Error) -> Option<PathBuf> {
     let dir = workspace.join(STORE_DIR);
-    // Only inside a workspace that exists: a hook never creates one.
+    // The workspace exists (it was resolved); its store directory may be made.
     crate::files::ensure_dir(&dir).ok()?;
     let path = dir.join("hook.log");
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).ok()?;
@@ -162,34 +295,110 @@ fn record_failure(workspace: &Path, policy: &str, e: &anyhow::Error) -> Option<P
     Some(path)
 }
 
-/// The command line Claude Code runs for this entry.
-fn hook_command(e: &EntryArgs) -> Result<String> {
+/// The settings file an entry of `agent` goes into for `scope`.
+fn settings_path(agent: Agent, scope: Scope, workspace: &Path) -> Result<PathBuf> {
+    let home = || std::env::var_os("HOME").map(PathBuf::from).context("HOME is not set, so the user's settings cannot be found");
+    let env_dir = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+    Ok(match (agent, scope) {
+        (Agent::ClaudeCode, Scope::Project) => workspace.join(".claude/settings.json"),
+        (Agent::ClaudeCode, Scope::Local) => workspace.join(".claude/settings.local.json"),
+        (Agent::ClaudeCode, Scope::User) => {
+            transcript::claude_config_dir().context("HOME is not set, so the user's settings cannot be found")?.join("settings.json")
+        }
+        (Agent::Codex, Scope::Project) => workspace.join(".codex/hooks.json"),
+        (Agent::Codex, Scope::User) => env_dir("CODEX_HOME").map_or_else(|| home().map(|h| h.join(".codex")), Ok)?.join("hooks.json"),
+        (Agent::Gemini, Scope::Project) => workspace.join(".gemini/settings.json"),
+        (Agent::Gemini, Scope::User) => home()?.join(".gemini/settings.json"),
+        (_, Scope::Local) => bail!("{} has no local scope (only Claude Code does); use --scope project or --scope user", agent.title()),
+    })
+}
+
+/// `path` as the hook command should name it: relative to the workspace when inside it, so a
+/// shared settings file works on every clone; absolute otherwise.
+fn portable(workspace: &Path, path: &Path, what: &str) -> Result<String> {
+    let real = path.canonicalize().with_context(|| format!("{what} `{}` not found", path.display()))?;
+    let root = workspace.canonicalize().with_context(|| format!("the workspace `{}` cannot be used", workspace.display()))?;
+    Ok(match real.strip_prefix(&root) {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
+        _ => real.to_string_lossy().into_owned(),
+    })
+}
+
+/// The program to put in a hook command: `loopbox` when that is this binary on PATH, else its absolute path.
+fn program() -> Result<(String, bool)> {
     let exe = std::env::current_exe().context("cannot find the loopbox executable to put in the hook")?;
+    let exe = exe.canonicalize().unwrap_or(exe);
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join("loopbox"))
+        .find(|p| p.is_file())
+        .and_then(|p| p.canonicalize().ok());
+    Ok(match on_path {
+        Some(p) if p == exe => ("loopbox".to_string(), true),
+        _ => (exe.to_string_lossy().into_owned(), false),
+    })
+}
+
+/// The command line the agent runs for this entry, and whether it names only what every machine has.
+fn hook_command(agent: Agent, e: &EntryArgs, workspace: &Path) -> Result<(String, bool)> {
+    let (program, on_path) = program()?;
     let policy = match PolicySource::parse(&e.policy) {
         PolicySource::Builtin(_) => e.policy.clone(),
-        PolicySource::Path(p) => p.canonicalize().with_context(|| format!("policy `{}` not found", p.display()))?.to_string_lossy().into_owned(),
+        PolicySource::Path(p) => portable(workspace, &p, "policy")?,
     };
-    let mut argv = vec![exe.to_string_lossy().into_owned(), "hook".into(), "claude-code".into(), "--policy".into(), policy];
+    let mut argv = vec![program, "hook".into(), agent.id().into(), "--policy".into(), policy];
+    let mut portable_paths = !Path::new(&argv[4]).is_absolute();
     if let Some(input) = &e.input {
         argv.push("--input".into());
         argv.push(json_arg("--input", input).map_err(|f| f.error)?.trim().to_string());
     }
     if let Some(c) = &e.config {
-        argv.push("--config".into());
-        argv.push(c.canonicalize().with_context(|| format!("config `{}` not found", c.display()))?.to_string_lossy().into_owned());
+        let c = portable(workspace, c, "config")?;
+        portable_paths &= !Path::new(&c).is_absolute();
+        argv.extend(["--config".into(), c]);
     }
-    // Claude Code runs hook commands through a shell.
-    Ok(argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "))
+    if let Some(o) = e.on_error {
+        argv.extend(["--on-error".into(), o.to_possible_value().expect("no skipped variants").get_name().to_string()]);
+    }
+    if let Some(t) = e.timeout {
+        argv.extend(["--timeout".into(), t.to_string()]);
+    }
+    // The agents run hook commands through a shell.
+    Ok((argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "), on_path && portable_paths))
 }
 
-fn edit(e: EntryArgs, workspace: Option<&Path>, install: bool) -> Result<i32, Failure> {
-    if !EVENTS.contains(&e.event.as_str()) {
-        return Err(Failure::usage(anyhow!("unknown hook event `{}`; Claude Code's events are: {}", e.event, EVENTS.join(", "))));
+/// Gemini CLI matches its own tool names: `Bash` becomes `run_shell_command`, in each `|` alternative.
+fn native_matcher(agent: Agent, matcher: &str) -> String {
+    matcher.split('|').map(|m| agent.native_tool_name(m).unwrap_or(m)).collect::<Vec<_>>().join("|")
+}
+
+fn check_event(agent: Agent, e: &EntryArgs) -> Result<EventSpec, Failure> {
+    if !agent.known(&e.event) {
+        let names: Vec<&str> = agent.events().iter().map(|s| s.name).collect();
+        return Err(Failure::usage(anyhow!("unknown {} hook event `{}`; its events are: {}", agent.title(), e.event, names.join(", "))));
     }
+    if e.event == "WorktreeCreate" {
+        return Err(Failure::usage(anyhow!("a WorktreeCreate hook must create the worktree and print its path, which a loop policy does not do")));
+    }
+    let spec = agent.event(&e.event);
+    if e.matcher.is_some() && !spec.matcher {
+        return Err(Failure::usage(anyhow!("{} {} hooks take no matcher; leave out --matcher", agent.title(), e.event)));
+    }
+    Ok(spec)
+}
+
+fn edit(agent: Agent, e: EntryArgs, workspace: Option<&Path>, install: bool) -> Result<i32, Failure> {
+    check_event(agent, &e)?;
     let workspace = workspace.unwrap_or(Path::new("."));
-    let path = workspace.join(".claude/settings.json");
-    let entry =
-        HookEntry { event: e.event.clone(), matcher: e.matcher.clone(), command: hook_command(&e).map_err(Failure::usage)?, timeout_s: Some(e.timeout) };
+    let path = settings_path(agent, e.scope, workspace).map_err(Failure::usage)?;
+    let (command, portable_command) = hook_command(agent, &e, workspace).map_err(Failure::usage)?;
+    let entry = HookEntry {
+        event: e.event.clone(),
+        matcher: e.matcher.as_deref().map(|m| native_matcher(agent, m)),
+        command,
+        timeout: e.timeout.map(|t| agent.timeout_field(t)),
+    };
     let original = match crate::files::read_capped(&path, crate::files::MAX_CONFIG_BYTES) {
         Ok(bytes) => String::from_utf8(bytes).map_err(|_| Failure::usage(anyhow!("`{}` is not UTF-8 text", path.display())))?,
         Err(err) if err.is_not_found() => String::new(),
@@ -197,11 +406,21 @@ fn edit(e: EntryArgs, workspace: Option<&Path>, install: bool) -> Result<i32, Fa
     };
     let changed = if install { settings::install(&original, &entry) } else { settings::uninstall(&original, &entry) };
     let changed = changed.map_err(|m| Failure::usage(anyhow!("`{}`: {m}", path.display())))?;
-    let what = format!("{} hook for {}{}", e.event, e.policy, e.matcher.as_ref().map_or(String::new(), |m| format!(" (matcher {m})")));
+    let what = format!("{} {} hook for {}{}", agent.title(), e.event, e.policy, entry.matcher.as_ref().map_or(String::new(), |m| format!(" (matcher {m})")));
     match changed {
         Some(text) => {
             write_atomically(&path, &text).map_err(Failure::internal)?;
             crate::outln!("{} the {what} in {}", if install { "installed" } else { "removed" }, path.display());
+            if install && !portable_command && e.scope == Scope::Project {
+                crate::outln!(
+                    "note: the command names paths of this machine (loopbox is not on PATH, or the policy is outside the project); \
+                     for a settings file others share, put loopbox on PATH and the policy in the project, or use --scope {}",
+                    if agent == Agent::ClaudeCode { "local" } else { "user" }
+                );
+            }
+            if install && agent == Agent::Codex {
+                crate::outln!("note: Codex runs a new or changed hook only after you review it (/hooks in Codex)");
+            }
         }
         None if install => crate::outln!("the {what} is already installed in {}", path.display()),
         None => crate::outln!("no {what} in {}; nothing to remove", path.display()),
@@ -212,7 +431,8 @@ fn edit(e: EntryArgs, workspace: Option<&Path>, install: bool) -> Result<i32, Fa
 fn write_atomically(path: &Path, text: &str) -> Result<()> {
     let dir = path.parent().expect("settings path has a parent");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
-    let tmp = dir.join(format!(".settings.json.loopbox-{}", std::process::id()));
+    let name = path.file_name().map_or("settings".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(".{name}.loopbox-{}", std::process::id()));
     std::fs::write(&tmp, text).with_context(|| format!("cannot write `{}`", tmp.display()))?;
     if let Ok(meta) = std::fs::metadata(path) {
         let _ = std::fs::set_permissions(&tmp, meta.permissions());
@@ -222,4 +442,23 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
         bail!("`{}` was not written", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopbox_answers_before_the_agent_gives_up() {
+        assert_eq!(deadline(600), Duration::from_secs(590));
+        assert_eq!(deadline(60), Duration::from_secs(54));
+        assert_eq!(deadline(1), Duration::from_millis(500));
+        assert_eq!(deadline(0), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn gemini_matchers_use_its_tool_names() {
+        assert_eq!(native_matcher(Agent::Gemini, "Bash|Edit|custom_tool"), "run_shell_command|replace|custom_tool");
+        assert_eq!(native_matcher(Agent::ClaudeCode, "Bash|Edit"), "Bash|Edit");
+    }
 }

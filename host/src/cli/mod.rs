@@ -74,7 +74,7 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// List the runs in this workspace; show, follow, resume, answer, tick or cancel one
     Runs(runs::RunsArgs),
-    /// Run a policy as an agent's hook (Claude Code), or install it as one
+    /// Run a policy as an agent's hook (Claude Code, Codex, Gemini CLI), or install it as one
     Hook(hook::HookArgs),
     /// Say what this machine supports: OS sandboxes, cache, agent
     Doctor(doctor::DoctorArgs),
@@ -108,7 +108,15 @@ impl Failure {
 
 pub fn main() -> i32 {
     crate::out::guard_std_fds();
-    let code = main_with(Cli::parse());
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match hook::answering(std::env::args_os()) {
+            // A hook command with a wrong flag: the agent reads exit 2 as "block", so answer as the hook would.
+            Some(agent) if e.use_stderr() => return hook::answer_broken_command(agent, &e.to_string()),
+            _ => e.exit(),
+        },
+    };
+    let code = main_with(cli);
     match crate::out::stdout_failure() {
         Some(why) if code == exit::OK => {
             crate::errln!("error: cannot write to standard output: {why}");
@@ -120,8 +128,10 @@ pub fn main() -> i32 {
 
 fn main_with(cli: Cli) -> i32 {
     // A workspace is used, never created: a mistyped -C must not make a directory.
+    // (A hook checks its own workspace, to answer in its agent's protocol.)
     if let Some(dir) = &cli.workspace
         && !dir.is_dir()
+        && !matches!(&cli.command, Command::Hook(h) if h.answers())
     {
         let why = if dir.exists() { "is not a directory" } else { "does not exist" };
         crate::errln!("error: workspace `{}` (-C) {why}; give the directory of an existing project", dir.display());

@@ -1,11 +1,13 @@
 //! One hook invocation: find (or start) the run for this agent session, deliver
 //! the event, and turn the decision into the hook's answer.
 //!
-//! A session's run is keyed by the policy and the agent's `session_id`, so the
-//! policy's state (the Ralph loop's iteration count) survives from one hook
-//! process to the next. `start(input)` is delivered the first time a session is
-//! seen (and again on the next event if it failed). Once the policy has finished the session's run (`done`, `escalate`),
-//! later events of that session are answered with nothing.
+//! A session's run is keyed by the agent, the policy, the agent's `session_id`
+//! and, for events inside a subagent, its `agent_id`: the policy's state (the
+//! Ralph loop's iteration count) survives from one hook process to the next,
+//! and a subagent's stops do not count toward the main thread's loop.
+//! `start(input)` is delivered the first time a session is seen (and again on
+//! the next event if it failed). Once the policy has finished the session's
+//! run (`done`, `escalate`), later events of that session are answered with nothing.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +18,9 @@ use anyhow::{Result, anyhow};
 use crate::bindings::{Decision, Event};
 use crate::config::Config;
 use crate::db::{Db, lock};
-use crate::hook::claude_code::{HookInput, HookOutput, render};
+use crate::hook::agents::Agent;
+use crate::hook::input::HookInput;
+use crate::hook::render::{HookOutput, render};
 use crate::hook::transcript;
 use crate::policy::{Policy, PolicySource};
 use crate::record::decision_json;
@@ -24,9 +28,10 @@ use crate::run::{Access, RunContext};
 use crate::ui::Ui;
 
 /// The run id for a session of a policy: stable across hook processes.
-pub fn session_run_id(source: &PolicySource, session_id: &str) -> String {
-    let h = blake3::hash(format!("{source}\0{session_id}").as_bytes());
-    format!("cc-{}", &h.to_hex()[..16])
+/// `session` is [`HookInput::session_key`].
+pub fn session_run_id(agent: Agent, source: &PolicySource, session: &str) -> String {
+    let h = blake3::hash(format!("{source}\0{session}").as_bytes());
+    format!("{}-{}", agent.run_prefix(), &h.to_hex()[..16])
 }
 
 /// Statuses after which a session's run takes no more events.
@@ -47,13 +52,13 @@ pub async fn answer(
     accept_config_change: bool,
 ) -> Result<HookOutput> {
     let db = Db::open_workspace(workspace)?;
-    let id = session_run_id(&policy.source, &input.session_id);
+    let id = session_run_id(input.agent, &policy.source, &input.session_key());
     // One event of a session at a time: parallel subagents fire hooks at once.
     let store_dir = db.path().parent().unwrap_or(workspace);
     let _session = lock::acquire(&lock::path(store_dir, &id), SESSION_WAIT).await?;
     let existing = db.run(&id)?;
     if existing.as_ref().is_some_and(|r| finished(&r.status)) {
-        return Ok(HookOutput { stdout: None });
+        return Ok(HookOutput::nothing());
     }
     let grants = crate::pin::pin(&config, workspace);
     if let Some(run) = &existing {
@@ -67,32 +72,39 @@ pub async fn answer(
     let ctx = RunContext::with_access(id.clone(), config, db.clone(), workspace, Ui::quiet(), access)?;
     if existing.is_none() {
         db.create_hook_run(&id, &policy.source.to_string(), &policy.digest, start_input, grants)?;
-        ctx.log.host("info", format!("Claude Code session {} seen for the first time", input.session_id));
+        let who = input.agent_id.as_ref().map_or(String::new(), |a| format!(" (subagent {a})"));
+        ctx.log.host("info", format!("{} session {}{who} seen for the first time", input.agent.title(), input.session_id));
     }
     // A start that failed (a bad --input, say) is tried again on the next event.
     if !db.started(&id)? {
         ctx.deliver(policy, &Event::Start(start_input.to_string())).await?.map_err(|f| anyhow!("the policy failed on start: {f}"))?;
     }
 
-    let response = if input.is_stop() {
-        match &input.last_assistant_message {
-            Some(m) => Some(m.clone()),
-            None => match input.transcript() {
-                Some(path) => Some(transcript::last_assistant_message(path, &transcript::allowed_roots(ctx.root())).map_err(|e| anyhow!(e))?),
-                None => None,
-            },
-        }
-    } else {
-        None
-    };
-    let index = if input.is_stop() { db.add_turn(&id)? } else { 0 };
+    let response = if input.is_turn() { turn_response(input, ctx.root())? } else { None };
+    let index = if input.is_turn() { db.add_turn(&id)? } else { 0 };
     let event = input.event(response, index).map_err(|e| anyhow!(e))?;
     let decision = ctx.deliver(policy, &event).await?.map_err(|f| anyhow!("{f}"))?;
-    let output = render(&input.event_name, &decision).map_err(|e| anyhow!(e))?;
+    let output = render(input.agent, &input.agent.event(&input.event_name), &decision).map_err(|e| anyhow!(e))?;
     match &decision {
         Decision::Done(o) => db.set_status(&id, if o.success { "done" } else { "failed" }, Some(&decision_json(&decision).to_string()))?,
         Decision::Escalate(_) => db.set_status(&id, "escalated", Some(&decision_json(&decision).to_string()))?,
         _ => {}
     }
     Ok(output)
+}
+
+/// The assistant's last message for a turn event: from the input, else (older
+/// Claude Code versions) from the transcript. Codex sends null and Gemini an
+/// empty string for a turn that ended without text.
+fn turn_response(input: &HookInput, workspace: &Path) -> Result<Option<String>> {
+    if let Some(m) = &input.last_assistant_message {
+        return Ok(Some(m.clone()));
+    }
+    if input.agent != Agent::ClaudeCode {
+        return Ok(Some(String::new()));
+    }
+    match input.transcript() {
+        Some(path) => Ok(Some(transcript::last_assistant_message(path, &transcript::allowed_roots(workspace)).map_err(|e| anyhow!(e))?)),
+        None => Ok(None),
+    }
 }

@@ -1,72 +1,99 @@
-//! Adding and removing a loopbox hook in Claude Code's `.claude/settings.json`.
+//! Adding and removing a loopbox hook in an agent's hook settings:
+//! Claude Code's `.claude/settings.json`, Codex's `.codex/hooks.json`,
+//! Gemini CLI's `.gemini/settings.json`. All three nest command hooks the same
+//! way: `hooks.<Event>[] = {matcher?, hooks: [{type: "command", command, timeout?}]}`.
 //!
 //! Install appends a group of its own under `hooks.<Event>` and touches nothing
 //! else; uninstall removes exactly that entry (and the containers it emptied).
-//! Key order is preserved and the file is written in Claude Code's own
-//! two-space format, so every other hook stays as it was, byte for byte, and an
-//! install followed by an uninstall gives back the original file.
+//! The file is edited in place ([`super::jsonedit`]), so the user's spacing,
+//! key order and comments stay as they were, and an install followed by an
+//! uninstall gives back the original file byte for byte.
 
 use serde_json::{Map, Value, json};
+
+use super::jsonedit::{self, Node};
 
 /// One hook entry as loopbox writes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HookEntry {
     pub event: String,
     pub matcher: Option<String>,
-    /// The full command line Claude Code runs.
+    /// The full command line the agent runs (through a shell).
     pub command: String,
-    pub timeout_s: Option<u64>,
+    /// The entry's `timeout`, in the agent's unit; absent leaves the agent's default.
+    pub timeout: Option<u64>,
 }
 
-/// The events Claude Code runs command hooks for.
-pub const EVENTS: &[&str] =
-    &["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SubagentStop", "Notification", "PreCompact", "SessionStart", "SessionEnd"];
-
-/// The part of a loopbox command line after the program: how entries are recognised,
-/// so an entry written by a loopbox installed elsewhere is still found.
-fn args_of(command: &str) -> &str {
-    command.split_once(' ').map_or("", |(_, rest)| rest)
-}
-
-fn parse(text: &str) -> Result<Map<String, Value>, String> {
-    if text.trim().is_empty() {
-        return Ok(Map::new());
+/// A command line split into words as a POSIX shell would (quotes and
+/// backslashes; no expansion). None when the quoting is unbalanced.
+pub fn shell_words(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' | '\n' => words.extend(word.take()),
+            '\'' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        c => w.push(c),
+                    }
+                }
+            }
+            '"' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '\\' => match chars.next()? {
+                            c @ ('"' | '\\' | '$' | '`') => w.push(c),
+                            c => {
+                                w.push('\\');
+                                w.push(c);
+                            }
+                        },
+                        c => w.push(c),
+                    }
+                }
+            }
+            '\\' => word.get_or_insert_with(String::new).push(chars.next()?),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
     }
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(m)) => Ok(m),
+    words.extend(word);
+    Some(words)
+}
+
+/// Whether two hook commands are the same loopbox hook: the same words after
+/// the program, which is loopbox wherever it is installed.
+fn same_command(a: &str, b: &str) -> bool {
+    let is_loopbox = |w: &[String]| w.first().is_some_and(|p| p.rsplit('/').next() == Some("loopbox"));
+    match (shell_words(a), shell_words(b)) {
+        (Some(a), Some(b)) => is_loopbox(&a) && is_loopbox(&b) && a[1..] == b[1..],
+        _ => false,
+    }
+}
+
+fn parse(text: &str) -> Result<Node, String> {
+    match jsonedit::parse(text) {
+        Ok(node @ Node::Object { .. }) => Ok(node),
         Ok(_) => Err("the settings file is not a JSON object".into()),
         Err(e) => Err(format!("the settings file is not valid JSON ({e}); fix it or move it aside, loopbox will not overwrite it")),
     }
 }
 
-fn render(settings: &Map<String, Value>, original: &str) -> String {
-    let mut text = serde_json::to_string_pretty(settings).expect("JSON values serialize");
-    if original.is_empty() || original.ends_with('\n') {
-        text.push('\n');
+fn member_index(object: &Node, key: &str) -> usize {
+    match object {
+        Node::Object { members, .. } => members.iter().position(|m| m.key == key).expect("the member was found by key"),
+        _ => unreachable!("members of an object"),
     }
-    text
 }
 
-fn same_matcher(group: &Value, matcher: Option<&str>) -> bool {
-    group.get("matcher").and_then(Value::as_str) == matcher
-}
-
-fn holds(group: &Value, entry: &HookEntry) -> bool {
-    group["hooks"].as_array().is_some_and(|hs| hs.iter().any(|h| h["command"].as_str().is_some_and(|c| args_of(c) == args_of(&entry.command))))
-}
-
-/// The settings text with `entry` added; None when it is already there.
-pub fn install(original: &str, entry: &HookEntry) -> Result<Option<String>, String> {
-    let mut settings = parse(original)?;
-    let hooks = settings.entry("hooks").or_insert_with(|| Value::Object(Map::new()));
-    let hooks = hooks.as_object_mut().ok_or("`hooks` in the settings file is not an object")?;
-    let groups = hooks.entry(entry.event.clone()).or_insert_with(|| Value::Array(Vec::new()));
-    let groups = groups.as_array_mut().ok_or_else(|| format!("`hooks.{}` in the settings file is not an array", entry.event))?;
-    if groups.iter().any(|g| same_matcher(g, entry.matcher.as_deref()) && holds(g, entry)) {
-        return Ok(None);
-    }
+fn group_value(entry: &HookEntry) -> Value {
     let mut hook = json!({"type": "command", "command": entry.command});
-    if let Some(t) = entry.timeout_s {
+    if let Some(t) = entry.timeout {
         hook["timeout"] = json!(t);
     }
     let mut group = Map::new();
@@ -74,28 +101,70 @@ pub fn install(original: &str, entry: &HookEntry) -> Result<Option<String>, Stri
         group.insert("matcher".into(), json!(m));
     }
     group.insert("hooks".into(), json!([hook]));
-    groups.push(Value::Object(group));
-    Ok(Some(render(&settings, original)))
+    Value::Object(group)
+}
+
+/// Where an installed entry is: (group index, hook index within the group).
+fn find(text: &str, groups: &Node, entry: &HookEntry) -> Option<(usize, usize)> {
+    groups.items().iter().enumerate().find_map(|(gi, group)| {
+        let matcher = group.get("matcher").and_then(|m| m.as_str(text));
+        if matcher.as_deref() != entry.matcher.as_deref() {
+            return None;
+        }
+        let hooks = group.get("hooks")?;
+        let hi = hooks.items().iter().position(|h| h.get("command").and_then(|c| c.as_str(text)).is_some_and(|c| same_command(&c, &entry.command)))?;
+        Some((gi, hi))
+    })
+}
+
+/// The settings text with `entry` added; None when it is already there.
+pub fn install(original: &str, entry: &HookEntry) -> Result<Option<String>, String> {
+    let group = group_value(entry);
+    if original.trim().is_empty() {
+        let mut text = serde_json::to_string_pretty(&json!({"hooks": {entry.event.clone(): [group]}})).expect("JSON values serialize");
+        text.push('\n');
+        return Ok(Some(text));
+    }
+    let root = parse(original)?;
+    let Some(hooks) = root.get("hooks") else {
+        return Ok(Some(jsonedit::append(original, &root, Some("hooks"), &json!({entry.event.clone(): [group]}))));
+    };
+    if !matches!(hooks, Node::Object { .. }) {
+        return Err("`hooks` in the settings file is not an object".into());
+    }
+    let Some(groups) = hooks.get(&entry.event) else {
+        return Ok(Some(jsonedit::append(original, hooks, Some(&entry.event), &json!([group]))));
+    };
+    if !matches!(groups, Node::Array { .. }) {
+        return Err(format!("`hooks.{}` in the settings file is not an array", entry.event));
+    }
+    if find(original, groups, entry).is_some() {
+        return Ok(None);
+    }
+    Ok(Some(jsonedit::append(original, groups, None, &group)))
 }
 
 /// The settings text with `entry` removed; None when it is not there.
 pub fn uninstall(original: &str, entry: &HookEntry) -> Result<Option<String>, String> {
-    let mut settings = parse(original)?;
-    let Some(hooks) = settings.get_mut("hooks").and_then(Value::as_object_mut) else { return Ok(None) };
-    let Some(groups) = hooks.get_mut(&entry.event).and_then(Value::as_array_mut) else { return Ok(None) };
-    let Some(gi) = groups.iter().position(|g| same_matcher(g, entry.matcher.as_deref()) && holds(g, entry)) else { return Ok(None) };
-    let list = groups[gi]["hooks"].as_array_mut().expect("checked by holds");
-    list.retain(|h| h["command"].as_str().is_none_or(|c| args_of(c) != args_of(&entry.command)));
-    if list.is_empty() {
-        groups.remove(gi);
+    if original.trim().is_empty() {
+        return Ok(None);
     }
-    if groups.is_empty() {
-        hooks.remove(&entry.event);
-    }
-    if hooks.is_empty() {
-        settings.remove("hooks");
-    }
-    Ok(Some(render(&settings, original)))
+    let root = parse(original)?;
+    let Some(hooks) = root.get("hooks").filter(|h| matches!(h, Node::Object { .. })) else { return Ok(None) };
+    let Some(groups) = hooks.get(&entry.event).filter(|g| matches!(g, Node::Array { .. })) else { return Ok(None) };
+    let Some((gi, hi)) = find(original, groups, entry) else { return Ok(None) };
+    let group_hooks = groups.items()[gi].get("hooks").expect("found in it");
+    // Remove the smallest container that holds nothing else.
+    let text = if group_hooks.items().len() > 1 {
+        jsonedit::remove(original, group_hooks, hi)
+    } else if groups.items().len() > 1 {
+        jsonedit::remove(original, groups, gi)
+    } else if matches!(hooks, Node::Object { members, .. } if members.len() > 1) {
+        jsonedit::remove(original, hooks, member_index(hooks, &entry.event))
+    } else {
+        jsonedit::remove(original, &root, member_index(&root, "hooks"))
+    };
+    Ok(Some(text))
 }
 
 #[cfg(test)]
@@ -141,7 +210,7 @@ mod tests {
             event: event.into(),
             matcher: matcher.map(String::from),
             command: "/usr/bin/loopbox hook claude-code --policy builtin:ralph".into(),
-            timeout_s: Some(30),
+            timeout: Some(30),
         }
     }
 
@@ -172,6 +241,7 @@ mod tests {
             json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "/usr/bin/loopbox hook claude-code --policy builtin:ralph", "timeout": 30}]}]}})
         );
         assert_eq!(uninstall(&text, &entry("Stop", None)).unwrap().unwrap(), "{}\n");
+        assert_eq!(uninstall("", &entry("Stop", None)).unwrap(), None);
     }
 
     #[test]
@@ -181,6 +251,29 @@ mod tests {
         assert_eq!(uninstall(&text, &moved).unwrap().unwrap(), EXISTING);
         assert_eq!(uninstall(EXISTING, &entry("Stop", None)).unwrap(), None);
         assert_eq!(uninstall(&text, &entry("Stop", Some("Bash"))).unwrap(), None, "matcher must match");
+    }
+
+    #[test]
+    fn commands_are_compared_word_by_word_with_quotes() {
+        let quoted = HookEntry { command: "loopbox hook claude-code --policy 'my policy.wasm'".into(), ..entry("Stop", None) };
+        let text = install(EXISTING, &quoted).unwrap().unwrap();
+        let same = HookEntry { command: "/opt/bin/loopbox hook claude-code --policy \"my policy.wasm\"".into(), ..entry("Stop", None) };
+        assert_eq!(uninstall(&text, &same).unwrap().unwrap(), EXISTING);
+        let other = HookEntry { command: "loopbox hook claude-code --policy 'my'".into(), ..entry("Stop", None) };
+        assert_eq!(uninstall(&text, &other).unwrap(), None, "the first space inside quotes does not end the argument");
+        let not_ours = HookEntry { command: "notify-send hook claude-code --policy 'my policy.wasm'".into(), ..entry("Stop", None) };
+        assert_eq!(uninstall(&text, &not_ours).unwrap(), None);
+        assert_eq!(shell_words(r#"a 'b c' "d \"e\"" f\ g"#).unwrap(), ["a", "b c", "d \"e\"", "f g"]);
+        assert_eq!(shell_words("a 'open"), None);
+    }
+
+    #[test]
+    fn comments_and_tabs_survive() {
+        let text = "{\n\t// mine\n\t\"model\": \"x\" /* keep */\n}\n";
+        let e = entry("Stop", None);
+        let installed = install(text, &e).unwrap().unwrap();
+        assert!(installed.contains("// mine") && installed.contains("/* keep */") && installed.contains("\n\t\t\"Stop\": [\n\t\t\t{"), "{installed}");
+        assert_eq!(uninstall(&installed, &e).unwrap().unwrap(), text);
     }
 
     #[test]

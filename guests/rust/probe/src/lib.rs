@@ -206,6 +206,10 @@ mod component {
         })
     }
 
+    fn origin_json(o: &loopbox_guest::Origin) -> Value {
+        json!({"agent": o.agent, "event": o.event, "agent_id": o.agent_id, "permission_mode": o.permission_mode, "tool": o.tool})
+    }
+
     fn name_of(op: &Value) -> String {
         format!("probe {}", op["op"].as_str().unwrap_or("?"))
     }
@@ -216,15 +220,31 @@ mod component {
         }
 
         fn handle(event: Event) -> Result<Decision, String> {
+            // A standing answer, set at start with `{"op": "state", "set": {"answer": OP}}`,
+            // decides every later event whatever its kind (the hook adapters' golden tests).
+            if !matches!(event, Event::Start(_))
+                && let Some(answer) = state::get("answer")
+            {
+                return decide(&answer);
+            }
             match event {
                 Event::Start(json) | Event::Tick(json) => decide(&json),
                 Event::UserInput(text) => Ok(Decision::Done(Outcome { success: true, summary: format!("answer: {text}"), data: None })),
                 Event::TurnComplete(t) => Ok(Decision::Done(Outcome {
                     success: true,
                     summary: format!("turn {}", t.index),
-                    data: Some(json!({"response": t.response, "session": t.session_id, "continuation": t.continuation}).to_string()),
+                    data: Some(
+                        json!({"response": t.response, "session": t.session_id, "continuation": t.continuation, "origin": t.origin.as_ref().map(origin_json)})
+                            .to_string(),
+                    ),
                 })),
-                // Hook tests steer the probe through the tool input or the prompt.
+                // Hook tests steer the probe through the tool input or the prompt;
+                // `{"op": "origin"}` as a tool input answers with the call's origin.
+                Event::ToolCall(call) if serde_json::from_str::<Value>(&call.input).is_ok_and(|v| v["op"] == "origin") => Ok(Decision::Done(Outcome {
+                    success: true,
+                    summary: format!("tool {}", call.name),
+                    data: Some(json!({"origin": call.origin.as_ref().map(origin_json)}).to_string()),
+                })),
                 Event::ToolCall(call) => decide(&call.input),
                 Event::Custom((_, payload)) => {
                     let payload: Value = serde_json::from_str(&payload).map_err(|e| e.to_string())?;

@@ -74,7 +74,7 @@ impl ActionError {
         }
     }
 }
-pub use bindings::loopbox::policy::types::{Decision, Event, Outcome, ToolCall, Turn};
+pub use bindings::loopbox::policy::types::{Decision, Event, Origin, Outcome, ToolCall, Turn};
 
 use bindings::loopbox::policy::actions::{self as host_actions, Command, PromptKind, PromptRequest, Script, ShellRequest};
 
