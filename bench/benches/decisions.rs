@@ -138,7 +138,7 @@ fn main() {
     let full = full_run();
     let cache = std::env::temp_dir().join("loopbox-bench-cache");
     let runtime = Runtime::new(cache).unwrap();
-    let turn = Event::TurnComplete(Turn { session_id: "s".into(), response: RESPONSE.into(), index: 1, continuation: true });
+    let turn = Event::TurnComplete(Turn { session_id: "s".into(), response: RESPONSE.into(), index: 1, continuation: true, origin: None });
     let rust = Loopbox::new(&runtime, PolicySource::parse("builtin:ralph"), "rust");
     let python = Loopbox::new(&runtime, PolicySource::Path(PathBuf::from(env!("RALPH_PY"))), "python");
     let js = Loopbox::new(&runtime, PolicySource::Path(PathBuf::from(env!("RALPH_JS"))), "js");
