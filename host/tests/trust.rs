@@ -72,7 +72,8 @@ fn a_hook_session_keeps_the_grants_it_started_with() {
     assert_eq!(hook(dir.path(), &[], "s1"), (0, String::new()));
     std::fs::write(dir.path().join("loopbox.toml"), "[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\ntier = \"allow\"\n").unwrap();
     let (c, err) = hook(dir.path(), &[], "s1");
-    assert_ne!(c, 0);
+    // A gate that cannot answer refuses the call: exit 0 with a deny, the reason on stderr too.
+    assert_eq!(c, 0, "{err}");
     assert!(err.contains("the grants changed since run") && err.contains("(agent.tier)") && err.contains("start a new agent session"), "{err}");
     // A new session starts under the config as it is; the old one accepts it only when told.
     assert_eq!(hook(dir.path(), &[], "s2"), (0, String::new()));
