@@ -8,10 +8,12 @@
 #    (and wasm32-unknown-unknown, for the Extism plugin the comparison bench runs),
 #    componentize-py for the Python guests, Node.js (when missing) and the npm
 #    packages for the JavaScript guests, and bubblewrap for the sandbox tests
-# 2. host unit tests, guests built from source by build scripts, integration and
+# 2. house habits: rustfmt's formatting, and clippy clean with -D warnings and every
+#    unsafe block explained (clippy::undocumented_unsafe_blocks)
+# 3. host unit tests, guests built from source by build scripts, integration and
 #    CLI tests, and the benchmarks run once as smoke tests (cargo test --all-targets)
-# 3. the guests' own native unit tests (Rust, and the Python CCW logic)
-# 4. the benchmarks built in release mode (cargo bench --no-run), as they run for BENCHMARKS.md
+# 4. the guests' own native unit tests (Rust, and the Python CCW logic)
+# 5. the benchmarks built in release mode (cargo bench --no-run), as they run for BENCHMARKS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +31,7 @@ sed -n '/^## First commands/,/^```$/p' README.md | grep -E '^(cargo|rm) ' | grep
 done
 
 rustup target add wasm32-wasip2 wasm32-unknown-unknown --toolchain "$toolchain"
+rustup component add clippy rustfmt --toolchain "$toolchain"
 
 # Python guests are built with a pinned componentize-py.
 cpy="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/componentize-py"
@@ -56,6 +59,8 @@ if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
 # leaves the lockfile alone.
 (cd guests/js && npm install --no-save --no-audit --no-fund --loglevel=error)
 
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings -W clippy::undocumented_unsafe_blocks
 cargo test --workspace --all-targets --locked
 (cd guests/rust && cargo test --locked --target-dir ../../target/guests-native)
 (cd guests/python/ccw && python3 -B -m unittest -q)

@@ -88,7 +88,9 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
 
     // Block every signal while the child shares our memory: a handler of ours
     // must not run on the child's side. The child resets them before exec.
+    // SAFETY: sigset_t is a plain C bit set; all-zero is a valid (empty) value.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: plain signal-mask calls on sets we own.
     unsafe {

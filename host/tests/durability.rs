@@ -467,6 +467,7 @@ fn a_full_disk_stops_the_run_without_claiming_success_and_it_resumes_after() {
     loopbox(dir.path(), &["inspect", "durable.wasm"]);
     // No file may grow past 1 MiB: the store's write-ahead log fills part way through.
     let mut c = command(dir.path(), &["run", "durable.wasm", "--input", &big]);
+    // SAFETY: the hook only calls setrlimit and signal, both async-signal-safe, between fork and exec.
     unsafe {
         c.pre_exec(|| {
             let limit = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
