@@ -102,10 +102,6 @@ impl Ui {
             pb.finish_and_clear();
         }
     }
-
-    pub fn is_interactive(&self) -> bool {
-        matches!(*self.inner, Inner::Spinner(_))
-    }
 }
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC.

@@ -15,11 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
+mod common;
+use common::{BIN, repo};
 
 /// A test guest built from source (once per test process).
 fn guest(name: &str) -> PathBuf {

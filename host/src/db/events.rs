@@ -138,14 +138,6 @@ impl Db {
         Ok(keys)
     }
 
-    /// Every key and value of the run, sorted by key.
-    pub fn state_all(&self, run: &str) -> Result<Vec<(String, String)>> {
-        let c = self.conn();
-        let mut stmt = c.prepare("SELECT key, value FROM state WHERE run_id = ?1 ORDER BY key")?;
-        let rows = stmt.query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
-    }
-
     /// Bytes of keys and values the run holds.
     pub fn state_total(&self, run: &str) -> Result<u64> {
         Ok(self.conn().row("SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1", [run], |r| {

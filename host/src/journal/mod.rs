@@ -268,11 +268,6 @@ impl Journal {
         FinishedEvent { seq: j.event_seq, rows: std::mem::take(&mut j.buffered), failure: j.failure.clone() }
     }
 
-    /// The mismatch replay found, if any.
-    pub fn failure(&self) -> Option<NonDeterminism> {
-        self.lock().failure.clone()
-    }
-
     fn record_failure(&self, f: NonDeterminism) {
         let mut j = self.lock();
         if j.failure.is_none() {
