@@ -21,10 +21,16 @@ fn probe() -> &'static Path {
 }
 
 fn run(dir: &Path, args: &[&str], stdin: &str) -> Output {
+    run_env(dir, args, stdin, &[])
+}
+
+/// `run` with extra environment variables.
+fn run_env(dir: &Path, args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> Output {
     let mut child = Command::new(BIN)
         .args(args)
         .current_dir(dir)
         .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-hook-test-cache"))
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -34,14 +40,18 @@ fn run(dir: &Path, args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// (exit code, stdout JSON or Null, stderr) of a hook process.
+fn answer_of(o: &Output) -> (i32, Value, String) {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let json = if out.trim().is_empty() { Value::Null } else { serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out}")) };
+    (o.status.code().unwrap(), json, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
 /// One hook invocation: (exit code, stdout JSON or Null, stderr).
 fn hook(dir: &Path, policy: &str, input: Value) -> (i32, Value, String) {
     // The probe's start input is an op like any other; Ralph's is its loop config.
     let start = if policy.starts_with("builtin:") { RALPH_INPUT } else { r#"{"op": "echo"}"# };
-    let o = run(dir, &["hook", "claude-code", "--policy", policy, "--input", start], &input.to_string());
-    let out = String::from_utf8_lossy(&o.stdout);
-    let json = if out.trim().is_empty() { Value::Null } else { serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out}")) };
-    (o.status.code().unwrap(), json, String::from_utf8_lossy(&o.stderr).into_owned())
+    answer_of(&run(dir, &["hook", "claude-code", "--policy", policy, "--input", start], &input.to_string()))
 }
 
 fn stop(dir: &Path, session: &str, message: Option<&str>, active: bool) -> Value {
@@ -352,21 +362,7 @@ fn every_event_and_decision_matches_the_golden_answers() {
 
 /// `hook AGENT` with extra environment variables: (exit code, stdout JSON or Null, stderr).
 fn hook_env(dir: &Path, agent: &str, policy: &str, start: &str, input: &Value, env: &[(&str, &Path)]) -> (i32, Value, String) {
-    let mut child = Command::new(BIN)
-        .args(["hook", agent, "--policy", policy, "--input", start])
-        .current_dir(dir)
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-hook-test-cache"))
-        .envs(env.iter().map(|(k, v)| (*k, *v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
-    let o = child.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    let json = if out.trim().is_empty() { Value::Null } else { serde_json::from_str(&out).unwrap() };
-    (o.status.code().unwrap(), json, String::from_utf8_lossy(&o.stderr).into_owned())
+    answer_of(&run_env(dir, &["hook", agent, "--policy", policy, "--input", start], &input.to_string(), env))
 }
 
 /// The same two policies, unchanged, under each agent's adapter, from the recorded inputs.

@@ -164,10 +164,14 @@ pub fn answering(args: impl Iterator<Item = std::ffi::OsString>) -> Option<Agent
 pub fn answer_broken_command(agent: Agent, clap_error: &str) -> i32 {
     let mut text = String::new();
     let _ = std::io::stdin().take(MAX_INPUT_BYTES as u64).read_to_string(&mut text);
-    let event = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["hook_event_name"].as_str().map(String::from)).unwrap_or_default();
-    let spec = agent.event(&event);
+    let spec = agent.event(&event_named_in(&text));
     let first = clap_error.lines().next().unwrap_or_default().trim_start_matches("error: ");
     emit(&fail(agent, &spec, OnError::default_for(&spec), &format!("the hook command is wrong ({first}); fix it in the agent's hook settings")))
+}
+
+/// The `hook_event_name` of hook input that may not parse as a whole; empty when it names none.
+fn event_named_in(text: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(text).ok().and_then(|v| v["hook_event_name"].as_str().map(String::from)).unwrap_or_default()
 }
 
 impl AgentEntry {
@@ -196,11 +200,10 @@ fn answer(agent: Agent, args: AnswerArgs, dash_c: Option<&Path>) -> i32 {
         Err(e) => Err(format!("cannot read the hook input from stdin: {e}")),
     };
     // The event decides how a failure is said; an input too broken to parse still names it, often.
-    let event_name = match &input {
-        Ok(i) => i.event_name.clone(),
-        Err(_) => serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["hook_event_name"].as_str().map(String::from)).unwrap_or_default(),
+    let spec = match &input {
+        Ok(i) => i.spec(),
+        Err(_) => agent.event(&event_named_in(&text)),
     };
-    let spec = agent.event(&event_name);
     let on_error = args.on_error.unwrap_or_else(|| OnError::default_for(&spec));
     let cwd = input.as_ref().ok().and_then(|i| i.cwd.clone());
     let workspace = crate::hook::workspace::resolve(agent, dash_c, cwd.as_deref(), |v| std::env::var(v).ok());
@@ -322,7 +325,10 @@ fn settings_path(agent: Agent, scope: Scope, workspace: &Path) -> Result<PathBuf
             transcript::claude_config_dir().context("HOME is not set, so the user's settings cannot be found")?.join("settings.json")
         }
         (Agent::Codex, Scope::Project) => workspace.join(".codex/hooks.json"),
-        (Agent::Codex, Scope::User) => env_dir("CODEX_HOME").map_or_else(|| home().map(|h| h.join(".codex")), Ok)?.join("hooks.json"),
+        (Agent::Codex, Scope::User) => match env_dir("CODEX_HOME") {
+            Some(dir) => dir.join("hooks.json"),
+            None => home()?.join(".codex/hooks.json"),
+        },
         (Agent::Gemini, Scope::Project) => workspace.join(".gemini/settings.json"),
         (Agent::Gemini, Scope::User) => home()?.join(".gemini/settings.json"),
         (_, Scope::Local) => bail!("{} has no local scope (only Claude Code does); use --scope project or --scope user", agent.title()),
@@ -363,8 +369,8 @@ fn hook_command(agent: Agent, e: &EntryArgs, workspace: &Path) -> Result<(String
         PolicySource::Builtin(_) => e.policy.clone(),
         PolicySource::Path(p) => portable(workspace, &p, "policy")?,
     };
+    let mut portable_paths = !Path::new(&policy).is_absolute();
     let mut argv = vec![program, "hook".into(), agent.id().into(), "--policy".into(), policy];
-    let mut portable_paths = !Path::new(&argv[4]).is_absolute();
     if let Some(input) = &e.input {
         argv.push("--input".into());
         argv.push(json_arg("--input", input).map_err(|f| f.error)?.trim().to_string());

@@ -9,7 +9,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::agents::{Agent, Kind};
+use super::agents::{Agent, EventSpec, Kind};
 use crate::bindings::{Event, Origin, ToolCall, Turn};
 
 /// The fields loopbox reads from a hook's input; the rest is kept in `raw`.
@@ -91,12 +91,9 @@ impl HookInput {
         })
     }
 
-    pub fn kind(&self) -> Kind {
-        self.agent.event(&self.event_name).kind
-    }
-
-    pub fn is_turn(&self) -> bool {
-        self.kind() == Kind::Turn
+    /// What the agent lets a hook say on this event.
+    pub fn spec(&self) -> EventSpec {
+        self.agent.event(&self.event_name)
     }
 
     /// The transcript to read the last assistant message from, when the input lacks it.
@@ -129,7 +126,7 @@ impl HookInput {
     /// The policy event for this hook input. `response` is the assistant's last
     /// message for turn events (from the input or the transcript); `index` the turn's number.
     pub fn event(&self, response: Option<String>, index: u32) -> Result<Event, String> {
-        Ok(match self.kind() {
+        Ok(match self.spec().kind {
             Kind::Turn => Event::TurnComplete(Turn {
                 session_id: self.session_id.clone(),
                 response: response

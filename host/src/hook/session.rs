@@ -18,7 +18,7 @@ use anyhow::{Result, anyhow};
 use crate::bindings::{Decision, Event};
 use crate::config::Config;
 use crate::db::{Db, lock};
-use crate::hook::agents::Agent;
+use crate::hook::agents::{Agent, Kind};
 use crate::hook::input::HookInput;
 use crate::hook::render::{HookOutput, render};
 use crate::hook::transcript;
@@ -80,11 +80,13 @@ pub async fn answer(
         ctx.deliver(policy, &Event::Start(start_input.to_string())).await?.map_err(|f| anyhow!("the policy failed on start: {f}"))?;
     }
 
-    let response = if input.is_turn() { turn_response(input, ctx.root())? } else { None };
-    let index = if input.is_turn() { db.add_turn(&id)? } else { 0 };
+    let spec = input.spec();
+    let turn = spec.kind == Kind::Turn;
+    let response = if turn { turn_response(input, ctx.root())? } else { None };
+    let index = if turn { db.add_turn(&id)? } else { 0 };
     let event = input.event(response, index).map_err(|e| anyhow!(e))?;
     let decision = ctx.deliver(policy, &event).await?.map_err(|f| anyhow!("{f}"))?;
-    let output = render(input.agent, &input.agent.event(&input.event_name), &decision).map_err(|e| anyhow!(e))?;
+    let output = render(input.agent, &spec, &decision).map_err(|e| anyhow!(e))?;
     match &decision {
         Decision::Done(o) => db.set_status(&id, if o.success { "done" } else { "failed" }, Some(&decision_json(&decision).to_string()))?,
         Decision::Escalate(_) => db.set_status(&id, "escalated", Some(&decision_json(&decision).to_string()))?,
