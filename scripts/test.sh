@@ -60,6 +60,7 @@ if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
 (cd guests/js && npm install --no-save --no-audit --no-fund --loglevel=error)
 
 cargo fmt --all --check
+(cd guests/rust && cargo fmt --all --check)
 cargo clippy --workspace --all-targets --locked -- -D warnings -W clippy::undocumented_unsafe_blocks
 cargo test --workspace --all-targets --locked
 (cd guests/rust && cargo test --locked --target-dir ../../target/guests-native)

@@ -11,11 +11,15 @@ use serde_json::{Value, json};
 const KINDS: [&str; 2] = ["bwrap", "landlock"];
 
 async fn exec(ctx: &loopbox::run::RunContext, argv: Value) -> Value {
-    probe(ctx, json!({"op": "exec", "argv": argv})).await.unwrap()
+    probe(ctx, json!({"op": "exec", "argv": argv}))
+        .await
+        .unwrap()
 }
 
 async fn script(ctx: &loopbox::run::RunContext, source: &str) -> Value {
-    probe(ctx, json!({"op": "script", "source": source})).await.unwrap()
+    probe(ctx, json!({"op": "script", "source": source}))
+        .await
+        .unwrap()
 }
 
 fn exit_code(v: &Value) -> Option<i64> {
@@ -47,32 +51,57 @@ async fn a_policy_cannot_plant_code_in_the_agent_program() {
         let ws = Workspace::new();
         let out = outside();
         let marker = out.path().join("agent-ran-outside");
-        executable(&ws.root().join("agent/fix-agent"), "#!/bin/sh\necho '{\"result\": \"fixed\"}'\n");
-        let config =
-            format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n[agent]\ncommand = [\"./agent/fix-agent\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n");
+        executable(
+            &ws.root().join("agent/fix-agent"),
+            "#!/bin/sh\necho '{\"result\": \"fixed\"}'\n",
+        );
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\nscripts = true\n[agent]\ncommand = [\"./agent/fix-agent\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n"
+        );
         let ctx = ws.run(&load("probe"), &config);
-        let plant = format!("printf '#!/bin/sh\\ntouch {}\\necho planted\\n' > agent/fix-agent", marker.display());
+        let plant = format!(
+            "printf '#!/bin/sh\\ntouch {}\\necho planted\\n' > agent/fix-agent",
+            marker.display()
+        );
         let v = script(&ctx, &plant).await;
         assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
-        let v = probe(&ctx, json!({"op": "prompt", "text": "fix it"})).await.unwrap();
+        let v = probe(&ctx, json!({"op": "prompt", "text": "fix it"}))
+            .await
+            .unwrap();
         assert_eq!(v["ok"]["stdout"], "fixed", "{kind}: {v}");
         assert!(!marker.exists(), "{kind}");
 
         // The agent program itself tries to write outside the workspace and into the store.
         executable(
             &ws.root().join("agent/fix-agent"),
-            &format!("#!/bin/sh\ntouch {} .loopbox/planted 2>/dev/null\necho '{{\"result\": \"tried\"}}'\n", marker.display()),
+            &format!(
+                "#!/bin/sh\ntouch {} .loopbox/planted 2>/dev/null\necho '{{\"result\": \"tried\"}}'\n",
+                marker.display()
+            ),
         );
         let ctx = ws.run(&load("probe"), &config);
-        let v = probe(&ctx, json!({"op": "prompt", "text": "go"})).await.unwrap();
+        let v = probe(&ctx, json!({"op": "prompt", "text": "go"}))
+            .await
+            .unwrap();
         assert_eq!(v["ok"]["stdout"], "tried", "{kind}: {v}");
-        assert!(!marker.exists() && !ws.root().join(".loopbox/planted").exists(), "{kind}: the agent is sandboxed");
+        assert!(
+            !marker.exists() && !ws.root().join(".loopbox/planted").exists(),
+            "{kind}: the agent is sandboxed"
+        );
 
         // Changed by a route the sandbox does not see (a renamed parent directory, a
         // process outside it): the program is not run at all.
-        executable(&ws.root().join("agent/fix-agent"), &format!("#!/bin/sh\ntouch {}\n", marker.display()));
-        let v = probe(&ctx, json!({"op": "prompt", "text": "go"})).await.unwrap();
-        assert!(error(&v).contains("changed since the run started, so it is not run"), "{kind}: {v}");
+        executable(
+            &ws.root().join("agent/fix-agent"),
+            &format!("#!/bin/sh\ntouch {}\n", marker.display()),
+        );
+        let v = probe(&ctx, json!({"op": "prompt", "text": "go"}))
+            .await
+            .unwrap();
+        assert!(
+            error(&v).contains("changed since the run started, so it is not run"),
+            "{kind}: {v}"
+        );
         assert!(!marker.exists(), "{kind}");
     }
 }
@@ -82,18 +111,38 @@ async fn a_policy_cannot_plant_code_in_the_agent_program() {
 #[tokio::test]
 async fn a_sandboxed_script_cannot_patch_the_component_cache() {
     load("probe"); // compiled and cached
-    let cache = std::env::temp_dir().join(format!("loopbox-test-cache-{}", std::process::id())).join("components");
+    let cache = std::env::temp_dir()
+        .join(format!("loopbox-test-cache-{}", std::process::id()))
+        .join("components");
     let snapshot = || -> Vec<(PathBuf, Vec<u8>)> {
-        let mut v: Vec<_> = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect();
+        let mut v: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+            .collect();
         v.sort();
         v
     };
     let before = snapshot();
-    assert!(!before.is_empty(), "the probe's artifact is cached in {}", cache.display());
+    assert!(
+        !before.is_empty(),
+        "the probe's artifact is cached in {}",
+        cache.display()
+    );
     for kind in KINDS {
         let ws = Workspace::new();
-        let ctx = ws.run(&load("probe"), &format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n"));
-        let v = script(&ctx, &format!("for f in {}/*.cwasm; do printf 'planted' >> \"$f\" || exit 1; done", cache.display())).await;
+        let ctx = ws.run(
+            &load("probe"),
+            &format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n"),
+        );
+        let v = script(
+            &ctx,
+            &format!(
+                "for f in {}/*.cwasm; do printf 'planted' >> \"$f\" || exit 1; done",
+                cache.display()
+            ),
+        )
+        .await;
         assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
     }
     assert!(before == snapshot(), "no artifact changed");
@@ -105,13 +154,18 @@ async fn a_sandboxed_script_cannot_patch_the_component_cache() {
 async fn nothing_that_runs_later_can_be_planted() {
     for kind in KINDS {
         let ws = Workspace::new();
-        for (path, text) in [(".git/config", "[core]\n\tbare = false\n"), (".git/HEAD", "ref: refs/heads/main\n")] {
+        for (path, text) in [
+            (".git/config", "[core]\n\tbare = false\n"),
+            (".git/HEAD", "ref: refs/heads/main\n"),
+        ] {
             ws.write(path, text);
         }
         std::fs::create_dir_all(ws.root().join(".git/hooks")).unwrap();
         std::fs::create_dir_all(ws.root().join(".git/objects")).unwrap();
         std::fs::create_dir_all(ws.root().join(".git/refs")).unwrap();
-        let config = format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\nallow = [[\"git\", \"config\"]]\n");
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\nscripts = true\nallow = [[\"git\", \"config\"]]\n"
+        );
         let ctx = ws.run(&load("probe"), &config);
         let attacks = [
             "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> .git/config",
@@ -127,16 +181,37 @@ async fn nothing_that_runs_later_can_be_planted() {
             assert_ne!(exit_code(&v), Some(0), "{kind}: `{attack}` succeeded: {v}");
         }
         // A granted program writing git's config is refused the same way.
-        let v = exec(&ctx, json!(["git", "config", "core.fsmonitor", "touch /tmp/pwned"])).await;
+        let v = exec(
+            &ctx,
+            json!(["git", "config", "core.fsmonitor", "touch /tmp/pwned"]),
+        )
+        .await;
         assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
-        assert_eq!(std::fs::read_to_string(ws.root().join(".git/config")).unwrap(), "[core]\n\tbare = false\n", "{kind}");
-        assert_eq!(std::fs::read_dir(ws.root().join(".git/hooks")).unwrap().count(), 0, "{kind}");
+        assert_eq!(
+            std::fs::read_to_string(ws.root().join(".git/config")).unwrap(),
+            "[core]\n\tbare = false\n",
+            "{kind}"
+        );
+        assert_eq!(
+            std::fs::read_dir(ws.root().join(".git/hooks"))
+                .unwrap()
+                .count(),
+            0,
+            "{kind}"
+        );
         for planted in [".claude", ".envrc", ".vscode", "loopbox.toml", ".mcp.json"] {
-            assert!(!ws.root().join(planted).exists(), "{kind}: {planted} exists after the run (a placeholder left behind or planted)");
+            assert!(
+                !ws.root().join(planted).exists(),
+                "{kind}: {planted} exists after the run (a placeholder left behind or planted)"
+            );
         }
         // The rest of the workspace stays writable (under Landlock, below the root).
         std::fs::create_dir(ws.root().join("src")).unwrap();
-        assert_eq!(exit_code(&script(&ctx, "echo ok > src/main.txt").await), Some(0), "{kind}");
+        assert_eq!(
+            exit_code(&script(&ctx, "echo ok > src/main.txt").await),
+            Some(0),
+            "{kind}"
+        );
     }
 }
 
@@ -146,17 +221,28 @@ async fn writable_opens_a_protected_name_on_purpose() {
     let ws = Workspace::new();
     ws.write(".vscode/settings.json", "{}");
     ws.write(".envrc", "");
-    let ctx = ws.run(&load("probe"), "[shell]\nsandbox = \"bwrap\"\nscripts = true\nwritable = [\".vscode\"]\n");
-    assert_eq!(exit_code(&script(&ctx, "echo 1 > .vscode/settings.json").await), Some(0));
+    let ctx = ws.run(
+        &load("probe"),
+        "[shell]\nsandbox = \"bwrap\"\nscripts = true\nwritable = [\".vscode\"]\n",
+    );
+    assert_eq!(
+        exit_code(&script(&ctx, "echo 1 > .vscode/settings.json").await),
+        Some(0)
+    );
     assert_ne!(exit_code(&script(&ctx, "echo 1 > .envrc").await), Some(0));
-    let e = loopbox::config::Config::parse("[shell]\nwritable = [\".loopbox\"]", Path::new("t.toml")).unwrap_err();
+    let e =
+        loopbox::config::Config::parse("[shell]\nwritable = [\".loopbox\"]", Path::new("t.toml"))
+            .unwrap_err();
     assert!(format!("{e:#}").contains("never writable"), "{e:#}");
 }
 
 /// A recording agent: prints its arguments and stdin back as the reply.
 fn recording_agent(ws: &Workspace) -> PathBuf {
     let path = ws.root().join("agent/echo-agent");
-    executable(&path, "#!/bin/sh\nin=$(cat)\nprintf '{\"result\": \"args=[%s] stdin=[%s]\"}' \"$*\" \"$in\"\n");
+    executable(
+        &path,
+        "#!/bin/sh\nin=$(cat)\nprintf '{\"result\": \"args=[%s] stdin=[%s]\"}' \"$*\" \"$in\"\n",
+    );
     path
 }
 
@@ -176,18 +262,43 @@ async fn prompts_never_become_options_under(kind: &str) {
         "[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/echo-agent\", \"--model={{model}}\", \"{{prompt}}\"]\nresume = [\"--resume\", \"{{session}}\"]\noutput = \"json\"\n"
     );
     let ctx = ws.run(&load("probe"), &bare);
-    let v = probe(&ctx, json!({"op": "prompt", "text": "--dangerously-skip-permissions"})).await.unwrap();
+    let v = probe(
+        &ctx,
+        json!({"op": "prompt", "text": "--dangerously-skip-permissions"}),
+    )
+    .await
+    .unwrap();
     assert!(error(&v).contains("put \\\"--\\\" before"), "{v}");
-    let v = probe(&ctx, json!({"op": "prompt", "text": "hi", "session": "-x"})).await.unwrap();
+    let v = probe(&ctx, json!({"op": "prompt", "text": "hi", "session": "-x"}))
+        .await
+        .unwrap();
     assert!(error(&v).contains("not a plain word"), "{v}");
-    let v = probe(&ctx, json!({"op": "prompt", "text": "say {model} and {session}", "model": "m1"})).await.unwrap();
-    assert_eq!(v["ok"]["stdout"], "args=[--model=m1 say {model} and {session}] stdin=[]", "{v}");
+    let v = probe(
+        &ctx,
+        json!({"op": "prompt", "text": "say {model} and {session}", "model": "m1"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        v["ok"]["stdout"], "args=[--model=m1 say {model} and {session}] stdin=[]",
+        "{v}"
+    );
 
     // With the message on stdin, as the presets send it, nothing is an option.
-    let stdin = format!("[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/echo-agent\"]\nprompt_input = \"stdin\"\noutput = \"json\"\n");
+    let stdin = format!(
+        "[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/echo-agent\"]\nprompt_input = \"stdin\"\noutput = \"json\"\n"
+    );
     let ctx = ws.run(&load("probe"), &stdin);
-    let v = probe(&ctx, json!({"op": "prompt", "text": "--dangerously-skip-permissions"})).await.unwrap();
-    assert_eq!(v["ok"]["stdout"], "args=[] stdin=[--dangerously-skip-permissions]", "{v}");
+    let v = probe(
+        &ctx,
+        json!({"op": "prompt", "text": "--dangerously-skip-permissions"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        v["ok"]["stdout"], "args=[] stdin=[--dangerously-skip-permissions]",
+        "{v}"
+    );
 }
 
 /// Item 5: the agent, run with the user's rights before, could edit the config
@@ -201,11 +312,19 @@ async fn the_agent_cannot_widen_the_grants() {
             &ws.root().join("agent/proxy"),
             "#!/bin/sh\nprintf '[shell]\\nallow = [[\"sh\"]]\\n' > loopbox.toml 2>/dev/null; echo x > .loopbox/evil 2>/dev/null; echo '{\"result\": \"done\"}'\n",
         );
-        let config = format!("[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/proxy\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n");
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\n[agent]\ncommand = [\"./agent/proxy\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n"
+        );
         let ctx = ws.run(&load("probe"), &config);
-        let v = probe(&ctx, json!({"op": "prompt", "text": "edit the config"})).await.unwrap();
+        let v = probe(&ctx, json!({"op": "prompt", "text": "edit the config"}))
+            .await
+            .unwrap();
         assert_eq!(v["ok"]["stdout"], "done", "{kind}: {v}");
-        assert_eq!(std::fs::read_to_string(ws.root().join("loopbox.toml")).unwrap(), "# mine\n", "{kind}");
+        assert_eq!(
+            std::fs::read_to_string(ws.root().join("loopbox.toml")).unwrap(),
+            "# mine\n",
+            "{kind}"
+        );
         assert!(!ws.root().join(".loopbox/evil").exists(), "{kind}");
     }
 }
@@ -231,10 +350,20 @@ async fn the_agent_cannot_plant_hooks_in_its_own_settings() {
             state.display()
         );
         let ctx = ws.run(&load("probe"), &config);
-        let v = probe(&ctx, json!({"op": "prompt", "text": "go"})).await.unwrap();
+        let v = probe(&ctx, json!({"op": "prompt", "text": "go"}))
+            .await
+            .unwrap();
         assert_eq!(v["ok"]["stdout"], "ok", "{kind}: {v}");
-        assert_eq!(std::fs::read_to_string(state.join("settings.json")).unwrap(), "{}", "{kind}");
-        assert_eq!(std::fs::read_to_string(state.join("projects/today")).unwrap(), "log\n", "{kind}: its state stays writable");
+        assert_eq!(
+            std::fs::read_to_string(state.join("settings.json")).unwrap(),
+            "{}",
+            "{kind}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(state.join("projects/today")).unwrap(),
+            "log\n",
+            "{kind}: its state stays writable"
+        );
     }
 }
 
@@ -247,7 +376,10 @@ impl MultiCall {
     fn new() -> MultiCall {
         // Not under /tmp, which bwrap replaces with a private one.
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        executable(&dir.path().join("multi"), "#!/bin/sh\necho \"called as $(basename \"$0\")\"\n");
+        executable(
+            &dir.path().join("multi"),
+            "#!/bin/sh\necho \"called as $(basename \"$0\")\"\n",
+        );
         for name in ["alpha", "beta"] {
             std::os::unix::fs::symlink("multi", dir.path().join(name)).unwrap();
         }
@@ -266,45 +398,76 @@ async fn a_multi_call_program_runs_only_as_the_rule_names_it() {
     let multi = MultiCall::new();
     for kind in ["bwrap", "landlock", "none"] {
         let ws = Workspace::new();
-        let config = format!("[shell]\nsandbox = \"{kind}\"\npath = \"{}\"\nallow = [[\"alpha\"], [\"vi\"]]\n", multi.path_var());
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\npath = \"{}\"\nallow = [[\"alpha\"], [\"vi\"]]\n",
+            multi.path_var()
+        );
         let ctx = ws.run(&load("probe"), &config);
         let v = exec(&ctx, json!(["alpha"])).await;
         assert_eq!(v["ok"]["stdout"], "called as alpha\n", "{kind}: {v}");
         for other in ["beta", "multi"] {
             let v = exec(&ctx, json!([other])).await;
-            assert!(error(&v).contains("acts by the name it is called by"), "{kind} {other}: {v}");
+            assert!(
+                error(&v).contains("acts by the name it is called by"),
+                "{kind} {other}: {v}"
+            );
         }
         // `vi` is vim under another name: still an editor that runs commands.
         if Path::new("/usr/bin/vi").exists() {
             let v = exec(&ctx, json!(["vi", "-c", "!touch /tmp/pwned", "-c", "q"])).await;
-            assert!(error(&v).contains("only a rule naming the whole command exactly"), "{kind}: {v}");
+            assert!(
+                error(&v).contains("only a rule naming the whole command exactly"),
+                "{kind}: {v}"
+            );
         }
     }
     // A rule naming the real path allows every name.
     let ws = Workspace::new();
     let real = multi.dir.path().join("multi").canonicalize().unwrap();
-    let config = format!("[shell]\nsandbox = \"none\"\npath = \"{}\"\nallow = [[\"{}\"]]\n", multi.path_var(), real.display());
+    let config = format!(
+        "[shell]\nsandbox = \"none\"\npath = \"{}\"\nallow = [[\"{}\"]]\n",
+        multi.path_var(),
+        real.display()
+    );
     let ctx = ws.run(&load("probe"), &config);
-    assert_eq!(exec(&ctx, json!(["beta"])).await["ok"]["stdout"], "called as beta\n");
+    assert_eq!(
+        exec(&ctx, json!(["beta"])).await["ok"]["stdout"],
+        "called as beta\n"
+    );
 }
 
 /// Item 6 on a real rustup install: `cargo` is rustup under another name.
 #[tokio::test]
 async fn cargo_runs_as_cargo_and_rustup_is_not_cargo() {
-    let Some(home) = std::env::var_os("HOME") else { return };
+    let Some(home) = std::env::var_os("HOME") else {
+        return;
+    };
     let bin = PathBuf::from(home).join(".cargo/bin");
-    let is_rustup_proxy = std::fs::read_link(bin.join("cargo")).is_ok_and(|t| t.ends_with("rustup"));
+    let is_rustup_proxy =
+        std::fs::read_link(bin.join("cargo")).is_ok_and(|t| t.ends_with("rustup"));
     if !is_rustup_proxy {
         eprintln!("skipped: cargo here is not a rustup proxy");
         return;
     }
     let ws = Workspace::new();
-    let config = format!("[shell]\nsandbox = \"bwrap\"\npath = \"{}:/usr/bin:/bin\"\nallow = [[\"cargo\", \"--version\"]]\n", bin.display());
+    let config = format!(
+        "[shell]\nsandbox = \"bwrap\"\npath = \"{}:/usr/bin:/bin\"\nallow = [[\"cargo\", \"--version\"]]\n",
+        bin.display()
+    );
     let ctx = ws.run(&load("probe"), &config);
     let v = exec(&ctx, json!(["cargo", "--version"])).await;
-    assert!(v["ok"]["stdout"].as_str().unwrap_or("").starts_with("cargo "), "{v}");
+    assert!(
+        v["ok"]["stdout"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("cargo "),
+        "{v}"
+    );
     let v = exec(&ctx, json!(["rustup", "--version"])).await;
-    assert!(error(&v).contains("acts by the name it is called by"), "{v}");
+    assert!(
+        error(&v).contains("acts by the name it is called by"),
+        "{v}"
+    );
 }
 
 /// Item 7: a deny rule holds however the flags are spelled.
@@ -312,13 +475,26 @@ async fn cargo_runs_as_cargo_and_rustup_is_not_cargo() {
 async fn deny_rules_hold_for_every_spelling() {
     let ws = Workspace::new();
     ws.write("victim/file", "keep");
-    let ctx = ws.run(&load("probe"), "[shell]\nsandbox = \"bwrap\"\nallow = [[\"rm\"]]\ndeny = [[\"rm\", \"-rf\"]]\n");
-    for flags in [vec!["-Rf"], vec!["-fR"], vec!["--recursive", "--force"], vec!["-r", "--force"], vec!["--rec", "--forc"], vec!["-R", "-f"]] {
+    let ctx = ws.run(
+        &load("probe"),
+        "[shell]\nsandbox = \"bwrap\"\nallow = [[\"rm\"]]\ndeny = [[\"rm\", \"-rf\"]]\n",
+    );
+    for flags in [
+        vec!["-Rf"],
+        vec!["-fR"],
+        vec!["--recursive", "--force"],
+        vec!["-r", "--force"],
+        vec!["--rec", "--forc"],
+        vec!["-R", "-f"],
+    ] {
         let mut argv = vec!["rm"];
         argv.extend(flags.iter().copied());
         argv.push("victim");
         let v = exec(&ctx, json!(argv)).await;
-        assert!(error(&v).contains("denied by shell.deny[0]"), "{argv:?}: {v}");
+        assert!(
+            error(&v).contains("denied by shell.deny[0]"),
+            "{argv:?}: {v}"
+        );
     }
     assert!(ws.root().join("victim/file").exists());
 }
@@ -327,21 +503,49 @@ async fn deny_rules_hold_for_every_spelling() {
 /// unless named in `shell.unsafe_env`.
 #[tokio::test]
 async fn code_loading_variables_need_an_opt_in_per_name() {
-    let parse = |t: &str| loopbox::config::Config::parse(t, Path::new("t.toml")).map(|_| ()).map_err(|e| format!("{e:#}"));
-    for name in ["BASH_ENV", "ENV", "GCONV_PATH", "NODE_OPTIONS", "LD_PRELOAD", "PYTHONSTARTUP", "GIT_SSH_COMMAND", "PERL5OPT"] {
+    let parse = |t: &str| {
+        loopbox::config::Config::parse(t, Path::new("t.toml"))
+            .map(|_| ())
+            .map_err(|e| format!("{e:#}"))
+    };
+    for name in [
+        "BASH_ENV",
+        "ENV",
+        "GCONV_PATH",
+        "NODE_OPTIONS",
+        "LD_PRELOAD",
+        "PYTHONSTARTUP",
+        "GIT_SSH_COMMAND",
+        "PERL5OPT",
+    ] {
         let e = parse(&format!("[shell]\npass_env_from_policy = [\"{name}\"]")).unwrap_err();
         assert!(e.contains("shell.unsafe_env"), "{name}: {e}");
-        assert!(parse(&format!("[shell]\npass_env = [\"{name}\"]")).is_err(), "{name} from the host");
-        assert!(parse(&format!("[shell]\npass_env_from_policy = [\"{name}\"]\nunsafe_env = [\"{name}\"]")).is_ok(), "{name} opted in");
+        assert!(
+            parse(&format!("[shell]\npass_env = [\"{name}\"]")).is_err(),
+            "{name} from the host"
+        );
+        assert!(
+            parse(&format!(
+                "[shell]\npass_env_from_policy = [\"{name}\"]\nunsafe_env = [\"{name}\"]"
+            ))
+            .is_ok(),
+            "{name} opted in"
+        );
     }
     // The attack from the issue: BASH_ENV makes bash run a command substitution.
     let ws = Workspace::new();
     let out = outside();
-    let ctx = ws.run(&load("probe"), "[shell]\nsandbox = \"bwrap\"\nallow = [[\"ldd\", \"--version\"]]\n");
+    let ctx = ws.run(
+        &load("probe"),
+        "[shell]\nsandbox = \"bwrap\"\nallow = [[\"ldd\", \"--version\"]]\n",
+    );
     let v = probe(&ctx, json!({"op": "exec", "argv": ["ldd", "--version"], "env": {"BASH_ENV": format!("$(touch {}/pwned)", out.path().display())}}))
         .await
         .unwrap();
-    assert!(error(&v).contains("may not set environment variable `BASH_ENV`"), "{v}");
+    assert!(
+        error(&v).contains("may not set environment variable `BASH_ENV`"),
+        "{v}"
+    );
     assert!(!out.path().join("pwned").exists());
 }
 
@@ -353,7 +557,10 @@ async fn host_sockets_and_processes_are_out_of_reach() {
     let socket = out.path().join("daemon.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     listener.set_nonblocking(true).unwrap();
-    let connect = format!("import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); print('connected')", socket.display());
+    let connect = format!(
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); print('connected')",
+        socket.display()
+    );
     let abstract_ = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0loopbox-test'); print('connected')";
     let pid = std::process::id().to_string();
     for kind in KINDS {
@@ -367,10 +574,20 @@ async fn host_sockets_and_processes_are_out_of_reach() {
         for code in [&connect, &abstract_.to_string()] {
             let v = exec(&ctx, json!(["python3", "-c", code])).await;
             assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
-            assert!(!v["ok"]["stdout"].as_str().unwrap_or("").contains("connected"), "{kind}: {v}");
+            assert!(
+                !v["ok"]["stdout"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("connected"),
+                "{kind}: {v}"
+            );
         }
         let v = exec(&ctx, json!(["kill", "-0", pid])).await;
-        assert_ne!(exit_code(&v), Some(0), "{kind}: signalled a process outside the sandbox: {v}");
+        assert_ne!(
+            exit_code(&v),
+            Some(0),
+            "{kind}: signalled a process outside the sandbox: {v}"
+        );
     }
     assert!(listener.accept().is_err(), "nothing connected");
 }

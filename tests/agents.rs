@@ -57,13 +57,23 @@ fn serve() -> Server {
                 continue;
             }
             let (status, answer) = if request_line.contains("/broken/") {
-                ("500 Internal Server Error", json!({"error": {"message": "model overloaded"}}))
+                (
+                    "500 Internal Server Error",
+                    json!({"error": {"message": "model overloaded"}}),
+                )
             } else {
                 let count = body["messages"].as_array().unwrap().len();
-                ("200 OK", json!({"choices": [{"message": {"role": "assistant", "content": format!("reply {n} ({count} messages)")}}]}))
+                (
+                    "200 OK",
+                    json!({"choices": [{"message": {"role": "assistant", "content": format!("reply {n} ({count} messages)")}}]}),
+                )
             };
             let text = answer.to_string();
-            let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}", text.len());
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
         }
     });
     Server { port, seen }
@@ -86,25 +96,57 @@ async fn openai_runner_keeps_the_conversation_per_session() {
     let server = serve();
     let ws = Workspace::new();
     let ctx = ws.run(&load("probe"), &config(server.port, "", ""));
-    let first = probe(&ctx, json!({"op": "prompt", "text": "hello; $(rm -rf /)"})).await.unwrap();
+    let first = probe(&ctx, json!({"op": "prompt", "text": "hello; $(rm -rf /)"}))
+        .await
+        .unwrap();
     assert_eq!(first["ok"]["stdout"], "reply 1 (2 messages)", "{first}");
     let session = first["ok"]["session"].as_str().unwrap().to_string();
-    let second = probe(&ctx, json!({"op": "prompt", "text": "again", "session": session})).await.unwrap();
-    assert_eq!((second["ok"]["stdout"].as_str(), second["ok"]["session"].as_str()), (Some("reply 2 (4 messages)"), Some(session.as_str())));
+    let second = probe(
+        &ctx,
+        json!({"op": "prompt", "text": "again", "session": session}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            second["ok"]["stdout"].as_str(),
+            second["ok"]["session"].as_str()
+        ),
+        (Some("reply 2 (4 messages)"), Some(session.as_str()))
+    );
 
     let seen = server.seen.lock().unwrap().clone();
     assert_eq!(seen[0].0, "Bearer test-secret");
     assert_eq!(seen[0].1["model"], "test-model");
-    assert_eq!(seen[0].1["messages"], json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello; $(rm -rf /)"}]));
-    let roles: Vec<&str> = seen[1].1["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        seen[0].1["messages"],
+        json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello; $(rm -rf /)"}])
+    );
+    let roles: Vec<&str> = seen[1].1["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["system", "user", "assistant", "user"]);
     // The conversation is in the store, not in the config or the log.
     let log = log_messages(&ctx).join("\n");
     assert!(!log.contains("test-secret"), "{log}");
 
-    let v = probe(&ctx, json!({"op": "prompt", "text": "x", "session": "oa-unknown"})).await.unwrap();
+    let v = probe(
+        &ctx,
+        json!({"op": "prompt", "text": "x", "session": "oa-unknown"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["err"]["kind"], "unavailable");
-    assert!(v["err"]["message"].as_str().unwrap().contains("no conversation `oa-unknown`"), "{v}");
+    assert!(
+        v["err"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no conversation `oa-unknown`"),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -113,18 +155,54 @@ async fn openai_runner_failures_are_unavailable_with_the_reason() {
     let server = serve();
     let ws = Workspace::new();
     let broken = ws.run(&load("probe"), &config(server.port, "/broken", ""));
-    let v = probe(&broken, json!({"op": "prompt", "text": "x"})).await.unwrap();
-    assert!(v["err"]["message"].as_str().unwrap().contains("answered 500") && v["err"]["message"].as_str().unwrap().contains("model overloaded"), "{v}");
+    let v = probe(&broken, json!({"op": "prompt", "text": "x"}))
+        .await
+        .unwrap();
+    assert!(
+        v["err"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("answered 500")
+            && v["err"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("model overloaded"),
+        "{v}"
+    );
     let slow = ws.run(&load("probe"), &config(server.port, "/slow", ""));
     let started = std::time::Instant::now();
-    let v = probe(&slow, json!({"op": "prompt", "text": "x"})).await.unwrap();
-    assert!(v["err"]["message"].as_str().unwrap().contains("did not answer within"), "{v}");
+    let v = probe(&slow, json!({"op": "prompt", "text": "x"}))
+        .await
+        .unwrap();
+    assert!(
+        v["err"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer within"),
+        "{v}"
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
-    let no_key = ws.run(&load("probe"), &config(server.port, "", "").replace("LOOPBOX_TEST_AGENT_KEY", "LOOPBOX_TEST_UNSET_KEY"));
-    let v = probe(&no_key, json!({"op": "prompt", "text": "x"})).await.unwrap();
-    assert!(v["err"]["message"].as_str().unwrap().contains("`LOOPBOX_TEST_UNSET_KEY` (agent.openai.api_key_env) is not set"), "{v}");
+    let no_key = ws.run(
+        &load("probe"),
+        &config(server.port, "", "").replace("LOOPBOX_TEST_AGENT_KEY", "LOOPBOX_TEST_UNSET_KEY"),
+    );
+    let v = probe(&no_key, json!({"op": "prompt", "text": "x"}))
+        .await
+        .unwrap();
+    assert!(
+        v["err"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`LOOPBOX_TEST_UNSET_KEY` (agent.openai.api_key_env) is not set"),
+        "{v}"
+    );
     let nobody = ws.run(&load("probe"), &config(1, "", ""));
-    assert_eq!(probe(&nobody, json!({"op": "prompt", "text": "x"})).await.unwrap()["err"]["kind"], "unavailable");
+    assert_eq!(
+        probe(&nobody, json!({"op": "prompt", "text": "x"}))
+            .await
+            .unwrap()["err"]["kind"],
+        "unavailable"
+    );
 }
 
 #[tokio::test]
@@ -134,10 +212,23 @@ async fn prompts_have_a_per_run_budget() {
     let ws = Workspace::new();
     let ctx = ws.run(&load("probe"), &config(server.port, "", "max_prompts = 2"));
     for _ in 0..2 {
-        assert!(probe(&ctx, json!({"op": "prompt", "text": "x"})).await.unwrap()["ok"].is_object());
+        assert!(
+            probe(&ctx, json!({"op": "prompt", "text": "x"}))
+                .await
+                .unwrap()["ok"]
+                .is_object()
+        );
     }
-    let v = probe(&ctx, json!({"op": "prompt", "text": "x"})).await.unwrap();
+    let v = probe(&ctx, json!({"op": "prompt", "text": "x"}))
+        .await
+        .unwrap();
     assert_eq!(v["err"]["kind"], "budget-exhausted");
-    assert!(v["err"]["message"].as_str().unwrap().contains("agent.max_prompts"), "{v}");
+    assert!(
+        v["err"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("agent.max_prompts"),
+        "{v}"
+    );
     assert_eq!(server.seen.lock().unwrap().len(), 2);
 }

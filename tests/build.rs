@@ -3,16 +3,32 @@
 
 fn main() {
     let repo = loopbox_guest_build::Repo::from_build_script();
-    let env = |name: &str, path: &std::path::Path| println!("cargo:rustc-env=LOOPBOX_GUEST_{}={}", name.to_uppercase().replace('-', "_"), path.display());
-    for (name, path) in repo.build_rust_guests(&["ralph", "todo-enforcer", "fix-forward", "probe"]) {
+    let env = |name: &str, path: &std::path::Path| {
+        println!(
+            "cargo:rustc-env=LOOPBOX_GUEST_{}={}",
+            name.to_uppercase().replace('-', "_"),
+            path.display()
+        )
+    };
+    for (name, path) in repo.build_rust_guests(&["ralph", "todo-enforcer", "fix-forward", "probe"])
+    {
         env(&name, &path);
     }
     env("ralph_py", &repo.build_python_guest("ralph", "decider"));
     env("ccw_py", &repo.build_python_guest("ccw", "loop-policy"));
-    env("misbehave_py", &repo.build_python_guest("misbehave", "decider"));
+    env(
+        "misbehave_py",
+        &repo.build_python_guest("misbehave", "decider"),
+    );
     for name in ["todo-enforcer", "tool-gate", "misbehave"] {
-        env(&format!("{name}_js"), &repo.build_js_guest(name, "decider", false));
+        env(
+            &format!("{name}_js"),
+            &repo.build_js_guest(name, "decider", false),
+        );
     }
     // The same policy with componentize-js's HTTP support left in: it imports wasi:http.
-    env("misbehave_http_js", &repo.build_js_guest("misbehave", "decider", true));
+    env(
+        "misbehave_http_js",
+        &repo.build_js_guest("misbehave", "decider", true),
+    );
 }

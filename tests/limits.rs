@@ -8,16 +8,25 @@ use serde_json::json;
 #[tokio::test]
 async fn a_busy_loop_runs_out_of_fuel() {
     let ws = Workspace::new();
-    let ctx = ws.run(&load("probe"), "[limits]\nfuel_per_event = 50000000\ncpu_ms_per_event = 60000");
+    let ctx = ws.run(
+        &load("probe"),
+        "[limits]\nfuel_per_event = 50000000\ncpu_ms_per_event = 60000",
+    );
     let f = probe(&ctx, json!({"op": "spin"})).await.unwrap_err();
     assert_eq!(limit_key(&f), Some("limits.fuel_per_event"), "{f}");
-    assert!(f.to_string().contains("limits.fuel_per_event = 50000000"), "{f}");
+    assert!(
+        f.to_string().contains("limits.fuel_per_event = 50000000"),
+        "{f}"
+    );
 }
 
 #[tokio::test]
 async fn a_busy_loop_runs_out_of_compute_time() {
     let ws = Workspace::new();
-    let ctx = ws.run(&load("probe"), "[limits]\nfuel_per_event = 18000000000000000000\ncpu_ms_per_event = 200");
+    let ctx = ws.run(
+        &load("probe"),
+        "[limits]\nfuel_per_event = 18000000000000000000\ncpu_ms_per_event = 200",
+    );
     let started = std::time::Instant::now();
     let f = probe(&ctx, json!({"op": "spin"})).await.unwrap_err();
     assert_eq!(limit_key(&f), Some("limits.cpu_ms_per_event"), "{f}");
@@ -27,8 +36,13 @@ async fn a_busy_loop_runs_out_of_compute_time() {
 #[tokio::test]
 async fn time_spent_in_actions_does_not_count_as_compute() {
     let ws = Workspace::new();
-    let ctx = ws.run(&load("probe"), "[limits]\ncpu_ms_per_event = 150\n[shell]\nallow = [[\"sleep\"]]");
-    let data = probe(&ctx, json!({"op": "exec", "argv": ["sleep", "0.6"]})).await.unwrap();
+    let ctx = ws.run(
+        &load("probe"),
+        "[limits]\ncpu_ms_per_event = 150\n[shell]\nallow = [[\"sleep\"]]",
+    );
+    let data = probe(&ctx, json!({"op": "exec", "argv": ["sleep", "0.6"]}))
+        .await
+        .unwrap();
     assert_eq!(data["ok"]["exit_code"], 0);
 }
 
@@ -36,7 +50,9 @@ async fn time_spent_in_actions_does_not_count_as_compute() {
 async fn memory_growth_stops_at_the_limit() {
     let ws = Workspace::new();
     let ctx = ws.run(&load("probe"), "[limits]\nmemory_bytes = 33554432");
-    let f = probe(&ctx, json!({"op": "grow", "mb": 200})).await.unwrap_err();
+    let f = probe(&ctx, json!({"op": "grow", "mb": 200}))
+        .await
+        .unwrap_err();
     assert_eq!(limit_key(&f), Some("limits.memory_bytes"), "{f}");
     // Under the limit, growth works.
     let data = probe(&ctx, json!({"op": "grow", "mb": 8})).await.unwrap();
@@ -50,28 +66,48 @@ async fn deep_recursion_traps_as_a_stack_overflow() {
     let f = probe(&ctx, json!({"op": "recurse"})).await.unwrap_err();
     assert!(f.to_string().contains("stack overflow"), "{f}");
     // The host and the next event are fine.
-    assert_eq!(probe(&ctx, json!({"op": "echo", "x": 1})).await.unwrap()["x"], 1);
+    assert_eq!(
+        probe(&ctx, json!({"op": "echo", "x": 1})).await.unwrap()["x"],
+        1
+    );
 }
 
 #[tokio::test]
 async fn an_oversize_string_to_the_host_is_refused() {
     let ws = Workspace::new();
-    let ctx = ws.run(&load("probe"), "[limits]\nmax_string_bytes = 4096\n[shell]\nallow = [[\"echo\"]]");
+    let ctx = ws.run(
+        &load("probe"),
+        "[limits]\nmax_string_bytes = 4096\n[shell]\nallow = [[\"echo\"]]",
+    );
     // A call with no error channel traps, naming the limit.
-    let f = probe(&ctx, json!({"op": "log", "bytes": 10000})).await.unwrap_err();
+    let f = probe(&ctx, json!({"op": "log", "bytes": 10000}))
+        .await
+        .unwrap_err();
     assert_eq!(limit_key(&f), Some("limits.max_string_bytes"), "{f}");
     assert!(f.to_string().contains("attempted 10011"), "{f}");
     // An action gets `invalid`, which the policy can handle.
-    let data = probe(&ctx, json!({"op": "exec_big", "bytes": 10000})).await.unwrap();
+    let data = probe(&ctx, json!({"op": "exec_big", "bytes": 10000}))
+        .await
+        .unwrap();
     assert_eq!(data["err"]["kind"], "invalid");
-    assert!(data["err"]["message"].as_str().unwrap().contains("limits.max_string_bytes = 4096"));
+    assert!(
+        data["err"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.max_string_bytes = 4096")
+    );
 }
 
 #[tokio::test]
 async fn copying_more_than_the_hostcall_budget_traps_before_the_host_allocates() {
     let ws = Workspace::new();
-    let ctx = ws.run(&load("probe"), "[limits]\nmax_string_bytes = 65536\nhostcall_bytes = 65536");
-    let f = probe(&ctx, json!({"op": "log", "bytes": 1_000_000})).await.unwrap_err();
+    let ctx = ws.run(
+        &load("probe"),
+        "[limits]\nmax_string_bytes = 65536\nhostcall_bytes = 65536",
+    );
+    let f = probe(&ctx, json!({"op": "log", "bytes": 1_000_000}))
+        .await
+        .unwrap_err();
     assert_eq!(limit_key(&f), Some("limits.hostcall_bytes"), "{f}");
 }
 
@@ -79,48 +115,118 @@ async fn copying_more_than_the_hostcall_budget_traps_before_the_host_allocates()
 async fn a_host_call_flood_is_stopped() {
     let ws = Workspace::new();
     let ctx = ws.run(&load("probe"), "[limits]\nhost_calls_per_event = 500");
-    let f = probe(&ctx, json!({"op": "flood", "count": 100000})).await.unwrap_err();
+    let f = probe(&ctx, json!({"op": "flood", "count": 100000}))
+        .await
+        .unwrap_err();
     assert_eq!(limit_key(&f), Some("limits.host_calls_per_event"), "{f}");
-    let ok = probe(&ctx, json!({"op": "flood", "count": 100})).await.unwrap();
+    let ok = probe(&ctx, json!({"op": "flood", "count": 100}))
+        .await
+        .unwrap();
     assert_eq!(ok["flooded"], true);
 }
 
 #[tokio::test]
 async fn the_action_budget_is_per_run() {
     let ws = Workspace::new();
-    let ctx = ws.run(&load("probe"), "[limits]\nactions_per_run = 3\n[shell]\nallow = [[\"true\"]]");
-    let data = probe(&ctx, json!({"op": "exec", "argv": ["true"], "times": 2})).await.unwrap();
-    assert!(data.as_array().unwrap().iter().all(|r| r["ok"]["exit_code"] == 0));
+    let ctx = ws.run(
+        &load("probe"),
+        "[limits]\nactions_per_run = 3\n[shell]\nallow = [[\"true\"]]",
+    );
+    let data = probe(&ctx, json!({"op": "exec", "argv": ["true"], "times": 2}))
+        .await
+        .unwrap();
+    assert!(
+        data.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["ok"]["exit_code"] == 0)
+    );
     // The budget carries across events of the same run.
-    let data = probe(&ctx, json!({"op": "exec", "argv": ["true"], "times": 2})).await.unwrap();
+    let data = probe(&ctx, json!({"op": "exec", "argv": ["true"], "times": 2}))
+        .await
+        .unwrap();
     assert_eq!(data[0]["ok"]["exit_code"], 0);
     assert_eq!(data[1]["err"]["kind"], "budget-exhausted");
-    assert!(data[1]["err"]["message"].as_str().unwrap().contains("limits.actions_per_run = 3"));
+    assert!(
+        data[1]["err"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.actions_per_run = 3")
+    );
     // Denied requests cost nothing, and a new run has a new budget.
-    let other = ws.run(&load("probe"), "[limits]\nactions_per_run = 3\n[shell]\nallow = [[\"true\"]]");
-    assert_eq!(probe(&other, json!({"op": "exec", "argv": ["true"]})).await.unwrap()["ok"]["exit_code"], 0);
+    let other = ws.run(
+        &load("probe"),
+        "[limits]\nactions_per_run = 3\n[shell]\nallow = [[\"true\"]]",
+    );
+    assert_eq!(
+        probe(&other, json!({"op": "exec", "argv": ["true"]}))
+            .await
+            .unwrap()["ok"]["exit_code"],
+        0
+    );
 }
 
 #[tokio::test]
 async fn state_value_and_total_sizes_are_limited() {
     let ws = Workspace::new();
-    let ctx = ws.run(&load("probe"), "[limits]\nstate_value_bytes = 1000\nstate_total_bytes = 2500");
-    let data = probe(&ctx, json!({"op": "state_big", "bytes": 2000})).await.unwrap();
-    assert!(data["result"].as_str().unwrap().contains("limits.state_value_bytes = 1000"), "{data}");
+    let ctx = ws.run(
+        &load("probe"),
+        "[limits]\nstate_value_bytes = 1000\nstate_total_bytes = 2500",
+    );
+    let data = probe(&ctx, json!({"op": "state_big", "bytes": 2000}))
+        .await
+        .unwrap();
+    assert!(
+        data["result"]
+            .as_str()
+            .unwrap()
+            .contains("limits.state_value_bytes = 1000"),
+        "{data}"
+    );
     let big = "y".repeat(900);
-    let data = probe(&ctx, json!({"op": "state", "set": {"a": big, "b": big}})).await.unwrap();
+    let data = probe(&ctx, json!({"op": "state", "set": {"a": big, "b": big}}))
+        .await
+        .unwrap();
     assert!(data.as_object().unwrap().is_empty(), "{data}");
-    let data = probe(&ctx, json!({"op": "state", "set": {"c": big}})).await.unwrap();
-    assert!(data["set-error:c"].as_str().unwrap().contains("limits.state_total_bytes = 2500"), "{data}");
+    let data = probe(&ctx, json!({"op": "state", "set": {"c": big}}))
+        .await
+        .unwrap();
+    assert!(
+        data["set-error:c"]
+            .as_str()
+            .unwrap()
+            .contains("limits.state_total_bytes = 2500"),
+        "{data}"
+    );
     // Replacing a value counts its new size, not both.
-    let data = probe(&ctx, json!({"op": "state", "set": {"a": "small"}, "get": ["a"]})).await.unwrap();
+    let data = probe(
+        &ctx,
+        json!({"op": "state", "set": {"a": "small"}, "get": ["a"]}),
+    )
+    .await
+    .unwrap();
     assert_eq!(data["a"], "\"small\"");
-    let data = probe(&ctx, json!({"op": "state", "set": {"c": big}})).await.unwrap();
+    let data = probe(&ctx, json!({"op": "state", "set": {"c": big}}))
+        .await
+        .unwrap();
     assert!(data.as_object().unwrap().is_empty(), "{data}");
     // Full again; a removal in the same event makes room for a new value.
-    let data = probe(&ctx, json!({"op": "state", "set": {"d": big}})).await.unwrap();
-    assert!(data["set-error:d"].as_str().unwrap().contains("limits.state_total_bytes"), "{data}");
-    let data = probe(&ctx, json!({"op": "state", "remove": ["b"], "set": {"d": big}, "keys": ""})).await.unwrap();
+    let data = probe(&ctx, json!({"op": "state", "set": {"d": big}}))
+        .await
+        .unwrap();
+    assert!(
+        data["set-error:d"]
+            .as_str()
+            .unwrap()
+            .contains("limits.state_total_bytes"),
+        "{data}"
+    );
+    let data = probe(
+        &ctx,
+        json!({"op": "state", "remove": ["b"], "set": {"d": big}, "keys": ""}),
+    )
+    .await
+    .unwrap();
     assert_eq!(data["keys"], json!(["a", "c", "d"]), "{data}");
 }
 
@@ -128,23 +234,41 @@ async fn state_value_and_total_sizes_are_limited() {
 async fn log_output_past_the_budget_is_dropped_with_one_notice() {
     let ws = Workspace::new();
     let ctx = ws.run(&load("probe"), "[limits]\nlog_bytes_per_event = 4096");
-    probe(&ctx, json!({"op": "log", "bytes": 1000, "count": 20})).await.unwrap();
+    probe(&ctx, json!({"op": "log", "bytes": 1000, "count": 20}))
+        .await
+        .unwrap();
     let log = log_messages(&ctx);
     let policy_lines = log.iter().filter(|l| l.starts_with("[policy]")).count();
     assert_eq!(policy_lines, 4, "{log:#?}");
-    assert_eq!(log.iter().filter(|l| l.contains("limits.log_bytes_per_event = 4096")).count(), 1, "{log:#?}");
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.contains("limits.log_bytes_per_event = 4096"))
+            .count(),
+        1,
+        "{log:#?}"
+    );
 }
 
 #[tokio::test]
 async fn guest_stdout_goes_to_the_run_log_capped() {
     let ws = Workspace::new();
     let ctx = ws.run(&load("probe"), "[limits]\nlog_bytes_per_event = 1000");
-    let data = probe(&ctx, json!({"op": "print", "bytes": 50000})).await.unwrap();
+    let data = probe(&ctx, json!({"op": "print", "bytes": 50000}))
+        .await
+        .unwrap();
     assert_eq!(data["printed"], 50000);
     let log = log_messages(&ctx);
-    let out: usize = log.iter().filter(|l| l.starts_with("[stdout]")).map(|l| l.len() - "[stdout] ".len()).sum();
+    let out: usize = log
+        .iter()
+        .filter(|l| l.starts_with("[stdout]"))
+        .map(|l| l.len() - "[stdout] ".len())
+        .sum();
     assert!(out <= 1000 && out > 0, "{out}");
-    assert!(log.iter().any(|l| l.contains("bytes of the policy's stdout past limits.log_bytes_per_event were dropped")), "{log:#?}");
+    assert!(
+        log.iter().any(|l| l
+            .contains("bytes of the policy's stdout past limits.log_bytes_per_event were dropped")),
+        "{log:#?}"
+    );
 }
 
 #[tokio::test]
@@ -153,7 +277,11 @@ async fn a_panicking_guest_is_a_trap_with_its_message_in_the_log() {
     let ctx = ws.run(&load("probe"), "");
     let f = probe(&ctx, json!({"op": "trap"})).await.unwrap_err();
     assert!(matches!(f, loopbox::fault::PolicyFault::Trap(_)), "{f:?}");
-    assert!(log_messages(&ctx).iter().any(|l| l.starts_with("[stderr]") && l.contains("probe was told to panic")));
+    assert!(
+        log_messages(&ctx)
+            .iter()
+            .any(|l| l.starts_with("[stderr]") && l.contains("probe was told to panic"))
+    );
 }
 
 #[tokio::test]

@@ -50,7 +50,11 @@ pub fn load(name: &str) -> Arc<Policy> {
     if let Some((_, p)) = loaded.iter().find(|(n, _)| n == name) {
         return p.clone();
     }
-    let p = Arc::new(runtime().load(&PolicySource::Path(guest(name))).expect("guest loads"));
+    let p = Arc::new(
+        runtime()
+            .load(&PolicySource::Path(guest(name)))
+            .expect("guest loads"),
+    );
     loaded.push((name.to_string(), p.clone()));
     p
 }
@@ -82,38 +86,95 @@ impl Workspace {
     /// with `replies` in order (one per turn of a conversation); returns the
     /// `[agent]` config that uses it.
     pub fn scripted_agent(&self, replies: &[&str]) -> &'static str {
-        let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/project/agent/scripted-agent");
-        self.write("agent/scripted-agent", &std::fs::read_to_string(agent).unwrap());
-        std::fs::set_permissions(self.root().join("agent/scripted-agent"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let agent =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/project/agent/scripted-agent");
+        self.write(
+            "agent/scripted-agent",
+            &std::fs::read_to_string(agent).unwrap(),
+        );
+        std::fs::set_permissions(
+            self.root().join("agent/scripted-agent"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         // One reply per line, as JSON string content (the agent turns `\n` back into newlines).
-        let lines: Vec<String> = replies.iter().map(|r| serde_json::to_string(r).unwrap().trim_matches('"').to_string()).collect();
+        let lines: Vec<String> = replies
+            .iter()
+            .map(|r| {
+                serde_json::to_string(r)
+                    .unwrap()
+                    .trim_matches('"')
+                    .to_string()
+            })
+            .collect();
         self.write(".scripted-agent/replies", &lines.join("\n"));
         "[agent]\ncommand = [\"./agent/scripted-agent\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]\noutput = \"json\"\n"
     }
 
     /// The prompts the scripted agent received, in order.
     pub fn agent_prompts(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(self.root().join(".scripted-agent/prompts")).unwrap_or_default();
-        text.split("\n---\n").filter(|p| !p.is_empty()).map(str::to_string).collect()
+        let text = std::fs::read_to_string(self.root().join(".scripted-agent/prompts"))
+            .unwrap_or_default();
+        text.split("\n---\n")
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect()
     }
 
     /// A new run of `policy` in this workspace under `config` (loopbox.toml text);
     /// ask-tier actions are declined.
     pub fn run(&self, policy: &Policy, config: &str) -> RunContext {
-        self.run_with(policy, config, Arc::new(loopbox::confirm::NoOneToAsk("no one can be asked in this test")))
+        self.run_with(
+            policy,
+            config,
+            Arc::new(loopbox::confirm::NoOneToAsk(
+                "no one can be asked in this test",
+            )),
+        )
     }
 
     /// As [`Workspace::run`], with `confirm` answering ask-tier actions.
-    pub fn run_with(&self, policy: &Policy, config: &str, confirm: Arc<dyn loopbox::confirm::Confirm>) -> RunContext {
-        self.run_access(policy, config, loopbox::run::Access { confirm, ..Default::default() })
+    pub fn run_with(
+        &self,
+        policy: &Policy,
+        config: &str,
+        confirm: Arc<dyn loopbox::confirm::Confirm>,
+    ) -> RunContext {
+        self.run_access(
+            policy,
+            config,
+            loopbox::run::Access {
+                confirm,
+                ..Default::default()
+            },
+        )
     }
 
     /// As [`Workspace::run`], with everything the front end adds.
-    pub fn run_access(&self, policy: &Policy, config: &str, access: loopbox::run::Access) -> RunContext {
+    pub fn run_access(
+        &self,
+        policy: &Policy,
+        config: &str,
+        access: loopbox::run::Access,
+    ) -> RunContext {
         let config = Config::parse(config, Path::new("test.toml")).expect("test config parses");
-        let id = loopbox::run::new_run_id() + &format!("{:04}", COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        self.db.create_run(&id, &policy.source.to_string(), &policy.digest, "{}").unwrap();
-        RunContext::with_access(id, Arc::new(config), self.db.clone(), self.root(), Ui::quiet(), access).unwrap()
+        let id = loopbox::run::new_run_id()
+            + &format!(
+                "{:04}",
+                COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+        self.db
+            .create_run(&id, &policy.source.to_string(), &policy.digest, "{}")
+            .unwrap();
+        RunContext::with_access(
+            id,
+            Arc::new(config),
+            self.db.clone(),
+            self.root(),
+            Ui::quiet(),
+            access,
+        )
+        .unwrap()
     }
 }
 
@@ -126,7 +187,11 @@ impl Default for Workspace {
 static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Deliver one event and return its decision (or fault).
-pub async fn deliver(ctx: &RunContext, policy: &Policy, event: Event) -> Result<Decision, PolicyFault> {
+pub async fn deliver(
+    ctx: &RunContext,
+    policy: &Policy,
+    event: Event,
+) -> Result<Decision, PolicyFault> {
     ctx.deliver(policy, &event).await.expect("the store works")
 }
 
@@ -148,5 +213,10 @@ pub fn limit_key(f: &PolicyFault) -> Option<&'static str> {
 
 /// The run log's messages, in order.
 pub fn log_messages(ctx: &RunContext) -> Vec<String> {
-    ctx.db.log(&ctx.id).unwrap().into_iter().map(|r| format!("[{}] {}", r.source, r.message)).collect()
+    ctx.db
+        .log(&ctx.id)
+        .unwrap()
+        .into_iter()
+        .map(|r| format!("[{}] {}", r.source, r.message))
+        .collect()
 }

@@ -24,7 +24,9 @@ use loopbox_bench::{Variant, full_run, interleave, table};
 const ACTIONS: u32 = 20;
 
 fn config(journal: bool) -> Config {
-    let text = format!("[shell]\nallow = [[\"true\"]]\nsandbox = \"none\"\n[limits]\nactions_per_run = 100000\n[run]\njournal = {journal}\n");
+    let text = format!(
+        "[shell]\nallow = [[\"true\"]]\nsandbox = \"none\"\n[limits]\nactions_per_run = 100000\n[run]\njournal = {journal}\n"
+    );
     Config::parse(&text, Path::new("bench.toml")).unwrap()
 }
 
@@ -34,7 +36,11 @@ async fn through_loopbox(policy: &Policy, ws: &Path, db: &Db, config: &Arc<Confi
     db.create_run(&id, "durable", &policy.digest, "{}").unwrap();
     let ctx = RunContext::new(id, config.clone(), db.clone(), ws, Ui::quiet()).unwrap();
     let input = serde_json::json!({"per_event": ACTIONS, "turns": 0, "file": "unused", "command": ["true"]}).to_string();
-    let d = ctx.deliver(policy, &Event::Start(input)).await.unwrap().unwrap();
+    let d = ctx
+        .deliver(policy, &Event::Start(input))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(matches!(d, Decision::Done(ref o) if o.success), "{d:?}");
 }
 
@@ -62,8 +68,13 @@ fn main() {
     let full = full_run();
     let dir = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(dir.path().join("cache")).unwrap();
-    let policy = runtime.load(&PolicySource::Path(env!("DURABLE").into())).unwrap();
-    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let policy = runtime
+        .load(&PolicySource::Path(env!("DURABLE").into()))
+        .unwrap();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let setup = |journal: bool| {
         let ws = tempfile::tempdir_in(dir.path()).unwrap();
         let db = Db::open_workspace(ws.path()).unwrap();
@@ -82,10 +93,22 @@ fn main() {
         }),
         // Each sample is one event; creating its run (two small inserts) is inside the timing.
         Variant::new("loopbox, journal on", 1, || {
-            tokio.block_on(through_loopbox(&policy, on.0.path(), &on.1, &on.2, next_run()));
+            tokio.block_on(through_loopbox(
+                &policy,
+                on.0.path(),
+                &on.1,
+                &on.2,
+                next_run(),
+            ));
         }),
         Variant::new("loopbox, journal off", 1, || {
-            tokio.block_on(through_loopbox(&policy, off.0.path(), &off.1, &off.2, next_run()));
+            tokio.block_on(through_loopbox(
+                &policy,
+                off.0.path(),
+                &off.1,
+                &off.2,
+                next_run(),
+            ));
         }),
         Variant::new("spawn `true` from Rust with pre_exec (fork)", 1, || {
             tokio.block_on(bare(bare_ws.path(), true));
@@ -96,5 +119,10 @@ fn main() {
     for v in &mut variants {
         v.samples = v.samples.iter().map(|d| *d / ACTIONS).collect();
     }
-    table(&format!("one shell action of `true`, per action ({ACTIONS} per event, {rounds} interleaved events of each)"), &variants);
+    table(
+        &format!(
+            "one shell action of `true`, per action ({ACTIONS} per event, {rounds} interleaved events of each)"
+        ),
+        &variants,
+    );
 }

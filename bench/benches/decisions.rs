@@ -28,14 +28,21 @@ use loopbox::ui::Ui;
 use loopbox_bench::{Variant, full_run, interleave_blocks, only, rounds, table};
 use mlua::{Function, Lua, LuaOptions, StdLib, Table};
 
-const RESPONSE: &str = "I changed the parser and reran the tests; two still fail. <promise>NOT YET</promise>";
+const RESPONSE: &str =
+    "I changed the parser and reran the tests; two still fail. <promise>NOT YET</promise>";
 const INPUT: &str = r#"{"prompt": "fix the parser", "completion_promise": "DONE"}"#;
 const PROGRESS: &str = r#"{"config":{"prompt":"fix the parser","completion_promise":"DONE","max_iterations":0},"iteration":1}"#;
 
 /// The floor: Ralph's logic with its progress as JSON, as every guest keeps it.
 fn plain(progress: &str) -> ralph::Next {
     let progress = serde_json::from_str(progress).unwrap();
-    let (progress, next) = ralph::decide(Some(progress), ralph::Input::Turn { response: black_box(RESPONSE) }).unwrap();
+    let (progress, next) = ralph::decide(
+        Some(progress),
+        ralph::Input::Turn {
+            response: black_box(RESPONSE),
+        },
+    )
+    .unwrap();
     black_box(serde_json::to_string(&progress.unwrap()).unwrap());
     next
 }
@@ -49,12 +56,28 @@ struct Loopbox {
 
 impl Loopbox {
     fn new(runtime: &Runtime, source: PolicySource, id: &str) -> Loopbox {
-        let policy = runtime.load(&source).unwrap_or_else(|e| panic!("load {source}: {e:#}"));
+        let policy = runtime
+            .load(&source)
+            .unwrap_or_else(|e| panic!("load {source}: {e:#}"));
         let db = Db::open(Path::new(":memory:")).unwrap();
-        db.create_run(id, &source.to_string(), &policy.digest, "{}").unwrap();
-        let ctx = RunContext::new(id.into(), Arc::new(Config::default()), db, &std::env::temp_dir(), Ui::quiet()).unwrap();
-        let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        tokio.block_on(ctx.deliver(&policy, &Event::Start(INPUT.into()))).unwrap().unwrap();
+        db.create_run(id, &source.to_string(), &policy.digest, "{}")
+            .unwrap();
+        let ctx = RunContext::new(
+            id.into(),
+            Arc::new(Config::default()),
+            db,
+            &std::env::temp_dir(),
+            Ui::quiet(),
+        )
+        .unwrap();
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio
+            .block_on(ctx.deliver(&policy, &Event::Start(INPUT.into())))
+            .unwrap()
+            .unwrap();
         Loopbox { tokio, policy, ctx }
     }
 
@@ -64,7 +87,10 @@ impl Loopbox {
             let meter = Arc::new(Meter::new(&self.ctx.config.limits));
             let journal = Journal::live(self.ctx.db.clone(), &self.ctx.id, String::new(), true);
             let data = self.ctx.instance_state(meter.clone(), &journal, 1).unwrap();
-            let (r, _) = self.policy.call(data, meter, &self.ctx.config.limits, call).await;
+            let (r, _) = self
+                .policy
+                .call(data, meter, &self.ctx.config.limits, call)
+                .await;
             black_box(r.unwrap());
         })
     }
@@ -103,7 +129,11 @@ end
 
 /// A Lua state that can run the handler: only the string, table and math libraries.
 fn lua_state() -> (Lua, Function) {
-    let lua = Lua::new_with(StdLib::STRING | StdLib::TABLE | StdLib::MATH, LuaOptions::default()).unwrap();
+    let lua = Lua::new_with(
+        StdLib::STRING | StdLib::TABLE | StdLib::MATH,
+        LuaOptions::default(),
+    )
+    .unwrap();
     lua.load(RALPH_LUA).exec().unwrap();
     let handle: Function = lua.globals().get("handle").unwrap();
     (lua, handle)
@@ -125,7 +155,10 @@ fn lua_decide(lua: &Lua, handle: &Function) {
 }
 
 fn extism_input() -> String {
-    format!(r#"{{"progress": {PROGRESS}, "response": {}}}"#, serde_json::to_string(RESPONSE).unwrap())
+    format!(
+        r#"{{"progress": {PROGRESS}, "response": {}}}"#,
+        serde_json::to_string(RESPONSE).unwrap()
+    )
 }
 
 fn extism_decide(plugin: &mut extism::Plugin, input: &str) {
@@ -138,15 +171,31 @@ fn main() {
     let full = full_run();
     let cache = std::env::temp_dir().join("loopbox-bench-cache");
     let runtime = Runtime::new(cache).unwrap();
-    let turn = Event::TurnComplete(Turn { session_id: "s".into(), response: RESPONSE.into(), index: 1, continuation: true, origin: None });
+    let turn = Event::TurnComplete(Turn {
+        session_id: "s".into(),
+        response: RESPONSE.into(),
+        index: 1,
+        continuation: true,
+        origin: None,
+    });
     let rust = Loopbox::new(&runtime, PolicySource::parse("builtin:ralph"), "rust");
-    let python = Loopbox::new(&runtime, PolicySource::Path(PathBuf::from(env!("RALPH_PY"))), "python");
-    let js = Loopbox::new(&runtime, PolicySource::Path(PathBuf::from(env!("RALPH_JS"))), "js");
+    let python = Loopbox::new(
+        &runtime,
+        PolicySource::Path(PathBuf::from(env!("RALPH_PY"))),
+        "python",
+    );
+    let js = Loopbox::new(
+        &runtime,
+        PolicySource::Path(PathBuf::from(env!("RALPH_JS"))),
+        "js",
+    );
 
     let (lua, handle) = lua_state();
     let wasm = std::fs::read(env!("RALPH_EXTISM")).unwrap();
     let manifest = || extism::Manifest::new([extism::Wasm::data(wasm.clone())]);
-    let compiled = extism::CompiledPlugin::new(extism::PluginBuilder::new(manifest()).with_wasi(false)).unwrap();
+    let compiled =
+        extism::CompiledPlugin::new(extism::PluginBuilder::new(manifest()).with_wasi(false))
+            .unwrap();
     let mut reused_plugin = extism::Plugin::new_from_compiled(&compiled).unwrap();
     let input = extism_input();
 
@@ -155,33 +204,74 @@ fn main() {
         Variant::new("plain Rust fn (the floor)", batch, || {
             black_box(plain(PROGRESS));
         }),
-        Variant::new("loopbox, Rust component, fresh instance", 1, || rust.call(Call::Handle(&turn))),
-        Variant::new("loopbox, Python component, fresh instance", 1, || python.call(Call::Handle(&turn))),
-        Variant::new("loopbox, JavaScript component, fresh instance", 1, || js.call(Call::Handle(&turn))),
-        Variant::new("loopbox, Rust component: instantiate + info() only", 1, || rust.call(Call::Info)),
+        Variant::new("loopbox, Rust component, fresh instance", 1, || {
+            rust.call(Call::Handle(&turn))
+        }),
+        Variant::new("loopbox, Python component, fresh instance", 1, || {
+            python.call(Call::Handle(&turn))
+        }),
+        Variant::new("loopbox, JavaScript component, fresh instance", 1, || {
+            js.call(Call::Handle(&turn))
+        }),
+        Variant::new(
+            "loopbox, Rust component: instantiate + info() only",
+            1,
+            || rust.call(Call::Info),
+        ),
         Variant::new("Lua (mlua), fresh Lua state per event", 1, || {
             let (lua, handle) = lua_state();
             lua_decide(&lua, &handle);
         }),
-        Variant::new("Lua (mlua), one reused Lua state", batch, || lua_decide(&lua, &handle)),
+        Variant::new("Lua (mlua), one reused Lua state", batch, || {
+            lua_decide(&lua, &handle)
+        }),
         Variant::new("Extism plugin, fresh per event (precompiled)", 1, || {
             let mut plugin = extism::Plugin::new_from_compiled(&compiled).unwrap();
             extism_decide(&mut plugin, &input);
         }),
-        Variant::new("Extism plugin, one reused plugin", batch, || extism_decide(&mut reused_plugin, &input)),
+        Variant::new("Extism plugin, one reused plugin", batch, || {
+            extism_decide(&mut reused_plugin, &input)
+        }),
     ];
     let (warmup, rounds) = if full { (50, rounds(1000)) } else { (1, 3) };
     only(&mut variants);
     interleave_blocks(&mut variants, warmup, rounds, 50);
-    table(&format!("Ralph decision per event, side by side ({rounds} samples of each, interleaved in blocks of 50)"), &variants);
+    table(
+        &format!(
+            "Ralph decision per event, side by side ({rounds} samples of each, interleaved in blocks of 50)"
+        ),
+        &variants,
+    );
     if full && std::env::var_os("BENCH_ONLY").is_none() {
-        let of = |name: &str| variants.iter().find(|v| v.name.starts_with(name)).unwrap().p50().as_nanos() as f64;
+        let of = |name: &str| {
+            variants
+                .iter()
+                .find(|v| v.name.starts_with(name))
+                .unwrap()
+                .p50()
+                .as_nanos() as f64
+        };
         let rust_fresh = of("loopbox, Rust component, fresh");
         println!("\ntargets:");
-        println!("  Rust decision, fresh instance, p50 <= 10 us: {:.2} us", rust_fresh / 1000.0);
-        println!("  vs Extism fresh per event, >= 10x faster: {:.1}x", of("Extism plugin, fresh") / rust_fresh);
-        println!("  vs Lua fresh state per event, >= 4x faster: {:.1}x", of("Lua (mlua), fresh") / rust_fresh);
-        println!("  vs Lua reused state: {:.1}x slower", rust_fresh / of("Lua (mlua), one reused"));
-        println!("  Python decision, warm, < 1 ms: {:.0} us", of("loopbox, Python") / 1000.0);
+        println!(
+            "  Rust decision, fresh instance, p50 <= 10 us: {:.2} us",
+            rust_fresh / 1000.0
+        );
+        println!(
+            "  vs Extism fresh per event, >= 10x faster: {:.1}x",
+            of("Extism plugin, fresh") / rust_fresh
+        );
+        println!(
+            "  vs Lua fresh state per event, >= 4x faster: {:.1}x",
+            of("Lua (mlua), fresh") / rust_fresh
+        );
+        println!(
+            "  vs Lua reused state: {:.1}x slower",
+            rust_fresh / of("Lua (mlua), one reused")
+        );
+        println!(
+            "  Python decision, warm, < 1 ms: {:.0} us",
+            of("loopbox, Python") / 1000.0
+        );
     }
 }

@@ -50,9 +50,22 @@ impl Fsm<'_> {
     fn run(&mut self) {
         self.runs += 1;
         let id = format!("spin-{}", self.runs);
-        self.db.create_run(&id, "builtin:fsm", &self.policy.digest, &self.input).unwrap();
-        let ctx = RunContext::new(id, self.config.clone(), self.db.clone(), self.ws, Ui::quiet()).unwrap();
-        let d = self.tokio.block_on(ctx.deliver(self.policy, &Event::Start(self.input.clone()))).unwrap().unwrap();
+        self.db
+            .create_run(&id, "builtin:fsm", &self.policy.digest, &self.input)
+            .unwrap();
+        let ctx = RunContext::new(
+            id,
+            self.config.clone(),
+            self.db.clone(),
+            self.ws,
+            Ui::quiet(),
+        )
+        .unwrap();
+        let d = self
+            .tokio
+            .block_on(ctx.deliver(self.policy, &Event::Start(self.input.clone())))
+            .unwrap()
+            .unwrap();
         assert!(matches!(&d, Decision::Done(o) if o.success), "{d:?}");
     }
 }
@@ -63,9 +76,19 @@ fn main() {
     let ws = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(std::env::temp_dir().join("loopbox-bench-cache")).unwrap();
     let policy = runtime.load(&PolicySource::parse("builtin:fsm")).unwrap();
-    let input = payload(&LoopFile { path: "spin.yaml".into(), text: spin(steps) }, "{}").unwrap();
+    let input = payload(
+        &LoopFile {
+            path: "spin.yaml".into(),
+            text: spin(steps),
+        },
+        "{}",
+    )
+    .unwrap();
     let fsm = |journal: bool, sandbox: &str| Fsm {
-        tokio: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+        tokio: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
         policy: &policy,
         db: Db::open(&ws.path().join(format!("{journal}-{sandbox}.db"))).unwrap(),
         ws: ws.path(),
@@ -75,7 +98,10 @@ fn main() {
     };
     let mut on = fsm(true, "none");
     let mut off = fsm(false, "none");
-    let bwrap = Command::new("bwrap").args(["--ro-bind", "/", "/", "true"]).status().is_ok_and(|s| s.success());
+    let bwrap = Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
     let mut sandboxed = fsm(true, "bwrap");
 
     let per_step = |total: Duration| total / steps;
@@ -90,12 +116,21 @@ fn main() {
         Variant::new("builtin:fsm, journal off", 1, || off.run()),
     ];
     if bwrap {
-        variants.push(Variant::new("builtin:fsm, journal on, bubblewrap sandbox", 1, || sandboxed.run()));
+        variants.push(Variant::new(
+            "builtin:fsm, journal on, bubblewrap sandbox",
+            1,
+            || sandboxed.run(),
+        ));
     }
     let rounds = if full { 7 } else { 1 };
     interleave(&mut variants, 1, rounds);
     for v in &mut variants {
         v.samples = v.samples.iter().map(|d| per_step(*d)).collect();
     }
-    table(&format!("one step of a {steps}-step loop of `true`, per step ({rounds} interleaved loops of each)"), &variants);
+    table(
+        &format!(
+            "one step of a {steps}-step loop of `true`, per step ({rounds} interleaved loops of each)"
+        ),
+        &variants,
+    );
 }

@@ -23,7 +23,12 @@ pub struct Variant<'a> {
 
 impl<'a> Variant<'a> {
     pub fn new(name: impl Into<String>, calls: u32, f: impl FnMut() + 'a) -> Variant<'a> {
-        Variant { name: name.into(), calls, f: Box::new(f), samples: Vec::new() }
+        Variant {
+            name: name.into(),
+            calls,
+            f: Box::new(f),
+            samples: Vec::new(),
+        }
     }
 
     fn sample(&mut self) {
@@ -45,7 +50,10 @@ impl<'a> Variant<'a> {
 
 /// `default`, or `BENCH_ROUNDS` when it is set (longer runs for a profiler).
 pub fn rounds(default: usize) -> usize {
-    std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(default)
+    std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Keep only the variants whose name contains `BENCH_ONLY`, when it is set
@@ -105,7 +113,10 @@ pub fn table(title: &str, variants: &[Variant]) {
     }
     let floor = variants[0].p50().as_nanos().max(1) as f64;
     println!("\n{title}");
-    println!("{:<52} {:>11} {:>11} {:>12} {:>10}", "variant", "p50", "p99", "per second", "vs first");
+    println!(
+        "{:<52} {:>11} {:>11} {:>12} {:>10}",
+        "variant", "p50", "p99", "per second", "vs first"
+    );
     for v in variants {
         let p50 = v.p50();
         println!(
@@ -123,7 +134,13 @@ pub fn table(title: &str, variants: &[Variant]) {
 pub fn rss() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
-        status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<u64>().ok()).unwrap_or(0) * 1024
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
     };
     (field("VmRSS:"), field("VmHWM:"))
 }

@@ -25,7 +25,11 @@ fn run(policy: &str, input: &str, expect: i32, workspace: &Path, cache: &Path) -
         .status()
         .expect("spawn loopbox");
     let elapsed = t.elapsed();
-    assert_eq!(status.code(), Some(expect), "loopbox run {policy} exited with {status}");
+    assert_eq!(
+        status.code(),
+        Some(expect),
+        "loopbox run {policy} exited with {status}"
+    );
     elapsed
 }
 
@@ -48,9 +52,30 @@ fn main() {
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
     let ralph_input = r#"{"prompt": "Fix the build.", "completion_promise": "DONE"}"#;
     let mut cases = [
-        Case { name: "Rust (builtin:ralph)", policy: "builtin:ralph".into(), input: ralph_input, expect: 7, cold: vec![], cached: vec![] },
-        Case { name: "Python (ralph, componentize-py)", policy: path(ralph_py), input: ralph_input, expect: 7, cold: vec![], cached: vec![] },
-        Case { name: "JavaScript (ralph, componentize-js)", policy: path(ralph_js), input: ralph_input, expect: 7, cold: vec![], cached: vec![] },
+        Case {
+            name: "Rust (builtin:ralph)",
+            policy: "builtin:ralph".into(),
+            input: ralph_input,
+            expect: 7,
+            cold: vec![],
+            cached: vec![],
+        },
+        Case {
+            name: "Python (ralph, componentize-py)",
+            policy: path(ralph_py),
+            input: ralph_input,
+            expect: 7,
+            cold: vec![],
+            cached: vec![],
+        },
+        Case {
+            name: "JavaScript (ralph, componentize-js)",
+            policy: path(ralph_js),
+            input: ralph_input,
+            expect: 7,
+            cold: vec![],
+            cached: vec![],
+        },
     ];
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("ws");
@@ -63,11 +88,13 @@ fn main() {
         for c in cases.iter_mut() {
             if i < n_cold {
                 let cold = dir.path().join(format!("cold-{i}-{}", c.name.len()));
-                c.cold.push(run(&c.policy, c.input, c.expect, &workspace, &cold));
+                c.cold
+                    .push(run(&c.policy, c.input, c.expect, &workspace, &cold));
                 std::fs::remove_dir_all(&cold).ok();
             }
             if i < n_cached {
-                c.cached.push(run(&c.policy, c.input, c.expect, &workspace, &warm));
+                c.cached
+                    .push(run(&c.policy, c.input, c.expect, &workspace, &warm));
             }
         }
     }
@@ -75,12 +102,30 @@ fn main() {
         s.sort();
         s[(s.len() - 1) / 2].as_secs_f64()
     };
-    println!("\ncold start vs cached start: whole `loopbox run` process to the first decision ({n_cold} cold, {n_cached} cached samples per policy)");
-    println!("{:<44} {:>9} {:>12} {:>12} {:>8}", "policy", "size", "cold p50", "cached p50", "ratio");
+    println!(
+        "\ncold start vs cached start: whole `loopbox run` process to the first decision ({n_cold} cold, {n_cached} cached samples per policy)"
+    );
+    println!(
+        "{:<44} {:>9} {:>12} {:>12} {:>8}",
+        "policy", "size", "cold p50", "cached p50", "ratio"
+    );
     for c in cases.iter_mut() {
-        let size = if c.policy.starts_with("builtin:") { None } else { std::fs::metadata(&c.policy).ok().map(|m| m.len()) };
-        let size = size.map(|s| format!("{:.1} MB", s as f64 / 1e6)).unwrap_or_else(|| "builtin".into());
+        let size = if c.policy.starts_with("builtin:") {
+            None
+        } else {
+            std::fs::metadata(&c.policy).ok().map(|m| m.len())
+        };
+        let size = size
+            .map(|s| format!("{:.1} MB", s as f64 / 1e6))
+            .unwrap_or_else(|| "builtin".into());
         let (cold, cached) = (p50(&mut c.cold), p50(&mut c.cached));
-        println!("{:<44} {:>9} {:>9.0} ms {:>9.1} ms {:>7.0}x", c.name, size, cold * 1e3, cached * 1e3, cold / cached);
+        println!(
+            "{:<44} {:>9} {:>9.0} ms {:>9.1} ms {:>7.0}x",
+            c.name,
+            size,
+            cold * 1e3,
+            cached * 1e3,
+            cold / cached
+        );
     }
 }

@@ -13,18 +13,32 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
-const RALPH: &str = r#"{"prompt": "Fix the build.", "completion_promise": "DONE", "max_iterations": 100000}"#;
+const RALPH: &str =
+    r#"{"prompt": "Fix the build.", "completion_promise": "DONE", "max_iterations": 100000}"#;
 
 fn run_cmd(ws: &Path, cache: &Path) -> Command {
     let mut c = Command::new(BIN);
     // A run with no agent ends at its first inject (exit 7): one start event, committed.
-    c.args(["-C"]).arg(ws).args(["run", "builtin:ralph", "--input", RALPH]).env("LOOPBOX_CACHE_DIR", cache).env("CI", "true");
+    c.args(["-C"])
+        .arg(ws)
+        .args(["run", "builtin:ralph", "--input", RALPH])
+        .env("LOOPBOX_CACHE_DIR", cache)
+        .env("CI", "true");
     c
 }
 
 fn hook_cmd(ws: &Path, cache: &Path) -> Command {
     let mut c = Command::new(BIN);
-    c.args(["hook", "claude-code", "--policy", "builtin:ralph", "--input", RALPH]).current_dir(ws).env("LOOPBOX_CACHE_DIR", cache);
+    c.args([
+        "hook",
+        "claude-code",
+        "--policy",
+        "builtin:ralph",
+        "--input",
+        RALPH,
+    ])
+    .current_dir(ws)
+    .env("LOOPBOX_CACHE_DIR", cache);
     c
 }
 
@@ -34,10 +48,21 @@ fn round(cmds: Vec<Command>, stdin: Option<&str>, ok: &[i32]) -> Duration {
     let children: Vec<Child> = cmds
         .into_iter()
         .map(|mut c| {
-            c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::null()).stderr(Stdio::null());
+            c.stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
             let mut child = c.spawn().expect("spawn");
             if let Some(text) = stdin {
-                child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(text.as_bytes())
+                    .unwrap();
             }
             child
         })
@@ -51,7 +76,11 @@ fn round(cmds: Vec<Command>, stdin: Option<&str>, ok: &[i32]) -> Duration {
 
 fn main() {
     // `cargo test --all-targets` runs this once as a smoke test; the table is for `cargo bench`.
-    let rounds = if std::env::args().any(|a| a == "--bench") { 10 } else { 1 };
+    let rounds = if std::env::args().any(|a| a == "--bench") {
+        10
+    } else {
+        1
+    };
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let fresh = |name: String| {
@@ -65,17 +94,43 @@ fn main() {
     // Warm the compiled-component cache.
     round(vec![run_cmd(&fresh("warm".into()), &cache)], None, &[7]);
 
-    let names = ["1 run alone (the floor)", "20 runs, one fresh workspace", "20 runs, 20 workspaces", "40 Stop hooks, one session"];
+    let names = [
+        "1 run alone (the floor)",
+        "20 runs, one fresh workspace",
+        "20 runs, 20 workspaces",
+        "40 Stop hooks, one session",
+    ];
     let per_round = [1.0, 20.0, 20.0, 40.0];
     let mut samples: [Vec<Duration>; 4] = Default::default();
     for r in 0..rounds {
-        samples[0].push(round(vec![run_cmd(&fresh(format!("a{r}")), &cache)], None, &[7]));
+        samples[0].push(round(
+            vec![run_cmd(&fresh(format!("a{r}")), &cache)],
+            None,
+            &[7],
+        ));
         let shared = fresh(format!("s{r}"));
-        samples[1].push(round((0..20).map(|_| run_cmd(&shared, &cache)).collect(), None, &[7]));
-        samples[2].push(round((0..20).map(|i| run_cmd(&fresh(format!("m{r}-{i}")), &cache)).collect(), None, &[7]));
-        samples[3].push(round((0..40).map(|_| hook_cmd(&hook_ws, &cache)).collect(), Some(&input), &[0]));
+        samples[1].push(round(
+            (0..20).map(|_| run_cmd(&shared, &cache)).collect(),
+            None,
+            &[7],
+        ));
+        samples[2].push(round(
+            (0..20)
+                .map(|i| run_cmd(&fresh(format!("m{r}-{i}")), &cache))
+                .collect(),
+            None,
+            &[7],
+        ));
+        samples[3].push(round(
+            (0..40).map(|_| hook_cmd(&hook_ws, &cache)).collect(),
+            Some(&input),
+            &[0],
+        ));
     }
-    println!("{:<40} {:>12} {:>12} {:>14} {:>10}", "round", "p50", "max", "per second", "vs first");
+    println!(
+        "{:<40} {:>12} {:>12} {:>14} {:>10}",
+        "round", "p50", "max", "per second", "vs first"
+    );
     let mut first = None;
     for (i, s) in samples.iter_mut().enumerate() {
         s.sort();

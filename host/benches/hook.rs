@@ -15,11 +15,22 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
 
 fn time(mut cmd: Command, stdin: Option<&str>) -> Duration {
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
     let t = Instant::now();
     let mut child = cmd.spawn().expect("spawn");
     if let Some(text) = stdin {
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
     }
     let status = child.wait().unwrap();
     let elapsed = t.elapsed();
@@ -29,21 +40,36 @@ fn time(mut cmd: Command, stdin: Option<&str>) -> Duration {
 
 fn hook_cmd(agent: &str, workspace: &Path, cache: &Path) -> Command {
     let mut c = Command::new(BIN);
-    c.args(["hook", agent, "--policy", "builtin:ralph", "--input", r#"{"prompt": "Fix the build.", "completion_promise": "DONE"}"#])
-        .current_dir(workspace)
-        .env("LOOPBOX_CACHE_DIR", cache);
+    c.args([
+        "hook",
+        agent,
+        "--policy",
+        "builtin:ralph",
+        "--input",
+        r#"{"prompt": "Fix the build.", "completion_promise": "DONE"}"#,
+    ])
+    .current_dir(workspace)
+    .env("LOOPBOX_CACHE_DIR", cache);
     c
 }
 
 fn main() {
     // `cargo test --all-targets` runs this once as a smoke test; the table is for `cargo bench`.
-    let n = if std::env::args().any(|a| a == "--bench") { 200 } else { 3 };
+    let n = if std::env::args().any(|a| a == "--bench") {
+        200
+    } else {
+        3
+    };
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     let input = |agent: &str| {
-        let (event, reply) = if agent == "gemini" { ("AfterAgent", "prompt_response") } else { ("Stop", "last_assistant_message") };
+        let (event, reply) = if agent == "gemini" {
+            ("AfterAgent", "prompt_response")
+        } else {
+            ("Stop", "last_assistant_message")
+        };
         serde_json::json!({"session_id": "bench", "hook_event_name": event, "cwd": ws, "stop_hook_active": true, reply: "still failing"}).to_string()
     };
     const AGENTS: [&str; 3] = ["claude-code", "codex", "gemini"];
@@ -69,7 +95,10 @@ fn main() {
     let mut floor = samples[0].clone();
     let floor = pct(&mut floor, 0.5).as_secs_f64();
     println!("\nhook latency, whole process, cached component ({n} interleaved samples each)");
-    println!("{:<40} {:>10} {:>10} {:>10}", "command", "p50", "p99", "p50 ratio");
+    println!(
+        "{:<40} {:>10} {:>10} {:>10}",
+        "command", "p50", "p99", "p50 ratio"
+    );
     let names = [
         "spawn `true` (floor)",
         "loopbox --version",
@@ -79,6 +108,12 @@ fn main() {
     ];
     for (name, s) in names.iter().zip(samples.iter_mut()) {
         let (p50, p99) = (pct(s, 0.5), pct(s, 0.99));
-        println!("{:<40} {:>7.2} ms {:>7.2} ms {:>9.1}x", name, p50.as_secs_f64() * 1e3, p99.as_secs_f64() * 1e3, p50.as_secs_f64() / floor);
+        println!(
+            "{:<40} {:>7.2} ms {:>7.2} ms {:>9.1}x",
+            name,
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3,
+            p50.as_secs_f64() / floor
+        );
     }
 }

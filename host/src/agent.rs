@@ -62,10 +62,15 @@ pub struct AgentReply {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("the agent command `{program}` was not found (agent.command[0]; looked in shell.path = `{path}`)")]
+    #[error(
+        "the agent command `{program}` was not found (agent.command[0]; looked in shell.path = `{path}`)"
+    )]
     NotFound { program: String, path: String },
     #[error("failed to start the agent `{program}`: {source}")]
-    Spawn { program: String, source: std::io::Error },
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
     #[error("the agent did not answer within {0:?} (agent.timeout_ms)")]
     TimedOut(Duration),
     #[error("the agent server failed: {0}")]
@@ -76,12 +81,25 @@ pub enum AgentError {
 
 impl AgentRunner {
     /// `sandbox`: where the CLI runs (None: unconfined, for tests of the template).
-    pub fn new(config: AgentConfig, env: ChildEnv, output_cap: usize, db: Db, sandbox: Option<AgentSandbox>) -> AgentRunner {
+    pub fn new(
+        config: AgentConfig,
+        env: ChildEnv,
+        output_cap: usize,
+        db: Db,
+        sandbox: Option<AgentSandbox>,
+    ) -> AgentRunner {
         let program = (config.runner != RunnerKind::Openai)
             .then(|| env.resolve_program(&config.command[0], env.root()))
             .flatten()
             .and_then(|p| program_identity(&p).map(|d| (p, d)));
-        AgentRunner { config, env, output_cap, db, sandbox: sandbox.map(std::sync::Arc::new), program }
+        AgentRunner {
+            config,
+            env,
+            output_cap,
+            db,
+            sandbox: sandbox.map(std::sync::Arc::new),
+            program,
+        }
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -99,7 +117,11 @@ impl AgentRunner {
                 ));
             }
         }
-        let values = [("{prompt}", Some(req.text)), ("{model}", req.model), ("{session}", req.session)];
+        let values = [
+            ("{prompt}", Some(req.text)),
+            ("{model}", req.model),
+            ("{session}", req.session),
+        ];
         let mut argv = Vec::new();
         let mut options_ended = false;
         for (i, token) in self.config.command.iter().enumerate() {
@@ -114,7 +136,12 @@ impl AgentRunner {
             options_ended |= token == "--";
             argv.extend(fill(token, &values));
         }
-        let tail = |templates: &[String], key: &str, value: &str| -> Vec<String> { templates.iter().filter_map(|t| fill(t, &[(key, Some(value))])).collect() };
+        let tail = |templates: &[String], key: &str, value: &str| -> Vec<String> {
+            templates
+                .iter()
+                .filter_map(|t| fill(t, &[(key, Some(value))]))
+                .collect()
+        };
         // Resume and model arguments are options: they go before a `--` in the command.
         let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
         let mut extra = Vec::new();
@@ -136,11 +163,30 @@ impl AgentRunner {
     pub async fn send(&self, req: AgentRequest<'_>) -> Result<AgentReply, AgentError> {
         match (&self.config.runner, &self.config.openai) {
             (RunnerKind::Openai, Some(openai)) => {
-                let (openai, db, cap, timeout) = (openai.clone(), self.db.clone(), self.output_cap, self.timeout(req.timeout));
-                let (text, model, session) = (req.text.to_string(), req.model.map(String::from), req.session.map(String::from));
-                tokio::task::spawn_blocking(move || chat(&openai, &db, &text, model.as_deref(), session.as_deref(), timeout, cap))
-                    .await
-                    .map_err(|e| AgentError::Http(format!("the request task failed: {e}")))?
+                let (openai, db, cap, timeout) = (
+                    openai.clone(),
+                    self.db.clone(),
+                    self.output_cap,
+                    self.timeout(req.timeout),
+                );
+                let (text, model, session) = (
+                    req.text.to_string(),
+                    req.model.map(String::from),
+                    req.session.map(String::from),
+                );
+                tokio::task::spawn_blocking(move || {
+                    chat(
+                        &openai,
+                        &db,
+                        &text,
+                        model.as_deref(),
+                        session.as_deref(),
+                        timeout,
+                        cap,
+                    )
+                })
+                .await
+                .map_err(|e| AgentError::Http(format!("the request task failed: {e}")))?
             }
             _ => self.send_cli(req).await,
         }
@@ -150,7 +196,12 @@ impl AgentRunner {
         let argv = self.argv(&req).map_err(AgentError::Refused)?;
         let cwd = self.env.root().to_path_buf();
         let program =
-            self.env.resolve_program(&argv[0], &cwd).ok_or_else(|| AgentError::NotFound { program: argv[0].clone(), path: self.env.path_var().to_string() })?;
+            self.env
+                .resolve_program(&argv[0], &cwd)
+                .ok_or_else(|| AgentError::NotFound {
+                    program: argv[0].clone(),
+                    path: self.env.path_var().to_string(),
+                })?;
         if let Some((pinned, identity)) = &self.program
             && (&program != pinned || program_identity(&program).as_ref() != Some(identity))
         {
@@ -165,7 +216,11 @@ impl AgentRunner {
             Some(s) => s
                 .confines
                 .prepare(s.sandbox.get(), program, arg0, args, &cwd)
-                .map_err(|why| AgentError::Refused(format!("the agent runs only inside the OS sandbox, and it cannot be set up: {why}")))?,
+                .map_err(|why| {
+                    AgentError::Refused(format!(
+                        "the agent runs only inside the OS sandbox, and it cannot be set up: {why}"
+                    ))
+                })?,
             None => Prepared::unconfined(program, arg0, args),
         };
         let spec = Spec {
@@ -183,23 +238,53 @@ impl AgentRunner {
         };
         // The private temp dir and the placeholders live until the agent is done.
         let _keep = (p._tmp, p._hold);
-        let process = process::run(spec).await.map_err(|source| AgentError::Spawn { program: argv[0].clone(), source })?;
+        let process = process::run(spec)
+            .await
+            .map_err(|source| AgentError::Spawn {
+                program: argv[0].clone(),
+                source,
+            })?;
         let (text, session) = parse_reply(self.config.output, &process.stdout);
-        Ok(AgentReply { process, text, session })
+        Ok(AgentReply {
+            process,
+            text,
+            session,
+        })
     }
 }
 
 /// One chat-completions exchange in a conversation kept in the store.
-fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: Option<&str>, timeout: Duration, cap: usize) -> Result<AgentReply, AgentError> {
+fn chat(
+    cfg: &OpenAiConfig,
+    db: &Db,
+    text: &str,
+    model: Option<&str>,
+    session: Option<&str>,
+    timeout: Duration,
+    cap: usize,
+) -> Result<AgentReply, AgentError> {
     let started = Instant::now();
     let (session, mut messages) = match session {
         Some(id) => {
-            let history = db.conversation(id).map_err(|e| AgentError::Http(format!("cannot read conversation `{id}`: {e:#}")))?;
-            let history = history.ok_or_else(|| AgentError::Http(format!("there is no conversation `{id}` to continue")))?;
-            (id.to_string(), serde_json::from_str::<Vec<Value>>(&history).map_err(|e| AgentError::Http(format!("conversation `{id}` is corrupt: {e}")))?)
+            let history = db
+                .conversation(id)
+                .map_err(|e| AgentError::Http(format!("cannot read conversation `{id}`: {e:#}")))?;
+            let history = history.ok_or_else(|| {
+                AgentError::Http(format!("there is no conversation `{id}` to continue"))
+            })?;
+            (
+                id.to_string(),
+                serde_json::from_str::<Vec<Value>>(&history).map_err(|e| {
+                    AgentError::Http(format!("conversation `{id}` is corrupt: {e}"))
+                })?,
+            )
         }
         None => {
-            let id = format!("oa-{}", &blake3::hash(format!("{:?}{}", Instant::now(), std::process::id()).as_bytes()).to_hex()[..16]);
+            let id = format!(
+                "oa-{}",
+                &blake3::hash(format!("{:?}{}", Instant::now(), std::process::id()).as_bytes())
+                    .to_hex()[..16]
+            );
             let mut m = Vec::new();
             if let Some(system) = &cfg.system {
                 m.push(json!({"role": "system", "content": system}));
@@ -213,11 +298,19 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
         body["max_tokens"] = json!(n);
     }
 
-    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into();
     let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
     let mut request = agent.post(&url).header("Content-Type", "application/json");
     if let Some(var) = &cfg.api_key_env {
-        let key = std::env::var(var).map_err(|_| AgentError::Http(format!("environment variable `{var}` (agent.openai.api_key_env) is not set")))?;
+        let key = std::env::var(var).map_err(|_| {
+            AgentError::Http(format!(
+                "environment variable `{var}` (agent.openai.api_key_env) is not set"
+            ))
+        })?;
         request = request.header("Authorization", &format!("Bearer {key}"));
     }
     let mut response = match request.send_json(&body) {
@@ -231,12 +324,18 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
         e => AgentError::Http(format!("{url}: reading the answer failed: {e}")),
     })?;
     if !status.is_success() {
-        return Err(AgentError::Http(format!("{url} answered {status}: {}", crate::ui::shorten(raw.trim(), 300))));
+        return Err(AgentError::Http(format!(
+            "{url} answered {status}: {}",
+            crate::ui::shorten(raw.trim(), 300)
+        )));
     }
-    let v: Value = serde_json::from_str(&raw).map_err(|e| AgentError::Http(format!("{url} answered with invalid JSON: {e}")))?;
+    let v: Value = serde_json::from_str(&raw)
+        .map_err(|e| AgentError::Http(format!("{url} answered with invalid JSON: {e}")))?;
     let reply = v["choices"][0]["message"]["content"]
         .as_str()
-        .ok_or_else(|| AgentError::Http(format!("{url} answered with no choices[0].message.content")))?
+        .ok_or_else(|| {
+            AgentError::Http(format!("{url} answered with no choices[0].message.content"))
+        })?
         .to_string();
     messages.push(json!({"role": "assistant", "content": reply}));
     db.save_conversation(&session, &Value::Array(messages).to_string())
@@ -251,8 +350,19 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
         }
         text.truncate(end);
     }
-    let process = Finished { exit_code: Some(0), stdout: text.clone(), stderr: String::new(), duration: started.elapsed(), timed_out: false, truncated };
-    Ok(AgentReply { process, text, session: Some(session) })
+    let process = Finished {
+        exit_code: Some(0),
+        stdout: text.clone(),
+        stderr: String::new(),
+        duration: started.elapsed(),
+        timed_out: false,
+        truncated,
+    };
+    Ok(AgentReply {
+        process,
+        text,
+        session: Some(session),
+    })
 }
 
 /// The identity of the program file `path` resolves to: device, inode, size and
@@ -263,7 +373,14 @@ fn chat(cfg: &OpenAiConfig, db: &Db, text: &str, model: Option<&str>, session: O
 pub fn program_identity(path: &std::path::Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
-    Some(format!("{}:{}:{}:{}.{:09}", m.dev(), m.ino(), m.len(), m.ctime(), m.ctime_nsec()))
+    Some(format!(
+        "{}:{}:{}:{}.{:09}",
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
 }
 
 /// `template` with each placeholder replaced by its value in one pass (a value
@@ -289,7 +406,11 @@ fn fill(template: &str, values: &[(&str, Option<&str>)]) -> Option<String> {
 /// A session id or model name that cannot be an option or smuggle anything:
 /// `claude-sonnet-4.5`, `gpt-4o`, a UUID, `models/gemini-2.5-pro`.
 fn plain_word(v: &str) -> bool {
-    !v.is_empty() && v.len() <= 200 && !v.starts_with('-') && v.chars().all(|c| c.is_ascii_alphanumeric() || "._:/@-[]".contains(c))
+    !v.is_empty()
+        && v.len() <= 200
+        && !v.starts_with('-')
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:/@-[]".contains(c))
 }
 
 /// The reply text and session id from an agent's stdout.
@@ -300,11 +421,24 @@ pub fn parse_reply(format: AgentOutput, stdout: &str) -> (String, Option<String>
             // Some CLIs print progress lines before the result: take the last JSON object line.
             let value = serde_json::from_str::<Value>(stdout.trim())
                 .ok()
-                .or_else(|| stdout.lines().rev().find_map(|l| serde_json::from_str::<Value>(l.trim()).ok().filter(Value::is_object)));
+                .or_else(|| {
+                    stdout.lines().rev().find_map(|l| {
+                        serde_json::from_str::<Value>(l.trim())
+                            .ok()
+                            .filter(Value::is_object)
+                    })
+                });
             match value {
                 Some(v) => {
-                    let text = ["result", "response", "text", "content"].iter().find_map(|k| v.get(*k).and_then(Value::as_str)).unwrap_or_default().to_string();
-                    let session = ["session_id", "sessionId", "session"].iter().find_map(|k| v.get(*k).and_then(Value::as_str)).map(String::from);
+                    let text = ["result", "response", "text", "content"]
+                        .iter()
+                        .find_map(|k| v.get(*k).and_then(Value::as_str))
+                        .unwrap_or_default()
+                        .to_string();
+                    let session = ["session_id", "sessionId", "session"]
+                        .iter()
+                        .find_map(|k| v.get(*k).and_then(Value::as_str))
+                        .map(String::from);
                     (text, session)
                 }
                 None => (stdout.trim_end_matches('\n').to_string(), None),
@@ -320,9 +454,18 @@ mod tests {
 
     #[test]
     fn json_replies_carry_text_and_session() {
-        let (t, s) = parse_reply(AgentOutput::Json, r#"{"type":"result","result":"hi <promise>X</promise>","session_id":"abc"}"#);
-        assert_eq!((t.as_str(), s.as_deref()), ("hi <promise>X</promise>", Some("abc")));
-        let (t, s) = parse_reply(AgentOutput::Json, "progress...\n{\"response\":\"ok\",\"session\":\"s2\"}\n");
+        let (t, s) = parse_reply(
+            AgentOutput::Json,
+            r#"{"type":"result","result":"hi <promise>X</promise>","session_id":"abc"}"#,
+        );
+        assert_eq!(
+            (t.as_str(), s.as_deref()),
+            ("hi <promise>X</promise>", Some("abc"))
+        );
+        let (t, s) = parse_reply(
+            AgentOutput::Json,
+            "progress...\n{\"response\":\"ok\",\"session\":\"s2\"}\n",
+        );
         assert_eq!((t.as_str(), s.as_deref()), ("ok", Some("s2")));
         let (t, s) = parse_reply(AgentOutput::Json, "not json");
         assert_eq!((t.as_str(), s), ("not json", None));
@@ -331,47 +474,124 @@ mod tests {
     fn runner(toml: &str) -> AgentRunner {
         let config = Config::parse(toml, std::path::Path::new("t.toml")).unwrap();
         let db = Db::open(std::path::Path::new(":memory:")).unwrap();
-        AgentRunner::new(config.agent.unwrap(), ChildEnv::new(&Default::default(), std::path::Path::new("/")), 100, db, None)
+        AgentRunner::new(
+            config.agent.unwrap(),
+            ChildEnv::new(&Default::default(), std::path::Path::new("/")),
+            100,
+            db,
+            None,
+        )
     }
 
-    fn argv(r: &AgentRunner, text: &str, session: Option<&str>, model: Option<&str>) -> Result<Vec<String>, String> {
-        r.argv(&AgentRequest { text, session, model, ..Default::default() })
+    fn argv(
+        r: &AgentRunner,
+        text: &str,
+        session: Option<&str>,
+        model: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        r.argv(&AgentRequest {
+            text,
+            session,
+            model,
+            ..Default::default()
+        })
     }
 
     #[test]
     fn presets_send_the_message_on_stdin() {
         let r = runner("[agent]\nrunner = \"claude\"");
         assert_eq!(r.config().prompt_input, PromptInput::Stdin);
-        assert_eq!(argv(&r, "--dangerously-skip-permissions", None, None).unwrap(), ["claude", "-p", "--output-format", "json"]);
-        assert_eq!(argv(&r, "x", Some("s-1"), Some("m")).unwrap(), ["claude", "-p", "--output-format", "json", "--resume", "s-1", "--model", "m"]);
-        assert_eq!(argv(&runner("[agent]\nrunner = \"codex\""), "x", None, None).unwrap(), ["codex", "exec"]);
-        assert_eq!(argv(&runner("[agent]\nrunner = \"gemini\""), "x", None, None).unwrap(), ["gemini"]);
-        let e = Config::parse("[agent]\nrunner = \"claude\"\ncommand = [\"x\", \"{prompt}\"]", std::path::Path::new("t.toml")).unwrap_err();
-        assert!(format!("{e:#}").contains("sets the command itself"), "{e:#}");
+        assert_eq!(
+            argv(&r, "--dangerously-skip-permissions", None, None).unwrap(),
+            ["claude", "-p", "--output-format", "json"]
+        );
+        assert_eq!(
+            argv(&r, "x", Some("s-1"), Some("m")).unwrap(),
+            [
+                "claude",
+                "-p",
+                "--output-format",
+                "json",
+                "--resume",
+                "s-1",
+                "--model",
+                "m"
+            ]
+        );
+        assert_eq!(
+            argv(&runner("[agent]\nrunner = \"codex\""), "x", None, None).unwrap(),
+            ["codex", "exec"]
+        );
+        assert_eq!(
+            argv(&runner("[agent]\nrunner = \"gemini\""), "x", None, None).unwrap(),
+            ["gemini"]
+        );
+        let e = Config::parse(
+            "[agent]\nrunner = \"claude\"\ncommand = [\"x\", \"{prompt}\"]",
+            std::path::Path::new("t.toml"),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("sets the command itself"),
+            "{e:#}"
+        );
     }
 
     #[test]
     fn values_never_become_options_or_placeholders() {
-        let r = runner("[agent]\ncommand = [\"my-agent\", \"--model={model}\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]");
-        assert!(argv(&r, "--dangerously-skip-permissions", None, None).unwrap_err().contains("put \"--\" before"));
-        assert!(argv(&r, "hi", Some("-x"), None).unwrap_err().contains("session id `-x` is not a plain word"));
-        assert!(argv(&r, "hi", None, Some("m --yolo")).unwrap_err().contains("model name"));
+        let r = runner(
+            "[agent]\ncommand = [\"my-agent\", \"--model={model}\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]",
+        );
+        assert!(
+            argv(&r, "--dangerously-skip-permissions", None, None)
+                .unwrap_err()
+                .contains("put \"--\" before")
+        );
+        assert!(
+            argv(&r, "hi", Some("-x"), None)
+                .unwrap_err()
+                .contains("session id `-x` is not a plain word")
+        );
+        assert!(
+            argv(&r, "hi", None, Some("m --yolo"))
+                .unwrap_err()
+                .contains("model name")
+        );
         // `{model}` inside the message stays text.
-        assert_eq!(argv(&r, "use {model} and {session}", None, Some("m")).unwrap(), ["my-agent", "--model=m", "use {model} and {session}"]);
-        let after = runner("[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]");
-        assert_eq!(argv(&after, "--help", Some("abc"), None).unwrap(), ["my-agent", "--resume", "abc", "--", "--help"], "options go before `--`");
+        assert_eq!(
+            argv(&r, "use {model} and {session}", None, Some("m")).unwrap(),
+            ["my-agent", "--model=m", "use {model} and {session}"]
+        );
+        let after = runner(
+            "[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]",
+        );
+        assert_eq!(
+            argv(&after, "--help", Some("abc"), None).unwrap(),
+            ["my-agent", "--resume", "abc", "--", "--help"],
+            "options go before `--`"
+        );
     }
 
     #[test]
     fn command_tokens_with_absent_values_are_dropped() {
-        let r = runner("[agent]\ncommand = [\"my-agent\", \"--model={model}\", \"--session={session}\", \"{prompt}\"]");
+        let r = runner(
+            "[agent]\ncommand = [\"my-agent\", \"--model={model}\", \"--session={session}\", \"{prompt}\"]",
+        );
         assert_eq!(argv(&r, "hi", None, None).unwrap(), ["my-agent", "hi"]);
-        assert_eq!(argv(&r, "hi", Some("s"), Some("m")).unwrap(), ["my-agent", "--model=m", "--session=s", "hi"]);
+        assert_eq!(
+            argv(&r, "hi", Some("s"), Some("m")).unwrap(),
+            ["my-agent", "--model=m", "--session=s", "hi"]
+        );
     }
 
     #[test]
     fn openai_config_is_checked() {
-        let err = |t: &str| format!("{:#}", Config::parse(t, std::path::Path::new("t.toml")).unwrap_err());
+        let err = |t: &str| {
+            format!(
+                "{:#}",
+                Config::parse(t, std::path::Path::new("t.toml")).unwrap_err()
+            )
+        };
         assert!(err("[agent]\nrunner = \"openai\"").contains("[agent.openai]"));
         assert!(err("[agent]\nrunner = \"openai\"\n[agent.openai]\nbase_url = \"ftp://x\"\nmodel = \"m\"").contains("base_url"));
         assert!(

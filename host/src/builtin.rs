@@ -3,9 +3,18 @@
 
 /// `(name, component bytes)` for each builtin.
 pub const BUILTINS: &[(&str, &[u8])] = &[
-    ("ralph", include_bytes!(concat!(env!("OUT_DIR"), "/ralph.wasm"))),
-    ("todo-enforcer", include_bytes!(concat!(env!("OUT_DIR"), "/todo-enforcer.wasm"))),
-    ("fix-forward", include_bytes!(concat!(env!("OUT_DIR"), "/fix-forward.wasm"))),
+    (
+        "ralph",
+        include_bytes!(concat!(env!("OUT_DIR"), "/ralph.wasm")),
+    ),
+    (
+        "todo-enforcer",
+        include_bytes!(concat!(env!("OUT_DIR"), "/todo-enforcer.wasm")),
+    ),
+    (
+        "fix-forward",
+        include_bytes!(concat!(env!("OUT_DIR"), "/fix-forward.wasm")),
+    ),
     ("fsm", include_bytes!(concat!(env!("OUT_DIR"), "/fsm.wasm"))),
 ];
 

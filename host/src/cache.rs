@@ -38,7 +38,11 @@ impl Hasher for StableHasher {
     }
 
     fn finish(&self) -> u64 {
-        u64::from_le_bytes(self.0.finalize().as_bytes()[..8].try_into().expect("8 bytes"))
+        u64::from_le_bytes(
+            self.0.finalize().as_bytes()[..8]
+                .try_into()
+                .expect("8 bytes"),
+        )
     }
 }
 
@@ -67,8 +71,13 @@ pub fn check_dir(dir: &Path, workspace: &Path) -> Result<()> {
         }
     }
     let real = existing.canonicalize().unwrap_or(existing);
-    let rest = dir.strip_prefix(real.as_path()).map(Path::to_path_buf).unwrap_or_default();
-    let ws = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
+    let rest = dir
+        .strip_prefix(real.as_path())
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let ws = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
     if real.join(rest).starts_with(&ws) {
         anyhow::bail!(
             "the component cache `{}` is inside the workspace `{}`, where sandboxed commands can write, and loading a cached artifact runs its native code; move engine.cache_dir (or LOOPBOX_CACHE_DIR) outside the workspace",
@@ -105,7 +114,10 @@ impl ComponentCache {
     }
 
     pub fn new(dir: PathBuf) -> ComponentCache {
-        ComponentCache { dir: dir.join("components"), digests: dir.join("digests") }
+        ComponentCache {
+            dir: dir.join("components"),
+            digests: dir.join("digests"),
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -118,7 +130,11 @@ impl ComponentCache {
     pub fn key(engine: &Engine, wasm: &[u8]) -> String {
         let mut h = StableHasher(blake3::Hasher::new());
         engine.precompile_compatibility_hash().hash(&mut h);
-        format!("{}-{}", blake3::hash(wasm).to_hex(), &h.0.finalize().to_hex()[..16])
+        format!(
+            "{}-{}",
+            blake3::hash(wasm).to_hex(),
+            &h.0.finalize().to_hex()[..16]
+        )
     }
 
     /// Load the compiled form of `wasm`, compiling and storing it on a miss.
@@ -127,7 +143,9 @@ impl ComponentCache {
         let key = Self::key(engine, wasm);
         let path = self.dir.join(format!("{key}.cwasm"));
         let digest_path = self.digests.join(&key);
-        let trusted = [&self.dir, &self.digests, &path, &digest_path].into_iter().all(|p| only_mine(p));
+        let trusted = [&self.dir, &self.digests, &path, &digest_path]
+            .into_iter()
+            .all(|p| only_mine(p));
         if trusted && path.is_file() {
             match self.verified(&path, &digest_path) {
                 Ok(bytes) => {
@@ -141,27 +159,37 @@ impl ComponentCache {
                 }
                 // An artifact from before digests were kept: an ordinary miss.
                 Err(Unverified::NoDigest) => {}
-                Err(Unverified::Bad(why)) => crate::errln!("loopbox: not using the cached component `{}`: {why}; compiling it again", path.display()),
+                Err(Unverified::Bad(why)) => crate::errln!(
+                    "loopbox: not using the cached component `{}`: {why}; compiling it again",
+                    path.display()
+                ),
             }
             let _ = std::fs::remove_file(&path);
         }
-        let bytes = engine.precompile_component(wasm).map_err(|e| anyhow::anyhow!("{e:?}")).context("failed to compile the component")?;
+        let bytes = engine
+            .precompile_component(wasm)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))
+            .context("failed to compile the component")?;
         // A cache that cannot be written (or trusted) costs speed, not correctness.
         // Loading an artifact runs its code: only this user may have put it there.
         if trusted {
             let _ = self.store(&path, &digest_path, &bytes);
         }
         // SAFETY: these bytes were just produced by this engine.
-        let component = unsafe { Component::deserialize(engine, &bytes) }.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let component = unsafe { Component::deserialize(engine, &bytes) }
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         Ok((component, CacheOutcome::Compiled))
     }
 
     /// The artifact's bytes, if they match their recorded digest.
     fn verified(&self, path: &Path, digest_path: &Path) -> Result<Vec<u8>, Unverified> {
         let expected = std::fs::read_to_string(digest_path).map_err(|_| Unverified::NoDigest)?;
-        let bytes = crate::files::read_capped(path, MAX_ARTIFACT_BYTES).map_err(|e| Unverified::Bad(format!("it cannot be read ({e})")))?;
+        let bytes = crate::files::read_capped(path, MAX_ARTIFACT_BYTES)
+            .map_err(|e| Unverified::Bad(format!("it cannot be read ({e})")))?;
         if blake3::hash(&bytes).to_hex().as_str() != expected.trim() {
-            return Err(Unverified::Bad("it does not match the digest recorded when it was written (changed since)".into()));
+            return Err(Unverified::Bad(
+                "it does not match the digest recorded when it was written (changed since)".into(),
+            ));
         }
         Ok(bytes)
     }
@@ -170,7 +198,9 @@ impl ComponentCache {
         create_private_dir(&self.dir)?;
         create_private_dir(&self.digests)?;
         let mut digest = tempfile_in(&self.digests)?;
-        digest.1.write_all(blake3::hash(bytes).to_hex().as_bytes())?;
+        digest
+            .1
+            .write_all(blake3::hash(bytes).to_hex().as_bytes())?;
         digest.1.sync_all()?;
         std::fs::rename(&digest.0, digest_path)?;
         let mut tmp = tempfile_in(&self.dir)?;
@@ -186,10 +216,20 @@ fn tempfile_in(dir: &Path) -> Result<(PathBuf, std::fs::File)> {
     let name = format!(
         ".tmp-{}-{}",
         std::process::id(),
-        blake3::hash(&std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos().to_le_bytes()).to_hex()
+        blake3::hash(
+            &std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_nanos()
+                .to_le_bytes()
+        )
+        .to_hex()
     );
     let path = dir.join(&name[..40.min(name.len())]);
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
     Ok((path, file))
 }
 
@@ -206,7 +246,10 @@ mod tests {
         let wasm = wat::parse_str(WAT).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let cache = ComponentCache::new(dir.path().to_path_buf());
-        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Compiled);
+        assert_eq!(
+            cache.load(&engine, &wasm).unwrap().1,
+            CacheOutcome::Compiled
+        );
         assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Hit);
 
         // Writable by others: neither read nor written.
@@ -214,8 +257,14 @@ mod tests {
         let cache = ComponentCache::new(shared.path().to_path_buf());
         std::fs::create_dir_all(cache.dir()).unwrap();
         std::fs::set_permissions(cache.dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Compiled);
-        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Compiled);
+        assert_eq!(
+            cache.load(&engine, &wasm).unwrap().1,
+            CacheOutcome::Compiled
+        );
+        assert_eq!(
+            cache.load(&engine, &wasm).unwrap().1,
+            CacheOutcome::Compiled
+        );
         assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 0);
     }
 
@@ -226,23 +275,51 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = ComponentCache::new(dir.path().to_path_buf());
         cache.load(&engine, &wasm).unwrap();
-        let artifact = std::fs::read_dir(cache.dir()).unwrap().next().unwrap().unwrap().path();
+        let artifact = std::fs::read_dir(cache.dir())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
         let mut bytes = std::fs::read(&artifact).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         std::fs::write(&artifact, &bytes).unwrap();
-        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Compiled, "the patched artifact is recompiled");
-        assert_eq!(cache.load(&engine, &wasm).unwrap().1, CacheOutcome::Hit, "and replaced");
+        assert_eq!(
+            cache.load(&engine, &wasm).unwrap().1,
+            CacheOutcome::Compiled,
+            "the patched artifact is recompiled"
+        );
+        assert_eq!(
+            cache.load(&engine, &wasm).unwrap().1,
+            CacheOutcome::Hit,
+            "and replaced"
+        );
     }
 
     #[test]
     fn a_cache_inside_the_workspace_or_relative_is_refused() {
         let ws = tempfile::tempdir().unwrap();
-        assert!(format!("{:#}", check_dir(Path::new("cache"), ws.path()).unwrap_err()).contains("relative"));
-        assert!(format!("{:#}", check_dir(&ws.path().join("x/cache"), ws.path()).unwrap_err()).contains("inside the workspace"));
+        assert!(
+            format!(
+                "{:#}",
+                check_dir(Path::new("cache"), ws.path()).unwrap_err()
+            )
+            .contains("relative")
+        );
+        assert!(
+            format!(
+                "{:#}",
+                check_dir(&ws.path().join("x/cache"), ws.path()).unwrap_err()
+            )
+            .contains("inside the workspace")
+        );
         let other = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(ws.path(), other.path().join("link")).unwrap();
-        assert!(check_dir(&other.path().join("link/cache"), ws.path()).is_err(), "through a link too");
+        assert!(
+            check_dir(&other.path().join("link/cache"), ws.path()).is_err(),
+            "through a link too"
+        );
         assert!(check_dir(&other.path().join("cache"), ws.path()).is_ok());
     }
 }

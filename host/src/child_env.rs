@@ -16,8 +16,17 @@ pub struct ChildEnv {
 impl ChildEnv {
     /// `root` must be canonical (the workspace root).
     pub fn new(shell: &ShellConfig, root: &Path) -> ChildEnv {
-        let passed = shell.pass_env.iter().filter(|k| *k != "PATH").filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))).collect();
-        ChildEnv { root: root.to_path_buf(), path: shell.path.clone(), passed }
+        let passed = shell
+            .pass_env
+            .iter()
+            .filter(|k| *k != "PATH")
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+            .collect();
+        ChildEnv {
+            root: root.to_path_buf(),
+            path: shell.path.clone(),
+            passed,
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -46,10 +55,14 @@ impl ChildEnv {
         };
         let p = Path::new(rel);
         if p.is_absolute() {
-            return Err(format!("cwd `{rel}` is absolute; give a path relative to the workspace"));
+            return Err(format!(
+                "cwd `{rel}` is absolute; give a path relative to the workspace"
+            ));
         }
         let joined = self.root.join(p);
-        let real = joined.canonicalize().map_err(|e| format!("cwd `{rel}` cannot be used: {e}"))?;
+        let real = joined
+            .canonicalize()
+            .map_err(|e| format!("cwd `{rel}` cannot be used: {e}"))?;
         if !real.starts_with(&self.root) {
             return Err(format!("cwd `{rel}` leaves the workspace"));
         }
@@ -66,7 +79,11 @@ impl ChildEnv {
             let p = cwd.join(name);
             return is_executable(&p).then_some(p);
         }
-        self.path.split(':').filter(|d| !d.is_empty()).map(|d| Path::new(d).join(name)).find(|p| is_executable(p))
+        self.path
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(|d| Path::new(d).join(name))
+            .find(|p| is_executable(p))
     }
 }
 
@@ -77,17 +94,35 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
     let n = name.to_ascii_uppercase();
     const EXACT: &[(&str, &str)] = &[
         ("PATH", "chooses which program a name runs"),
-        ("BASH_ENV", "bash runs the file it names (and expands it) before any script"),
-        ("ENV", "sh runs the file it names (and expands it) when it starts"),
+        (
+            "BASH_ENV",
+            "bash runs the file it names (and expands it) before any script",
+        ),
+        (
+            "ENV",
+            "sh runs the file it names (and expands it) when it starts",
+        ),
         ("SHELLOPTS", "can turn on xtrace, which expands PS4"),
         ("BASHOPTS", "changes how bash runs every script"),
-        ("PS4", "is expanded (command substitution included) by `set -x`"),
+        (
+            "PS4",
+            "is expanded (command substitution included) by `set -x`",
+        ),
         ("PROMPT_COMMAND", "is run by bash"),
         ("IFS", "changes how shells split words"),
-        ("GCONV_PATH", "makes glibc load shared objects from the directory it names"),
+        (
+            "GCONV_PATH",
+            "makes glibc load shared objects from the directory it names",
+        ),
         ("GLIBC_TUNABLES", "changes glibc's behaviour at start-up"),
-        ("LOCPATH", "makes glibc read locale files from the directory it names"),
-        ("NLSPATH", "makes programs read message catalogs from where it says"),
+        (
+            "LOCPATH",
+            "makes glibc read locale files from the directory it names",
+        ),
+        (
+            "NLSPATH",
+            "makes programs read message catalogs from where it says",
+        ),
         ("HOSTALIASES", "makes the resolver read the file it names"),
         ("EDITOR", "is run by git and other programs"),
         ("VISUAL", "is run by git and other programs"),
@@ -95,42 +130,75 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
         ("MANPAGER", "is run by man"),
         ("BROWSER", "is run by programs that open links"),
         ("SHELL", "is the shell other programs run commands with"),
-        ("HOME", "moves every program's config (~/.gitconfig, ~/.npmrc) to where the policy says"),
+        (
+            "HOME",
+            "moves every program's config (~/.gitconfig, ~/.npmrc) to where the policy says",
+        ),
         ("ZDOTDIR", "moves zsh's startup files"),
         ("INPUTRC", "makes readline read the file it names"),
         ("TMPDIR", "is set by the sandbox"),
-        ("OPENSSL_CONF", "makes OpenSSL load engines named in the file"),
-        ("OPENSSL_ENGINES", "makes OpenSSL load shared objects from the directory"),
+        (
+            "OPENSSL_CONF",
+            "makes OpenSSL load engines named in the file",
+        ),
+        (
+            "OPENSSL_ENGINES",
+            "makes OpenSSL load shared objects from the directory",
+        ),
         ("SSH_ASKPASS", "is run by ssh"),
         ("SUDO_ASKPASS", "is run by sudo"),
         ("CC", "is run by build tools as the compiler"),
         ("CXX", "is run by build tools as the compiler"),
         ("RUSTC", "is run by cargo as the compiler"),
         ("RUSTC_WRAPPER", "is run by cargo around the compiler"),
-        ("RUSTC_WORKSPACE_WRAPPER", "is run by cargo around the compiler"),
+        (
+            "RUSTC_WORKSPACE_WRAPPER",
+            "is run by cargo around the compiler",
+        ),
         ("RUSTFLAGS", "can name a linker for cargo to run"),
         ("RUSTDOCFLAGS", "can name programs for rustdoc to run"),
         ("MAKEFLAGS", "passes options (SHELL=...) to every make"),
         ("CLASSPATH", "makes java load classes from where it says"),
         ("LUA_INIT", "is run by lua when it starts"),
         ("PHPRC", "makes php read the ini file it names"),
-        ("PHP_INI_SCAN_DIR", "makes php read ini files from the directory"),
+        (
+            "PHP_INI_SCAN_DIR",
+            "makes php read ini files from the directory",
+        ),
         ("ELECTRON_RUN_AS_NODE", "turns Electron apps into node"),
-        ("XDG_CONFIG_HOME", "moves every program's config (git's included) to where it says"),
-        ("XDG_DATA_HOME", "moves programs' data (and plugins) to where it says"),
-        ("GIT_CONFIG_GLOBAL", "makes git read a config (with its hooks and pagers)"),
+        (
+            "XDG_CONFIG_HOME",
+            "moves every program's config (git's included) to where it says",
+        ),
+        (
+            "XDG_DATA_HOME",
+            "moves programs' data (and plugins) to where it says",
+        ),
+        (
+            "GIT_CONFIG_GLOBAL",
+            "makes git read a config (with its hooks and pagers)",
+        ),
     ];
     const PREFIXES: &[(&str, &str)] = &[
         ("LD_", "makes the dynamic loader load shared objects"),
         ("DYLD_", "makes the dynamic loader load shared objects"),
-        ("PYTHON", "changes what python loads and runs (PYTHONSTARTUP, PYTHONPATH)"),
-        ("PERL5", "makes perl load modules or run options (PERL5OPT, PERL5LIB)"),
+        (
+            "PYTHON",
+            "changes what python loads and runs (PYTHONSTARTUP, PYTHONPATH)",
+        ),
+        (
+            "PERL5",
+            "makes perl load modules or run options (PERL5OPT, PERL5LIB)",
+        ),
         ("PERLLIB", "makes perl load modules from where it says"),
         ("RUBY", "makes ruby load code (RUBYOPT, RUBYLIB)"),
         ("GEM_", "makes ruby load gems from where it says"),
         ("NODE_", "makes node load code (NODE_OPTIONS=--require)"),
         ("NPM_CONFIG_", "configures npm (script-shell, node-options)"),
-        ("GIT_", "configures git (GIT_CONFIG_*, GIT_SSH_COMMAND, GIT_EXEC_PATH)"),
+        (
+            "GIT_",
+            "configures git (GIT_CONFIG_*, GIT_SSH_COMMAND, GIT_EXEC_PATH)",
+        ),
         ("CARGO_", "configures cargo (runners, wrappers, linkers)"),
         ("JAVA_", "passes options (-javaagent) to java"),
         ("_JAVA_", "passes options (-javaagent) to java"),
@@ -146,18 +214,30 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
         return Some(why);
     }
     if n.ends_with("_OPTIONS") || n.ends_with("OPTS") {
-        return Some("passes options to a program (NODE_OPTIONS, JAVA_TOOL_OPTIONS, TAR_OPTIONS), which can load code");
+        return Some(
+            "passes options to a program (NODE_OPTIONS, JAVA_TOOL_OPTIONS, TAR_OPTIONS), which can load code",
+        );
     }
     None
 }
 
 /// Variables the user may pass from their own environment though they are
 /// listed as dangerous: the value is the user's own, not the policy's.
-pub const SAFE_FROM_HOST: &[&str] = &["HOME", "SHELL", "EDITOR", "VISUAL", "PAGER", "XDG_CONFIG_HOME", "XDG_DATA_HOME"];
+pub const SAFE_FROM_HOST: &[&str] = &[
+    "HOME",
+    "SHELL",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+];
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 /// `path` normalized lexically; None when `..` climbs above its start.
@@ -183,7 +263,13 @@ mod tests {
     use super::*;
 
     fn env(root: &Path) -> ChildEnv {
-        ChildEnv::new(&ShellConfig { pass_env: vec![], ..ShellConfig::default() }, root)
+        ChildEnv::new(
+            &ShellConfig {
+                pass_env: vec![],
+                ..ShellConfig::default()
+            },
+            root,
+        )
     }
 
     #[test]
@@ -195,9 +281,21 @@ mod tests {
         let e = env(&root);
         assert_eq!(e.resolve_cwd(None).unwrap(), root);
         assert_eq!(e.resolve_cwd(Some("sub")).unwrap(), root.join("sub"));
-        assert!(e.resolve_cwd(Some("..")).unwrap_err().contains("leaves the workspace"));
-        assert!(e.resolve_cwd(Some("out")).unwrap_err().contains("leaves the workspace"));
-        assert!(e.resolve_cwd(Some("/tmp")).unwrap_err().contains("absolute"));
+        assert!(
+            e.resolve_cwd(Some(".."))
+                .unwrap_err()
+                .contains("leaves the workspace")
+        );
+        assert!(
+            e.resolve_cwd(Some("out"))
+                .unwrap_err()
+                .contains("leaves the workspace")
+        );
+        assert!(
+            e.resolve_cwd(Some("/tmp"))
+                .unwrap_err()
+                .contains("absolute")
+        );
     }
 
     #[test]
@@ -205,7 +303,10 @@ mod tests {
         let e = env(Path::new("/"));
         let sh = e.resolve_program("sh", Path::new("/")).unwrap();
         assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
-        assert_eq!(e.resolve_program("definitely-not-a-program", Path::new("/")), None);
+        assert_eq!(
+            e.resolve_program("definitely-not-a-program", Path::new("/")),
+            None
+        );
     }
 
     #[test]
@@ -244,7 +345,10 @@ mod tests {
 
     #[test]
     fn normalize_refuses_climbing_out() {
-        assert_eq!(normalize_relative(Path::new("a/./b/../c")), Some(PathBuf::from("a/c")));
+        assert_eq!(
+            normalize_relative(Path::new("a/./b/../c")),
+            Some(PathBuf::from("a/c"))
+        );
         assert_eq!(normalize_relative(Path::new("a/../../x")), None);
         assert_eq!(normalize_relative(Path::new("/etc")), None);
     }

@@ -106,7 +106,13 @@ pub struct Rlimits {
 
 impl Default for Rlimits {
     fn default() -> Self {
-        Rlimits { cpu_seconds: 1800, address_space_bytes: 0, processes: 0, file_size_bytes: 8 << 30, open_files: 4096 }
+        Rlimits {
+            cpu_seconds: 1800,
+            address_space_bytes: 0,
+            processes: 0,
+            file_size_bytes: 8 << 30,
+            open_files: 4096,
+        }
     }
 }
 
@@ -287,15 +293,30 @@ impl AgentConfig {
                 AgentOutput::Json,
                 v(&["~/.claude", "~/.claude.json"]),
             ),
-            RunnerKind::Codex => (v(&["codex", "exec"]), vec![], v(&["--model", "{model}"]), AgentOutput::Text, v(&["~/.codex"])),
-            RunnerKind::Gemini => (v(&["gemini"]), vec![], v(&["--model", "{model}"]), AgentOutput::Text, v(&["~/.gemini"])),
+            RunnerKind::Codex => (
+                v(&["codex", "exec"]),
+                vec![],
+                v(&["--model", "{model}"]),
+                AgentOutput::Text,
+                v(&["~/.codex"]),
+            ),
+            RunnerKind::Gemini => (
+                v(&["gemini"]),
+                vec![],
+                v(&["--model", "{model}"]),
+                AgentOutput::Text,
+                v(&["~/.gemini"]),
+            ),
         };
         self.prompt_input = PromptInput::Stdin;
         if self.writable.is_none() {
             self.writable = Some(writable);
         }
         if !self.command.is_empty() {
-            bail!("agent.command: runner = \"{}\" sets the command itself; remove agent.command, or use runner = \"command\"", self.runner.name());
+            bail!(
+                "agent.command: runner = \"{}\" sets the command itself; remove agent.command, or use runner = \"command\"",
+                self.runner.name()
+            );
         }
         self.command = command;
         if self.resume.is_empty() {
@@ -336,7 +357,10 @@ fn default_max_turns() -> u32 {
 
 impl Default for RunConfig {
     fn default() -> Self {
-        RunConfig { max_turns: default_max_turns(), journal: true }
+        RunConfig {
+            max_turns: default_max_turns(),
+            journal: true,
+        }
     }
 }
 
@@ -359,7 +383,10 @@ fn default_pool_instances() -> u32 {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { cache_dir: None, pool_instances: default_pool_instances() }
+        EngineConfig {
+            cache_dir: None,
+            pool_instances: default_pool_instances(),
+        }
     }
 }
 
@@ -370,9 +397,13 @@ impl Config {
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
             .with_context(|| format!("invalid config `{}`", origin.display()))?;
         if let Some(agent) = config.agent.as_mut() {
-            agent.apply_preset().with_context(|| format!("invalid config `{}`", origin.display()))?;
+            agent
+                .apply_preset()
+                .with_context(|| format!("invalid config `{}`", origin.display()))?;
         }
-        config.validate().with_context(|| format!("invalid config `{}`", origin.display()))?;
+        config
+            .validate()
+            .with_context(|| format!("invalid config `{}`", origin.display()))?;
         Ok(config)
     }
 
@@ -383,7 +414,10 @@ impl Config {
     }
 
     /// `--config PATH` when given, else `loopbox.toml` in the workspace if present, else defaults.
-    pub fn discover(explicit: Option<&Path>, workspace: &Path) -> Result<(Config, Option<PathBuf>)> {
+    pub fn discover(
+        explicit: Option<&Path>,
+        workspace: &Path,
+    ) -> Result<(Config, Option<PathBuf>)> {
         if let Some(path) = explicit {
             return Ok((Config::load(path)?, Some(path.to_path_buf())));
         }
@@ -393,31 +427,57 @@ impl Config {
         // silently the defaults.
         match std::fs::symlink_metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Config::default(), None)),
-            Err(e) => Err(anyhow::anyhow!("config `{}` cannot be read: {e}", path.display())),
-            Ok(m) if m.file_type().is_symlink() && std::fs::metadata(&path).is_err() => Err(anyhow::anyhow!(
-                "config `{}` is a symbolic link to `{}`, which does not exist; fix or remove the link",
-                path.display(),
-                std::fs::read_link(&path).map(|t| t.display().to_string()).unwrap_or_default()
+            Err(e) => Err(anyhow::anyhow!(
+                "config `{}` cannot be read: {e}",
+                path.display()
             )),
+            Ok(m) if m.file_type().is_symlink() && std::fs::metadata(&path).is_err() => {
+                Err(anyhow::anyhow!(
+                    "config `{}` is a symbolic link to `{}`, which does not exist; fix or remove the link",
+                    path.display(),
+                    std::fs::read_link(&path)
+                        .map(|t| t.display().to_string())
+                        .unwrap_or_default()
+                ))
+            }
             Ok(_) => Ok((Config::load(&path)?, Some(path))),
         }
     }
 
     fn validate(&self) -> Result<()> {
         self.limits.validate()?;
-        for (key, rules) in [("allow", &self.shell.allow), ("ask", &self.shell.ask), ("deny", &self.shell.deny), ("idempotent", &self.shell.idempotent)] {
+        for (key, rules) in [
+            ("allow", &self.shell.allow),
+            ("ask", &self.shell.ask),
+            ("deny", &self.shell.deny),
+            ("idempotent", &self.shell.idempotent),
+        ] {
             for (i, rule) in rules.iter().enumerate() {
                 if rule.is_empty() || rule[0].is_empty() {
-                    bail!("shell.{key}[{i}]: a rule needs at least a program name, e.g. [\"cargo\", \"test\"]");
+                    bail!(
+                        "shell.{key}[{i}]: a rule needs at least a program name, e.g. [\"cargo\", \"test\"]"
+                    );
                 }
             }
         }
         if self.shell.pass_env_from_policy.iter().any(|n| n == "PATH") {
-            bail!("shell.pass_env_from_policy: PATH would let a policy choose which program runs; remove it");
+            bail!(
+                "shell.pass_env_from_policy: PATH would let a policy choose which program runs; remove it"
+            );
         }
-        for (key, names, host) in [("pass_env_from_policy", &self.shell.pass_env_from_policy, false), ("pass_env", &self.shell.pass_env, true)] {
+        for (key, names, host) in [
+            (
+                "pass_env_from_policy",
+                &self.shell.pass_env_from_policy,
+                false,
+            ),
+            ("pass_env", &self.shell.pass_env, true),
+        ] {
             for name in names {
-                let exempt = self.shell.unsafe_env.contains(name) || (host && (name == "PATH" || crate::child_env::SAFE_FROM_HOST.contains(&name.as_str())));
+                let exempt = self.shell.unsafe_env.contains(name)
+                    || (host
+                        && (name == "PATH"
+                            || crate::child_env::SAFE_FROM_HOST.contains(&name.as_str())));
                 if let Some(why) = crate::child_env::dangerous_variable(name).filter(|_| !exempt) {
                     bail!(
                         "shell.{key}: `{name}` {why}, so a command could be made to run code it was not asked to; remove it, or name it in `shell.unsafe_env` to accept that"
@@ -426,35 +486,67 @@ impl Config {
             }
         }
         for name in &self.shell.writable {
-            crate::sandbox::protect::check_writable(name).map_err(|e| anyhow::anyhow!("shell.writable: {e}"))?;
+            crate::sandbox::protect::check_writable(name)
+                .map_err(|e| anyhow::anyhow!("shell.writable: {e}"))?;
         }
         if self.shell.default_timeout_ms == 0 || self.shell.max_timeout_ms == 0 {
             bail!("shell.default_timeout_ms and shell.max_timeout_ms must be greater than 0");
         }
-        for name in self.shell.pass_env.iter().chain(&self.shell.pass_env_from_policy) {
+        for name in self
+            .shell
+            .pass_env
+            .iter()
+            .chain(&self.shell.pass_env_from_policy)
+        {
             if name.is_empty() || name.contains('=') || name.contains('\0') {
                 bail!("shell.pass_env: `{name}` is not an environment variable name");
             }
         }
-        if let Some(agent) = self.agent.as_ref().filter(|a| a.runner == RunnerKind::Openai) {
-            let Some(o) = &agent.openai else { bail!("agent.runner = \"openai\" needs an [agent.openai] table with base_url and model") };
+        if let Some(agent) = self
+            .agent
+            .as_ref()
+            .filter(|a| a.runner == RunnerKind::Openai)
+        {
+            let Some(o) = &agent.openai else {
+                bail!(
+                    "agent.runner = \"openai\" needs an [agent.openai] table with base_url and model"
+                )
+            };
             if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
-                bail!("agent.openai.base_url must start with http:// or https://, not `{}`", o.base_url);
+                bail!(
+                    "agent.openai.base_url must start with http:// or https://, not `{}`",
+                    o.base_url
+                );
             }
-            if o.api_key_env.as_deref().is_some_and(|k| k.starts_with("sk-") || k.contains(' ')) {
-                bail!("agent.openai.api_key_env is the *name* of the environment variable holding the key (e.g. \"OPENAI_API_KEY\"), never the key itself");
+            if o.api_key_env
+                .as_deref()
+                .is_some_and(|k| k.starts_with("sk-") || k.contains(' '))
+            {
+                bail!(
+                    "agent.openai.api_key_env is the *name* of the environment variable holding the key (e.g. \"OPENAI_API_KEY\"), never the key itself"
+                );
             }
         }
-        if let Some(agent) = self.agent.as_ref().filter(|a| a.runner != RunnerKind::Openai) {
+        if let Some(agent) = self
+            .agent
+            .as_ref()
+            .filter(|a| a.runner != RunnerKind::Openai)
+        {
             if agent.command.is_empty() || agent.command[0].is_empty() {
-                bail!("agent.command: needs at least a program, e.g. [\"claude\", \"-p\", \"{{prompt}}\"]");
+                bail!(
+                    "agent.command: needs at least a program, e.g. [\"claude\", \"-p\", \"{{prompt}}\"]"
+                );
             }
             let has_prompt = agent.command.iter().any(|t| t.contains("{prompt}"));
             if agent.prompt_input == PromptInput::Argument && !has_prompt {
-                bail!("agent.command: no token holds `{{prompt}}`, so the agent would never see the message (or set agent.prompt_input = \"stdin\")");
+                bail!(
+                    "agent.command: no token holds `{{prompt}}`, so the agent would never see the message (or set agent.prompt_input = \"stdin\")"
+                );
             }
             if agent.prompt_input == PromptInput::Stdin && has_prompt {
-                bail!("agent.command: with agent.prompt_input = \"stdin\" the message goes on stdin; remove the `{{prompt}}` token");
+                bail!(
+                    "agent.command: with agent.prompt_input = \"stdin\" the message goes on stdin; remove the `{{prompt}}` token"
+                );
             }
             for p in agent.writable.iter().flatten() {
                 if !(p.starts_with('/') || p.starts_with("~/")) {
@@ -466,7 +558,10 @@ impl Config {
             }
         }
         if !(1..=10_000).contains(&self.engine.pool_instances) {
-            bail!("engine.pool_instances = {} is out of range: give 1 to 10000", self.engine.pool_instances);
+            bail!(
+                "engine.pool_instances = {} is out of range: give 1 to 10000",
+                self.engine.pool_instances
+            );
         }
         if self.run.max_turns == 0 {
             bail!("run.max_turns must be at least 1");
@@ -498,7 +593,11 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named() {
-        assert!(err("[shell]\nallowed = []").contains("unknown field `allowed`"), "{}", err("[shell]\nallowed = []"));
+        assert!(
+            err("[shell]\nallowed = []").contains("unknown field `allowed`"),
+            "{}",
+            err("[shell]\nallowed = []")
+        );
         assert!(err("[nope]").contains("unknown field `nope`"));
         assert!(err("[limits]\nfuel = 1").contains("unknown field `fuel`"));
     }

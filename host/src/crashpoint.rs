@@ -22,7 +22,11 @@ fn target() -> Option<&'static Target> {
         .get_or_init(|| {
             let spec = std::env::var("LOOPBOX_CRASH_AT").ok()?;
             let (name, nth) = spec.rsplit_once(':').unwrap_or((&spec, "1"));
-            Some(Target { name: name.to_string(), nth: nth.parse().ok()?, seen: AtomicU64::new(0) })
+            Some(Target {
+                name: name.to_string(),
+                nth: nth.parse().ok()?,
+                seen: AtomicU64::new(0),
+            })
         })
         .as_ref()
 }

@@ -86,15 +86,21 @@ impl RunEnd {
     pub fn summary(&self) -> String {
         match self {
             RunEnd::Done(o) => o.summary.clone(),
-            RunEnd::Stopped { turns } => format!("the policy let the agent stop after {turns} turn(s)"),
+            RunEnd::Stopped { turns } => {
+                format!("the policy let the agent stop after {turns} turn(s)")
+            }
             RunEnd::Escalated(r) => r.clone(),
             RunEnd::Blocked(r) => format!("blocked: {r}"),
             RunEnd::Waiting(w) => w.clone(),
             RunEnd::Fault(f) => f.to_string(),
-            RunEnd::TurnBudget(n) => format!("the run used all {n} of its turns (run.max_turns) without the policy finishing"),
+            RunEnd::TurnBudget(n) => format!(
+                "the run used all {n} of its turns (run.max_turns) without the policy finishing"
+            ),
             RunEnd::Agent(e) => e.clone(),
             RunEnd::Cancelled => "the run was cancelled".into(),
-            RunEnd::Interrupted => "loopbox was interrupted (SIGINT or SIGTERM); the run stopped where it stood".into(),
+            RunEnd::Interrupted => {
+                "loopbox was interrupted (SIGINT or SIGTERM); the run stopped where it stood".into()
+            }
             RunEnd::TurnUnknown(n) => format!(
                 "agent turn {n} was being sent when the run stopped, so whether the agent acted on it is unknown; \
                  check the workspace, then resume with --resend-turn to send it again, or cancel the run"
@@ -111,7 +117,11 @@ pub enum Next {
     /// Deliver again event `seq` (its stored JSON), which a crash interrupted.
     Redeliver { seq: i64, event: String },
     /// Act on the decision event `seq` got.
-    Act { seq: i64, decision: Decision, after_turn: bool },
+    Act {
+        seq: i64,
+        decision: Decision,
+        after_turn: bool,
+    },
     /// Nothing to do: the run ended like this.
     Ended(RunEnd),
 }
@@ -122,16 +132,34 @@ pub fn resume_point(db: &Db, run: &RunRecord) -> Result<Next> {
         return Ok(Next::Deliver(Event::Start(run.input.clone())));
     };
     if last.pending {
-        return Ok(Next::Redeliver { seq: last.seq, event: last.event });
+        return Ok(Next::Redeliver {
+            seq: last.seq,
+            event: last.event,
+        });
     }
     if let Some(error) = last.error {
-        let message = serde_json::from_str::<Value>(&error).ok().and_then(|v| v["message"].as_str().map(String::from)).unwrap_or(error);
+        let message = serde_json::from_str::<Value>(&error)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(String::from))
+            .unwrap_or(error);
         return Ok(Next::Ended(RunEnd::Fault(PolicyFault::Recorded(message))));
     }
-    let text = last.decision.context("the last event has neither a decision nor an error")?;
-    let decision = parse_decision(&text).with_context(|| format!("the stored decision of event {} cannot be read back", last.seq))?;
-    let after_turn = serde_json::from_str::<Value>(&last.event).is_ok_and(|v| v["type"] == "turn-complete");
-    Ok(Next::Act { seq: last.seq, decision, after_turn })
+    let text = last
+        .decision
+        .context("the last event has neither a decision nor an error")?;
+    let decision = parse_decision(&text).with_context(|| {
+        format!(
+            "the stored decision of event {} cannot be read back",
+            last.seq
+        )
+    })?;
+    let after_turn =
+        serde_json::from_str::<Value>(&last.event).is_ok_and(|v| v["type"] == "turn-complete");
+    Ok(Next::Act {
+        seq: last.seq,
+        decision,
+        after_turn,
+    })
 }
 
 /// Where `ask` questions go.
@@ -159,7 +187,12 @@ pub struct DriveOptions<'a> {
 }
 
 /// Run `policy` from `next` until it ends or parks.
-pub async fn drive(ctx: &RunContext, policy: &Policy, next: Next, mut opts: DriveOptions<'_>) -> Result<RunEnd> {
+pub async fn drive(
+    ctx: &RunContext,
+    policy: &Policy,
+    next: Next,
+    mut opts: DriveOptions<'_>,
+) -> Result<RunEnd> {
     let mut turns = ctx.db.existing_run(&ctx.id)?.turns;
     let mut session = last_session(&ctx.db, &ctx.id)?;
     let mut next = next;
@@ -171,7 +204,11 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, next: Next, mut opts: Driv
         }
         let (seq, decision, after_turn) = match next {
             Next::Ended(end) => return Ok(end),
-            Next::Act { seq, decision, after_turn } => (seq, decision, after_turn),
+            Next::Act {
+                seq,
+                decision,
+                after_turn,
+            } => (seq, decision, after_turn),
             Next::Deliver(event) => {
                 let after_turn = matches!(event, Event::TurnComplete(_));
                 match ctx.deliver_numbered(policy, &event).await? {
@@ -180,7 +217,8 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, next: Next, mut opts: Driv
                 }
             }
             Next::Redeliver { seq, event } => {
-                let after_turn = serde_json::from_str::<Value>(&event).is_ok_and(|v| v["type"] == "turn-complete");
+                let after_turn = serde_json::from_str::<Value>(&event)
+                    .is_ok_and(|v| v["type"] == "turn-complete");
                 match ctx.redeliver(policy, seq, event).await? {
                     Ok(d) => (seq, d, after_turn),
                     Err(f) => return Ok(fault_end(f)),
@@ -195,7 +233,9 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, next: Next, mut opts: Driv
             Decision::Escalate(r) => return Ok(RunEnd::Escalated(r)),
             Decision::Block(r) => return Ok(RunEnd::Blocked(r)),
             Decision::Rewrite(_) => {
-                return Ok(RunEnd::Fault(PolicyFault::Malformed("`rewrite` answers a tool-call event, and a standalone run has none".into())));
+                return Ok(RunEnd::Fault(PolicyFault::Malformed(
+                    "`rewrite` answers a tool-call event, and a standalone run has none".into(),
+                )));
             }
             // Queued ticks are delivered whenever the policy has nothing to add.
             Decision::Pass => match opts.ticks.pop_front() {
@@ -210,9 +250,23 @@ pub async fn drive(ctx: &RunContext, policy: &Policy, next: Next, mut opts: Driv
             },
             Decision::Ask(q) => match opts.asker.ask(&q) {
                 Some(answer) => Next::Deliver(Event::UserInput(answer)),
-                None => return Ok(RunEnd::Waiting(format!("the policy asks: {}", crate::ui::sanitize(&q)))),
+                None => {
+                    return Ok(RunEnd::Waiting(format!(
+                        "the policy asks: {}",
+                        crate::ui::sanitize(&q)
+                    )));
+                }
             },
-            Decision::Inject(message) => match agent_turn(ctx, seq, &message, (&mut turns, &mut session), after_turn, &opts).await? {
+            Decision::Inject(message) => match agent_turn(
+                ctx,
+                seq,
+                &message,
+                (&mut turns, &mut session),
+                after_turn,
+                &opts,
+            )
+            .await?
+            {
                 Ok(turn) => Next::Deliver(Event::TurnComplete(turn)),
                 Err(end) => return Ok(end),
             },
@@ -262,17 +316,29 @@ async fn agent_turn(
     opts: &DriveOptions<'_>,
 ) -> Result<Result<Turn, RunEnd>> {
     let journaled = ctx.config.run.journal;
-    let recorded = if journaled { ctx.db.journal(&ctx.id, seq)?.into_iter().find(|r| r.seq == 0) } else { None };
+    let recorded = if journaled {
+        ctx.db
+            .journal(&ctx.id, seq)?
+            .into_iter()
+            .find(|r| r.seq == 0)
+    } else {
+        None
+    };
     let request = json!({"message": message, "session": session}).to_string();
     let reply = match recorded {
-        Some(JournalRow { result: Some(result), .. }) => {
+        Some(JournalRow {
+            result: Some(result),
+            ..
+        }) => {
             ctx.log.host("info", format!("agent turn {turns} was answered before the run stopped; using the journaled reply"));
             match parse_turn(&result) {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(RunEnd::Agent(e))),
             }
         }
-        Some(JournalRow { result: None, .. }) if !opts.resend_turn => return Ok(Err(RunEnd::TurnUnknown(*turns))),
+        Some(JournalRow { result: None, .. }) if !opts.resend_turn => {
+            return Ok(Err(RunEnd::TurnUnknown(*turns)));
+        }
         recorded => {
             let resend = recorded.is_some();
             if !resend {
@@ -287,30 +353,60 @@ async fn agent_turn(
                 };
                 // An `inject` is a message from the policy like a `prompt` action: the same tier governs it.
                 if let Err(why) = ctx
-                    .allow_message(agent.config().tier, &format!("agent turn {}: `{}`", *turns + 1, crate::ui::shorten(&crate::ui::sanitize(message), 60)))
+                    .allow_message(
+                        agent.config().tier,
+                        &format!(
+                            "agent turn {}: `{}`",
+                            *turns + 1,
+                            crate::ui::shorten(&crate::ui::sanitize(message), 60)
+                        ),
+                    )
                     .await
                 {
                     return Ok(Err(RunEnd::Agent(why)));
                 }
                 if journaled {
-                    let row = JournalRow { seq: 0, kind: "turn".into(), request: request.clone(), result: None };
-                    ctx.db.journal_intent(&ctx.id, (Some(seq), ""), &[], &row, &Budget { turn: true, ..Default::default() })?.ok();
+                    let row = JournalRow {
+                        seq: 0,
+                        kind: "turn".into(),
+                        request: request.clone(),
+                        result: None,
+                    };
+                    ctx.db
+                        .journal_intent(
+                            &ctx.id,
+                            (Some(seq), ""),
+                            &[],
+                            &row,
+                            &Budget {
+                                turn: true,
+                                ..Default::default()
+                            },
+                        )?
+                        .ok();
                     *turns += 1;
                 } else {
                     *turns = ctx.db.add_turn(&ctx.id)?;
                 }
                 crate::crashpoint::hit("turn-started");
             } else {
-                ctx.log.host("warn", format!("sending agent turn {turns} again (--resend-turn)"));
+                ctx.log.host(
+                    "warn",
+                    format!("sending agent turn {turns} again (--resend-turn)"),
+                );
             }
             // Stopped mid-turn, the turn's outcome is unknown, as after a crash.
-            let result = match ctx.until_stopped(send_turn(ctx, message, session.as_deref(), *turns)).await {
+            let result = match ctx
+                .until_stopped(send_turn(ctx, message, session.as_deref(), *turns))
+                .await
+            {
                 Ok(r) => r,
                 Err(reason) => return Ok(Err(stop_end(reason))),
             };
             crate::crashpoint::hit("turn-finished");
             if journaled {
-                ctx.db.journal_result(&ctx.id, seq, 0, &turn_json(&result))?;
+                ctx.db
+                    .journal_result(&ctx.id, seq, 0, &turn_json(&result))?;
                 crate::crashpoint::hit("turn-recorded");
             }
             match result {
@@ -322,21 +418,55 @@ async fn agent_turn(
     if reply.session.is_some() {
         *session = reply.session;
     }
-    Ok(Ok(Turn { session_id: session.clone().unwrap_or_else(|| ctx.id.clone()), response: reply.text, index: *turns, continuation, origin: None }))
+    Ok(Ok(Turn {
+        session_id: session.clone().unwrap_or_else(|| ctx.id.clone()),
+        response: reply.text,
+        index: *turns,
+        continuation,
+        origin: None,
+    }))
 }
 
-async fn send_turn(ctx: &RunContext, message: &str, session: Option<&str>, turn: u32) -> Result<TurnReply, String> {
+async fn send_turn(
+    ctx: &RunContext,
+    message: &str,
+    session: Option<&str>,
+    turn: u32,
+) -> Result<TurnReply, String> {
     let agent = ctx.agent().ok_or("no agent is configured")?;
-    ctx.log.ui().status(format!("turn {turn}: waiting for the agent"));
-    let reply = agent.send(AgentRequest { text: message, session, timeout: None, model: None }).await.map_err(|e| e.to_string())?;
+    ctx.log
+        .ui()
+        .status(format!("turn {turn}: waiting for the agent"));
+    let reply = agent
+        .send(AgentRequest {
+            text: message,
+            session,
+            timeout: None,
+            model: None,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
     let p = &reply.process;
     if p.timed_out || p.exit_code != Some(0) {
-        let why = if p.timed_out { "timed out (agent.timeout_ms)".to_string() } else { format!("exited with {:?}", p.exit_code) };
+        let why = if p.timed_out {
+            "timed out (agent.timeout_ms)".to_string()
+        } else {
+            format!("exited with {:?}", p.exit_code)
+        };
         let stderr = crate::ui::shorten(p.stderr.trim(), 400);
         return Err(format!("the agent {why} on turn {turn}: {stderr}"));
     }
-    ctx.log.host("info", format!("agent turn {turn} finished in {:.1}s", p.duration.as_secs_f64()));
-    Ok(TurnReply { text: reply.text, session: reply.session })
+    ctx.log.host(
+        "info",
+        format!(
+            "agent turn {turn} finished in {:.1}s",
+            p.duration.as_secs_f64()
+        ),
+    );
+    Ok(TurnReply {
+        text: reply.text,
+        session: reply.session,
+    })
 }
 
 fn turn_json(r: &Result<TurnReply, String>) -> String {
@@ -348,16 +478,29 @@ fn turn_json(r: &Result<TurnReply, String>) -> String {
 }
 
 fn parse_turn(text: &str) -> Result<TurnReply, String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("the journaled agent turn cannot be read back: {e}"))?;
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| format!("the journaled agent turn cannot be read back: {e}"))?;
     if let Some(e) = v["err"].as_str() {
         return Err(e.to_string());
     }
     let ok = &v["ok"];
-    Ok(TurnReply { text: ok["text"].as_str().unwrap_or_default().to_string(), session: ok["session"].as_str().map(String::from) })
+    Ok(TurnReply {
+        text: ok["text"].as_str().unwrap_or_default().to_string(),
+        session: ok["session"].as_str().map(String::from),
+    })
 }
 
 /// The agent conversation the run's last answered turn reported.
 fn last_session(db: &Db, run: &str) -> Result<Option<String>> {
     let turns = db.journal_of_run(run)?;
-    Ok(turns.iter().rev().filter(|(_, r)| r.kind == "turn").find_map(|(_, r)| r.result.as_deref().and_then(|t| parse_turn(t).ok()).and_then(|t| t.session)))
+    Ok(turns
+        .iter()
+        .rev()
+        .filter(|(_, r)| r.kind == "turn")
+        .find_map(|(_, r)| {
+            r.result
+                .as_deref()
+                .and_then(|t| parse_turn(t).ok())
+                .and_then(|t| t.session)
+        }))
 }

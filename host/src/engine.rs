@@ -68,17 +68,22 @@ impl EpochTicker {
         let weak = engine.weak();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = std::thread::Builder::new().name("loopbox-epoch".into()).spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                // park_timeout, not sleep: dropping the ticker unparks it, so exit never waits a tick.
-                std::thread::park_timeout(EPOCH_TICK);
-                match weak.upgrade() {
-                    Some(e) => e.increment_epoch(),
-                    None => break,
+        let thread = std::thread::Builder::new()
+            .name("loopbox-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    // park_timeout, not sleep: dropping the ticker unparks it, so exit never waits a tick.
+                    std::thread::park_timeout(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(e) => e.increment_epoch(),
+                        None => break,
+                    }
                 }
-            }
-        })?;
-        Ok(EpochTicker { stop, thread: Some(thread) })
+            })?;
+        Ok(EpochTicker {
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 

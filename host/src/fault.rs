@@ -35,7 +35,8 @@ pub enum PolicyFault {
 }
 
 /// How a guest that panicked or aborted (wasm `unreachable`) is described.
-const ABORTED: &str = "the policy aborted (wasm `unreachable`: a panic, an uncaught exception or an abort)";
+const ABORTED: &str =
+    "the policy aborted (wasm `unreachable`: a panic, an uncaught exception or an abort)";
 
 /// Lines language runtimes print around a guest's own message when it aborts.
 const BOILERPLATE: [&str; 7] = [
@@ -51,7 +52,14 @@ const BOILERPLATE: [&str; 7] = [
 /// The line of a guest's stderr that says why it aborted: the last one that is
 /// not a runtime's boilerplate or a stack frame.
 pub fn last_words(stderr: &str) -> Option<&str> {
-    stderr.lines().rfind(|l| !l.trim().is_empty() && !l.starts_with([' ', '\t']) && !BOILERPLATE.iter().any(|b| l.starts_with(b))).map(str::trim)
+    stderr
+        .lines()
+        .rfind(|l| {
+            !l.trim().is_empty()
+                && !l.starts_with([' ', '\t'])
+                && !BOILERPLATE.iter().any(|b| l.starts_with(b))
+        })
+        .map(str::trim)
 }
 
 impl PolicyFault {
@@ -59,7 +67,9 @@ impl PolicyFault {
     pub fn with_stderr(self, stderr: &str) -> PolicyFault {
         match self {
             PolicyFault::Trap(m) if m == ABORTED => match last_words(stderr) {
-                Some(words) => PolicyFault::Trap(format!("{m}; it said: {}", crate::ui::shorten(words, 300))),
+                Some(words) => {
+                    PolicyFault::Trap(format!("{m}; it said: {}", crate::ui::shorten(words, 300)))
+                }
                 None => PolicyFault::Trap(m),
             },
             other => other,
@@ -94,9 +104,15 @@ impl PolicyFault {
         }
         if let Some(t) = err.downcast_ref::<Trap>() {
             return match t {
-                Trap::OutOfFuel => PolicyFault::Limit(LimitExceeded::new(Limit::Fuel, limits.fuel_per_event)),
-                Trap::Interrupt => PolicyFault::Limit(LimitExceeded::new(Limit::CpuTime, limits.cpu_ms_per_event)),
-                Trap::StackOverflow => PolicyFault::Trap("stack overflow: the policy recursed past its 512 KiB stack".into()),
+                Trap::OutOfFuel => {
+                    PolicyFault::Limit(LimitExceeded::new(Limit::Fuel, limits.fuel_per_event))
+                }
+                Trap::Interrupt => {
+                    PolicyFault::Limit(LimitExceeded::new(Limit::CpuTime, limits.cpu_ms_per_event))
+                }
+                Trap::StackOverflow => PolicyFault::Trap(
+                    "stack overflow: the policy recursed past its 512 KiB stack".into(),
+                ),
                 Trap::UnreachableCodeReached => PolicyFault::Trap(ABORTED.into()),
                 other => PolicyFault::Trap(other.to_string()),
             };
@@ -104,12 +120,27 @@ impl PolicyFault {
         let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
         let text = chain.join(": ");
         if text.contains("fuel allocated for hostcalls has been exhausted") {
-            return PolicyFault::Limit(LimitExceeded::new(Limit::HostcallBytes, limits.hostcall_bytes));
+            return PolicyFault::Limit(LimitExceeded::new(
+                Limit::HostcallBytes,
+                limits.hostcall_bytes,
+            ));
         }
         for (needle, limit, value) in [
-            ("instance count too high", Limit::Instances, limits.max_instances as u64),
-            ("memory count too high", Limit::Memories, limits.max_memories as u64),
-            ("table count too high", Limit::Tables, limits.max_tables as u64),
+            (
+                "instance count too high",
+                Limit::Instances,
+                limits.max_instances as u64,
+            ),
+            (
+                "memory count too high",
+                Limit::Memories,
+                limits.max_memories as u64,
+            ),
+            (
+                "table count too high",
+                Limit::Tables,
+                limits.max_tables as u64,
+            ),
         ] {
             if text.contains(needle) {
                 return PolicyFault::Limit(LimitExceeded::new(limit, value));
@@ -130,10 +161,19 @@ mod tests {
         let rust = "thread '<unnamed>' panicked at src/lib.rs:9:5:\nindex out of bounds\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
         assert_eq!(last_words(rust), Some("index out of bounds"));
         let js = "invalid variant tag value `\"bogus\"` specified for `Decision`\nStack:\n  handle@x.js:1:2\nRedirecting call to abort() to mozalloc_abort\n";
-        assert_eq!(last_words(js), Some("invalid variant tag value `\"bogus\"` specified for `Decision`"));
+        assert_eq!(
+            last_words(js),
+            Some("invalid variant tag value `\"bogus\"` specified for `Decision`")
+        );
         assert_eq!(last_words("note: run with `RUST_BACKTRACE=1`\n\n"), None);
         let f = PolicyFault::Trap(ABORTED.into()).with_stderr(rust);
-        assert_eq!(f.to_string(), format!("policy trapped: {ABORTED}; it said: index out of bounds"));
-        assert_eq!(PolicyFault::Error("x".into()).with_stderr(rust), PolicyFault::Error("x".into()));
+        assert_eq!(
+            f.to_string(),
+            format!("policy trapped: {ABORTED}; it said: index out of bounds")
+        );
+        assert_eq!(
+            PolicyFault::Error("x".into()).with_stderr(rust),
+            PolicyFault::Error("x".into())
+        );
     }
 }

@@ -72,7 +72,10 @@ pub fn check_regular(file: &File) -> Result<std::fs::Metadata, ReadError> {
 pub fn read_opened(file: File, cap: u64) -> Result<Vec<u8>, ReadError> {
     let meta = check_regular(&file)?;
     if meta.len() > cap {
-        return Err(ReadError::TooLarge { cap, size: Some(meta.len()) });
+        return Err(ReadError::TooLarge {
+            cap,
+            size: Some(meta.len()),
+        });
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     // One byte past the cap tells a file that grew since the stat.
@@ -85,7 +88,10 @@ pub fn read_opened(file: File, cap: u64) -> Result<Vec<u8>, ReadError> {
 
 /// Open `path` for reading without blocking on a FIFO or device.
 pub fn open_nonblocking(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
 }
 
 /// As [`open_nonblocking`], for `rel` inside the cap-std directory `dir` (which
@@ -93,7 +99,8 @@ pub fn open_nonblocking(path: &Path) -> std::io::Result<File> {
 pub fn open_nonblocking_in(dir: &cap_std::fs::Dir, rel: &Path) -> std::io::Result<File> {
     use cap_std::fs::OpenOptionsExt as _;
     let mut opts = cap_std::fs::OpenOptions::new();
-    opts.read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    opts.read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
     Ok(dir.open_with(rel, &opts)?.into_std())
 }
 
@@ -109,7 +116,10 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
 /// Create `dir` (and its missing parents) readable and writable by this user only.
 pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// Whether `path`, if it exists, is this user's and no one else can write it (and
@@ -119,7 +129,11 @@ pub fn only_mine(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match std::fs::symlink_metadata(path) {
         // SAFETY: getuid(2) cannot fail.
-        Ok(m) => m.uid() == unsafe { libc::getuid() } && m.mode() & 0o022 == 0 && !m.file_type().is_symlink(),
+        Ok(m) => {
+            m.uid() == unsafe { libc::getuid() }
+                && m.mode() & 0o022 == 0
+                && !m.file_type().is_symlink()
+        }
         Err(_) => true,
     }
 }
@@ -131,8 +145,14 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
 
 /// As [`read_capped`], as UTF-8 text, with an error naming `what` and the file.
 pub fn read_text(path: &Path, cap: u64, what: &str) -> anyhow::Result<String> {
-    let bytes = read_capped(path, cap).map_err(|e| anyhow::anyhow!("{what} `{}` cannot be read: {e}", path.display()))?;
-    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{what} `{}` cannot be read: it must be UTF-8 text", path.display()))
+    let bytes = read_capped(path, cap)
+        .map_err(|e| anyhow::anyhow!("{what} `{}` cannot be read: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|_| {
+        anyhow::anyhow!(
+            "{what} `{}` cannot be read: it must be UTF-8 text",
+            path.display()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -146,9 +166,20 @@ mod tests {
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: mkfifo on a NUL-terminated path we own.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert_eq!(read_capped(&fifo, 10).unwrap_err().to_string(), "it is a FIFO (named pipe), not a regular file");
-        assert_eq!(read_capped(Path::new("/dev/zero"), 10).unwrap_err().to_string(), "it is a character device, not a regular file");
-        assert_eq!(read_capped(dir.path(), 10).unwrap_err().to_string(), "it is a directory, not a regular file");
+        assert_eq!(
+            read_capped(&fifo, 10).unwrap_err().to_string(),
+            "it is a FIFO (named pipe), not a regular file"
+        );
+        assert_eq!(
+            read_capped(Path::new("/dev/zero"), 10)
+                .unwrap_err()
+                .to_string(),
+            "it is a character device, not a regular file"
+        );
+        assert_eq!(
+            read_capped(dir.path(), 10).unwrap_err().to_string(),
+            "it is a directory, not a regular file"
+        );
     }
 
     #[test]
@@ -157,9 +188,20 @@ mod tests {
         let f = dir.path().join("f");
         std::fs::write(&f, b"12345").unwrap();
         assert_eq!(read_capped(&f, 5).unwrap(), b"12345");
-        assert_eq!(read_capped(&f, 4).unwrap_err().to_string(), "it is 5 bytes; at most 4 bytes are read");
-        assert!(read_capped(&dir.path().join("missing"), 4).unwrap_err().is_not_found());
+        assert_eq!(
+            read_capped(&f, 4).unwrap_err().to_string(),
+            "it is 5 bytes; at most 4 bytes are read"
+        );
+        assert!(
+            read_capped(&dir.path().join("missing"), 4)
+                .unwrap_err()
+                .is_not_found()
+        );
         let e = read_text(&f, 4, "the config").unwrap_err().to_string();
-        assert!(e.starts_with("the config `") && e.ends_with("cannot be read: it is 5 bytes; at most 4 bytes are read"), "{e}");
+        assert!(
+            e.starts_with("the config `")
+                && e.ends_with("cannot be read: it is 5 bytes; at most 4 bytes are read"),
+            "{e}"
+        );
     }
 }

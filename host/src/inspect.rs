@@ -50,11 +50,19 @@ pub fn producers(wasm: &[u8]) -> (Vec<String>, Vec<String>) {
     let mut languages = Vec::new();
     let mut tools = Vec::new();
     for payload in wasmparser::Parser::new(0).parse_all(wasm) {
-        let Ok(wasmparser::Payload::CustomSection(section)) = payload else { continue };
-        let wasmparser::KnownCustom::Producers(reader) = section.as_known() else { continue };
+        let Ok(wasmparser::Payload::CustomSection(section)) = payload else {
+            continue;
+        };
+        let wasmparser::KnownCustom::Producers(reader) = section.as_known() else {
+            continue;
+        };
         for field in reader.into_iter().flatten() {
             for value in field.values.into_iter().flatten() {
-                let entry = if value.version.is_empty() { value.name.to_string() } else { format!("{} {}", value.name, value.version) };
+                let entry = if value.version.is_empty() {
+                    value.name.to_string()
+                } else {
+                    format!("{} {}", value.name, value.version)
+                };
                 let list = match field.name {
                     "language" => &mut languages,
                     "processed-by" => &mut tools,
@@ -75,15 +83,50 @@ impl Inspection {
         let mut line = |k: &str, v: String| s.push_str(&format!("{k:<13}{v}\n"));
         line("policy", self.policy.clone());
         match &self.info {
-            Some(i) => line("info", format!("{} {}: {}", i.name, i.version, crate::ui::sanitize(&i.description))),
-            None => line("info", format!("unavailable ({})", self.info_error.as_deref().unwrap_or("?"))),
+            Some(i) => line(
+                "info",
+                format!(
+                    "{} {}: {}",
+                    i.name,
+                    i.version,
+                    crate::ui::sanitize(&i.description)
+                ),
+            ),
+            None => line(
+                "info",
+                format!(
+                    "unavailable ({})",
+                    self.info_error.as_deref().unwrap_or("?")
+                ),
+            ),
         }
         line("world", format!("loopbox:policy/{}", self.world));
-        line("capabilities", if self.capabilities.is_empty() { "none".into() } else { self.capabilities.join(", ") });
+        line(
+            "capabilities",
+            if self.capabilities.is_empty() {
+                "none".into()
+            } else {
+                self.capabilities.join(", ")
+            },
+        );
         line("exports", self.exports.join(", "));
         line("size", format!("{} bytes", self.size_bytes));
-        line("language", if self.languages.is_empty() { "unknown".into() } else { self.languages.join(", ") });
-        line("built with", if self.processed_by.is_empty() { "unknown".into() } else { self.processed_by.join(", ") });
+        line(
+            "language",
+            if self.languages.is_empty() {
+                "unknown".into()
+            } else {
+                self.languages.join(", ")
+            },
+        );
+        line(
+            "built with",
+            if self.processed_by.is_empty() {
+                "unknown".into()
+            } else {
+                self.processed_by.join(", ")
+            },
+        );
         line("digest", format!("blake3:{}", self.digest));
         line("imports", self.imports.join("\n             "));
         s

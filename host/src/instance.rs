@@ -6,7 +6,10 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::WasiCtx;
 
-use crate::caps::{actions::ActionsHost, log::LogHost, state::StateHost, wasi::CapturedOutput, workspace::WorkspaceHost};
+use crate::caps::{
+    actions::ActionsHost, log::LogHost, state::StateHost, wasi::CapturedOutput,
+    workspace::WorkspaceHost,
+};
 use crate::limits::{Limit, LimitExceeded, Limits};
 
 pub struct InstanceState {
@@ -43,16 +46,32 @@ impl Limiter {
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired as u64 > self.memory_bytes {
-            return Err(LimitExceeded::new(Limit::Memory, self.memory_bytes).attempted(desired as u64).into());
+            return Err(LimitExceeded::new(Limit::Memory, self.memory_bytes)
+                .attempted(desired as u64)
+                .into());
         }
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired as u64 > self.table_elements {
-            return Err(LimitExceeded::new(Limit::TableElements, self.table_elements).attempted(desired as u64).into());
+            return Err(
+                LimitExceeded::new(Limit::TableElements, self.table_elements)
+                    .attempted(desired as u64)
+                    .into(),
+            );
         }
         Ok(true)
     }

@@ -107,10 +107,18 @@ impl Limits {
             }
         }
         if self.memory_bytes < 1 << 20 || self.memory_bytes > MAX_MEMORY_BYTES {
-            bail!("limits.memory_bytes = {} is out of range: give 1 MiB ({}) to 1 GiB ({MAX_MEMORY_BYTES})", self.memory_bytes, 1 << 20);
+            bail!(
+                "limits.memory_bytes = {} is out of range: give 1 MiB ({}) to 1 GiB ({MAX_MEMORY_BYTES})",
+                self.memory_bytes,
+                1 << 20
+            );
         }
         if self.hostcall_bytes < self.max_string_bytes {
-            bail!("limits.hostcall_bytes ({}) must be at least limits.max_string_bytes ({})", self.hostcall_bytes, self.max_string_bytes);
+            bail!(
+                "limits.hostcall_bytes ({}) must be at least limits.max_string_bytes ({})",
+                self.hostcall_bytes,
+                self.max_string_bytes
+            );
         }
         if self.journal_bytes_per_event > self.journal_bytes_per_run {
             bail!(
@@ -120,7 +128,11 @@ impl Limits {
             );
         }
         if self.state_value_bytes > self.state_total_bytes {
-            bail!("limits.state_value_bytes ({}) must not exceed limits.state_total_bytes ({})", self.state_value_bytes, self.state_total_bytes);
+            bail!(
+                "limits.state_value_bytes ({}) must not exceed limits.state_total_bytes ({})",
+                self.state_value_bytes,
+                self.state_total_bytes
+            );
         }
         Ok(())
     }
@@ -209,7 +221,11 @@ pub struct LimitExceeded {
 
 impl LimitExceeded {
     pub fn new(limit: Limit, value: u64) -> Self {
-        LimitExceeded { limit, value, attempted: None }
+        LimitExceeded {
+            limit,
+            value,
+            attempted: None,
+        }
     }
 
     pub fn attempted(mut self, n: u64) -> Self {
@@ -220,7 +236,13 @@ impl LimitExceeded {
 
 impl fmt::Display for LimitExceeded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "policy {} ({} = {}", self.limit.what(), self.limit.key(), self.value)?;
+        write!(
+            f,
+            "policy {} ({} = {}",
+            self.limit.what(),
+            self.limit.key(),
+            self.value
+        )?;
         if let Some(n) = self.attempted {
             write!(f, ", attempted {n}")?;
         }
@@ -241,12 +263,37 @@ mod tests {
 
     #[test]
     fn zero_and_out_of_range_are_rejected_by_key() {
-        let l = Limits { fuel_per_event: 0, ..Limits::default() };
-        assert!(l.validate().unwrap_err().to_string().contains("limits.fuel_per_event"));
-        let l = Limits { memory_bytes: 2 << 30, ..Limits::default() };
-        assert!(l.validate().unwrap_err().to_string().contains("limits.memory_bytes"));
-        let l = Limits { hostcall_bytes: 10, max_string_bytes: 20, ..Limits::default() };
-        assert!(l.validate().unwrap_err().to_string().contains("limits.hostcall_bytes"));
+        let l = Limits {
+            fuel_per_event: 0,
+            ..Limits::default()
+        };
+        assert!(
+            l.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("limits.fuel_per_event")
+        );
+        let l = Limits {
+            memory_bytes: 2 << 30,
+            ..Limits::default()
+        };
+        assert!(
+            l.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("limits.memory_bytes")
+        );
+        let l = Limits {
+            hostcall_bytes: 10,
+            max_string_bytes: 20,
+            ..Limits::default()
+        };
+        assert!(
+            l.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("limits.hostcall_bytes")
+        );
     }
 
     #[test]

@@ -32,7 +32,9 @@ pub struct LoopFile {
 pub fn read(workspace: &Path, file: &Path) -> Result<LoopFile> {
     let text = crate::files::read_text(file, loopbox_fsm::yaml::MAX_TEXT_BYTES as u64, "loop")?;
     let abs = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
-    let root = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
+    let root = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
     let path = match abs.strip_prefix(&root) {
         Ok(rel) => rel.to_string_lossy().into_owned(),
         Err(_) => abs.to_string_lossy().into_owned(),
@@ -58,15 +60,26 @@ impl Files for WorkspaceFiles {
 /// Parse, import and check the loop. Problems come back all together.
 pub fn load(workspace: &Path, file: &LoopFile, read_limit: u64) -> Result<Loop, Vec<Problem>> {
     let dir = Dir::open_ambient_dir(workspace, ambient_authority()).ok();
-    loopbox_fsm::load(&file.path, &file.text, &mut WorkspaceFiles { dir, limit: read_limit })
+    loopbox_fsm::load(
+        &file.path,
+        &file.text,
+        &mut WorkspaceFiles {
+            dir,
+            limit: read_limit,
+        },
+    )
 }
 
 /// The `start` payload for `builtin:fsm`: the loop and the `--input` object,
 /// which replaces `context` values.
 pub fn payload(file: &LoopFile, input: &str) -> Result<String> {
-    let context = match serde_json::from_str::<serde_json::Value>(input).context("--input is not JSON")? {
+    let context = match serde_json::from_str::<serde_json::Value>(input)
+        .context("--input is not JSON")?
+    {
         serde_json::Value::Object(m) => m,
-        other => bail!("--input for a YAML loop must be a JSON object of context values, like {{\"target\": \"src\"}}, not {other}"),
+        other => bail!(
+            "--input for a YAML loop must be a JSON object of context values, like {{\"target\": \"src\"}}, not {other}"
+        ),
     };
     Ok(loopbox_fsm::start::payload(&file.path, &file.text, &context).to_string())
 }
@@ -88,7 +101,10 @@ mod tests {
     fn loop_files_are_told_from_policies() {
         assert!(is_loop_file("loops/fix.yaml") && is_loop_file("a.yml"));
         assert!(!is_loop_file("policy.wasm") && !is_loop_file("builtin:ralph"));
-        assert_eq!(loop_path("builtin:fsm", "@l.yaml"), Some(PathBuf::from("l.yaml")));
+        assert_eq!(
+            loop_path("builtin:fsm", "@l.yaml"),
+            Some(PathBuf::from("l.yaml"))
+        );
         assert_eq!(loop_path("builtin:fsm", "{}"), None);
         assert_eq!(loop_path("builtin:ralph", "@l.yaml"), None);
         assert_eq!(loop_path("x.yaml", "{}"), Some(PathBuf::from("x.yaml")));
@@ -96,9 +112,21 @@ mod tests {
 
     #[test]
     fn the_input_becomes_context() {
-        let file = LoopFile { path: "l.yaml".into(), text: "name: l".into() };
-        let p: serde_json::Value = serde_json::from_str(&payload(&file, r#"{"n": 1}"#).unwrap()).unwrap();
-        assert_eq!(p, serde_json::json!({"path": "l.yaml", "yaml": "name: l", "context": {"n": 1}}));
-        assert!(payload(&file, "[1]").unwrap_err().to_string().contains("must be a JSON object of context values"));
+        let file = LoopFile {
+            path: "l.yaml".into(),
+            text: "name: l".into(),
+        };
+        let p: serde_json::Value =
+            serde_json::from_str(&payload(&file, r#"{"n": 1}"#).unwrap()).unwrap();
+        assert_eq!(
+            p,
+            serde_json::json!({"path": "l.yaml", "yaml": "name: l", "context": {"n": 1}})
+        );
+        assert!(
+            payload(&file, "[1]")
+                .unwrap_err()
+                .to_string()
+                .contains("must be a JSON object of context values")
+        );
     }
 }

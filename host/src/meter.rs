@@ -55,7 +55,10 @@ impl Meter {
         self.count()?;
         let since = self.started.elapsed().as_nanos().min(u64::MAX as u128 - 1) as u64;
         self.in_call.store(since + 1, Ordering::Relaxed);
-        Ok(HostCall { meter: self, started: Instant::now() })
+        Ok(HostCall {
+            meter: self,
+            started: Instant::now(),
+        })
     }
 
     fn count(&self) -> Result<(), LimitExceeded> {
@@ -95,7 +98,12 @@ impl Meter {
 
     /// A limit hit where it could not be raised, if any.
     pub fn check_limits(&self) -> Result<(), LimitExceeded> {
-        match self.pending.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        match self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -128,7 +136,10 @@ impl Meter {
     /// Refuse a string argument over `limits.max_string_bytes`.
     pub fn check_str(&self, s: &str) -> Result<(), LimitExceeded> {
         if s.len() as u64 > self.max_string_bytes {
-            return Err(LimitExceeded::new(Limit::StringBytes, self.max_string_bytes).attempted(s.len() as u64));
+            return Err(
+                LimitExceeded::new(Limit::StringBytes, self.max_string_bytes)
+                    .attempted(s.len() as u64),
+            );
         }
         Ok(())
     }
@@ -159,7 +170,11 @@ mod tests {
             let _c = m.call().unwrap();
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(m.guest_time() < Duration::from_millis(40), "{:?}", m.guest_time());
+        assert!(
+            m.guest_time() < Duration::from_millis(40),
+            "{:?}",
+            m.guest_time()
+        );
     }
 
     #[test]
@@ -167,7 +182,11 @@ mod tests {
         let m = Meter::new(&Limits::default());
         let _c = m.call().unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        assert!(m.guest_time() < Duration::from_millis(40), "{:?}", m.guest_time());
+        assert!(
+            m.guest_time() < Duration::from_millis(40),
+            "{:?}",
+            m.guest_time()
+        );
     }
 
     fn limit_of(e: wasmtime::Error) -> Limit {
@@ -176,7 +195,10 @@ mod tests {
 
     #[test]
     fn a_flood_is_stopped_at_the_limit() {
-        let m = Meter::new(&Limits { host_calls_per_event: 3, ..Limits::default() });
+        let m = Meter::new(&Limits {
+            host_calls_per_event: 3,
+            ..Limits::default()
+        });
         for _ in 0..3 {
             m.call().unwrap();
         }
@@ -185,7 +207,10 @@ mod tests {
 
     #[test]
     fn clock_reads_count_and_a_limit_hit_there_stops_the_next_call() {
-        let m = Meter::new(&Limits { host_calls_per_event: 2, ..Limits::default() });
+        let m = Meter::new(&Limits {
+            host_calls_per_event: 2,
+            ..Limits::default()
+        });
         assert!(m.count_infallible() && m.count_infallible());
         m.check().unwrap();
         assert!(!m.count_infallible());
@@ -200,12 +225,18 @@ mod tests {
         m.call().unwrap();
         stop.request(crate::stop::StopReason::Cancelled);
         let e = m.call().err().unwrap();
-        assert_eq!(e.downcast_ref::<crate::stop::Stopped>(), Some(&crate::stop::Stopped(crate::stop::StopReason::Cancelled)));
+        assert_eq!(
+            e.downcast_ref::<crate::stop::Stopped>(),
+            Some(&crate::stop::Stopped(crate::stop::StopReason::Cancelled))
+        );
     }
 
     #[test]
     fn strings_over_the_limit_are_refused() {
-        let m = Meter::new(&Limits { max_string_bytes: 4, ..Limits::default() });
+        let m = Meter::new(&Limits {
+            max_string_bytes: 4,
+            ..Limits::default()
+        });
         m.check_str("1234").unwrap();
         assert_eq!(m.check_str("12345").unwrap_err().attempted, Some(5));
     }

@@ -16,7 +16,11 @@ static STDOUT_FAILURE: Mutex<Option<std::io::Error>> = Mutex::new(None);
 /// Write one line to stdout; a failure is kept for [`stdout_failure`].
 pub fn out_line(args: fmt::Arguments<'_>) {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(args).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush()) {
+    if let Err(e) = out
+        .write_fmt(args)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+    {
         let mut failure = STDOUT_FAILURE.lock().unwrap_or_else(|p| p.into_inner());
         failure.get_or_insert(e);
     }
@@ -25,14 +29,23 @@ pub fn out_line(args: fmt::Arguments<'_>) {
 /// Write to stderr; there is nowhere to report a failure, so it is dropped.
 pub fn err_write(args: fmt::Arguments<'_>, newline: bool) {
     let mut err = std::io::stderr().lock();
-    let _ = err.write_fmt(args).and_then(|()| if newline { err.write_all(b"\n") } else { Ok(()) });
+    let _ = err.write_fmt(args).and_then(|()| {
+        if newline {
+            err.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
 }
 
 /// Why stdout could not be written, unless its reader just went away (a
 /// closed pipe, as with `| head`: what was not read was not wanted).
 pub fn stdout_failure() -> Option<String> {
     let failure = STDOUT_FAILURE.lock().unwrap_or_else(|p| p.into_inner());
-    failure.as_ref().filter(|e| e.kind() != std::io::ErrorKind::BrokenPipe).map(|e| e.to_string())
+    failure
+        .as_ref()
+        .filter(|e| e.kind() != std::io::ErrorKind::BrokenPipe)
+        .map(|e| e.to_string())
 }
 
 /// Open `/dev/null` on any of stdin, stdout and stderr that is closed.

@@ -20,7 +20,10 @@ pub fn pin(config: &Config, workspace: &Path) -> Value {
         .agent
         .as_ref()
         .filter(|a| a.runner != RunnerKind::Openai)
-        .and_then(|a| crate::child_env::ChildEnv::new(&config.shell, workspace).resolve_program(&a.command[0], workspace))
+        .and_then(|a| {
+            crate::child_env::ChildEnv::new(&config.shell, workspace)
+                .resolve_program(&a.command[0], workspace)
+        })
         .and_then(|p| crate::agent::program_identity(&p));
     json!({"config": serde_json::to_value(config).unwrap_or(Value::Null), "agent_program": agent_program})
 }
@@ -29,7 +32,12 @@ pub fn pin(config: &Config, workspace: &Path) -> Value {
 pub fn differences(pinned: &Value, now: &Value) -> Vec<String> {
     let mut out = Vec::new();
     diff("", pinned, now, &mut out);
-    out.iter_mut().for_each(|k| *k = k.strip_prefix("config.").map(str::to_string).unwrap_or_else(|| k.clone()));
+    out.iter_mut().for_each(|k| {
+        *k = k
+            .strip_prefix("config.")
+            .map(str::to_string)
+            .unwrap_or_else(|| k.clone())
+    });
     out
 }
 
@@ -40,12 +48,23 @@ fn diff(prefix: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
             keys.sort();
             keys.dedup();
             for k in keys {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                let (x, y) = (a.get(k).unwrap_or(&Value::Null), b.get(k).unwrap_or(&Value::Null));
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                let (x, y) = (
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                );
                 diff(&key, x, y, out);
             }
         }
-        (a, b) if a != b => out.push(if prefix == "agent_program" { "the agent program".into() } else { prefix.to_string() }),
+        (a, b) if a != b => out.push(if prefix == "agent_program" {
+            "the agent program".into()
+        } else {
+            prefix.to_string()
+        }),
         _ => {}
     }
 }
@@ -54,7 +73,14 @@ fn diff(prefix: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
 /// the grants `now`. The outer error is the store's; the inner one refuses a
 /// change not accepted (`how_to_accept` says how). When the run goes on, `now`
 /// is its pin from here on, and the keys that changed come back.
-pub fn hold(db: &Db, id: &str, pinned: Option<&Value>, now: &Value, accept: bool, how_to_accept: &str) -> anyhow::Result<Result<Vec<String>, anyhow::Error>> {
+pub fn hold(
+    db: &Db,
+    id: &str,
+    pinned: Option<&Value>,
+    now: &Value,
+    accept: bool,
+    how_to_accept: &str,
+) -> anyhow::Result<Result<Vec<String>, anyhow::Error>> {
     let changed = pinned.map(|p| differences(p, now)).unwrap_or_default();
     if !changed.is_empty() && !accept {
         return Ok(Err(changed_error(id, &changed, how_to_accept)));
@@ -81,11 +107,19 @@ mod tests {
     #[test]
     fn differences_name_the_keys() {
         let ws = Path::new("/");
-        let a = pin(&Config::parse("[shell]\nallow = [[\"ls\"]]", Path::new("t")).unwrap(), ws);
+        let a = pin(
+            &Config::parse("[shell]\nallow = [[\"ls\"]]", Path::new("t")).unwrap(),
+            ws,
+        );
         let b =
             pin(&Config::parse("[shell]\nallow = [[\"ls\"], [\"sh\"]]\nnetwork = true\n[agent]\ncommand = [\"x\", \"{prompt}\"]", Path::new("t")).unwrap(), ws);
         assert_eq!(differences(&a, &a), Vec::<String>::new());
         let d = differences(&a, &b);
-        assert!(d.contains(&"shell.allow".to_string()) && d.contains(&"shell.network".to_string()) && d.contains(&"agent".to_string()), "{d:?}");
+        assert!(
+            d.contains(&"shell.allow".to_string())
+                && d.contains(&"shell.network".to_string())
+                && d.contains(&"agent".to_string()),
+            "{d:?}"
+        );
     }
 }

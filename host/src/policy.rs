@@ -53,15 +53,28 @@ impl PolicySource {
 
     pub fn read(&self) -> Result<Cow<'static, [u8]>> {
         match self {
-            PolicySource::Builtin(name) => builtin::get(name).map(Cow::Borrowed).with_context(|| {
-                format!(
-                    "there is no builtin policy `{name}`; builtins are: {}",
-                    builtin::names().iter().map(|n| format!("builtin:{n}")).collect::<Vec<_>>().join(", ")
-                )
-            }),
-            PolicySource::Path(p) => crate::files::read_capped(p, crate::files::MAX_COMPONENT_BYTES)
-                .map(Cow::Owned)
-                .with_context(|| format!("cannot read `{}`: give a path to a .wasm component or builtin:NAME", p.display())),
+            PolicySource::Builtin(name) => {
+                builtin::get(name).map(Cow::Borrowed).with_context(|| {
+                    format!(
+                        "there is no builtin policy `{name}`; builtins are: {}",
+                        builtin::names()
+                            .iter()
+                            .map(|n| format!("builtin:{n}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+            }
+            PolicySource::Path(p) => {
+                crate::files::read_capped(p, crate::files::MAX_COMPONENT_BYTES)
+                    .map(Cow::Owned)
+                    .with_context(|| {
+                        format!(
+                            "cannot read `{}`: give a path to a .wasm component or builtin:NAME",
+                            p.display()
+                        )
+                    })
+            }
         }
     }
 }
@@ -126,11 +139,20 @@ pub enum Returned {
 
 /// The WASI packages linked (with an empty context, see `caps::wasi`). Others,
 /// `wasi:http` above all, would be a way out of the sandbox and are not provided.
-const WASI_PACKAGES: [&str; 6] = ["wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:cli/", "wasi:filesystem/", "wasi:sockets/"];
+const WASI_PACKAGES: [&str; 6] = [
+    "wasi:io/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:cli/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+];
 
 /// The interface names loopbox provides, for import checks.
 fn provided(name: &str) -> bool {
-    let ours = ["types", "actions", "state", "workspace", "log"].iter().any(|i| name == format!("{PACKAGE}/{i}@{VERSION}"));
+    let ours = ["types", "actions", "state", "workspace", "log"]
+        .iter()
+        .any(|i| name == format!("{PACKAGE}/{i}@{VERSION}"));
     ours || WASI_PACKAGES.iter().any(|p| name.starts_with(p))
 }
 
@@ -145,20 +167,39 @@ pub fn classify(interface: &Interface) -> Result<World> {
     }
     let foreign: Vec<&String> = interface.imports.iter().filter(|i| !provided(i)).collect();
     if !foreign.is_empty() {
-        let names = foreign.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ");
+        let names = foreign
+            .iter()
+            .map(|i| format!("`{i}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let hint = if foreign.iter().any(|i| i.starts_with("wasi:http/")) {
             " (a policy reaches the network only through loopbox's actions; with componentize-js, build with `disableFeatures: ['http', 'fetch-event']`, as `loopbox build` does)"
         } else {
             ""
         };
-        bail!("it imports {names}, which loopbox does not provide: a policy may import only loopbox:policy's interfaces and basic WASI{hint}");
+        bail!(
+            "it imports {names}, which loopbox does not provide: a policy may import only loopbox:policy's interfaces and basic WASI{hint}"
+        );
     }
-    let acts = ["actions", "workspace"].iter().any(|i| interface.imports.iter().any(|n| *n == format!("{PACKAGE}/{i}@{VERSION}")));
-    Ok(if acts { World::LoopPolicy } else { World::Decider })
+    let acts = ["actions", "workspace"].iter().any(|i| {
+        interface
+            .imports
+            .iter()
+            .any(|n| *n == format!("{PACKAGE}/{i}@{VERSION}"))
+    });
+    Ok(if acts {
+        World::LoopPolicy
+    } else {
+        World::Decider
+    })
 }
 
 fn list_or_none(v: &[String]) -> String {
-    if v.is_empty() { "none".into() } else { v.join(", ") }
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
 }
 
 /// Refuse what is not a component before compiling it, with an error that says what it is.
@@ -167,7 +208,9 @@ pub fn check_component_bytes(bytes: &[u8]) -> Result<()> {
         return Ok(());
     }
     if wasmparser::Parser::is_core_wasm(bytes) {
-        bail!("it is a core WebAssembly module, not a component: build it for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)");
+        bail!(
+            "it is a core WebAssembly module, not a component: build it for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)"
+        );
     }
     bail!("it is not a WebAssembly component (no `\\0asm` header)");
 }
@@ -182,23 +225,47 @@ impl Policy {
         linker: &wasmtime::component::Linker<InstanceState>,
     ) -> Result<Policy> {
         let ty = component.component_type();
-        let interface =
-            Interface { imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(), exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect() };
+        let interface = Interface {
+            imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
+            exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
+        };
         let world = classify(&interface)?;
-        let pre = linker.instantiate_pre(component).map_err(|e| anyhow::anyhow!("{e}")).context("it cannot be linked")?;
+        let pre = linker
+            .instantiate_pre(component)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("it cannot be linked")?;
         let pre = LoopPolicyPre::new(pre)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("its `policy` export does not match loopbox's contract (was it built from another version of wit/?)")?;
-        Ok(Policy { source, digest: blake3::hash(&wasm).to_hex().to_string(), size: wasm.len(), world, interface, cache, wasm, engine: engine.clone(), pre })
+        Ok(Policy {
+            source,
+            digest: blake3::hash(&wasm).to_hex().to_string(),
+            size: wasm.len(),
+            world,
+            interface,
+            cache,
+            wasm,
+            engine: engine.clone(),
+            pre,
+        })
     }
 
     /// Run one call on a fresh instance; returns the result and the instance's state
     /// (its buffered state writes and captured output) for the caller to commit or drop.
-    pub async fn call(&self, data: InstanceState, meter: Arc<Meter>, limits: &Limits, call: Call<'_>) -> (Result<Returned, PolicyFault>, InstanceState) {
+    pub async fn call(
+        &self,
+        data: InstanceState,
+        meter: Arc<Meter>,
+        limits: &Limits,
+        call: Call<'_>,
+    ) -> (Result<Returned, PolicyFault>, InstanceState) {
         let mut store = Store::new(&self.engine, data);
         store.limiter(|s| &mut s.limiter);
         if let Err(e) = store.set_fuel(limits.fuel_per_event) {
-            return (Err(PolicyFault::Instantiate(e.to_string())), store.into_data());
+            return (
+                Err(PolicyFault::Instantiate(e.to_string())),
+                store.into_data(),
+            );
         }
         store.set_hostcall_fuel(limits.hostcall_bytes as usize);
         let budget = meter.cpu_budget();
@@ -251,12 +318,19 @@ async fn watchdog(meter: &Meter, wall_ms: u64) -> wasmtime::Error {
 }
 
 impl Policy {
-    async fn call_in(&self, store: &mut Store<InstanceState>, call: Call<'_>) -> wasmtime::Result<Result<Returned, String>> {
+    async fn call_in(
+        &self,
+        store: &mut Store<InstanceState>,
+        call: Call<'_>,
+    ) -> wasmtime::Result<Result<Returned, String>> {
         let instance = self.pre.instantiate_async(&mut *store).await?;
         let policy = instance.loopbox_policy_policy();
         match call {
             Call::Info => Ok(Ok(Returned::Info(policy.call_info(&mut *store).await?))),
-            Call::Handle(event) => Ok(policy.call_handle(&mut *store, event).await?.map(Returned::Decision)),
+            Call::Handle(event) => Ok(policy
+                .call_handle(&mut *store, event)
+                .await?
+                .map(Returned::Decision)),
         }
     }
 }

@@ -92,10 +92,18 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
             let _ = stdin.write_all(text.as_bytes()).await;
         });
     }
-    let out = tokio::spawn(read_capped(pipe::Receiver::from_owned_fd(out_r)?, spec.output_cap));
-    let err = tokio::spawn(read_capped(pipe::Receiver::from_owned_fd(err_r)?, spec.output_cap));
+    let out = tokio::spawn(read_capped(
+        pipe::Receiver::from_owned_fd(out_r)?,
+        spec.output_cap,
+    ));
+    let err = tokio::spawn(read_capped(
+        pipe::Receiver::from_owned_fd(err_r)?,
+        spec.output_cap,
+    ));
 
-    let wait = |r: Result<std::io::Result<i32>, tokio::task::JoinError>| r.map_err(std::io::Error::other).and_then(|s| s);
+    let wait = |r: Result<std::io::Result<i32>, tokio::task::JoinError>| {
+        r.map_err(std::io::Error::other).and_then(|s| s)
+    };
     let (status, timed_out) = match tokio::time::timeout(spec.timeout, &mut exited).await {
         Ok(r) => (wait(r)?, false),
         Err(_) => {
@@ -124,7 +132,11 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
 
     Ok(Finished {
         // A signal death (including our own kill on timeout) has no exit code.
-        exit_code: if timed_out || !libc::WIFEXITED(status) { None } else { Some(libc::WEXITSTATUS(status)) },
+        exit_code: if timed_out || !libc::WIFEXITED(status) {
+            None
+        } else {
+            Some(libc::WEXITSTATUS(status))
+        },
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
         duration: started.elapsed(),
@@ -181,7 +193,10 @@ fn clamped(l: &Rlimits) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
         .into_iter()
         .filter(|(_, v)| *v > 0)
         .map(|(resource, value)| {
-            let mut own = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            let mut own = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
             let mut v = value as libc::rlim_t;
             // SAFETY: getrlimit fills a local struct.
             if unsafe { libc::getrlimit(resource, &mut own) } == 0 {
@@ -204,7 +219,10 @@ fn rlimit_table(l: &Rlimits) -> [(libc::__rlimit_resource_t, u64); 5] {
 }
 
 /// Read everything, keeping the first `cap` bytes; true when more was dropped.
-async fn read_capped(mut r: impl AsyncRead + Unpin, cap: usize) -> std::io::Result<(Vec<u8>, bool)> {
+async fn read_capped(
+    mut r: impl AsyncRead + Unpin,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
     let mut kept = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     let mut cut = false;
@@ -245,11 +263,16 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
         let mut s = spec("/bin/true", &[]);
         s.cwd = "/nonexistent/dir".into();
-        assert_eq!(run(s).await.unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            run(s).await.unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
         let dir = tempfile::tempdir().unwrap();
         let not_executable = dir.path().join("data");
         std::fs::write(&not_executable, "x").unwrap();
-        let e = run(spec(not_executable.to_str().unwrap(), &[])).await.unwrap_err();
+        let e = run(spec(not_executable.to_str().unwrap(), &[]))
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
     }
 
@@ -257,7 +280,15 @@ mod tests {
     async fn the_child_runs_in_its_own_group_with_default_signals() {
         // SIGPIPE is ignored in Rust programs; a child must get the default back.
         // With SIGPIPE ignored, `yes` would print "Broken pipe" and go on failing writes.
-        let f = run(spec("/bin/sh", &["-c", "echo $$ $(ps -o pgid= -p $$); yes | head -1 >/dev/null; echo ok"])).await.unwrap();
+        let f = run(spec(
+            "/bin/sh",
+            &[
+                "-c",
+                "echo $$ $(ps -o pgid= -p $$); yes | head -1 >/dev/null; echo ok",
+            ],
+        ))
+        .await
+        .unwrap();
         assert_eq!(f.stderr, "", "{f:?}");
         let mut parts = f.stdout.split_whitespace();
         let (pid, pgid) = (parts.next().unwrap(), parts.next().unwrap());
@@ -272,13 +303,20 @@ mod tests {
         unsafe {
             libc::signal(libc::SIGHUP, libc::SIG_IGN);
         }
-        let f = run(spec("/bin/sh", &["-c", "kill -HUP $$; echo alive"])).await.unwrap();
+        let f = run(spec("/bin/sh", &["-c", "kill -HUP $$; echo alive"]))
+            .await
+            .unwrap();
         assert_eq!((f.exit_code, f.stdout.as_str()), (Some(0), "alive\n"));
     }
 
     #[tokio::test]
     async fn many_children_at_once_each_get_only_their_own_output() {
-        let runs = (0..40).map(|i| run(spec("/bin/sh", &["-c", &format!("sleep 0.0{}; echo {i}", i % 7)])));
+        let runs = (0..40).map(|i| {
+            run(spec(
+                "/bin/sh",
+                &["-c", &format!("sleep 0.0{}; echo {i}", i % 7)],
+            ))
+        });
         let outs = futures_join(runs).await;
         for (i, f) in outs.into_iter().enumerate() {
             assert_eq!(f.unwrap().stdout, format!("{i}\n"));
@@ -310,8 +348,18 @@ mod tests {
 
     #[tokio::test]
     async fn captures_exit_code_and_output() {
-        let f = run(spec("/bin/sh", &["-c", "echo out; echo err >&2; exit 3"])).await.unwrap();
-        assert_eq!((f.exit_code, f.stdout.as_str(), f.stderr.as_str(), f.timed_out), (Some(3), "out\n", "err\n", false));
+        let f = run(spec("/bin/sh", &["-c", "echo out; echo err >&2; exit 3"]))
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                f.exit_code,
+                f.stdout.as_str(),
+                f.stderr.as_str(),
+                f.timed_out
+            ),
+            (Some(3), "out\n", "err\n", false)
+        );
     }
 
     #[tokio::test]
@@ -328,7 +376,10 @@ mod tests {
         let mut s = spec("/bin/sh", &["-c", "head -c 5000000 /dev/zero"]);
         s.output_cap = 1000;
         let f = run(s).await.unwrap();
-        assert_eq!((f.stdout.len(), f.truncated, f.exit_code), (1000, true, Some(0)));
+        assert_eq!(
+            (f.stdout.len(), f.truncated, f.exit_code),
+            (1000, true, Some(0))
+        );
     }
 
     #[tokio::test]
@@ -344,7 +395,13 @@ mod tests {
     #[tokio::test]
     async fn rlimits_apply_to_the_child() {
         let mut s = spec("/bin/sh", &["-c", "ulimit -n; ulimit -f; ulimit -t"]);
-        s.rlimits = Some(Rlimits { cpu_seconds: 7, address_space_bytes: 0, processes: 0, file_size_bytes: 1 << 20, open_files: 64 });
+        s.rlimits = Some(Rlimits {
+            cpu_seconds: 7,
+            address_space_bytes: 0,
+            processes: 0,
+            file_size_bytes: 1 << 20,
+            open_files: 64,
+        });
         // sh reports the file size limit in 512-byte blocks.
         assert_eq!(run(s).await.unwrap().stdout, "64\n2048\n7\n");
     }
@@ -352,14 +409,24 @@ mod tests {
     #[tokio::test]
     async fn a_child_past_its_cpu_limit_is_killed() {
         let mut s = spec("/bin/sh", &["-c", "while :; do :; done"]);
-        s.rlimits = Some(Rlimits { cpu_seconds: 1, ..Rlimits::default() });
+        s.rlimits = Some(Rlimits {
+            cpu_seconds: 1,
+            ..Rlimits::default()
+        });
         let f = run(s).await.unwrap();
-        assert_eq!((f.exit_code, f.timed_out), (None, false), "killed by SIGXCPU, not the timeout");
+        assert_eq!(
+            (f.exit_code, f.timed_out),
+            (None, false),
+            "killed by SIGXCPU, not the timeout"
+        );
     }
 
     #[tokio::test]
     async fn a_child_ignoring_sigterm_is_killed() {
-        let mut s = spec("/bin/sh", &["-c", "trap '' TERM; while :; do sleep 1; done"]);
+        let mut s = spec(
+            "/bin/sh",
+            &["-c", "trap '' TERM; while :; do sleep 1; done"],
+        );
         s.timeout = Duration::from_millis(300);
         let f = run(s).await.unwrap();
         assert!(f.timed_out && f.duration < Duration::from_secs(10), "{f:?}");

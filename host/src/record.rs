@@ -18,7 +18,9 @@ pub fn event_json(e: &Event) -> Value {
             "type": "turn-complete", "session_id": t.session_id, "response": t.response,
             "index": t.index, "continuation": t.continuation, "origin": t.origin.as_ref().map(origin_json),
         }),
-        Event::ToolCall(c) => json!({"type": "tool-call", "name": c.name, "input": embed(&c.input), "origin": c.origin.as_ref().map(origin_json)}),
+        Event::ToolCall(c) => {
+            json!({"type": "tool-call", "name": c.name, "input": embed(&c.input), "origin": c.origin.as_ref().map(origin_json)})
+        }
         Event::Tick(p) => json!({"type": "tick", "payload": embed(p)}),
         Event::UserInput(t) => json!({"type": "user-input", "text": t}),
         Event::Custom((name, p)) => json!({"type": "custom", "name": name, "payload": embed(p)}),
@@ -31,7 +33,13 @@ fn origin_json(o: &Origin) -> Value {
 
 fn parse_origin(v: &Value) -> Option<Origin> {
     let s = |k: &str| v[k].as_str().map(String::from);
-    Some(Origin { agent: s("agent")?, event: s("event")?, agent_id: s("agent_id"), permission_mode: s("permission_mode"), tool: s("tool") })
+    Some(Origin {
+        agent: s("agent")?,
+        event: s("event")?,
+        agent_id: s("agent_id"),
+        permission_mode: s("permission_mode"),
+        tool: s("tool"),
+    })
 }
 
 /// An event back from its stored JSON (the inverse of [`event_json`]).
@@ -42,7 +50,11 @@ pub fn parse_event(text: &str) -> anyhow::Result<Event> {
         Value::String(s) if serde_json::from_str::<Value>(s).is_err() => s.clone(),
         other => other.to_string(),
     };
-    let s = |k: &str| v[k].as_str().map(String::from).ok_or_else(|| anyhow::anyhow!("the event has no `{k}`"));
+    let s = |k: &str| {
+        v[k].as_str()
+            .map(String::from)
+            .ok_or_else(|| anyhow::anyhow!("the event has no `{k}`"))
+    };
     Ok(match v["type"].as_str().unwrap_or_default() {
         "start" => Event::Start(payload(&v["input"])),
         "turn-complete" => Event::TurnComplete(crate::bindings::Turn {
@@ -52,7 +64,11 @@ pub fn parse_event(text: &str) -> anyhow::Result<Event> {
             continuation: v["continuation"].as_bool().unwrap_or(false),
             origin: parse_origin(&v["origin"]),
         }),
-        "tool-call" => Event::ToolCall(crate::bindings::ToolCall { name: s("name")?, input: payload(&v["input"]), origin: parse_origin(&v["origin"]) }),
+        "tool-call" => Event::ToolCall(crate::bindings::ToolCall {
+            name: s("name")?,
+            input: payload(&v["input"]),
+            origin: parse_origin(&v["origin"]),
+        }),
         "tick" => Event::Tick(payload(&v["payload"])),
         "user-input" => Event::UserInput(s("text")?),
         "custom" => Event::Custom((s("name")?, payload(&v["payload"]))),
@@ -67,7 +83,9 @@ pub fn decision_json(d: &Decision) -> Value {
         Decision::Block(r) => json!({"type": "block", "reason": r}),
         Decision::Rewrite(p) => json!({"type": "rewrite", "payload": embed(p)}),
         Decision::Ask(q) => json!({"type": "ask", "question": q}),
-        Decision::Done(o) => json!({"type": "done", "success": o.success, "summary": o.summary, "data": o.data.as_deref().map(embed)}),
+        Decision::Done(o) => {
+            json!({"type": "done", "success": o.success, "summary": o.summary, "data": o.data.as_deref().map(embed)})
+        }
         Decision::Escalate(r) => json!({"type": "escalate", "reason": r}),
     }
 }
@@ -75,7 +93,11 @@ pub fn decision_json(d: &Decision) -> Value {
 /// A decision back from its stored JSON (the inverse of [`decision_json`]).
 pub fn parse_decision(text: &str) -> anyhow::Result<Decision> {
     let v: Value = serde_json::from_str(text)?;
-    let s = |k: &str| v[k].as_str().map(String::from).ok_or_else(|| anyhow::anyhow!("the decision has no `{k}`"));
+    let s = |k: &str| {
+        v[k].as_str()
+            .map(String::from)
+            .ok_or_else(|| anyhow::anyhow!("the decision has no `{k}`"))
+    };
     Ok(match v["type"].as_str().unwrap_or_default() {
         "pass" => Decision::Pass,
         "inject" => Decision::Inject(s("message")?),
@@ -106,7 +128,11 @@ pub fn describe_decision(d: &Decision) -> String {
         Decision::Block(r) => format!("block: {}", short(r)),
         Decision::Rewrite(_) => "rewrite".into(),
         Decision::Ask(q) => format!("ask: {}", short(q)),
-        Decision::Done(o) => format!("done ({}): {}", if o.success { "success" } else { "failure" }, short(&o.summary)),
+        Decision::Done(o) => format!(
+            "done ({}): {}",
+            if o.success { "success" } else { "failure" },
+            short(&o.summary)
+        ),
         Decision::Escalate(r) => format!("escalate: {}", short(r)),
     }
 }
@@ -119,12 +145,18 @@ pub fn validate_decision(d: &Decision, max_bytes: u64) -> Result<(), String> {
         Decision::Block(r) => vec![("block", r)],
         Decision::Rewrite(p) => vec![("rewrite", p)],
         Decision::Ask(q) => vec![("ask", q)],
-        Decision::Done(o) => [("done.summary", o.summary.as_str())].into_iter().chain(o.data.as_deref().map(|x| ("done.data", x))).collect(),
+        Decision::Done(o) => [("done.summary", o.summary.as_str())]
+            .into_iter()
+            .chain(o.data.as_deref().map(|x| ("done.data", x)))
+            .collect(),
         Decision::Escalate(r) => vec![("escalate", r)],
     };
     for (what, text) in texts {
         if text.len() as u64 > max_bytes {
-            return Err(format!("{what} is {} bytes, over limits.max_string_bytes = {max_bytes}", text.len()));
+            return Err(format!(
+                "{what} is {} bytes, over limits.max_string_bytes = {max_bytes}",
+                text.len()
+            ));
         }
     }
     let json_field = match d {
@@ -133,7 +165,8 @@ pub fn validate_decision(d: &Decision, max_bytes: u64) -> Result<(), String> {
         _ => None,
     };
     if let Some((what, text)) = json_field {
-        serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| format!("{what} is not JSON: {e}"))?;
+        serde_json::from_str::<serde::de::IgnoredAny>(text)
+            .map_err(|e| format!("{what} is not JSON: {e}"))?;
     }
     Ok(())
 }
@@ -144,10 +177,22 @@ mod tests {
 
     #[test]
     fn malformed_json_in_a_decision_is_refused() {
-        let d = Decision::Done(Outcome { success: true, summary: "ok".into(), data: Some("{nope".into()) });
-        assert!(validate_decision(&d, 100).unwrap_err().contains("done.data is not JSON"));
+        let d = Decision::Done(Outcome {
+            success: true,
+            summary: "ok".into(),
+            data: Some("{nope".into()),
+        });
+        assert!(
+            validate_decision(&d, 100)
+                .unwrap_err()
+                .contains("done.data is not JSON")
+        );
         assert!(validate_decision(&Decision::Rewrite("[1]".into()), 100).is_ok());
-        assert!(validate_decision(&Decision::Inject("x".repeat(101)), 100).unwrap_err().contains("limits.max_string_bytes"));
+        assert!(
+            validate_decision(&Decision::Inject("x".repeat(101)), 100)
+                .unwrap_err()
+                .contains("limits.max_string_bytes")
+        );
     }
 
     #[test]
@@ -158,8 +203,18 @@ mod tests {
             Event::Tick("{}".into()),
             Event::UserInput("yes".into()),
             Event::Custom(("PostToolUse".into(), "{\"x\":1}".into())),
-            Event::ToolCall(crate::bindings::ToolCall { name: "Bash".into(), input: "{\"command\":\"ls\"}".into(), origin: None }),
-            Event::TurnComplete(crate::bindings::Turn { session_id: "s".into(), response: "done".into(), index: 2, continuation: true, origin: None }),
+            Event::ToolCall(crate::bindings::ToolCall {
+                name: "Bash".into(),
+                input: "{\"command\":\"ls\"}".into(),
+                origin: None,
+            }),
+            Event::TurnComplete(crate::bindings::Turn {
+                session_id: "s".into(),
+                response: "done".into(),
+                index: 2,
+                continuation: true,
+                origin: None,
+            }),
             Event::ToolCall(crate::bindings::ToolCall {
                 name: "Bash".into(),
                 input: "{}".into(),
@@ -187,8 +242,16 @@ mod tests {
             Decision::Block("no".into()),
             Decision::Rewrite("{\"a\":1}".into()),
             Decision::Ask("which?".into()),
-            Decision::Done(Outcome { success: true, summary: "ok".into(), data: Some("[1]".into()) }),
-            Decision::Done(Outcome { success: false, summary: "no".into(), data: None }),
+            Decision::Done(Outcome {
+                success: true,
+                summary: "ok".into(),
+                data: Some("[1]".into()),
+            }),
+            Decision::Done(Outcome {
+                success: false,
+                summary: "no".into(),
+                data: None,
+            }),
             Decision::Escalate("help".into()),
         ];
         for d in decisions {
@@ -198,7 +261,13 @@ mod tests {
 
     #[test]
     fn records_embed_json_payloads() {
-        assert_eq!(event_json(&Event::Start("{\"a\":1}".into())), json!({"type": "start", "input": {"a": 1}}));
-        assert_eq!(event_json(&Event::Tick("not json".into()))["payload"], json!("not json"));
+        assert_eq!(
+            event_json(&Event::Start("{\"a\":1}".into())),
+            json!({"type": "start", "input": {"a": 1}})
+        );
+        assert_eq!(
+            event_json(&Event::Tick("not json".into()))["payload"],
+            json!("not json")
+        );
     }
 }

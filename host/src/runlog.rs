@@ -38,13 +38,24 @@ pub struct RunLog {
 
 impl RunLog {
     pub fn new(ui: Ui) -> RunLog {
-        RunLog { pending: Arc::default(), ui }
+        RunLog {
+            pending: Arc::default(),
+            ui,
+        }
     }
 
     pub fn write(&self, level: &str, source: Source, message: impl Into<String>) {
-        let record = LogRecord { at_ms: now_ms(), level: level.into(), source: source.as_str().into(), message: message.into() };
+        let record = LogRecord {
+            at_ms: now_ms(),
+            level: level.into(),
+            source: source.as_str().into(),
+            message: message.into(),
+        };
         self.ui.log(&record);
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record);
     }
 
     pub fn host(&self, level: &str, message: impl Into<String>) {

@@ -28,11 +28,18 @@ impl Runtime {
 
     /// A runtime whose instance pool holds `pool_instances` instances at once.
     pub fn with_pool(cache_dir: PathBuf, pool_instances: u32) -> Result<Runtime> {
-        let engine = Engine::new(&engine::config(pool_instances)).map_err(crate::wasm_err).context("failed to create the Wasm engine")?;
+        let engine = Engine::new(&engine::config(pool_instances))
+            .map_err(crate::wasm_err)
+            .context("failed to create the Wasm engine")?;
         let mut linker = Linker::new(&engine);
         crate::caps::add_to_linker(&mut linker).context("failed to link loopbox's capabilities")?;
         let ticker = EpochTicker::start(&engine)?;
-        Ok(Runtime { engine, linker, cache: ComponentCache::new(cache_dir), _ticker: ticker })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache: ComponentCache::new(cache_dir),
+            _ticker: ticker,
+        })
     }
 
     pub fn engine(&self) -> &Engine {
@@ -45,14 +52,25 @@ impl Runtime {
 
     /// Read, check, compile (or load from the cache) and pre-link a policy.
     pub fn load(&self, source: &PolicySource) -> Result<Policy> {
-        self.load_inner(source).with_context(|| format!("failed to load policy `{source}`"))
+        self.load_inner(source)
+            .with_context(|| format!("failed to load policy `{source}`"))
     }
 
     fn load_inner(&self, source: &PolicySource) -> Result<Policy> {
         let bytes = source.read()?;
         check_component_bytes(&bytes)?;
-        let (component, outcome) = self.cache.load(&self.engine, &bytes).context("it is not a valid component")?;
+        let (component, outcome) = self
+            .cache
+            .load(&self.engine, &bytes)
+            .context("it is not a valid component")?;
         let wasm: Arc<[u8]> = Arc::from(bytes.into_owned());
-        Policy::new(source.clone(), wasm, &self.engine, &component, outcome, &self.linker)
+        Policy::new(
+            source.clone(),
+            wasm,
+            &self.engine,
+            &component,
+            outcome,
+            &self.linker,
+        )
     }
 }

@@ -36,7 +36,12 @@ pub struct Launch<'a> {
 }
 
 fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
-    CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a program, argument, variable or path contains a NUL byte"))
+    CString::new(s).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a program, argument, variable or path contains a NUL byte",
+        )
+    })
 }
 
 /// Everything the child reads, prepared before the clone.
@@ -64,8 +69,14 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
         Some(a) => cstring(a)?,
         None => program.clone(),
     };
-    let args: Vec<CString> = std::iter::once(Ok(arg0)).chain(l.args.iter().map(|a| cstring(a.as_str()))).collect::<io::Result<_>>()?;
-    let env: Vec<CString> = l.env.iter().map(|(k, v)| cstring(format!("{k}={v}"))).collect::<io::Result<_>>()?;
+    let args: Vec<CString> = std::iter::once(Ok(arg0))
+        .chain(l.args.iter().map(|a| cstring(a.as_str())))
+        .collect::<io::Result<_>>()?;
+    let env: Vec<CString> = l
+        .env
+        .iter()
+        .map(|(k, v)| cstring(format!("{k}={v}")))
+        .collect::<io::Result<_>>()?;
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
@@ -100,7 +111,14 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
     // SAFETY: `child` only makes system calls on data in `prepared`, which
     // outlives the call: CLONE_VFORK suspends us until the child has executed
     // or exited, and only then is the stack freed.
-    let pid = unsafe { libc::clone(child, top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, &prepared as *const Prepared as *mut c_void) };
+    let pid = unsafe {
+        libc::clone(
+            child,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &prepared as *const Prepared as *mut c_void,
+        )
+    };
     let clone_error = io::Error::last_os_error();
     // SAFETY: restores the mask saved above.
     unsafe {
@@ -202,7 +220,11 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         if let Some(fd) = p.pass_fd {
             let target = crate::sandbox::PASSED_FD;
             // dup2 onto itself would keep close-on-exec: clear it instead.
-            let ok = if fd == target { libc::fcntl(fd, libc::F_SETFD, 0) == 0 } else { libc::dup2(fd, target) == target };
+            let ok = if fd == target {
+                libc::fcntl(fd, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(fd, target) == target
+            };
             if !ok {
                 return fail(p);
             }
@@ -211,7 +233,10 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             return fail(p);
         }
         for (resource, value) in p.rlimits {
-            let lim = libc::rlimit { rlim_cur: *value, rlim_max: *value };
+            let lim = libc::rlimit {
+                rlim_cur: *value,
+                rlim_max: *value,
+            };
             if libc::setrlimit(*resource, &lim) != 0 {
                 return fail(p);
             }

@@ -50,7 +50,11 @@ impl Stop {
             StopReason::Cancelled => 1,
             StopReason::Interrupted => 2,
         };
-        if self.reason.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        if self
+            .reason
+            .compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
             self.notify.notify_waiters();
         }
     }

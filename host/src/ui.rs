@@ -30,17 +30,26 @@ impl Ui {
             Inner::Quiet
         } else if std::io::stderr().is_terminal() && std::env::var_os("CI").is_none() {
             let pb = ProgressBar::new_spinner();
-            pb.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
+            pb.set_style(
+                ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                    .expect("valid template"),
+            );
             pb.enable_steady_tick(Duration::from_millis(100));
             Inner::Spinner(pb)
         } else {
             Inner::Plain
         };
-        Ui { inner: Arc::new(inner), stage: Arc::default() }
+        Ui {
+            inner: Arc::new(inner),
+            stage: Arc::default(),
+        }
     }
 
     pub fn quiet() -> Ui {
-        Ui { inner: Arc::new(Inner::Quiet), stage: Arc::default() }
+        Ui {
+            inner: Arc::new(Inner::Quiet),
+            stage: Arc::default(),
+        }
     }
 
     /// What is happening now (the current action).
@@ -49,7 +58,11 @@ impl Ui {
         match &*self.inner {
             Inner::Spinner(pb) => {
                 let stage = self.stage.lock().map(|s| s.clone()).unwrap_or_default();
-                pb.set_message(if stage.is_empty() { msg } else { format!("{stage} — {msg}") })
+                pb.set_message(if stage.is_empty() {
+                    msg
+                } else {
+                    format!("{stage} — {msg}")
+                })
             }
             Inner::Plain => crate::errln!("loopbox: {msg}"),
             Inner::Quiet => {}
@@ -85,7 +98,12 @@ impl Ui {
 
     pub fn log(&self, r: &LogRecord) {
         if !matches!(*self.inner, Inner::Quiet) {
-            self.line(format!("  [{}] {}: {}", r.source, r.level, sanitize(&r.message)));
+            self.line(format!(
+                "  [{}] {}: {}",
+                r.source,
+                r.level,
+                sanitize(&r.message)
+            ));
         }
     }
 
@@ -118,13 +136,26 @@ pub fn utc(ms: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// Policy text shown on a terminal: control characters and escape sequences
 /// removed, so a policy cannot rewrite what the user sees.
 pub fn sanitize(s: &str) -> String {
-    s.chars().map(|c| if c == '\n' || c == '\t' || !c.is_control() { c } else { '\u{FFFD}' }).collect()
+    s.chars()
+        .map(|c| {
+            if c == '\n' || c == '\t' || !c.is_control() {
+                c
+            } else {
+                '\u{FFFD}'
+            }
+        })
+        .collect()
 }
 
 /// `s` cut to `max` characters, saying how long it was.
@@ -147,6 +178,9 @@ mod tests {
 
     #[test]
     fn escapes_are_neutralized() {
-        assert_eq!(super::sanitize("a\x1b[2Kb\rc\nd"), "a\u{FFFD}[2Kb\u{FFFD}c\nd");
+        assert_eq!(
+            super::sanitize("a\x1b[2Kb\rc\nd"),
+            "a\u{FFFD}[2Kb\u{FFFD}c\nd"
+        );
     }
 }

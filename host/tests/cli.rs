@@ -17,9 +17,15 @@ fn project() -> tempfile::TempDir {
 #[test]
 fn ralph_runs_the_example_to_its_promise() {
     let p = project();
-    let o = loopbox(p.path(), &["run", "builtin:ralph", "--input", "@ralph.json"]);
+    let o = loopbox(
+        p.path(),
+        &["run", "builtin:ralph", "--input", "@ralph.json"],
+    );
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(normalize(&o.stdout), "done: completion promise found after 3 iteration(s)\n");
+    assert_eq!(
+        normalize(&o.stdout),
+        "done: completion promise found after 3 iteration(s)\n"
+    );
     let stderr = normalize(&o.stderr);
     let (banner, rest) = stderr.split_once('\n').unwrap();
     // The sandbox named last depends on the machine (bwrap, landlock or none).
@@ -35,7 +41,13 @@ fn ralph_runs_the_example_to_its_promise() {
     // The same conversation was continued on every turn.
     let turns: Vec<_> = std::fs::read_dir(p.path().join(".scripted-agent"))
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("turns-"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("turns-")
+        })
         .collect();
     assert_eq!(turns.len(), 1);
 }
@@ -43,28 +55,76 @@ fn ralph_runs_the_example_to_its_promise() {
 #[test]
 fn ralph_fails_when_iterations_run_out() {
     let p = project();
-    let o = loopbox(p.path(), &["run", "builtin:ralph", "--input", r#"{"prompt": "go", "completion_promise": "NEVER", "max_iterations": 2}"#]);
+    let o = loopbox(
+        p.path(),
+        &[
+            "run",
+            "builtin:ralph",
+            "--input",
+            r#"{"prompt": "go", "completion_promise": "NEVER", "max_iterations": 2}"#,
+        ],
+    );
     assert_eq!(code(&o), 1);
-    assert_eq!(normalize(&o.stdout), "failed: max_iterations (2) reached without the completion promise\n");
+    assert_eq!(
+        normalize(&o.stdout),
+        "failed: max_iterations (2) reached without the completion promise\n"
+    );
 }
 
 #[test]
 fn the_turn_budget_stops_a_policy_that_never_ends() {
     let p = project();
-    let o = loopbox(p.path(), &["run", "builtin:ralph", "--max-turns", "2", "--input", r#"{"prompt": "go"}"#]);
+    let o = loopbox(
+        p.path(),
+        &[
+            "run",
+            "builtin:ralph",
+            "--max-turns",
+            "2",
+            "--input",
+            r#"{"prompt": "go"}"#,
+        ],
+    );
     assert_eq!(code(&o), 6);
-    assert_eq!(normalize(&o.stdout), "failed: the run used all 2 of its turns (run.max_turns) without the policy finishing\n");
+    assert_eq!(
+        normalize(&o.stdout),
+        "failed: the run used all 2 of its turns (run.max_turns) without the policy finishing\n"
+    );
 }
 
 #[test]
 fn todo_enforcer_keeps_the_agent_working_until_the_list_is_done() {
     let p = project();
-    let o = loopbox(p.path(), &["run", "builtin:todo-enforcer", "--input", "@todo.json", "--json"]);
+    let o = loopbox(
+        p.path(),
+        &[
+            "run",
+            "builtin:todo-enforcer",
+            "--input",
+            "@todo.json",
+            "--json",
+        ],
+    );
     assert_eq!(code(&o), 0);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((v["status"].as_str(), v["turns"].as_u64(), v["exit_code"].as_i64()), (Some("done"), Some(3), Some(0)), "{v}");
-    assert_eq!(v["summary"], "the policy let the agent stop after 3 turn(s)");
-    assert!(o.stderr.is_empty(), "--json prints nothing else: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        (
+            v["status"].as_str(),
+            v["turns"].as_u64(),
+            v["exit_code"].as_i64()
+        ),
+        (Some("done"), Some(3), Some(0)),
+        "{v}"
+    );
+    assert_eq!(
+        v["summary"],
+        "the policy let the agent stop after 3 turn(s)"
+    );
+    assert!(
+        o.stderr.is_empty(),
+        "--json prints nothing else: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -73,23 +133,70 @@ fn fix_forward_follows_ticks_to_each_ending() {
     let red = r#"{"pushed": true, "ci_status": "red", "attempts": 0, "elapsed_seconds": 10}"#;
     let o = loopbox(
         p.path(),
-        &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", red, "--tick", r#"{"pushed": true, "ci_status": "green"}"#],
+        &[
+            "run",
+            "builtin:fix-forward",
+            "--input",
+            "@fix-forward.json",
+            "--tick",
+            red,
+            "--tick",
+            r#"{"pushed": true, "ci_status": "green"}"#,
+        ],
     );
-    assert_eq!((code(&o), normalize(&o.stdout).as_str()), (0, "done: CI is green on the pushed commit; closing the issue\n"));
-    let o =
-        loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", r#"{"pushed": true, "ci_status": "red", "attempts": 2}"#]);
+    assert_eq!(
+        (code(&o), normalize(&o.stdout).as_str()),
+        (
+            0,
+            "done: CI is green on the pushed commit; closing the issue\n"
+        )
+    );
+    let o = loopbox(
+        p.path(),
+        &[
+            "run",
+            "builtin:fix-forward",
+            "--input",
+            "@fix-forward.json",
+            "--tick",
+            r#"{"pushed": true, "ci_status": "red", "attempts": 2}"#,
+        ],
+    );
     assert_eq!(code(&o), 3);
-    assert!(normalize(&o.stdout).starts_with("escalated: freeze-escalate: CI is still red after 2 fix-forward attempt(s)"), "{}", normalize(&o.stdout));
-    let o = loopbox(p.path(), &["run", "builtin:fix-forward", "--input", "@fix-forward.json", "--tick", r#"{"pushed": false, "thread_status": "running"}"#]);
+    assert!(
+        normalize(&o.stdout).starts_with(
+            "escalated: freeze-escalate: CI is still red after 2 fix-forward attempt(s)"
+        ),
+        "{}",
+        normalize(&o.stdout)
+    );
+    let o = loopbox(
+        p.path(),
+        &[
+            "run",
+            "builtin:fix-forward",
+            "--input",
+            "@fix-forward.json",
+            "--tick",
+            r#"{"pushed": false, "thread_status": "running"}"#,
+        ],
+    );
     assert_eq!(code(&o), 4);
     let out = normalize(&o.stdout);
-    assert!(out.starts_with("waiting: the policy is waiting for events and none are queued") && out.contains("run RUN is parked in"), "{out}");
+    assert!(
+        out.starts_with("waiting: the policy is waiting for events and none are queued")
+            && out.contains("run RUN is parked in"),
+        "{out}"
+    );
 }
 
 #[test]
 fn no_agent_configured_is_exit_7_with_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
-    let o = loopbox(dir.path(), &["run", "builtin:ralph", "--input", r#"{"prompt": "go"}"#]);
+    let o = loopbox(
+        dir.path(),
+        &["run", "builtin:ralph", "--input", r#"{"prompt": "go"}"#],
+    );
     assert_eq!(code(&o), 7);
     assert_eq!(
         normalize(&o.stdout),
@@ -100,11 +207,18 @@ fn no_agent_configured_is_exit_7_with_what_to_do() {
 #[test]
 fn config_errors_name_the_key_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("loopbox.toml"), "[shell]\nallowed = [[\"ls\"]]\n").unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[shell]\nallowed = [[\"ls\"]]\n",
+    )
+    .unwrap();
     let o = loopbox(dir.path(), &["run", "builtin:ralph"]);
     assert_eq!(code(&o), 2);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.starts_with("error: invalid config `") && err.contains("unknown field `allowed`"), "{err}");
+    assert!(
+        err.starts_with("error: invalid config `") && err.contains("unknown field `allowed`"),
+        "{err}"
+    );
     assert!(o.stdout.is_empty());
 }
 
@@ -142,7 +256,10 @@ fn inspect_describes_a_builtin() {
     assert!(out.contains("\nlanguage     Rust"), "{out}");
     let o = loopbox(dir.path(), &["inspect", "builtin:fix-forward", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((v["world"].as_str(), &v["capabilities"]), (Some("decider"), &serde_json::json!(["state"])));
+    assert_eq!(
+        (v["world"].as_str(), &v["capabilities"]),
+        (Some("decider"), &serde_json::json!(["state"]))
+    );
     assert_eq!(v["info"]["name"], "fix-forward");
 }
 
@@ -150,17 +267,28 @@ fn inspect_describes_a_builtin() {
 fn inspect_refuses_a_core_module() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
-    let o = loopbox(dir.path(), &["inspect", &dir.path().join("core.wasm").to_string_lossy()]);
+    let o = loopbox(
+        dir.path(),
+        &["inspect", &dir.path().join("core.wasm").to_string_lossy()],
+    );
     assert_eq!(code(&o), 2);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("is a core WebAssembly module, not a component: build it for the wasm32-wasip2 target"), "{err}");
+    assert!(
+        err.contains(
+            "is a core WebAssembly module, not a component: build it for the wasm32-wasip2 target"
+        ),
+        "{err}"
+    );
 }
 
 #[test]
 fn help_documents_the_exit_codes() {
     let o = Command::new(BIN).arg("--help").output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
-    for line in ["  4   the run is waiting (for an answer or events)", "  5   the policy failed: trap, limit, error or malformed decision"] {
+    for line in [
+        "  4   the run is waiting (for an answer or events)",
+        "  5   the policy failed: trap, limit, error or malformed decision",
+    ] {
         assert!(out.contains(line), "{out}");
     }
 }
@@ -177,7 +305,15 @@ fn probe() -> &'static Path {
 #[test]
 fn a_trapping_policy_is_exit_5_with_its_message() {
     let dir = tempfile::tempdir().unwrap();
-    let o = loopbox(dir.path(), &["run", &probe().to_string_lossy(), "--input", r#"{"op": "trap"}"#]);
+    let o = loopbox(
+        dir.path(),
+        &[
+            "run",
+            &probe().to_string_lossy(),
+            "--input",
+            r#"{"op": "trap"}"#,
+        ],
+    );
     assert_eq!(code(&o), 5);
     assert!(
         normalize(&o.stdout).starts_with(
@@ -187,22 +323,44 @@ fn a_trapping_policy_is_exit_5_with_its_message() {
         normalize(&o.stdout)
     );
     let err = normalize(&o.stderr);
-    assert!(err.contains("  [stderr] info: ") && err.contains("probe was told to panic"), "{err}");
+    assert!(
+        err.contains("  [stderr] info: ") && err.contains("probe was told to panic"),
+        "{err}"
+    );
 }
 
 #[test]
 fn an_ask_without_a_terminal_parks_the_run() {
     let dir = tempfile::tempdir().unwrap();
-    let o = loopbox(dir.path(), &["run", &probe().to_string_lossy(), "--input", r#"{"op": "echo", "then": "ask"}"#]);
+    let o = loopbox(
+        dir.path(),
+        &[
+            "run",
+            &probe().to_string_lossy(),
+            "--input",
+            r#"{"op": "echo", "then": "ask"}"#,
+        ],
+    );
     assert_eq!(code(&o), 4);
     let out = normalize(&o.stdout);
-    assert!(out.starts_with("waiting: the policy asks: probe asks\nrun RUN is parked in "), "{out}");
+    assert!(
+        out.starts_with("waiting: the policy asks: probe asks\nrun RUN is parked in "),
+        "{out}"
+    );
 }
 
 #[test]
 fn denials_are_shown_in_the_run_log() {
     let dir = tempfile::tempdir().unwrap();
-    let o = loopbox(dir.path(), &["run", &probe().to_string_lossy(), "--input", r#"{"op": "exec", "argv": ["rm", "-rf", "/"]}"#]);
+    let o = loopbox(
+        dir.path(),
+        &[
+            "run",
+            &probe().to_string_lossy(),
+            "--input",
+            r#"{"op": "exec", "argv": ["rm", "-rf", "/"]}"#,
+        ],
+    );
     assert_eq!(code(&o), 0, "the policy handled the denial and finished");
     let err = normalize(&o.stderr);
     assert!(
@@ -217,21 +375,47 @@ fn command_line_rules_tiers_and_yes() {
     let probe = probe().to_string_lossy().into_owned();
     let input = r#"{"op": "exec", "argv": ["echo", "hi"]}"#;
     // Ask-tier with no terminal (CI is set): declined, and the policy sees why.
-    let o = loopbox(dir.path(), &["run", &probe, "--input", input, "--ask", "echo", "--json"]);
+    let o = loopbox(
+        dir.path(),
+        &["run", &probe, "--input", input, "--ask", "echo", "--json"],
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let data = &v["outcome"]["data"];
     assert_eq!(data["err"]["kind"], "declined", "{v}");
-    assert!(data["err"]["message"].as_str().unwrap().contains("pass --yes to approve ask-tier actions"), "{v}");
+    assert!(
+        data["err"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pass --yes to approve ask-tier actions"),
+        "{v}"
+    );
     // --yes approves it, and the banner says so.
-    let o = loopbox(dir.path(), &["run", &probe, "--input", input, "--ask", "echo", "--yes"]);
+    let o = loopbox(
+        dir.path(),
+        &["run", &probe, "--input", input, "--ask", "echo", "--yes"],
+    );
     assert_eq!(code(&o), 0);
     let err = normalize(&o.stderr);
-    assert!(err.contains("; ask [echo] (all approved by --yes)"), "{err}");
-    assert!(err.contains("  [host] info: exec `echo hi` needs a yes (--ask (echo)): approved\n"), "{err}");
+    assert!(
+        err.contains("; ask [echo] (all approved by --yes)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("  [host] info: exec `echo hi` needs a yes (--ask (echo)): approved\n"),
+        "{err}"
+    );
     // --deny wins over --allow.
-    let o = loopbox(dir.path(), &["run", &probe, "--input", input, "--allow", "echo", "--deny", "echo hi", "--json"]);
+    let o = loopbox(
+        dir.path(),
+        &[
+            "run", &probe, "--input", input, "--allow", "echo", "--deny", "echo hi", "--json",
+        ],
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["outcome"]["data"]["err"]["message"], "`echo hi` is denied by --deny (echo hi)");
+    assert_eq!(
+        v["outcome"]["data"]["err"]["message"],
+        "`echo hi` is denied by --deny (echo hi)"
+    );
     let o = loopbox(dir.path(), &["run", &probe, "--allow", " "]);
     assert_eq!(code(&o), 2);
 }
@@ -242,23 +426,44 @@ fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
     let o = loopbox(dir.path(), &["doctor"]);
     assert_eq!(code(&o), 0);
     let out = String::from_utf8_lossy(&o.stdout);
-    let keys: Vec<&str> = out.lines().map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+    let keys: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
     let mut expected = vec!["landlock", "bubblewrap", "sandbox", "network", "protected"];
     // Landlock's limits are stated where it is the fallback.
     if loopbox::sandbox::support().landlock_usable().is_ok() {
         expected.push("landlock");
-        assert!(out.contains("landlock limits   cannot keep a missing protected name from being created"), "{out}");
+        assert!(
+            out.contains(
+                "landlock limits   cannot keep a missing protected name from being created"
+            ),
+            "{out}"
+        );
     }
     expected.extend(["config", "component", "agent"]);
     assert_eq!(keys, expected, "{out}");
-    assert!(out.contains("config            none (defaults: nothing granted)"), "{out}");
-    assert!(out.contains("protected         .git .claude .codex"), "{out}");
+    assert!(
+        out.contains("config            none (defaults: nothing granted)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("protected         .git .claude .codex"),
+        "{out}"
+    );
     let o = loopbox(dir.path(), &["doctor", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["network"], false);
-    assert!(v["protected"].as_str().unwrap().starts_with(".git .claude"), "{v}");
+    assert!(
+        v["protected"].as_str().unwrap().starts_with(".git .claude"),
+        "{v}"
+    );
     // A choice this machine cannot enforce makes doctor fail, and says so.
-    std::fs::write(dir.path().join("loopbox.toml"), "[shell]\nsandbox = \"landlock\"\n").unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[shell]\nsandbox = \"landlock\"\n",
+    )
+    .unwrap();
     let support = loopbox::sandbox::support();
     let o = loopbox(dir.path(), &["doctor"]);
     let landlock_ok = support.landlock_usable().is_ok();
@@ -268,8 +473,17 @@ fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
 #[test]
 fn the_readme_config_example_is_a_valid_config() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let section = readme.split("## Configuration: `loopbox.toml`").nth(1).expect("README has the config section");
-    let block = section.split("```toml\n").nth(1).unwrap().split("```").next().unwrap();
+    let section = readme
+        .split("## Configuration: `loopbox.toml`")
+        .nth(1)
+        .expect("README has the config section");
+    let block = section
+        .split("```toml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("loopbox.toml"), block).unwrap();
     let o = loopbox(dir.path(), &["doctor"]);
@@ -300,23 +514,59 @@ fn new_build_run(lang: &str) {
         .args(["build", "--json"])
         .current_dir(&project)
         .env("CARGO_TARGET_DIR", repo().join("target/scaffolds"))
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-cli-test-cache"))
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
         .output()
         .unwrap();
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON object, the tools' chatter went to stderr");
-    assert_eq!((report["name"].as_str(), report["language"].as_str(), report["world"].as_str()), (Some(name.as_str()), Some(lang), Some("loop-policy")));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .expect("stdout is one JSON object, the tools' chatter went to stderr");
+    assert_eq!(
+        (
+            report["name"].as_str(),
+            report["language"].as_str(),
+            report["world"].as_str()
+        ),
+        (Some(name.as_str()), Some(lang), Some("loop-policy"))
+    );
     let wasm = format!("{name}.wasm");
     assert!(project.join(&wasm).is_file());
     // The build compiled the component into the cache: the next process loads it from there.
     let o = loopbox(&project, &["inspect", &wasm, "--json"]);
     let inspected: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((inspected["cached"].as_bool(), inspected["info"]["name"].as_str()), (Some(true), Some(name.as_str())), "{inspected}");
+    assert_eq!(
+        (
+            inspected["cached"].as_bool(),
+            inspected["info"]["name"].as_str()
+        ),
+        (Some(true), Some(name.as_str())),
+        "{inspected}"
+    );
 
-    let o = loopbox(&project, &["run", &wasm, "--input", r#"{"check": ["true"]}"#, "--allow", "true"]);
-    assert_eq!((code(&o), normalize(&o.stdout)), (0, "done: `true` passes after 0 fix(es)\n".to_string()), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = loopbox(
+        &project,
+        &[
+            "run",
+            &wasm,
+            "--input",
+            r#"{"check": ["true"]}"#,
+            "--allow",
+            "true",
+        ],
+    );
+    assert_eq!(
+        (code(&o), normalize(&o.stdout)),
+        (0, "done: `true` passes after 0 fix(es)\n".to_string()),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // Not granted: the policy gets a denial and escalates with it.
-    let o = loopbox(&project, &["run", &wasm, "--input", r#"{"check": ["false"]}"#]);
+    let o = loopbox(
+        &project,
+        &["run", &wasm, "--input", r#"{"check": ["false"]}"#],
+    );
     assert_eq!(code(&o), 3, "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
         normalize(&o.stdout).starts_with("escalated: cannot run `false`: denied: `false` is not allowed: no rule in `shell.allow` matches"),
@@ -324,7 +574,17 @@ fn new_build_run(lang: &str) {
         normalize(&o.stdout)
     );
     // A failing check goes to the agent, which this project has not configured.
-    let o = loopbox(&project, &["run", &wasm, "--input", r#"{"check": ["false"]}"#, "--allow", "false"]);
+    let o = loopbox(
+        &project,
+        &[
+            "run",
+            &wasm,
+            "--input",
+            r#"{"check": ["false"]}"#,
+            "--allow",
+            "false",
+        ],
+    );
     assert_eq!(code(&o), 7, "{}", String::from_utf8_lossy(&o.stdout));
 }
 
@@ -349,7 +609,10 @@ fn new_and_build_refuse_bad_input_with_what_to_do() {
     let o = loopbox(dir.path(), &["new", "Bad_Name", "--lang", "rust"]);
     assert_eq!(
         (code(&o), normalize(&o.stderr).as_str()),
-        (2, "error: `Bad_Name` is not a usable policy name: use lower-case letters, digits and `-`, starting with a letter (e.g. `green-tests`)\n")
+        (
+            2,
+            "error: `Bad_Name` is not a usable policy name: use lower-case letters, digits and `-`, starting with a letter (e.g. `green-tests`)\n"
+        )
     );
     let o = loopbox(dir.path(), &["new", "p", "--lang", "cobol"]);
     assert_eq!(code(&o), 2);
@@ -358,8 +621,13 @@ fn new_and_build_refuse_bad_input_with_what_to_do() {
     std::fs::write(dir.path().join("taken/keep.txt"), "mine").unwrap();
     let o = loopbox(dir.path(), &["new", "taken", "--lang", "python"]);
     assert_eq!(code(&o), 2);
-    assert!(normalize(&o.stderr).contains("taken` already exists; choose another name or remove it"));
-    assert_eq!(std::fs::read_dir(dir.path().join("taken")).unwrap().count(), 1);
+    assert!(
+        normalize(&o.stderr).contains("taken` already exists; choose another name or remove it")
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("taken")).unwrap().count(),
+        1
+    );
 
     let o = loopbox(dir.path(), &["build", "taken"]);
     assert_eq!(code(&o), 2);
@@ -372,18 +640,41 @@ fn new_and_build_refuse_bad_input_with_what_to_do() {
     // Each language's missing tool is named, with the command that installs it.
     let empty = tempfile::tempdir().unwrap();
     for (lang, needle) in [
-        ("python", "componentize-py is needed to build Python policies but cannot be run"),
+        (
+            "python",
+            "componentize-py is needed to build Python policies but cannot be run",
+        ),
         ("python", "python3 -m pip install componentize-py==0.25.1"),
-        ("js", "Node.js is needed to build JavaScript policies but `node` cannot be run; install Node.js 20 or later"),
+        (
+            "js",
+            "Node.js is needed to build JavaScript policies but `node` cannot be run; install Node.js 20 or later",
+        ),
         ("rust", "cannot run `cargo`"),
     ] {
         let name = format!("no-{lang}");
         if !dir.path().join(&name).exists() {
-            assert_eq!(code(&loopbox(dir.path(), &["new", &name, "--lang", lang])), 0);
+            assert_eq!(
+                code(&loopbox(dir.path(), &["new", &name, "--lang", lang])),
+                0
+            );
         }
-        let o = Command::new(BIN).args(["build", &name]).current_dir(dir.path()).env("PATH", empty.path()).env_remove("CARGO").output().unwrap();
-        assert_eq!(code(&o), 1, "{lang}: {}", String::from_utf8_lossy(&o.stderr));
+        let o = Command::new(BIN)
+            .args(["build", &name])
+            .current_dir(dir.path())
+            .env("PATH", empty.path())
+            .env_remove("CARGO")
+            .output()
+            .unwrap();
+        assert_eq!(
+            code(&o),
+            1,
+            "{lang}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let err = normalize(&o.stderr);
-        assert!(err.contains(&format!("error: failed to build `./{name}`: ")) && err.contains(needle), "{lang}: {err}");
+        assert!(
+            err.contains(&format!("error: failed to build `./{name}`: ")) && err.contains(needle),
+            "{lang}: {err}"
+        );
     }
 }

@@ -11,7 +11,8 @@ use common::*;
 use serde_json::Value;
 
 fn json_of(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", text(&o.stdout), text(&o.stderr)))
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", text(&o.stdout), text(&o.stderr)))
 }
 
 fn text(b: &[u8]) -> String {
@@ -19,7 +20,12 @@ fn text(b: &[u8]) -> String {
 }
 
 fn path_of(result: &Value) -> Vec<String> {
-    result["outcome"]["data"]["path"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+    result["outcome"]["data"]["path"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
 }
 
 /// The run log of a `--json` run (which prints no progress itself).
@@ -34,10 +40,16 @@ fn read(dir: &Path, file: &str) -> String {
 #[test]
 fn fix_the_tests_hands_the_failure_to_the_agent_until_the_tests_pass() {
     let p = example("loops");
-    assert!(read(p.path(), "calc.sh").contains("$1 - $2"), "the example starts broken");
+    assert!(
+        read(p.path(), "calc.sh").contains("$1 - $2"),
+        "the example starts broken"
+    );
     let o = loopbox(p.path(), &["run", "fix-the-tests.yaml"]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
-    assert_eq!(normalize(&o.stdout), "done: reached `done` after 4 steps (test → fix → test → done)\n");
+    assert_eq!(
+        normalize(&o.stdout),
+        "done: reached `done` after 4 steps (test → fix → test → done)\n"
+    );
     let stderr = text(&o.stderr);
     // The progress line names the state and the step, and each transition is logged.
     for line in [
@@ -51,9 +63,17 @@ fn fix_the_tests_hands_the_failure_to_the_agent_until_the_tests_pass() {
     ] {
         assert!(stderr.contains(line), "missing `{line}` in:\n{stderr}");
     }
-    assert!(read(p.path(), "calc.sh").contains("$1 + $2"), "the agent fixed calc.sh");
+    assert!(
+        read(p.path(), "calc.sh").contains("$1 + $2"),
+        "the agent fixed calc.sh"
+    );
     let prompts = read(p.path(), ".fix-agent/prompts");
-    assert!(prompts.starts_with("The tests fail:\ntest add ... FAILED: calc.sh 2 3 printed -1, expected 5\n1 failed\n"), "{prompts}");
+    assert!(
+        prompts.starts_with(
+            "The tests fail:\ntest add ... FAILED: calc.sh 2 3 printed -1, expected 5\n1 failed\n"
+        ),
+        "{prompts}"
+    );
     assert_eq!(prompts.matches("---").count(), 1, "one prompt");
 }
 
@@ -63,21 +83,52 @@ fn the_convergence_loop_burns_the_todos_down_to_zero() {
     let o = loopbox(p.path(), &["run", "convergence.yaml", "--json"]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     let result = json_of(&o);
-    assert_eq!(path_of(&result), ["measure", "work", "measure", "work", "measure", "work", "measure", "done"]);
+    assert_eq!(
+        path_of(&result),
+        [
+            "measure", "work", "measure", "work", "measure", "work", "measure", "done"
+        ]
+    );
     assert_eq!(result["actions"], 7);
     assert!(!read(p.path(), "notes.md").contains("TODO"));
     let log = log_of(p.path(), &result);
-    assert!(log.contains("step 1 `measure`: progress (3 (first value; target 0)) -> `work`"), "{log}");
-    assert!(log.contains("step 3 `measure`: progress (3 -> 2 (target 0)) -> `work`"), "{log}");
-    assert!(log.contains("step 7 `measure`: target (0 is within 0 of 0) -> `done`"), "{log}");
+    assert!(
+        log.contains("step 1 `measure`: progress (3 (first value; target 0)) -> `work`"),
+        "{log}"
+    );
+    assert!(
+        log.contains("step 3 `measure`: progress (3 -> 2 (target 0)) -> `work`"),
+        "{log}"
+    );
+    assert!(
+        log.contains("step 7 `measure`: target (0 is within 0 of 0) -> `done`"),
+        "{log}"
+    );
 
     // A step that makes no progress is a stall; --input replaces context values.
     std::fs::write(p.path().join("stuck.md"), "TODO one\n").unwrap();
-    let o = loopbox(p.path(), &["run", "convergence.yaml", "--json", "--input", r#"{"notes": "stuck.md"}"#]);
+    let o = loopbox(
+        p.path(),
+        &[
+            "run",
+            "convergence.yaml",
+            "--json",
+            "--input",
+            r#"{"notes": "stuck.md"}"#,
+        ],
+    );
     assert_eq!(code(&o), 1, "{}", text(&o.stderr));
     let result = json_of(&o);
-    assert_eq!(path_of(&result), ["measure", "work", "measure", "failed"], "burn-down of stuck.md is not granted, so nothing changes");
-    assert!(log_of(p.path(), &result).contains("denied exec `sh tools/burn-down stuck.md`"), "{}", log_of(p.path(), &result));
+    assert_eq!(
+        path_of(&result),
+        ["measure", "work", "measure", "failed"],
+        "burn-down of stuck.md is not granted, so nothing changes"
+    );
+    assert!(
+        log_of(p.path(), &result).contains("denied exec `sh tools/burn-down stuck.md`"),
+        "{}",
+        log_of(p.path(), &result)
+    );
 }
 
 #[test]
@@ -86,10 +137,25 @@ fn triage_routes_on_captures_and_the_agents_action_result() {
     let o = loopbox(p.path(), &["run", "triage.yaml", "--json"]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     let result = json_of(&o);
-    assert_eq!(path_of(&result), ["run-tests", "ask-agent", "check-report", "run-tests", "done"]);
+    assert_eq!(
+        path_of(&result),
+        [
+            "run-tests",
+            "ask-agent",
+            "check-report",
+            "run-tests",
+            "done"
+        ]
+    );
     let stderr = log_of(p.path(), &result);
-    assert!(stderr.contains("step 3 `check-report`: yes (`^success$` found) -> `run-tests`"), "{stderr}");
-    assert!(read(p.path(), ".fix-agent/prompts").starts_with("The test suite `test.sh` fails (attempt 1):\n"));
+    assert!(
+        stderr.contains("step 3 `check-report`: yes (`^success$` found) -> `run-tests`"),
+        "{stderr}"
+    );
+    assert!(
+        read(p.path(), ".fix-agent/prompts")
+            .starts_with("The test suite `test.sh` fails (attempt 1):\n")
+    );
 
     // A bug the agent cannot fix: it reports `failed`, and the loop routes there.
     let p = example("loops");
@@ -97,8 +163,14 @@ fn triage_routes_on_captures_and_the_agents_action_result() {
     let o = loopbox(p.path(), &["run", "triage.yaml", "--json"]);
     assert_eq!(code(&o), 1, "{}", text(&o.stderr));
     let result = json_of(&o);
-    assert_eq!(path_of(&result), ["run-tests", "ask-agent", "check-report", "failed"]);
-    assert_eq!(result["summary"], "reached `failed`, a failure state, after 4 steps (run-tests → ask-agent → check-report → failed)");
+    assert_eq!(
+        path_of(&result),
+        ["run-tests", "ask-agent", "check-report", "failed"]
+    );
+    assert_eq!(
+        result["summary"],
+        "reached `failed`, a failure state, after 4 steps (run-tests → ask-agent → check-report → failed)"
+    );
 }
 
 #[test]
@@ -113,7 +185,10 @@ fn without_the_scripts_grant_a_shell_action_is_refused_and_routed_as_an_error() 
     let stderr = log_of(p.path(), &result);
     assert!(stderr.contains("step 1 `test`: error (denied: shell text is not allowed (`sh test.sh`): set `shell.scripts = true`"), "{stderr}");
     assert!(stderr.contains("-> `failed`"), "{stderr}");
-    assert!(stderr.contains("captured `tests`: the action failed, so there is no output"), "{stderr}");
+    assert!(
+        stderr.contains("captured `tests`: the action failed, so there is no output"),
+        "{stderr}"
+    );
     assert!(read(p.path(), "calc.sh").contains("$1 - $2"), "nothing ran");
 }
 
@@ -142,10 +217,24 @@ states:
     let result = json_of(&o);
     assert_eq!(path_of(&result), ["test", "fix", "test", "done"]);
     let prompts = read(p.path(), ".fix-agent/prompts");
-    assert_eq!(prompts.matches("Did every test pass?\n\n<action_output>\n").count(), 2, "{prompts}");
+    assert_eq!(
+        prompts
+            .matches("Did every test pass?\n\n<action_output>\n")
+            .count(),
+        2,
+        "{prompts}"
+    );
     let stderr = log_of(p.path(), &result);
-    assert!(stderr.contains("step 1 `test`: no (no at 0.80: no passing tests in the output) -> `fix`"), "{stderr}");
-    assert!(stderr.contains("step 3 `test`: yes (yes at 0.90: the output reports passing tests) -> `done`"), "{stderr}");
+    assert!(
+        stderr.contains("step 1 `test`: no (no at 0.80: no passing tests in the output) -> `fix`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "step 3 `test`: yes (yes at 0.90: the output reports passing tests) -> `done`"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -153,16 +242,32 @@ fn context_values_can_come_from_an_input_file() {
     let p = example("loops");
     std::fs::write(p.path().join("stuck.md"), "TODO one\n").unwrap();
     std::fs::write(p.path().join("ctx.json"), r#"{"notes": "stuck.md"}"#).unwrap();
-    let o = loopbox(p.path(), &["run", "convergence.yaml", "--json", "--input", "@ctx.json"]);
+    let o = loopbox(
+        p.path(),
+        &["run", "convergence.yaml", "--json", "--input", "@ctx.json"],
+    );
     assert_eq!(code(&o), 1, "{}", text(&o.stderr));
-    assert_eq!(path_of(&json_of(&o)), ["measure", "work", "measure", "failed"], "the loop worked on stuck.md, not notes.md");
+    assert_eq!(
+        path_of(&json_of(&o)),
+        ["measure", "work", "measure", "failed"],
+        "the loop worked on stuck.md, not notes.md"
+    );
     assert!(read(p.path(), "notes.md").contains("TODO"));
 }
 
 #[test]
 fn builtin_fsm_takes_the_loop_as_its_input() {
     let p = example("loops");
-    let o = loopbox(p.path(), &["run", "builtin:fsm", "--input", "@fix-the-tests.yaml", "--json"]);
+    let o = loopbox(
+        p.path(),
+        &[
+            "run",
+            "builtin:fsm",
+            "--input",
+            "@fix-the-tests.yaml",
+            "--json",
+        ],
+    );
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     let result = json_of(&o);
     assert_eq!(result["policy"], "builtin:fsm");
@@ -176,7 +281,10 @@ fn a_run_killed_mid_loop_resumes_without_redoing_finished_steps() {
     let o = std::process::Command::new(BIN)
         .args(["run", "fix-the-tests.yaml"])
         .current_dir(p.path())
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-cli-test-cache"))
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
         .env("CI", "true")
         .env("LOOPBOX_CRASH_AT", "action-recorded:2")
         .output()
@@ -189,7 +297,11 @@ fn a_run_killed_mid_loop_resumes_without_redoing_finished_steps() {
     let o = loopbox(p.path(), &["runs", "resume", &id, "--json"]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     assert_eq!(path_of(&json_of(&o)), ["test", "fix", "test", "done"]);
-    assert_eq!(read(p.path(), ".fix-agent/prompts").matches("---").count(), 1, "the agent was prompted once, not again on resume");
+    assert_eq!(
+        read(p.path(), ".fix-agent/prompts").matches("---").count(),
+        1,
+        "the agent was prompted once, not again on resume"
+    );
 }
 
 /// `loopbox validate` on a broken loop: exit 2 and exactly these problems.
@@ -199,8 +311,15 @@ fn invalid(yaml: &str, problems: &[&str]) {
     let o = loopbox(dir.path(), &["validate", "loop.yaml"]);
     assert_eq!(code(&o), 2, "{}", text(&o.stderr));
     let mut want: Vec<String> = problems.iter().map(|p| format!("loop.yaml:{p}")).collect();
-    want.push(format!("error: loop.yaml has {} problem(s); fix them and run `loopbox validate loop.yaml` again", problems.len()));
-    assert_eq!(text(&o.stderr).lines().collect::<Vec<_>>(), want, "\n{yaml}");
+    want.push(format!(
+        "error: loop.yaml has {} problem(s); fix them and run `loopbox validate loop.yaml` again",
+        problems.len()
+    ));
+    assert_eq!(
+        text(&o.stderr).lines().collect::<Vec<_>>(),
+        want,
+        "\n{yaml}"
+    );
     assert!(o.stdout.is_empty());
 }
 
@@ -220,7 +339,9 @@ fn validate_names_each_problem_with_its_line() {
     );
     invalid(
         "name: d\ninitial: a\nstates:\n  a:\n    action: echo a\n    next: b\n  b:\n    action: echo b\n    next: a\n",
-        &["2: no terminal state can be reached from `a`: the loop could only stop at max_steps; add a state with `terminal: true`"],
+        &[
+            "2: no terminal state can be reached from `a`: the loop could only stop at max_steps; add a state with `terminal: true`",
+        ],
     );
     invalid(
         "name: e\ninitial: a\nmax_step: 3\nbackoff: 5\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    loop: other.yaml\n    next: done\n  done:\n    terminal: true\n",
@@ -247,7 +368,10 @@ fn validate_names_each_problem_with_its_line() {
             "10: state `b`: `action_type: mcp_tool` is not supported by loopbox: MCP tools are not reachable from the sandbox",
         ],
     );
-    invalid("name: h\ninitial: a\nstates:\n  a:\n    action: \"unclosed\n    next: done\n", &["5: not valid YAML: invalid indentation in quoted scalar"]);
+    invalid(
+        "name: h\ninitial: a\nstates:\n  a:\n    action: \"unclosed\n    next: done\n",
+        &["5: not valid YAML: invalid indentation in quoted scalar"],
+    );
     invalid(
         "name: i\ninitial: a\ncontext:\n  dir: src\nstates:\n  a:\n    action: \"ls ${context.dir} ${context.missing} ${captured.nope.output} ${env.HOME} ${prev.oops} ${context.dir:default=x}\"\n    next: done\n  done:\n    terminal: true\n",
         &[
@@ -280,7 +404,10 @@ fn validate_checks_imports_and_reports_json() {
     let p = example("loops");
     let o = loopbox(p.path(), &["validate", "triage.yaml"]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
-    assert_eq!(text(&o.stdout), "ok: triage.yaml is loop `triage`: 5 states, starts at `run-tests`, ends at `done` or `failed`, at most 12 steps\n");
+    assert_eq!(
+        text(&o.stdout),
+        "ok: triage.yaml is loop `triage`: 5 states, starts at `run-tests`, ends at `done` or `failed`, at most 12 steps\n"
+    );
 
     std::fs::write(
         p.path().join("bad.yaml"),
@@ -295,7 +422,14 @@ fn validate_checks_imports_and_reports_json() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| format!("{}:{}: {}", p["file"].as_str().unwrap(), p["line"], p["message"].as_str().unwrap()))
+        .map(|p| {
+            format!(
+                "{}:{}: {}",
+                p["file"].as_str().unwrap(),
+                p["line"],
+                p["message"].as_str().unwrap()
+            )
+        })
         .collect();
     assert_eq!(
         problems,
@@ -310,9 +444,18 @@ fn validate_checks_imports_and_reports_json() {
     // A loop with problems never starts a run.
     let o = loopbox(p.path(), &["run", "bad.yaml"]);
     assert_eq!(code(&o), 2);
-    assert!(text(&o.stderr).starts_with("error: the loop has 4 problem(s):\nbad.yaml:3: cannot import"), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("(`loopbox validate bad.yaml` checks a loop without running it)"));
-    assert_eq!(text(&loopbox(p.path(), &["runs", "--json"]).stdout).trim(), "[]");
+    assert!(
+        text(&o.stderr).starts_with("error: the loop has 4 problem(s):\nbad.yaml:3: cannot import"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        text(&o.stderr).contains("(`loopbox validate bad.yaml` checks a loop without running it)")
+    );
+    assert_eq!(
+        text(&loopbox(p.path(), &["runs", "--json"]).stdout).trim(),
+        "[]"
+    );
 }
 
 #[test]
@@ -320,33 +463,55 @@ fn hostile_or_missing_loop_files_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let o = loopbox(dir.path(), &["validate", "nowhere.yaml"]);
     assert_eq!(code(&o), 2);
-    assert!(text(&o.stderr).starts_with("error: loop `nowhere.yaml` cannot be read: No such file"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).starts_with("error: loop `nowhere.yaml` cannot be read: No such file"),
+        "{}",
+        text(&o.stderr)
+    );
 
     std::fs::write(dir.path().join("huge.yaml"), "a".repeat(2 << 20)).unwrap();
     let o = loopbox(dir.path(), &["run", "huge.yaml"]);
     assert_eq!(code(&o), 2);
-    assert_eq!(text(&o.stderr), "error: loop `huge.yaml` cannot be read: it is 2097152 bytes; at most 1048576 bytes are read\n");
+    assert_eq!(
+        text(&o.stderr),
+        "error: loop `huge.yaml` cannot be read: it is 2097152 bytes; at most 1048576 bytes are read\n"
+    );
 
     // Aliases that expand exponentially stop at the node cap instead of eating memory.
     let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
     for i in 1..9 {
-        bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 10].join(", ")));
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [{}]\n",
+            vec![format!("*a{}", i - 1); 10].join(", ")
+        ));
     }
     std::fs::write(dir.path().join("bomb.yaml"), bomb).unwrap();
     let o = loopbox(dir.path(), &["validate", "bomb.yaml"]);
     assert_eq!(code(&o), 2);
-    assert!(text(&o.stderr).contains("not valid YAML: the document expands to more than 100000 values"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("not valid YAML: the document expands to more than 100000 values"),
+        "{}",
+        text(&o.stderr)
+    );
 
     std::fs::write(dir.path().join("binary.yaml"), [0xff, 0xfe, 0x00, 0x41]).unwrap();
     let o = loopbox(dir.path(), &["validate", "binary.yaml"]);
     assert_eq!(code(&o), 2);
-    assert!(text(&o.stderr).contains("it must be UTF-8 text"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("it must be UTF-8 text"),
+        "{}",
+        text(&o.stderr)
+    );
 
     // The loop's --input must be an object of context values.
     let p = example("loops");
     let o = loopbox(p.path(), &["run", "convergence.yaml", "--input", "[1, 2]"]);
     assert_eq!(code(&o), 2);
-    assert!(text(&o.stderr).contains("--input for a YAML loop must be a JSON object of context values"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--input for a YAML loop must be a JSON object of context values"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 #[test]

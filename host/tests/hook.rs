@@ -10,13 +10,17 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
-const RALPH_INPUT: &str = r#"{"prompt": "Fix the build.", "completion_promise": "DONE", "max_iterations": 4}"#;
+const RALPH_INPUT: &str =
+    r#"{"prompt": "Fix the build.", "completion_promise": "DONE", "max_iterations": 4}"#;
 
 fn probe() -> &'static Path {
     static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PROBE.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        loopbox_guest_build::Repo::containing(root).build_rust_guests(&["probe"]).remove(0).1
+        loopbox_guest_build::Repo::containing(root)
+            .build_rust_guests(&["probe"])
+            .remove(0)
+            .1
     })
 }
 
@@ -29,29 +33,53 @@ fn run_env(dir: &Path, args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> Out
     let mut child = Command::new(BIN)
         .args(args)
         .current_dir(dir)
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-hook-test-cache"))
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-hook-test-cache"),
+        )
         .envs(env.iter().map(|(k, v)| (*k, *v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
 /// (exit code, stdout JSON or Null, stderr) of a hook process.
 fn answer_of(o: &Output) -> (i32, Value, String) {
     let out = String::from_utf8_lossy(&o.stdout);
-    let json = if out.trim().is_empty() { Value::Null } else { serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out}")) };
-    (o.status.code().unwrap(), json, String::from_utf8_lossy(&o.stderr).into_owned())
+    let json = if out.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out}"))
+    };
+    (
+        o.status.code().unwrap(),
+        json,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// One hook invocation: (exit code, stdout JSON or Null, stderr).
 fn hook(dir: &Path, policy: &str, input: Value) -> (i32, Value, String) {
     // The probe's start input is an op like any other; Ralph's is its loop config.
-    let start = if policy.starts_with("builtin:") { RALPH_INPUT } else { r#"{"op": "echo"}"# };
-    answer_of(&run(dir, &["hook", "claude-code", "--policy", policy, "--input", start], &input.to_string()))
+    let start = if policy.starts_with("builtin:") {
+        RALPH_INPUT
+    } else {
+        r#"{"op": "echo"}"#
+    };
+    answer_of(&run(
+        dir,
+        &["hook", "claude-code", "--policy", policy, "--input", start],
+        &input.to_string(),
+    ))
 }
 
 fn stop(dir: &Path, session: &str, message: Option<&str>, active: bool) -> Value {
@@ -70,28 +98,71 @@ fn ralph_blocks_each_stop_until_the_promise() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (code, out, err) = hook(d, "builtin:ralph", stop(d, "s1", Some("I started."), false));
-    assert_eq!((code, &out), (0, &json!({"decision": "block", "reason": "Fix the build.\n\n[ralph iteration 2 of 4]"})), "{err}");
-    let (_, out, _) = hook(d, "builtin:ralph", stop(d, "s1", Some("<promise>NOT YET</promise>"), true));
+    assert_eq!(
+        (code, &out),
+        (
+            0,
+            &json!({"decision": "block", "reason": "Fix the build.\n\n[ralph iteration 2 of 4]"})
+        ),
+        "{err}"
+    );
+    let (_, out, _) = hook(
+        d,
+        "builtin:ralph",
+        stop(d, "s1", Some("<promise>NOT YET</promise>"), true),
+    );
     assert_eq!(out["reason"], "Fix the build.\n\n[ralph iteration 3 of 4]");
-    let (code, out, _) = hook(d, "builtin:ralph", stop(d, "s1", Some("All green. <promise>DONE</promise>"), true));
-    assert_eq!((code, &out), (0, &json!({"systemMessage": "loopbox: completion promise found after 3 iteration(s)"})));
+    let (code, out, _) = hook(
+        d,
+        "builtin:ralph",
+        stop(d, "s1", Some("All green. <promise>DONE</promise>"), true),
+    );
+    assert_eq!(
+        (code, &out),
+        (
+            0,
+            &json!({"systemMessage": "loopbox: completion promise found after 3 iteration(s)"})
+        )
+    );
     // The loop is over for this session: later stops pass through.
-    assert_eq!(hook(d, "builtin:ralph", stop(d, "s1", Some("more"), false)), (0, Value::Null, String::new()));
+    assert_eq!(
+        hook(d, "builtin:ralph", stop(d, "s1", Some("more"), false)),
+        (0, Value::Null, String::new())
+    );
     // Another session starts its own loop and stops at the iteration limit.
     for i in 2..=4 {
         let (_, out, _) = hook(d, "builtin:ralph", stop(d, "s2", Some("no"), i > 2));
         assert_eq!(out["decision"], "block", "iteration {i}");
     }
     let (code, out, _) = hook(d, "builtin:ralph", stop(d, "s2", Some("no"), true));
-    assert_eq!((code, &out), (0, &json!({"systemMessage": "loopbox: max_iterations (4) reached without the completion promise"})));
+    assert_eq!(
+        (code, &out),
+        (
+            0,
+            &json!({"systemMessage": "loopbox: max_iterations (4) reached without the completion promise"})
+        )
+    );
 
     // Hook sessions are runs like any other.
     let o = run(d, &["runs", "--json"], "");
     let runs: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let mut statuses: Vec<(&str, &str, u64)> =
-        runs.as_array().unwrap().iter().map(|r| (r["status"].as_str().unwrap(), r["last_event"].as_str().unwrap(), r["turns"].as_u64().unwrap())).collect();
+    let mut statuses: Vec<(&str, &str, u64)> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap(),
+                r["last_event"].as_str().unwrap(),
+                r["turns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
     statuses.sort();
-    assert_eq!(statuses, [("done", "turn-complete", 3), ("failed", "turn-complete", 4)]);
+    assert_eq!(
+        statuses,
+        [("done", "turn-complete", 3), ("failed", "turn-complete", 4)]
+    );
 }
 
 #[test]
@@ -111,19 +182,32 @@ fn the_response_comes_from_the_transcript_when_the_input_lacks_it() {
     let mut input = stop(d, "t1", None, false);
     input["transcript_path"] = json!(transcript);
     let (code, out, err) = hook(d, "builtin:ralph", input);
-    assert_eq!((code, out["systemMessage"].as_str()), (0, Some("loopbox: completion promise found after 1 iteration(s)")), "{err}");
+    assert_eq!(
+        (code, out["systemMessage"].as_str()),
+        (
+            0,
+            Some("loopbox: completion promise found after 1 iteration(s)")
+        ),
+        "{err}"
+    );
     // SubagentStop reads the agent's own transcript.
     let mut input = stop(d, "t2", None, false);
     input["hook_event_name"] = json!("SubagentStop");
     input["agent_transcript_path"] = json!(transcript);
     input["agent_id"] = json!("a1");
-    assert_eq!(hook(d, "builtin:ralph", input).1["systemMessage"], "loopbox: completion promise found after 1 iteration(s)");
+    assert_eq!(
+        hook(d, "builtin:ralph", input).1["systemMessage"],
+        "loopbox: completion promise found after 1 iteration(s)"
+    );
     // A transcript outside the workspace and ~/.claude is not read.
     let mut input = stop(d, "t3", None, false);
     input["transcript_path"] = json!("/etc/passwd");
     let (code, out, err) = hook(d, "builtin:ralph", input);
     assert_eq!((code, out), (1, Value::Null));
-    assert!(err.contains("outside the workspace and Claude Code's configuration directory"), "{err}");
+    assert!(
+        err.contains("outside the workspace and Claude Code's configuration directory"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -133,23 +217,50 @@ fn tool_calls_and_prompts_map_to_their_answers() {
     let probe = probe().to_string_lossy().into_owned();
     let pre = |op: Value| json!({"session_id": "p", "transcript_path": "", "cwd": d, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": op, "tool_use_id": "t"});
     let (_, out, _) = hook(d, &probe, pre(json!({"op": "echo", "then": "block"})));
-    assert_eq!(out, json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "probe blocks"}}));
+    assert_eq!(
+        out,
+        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "probe blocks"}})
+    );
     let (_, out, _) = hook(d, &probe, pre(json!({"op": "echo", "then": "ask"})));
     assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "ask");
-    let (_, out, _) = hook(d, &probe, pre(json!({"op": "echo", "command": "ls -a", "then": "rewrite"})));
+    let (_, out, _) = hook(
+        d,
+        &probe,
+        pre(json!({"op": "echo", "command": "ls -a", "then": "rewrite"})),
+    );
     // A rewrite is shown to the user, never approved by the policy.
     assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "ask");
-    assert_eq!(out["hookSpecificOutput"]["updatedInput"], json!({"op": "echo", "command": "ls -a", "then": "rewrite"}));
-    assert_eq!(hook(d, &probe, pre(json!({"op": "echo", "then": "pass"}))), (0, Value::Null, String::new()));
+    assert_eq!(
+        out["hookSpecificOutput"]["updatedInput"],
+        json!({"op": "echo", "command": "ls -a", "then": "rewrite"})
+    );
+    assert_eq!(
+        hook(d, &probe, pre(json!({"op": "echo", "then": "pass"}))),
+        (0, Value::Null, String::new())
+    );
     let (_, out, _) = hook(d, &probe, pre(json!({"op": "echo", "then": "escalate"})));
-    assert_eq!(out, json!({"continue": false, "stopReason": "probe escalates"}));
+    assert_eq!(
+        out,
+        json!({"continue": false, "stopReason": "probe escalates"})
+    );
 
     let post = json!({"session_id": "q", "cwd": d, "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": {"op": "echo", "then": "block"}, "tool_response": {}});
-    assert_eq!(hook(d, &probe, post).1, json!({"decision": "block", "reason": "probe blocks"}));
-    let prompt = |op: Value| json!({"session_id": "u", "cwd": d, "hook_event_name": "UserPromptSubmit", "prompt": op.to_string()});
-    assert_eq!(hook(d, &probe, prompt(json!({"op": "echo", "then": "block"}))).1, json!({"decision": "block", "reason": "probe blocks"}));
     assert_eq!(
-        hook(d, &probe, prompt(json!({"op": "echo", "then": "inject", "message": "ctx"}))).1,
+        hook(d, &probe, post).1,
+        json!({"decision": "block", "reason": "probe blocks"})
+    );
+    let prompt = |op: Value| json!({"session_id": "u", "cwd": d, "hook_event_name": "UserPromptSubmit", "prompt": op.to_string()});
+    assert_eq!(
+        hook(d, &probe, prompt(json!({"op": "echo", "then": "block"}))).1,
+        json!({"decision": "block", "reason": "probe blocks"})
+    );
+    assert_eq!(
+        hook(
+            d,
+            &probe,
+            prompt(json!({"op": "echo", "then": "inject", "message": "ctx"}))
+        )
+        .1,
         json!({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "ctx"}})
     );
 }
@@ -162,28 +273,90 @@ fn a_failing_gate_refuses_and_a_failing_stop_hook_lets_the_agent_go_on() {
     let trap = json!({"session_id": "z", "cwd": d, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"op": "trap"}}).to_string();
     // Not a gate: exit 1, which every agent reads as a non-blocking error.
     for (policy, start, stdin, expect) in [
-        ("builtin:ralph", RALPH_INPUT, "{not json".to_string(), "hook input is not JSON"),
-        ("builtin:ralph", RALPH_INPUT, "".to_string(), "no hook input on stdin"),
-        ("builtin:nope", "{}", stop(d, "x", Some("hi"), false).to_string(), "there is no builtin policy `nope`"),
+        (
+            "builtin:ralph",
+            RALPH_INPUT,
+            "{not json".to_string(),
+            "hook input is not JSON",
+        ),
+        (
+            "builtin:ralph",
+            RALPH_INPUT,
+            "".to_string(),
+            "no hook input on stdin",
+        ),
+        (
+            "builtin:nope",
+            "{}",
+            stop(d, "x", Some("hi"), false).to_string(),
+            "there is no builtin policy `nope`",
+        ),
     ] {
-        let o = run(d, &["hook", "claude-code", "--policy", policy, "--input", start], &stdin);
+        let o = run(
+            d,
+            &["hook", "claude-code", "--policy", policy, "--input", start],
+            &stdin,
+        );
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "exit 1 is non-blocking; exit 2 would block: {err}");
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "exit 1 is non-blocking; exit 2 would block: {err}"
+        );
         assert!(o.stdout.is_empty());
         assert_eq!(err.lines().count(), 1, "one line: {err}");
-        assert!(err.starts_with("loopbox: the hook failed and let Claude Code go on: ") && err.contains(expect), "{err}");
+        assert!(
+            err.starts_with("loopbox: the hook failed and let Claude Code go on: ")
+                && err.contains(expect),
+            "{err}"
+        );
     }
     // A gate: a trapping or failing policy denies the call (fail closed), and says why.
-    for (start, expect) in [("{}", "the policy failed on start: policy returned an error: probe: unknown op"), (r#"{"op": "echo"}"#, "policy trapped")] {
-        let o = run(d, &["hook", "claude-code", "--policy", &probe, "--input", start], &trap);
+    for (start, expect) in [
+        (
+            "{}",
+            "the policy failed on start: policy returned an error: probe: unknown op",
+        ),
+        (r#"{"op": "echo"}"#, "policy trapped"),
+    ] {
+        let o = run(
+            d,
+            &["hook", "claude-code", "--policy", &probe, "--input", start],
+            &trap,
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         let out: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
-        assert_eq!((o.status.code(), out["hookSpecificOutput"]["permissionDecision"].as_str()), (Some(0), Some("deny")), "{err}");
-        let reason = out["hookSpecificOutput"]["permissionDecisionReason"].as_str().unwrap();
-        assert!(reason.contains(expect) && reason.contains("details in") && err.contains(expect), "{reason}");
+        assert_eq!(
+            (
+                o.status.code(),
+                out["hookSpecificOutput"]["permissionDecision"].as_str()
+            ),
+            (Some(0), Some("deny")),
+            "{err}"
+        );
+        let reason = out["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap();
+        assert!(
+            reason.contains(expect) && reason.contains("details in") && err.contains(expect),
+            "{reason}"
+        );
     }
     // --on-error allow opts a gate out.
-    let o = run(d, &["hook", "claude-code", "--policy", &probe, "--input", r#"{"op": "echo"}"#, "--on-error", "allow"], &trap);
+    let o = run(
+        d,
+        &[
+            "hook",
+            "claude-code",
+            "--policy",
+            &probe,
+            "--input",
+            r#"{"op": "echo"}"#,
+            "--on-error",
+            "allow",
+        ],
+        &trap,
+    );
     assert_eq!((o.status.code(), o.stdout.is_empty()), (Some(1), true));
     let log = std::fs::read_to_string(d.join(".loopbox/hook.log")).unwrap();
     assert_eq!(log.lines().count(), 6, "{log}");
@@ -195,23 +368,62 @@ fn every_agent_gate_fails_closed_even_when_the_policy_hangs() {
     let d = dir.path();
     let probe = probe().to_string_lossy().into_owned();
     let sleep = json!({"op": "sleep", "ms": 60_000});
-    for (agent, event, tool) in [("claude-code", "PreToolUse", "Bash"), ("codex", "PreToolUse", "Bash"), ("gemini", "BeforeTool", "run_shell_command")] {
+    for (agent, event, tool) in [
+        ("claude-code", "PreToolUse", "Bash"),
+        ("codex", "PreToolUse", "Bash"),
+        ("gemini", "BeforeTool", "run_shell_command"),
+    ] {
         let input = json!({"session_id": format!("hang-{agent}"), "cwd": d, "hook_event_name": event, "tool_name": tool, "tool_input": sleep});
         let started = std::time::Instant::now();
         // The agent gives the hook 3 s: loopbox answers before they run out.
-        let o = run(d, &["hook", agent, "--policy", &probe, "--input", r#"{"op": "echo"}"#, "--timeout", "3"], &input.to_string());
+        let o = run(
+            d,
+            &[
+                "hook",
+                agent,
+                "--policy",
+                &probe,
+                "--input",
+                r#"{"op": "echo"}"#,
+                "--timeout",
+                "3",
+            ],
+            &input.to_string(),
+        );
         let took = started.elapsed();
-        let out: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{agent} {e}: {}", String::from_utf8_lossy(&o.stderr)));
-        let denied = out["hookSpecificOutput"]["permissionDecision"] == "deny" || out["decision"] == "deny";
+        let out: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{agent} {e}: {}", String::from_utf8_lossy(&o.stderr)));
+        let denied =
+            out["hookSpecificOutput"]["permissionDecision"] == "deny" || out["decision"] == "deny";
         assert!(denied && o.status.code() == Some(0), "{agent}: {out}");
-        assert!(took < std::time::Duration::from_secs(3), "{agent} answered after {took:?}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains("no answer within 2.5 s"), "{agent}");
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{agent} answered after {took:?}"
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("no answer within 2.5 s"),
+            "{agent}"
+        );
     }
     // A permission request denies too; a policy that cannot answer it never approves it.
     let input = json!({"session_id": "perm", "cwd": d, "hook_event_name": "PermissionRequest", "tool_name": "Bash", "tool_input": {"op": "trap"}});
-    let o = run(d, &["hook", "claude-code", "--policy", &probe, "--input", r#"{"op": "echo"}"#], &input.to_string());
+    let o = run(
+        d,
+        &[
+            "hook",
+            "claude-code",
+            "--policy",
+            &probe,
+            "--input",
+            r#"{"op": "echo"}"#,
+        ],
+        &input.to_string(),
+    );
     let out: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(out["hookSpecificOutput"]["decision"]["behavior"], "deny", "{out}");
+    assert_eq!(
+        out["hookSpecificOutput"]["decision"]["behavior"], "deny",
+        "{out}"
+    );
 }
 
 const SETTINGS: &str = r#"{
@@ -243,7 +455,17 @@ fn install_and_uninstall_keep_other_hooks_byte_for_byte() {
     std::fs::create_dir(d.join(".claude")).unwrap();
     let settings = d.join(".claude/settings.json");
     std::fs::write(&settings, SETTINGS).unwrap();
-    let install = ["hook", "install", "claude-code", "--policy", "builtin:ralph", "--event", "Stop", "--input", RALPH_INPUT];
+    let install = [
+        "hook",
+        "install",
+        "claude-code",
+        "--policy",
+        "builtin:ralph",
+        "--event",
+        "Stop",
+        "--input",
+        RALPH_INPUT,
+    ];
     let o = run(d, &install, "");
     // The test binary is not on PATH, so the command names it by its path, and says so.
     let said = String::from_utf8_lossy(&o.stdout);
@@ -253,16 +475,39 @@ fn install_and_uninstall_keep_other_hooks_byte_for_byte() {
     );
     let text = std::fs::read_to_string(&settings).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["hooks"]["PreToolUse"], serde_json::from_str::<Value>(SETTINGS).unwrap()["hooks"]["PreToolUse"]);
-    let command = v["hooks"]["Stop"][0]["hooks"][0]["command"].as_str().unwrap();
-    assert!(command.ends_with(&format!("hook claude-code --policy builtin:ralph --input '{RALPH_INPUT}'")), "{command}");
+    assert_eq!(
+        v["hooks"]["PreToolUse"],
+        serde_json::from_str::<Value>(SETTINGS).unwrap()["hooks"]["PreToolUse"]
+    );
+    let command = v["hooks"]["Stop"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap();
+    assert!(
+        command.ends_with(&format!(
+            "hook claude-code --policy builtin:ralph --input '{RALPH_INPUT}'"
+        )),
+        "{command}"
+    );
     assert_eq!(
         String::from_utf8_lossy(&run(d, &install, "").stdout),
         "the Claude Code Stop hook for builtin:ralph is already installed in ./.claude/settings.json\n"
     );
-    assert!(v["hooks"]["Stop"][0]["hooks"][0].get("timeout").is_none(), "the agent's own default timeout applies");
+    assert!(
+        v["hooks"]["Stop"][0]["hooks"][0].get("timeout").is_none(),
+        "the agent's own default timeout applies"
+    );
 
-    let gate = ["hook", "install", "claude-code", "--policy", "builtin:todo-enforcer", "--event", "PreToolUse", "--matcher", "Bash"];
+    let gate = [
+        "hook",
+        "install",
+        "claude-code",
+        "--policy",
+        "builtin:todo-enforcer",
+        "--event",
+        "PreToolUse",
+        "--matcher",
+        "Bash",
+    ];
     assert_eq!(run(d, &gate, "").status.code(), Some(0));
     let mut un = gate;
     un[1] = "uninstall";
@@ -270,10 +515,29 @@ fn install_and_uninstall_keep_other_hooks_byte_for_byte() {
     let mut un = install;
     un[1] = "uninstall";
     let o = run(d, &un, "");
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "removed the Claude Code Stop hook for builtin:ralph in ./.claude/settings.json\n");
-    assert_eq!(std::fs::read_to_string(&settings).unwrap(), SETTINGS, "back to the original bytes");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "removed the Claude Code Stop hook for builtin:ralph in ./.claude/settings.json\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&settings).unwrap(),
+        SETTINGS,
+        "back to the original bytes"
+    );
 
-    let o = run(d, &["hook", "install", "claude-code", "--policy", "builtin:ralph", "--event", "Stopp"], "");
+    let o = run(
+        d,
+        &[
+            "hook",
+            "install",
+            "claude-code",
+            "--policy",
+            "builtin:ralph",
+            "--event",
+            "Stopp",
+        ],
+        "",
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown Claude Code hook event `Stopp`"));
 }
@@ -282,18 +546,44 @@ fn install_and_uninstall_keep_other_hooks_byte_for_byte() {
 fn the_installed_command_runs_as_claude_code_would_run_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    run(d, &["hook", "install", "claude-code", "--policy", "builtin:ralph", "--event", "Stop", "--input", RALPH_INPUT], "");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join(".claude/settings.json")).unwrap()).unwrap();
-    let command = v["hooks"]["Stop"][0]["hooks"][0]["command"].as_str().unwrap();
+    run(
+        d,
+        &[
+            "hook",
+            "install",
+            "claude-code",
+            "--policy",
+            "builtin:ralph",
+            "--event",
+            "Stop",
+            "--input",
+            RALPH_INPUT,
+        ],
+        "",
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join(".claude/settings.json")).unwrap())
+            .unwrap();
+    let command = v["hooks"]["Stop"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap();
     let mut child = Command::new("sh")
         .args(["-c", command])
         .current_dir(d)
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-hook-test-cache"))
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-hook-test-cache"),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(stop(d, "sh", Some("hi"), false).to_string().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stop(d, "sh", Some("hi"), false).to_string().as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["reason"], "Fix the build.\n\n[ralph iteration 2 of 4]");
@@ -301,14 +591,22 @@ fn the_installed_command_runs_as_claude_code_would_run_it() {
 
 /// The recorded inputs of one agent's hook events (`tests/fixtures/hooks/AGENT.json`), with `$WORKSPACE` filled in.
 fn fixture(agent: &str, workspace: &Path) -> serde_json::Map<String, Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/hooks/{agent}.json"));
-    let text = std::fs::read_to_string(&path).unwrap().replace("$WORKSPACE", &workspace.to_string_lossy());
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/hooks/{agent}.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("$WORKSPACE", &workspace.to_string_lossy());
     let v: Value = serde_json::from_str(&text).unwrap();
-    assert!(v["source"].as_str().unwrap().contains("https://"), "each fixture cites its reference");
+    assert!(
+        v["source"].as_str().unwrap().contains("https://"),
+        "each fixture cites its reference"
+    );
     v["events"].as_object().unwrap().clone()
 }
 
-const DECISIONS: [&str; 7] = ["pass", "inject", "block", "ask", "rewrite", "done", "escalate"];
+const DECISIONS: [&str; 7] = [
+    "pass", "inject", "block", "ask", "rewrite", "done", "escalate",
+];
 
 /// Every event of every agent, answered with every decision, through the real
 /// binary; compared with `tests/fixtures/hooks/AGENT.golden.json`
@@ -327,15 +625,31 @@ fn every_event_and_decision_matches_the_golden_answers() {
                 for (event, input) in fixture(agent, &d) {
                     let mut answers = serde_json::Map::new();
                     for decision in DECISIONS {
-                        let answer = json!({"op": "echo", "then": decision, "message": "keep going"});
-                        let start = json!({"op": "state", "set": {"answer": answer}, "then": "pass"}).to_string();
+                        let answer =
+                            json!({"op": "echo", "then": decision, "message": "keep going"});
+                        let start =
+                            json!({"op": "state", "set": {"answer": answer}, "then": "pass"})
+                                .to_string();
                         let mut input = input.clone();
                         input["session_id"] = json!(format!("{event}-{decision}"));
-                        let o = run(&d, &["hook", agent, "--policy", &probe, "--input", &start], &input.to_string());
-                        let out = String::from_utf8_lossy(&o.stdout).replace(&*d.to_string_lossy(), "$WORKSPACE");
-                        let stdout = if out.trim().is_empty() { Value::Null } else { serde_json::from_str(&out).unwrap() };
-                        let stderr = String::from_utf8_lossy(&o.stderr).replace(&*d.to_string_lossy(), "$WORKSPACE");
-                        answers.insert(decision.into(), json!({"exit": o.status.code(), "stdout": stdout, "stderr": stderr}));
+                        let o = run(
+                            &d,
+                            &["hook", agent, "--policy", &probe, "--input", &start],
+                            &input.to_string(),
+                        );
+                        let out = String::from_utf8_lossy(&o.stdout)
+                            .replace(&*d.to_string_lossy(), "$WORKSPACE");
+                        let stdout = if out.trim().is_empty() {
+                            Value::Null
+                        } else {
+                            serde_json::from_str(&out).unwrap()
+                        };
+                        let stderr = String::from_utf8_lossy(&o.stderr)
+                            .replace(&*d.to_string_lossy(), "$WORKSPACE");
+                        answers.insert(
+                            decision.into(),
+                            json!({"exit": o.status.code(), "stdout": stdout, "stderr": stderr}),
+                        );
                     }
                     golden.insert(event, Value::Object(answers));
                 }
@@ -345,7 +659,8 @@ fn every_event_and_decision_matches_the_golden_answers() {
         .collect();
     for t in threads {
         let (agent, got) = t.join().unwrap();
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/hooks/{agent}.golden.json"));
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/hooks/{agent}.golden.json"));
         if std::env::var_os("LOOPBOX_BLESS").is_some() {
             std::fs::write(&path, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
             continue;
@@ -353,25 +668,52 @@ fn every_event_and_decision_matches_the_golden_answers() {
         let want: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         for (event, answers) in want.as_object().unwrap() {
             for (decision, expected) in answers.as_object().unwrap() {
-                assert_eq!(&got[event][decision], expected, "{agent} {event} {decision}");
+                assert_eq!(
+                    &got[event][decision], expected,
+                    "{agent} {event} {decision}"
+                );
             }
         }
-        assert_eq!(got.as_object().unwrap().len(), want.as_object().unwrap().len(), "{agent}: events");
+        assert_eq!(
+            got.as_object().unwrap().len(),
+            want.as_object().unwrap().len(),
+            "{agent}: events"
+        );
     }
 }
 
 /// `hook AGENT` with extra environment variables: (exit code, stdout JSON or Null, stderr).
-fn hook_env(dir: &Path, agent: &str, policy: &str, start: &str, input: &Value, env: &[(&str, &Path)]) -> (i32, Value, String) {
-    answer_of(&run_env(dir, &["hook", agent, "--policy", policy, "--input", start], &input.to_string(), env))
+fn hook_env(
+    dir: &Path,
+    agent: &str,
+    policy: &str,
+    start: &str,
+    input: &Value,
+    env: &[(&str, &Path)],
+) -> (i32, Value, String) {
+    answer_of(&run_env(
+        dir,
+        &["hook", agent, "--policy", policy, "--input", start],
+        &input.to_string(),
+        env,
+    ))
 }
 
 /// The same two policies, unchanged, under each agent's adapter, from the recorded inputs.
 #[test]
 fn ralph_and_the_javascript_tool_gate_run_unchanged_under_all_three_agents() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let gate = loopbox_guest_build::Repo::containing(root).build_js_guest("tool-gate", "decider", false).to_string_lossy().into_owned();
+    let gate = loopbox_guest_build::Repo::containing(root)
+        .build_js_guest("tool-gate", "decider", false)
+        .to_string_lossy()
+        .into_owned();
     for (agent, turn_event, tool_event, reply_key) in [
-        ("claude-code", "Stop", "PreToolUse", "last_assistant_message"),
+        (
+            "claude-code",
+            "Stop",
+            "PreToolUse",
+            "last_assistant_message",
+        ),
         ("codex", "Stop", "PreToolUse", "last_assistant_message"),
         ("gemini", "AfterAgent", "BeforeTool", "prompt_response"),
     ] {
@@ -385,11 +727,45 @@ fn ralph_and_the_javascript_tool_gate_run_unchanged_under_all_three_agents() {
             t
         };
         // Ralph: keep going until the promise, then let the agent stop.
-        let (_, out, err) = hook_env(d, agent, "builtin:ralph", RALPH_INPUT, &turn("I started.", false), &[]);
-        assert_eq!(out, json!({"decision": "block", "reason": "Fix the build.\n\n[ralph iteration 2 of 4]"}), "{agent}: {err}");
-        let (_, out, _) = hook_env(d, agent, "builtin:ralph", RALPH_INPUT, &turn("Done. <promise>DONE</promise>", true), &[]);
-        assert_eq!(out, json!({"systemMessage": "loopbox: completion promise found after 2 iteration(s)"}), "{agent}");
-        assert_eq!(hook_env(d, agent, "builtin:ralph", RALPH_INPUT, &turn("more", false), &[]).1, Value::Null, "{agent}: the loop is over");
+        let (_, out, err) = hook_env(
+            d,
+            agent,
+            "builtin:ralph",
+            RALPH_INPUT,
+            &turn("I started.", false),
+            &[],
+        );
+        assert_eq!(
+            out,
+            json!({"decision": "block", "reason": "Fix the build.\n\n[ralph iteration 2 of 4]"}),
+            "{agent}: {err}"
+        );
+        let (_, out, _) = hook_env(
+            d,
+            agent,
+            "builtin:ralph",
+            RALPH_INPUT,
+            &turn("Done. <promise>DONE</promise>", true),
+            &[],
+        );
+        assert_eq!(
+            out,
+            json!({"systemMessage": "loopbox: completion promise found after 2 iteration(s)"}),
+            "{agent}"
+        );
+        assert_eq!(
+            hook_env(
+                d,
+                agent,
+                "builtin:ralph",
+                RALPH_INPUT,
+                &turn("more", false),
+                &[]
+            )
+            .1,
+            Value::Null,
+            "{agent}: the loop is over"
+        );
 
         // The tool gate: the recorded `npm test` passes, a recursive forced delete is refused.
         let (code, out, err) = hook_env(d, agent, &gate, "{}", &events[tool_event], &[]);
@@ -397,9 +773,16 @@ fn ralph_and_the_javascript_tool_gate_run_unchanged_under_all_three_agents() {
         let mut rm = events[tool_event].clone();
         rm["tool_input"]["command"] = json!("cd build && sudo rm -fr /");
         let (_, out, _) = hook_env(d, agent, &gate, "{}", &rm, &[]);
-        let reason = out["hookSpecificOutput"]["permissionDecisionReason"].as_str().or(out["reason"].as_str()).unwrap_or_default();
-        let denied = out["hookSpecificOutput"]["permissionDecision"] == "deny" || out["decision"] == "deny";
-        assert!(denied && reason.contains("refusing a recursive forced delete"), "{agent}: {out}");
+        let reason = out["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .or(out["reason"].as_str())
+            .unwrap_or_default();
+        let denied =
+            out["hookSpecificOutput"]["permissionDecision"] == "deny" || out["decision"] == "deny";
+        assert!(
+            denied && reason.contains("refusing a recursive forced delete"),
+            "{agent}: {out}"
+        );
     }
 }
 
@@ -414,28 +797,70 @@ fn a_subagent_is_a_session_of_its_own_and_the_policy_sees_where_events_came_from
     for _ in 0..3 {
         hook_env(d, "claude-code", "builtin:ralph", RALPH_INPUT, &sub, &[]);
     }
-    let (_, out, _) = hook_env(d, "claude-code", "builtin:ralph", RALPH_INPUT, &events["Stop"], &[]);
-    assert_eq!(out["reason"], "Fix the build.\n\n[ralph iteration 2 of 4]", "the main loop starts at its own first turn");
+    let (_, out, _) = hook_env(
+        d,
+        "claude-code",
+        "builtin:ralph",
+        RALPH_INPUT,
+        &events["Stop"],
+        &[],
+    );
+    assert_eq!(
+        out["reason"], "Fix the build.\n\n[ralph iteration 2 of 4]",
+        "the main loop starts at its own first turn"
+    );
     let mut other = sub.clone();
     other["agent_id"] = json!("agent-9");
-    assert_eq!(hook_env(d, "claude-code", "builtin:ralph", RALPH_INPUT, &other, &[]).1["reason"], "Fix the build.\n\n[ralph iteration 2 of 4]");
+    assert_eq!(
+        hook_env(d, "claude-code", "builtin:ralph", RALPH_INPUT, &other, &[]).1["reason"],
+        "Fix the build.\n\n[ralph iteration 2 of 4]"
+    );
 
     // agent_id and permission_mode reach the policy.
     let probe = probe().to_string_lossy().into_owned();
     let mut sub = events["SubagentStop"].clone();
     sub["permission_mode"] = json!("acceptEdits");
-    let (_, out, _) = hook_env(d, "claude-code", &probe, r#"{"op": "echo", "then": "pass"}"#, &sub, &[]);
+    let (_, out, _) = hook_env(
+        d,
+        "claude-code",
+        &probe,
+        r#"{"op": "echo", "then": "pass"}"#,
+        &sub,
+        &[],
+    );
     assert_eq!(out["systemMessage"], "loopbox: turn 1");
     let runs: Value = serde_json::from_slice(&run(d, &["runs", "--json"], "").stdout).unwrap();
-    let run = runs.as_array().unwrap().iter().find(|r| r.to_string().contains("probe")).unwrap_or_else(|| panic!("{runs}"));
-    let shown = std::process::Command::new(BIN).args(["runs", "show", run["id"].as_str().unwrap(), "--json"]).current_dir(d).output().unwrap();
+    let run = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r.to_string().contains("probe"))
+        .unwrap_or_else(|| panic!("{runs}"));
+    let shown = std::process::Command::new(BIN)
+        .args(["runs", "show", run["id"].as_str().unwrap(), "--json"])
+        .current_dir(d)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&shown.stdout);
-    assert!(text.contains("agent-7f3") && text.contains("acceptEdits"), "{text}");
+    assert!(
+        text.contains("agent-7f3") && text.contains("acceptEdits"),
+        "{text}"
+    );
     let gm = fixture("gemini", d);
     let mut gtool = gm["BeforeTool"].clone();
     gtool["tool_input"] = json!({"op": "origin"});
-    let (_, out, _) = hook_env(d, "gemini", &probe, r#"{"op": "echo", "then": "pass"}"#, &gtool, &[]);
-    assert_eq!(out["systemMessage"], "loopbox: tool Bash", "Gemini's run_shell_command is Bash to the policy");
+    let (_, out, _) = hook_env(
+        d,
+        "gemini",
+        &probe,
+        r#"{"op": "echo", "then": "pass"}"#,
+        &gtool,
+        &[],
+    );
+    assert_eq!(
+        out["systemMessage"], "loopbox: tool Bash",
+        "Gemini's run_shell_command is Bash to the policy"
+    );
 }
 
 #[test]
@@ -446,18 +871,34 @@ fn the_workspace_is_the_project_root_and_is_never_created() {
     let stop_in = |cwd: &Path, reply: &str, session: &str| {
         let mut input = stop(d, session, Some(reply), false);
         input["cwd"] = json!(cwd);
-        hook_env(&d.join("src"), "claude-code", "builtin:ralph", RALPH_INPUT, &input, &[("CLAUDE_PROJECT_DIR", d)])
+        hook_env(
+            &d.join("src"),
+            "claude-code",
+            "builtin:ralph",
+            RALPH_INPUT,
+            &input,
+            &[("CLAUDE_PROJECT_DIR", d)],
+        )
     };
-    assert_eq!(stop_in(d, "<promise>DONE</promise>", "w").1["systemMessage"], "loopbox: completion promise found after 1 iteration(s)");
+    assert_eq!(
+        stop_in(d, "<promise>DONE</promise>", "w").1["systemMessage"],
+        "loopbox: completion promise found after 1 iteration(s)"
+    );
     // After Claude `cd`s into a subdirectory the finished loop stays finished.
-    assert_eq!(stop_in(&d.join("src/deep"), "still working", "w").1, Value::Null);
+    assert_eq!(
+        stop_in(&d.join("src/deep"), "still working", "w").1,
+        Value::Null
+    );
     assert!(!d.join("src/deep/.loopbox").exists() && !d.join("src/.loopbox").exists());
 
     // Without CLAUDE_PROJECT_DIR (Codex): the nearest ancestor with .loopbox/.
     let mut codex = fixture("codex", d)["Stop"].clone();
     codex["cwd"] = json!(d.join("src/deep"));
     codex["last_assistant_message"] = json!("<promise>DONE</promise>");
-    assert_eq!(hook_env(d, "codex", "builtin:ralph", RALPH_INPUT, &codex, &[]).1["systemMessage"], "loopbox: completion promise found after 1 iteration(s)");
+    assert_eq!(
+        hook_env(d, "codex", "builtin:ralph", RALPH_INPUT, &codex, &[]).1["systemMessage"],
+        "loopbox: completion promise found after 1 iteration(s)"
+    );
     assert!(!d.join("src/deep/.loopbox").exists());
 
     // A cwd or -C that does not exist is an error, and nothing is created.
@@ -465,19 +906,53 @@ fn the_workspace_is_the_project_root_and_is_never_created() {
     codex["cwd"] = json!(gone);
     let (code, _, err) = hook_env(d, "codex", "builtin:ralph", RALPH_INPUT, &codex, &[]);
     assert!(code == 1 && err.contains("does not create it"), "{err}");
-    let o = run(d, &["-C", gone.to_str().unwrap(), "hook", "codex", "--policy", "builtin:ralph"], &codex.to_string());
+    let o = run(
+        d,
+        &[
+            "-C",
+            gone.to_str().unwrap(),
+            "hook",
+            "codex",
+            "--policy",
+            "builtin:ralph",
+        ],
+        &codex.to_string(),
+    );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.code() == Some(1) && err.contains("does not create it"), "{err}");
+    assert!(
+        o.status.code() == Some(1) && err.contains("does not create it"),
+        "{err}"
+    );
     assert!(!gone.exists());
     // A wrong hook command is answered in the protocol too: a Stop hook must not exit 2 (which means "keep working").
-    let o = run(d, &["hook", "codex", "--policy", "builtin:ralph", "--no-such-flag"], &codex.to_string());
+    let o = run(
+        d,
+        &[
+            "hook",
+            "codex",
+            "--policy",
+            "builtin:ralph",
+            "--no-such-flag",
+        ],
+        &codex.to_string(),
+    );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.code() == Some(1) && err.contains("the hook command is wrong"), "{err}");
+    assert!(
+        o.status.code() == Some(1) && err.contains("the hook command is wrong"),
+        "{err}"
+    );
     let mut pre = fixture("codex", d)["PreToolUse"].clone();
     pre["cwd"] = json!(d);
     let o = run(d, &["hook", "codex", "--polcy", "x.wasm"], &pre.to_string());
     let out: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((o.status.code(), &out["hookSpecificOutput"]["permissionDecision"]), (Some(0), &json!("deny")), "a gate with a broken command refuses");
+    assert_eq!(
+        (
+            o.status.code(),
+            &out["hookSpecificOutput"]["permissionDecision"]
+        ),
+        (Some(0), &json!("deny")),
+        "a gate with a broken command refuses"
+    );
 }
 
 #[test]
@@ -487,21 +962,45 @@ fn transcripts_follow_claude_config_dir() {
     let config = tempfile::tempdir().unwrap();
     let transcript = config.path().join("projects/t.jsonl");
     std::fs::create_dir_all(transcript.parent().unwrap()).unwrap();
-    let line = |id: &str, part: Value| json!({"type": "assistant", "message": {"id": id, "role": "assistant", "content": [part]}}).to_string();
+    let line = |id: &str, part: Value| {
+        json!({"type": "assistant", "message": {"id": id, "role": "assistant", "content": [part]}})
+            .to_string()
+    };
     std::fs::write(
         &transcript,
-        [line("m1", json!({"type": "text", "text": "<promise>DONE</promise>"})), line("m2", json!({"type": "tool_use", "name": "Bash"}))].join("\n"),
+        [
+            line(
+                "m1",
+                json!({"type": "text", "text": "<promise>DONE</promise>"}),
+            ),
+            line("m2", json!({"type": "tool_use", "name": "Bash"})),
+        ]
+        .join("\n"),
     )
     .unwrap();
     let mut input = stop(d, "cfg", None, false);
     input["transcript_path"] = json!(transcript);
     // The last message holds only a tool call: it is not the older promise.
-    let (code, out, err) = hook_env(d, "claude-code", "builtin:ralph", RALPH_INPUT, &input, &[("CLAUDE_CONFIG_DIR", config.path())]);
-    assert_eq!((code, out["decision"].as_str()), (0, Some("block")), "{err}");
+    let (code, out, err) = hook_env(
+        d,
+        "claude-code",
+        "builtin:ralph",
+        RALPH_INPUT,
+        &input,
+        &[("CLAUDE_CONFIG_DIR", config.path())],
+    );
+    assert_eq!(
+        (code, out["decision"].as_str()),
+        (0, Some("block")),
+        "{err}"
+    );
     // Without CLAUDE_CONFIG_DIR the directory is not one loopbox reads from.
     input["session_id"] = json!("cfg2");
     let (code, _, err) = hook_env(d, "claude-code", "builtin:ralph", RALPH_INPUT, &input, &[]);
-    assert!(code == 1 && err.contains("configuration directory"), "{err}");
+    assert!(
+        code == 1 && err.contains("configuration directory"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -526,26 +1025,113 @@ fn install_writes_each_agent_and_scope_with_portable_commands() {
             .output()
             .unwrap()
     };
-    let read = |p: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    let read =
+        |p: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
     for (agent, scope, file, event, matcher) in [
-        ("claude-code", "project", d.join(".claude/settings.json"), "PreToolUse", "Bash"),
-        ("claude-code", "local", d.join(".claude/settings.local.json"), "PermissionRequest", "Bash"),
-        ("claude-code", "user", home.path().join(".claude/settings.json"), "PreToolUse", "Bash"),
-        ("codex", "project", d.join(".codex/hooks.json"), "PreToolUse", "Bash"),
-        ("codex", "user", home.path().join(".codex/hooks.json"), "PreToolUse", "Bash"),
-        ("gemini", "project", d.join(".gemini/settings.json"), "BeforeTool", "Bash"),
-        ("gemini", "user", home.path().join(".gemini/settings.json"), "BeforeTool", "Bash"),
+        (
+            "claude-code",
+            "project",
+            d.join(".claude/settings.json"),
+            "PreToolUse",
+            "Bash",
+        ),
+        (
+            "claude-code",
+            "local",
+            d.join(".claude/settings.local.json"),
+            "PermissionRequest",
+            "Bash",
+        ),
+        (
+            "claude-code",
+            "user",
+            home.path().join(".claude/settings.json"),
+            "PreToolUse",
+            "Bash",
+        ),
+        (
+            "codex",
+            "project",
+            d.join(".codex/hooks.json"),
+            "PreToolUse",
+            "Bash",
+        ),
+        (
+            "codex",
+            "user",
+            home.path().join(".codex/hooks.json"),
+            "PreToolUse",
+            "Bash",
+        ),
+        (
+            "gemini",
+            "project",
+            d.join(".gemini/settings.json"),
+            "BeforeTool",
+            "Bash",
+        ),
+        (
+            "gemini",
+            "user",
+            home.path().join(".gemini/settings.json"),
+            "BeforeTool",
+            "Bash",
+        ),
     ] {
-        let o = install(&[agent, "--policy", "policies/gate policy.wasm", "--event", event, "--matcher", matcher, "--scope", scope, "--timeout", "20"]);
-        assert_eq!(o.status.code(), Some(0), "{agent} {scope}: {}", String::from_utf8_lossy(&o.stderr));
+        let o = install(&[
+            agent,
+            "--policy",
+            "policies/gate policy.wasm",
+            "--event",
+            event,
+            "--matcher",
+            matcher,
+            "--scope",
+            scope,
+            "--timeout",
+            "20",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{agent} {scope}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let v = read(&file);
         let group = &v["hooks"][event][0];
         let hook = &group["hooks"][0];
         // Portable: `loopbox` from PATH and the policy relative to the project, quoted for the shell.
-        assert_eq!(hook["command"], format!("loopbox hook {agent} --policy 'policies/gate policy.wasm' --timeout 20"), "{agent} {scope}");
-        assert_eq!(hook["timeout"], if agent == "gemini" { 20_000 } else { 20 }, "{agent}: the agent's own unit");
-        assert_eq!(group["matcher"], if agent == "gemini" { "run_shell_command" } else { "Bash" });
-        let mut un = vec![agent, "--policy", "policies/gate policy.wasm", "--event", event, "--matcher", matcher, "--scope", scope, "--timeout", "20"];
+        assert_eq!(
+            hook["command"],
+            format!("loopbox hook {agent} --policy 'policies/gate policy.wasm' --timeout 20"),
+            "{agent} {scope}"
+        );
+        assert_eq!(
+            hook["timeout"],
+            if agent == "gemini" { 20_000 } else { 20 },
+            "{agent}: the agent's own unit"
+        );
+        assert_eq!(
+            group["matcher"],
+            if agent == "gemini" {
+                "run_shell_command"
+            } else {
+                "Bash"
+            }
+        );
+        let mut un = vec![
+            agent,
+            "--policy",
+            "policies/gate policy.wasm",
+            "--event",
+            event,
+            "--matcher",
+            matcher,
+            "--scope",
+            scope,
+            "--timeout",
+            "20",
+        ];
         let o = Command::new(BIN)
             .args(["hook", "uninstall"])
             .args(&un)
@@ -560,31 +1146,78 @@ fn install_writes_each_agent_and_scope_with_portable_commands() {
         un.clear();
     }
     for agent in ["codex", "gemini"] {
-        let o = install(&[agent, "--policy", "builtin:ralph", "--event", "Stop", "--scope", "local"]);
+        let o = install(&[
+            agent,
+            "--policy",
+            "builtin:ralph",
+            "--event",
+            "Stop",
+            "--scope",
+            "local",
+        ]);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.code() == Some(2) && (err.contains("has no local scope") || err.contains("unknown Gemini CLI hook event")), "{err}");
+        assert!(
+            o.status.code() == Some(2)
+                && (err.contains("has no local scope")
+                    || err.contains("unknown Gemini CLI hook event")),
+            "{err}"
+        );
     }
-    let o = install(&["gemini", "--policy", "builtin:ralph", "--event", "AfterAgent", "--matcher", "x"]);
+    let o = install(&[
+        "gemini",
+        "--policy",
+        "builtin:ralph",
+        "--event",
+        "AfterAgent",
+        "--matcher",
+        "x",
+    ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("take no matcher"));
-    let o = install(&["claude-code", "--policy", "builtin:ralph", "--event", "WorktreeCreate"]);
+    let o = install(&[
+        "claude-code",
+        "--policy",
+        "builtin:ralph",
+        "--event",
+        "WorktreeCreate",
+    ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("WorktreeCreate"));
 
     // The installed command runs from a subdirectory, as Claude Code runs it, with the project in CLAUDE_PROJECT_DIR.
-    install(&["claude-code", "--policy", "policies/gate policy.wasm", "--event", "PreToolUse", "--input", r#"{"op": "echo"}"#]);
-    let command = read(&d.join(".claude/settings.json"))["hooks"]["PreToolUse"][0]["hooks"][0]["command"].as_str().unwrap().to_string();
+    install(&[
+        "claude-code",
+        "--policy",
+        "policies/gate policy.wasm",
+        "--event",
+        "PreToolUse",
+        "--input",
+        r#"{"op": "echo"}"#,
+    ]);
+    let command =
+        read(&d.join(".claude/settings.json"))["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+            .as_str()
+            .unwrap()
+            .to_string();
     std::fs::create_dir(d.join("sub")).unwrap();
     let mut child = Command::new("sh")
         .args(["-c", &command])
         .current_dir(d.join("sub"))
         .env("PATH", &path)
         .env("CLAUDE_PROJECT_DIR", d)
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-hook-test-cache"))
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-hook-test-cache"),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let input = json!({"session_id": "inst", "cwd": d.join("sub"), "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"op": "echo", "then": "block"}});
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
     let out: Value = serde_json::from_slice(&child.wait_with_output().unwrap().stdout).unwrap();
     assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "deny");
 }

@@ -12,7 +12,12 @@ use serde_json::json;
 
 fn probe() -> &'static Path {
     static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PROBE.get_or_init(|| loopbox_guest_build::Repo::containing(&repo()).build_rust_guests(&["probe"]).remove(0).1)
+    PROBE.get_or_init(|| {
+        loopbox_guest_build::Repo::containing(&repo())
+            .build_rust_guests(&["probe"])
+            .remove(0)
+            .1
+    })
 }
 
 fn text(b: &[u8]) -> String {
@@ -28,39 +33,75 @@ fn run_id(dir: &Path) -> String {
 #[test]
 fn a_changed_config_is_refused_on_resume_naming_the_keys() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("loopbox.toml"), "[shell]\nallow = [[\"ls\"]]\n").unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[shell]\nallow = [[\"ls\"]]\n",
+    )
+    .unwrap();
     let probe = probe().to_string_lossy().into_owned();
-    let o = loopbox(dir.path(), &["run", &probe, "--input", r#"{"op": "echo", "then": "ask"}"#]);
+    let o = loopbox(
+        dir.path(),
+        &["run", &probe, "--input", r#"{"op": "echo", "then": "ask"}"#],
+    );
     assert_eq!(code(&o), 4, "{}", text(&o.stderr));
     let id = run_id(dir.path());
     // Something (the agent, a script run without a sandbox) widens the grants mid-run.
-    std::fs::write(dir.path().join("loopbox.toml"), "[shell]\nallow = [[\"ls\"], [\"sh\"]]\nnetwork = true\n").unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[shell]\nallow = [[\"ls\"], [\"sh\"]]\nnetwork = true\n",
+    )
+    .unwrap();
     let o = loopbox(dir.path(), &["runs", "answer", &id, "go on"]);
     assert_eq!(code(&o), 2);
     let err = text(&o.stderr);
-    assert!(err.contains(&format!("the grants changed since run {id} started (shell.allow, shell.network)")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the grants changed since run {id} started (shell.allow, shell.network)"
+        )),
+        "{err}"
+    );
     assert!(err.contains("--accept-config-change"), "{err}");
     // Restored, the run goes on; accepted, too.
-    let o = loopbox(dir.path(), &["runs", "answer", &id, "go on", "--accept-config-change"]);
+    let o = loopbox(
+        dir.path(),
+        &["runs", "answer", &id, "go on", "--accept-config-change"],
+    );
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("continuing run") && text(&o.stderr).contains("under changed grants (shell.allow, shell.network)"));
+    assert!(
+        text(&o.stderr).contains("continuing run")
+            && text(&o.stderr).contains("under changed grants (shell.allow, shell.network)")
+    );
 }
 
 fn hook(dir: &Path, extra: &[&str], session: &str) -> (i32, String) {
     let probe = probe().to_string_lossy().into_owned();
-    let mut args = vec!["hook", "claude-code", "--policy", &probe, "--input", r#"{"op": "echo"}"#];
+    let mut args = vec![
+        "hook",
+        "claude-code",
+        "--policy",
+        &probe,
+        "--input",
+        r#"{"op": "echo"}"#,
+    ];
     args.extend(extra);
     let input = json!({"session_id": session, "cwd": dir, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"op": "echo", "then": "pass"}});
     let mut child = Command::new(BIN)
         .args(&args)
         .current_dir(dir)
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-cli-test-cache"))
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.to_string().as_bytes()).unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        input.to_string().as_bytes(),
+    )
+    .unwrap();
     let o = child.wait_with_output().unwrap();
     (code(&o), text(&o.stderr))
 }
@@ -68,28 +109,55 @@ fn hook(dir: &Path, extra: &[&str], session: &str) -> (i32, String) {
 #[test]
 fn a_hook_session_keeps_the_grants_it_started_with() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("loopbox.toml"), "[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\ntier = \"deny\"\n").unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\ntier = \"deny\"\n",
+    )
+    .unwrap();
     assert_eq!(hook(dir.path(), &[], "s1"), (0, String::new()));
-    std::fs::write(dir.path().join("loopbox.toml"), "[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\ntier = \"allow\"\n").unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\ntier = \"allow\"\n",
+    )
+    .unwrap();
     let (c, err) = hook(dir.path(), &[], "s1");
     // A gate that cannot answer refuses the call: exit 0 with a deny, the reason on stderr too.
     assert_eq!(c, 0, "{err}");
-    assert!(err.contains("the grants changed since run") && err.contains("(agent.tier)") && err.contains("start a new agent session"), "{err}");
+    assert!(
+        err.contains("the grants changed since run")
+            && err.contains("(agent.tier)")
+            && err.contains("start a new agent session"),
+        "{err}"
+    );
     // A new session starts under the config as it is; the old one accepts it only when told.
     assert_eq!(hook(dir.path(), &[], "s2"), (0, String::new()));
-    assert_eq!(hook(dir.path(), &["--accept-config-change"], "s1"), (0, String::new()));
+    assert_eq!(
+        hook(dir.path(), &["--accept-config-change"], "s1"),
+        (0, String::new())
+    );
 }
 
 #[test]
 fn inject_is_governed_by_the_agent_tier() {
     let p = example("project");
-    let config = std::fs::read_to_string(p.path().join("loopbox.toml")).unwrap().replace("[agent]\n", "[agent]\ntier = \"deny\"\n");
+    let config = std::fs::read_to_string(p.path().join("loopbox.toml"))
+        .unwrap()
+        .replace("[agent]\n", "[agent]\ntier = \"deny\"\n");
     std::fs::write(p.path().join("loopbox.toml"), config).unwrap();
-    let o = loopbox(p.path(), &["run", "builtin:ralph", "--input", "@ralph.json"]);
+    let o = loopbox(
+        p.path(),
+        &["run", "builtin:ralph", "--input", "@ralph.json"],
+    );
     assert_ne!(code(&o), 0);
     let out = normalize(&o.stdout) + &normalize(&o.stderr);
-    assert!(out.contains("messages to the agent are denied by agent.tier = \"deny\""), "{out}");
-    assert!(!p.path().join(".scripted-agent/prompts").exists(), "the agent never ran");
+    assert!(
+        out.contains("messages to the agent are denied by agent.tier = \"deny\""),
+        "{out}"
+    );
+    assert!(
+        !p.path().join(".scripted-agent/prompts").exists(),
+        "the agent never ran"
+    );
 }
 
 #[test]
@@ -98,7 +166,15 @@ fn a_component_cache_a_command_could_write_is_refused() {
     let run = |config: &str, env: Option<PathBuf>| {
         std::fs::write(dir.path().join("loopbox.toml"), config).unwrap();
         let mut c = Command::new(BIN);
-        c.args(["-C", &dir.path().to_string_lossy(), "run", "builtin:ralph", "--input", r#"{"prompt": "x"}"#]).env_remove("LOOPBOX_CACHE_DIR");
+        c.args([
+            "-C",
+            &dir.path().to_string_lossy(),
+            "run",
+            "builtin:ralph",
+            "--input",
+            r#"{"prompt": "x"}"#,
+        ])
+        .env_remove("LOOPBOX_CACHE_DIR");
         if let Some(e) = env {
             c.env("LOOPBOX_CACHE_DIR", e);
         }
@@ -106,9 +182,20 @@ fn a_component_cache_a_command_could_write_is_refused() {
     };
     let o = run("[engine]\ncache_dir = \"cache\"\n", None);
     assert_eq!(code(&o), 2);
-    assert!(text(&o.stderr).contains("is a relative path"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("is a relative path"),
+        "{}",
+        text(&o.stderr)
+    );
     let o = run("", Some(dir.path().join(".cache/loopbox")));
     assert_eq!(code(&o), 2);
-    assert!(text(&o.stderr).contains("is inside the workspace"), "{}", text(&o.stderr));
-    assert!(!dir.path().join(".cache").exists(), "nothing was written there");
+    assert!(
+        text(&o.stderr).contains("is inside the workspace"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        !dir.path().join(".cache").exists(),
+        "nothing was written there"
+    );
 }

@@ -21,12 +21,18 @@ pub struct Repo {
 impl Repo {
     /// The repository holding the crate whose build script is running.
     pub fn from_build_script() -> Repo {
-        Repo::containing(Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("run from a build script")))
+        Repo::containing(Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR").expect("run from a build script"),
+        ))
     }
 
     /// The repository that `dir` is inside.
     pub fn containing(dir: &Path) -> Repo {
-        let root = dir.ancestors().find(|p| p.join("wit").is_dir() && p.join("guests").is_dir()).expect("repository root with wit/ and guests/").to_path_buf();
+        let root = dir
+            .ancestors()
+            .find(|p| p.join("wit").is_dir() && p.join("guests").is_dir())
+            .expect("repository root with wit/ and guests/")
+            .to_path_buf();
         Repo { root }
     }
 
@@ -44,23 +50,51 @@ impl Repo {
     pub fn build_rust_guests(&self, packages: &[&str]) -> Vec<(String, PathBuf)> {
         let guests = self.root.join("guests/rust");
         // The SDK too: every guest is built on it (and it on wit/).
-        let mut watched = vec![guests.join("Cargo.toml"), guests.join("Cargo.lock"), guests.join("sdk"), self.root.join("wit")];
+        let mut watched = vec![
+            guests.join("Cargo.toml"),
+            guests.join("Cargo.lock"),
+            guests.join("sdk"),
+            self.root.join("wit"),
+        ];
         watched.extend(packages.iter().map(|p| guests.join(p)));
         self.watch(&watched);
-        let build = toolchain::CargoBuild { dir: &guests, target_dir: &self.root.join("target/guests"), packages, nested: true, target: toolchain::TARGET };
-        build.run().unwrap_or_else(|e| panic!("building the guest policies: {e}"))
+        let build = toolchain::CargoBuild {
+            dir: &guests,
+            target_dir: &self.root.join("target/guests"),
+            packages,
+            nested: true,
+            target: toolchain::TARGET,
+        };
+        build
+            .run()
+            .unwrap_or_else(|e| panic!("building the guest policies: {e}"))
     }
 
     /// Build the Extism plugins in `guests/extism` (for the comparison benchmarks);
     /// returns each one's core module path.
     pub fn build_extism_plugins(&self, packages: &[&str]) -> Vec<(String, PathBuf)> {
         let dir = self.root.join("guests/extism");
-        let mut watched = vec![dir.join("Cargo.toml"), dir.join("Cargo.lock"), self.root.join("guests/rust/ralph")];
-        watched.extend(packages.iter().map(|p| dir.join(p.trim_end_matches("-extism"))));
+        let mut watched = vec![
+            dir.join("Cargo.toml"),
+            dir.join("Cargo.lock"),
+            self.root.join("guests/rust/ralph"),
+        ];
+        watched.extend(
+            packages
+                .iter()
+                .map(|p| dir.join(p.trim_end_matches("-extism"))),
+        );
         self.watch(&watched);
-        let build =
-            toolchain::CargoBuild { dir: &dir, target_dir: &self.root.join("target/guests-extism"), packages, nested: true, target: "wasm32-unknown-unknown" };
-        build.run().unwrap_or_else(|e| panic!("building the Extism plugins: {e}"))
+        let build = toolchain::CargoBuild {
+            dir: &dir,
+            target_dir: &self.root.join("target/guests-extism"),
+            packages,
+            nested: true,
+            target: "wasm32-unknown-unknown",
+        };
+        build
+            .run()
+            .unwrap_or_else(|e| panic!("building the Extism plugins: {e}"))
     }
 
     /// Build the Python guest in `guests/python/<name>` (module `app`) for `world`.
@@ -68,7 +102,13 @@ impl Repo {
         let source = self.root.join("guests/python").join(name);
         self.watch(std::slice::from_ref(&source));
         let out = self.output("python", name);
-        let build = toolchain::PythonBuild { dir: &source, module: "app", wit: &self.root.join("wit"), world, out: &out };
+        let build = toolchain::PythonBuild {
+            dir: &source,
+            module: "app",
+            wit: &self.root.join("wit"),
+            world,
+            out: &out,
+        };
         build.run().unwrap_or_else(|e| panic!("building the Python guest {name}: {e}\n(./scripts/test.sh installs what the guests need)"));
         out
     }
@@ -79,9 +119,22 @@ impl Repo {
     pub fn build_js_guest(&self, name: &str, world: &str, keep_http: bool) -> PathBuf {
         let js = self.root.join("guests/js");
         self.watch(&[js.join(name), js.join("package-lock.json")]);
-        let out = self.output("js", &if keep_http { format!("{name}-http") } else { name.to_string() });
-        let build =
-            toolchain::JsBuild { node_project: &js, source: &js.join(name).join("policy.js"), wit: &self.root.join("wit"), world, out: &out, keep_http };
+        let out = self.output(
+            "js",
+            &if keep_http {
+                format!("{name}-http")
+            } else {
+                name.to_string()
+            },
+        );
+        let build = toolchain::JsBuild {
+            node_project: &js,
+            source: &js.join(name).join("policy.js"),
+            wit: &self.root.join("wit"),
+            world,
+            out: &out,
+            keep_http,
+        };
         build.run().unwrap_or_else(|e| panic!("building the JavaScript guest {name}: {e}\n(./scripts/test.sh installs what the guests need)"));
         out
     }

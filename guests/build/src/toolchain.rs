@@ -13,8 +13,11 @@ pub const TARGET: &str = "wasm32-wasip2";
 pub const COMPONENTIZE_PY: &str = "0.25.1";
 
 /// The npm packages (and versions) a JavaScript guest project needs.
-pub const JS_PACKAGES: &[(&str, &str)] =
-    &[("@bytecodealliance/componentize-js", "0.23.0"), ("@bytecodealliance/jco", "1.35.0"), ("@bytecodealliance/preview2-shim", "0.25.0")];
+pub const JS_PACKAGES: &[(&str, &str)] = &[
+    ("@bytecodealliance/componentize-js", "0.23.0"),
+    ("@bytecodealliance/jco", "1.35.0"),
+    ("@bytecodealliance/preview2-shim", "0.25.0"),
+];
 
 /// The Node script that turns one JavaScript module into a component, run with
 /// `node --input-type=module -e` from the directory holding `node_modules`.
@@ -32,9 +35,16 @@ fn to_stderr() -> Stdio {
 /// Environment variables a build script's cargo sets that must not reach a
 /// nested cargo building for another target.
 fn scrub_build_script_env(cmd: &mut Command) {
-    for var in
-        ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_MAKEFLAGS", "MAKEFLAGS", "MFLAGS"]
-    {
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+        "MFLAGS",
+    ] {
         cmd.env_remove(var);
     }
     for (key, _) in std::env::vars() {
@@ -63,25 +73,46 @@ impl CargoBuild<'_> {
         check_rust_target(self.dir, self.target)?;
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(&cargo);
-        cmd.current_dir(self.dir).args(["build", "--release", "--target", self.target, "--target-dir"]).arg(self.target_dir);
+        cmd.current_dir(self.dir)
+            .args([
+                "build",
+                "--release",
+                "--target",
+                self.target,
+                "--target-dir",
+            ])
+            .arg(self.target_dir);
         for p in self.packages {
             cmd.args(["-p", p]);
         }
         if self.nested {
             scrub_build_script_env(&mut cmd);
         }
-        let status = cmd.stdout(to_stderr()).status().map_err(|e| format!("cannot run `{cargo}` ({e}); install Rust with rustup: https://rustup.rs"))?;
+        let status = cmd.stdout(to_stderr()).status().map_err(|e| {
+            format!("cannot run `{cargo}` ({e}); install Rust with rustup: https://rustup.rs")
+        })?;
         if !status.success() {
-            return Err(format!("`cargo build --release --target {}` failed in {} ({status}); its errors are above", self.target, self.dir.display()));
+            return Err(format!(
+                "`cargo build --release --target {}` failed in {} ({status}); its errors are above",
+                self.target,
+                self.dir.display()
+            ));
         }
         self.packages
             .iter()
             .map(|p| {
-                let path = self.target_dir.join(self.target).join("release").join(format!("{}.wasm", p.replace('-', "_")));
+                let path = self
+                    .target_dir
+                    .join(self.target)
+                    .join("release")
+                    .join(format!("{}.wasm", p.replace('-', "_")));
                 if path.is_file() {
                     Ok((p.to_string(), path))
                 } else {
-                    Err(format!("cargo built {p} but {} is missing: is its crate-type `cdylib`?", path.display()))
+                    Err(format!(
+                        "cargo built {p} but {} is missing: is its crate-type `cdylib`?",
+                        path.display()
+                    ))
                 }
             })
             .collect()
@@ -94,14 +125,28 @@ impl CargoBuild<'_> {
 /// Without rustup, cargo reports a missing target itself.
 fn check_rust_target(dir: &Path, target: &str) -> Result<(), Error> {
     let installed = || -> Option<bool> {
-        let out = Command::new("rustup").current_dir(dir).args(["target", "list", "--installed"]).output().ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == target))
+        let out = Command::new("rustup")
+            .current_dir(dir)
+            .args(["target", "list", "--installed"])
+            .output()
+            .ok()?;
+        out.status.success().then(|| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.trim() == target)
+        })
     };
     match installed() {
         None | Some(true) => Ok(()),
         Some(false) => {
-            eprintln!("loopbox-guest-build: the Rust target `{target}` is not installed; adding it with `rustup target add {target}`");
-            let status = Command::new("rustup").current_dir(dir).args(["target", "add", target]).stdout(to_stderr()).status();
+            eprintln!(
+                "loopbox-guest-build: the Rust target `{target}` is not installed; adding it with `rustup target add {target}`"
+            );
+            let status = Command::new("rustup")
+                .current_dir(dir)
+                .args(["target", "add", target])
+                .stdout(to_stderr())
+                .status();
             match status {
                 Ok(s) if s.success() => Ok(()),
                 _ => Err(format!(
@@ -125,7 +170,9 @@ pub struct PythonBuild<'a> {
 
 impl PythonBuild<'_> {
     pub fn run(&self) -> Result<(), Error> {
-        let install = format!("install it with:\n    python3 -m pip install componentize-py=={COMPONENTIZE_PY}");
+        let install = format!(
+            "install it with:\n    python3 -m pip install componentize-py=={COMPONENTIZE_PY}"
+        );
         let version = componentize_py()
             .arg("--version")
             .output()
@@ -148,7 +195,10 @@ impl PythonBuild<'_> {
             .status()
             .map_err(|e| format!("failed to run componentize-py: {e}"))?;
         if !status.success() {
-            return Err(format!("componentize-py failed to build {} ({status}); its errors are above", self.dir.join(format!("{}.py", self.module)).display()));
+            return Err(format!(
+                "componentize-py failed to build {} ({status}); its errors are above",
+                self.dir.join(format!("{}.py", self.module)).display()
+            ));
         }
         Ok(())
     }
@@ -157,13 +207,23 @@ impl PythonBuild<'_> {
 /// `componentize-py` from PATH, else from python3's scripts directory (where pip
 /// puts it even when that directory is not on PATH, e.g. before `pyenv rehash`).
 fn componentize_py() -> Command {
-    let on_path = Command::new("componentize-py").arg("--version").output().is_ok_and(|o| o.status.success());
+    let on_path = Command::new("componentize-py")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if on_path {
         return Command::new("componentize-py");
     }
-    let scripts = Command::new("python3").args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]).output();
+    let scripts = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
+        .output();
     match scripts {
-        Ok(o) if o.status.success() => Command::new(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("componentize-py")),
+        Ok(o) if o.status.success() => Command::new(
+            PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("componentize-py"),
+        ),
         _ => Command::new("componentize-py"),
     }
 }
@@ -184,7 +244,11 @@ pub struct JsBuild<'a> {
 impl JsBuild<'_> {
     pub fn run(&self) -> Result<(), Error> {
         check_node()?;
-        if !self.node_project.join("node_modules/@bytecodealliance/componentize-js").is_dir() {
+        if !self
+            .node_project
+            .join("node_modules/@bytecodealliance/componentize-js")
+            .is_dir()
+        {
             return Err(format!(
                 "componentize-js is not installed in {}; install the npm packages with:\n    npm install --prefix {}",
                 self.node_project.display(),
@@ -197,13 +261,20 @@ impl JsBuild<'_> {
             .arg(self.wit)
             .arg(self.world)
             .arg(self.out)
-            .arg(if self.keep_http { "keep-http" } else { "no-http" })
+            .arg(if self.keep_http {
+                "keep-http"
+            } else {
+                "no-http"
+            })
             .current_dir(self.node_project)
             .stdout(to_stderr())
             .status()
             .map_err(|e| format!("failed to run node: {e}"))?;
         if !status.success() {
-            return Err(format!("componentize-js failed to build {} ({status}); its errors are above", self.source.display()));
+            return Err(format!(
+                "componentize-js failed to build {} ({status}); its errors are above",
+                self.source.display()
+            ));
         }
         Ok(())
     }
@@ -229,7 +300,10 @@ pub fn npm_install(dir: &Path) -> Result<(), Error> {
         .status()
         .map_err(|e| format!("npm is needed to install the JavaScript build tools but cannot be run ({e}); install Node.js 20 or later with npm"))?;
     if !status.success() {
-        return Err(format!("`npm install` failed in {} ({status}); its errors are above", dir.display()));
+        return Err(format!(
+            "`npm install` failed in {} ({status}); its errors are above",
+            dir.display()
+        ));
     }
     Ok(())
 }

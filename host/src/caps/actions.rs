@@ -17,7 +17,9 @@ use anyhow::Result;
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::agent::{AgentRequest, AgentRunner};
-use crate::bindings::actions::{self, ActionError, Output, PromptKind, PromptRequest, ShellRequest};
+use crate::bindings::actions::{
+    self, ActionError, Output, PromptKind, PromptRequest, ShellRequest,
+};
 use crate::child_env::ChildEnv;
 use crate::config::{PromptTier, ShellConfig};
 use crate::confirm::Confirm;
@@ -86,18 +88,26 @@ impl ActionGrants {
         let confirm = self.confirm.clone();
         let (w, r) = (what.to_string(), rule.to_string());
         // Reading a terminal blocks: keep it off the async workers.
-        let answer = tokio::task::spawn_blocking(move || confirm.confirm(&w, &r)).await.unwrap_or_else(|e| Err(format!("the confirmation failed: {e}")));
+        let answer = tokio::task::spawn_blocking(move || confirm.confirm(&w, &r))
+            .await
+            .unwrap_or_else(|e| Err(format!("the confirmation failed: {e}")));
         match answer {
             Ok(true) => {
                 log.host("info", format!("{what} needs a yes ({rule}): approved"));
                 Ok(())
             }
             Ok(false) => {
-                log.host("warn", format!("{what} needs a yes ({rule}): the user said no"));
+                log.host(
+                    "warn",
+                    format!("{what} needs a yes ({rule}): the user said no"),
+                );
                 Err(format!("the user declined {what} ({rule})"))
             }
             Err(why) => {
-                log.host("warn", format!("{what} needs a yes ({rule}): declined, {why}"));
+                log.host(
+                    "warn",
+                    format!("{what} needs a yes ({rule}): declined, {why}"),
+                );
                 Err(format!("{what} needs a person's yes ({rule}), and {why}"))
             }
         }
@@ -105,22 +115,49 @@ impl ActionGrants {
 
     /// Whether `tier` (`agent.tier`) lets a message from the policy reach the
     /// agent: a `prompt` action and an `inject` decision alike.
-    pub async fn message_allowed(&self, log: &RunLog, tier: PromptTier, what: &str) -> Result<(), ActionError> {
+    pub async fn message_allowed(
+        &self,
+        log: &RunLog,
+        tier: PromptTier,
+        what: &str,
+    ) -> Result<(), ActionError> {
         match tier {
             PromptTier::Allow => Ok(()),
             PromptTier::Deny => {
-                let why = "messages to the agent are denied by agent.tier = \"deny\" in loopbox.toml".to_string();
+                let why =
+                    "messages to the agent are denied by agent.tier = \"deny\" in loopbox.toml"
+                        .to_string();
                 log.host("warn", format!("denied {what}: {why}"));
                 Err(ActionError::Denied(why))
             }
-            PromptTier::Ask => self.confirm(log, what, "agent.tier = \"ask\"").await.map_err(ActionError::Declined),
+            PromptTier::Ask => self
+                .confirm(log, what, "agent.tier = \"ask\"")
+                .await
+                .map_err(ActionError::Declined),
         }
     }
 }
 
 impl ActionsHost {
-    pub fn new(grants: Arc<ActionGrants>, db: Db, run: String, meter: Arc<Meter>, log: RunLog, journal: Journal, limits: &Limits) -> ActionsHost {
-        ActionsHost { grants, db, run, meter, log, journal, actions_limit: limits.actions_per_run, output_cap: limits.output_bytes as usize }
+    pub fn new(
+        grants: Arc<ActionGrants>,
+        db: Db,
+        run: String,
+        meter: Arc<Meter>,
+        log: RunLog,
+        journal: Journal,
+        limits: &Limits,
+    ) -> ActionsHost {
+        ActionsHost {
+            grants,
+            db,
+            run,
+            meter,
+            log,
+            journal,
+            actions_limit: limits.actions_per_run,
+            output_cap: limits.output_bytes as usize,
+        }
     }
 
     fn deny(&self, what: &str, why: String) -> ActionError {
@@ -130,21 +167,41 @@ impl ActionsHost {
 
     /// Record that the action is about to start and count it against the run's
     /// budgets, or say why it may not start.
-    fn start(&self, slot: Slot<'_>, prompts: Option<u64>) -> wasmtime::Result<Result<(), ActionError>> {
+    fn start(
+        &self,
+        slot: Slot<'_>,
+        prompts: Option<u64>,
+    ) -> wasmtime::Result<Result<(), ActionError>> {
         if slot.rerun {
             return Ok(Ok(()));
         }
-        if self.db.cancel_requested(&self.run).map_err(crate::host_err)? {
-            return Ok(Err(ActionError::Declined("the run is being cancelled (`loopbox runs cancel`)".into())));
+        if self
+            .db
+            .cancel_requested(&self.run)
+            .map_err(crate::host_err)?
+        {
+            return Ok(Err(ActionError::Declined(
+                "the run is being cancelled (`loopbox runs cancel`)".into(),
+            )));
         }
-        let budget = Budget { actions: Some(self.actions_limit), prompts, turn: false };
+        let budget = Budget {
+            actions: Some(self.actions_limit),
+            prompts,
+            turn: false,
+        };
         crate::crashpoint::hit("before-intent");
-        match self.journal.intent(slot.seq, slot.kind, slot.request, &budget).map_err(crate::host_err)? {
+        match self
+            .journal
+            .intent(slot.seq, slot.kind, slot.request, &budget)
+            .map_err(crate::host_err)?
+        {
             Ok(()) => Ok(Ok(())),
             Err(spent) => {
                 let e = match spent {
                     Spent::Actions(n) => LimitExceeded::new(Limit::Actions, n).to_string(),
-                    Spent::Prompts(n) => format!("the run has used all {n} of its prompts (agent.max_prompts)"),
+                    Spent::Prompts(n) => {
+                        format!("the run has used all {n} of its prompts (agent.max_prompts)")
+                    }
                 };
                 self.log.host("warn", e.clone());
                 Ok(Err(ActionError::BudgetExhausted(e)))
@@ -153,10 +210,17 @@ impl ActionsHost {
     }
 
     /// Journal the result of a call: durably if an intent row exists for it, else with the next write.
-    fn record(&self, slot: Slot<'_>, started: bool, result: &Result<Output, ActionError>) -> wasmtime::Result<()> {
+    fn record(
+        &self,
+        slot: Slot<'_>,
+        started: bool,
+        result: &Result<Output, ActionError>,
+    ) -> wasmtime::Result<()> {
         let text = codec::action_result(result);
         if started || slot.rerun {
-            self.journal.finish(slot.seq, &text).map_err(crate::host_err)
+            self.journal
+                .finish(slot.seq, &text)
+                .map_err(crate::host_err)
         } else {
             self.journal.note(slot.seq, slot.kind, slot.request, &text);
             Ok(())
@@ -164,12 +228,22 @@ impl ActionsHost {
     }
 
     /// Answer a call from the journal, or place it for a live run.
-    fn replay(&self, kind: &'static str, request: &str, what: &dyn Fn() -> String) -> wasmtime::Result<Replay> {
+    fn replay(
+        &self,
+        kind: &'static str,
+        request: &str,
+        what: &dyn Fn() -> String,
+    ) -> wasmtime::Result<Replay> {
         match self.journal.step(kind, request) {
             Ok(Step::Replayed(text)) => {
-                let r = codec::parse_action_result(&text)
-                    .ok_or_else(|| crate::host_err(anyhow::anyhow!("the journal's result for {} is damaged: {text}", what())))?;
-                self.log.host("info", format!("replayed {} from the journal", what()));
+                let r = codec::parse_action_result(&text).ok_or_else(|| {
+                    crate::host_err(anyhow::anyhow!(
+                        "the journal's result for {} is damaged: {text}",
+                        what()
+                    ))
+                })?;
+                self.log
+                    .host("info", format!("replayed {} from the journal", what()));
                 Ok(Replay::Answered(r))
             }
             Ok(Step::InFlight(seq)) => Ok(Replay::InFlight(seq)),
@@ -179,11 +253,26 @@ impl ActionsHost {
     }
 
     /// An action that was running when the process died: its outcome cannot be known.
-    fn unknown(&self, seq: i64, kind: &'static str, request: &str, what: &str) -> wasmtime::Result<Result<Output, ActionError>> {
+    fn unknown(
+        &self,
+        seq: i64,
+        kind: &'static str,
+        request: &str,
+        what: &str,
+    ) -> wasmtime::Result<Result<Output, ActionError>> {
         self.log
             .host("warn", format!("{what} was running when the run stopped; its outcome is unknown (mark it in `shell.idempotent` to run it again instead)"));
         let r = Err(ActionError::OutcomeUnknown);
-        self.record(Slot { seq, kind, request, rerun: true }, true, &r)?;
+        self.record(
+            Slot {
+                seq,
+                kind,
+                request,
+                rerun: true,
+            },
+            true,
+            &r,
+        )?;
         Ok(r)
     }
 
@@ -192,24 +281,43 @@ impl ActionsHost {
         Duration::from_millis(asked.unwrap_or(s.default_timeout_ms).min(s.max_timeout_ms))
     }
 
-    fn check_strings<'a>(&self, strings: impl IntoIterator<Item = &'a str>) -> Result<(), ActionError> {
+    fn check_strings<'a>(
+        &self,
+        strings: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), ActionError> {
         for s in strings {
-            self.meter.check_str(s).map_err(|e| ActionError::Invalid(e.to_string()))?;
+            self.meter
+                .check_str(s)
+                .map_err(|e| ActionError::Invalid(e.to_string()))?;
         }
         Ok(())
     }
 
     /// Ask a person about an ask-tier action; `Err` is the refusal to hand the policy.
     async fn confirm(&self, what: &str, rule: &str) -> Result<(), ActionError> {
-        self.grants.confirm(&self.log, what, rule).await.map_err(ActionError::Declined)
+        self.grants
+            .confirm(&self.log, what, rule)
+            .await
+            .map_err(ActionError::Declined)
     }
 
     /// Run a checked request. The bool says whether it was journaled as started.
-    async fn exec(&self, req: Exec, slot: Slot<'_>) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
-        let prepared = match self.grants.confines.prepare(self.grants.sandbox.get(), req.program, Some(req.arg0), req.args, &req.cwd) {
+    async fn exec(
+        &self,
+        req: Exec,
+        slot: Slot<'_>,
+    ) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
+        let prepared = match self.grants.confines.prepare(
+            self.grants.sandbox.get(),
+            req.program,
+            Some(req.arg0),
+            req.args,
+            &req.cwd,
+        ) {
             Ok(p) => p,
             Err(why) => {
-                self.log.host("error", format!("refused {}: {why}", req.label));
+                self.log
+                    .host("error", format!("refused {}: {why}", req.label));
                 return Ok((Err(ActionError::Unavailable(why)), false));
             }
         };
@@ -239,16 +347,24 @@ impl ActionsHost {
         crate::crashpoint::hit("action-finished");
         let result = match result {
             Ok(f) => {
-                self.log.host("info", format!("ran {}: {}", req.label, describe(&f)));
+                self.log
+                    .host("info", format!("ran {}: {}", req.label, describe(&f)));
                 Ok(to_output(f, None))
             }
-            Err(e) => Err(ActionError::Unavailable(format!("failed to start {}: {e}", req.label))),
+            Err(e) => Err(ActionError::Unavailable(format!(
+                "failed to start {}: {e}",
+                req.label
+            ))),
         };
         Ok((result, true))
     }
 
     /// A shell request not answered from the journal: check it, then run it.
-    async fn shell_live(&self, req: ShellRequest, slot: Slot<'_>) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
+    async fn shell_live(
+        &self,
+        req: ShellRequest,
+        slot: Slot<'_>,
+    ) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
         let refused = |e| Ok((Err(e), false));
         match req {
             ShellRequest::Exec(cmd) => {
@@ -263,51 +379,96 @@ impl ActionsHost {
                     return refused(e);
                 }
                 if cmd.argv.is_empty() || cmd.argv[0].is_empty() {
-                    return refused(ActionError::Invalid("exec needs a program: argv is empty".into()));
+                    return refused(ActionError::Invalid(
+                        "exec needs a program: argv is empty".into(),
+                    ));
                 }
-                if cmd.argv.iter().chain(cmd.env.iter().flat_map(|(k, v)| [k, v])).any(|a| a.contains('\0')) {
-                    return refused(ActionError::Invalid("an argument or variable contains a NUL byte".into()));
+                if cmd
+                    .argv
+                    .iter()
+                    .chain(cmd.env.iter().flat_map(|(k, v)| [k, v]))
+                    .any(|a| a.contains('\0'))
+                {
+                    return refused(ActionError::Invalid(
+                        "an argument or variable contains a NUL byte".into(),
+                    ));
                 }
                 let label = format!("`{}`", show_argv(&cmd.argv));
                 let cwd = match self.grants.env.resolve_cwd(cmd.cwd.as_deref()) {
                     Ok(c) => c,
                     Err(e) => return refused(ActionError::Invalid(e)),
                 };
-                let grant = match self.grants.rules.check(&cmd.argv, &cwd, &self.grants.env, &cmd.env) {
-                    Ok(g) => g,
-                    Err(Refusal::Denied(why)) => return refused(self.deny(&format!("exec {label}"), why)),
-                    Err(Refusal::NotFound(why)) => return refused(ActionError::Unavailable(why)),
-                };
+                let grant =
+                    match self
+                        .grants
+                        .rules
+                        .check(&cmd.argv, &cwd, &self.grants.env, &cmd.env)
+                    {
+                        Ok(g) => g,
+                        Err(Refusal::Denied(why)) => {
+                            return refused(self.deny(&format!("exec {label}"), why));
+                        }
+                        Err(Refusal::NotFound(why)) => {
+                            return refused(ActionError::Unavailable(why));
+                        }
+                    };
                 if grant.tier == Tier::Ask && !slot.rerun {
                     if let Err(e) = self.confirm(&format!("exec {label}"), &grant.rule).await {
                         return refused(e);
                     }
                 } else {
-                    self.log.host("info", format!("exec {label} allowed by {}", grant.rule));
+                    self.log
+                        .host("info", format!("exec {label} allowed by {}", grant.rule));
                 }
                 let args = cmd.argv[1..].to_vec();
-                let exec = Exec { label, program: grant.exec, arg0: grant.arg0, args, cwd, env: cmd.env, stdin: cmd.stdin, timeout: cmd.timeout_ms };
+                let exec = Exec {
+                    label,
+                    program: grant.exec,
+                    arg0: grant.arg0,
+                    args,
+                    cwd,
+                    env: cmd.env,
+                    stdin: cmd.stdin,
+                    timeout: cmd.timeout_ms,
+                };
                 self.exec(exec, slot).await
             }
             ShellRequest::Script(script) => {
-                if let Err(e) = self.check_strings([script.source.as_str()].into_iter().chain(script.cwd.as_deref())) {
+                if let Err(e) = self.check_strings(
+                    [script.source.as_str()]
+                        .into_iter()
+                        .chain(script.cwd.as_deref()),
+                ) {
                     return refused(e);
                 }
                 if let Err(why) = grants::check_script(&self.grants.shell, &script.source) {
                     return refused(self.deny("script", why));
                 }
-                if let Sandbox::None { why } | Sandbox::Unavailable(why) = self.grants.sandbox.get() {
-                    return refused(self.deny("script", format!("scripts run only inside the OS sandbox, and this run has none: {why}")));
+                if let Sandbox::None { why } | Sandbox::Unavailable(why) = self.grants.sandbox.get()
+                {
+                    return refused(self.deny(
+                        "script",
+                        format!(
+                            "scripts run only inside the OS sandbox, and this run has none: {why}"
+                        ),
+                    ));
                 }
-                let label = format!("script `{}`", shorten(&crate::ui::sanitize(&script.source), 80));
+                let label = format!(
+                    "script `{}`",
+                    shorten(&crate::ui::sanitize(&script.source), 80)
+                );
                 let cwd = match self.grants.env.resolve_cwd(script.cwd.as_deref()) {
                     Ok(c) => c,
                     Err(e) => return refused(ActionError::Invalid(e)),
                 };
                 let Some(sh) = self.grants.env.resolve_program("sh", &cwd) else {
-                    return refused(ActionError::Unavailable(format!("no `sh` on shell.path = `{}`", self.grants.env.path_var())));
+                    return refused(ActionError::Unavailable(format!(
+                        "no `sh` on shell.path = `{}`",
+                        self.grants.env.path_var()
+                    )));
                 };
-                self.log.host("info", format!("{label} allowed by shell.scripts = true"));
+                self.log
+                    .host("info", format!("{label} allowed by shell.scripts = true"));
                 let exec = Exec {
                     label,
                     program: sh,
@@ -326,19 +487,36 @@ impl ActionsHost {
     /// Whether `shell.idempotent` lets this request run again after a crash.
     fn idempotent(&self, req: &ShellRequest) -> bool {
         match req {
-            ShellRequest::Exec(cmd) => self.grants.shell.idempotent.iter().any(|rule| cmd.argv.starts_with(rule)),
+            ShellRequest::Exec(cmd) => self
+                .grants
+                .shell
+                .idempotent
+                .iter()
+                .any(|rule| cmd.argv.starts_with(rule)),
             ShellRequest::Script(_) => false,
         }
     }
 
     /// A prompt not answered from the journal: check it, then send it.
-    async fn prompt_live(&self, req: PromptRequest, slot: Slot<'_>) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
+    async fn prompt_live(
+        &self,
+        req: PromptRequest,
+        slot: Slot<'_>,
+    ) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
         let refused = |e| Ok((Err(e), false));
-        if let Err(e) = self.check_strings([req.text.as_str()].into_iter().chain(req.model.as_deref()).chain(req.session.as_deref())) {
+        if let Err(e) = self.check_strings(
+            [req.text.as_str()]
+                .into_iter()
+                .chain(req.model.as_deref())
+                .chain(req.session.as_deref()),
+        ) {
             return refused(e);
         }
         if req.kind == PromptKind::SlashCommand && !req.text.starts_with('/') {
-            return refused(ActionError::Invalid(format!("a slash command must start with `/`: `{}`", shorten(&req.text, 40))));
+            return refused(ActionError::Invalid(format!(
+                "a slash command must start with `/`: `{}`",
+                shorten(&req.text, 40)
+            )));
         }
         let grants = self.grants.clone();
         let Some(agent) = &grants.agent else {
@@ -349,13 +527,19 @@ impl ActionsHost {
             ));
         };
         let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
-        if let Err(e) = grants.message_allowed(&self.log, agent.config().tier, &what).await {
+        if let Err(e) = grants
+            .message_allowed(&self.log, agent.config().tier, &what)
+            .await
+        {
             return refused(e);
         }
         if let Err(e) = self.start(slot, Some(agent.config().max_prompts))? {
             return refused(e);
         }
-        self.log.ui().status(format!("prompting the agent: {}", shorten(&crate::ui::sanitize(&req.text), 60)));
+        self.log.ui().status(format!(
+            "prompting the agent: {}",
+            shorten(&crate::ui::sanitize(&req.text), 60)
+        ));
         crate::crashpoint::hit("action-started");
         let r = agent
             .send(AgentRequest {
@@ -368,9 +552,15 @@ impl ActionsHost {
         crate::crashpoint::hit("action-finished");
         let result = match r {
             Ok(reply) => {
-                self.log.host("info", format!("prompted the agent: {}", describe(&reply.process)));
+                self.log.host(
+                    "info",
+                    format!("prompted the agent: {}", describe(&reply.process)),
+                );
                 if reply.process.timed_out {
-                    Err(ActionError::Unavailable(format!("the agent did not answer within its timeout ({})", describe(&reply.process))))
+                    Err(ActionError::Unavailable(format!(
+                        "the agent did not answer within its timeout ({})",
+                        describe(&reply.process)
+                    )))
                 } else {
                     // The reply text (not the raw JSON) is what the policy reads.
                     let mut out = to_output(reply.process, reply.session);
@@ -397,7 +587,15 @@ pub fn describe(f: &Finished) -> String {
         (false, Some(c)) => format!("exit {c}"),
         (false, None) => "killed by a signal".to_string(),
     };
-    format!("{status} in {:.1}s{}", f.duration.as_secs_f64(), if f.truncated { " (output truncated)" } else { "" })
+    format!(
+        "{status} in {:.1}s{}",
+        f.duration.as_secs_f64(),
+        if f.truncated {
+            " (output truncated)"
+        } else {
+            ""
+        }
+    )
 }
 
 fn to_output(f: Finished, session: Option<String>) -> Output {
@@ -417,17 +615,40 @@ impl actions::Host for ActionsHost {
         let _call = self.meter.call()?;
         let request = codec::shell_request(&req);
         let what = || match &req {
-            ShellRequest::Exec(c) => format!("exec `{}`", shorten(&crate::ui::sanitize(&show_argv(&c.argv)), 80)),
-            ShellRequest::Script(s) => format!("script `{}`", shorten(&crate::ui::sanitize(&s.source), 80)),
+            ShellRequest::Exec(c) => format!(
+                "exec `{}`",
+                shorten(&crate::ui::sanitize(&show_argv(&c.argv)), 80)
+            ),
+            ShellRequest::Script(s) => {
+                format!("script `{}`", shorten(&crate::ui::sanitize(&s.source), 80))
+            }
         };
         let slot = match self.replay("shell", &request, &what)? {
             Replay::Answered(r) => return Ok(r),
-            Replay::InFlight(seq) if !self.idempotent(&req) => return self.unknown(seq, "shell", &request, &what()),
-            Replay::InFlight(seq) => {
-                self.log.host("info", format!("{} was running when the run stopped; running it again (shell.idempotent)", what()));
-                Slot { seq, kind: "shell", request: &request, rerun: true }
+            Replay::InFlight(seq) if !self.idempotent(&req) => {
+                return self.unknown(seq, "shell", &request, &what());
             }
-            Replay::Live(seq) => Slot { seq, kind: "shell", request: &request, rerun: false },
+            Replay::InFlight(seq) => {
+                self.log.host(
+                    "info",
+                    format!(
+                        "{} was running when the run stopped; running it again (shell.idempotent)",
+                        what()
+                    ),
+                );
+                Slot {
+                    seq,
+                    kind: "shell",
+                    request: &request,
+                    rerun: true,
+                }
+            }
+            Replay::Live(seq) => Slot {
+                seq,
+                kind: "shell",
+                request: &request,
+                rerun: false,
+            },
         };
         let (result, started) = self.shell_live(req.clone(), slot).await?;
         self.record(slot, started, &result)?;
@@ -435,7 +656,10 @@ impl actions::Host for ActionsHost {
         Ok(result)
     }
 
-    async fn prompt(&mut self, req: PromptRequest) -> wasmtime::Result<Result<Output, ActionError>> {
+    async fn prompt(
+        &mut self,
+        req: PromptRequest,
+    ) -> wasmtime::Result<Result<Output, ActionError>> {
         let _call = self.meter.call()?;
         let request = codec::prompt_request(&req);
         let what = || format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
@@ -443,7 +667,12 @@ impl actions::Host for ActionsHost {
             Replay::Answered(r) => return Ok(r),
             // An agent may have acted on the prompt: never sent twice.
             Replay::InFlight(seq) => return self.unknown(seq, "prompt", &request, &what()),
-            Replay::Live(seq) => Slot { seq, kind: "prompt", request: &request, rerun: false },
+            Replay::Live(seq) => Slot {
+                seq,
+                kind: "prompt",
+                request: &request,
+                rerun: false,
+            },
         };
         let (result, started) = self.prompt_live(req.clone(), slot).await?;
         self.record(slot, started, &result)?;
@@ -453,5 +682,6 @@ impl actions::Host for ActionsHost {
 }
 
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    actions::add_to_linker::<InstanceState, HasSelf<ActionsHost>>(linker, |s| &mut s.actions).map_err(crate::wasm_err)
+    actions::add_to_linker::<InstanceState, HasSelf<ActionsHost>>(linker, |s| &mut s.actions)
+        .map_err(crate::wasm_err)
 }

@@ -22,7 +22,13 @@ pub struct LogHost {
 
 impl LogHost {
     pub fn new(log: RunLog, meter: Arc<Meter>, budget: u64) -> LogHost {
-        LogHost { log, meter, budget, used: 0, dropped: false }
+        LogHost {
+            log,
+            meter,
+            budget,
+            used: 0,
+            dropped: false,
+        }
     }
 
     /// Charge `bytes` of output to the event's log budget; false once it is spent.
@@ -30,7 +36,13 @@ impl LogHost {
         if self.used.saturating_add(bytes) > self.budget {
             if !self.dropped {
                 self.dropped = true;
-                self.log.host("warn", format!("{}; further log output of this event is dropped", LimitExceeded::new(Limit::LogBytes, self.budget)));
+                self.log.host(
+                    "warn",
+                    format!(
+                        "{}; further log output of this event is dropped",
+                        LimitExceeded::new(Limit::LogBytes, self.budget)
+                    ),
+                );
             }
             return false;
         }
@@ -75,5 +87,6 @@ impl log::Host for LogHost {
 }
 
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    log::add_to_linker::<InstanceState, HasSelf<LogHost>>(linker, |s| &mut s.log).map_err(crate::wasm_err)
+    log::add_to_linker::<InstanceState, HasSelf<LogHost>>(linker, |s| &mut s.log)
+        .map_err(crate::wasm_err)
 }

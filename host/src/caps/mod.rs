@@ -17,7 +17,8 @@ use crate::instance::InstanceState;
 
 /// Every capability, linked once per engine.
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    types::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s).map_err(crate::wasm_err)?;
+    types::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s)
+        .map_err(crate::wasm_err)?;
     actions::add_to_linker(linker)?;
     state::add_to_linker(linker)?;
     workspace::add_to_linker(linker)?;

@@ -29,7 +29,15 @@ pub struct StateHost {
 
 impl StateHost {
     pub fn new(db: Db, run: String, meter: Arc<Meter>, limits: &Limits) -> StateHost {
-        StateHost { db, run, meter, value_limit: limits.state_value_bytes, total_limit: limits.state_total_bytes, overlay: BTreeMap::new(), total: None }
+        StateHost {
+            db,
+            run,
+            meter,
+            value_limit: limits.state_value_bytes,
+            total_limit: limits.state_total_bytes,
+            overlay: BTreeMap::new(),
+            total: None,
+        }
     }
 
     /// The event's writes, in key order.
@@ -61,7 +69,10 @@ impl StateHost {
     fn entry_size(&self, key: &str) -> wasmtime::Result<u64> {
         match self.overlay.get(key) {
             Some(v) => Ok(v.as_ref().map_or(0, |v| (key.len() + v.len()) as u64)),
-            None => self.db.state_entry_size(&self.run, key).map_err(crate::host_err),
+            None => self
+                .db
+                .state_entry_size(&self.run, key)
+                .map_err(crate::host_err),
         }
     }
 }
@@ -76,19 +87,29 @@ impl state::Host for StateHost {
     async fn set(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), String>> {
         let meter = self.meter.clone();
         let _call = meter.call()?;
-        if let Err(e) = self.meter.check_str(&key).and_then(|_| self.meter.check_str(&value)) {
+        if let Err(e) = self
+            .meter
+            .check_str(&key)
+            .and_then(|_| self.meter.check_str(&value))
+        {
             return Ok(Err(e.to_string()));
         }
         let size = (key.len() + value.len()) as u64;
         if size > self.value_limit {
-            return Ok(Err(LimitExceeded::new(Limit::StateValue, self.value_limit).attempted(size).to_string()));
+            return Ok(Err(LimitExceeded::new(Limit::StateValue, self.value_limit)
+                .attempted(size)
+                .to_string()));
         }
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
-            return Ok(Err(format!("state.set(`{key}`): the value is not JSON: {e}")));
+            return Ok(Err(format!(
+                "state.set(`{key}`): the value is not JSON: {e}"
+            )));
         }
         let total = self.total()? - self.entry_size(&key)? + size;
         if total > self.total_limit {
-            return Ok(Err(LimitExceeded::new(Limit::StateTotal, self.total_limit).attempted(total).to_string()));
+            return Ok(Err(LimitExceeded::new(Limit::StateTotal, self.total_limit)
+                .attempted(total)
+                .to_string()));
         }
         self.total = Some(total);
         self.overlay.insert(key, Some(value));
@@ -108,8 +129,17 @@ impl state::Host for StateHost {
     async fn keys(&mut self, prefix: String) -> wasmtime::Result<Vec<String>> {
         let _call = self.meter.call()?;
         self.meter.check_str(&prefix)?;
-        let mut keys: std::collections::BTreeSet<String> = self.db.state_keys(&self.run, &prefix).map_err(crate::host_err)?.into_iter().collect();
-        for (k, v) in self.overlay.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)) {
+        let mut keys: std::collections::BTreeSet<String> = self
+            .db
+            .state_keys(&self.run, &prefix)
+            .map_err(crate::host_err)?
+            .into_iter()
+            .collect();
+        for (k, v) in self
+            .overlay
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+        {
             match v {
                 Some(_) => keys.insert(k.clone()),
                 None => keys.remove(k),
@@ -120,5 +150,6 @@ impl state::Host for StateHost {
 }
 
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    state::add_to_linker::<InstanceState, HasSelf<StateHost>>(linker, |s| &mut s.state).map_err(crate::wasm_err)
+    state::add_to_linker::<InstanceState, HasSelf<StateHost>>(linker, |s| &mut s.state)
+        .map_err(crate::wasm_err)
 }

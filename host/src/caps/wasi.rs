@@ -26,21 +26,40 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
 
 impl WasiView for InstanceState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
 /// The empty context, with stdout and stderr going to `out` and `err`, clocks
 /// through `journal`, and random numbers for event `event` of the run seeded `seed`.
-pub fn empty_ctx(out: &CapturedOutput, err: &CapturedOutput, journal: &Journal, meter: &Arc<Meter>, seed: &str, event: i64) -> (WasiCtx, ResourceTable) {
+pub fn empty_ctx(
+    out: &CapturedOutput,
+    err: &CapturedOutput,
+    journal: &Journal,
+    meter: &Arc<Meter>,
+    seed: &str,
+    event: i64,
+) -> (WasiCtx, ResourceTable) {
     let mut b = WasiCtx::builder();
-    b.stdout(out.clone()).stderr(err.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    b.stdout(out.clone())
+        .stderr(err.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
     // Clock reads are host calls, counted (and journaled when the journal is on).
-    b.wall_clock(JournalClock::new(journal.clone(), meter.clone())).monotonic_clock(JournalClock::new(journal.clone(), meter.clone()));
+    b.wall_clock(JournalClock::new(journal.clone(), meter.clone()))
+        .monotonic_clock(JournalClock::new(journal.clone(), meter.clone()));
     if journal.enabled() {
         b.secure_random(event_rng(seed, event, "secure"))
             .insecure_random(event_rng(seed, event, "insecure"))
-            .insecure_random_seed(u128::from_le_bytes(blake3::hash(format!("{seed}/{event}/seed").as_bytes()).as_bytes()[..16].try_into().unwrap_or_default()));
+            .insecure_random_seed(u128::from_le_bytes(
+                blake3::hash(format!("{seed}/{event}/seed").as_bytes()).as_bytes()[..16]
+                    .try_into()
+                    .unwrap_or_default(),
+            ));
     }
     (b.build(), ResourceTable::new())
 }
@@ -59,14 +78,23 @@ struct Captured {
 
 impl CapturedOutput {
     pub fn new(cap: usize) -> CapturedOutput {
-        CapturedOutput { inner: Arc::new(Mutex::new(Captured { bytes: Vec::new(), cap, dropped: 0 })) }
+        CapturedOutput {
+            inner: Arc::new(Mutex::new(Captured {
+                bytes: Vec::new(),
+                cap,
+                dropped: 0,
+            })),
+        }
     }
 
     /// What was written, and how many bytes past the cap were dropped.
     pub fn take(&self) -> (String, u64) {
         let mut c = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let bytes = std::mem::take(&mut c.bytes);
-        (String::from_utf8_lossy(&bytes).into_owned(), std::mem::take(&mut c.dropped))
+        (
+            String::from_utf8_lossy(&bytes).into_owned(),
+            std::mem::take(&mut c.dropped),
+        )
     }
 }
 
@@ -83,7 +111,11 @@ impl StdoutStream for CapturedOutput {
 }
 
 impl AsyncWrite for CapturedOutput {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         let mut c = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let room = c.cap.saturating_sub(c.bytes.len());
         let keep = buf.len().min(room);

@@ -31,23 +31,47 @@ pub struct WorkspaceHost {
 }
 
 impl WorkspaceHost {
-    pub fn new(dir: Arc<Dir>, meter: Arc<Meter>, read_limit: u64, journal: Journal) -> WorkspaceHost {
-        WorkspaceHost { dir, meter, read_limit, journal }
+    pub fn new(
+        dir: Arc<Dir>,
+        meter: Arc<Meter>,
+        read_limit: u64,
+        journal: Journal,
+    ) -> WorkspaceHost {
+        WorkspaceHost {
+            dir,
+            meter,
+            read_limit,
+            journal,
+        }
     }
 
     /// Answer from the journal on replay; else call `live` and journal what it returned.
-    fn journaled<T>(&self, kind: &str, request: &str, live: impl FnOnce() -> wasmtime::Result<Result<T, String>>) -> wasmtime::Result<Result<T, String>>
+    fn journaled<T>(
+        &self,
+        kind: &str,
+        request: &str,
+        live: impl FnOnce() -> wasmtime::Result<Result<T, String>>,
+    ) -> wasmtime::Result<Result<T, String>>
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
-        match self.journal.step(kind, request).map_err(crate::journal::StepError::into_wasm)? {
-            Step::Replayed(text) => {
-                codec::parse_text_result(&text).ok_or_else(|| crate::host_err(format!("the journal's result for {kind} `{request}` is damaged")))
-            }
-            Step::InFlight(seq) => Err(crate::host_err(format!("call {seq} ({kind} `{request}`) has no result in the journal"))),
+        match self
+            .journal
+            .step(kind, request)
+            .map_err(crate::journal::StepError::into_wasm)?
+        {
+            Step::Replayed(text) => codec::parse_text_result(&text).ok_or_else(|| {
+                crate::host_err(format!(
+                    "the journal's result for {kind} `{request}` is damaged"
+                ))
+            }),
+            Step::InFlight(seq) => Err(crate::host_err(format!(
+                "call {seq} ({kind} `{request}`) has no result in the journal"
+            ))),
             Step::Live(seq) => {
                 let r = live()?;
-                self.journal.note(seq, kind, request, &codec::text_result(&r));
+                self.journal
+                    .note(seq, kind, request, &codec::text_result(&r));
                 Ok(r)
             }
         }
@@ -61,18 +85,28 @@ pub fn check_path(path: &str) -> Result<std::path::PathBuf, String> {
     }
     let p = Path::new(path);
     if p.is_absolute() {
-        return Err(format!("`{path}` is absolute; paths are relative to the workspace root"));
+        return Err(format!(
+            "`{path}` is absolute; paths are relative to the workspace root"
+        ));
     }
     let norm = normalize_relative(p).ok_or_else(|| format!("`{path}` leaves the workspace"))?;
-    if norm.components().next().is_some_and(|c| c.as_os_str() == STORE_DIR) {
-        return Err(format!("`{path}` is inside loopbox's store ({STORE_DIR}/), which policies cannot read"));
+    if norm
+        .components()
+        .next()
+        .is_some_and(|c| c.as_os_str() == STORE_DIR)
+    {
+        return Err(format!(
+            "`{path}` is inside loopbox's store ({STORE_DIR}/), which policies cannot read"
+        ));
     }
     Ok(norm)
 }
 
 fn io_message(path: &str, e: std::io::Error) -> String {
     // cap-std reports an escape through a symlink as a permission error.
-    if e.kind() == std::io::ErrorKind::PermissionDenied || e.to_string().contains("outside of the filesystem") {
+    if e.kind() == std::io::ErrorKind::PermissionDenied
+        || e.to_string().contains("outside of the filesystem")
+    {
         format!("`{path}` leads outside the workspace (through a symlink) or is not readable")
     } else if e.kind() == std::io::ErrorKind::NotFound {
         format!("`{path}` does not exist in the workspace")
@@ -89,8 +123,14 @@ pub fn read_text(dir: &Dir, path: &str, limit: u64) -> Result<String, String> {
     let file = crate::files::open_nonblocking_in(dir, &rel).map_err(|e| io_message(path, e))?;
     let bytes = match crate::files::read_opened(file, limit) {
         Ok(b) => b,
-        Err(ReadError::NotRegular("a directory")) => return Err(format!("`{path}` is a directory; use list-dir")),
-        Err(ReadError::NotRegular(what)) => return Err(format!("`{path}` is {what}, not a regular file; only regular files can be read")),
+        Err(ReadError::NotRegular("a directory")) => {
+            return Err(format!("`{path}` is a directory; use list-dir"));
+        }
+        Err(ReadError::NotRegular(what)) => {
+            return Err(format!(
+                "`{path}` is {what}, not a regular file; only regular files can be read"
+            ));
+        }
         Err(ReadError::TooLarge { size, .. }) => {
             let e = LimitExceeded::new(Limit::ReadBytes, limit);
             return Err(size.map_or(e.clone(), |s| e.attempted(s)).to_string());
@@ -110,7 +150,11 @@ impl WorkspaceHost {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
-        let entries = if rel.as_os_str().is_empty() { self.dir.entries() } else { self.dir.read_dir(&rel) };
+        let entries = if rel.as_os_str().is_empty() {
+            self.dir.entries()
+        } else {
+            self.dir.read_dir(&rel)
+        };
         let entries = match entries {
             Ok(e) => e,
             Err(e) => return Ok(Err(io_message(dir, e))),
@@ -147,7 +191,8 @@ impl workspace::Host for WorkspaceHost {
 }
 
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    workspace::add_to_linker::<InstanceState, HasSelf<WorkspaceHost>>(linker, |s| &mut s.workspace).map_err(crate::wasm_err)
+    workspace::add_to_linker::<InstanceState, HasSelf<WorkspaceHost>>(linker, |s| &mut s.workspace)
+        .map_err(crate::wasm_err)
 }
 
 #[cfg(test)]
@@ -157,10 +202,22 @@ mod tests {
     #[test]
     fn paths_are_checked_before_use() {
         assert_eq!(check_path("a/./b").unwrap().to_str(), Some("a/b"));
-        assert!(check_path("../etc/passwd").unwrap_err().contains("leaves the workspace"));
-        assert!(check_path("a/../../x").unwrap_err().contains("leaves the workspace"));
+        assert!(
+            check_path("../etc/passwd")
+                .unwrap_err()
+                .contains("leaves the workspace")
+        );
+        assert!(
+            check_path("a/../../x")
+                .unwrap_err()
+                .contains("leaves the workspace")
+        );
         assert!(check_path("/etc/passwd").unwrap_err().contains("absolute"));
-        assert!(check_path(".loopbox/loopbox.db").unwrap_err().contains("store"));
+        assert!(
+            check_path(".loopbox/loopbox.db")
+                .unwrap_err()
+                .contains("store")
+        );
         assert!(check_path("x/../.loopbox").unwrap_err().contains("store"));
     }
 }

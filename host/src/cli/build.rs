@@ -25,16 +25,30 @@ pub struct BuildArgs {
 }
 
 pub fn execute(args: BuildArgs, workspace: &Path) -> Result<i32, Failure> {
-    let dir = args.dir.clone().map(|d| workspace.join(d)).unwrap_or_else(|| workspace.to_path_buf());
+    let dir = args
+        .dir
+        .clone()
+        .map(|d| workspace.join(d))
+        .unwrap_or_else(|| workspace.to_path_buf());
     let manifest = Manifest::read(&dir).map_err(Failure::usage)?;
     let started = Instant::now();
-    crate::errln!("building {} ({}, world {})", manifest.name, manifest.language.title(), manifest.world);
-    let out = build::build(&dir, &manifest).map_err(|e| Failure { code: exit::FAILURE, error: e.context(format!("failed to build `{}`", dir.display())) })?;
+    crate::errln!(
+        "building {} ({}, world {})",
+        manifest.name,
+        manifest.language.title(),
+        manifest.world
+    );
+    let out = build::build(&dir, &manifest).map_err(|e| Failure {
+        code: exit::FAILURE,
+        error: e.context(format!("failed to build `{}`", dir.display())),
+    })?;
     let built_in = started.elapsed();
 
     let (config, _) = Config::discover(None, workspace).map_err(Failure::usage)?;
     let compiled = Instant::now();
-    let policy = super::runtime(&config, workspace)?.load(&PolicySource::Path(out.clone())).map_err(Failure::usage)?;
+    let policy = super::runtime(&config, workspace)?
+        .load(&PolicySource::Path(out.clone()))
+        .map_err(Failure::usage)?;
     if policy.world.name() != manifest.world {
         return Err(Failure::usage(anyhow::anyhow!(
             "`{}` was built for world `{}` but is a `{}` component: check `world` in policy.toml",

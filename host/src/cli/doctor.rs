@@ -23,7 +23,8 @@ pub struct DoctorArgs {
 }
 
 pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
-    let (config, config_path) = Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
+    let (config, config_path) =
+        Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
     let s = support();
     let sandbox = Sandbox::decide(config.shell.sandbox, s);
     let landlock = match s.landlock_usable() {
@@ -40,25 +41,48 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         other => other.name(),
     };
     let cache = crate::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
-    let root = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
+    let root = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
     let agent = match &config.agent {
         None => "none configured ([agent] in loopbox.toml)".to_string(),
-        Some(a) => match ChildEnv::new(&config.shell, &root).resolve_program(&a.command[0], &root) {
-            Some(p) => format!("{} ({})", a.command[0], p.display()),
-            None => format!("{} NOT FOUND on shell.path = `{}`", a.command[0], config.shell.path),
-        },
+        Some(a) => {
+            match ChildEnv::new(&config.shell, &root).resolve_program(&a.command[0], &root) {
+                Some(p) => format!("{} ({})", a.command[0], p.display()),
+                None => format!(
+                    "{} NOT FOUND on shell.path = `{}`",
+                    a.command[0], config.shell.path
+                ),
+            }
+        }
     };
     let landlock_limits = match s.landlock_usable() {
         Ok(abi) => format!(
             "cannot keep a missing protected name from being created, so commands create nothing in the workspace root; {}; {}",
-            if abi >= 6 { "abstract UNIX sockets and signals scoped (ABI 6+)" } else { "no socket or signal scopes (ABI 6+ has them)" },
-            if abi >= 9 { "UNIX sockets confined to the workspace (ABI 9+)" } else { "UNIX sockets refused unless shell.unix_sockets (ABI 9+ confines them)" }
+            if abi >= 6 {
+                "abstract UNIX sockets and signals scoped (ABI 6+)"
+            } else {
+                "no socket or signal scopes (ABI 6+ has them)"
+            },
+            if abi >= 9 {
+                "UNIX sockets confined to the workspace (ABI 9+)"
+            } else {
+                "UNIX sockets refused unless shell.unix_sockets (ABI 9+ confines them)"
+            }
         ),
         Err(_) => "-".into(),
     };
-    let protected =
-        crate::sandbox::protect::NAMES.iter().map(|(n, _)| *n).filter(|n| !config.shell.writable.iter().any(|w| w == n)).collect::<Vec<_>>().join(" ");
-    let config_line = config_path.as_ref().map_or("none (defaults: nothing granted)".to_string(), |p| p.display().to_string());
+    let protected = crate::sandbox::protect::NAMES
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !config.shell.writable.iter().any(|w| w == n))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let config_line = config_path
+        .as_ref()
+        .map_or("none (defaults: nothing granted)".to_string(), |p| {
+            p.display().to_string()
+        });
     if args.json {
         let v = json!({
             "landlock": s.landlock.as_ref().ok(), "landlock_error": s.landlock.as_ref().err(),
@@ -67,14 +91,35 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
             "landlock_limits": landlock_limits, "protected": protected, "unix_sockets": config.shell.unix_sockets,
         });
-        crate::outln!("{}", serde_json::to_string_pretty(&v).expect("serializable"));
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("serializable")
+        );
     } else {
         let line = |k: &str, v: &str| crate::outln!("{k:<18}{v}");
         line("landlock", &landlock);
         line("bubblewrap", &bwrap);
-        line("sandbox", &format!("{chosen} (shell.sandbox = \"{}\")", config.shell.sandbox.name()));
-        line("network", if config.shell.network { "granted to commands (shell.network = true)" } else { "denied to commands" });
-        line("protected", &format!("{protected}, the config, the policy, the agent program (read-only in the sandbox)"));
+        line(
+            "sandbox",
+            &format!(
+                "{chosen} (shell.sandbox = \"{}\")",
+                config.shell.sandbox.name()
+            ),
+        );
+        line(
+            "network",
+            if config.shell.network {
+                "granted to commands (shell.network = true)"
+            } else {
+                "denied to commands"
+            },
+        );
+        line(
+            "protected",
+            &format!(
+                "{protected}, the config, the policy, the agent program (read-only in the sandbox)"
+            ),
+        );
         if s.landlock_usable().is_ok() {
             line("landlock limits", &landlock_limits);
         }
@@ -83,5 +128,9 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         line("agent", &agent);
     }
     // Non-zero when commands could not run as configured.
-    Ok(if matches!(sandbox, Sandbox::Unavailable(_)) { exit::FAILURE } else { exit::OK })
+    Ok(if matches!(sandbox, Sandbox::Unavailable(_)) {
+        exit::FAILURE
+    } else {
+        exit::OK
+    })
 }

@@ -23,11 +23,17 @@ use crate::stop::{Stop, StopReason};
 use crate::ui::{Ui, sanitize};
 
 /// The config a run's options name, with `--max-turns` applied.
-pub fn config_for(options: &RunOptions, workspace: &Path) -> Result<(Config, Option<PathBuf>), Failure> {
-    let (mut config, path) = Config::discover(options.config.as_deref(), workspace).map_err(Failure::usage)?;
+pub fn config_for(
+    options: &RunOptions,
+    workspace: &Path,
+) -> Result<(Config, Option<PathBuf>), Failure> {
+    let (mut config, path) =
+        Config::discover(options.config.as_deref(), workspace).map_err(Failure::usage)?;
     if let Some(n) = options.max_turns {
         if n == 0 {
-            return Err(Failure::usage(anyhow::anyhow!("--max-turns must be at least 1")));
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--max-turns must be at least 1"
+            )));
         }
         config.run.max_turns = n;
     }
@@ -36,9 +42,18 @@ pub fn config_for(options: &RunOptions, workspace: &Path) -> Result<(Config, Opt
 
 pub fn cli_rules(options: &RunOptions) -> Result<ExtraRules, Failure> {
     let parse = |flag: &str, v: &[String]| {
-        v.iter().map(|r| parse_cli_rule(r).map_err(|e| Failure::usage(anyhow::anyhow!("--{flag} {r:?}: {e}")))).collect::<Result<Vec<_>, _>>()
+        v.iter()
+            .map(|r| {
+                parse_cli_rule(r)
+                    .map_err(|e| Failure::usage(anyhow::anyhow!("--{flag} {r:?}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()
     };
-    Ok(ExtraRules { allow: parse("allow", &options.allow)?, ask: parse("ask", &options.ask)?, deny: parse("deny", &options.deny)? })
+    Ok(ExtraRules {
+        allow: parse("allow", &options.allow)?,
+        ask: parse("ask", &options.ask)?,
+        deny: parse("deny", &options.deny)?,
+    })
 }
 
 /// The policy a run was started with: its recorded path, else its source text.
@@ -66,32 +81,82 @@ pub struct Drive<'a> {
 impl Drive<'_> {
     /// Drive the run from `next`, record how it ended, print it; the exit code.
     pub fn until_it_stops(self, next: Next) -> Result<i32, Failure> {
-        let Drive { workspace, db, run, policy, config, config_path, json, banner, resend_turn } = self;
+        let Drive {
+            workspace,
+            db,
+            run,
+            policy,
+            config,
+            config_path,
+            json,
+            banner,
+            resend_turn,
+        } = self;
         let ui = if json { Ui::quiet() } else { Ui::detect(false) };
         let extra = cli_rules(&run.options)?;
         let yes = run.options.yes;
         let confirm: Arc<dyn Confirm> = if yes {
             Arc::new(ApproveAll)
         } else if json {
-            Arc::new(NoOneToAsk("--json runs ask no one; pass --yes to approve ask-tier actions"))
+            Arc::new(NoOneToAsk(
+                "--json runs ask no one; pass --yes to approve ask-tier actions",
+            ))
         } else {
             Arc::new(TerminalConfirm { ui: ui.clone() })
         };
         let source = policy.source.clone();
-        let protected = config_path.into_iter().chain(source.path().map(Path::to_path_buf)).collect();
-        let access = Access { rules: extra.clone(), confirm, protected, support: None };
+        let protected = config_path
+            .into_iter()
+            .chain(source.path().map(Path::to_path_buf))
+            .collect();
+        let access = Access {
+            rules: extra.clone(),
+            confirm,
+            protected,
+            support: None,
+        };
         let config = Arc::new(config);
-        let ctx = RunContext::with_access(run.id.clone(), config.clone(), db.clone(), workspace, ui.clone(), access).map_err(Failure::usage)?;
+        let ctx = RunContext::with_access(
+            run.id.clone(),
+            config.clone(),
+            db.clone(),
+            workspace,
+            ui.clone(),
+            access,
+        )
+        .map_err(Failure::usage)?;
         if banner {
-            ui.line(grants_banner(&run.id, &source, policy.world.name(), &config, &extra, yes, ctx.sandbox()));
+            ui.line(grants_banner(
+                &run.id,
+                &source,
+                policy.world.name(),
+                &config,
+                &extra,
+                yes,
+                ctx.sandbox(),
+            ));
         } else {
-            ui.line(format!("loopbox: resuming run {} of {source} (world {}); sandbox {}", run.id, policy.world.name(), ctx.sandbox().name()));
+            ui.line(format!(
+                "loopbox: resuming run {} of {source} (world {}); sandbox {}",
+                run.id,
+                policy.world.name(),
+                ctx.sandbox().name()
+            ));
         }
 
         let delivered = db.ticks_delivered(&run.id).map_err(Failure::internal)?;
         let ticks: VecDeque<String> = run.options.ticks.iter().skip(delivered).cloned().collect();
-        let asker: Box<dyn Asker> = if json { Box::new(NoAsker) } else { Box::new(TerminalAsker { ui: ui.clone() }) };
-        let opts = DriveOptions { max_turns: config.run.max_turns, asker: asker.as_ref(), ticks, resend_turn };
+        let asker: Box<dyn Asker> = if json {
+            Box::new(NoAsker)
+        } else {
+            Box::new(TerminalAsker { ui: ui.clone() })
+        };
+        let opts = DriveOptions {
+            max_turns: config.run.max_turns,
+            asker: asker.as_ref(),
+            ticks,
+            resend_turn,
+        };
         let end = super::tokio()?.block_on(async {
             let signals = tokio::spawn(watch_signals(ctx.stop().clone(), run.id.clone()));
             let end = driver::drive(&ctx, &policy, next, opts).await;
@@ -110,14 +175,19 @@ impl Drive<'_> {
 /// a second one ends loopbox at once, as a crash would.
 async fn watch_signals(stop: Arc<Stop>, id: String) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
         return;
     };
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}
     }
-    crate::errln!("\nloopbox: stopping run {id} where it stands (signal again to quit at once); resume it with `loopbox runs resume {id}`");
+    crate::errln!(
+        "\nloopbox: stopping run {id} where it stands (signal again to quit at once); resume it with `loopbox runs resume {id}`"
+    );
     stop.request(StopReason::Interrupted);
     tokio::select! {
         _ = int.recv() => {}
@@ -127,12 +197,24 @@ async fn watch_signals(stop: Arc<Stop>, id: String) {
 }
 
 /// Record how the run ended (and give up its lease), then print it.
-pub fn report(db: &Db, id: &str, source: &PolicySource, world: &str, end: &RunEnd, json: bool) -> Result<i32, Failure> {
+pub fn report(
+    db: &Db,
+    id: &str,
+    source: &PolicySource,
+    world: &str,
+    end: &RunEnd,
+    json: bool,
+) -> Result<i32, Failure> {
     let outcome = match end {
         RunEnd::Done(o) => Some(outcome_json(o)),
         _ => None,
     };
-    db.finish_driving(id, end.status(), outcome.as_ref().map(|o| o.to_string()).as_deref()).map_err(Failure::internal)?;
+    db.finish_driving(
+        id,
+        end.status(),
+        outcome.as_ref().map(|o| o.to_string()).as_deref(),
+    )
+    .map_err(Failure::internal)?;
     let record = db.existing_run(id).map_err(Failure::internal)?;
     let code = end.exit_code();
     if json {
@@ -145,8 +227,12 @@ pub fn report(db: &Db, id: &str, source: &PolicySource, world: &str, end: &RunEn
         crate::outln!("{}: {}", end.status(), sanitize(&end.summary()));
         match end {
             RunEnd::Waiting(_) => crate::outln!("run {id} is parked in {}", db.path().display()),
-            RunEnd::TurnUnknown(_) => crate::outln!("resume it with `loopbox runs resume {id} --resend-turn`, or stop it with `loopbox runs cancel {id}`"),
-            RunEnd::Interrupted => crate::outln!("resume it with `loopbox runs resume {id}`, or stop it with `loopbox runs cancel {id}`"),
+            RunEnd::TurnUnknown(_) => crate::outln!(
+                "resume it with `loopbox runs resume {id} --resend-turn`, or stop it with `loopbox runs cancel {id}`"
+            ),
+            RunEnd::Interrupted => crate::outln!(
+                "resume it with `loopbox runs resume {id}`, or stop it with `loopbox runs cancel {id}`"
+            ),
             _ => {}
         }
     }
@@ -190,7 +276,11 @@ struct TerminalConfirm {
 
 impl Confirm for TerminalConfirm {
     fn confirm(&self, action: &str, rule: &str) -> Result<bool, String> {
-        let message = format!("The policy wants to run {} (needs a yes: {})", sanitize(action), sanitize(rule));
+        let message = format!(
+            "The policy wants to run {} (needs a yes: {})",
+            sanitize(action),
+            sanitize(rule)
+        );
         let answer = read_answer(&self.ui, &message, "Allow it? [y/N] ")
             .ok_or("there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions")?;
         Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
@@ -204,7 +294,11 @@ struct TerminalAsker {
 
 impl Asker for TerminalAsker {
     fn ask(&self, question: &str) -> Option<String> {
-        read_answer(&self.ui, &format!("The policy asks: {}", sanitize(question)), "answer> ")
+        read_answer(
+            &self.ui,
+            &format!("The policy asks: {}", sanitize(question)),
+            "answer> ",
+        )
     }
 }
 
@@ -225,27 +319,65 @@ fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
 }
 
 /// The first line of a run: what runs, and everything it is granted.
-fn grants_banner(id: &str, source: &PolicySource, world: &str, config: &Config, extra: &ExtraRules, yes: bool, sandbox: &Sandbox) -> String {
+fn grants_banner(
+    id: &str,
+    source: &PolicySource,
+    world: &str,
+    config: &Config,
+    extra: &ExtraRules,
+    yes: bool,
+    sandbox: &Sandbox,
+) -> String {
     let list = |a: &[Vec<String>], b: &[Vec<String>]| {
         let all: Vec<String> = a.iter().chain(b).map(|r| r.join(" ")).collect();
-        if all.is_empty() { "none".to_string() } else { all.join("; ") }
+        if all.is_empty() {
+            "none".to_string()
+        } else {
+            all.join("; ")
+        }
     };
-    let agent = config.agent.as_ref().map_or("none".to_string(), |a| a.command[0].clone());
+    let agent = config
+        .agent
+        .as_ref()
+        .map_or("none".to_string(), |a| a.command[0].clone());
     let mut line = format!(
         "loopbox: run {id} of {source} (world {world}); grants: exec [{}], scripts {}, agent {agent}",
         list(&config.shell.allow, &extra.allow),
-        if config.shell.scripts { "ALLOWED" } else { "no" }
+        if config.shell.scripts {
+            "ALLOWED"
+        } else {
+            "no"
+        }
     );
     if !config.shell.ask.is_empty() || !extra.ask.is_empty() {
-        line.push_str(&format!("; ask [{}]{}", list(&config.shell.ask, &extra.ask), if yes { " (all approved by --yes)" } else { "" }));
+        line.push_str(&format!(
+            "; ask [{}]{}",
+            list(&config.shell.ask, &extra.ask),
+            if yes { " (all approved by --yes)" } else { "" }
+        ));
     }
     if !config.shell.deny.is_empty() || !extra.deny.is_empty() {
-        line.push_str(&format!("; deny [{}]", list(&config.shell.deny, &extra.deny)));
+        line.push_str(&format!(
+            "; deny [{}]",
+            list(&config.shell.deny, &extra.deny)
+        ));
     }
-    line.push_str(&format!("; sandbox {}{}", sandbox.name(), if config.shell.network { " with network" } else { "" }));
+    line.push_str(&format!(
+        "; sandbox {}{}",
+        sandbox.name(),
+        if config.shell.network {
+            " with network"
+        } else {
+            ""
+        }
+    ));
     match sandbox {
-        Sandbox::None { why } => line.push_str(&format!(" ({why}: commands run unconfined, scripts are refused)")),
-        Sandbox::Unavailable(why) => line.push_str(&format!(" ({why}: every command will be refused)")),
+        Sandbox::None { why } => line.push_str(&format!(
+            " ({why}: commands run unconfined, scripts are refused)"
+        )),
+        Sandbox::Unavailable(why) => {
+            line.push_str(&format!(" ({why}: every command will be refused)"))
+        }
         _ => {}
     }
     line

@@ -147,7 +147,10 @@ pub fn execute(args: HookArgs, workspace: Option<&Path>) -> Result<i32, Failure>
 impl HookArgs {
     /// Whether this answers a hook event (rather than editing settings).
     pub fn answers(&self) -> bool {
-        matches!(self.command, HookCommand::ClaudeCode(_) | HookCommand::Codex(_) | HookCommand::Gemini(_))
+        matches!(
+            self.command,
+            HookCommand::ClaudeCode(_) | HookCommand::Codex(_) | HookCommand::Gemini(_)
+        )
     }
 }
 
@@ -163,15 +166,29 @@ pub fn answering(args: impl Iterator<Item = std::ffi::OsString>) -> Option<Agent
 /// the failure form for its event, as any other failure.
 pub fn answer_broken_command(agent: Agent, clap_error: &str) -> i32 {
     let mut text = String::new();
-    let _ = std::io::stdin().take(MAX_INPUT_BYTES as u64).read_to_string(&mut text);
+    let _ = std::io::stdin()
+        .take(MAX_INPUT_BYTES as u64)
+        .read_to_string(&mut text);
     let spec = agent.event(&event_named_in(&text));
-    let first = clap_error.lines().next().unwrap_or_default().trim_start_matches("error: ");
-    emit(&fail(agent, &spec, OnError::default_for(&spec), &format!("the hook command is wrong ({first}); fix it in the agent's hook settings")))
+    let first = clap_error
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ");
+    emit(&fail(
+        agent,
+        &spec,
+        OnError::default_for(&spec),
+        &format!("the hook command is wrong ({first}); fix it in the agent's hook settings"),
+    ))
 }
 
 /// The `hook_event_name` of hook input that may not parse as a whole; empty when it names none.
 fn event_named_in(text: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(text).ok().and_then(|v| v["hook_event_name"].as_str().map(String::from)).unwrap_or_default()
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v["hook_event_name"].as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 impl AgentEntry {
@@ -193,9 +210,13 @@ fn deadline(agent_timeout_s: u64) -> Duration {
 
 fn answer(agent: Agent, args: AnswerArgs, dash_c: Option<&Path>) -> i32 {
     let mut text = String::new();
-    let read = std::io::stdin().take(MAX_INPUT_BYTES as u64 + 1).read_to_string(&mut text);
+    let read = std::io::stdin()
+        .take(MAX_INPUT_BYTES as u64 + 1)
+        .read_to_string(&mut text);
     let input = match read {
-        Ok(_) if text.len() > MAX_INPUT_BYTES => Err(format!("hook input is over {MAX_INPUT_BYTES} bytes")),
+        Ok(_) if text.len() > MAX_INPUT_BYTES => {
+            Err(format!("hook input is over {MAX_INPUT_BYTES} bytes"))
+        }
         Ok(_) => HookInput::parse(agent, &text),
         Err(e) => Err(format!("cannot read the hook input from stdin: {e}")),
     };
@@ -206,13 +227,24 @@ fn answer(agent: Agent, args: AnswerArgs, dash_c: Option<&Path>) -> i32 {
     };
     let on_error = args.on_error.unwrap_or_else(|| OnError::default_for(&spec));
     let cwd = input.as_ref().ok().and_then(|i| i.cwd.clone());
-    let workspace = crate::hook::workspace::resolve(agent, dash_c, cwd.as_deref(), |v| std::env::var(v).ok());
+    let workspace =
+        crate::hook::workspace::resolve(agent, dash_c, cwd.as_deref(), |v| std::env::var(v).ok());
     let log_dir = workspace.as_ref().ok().cloned();
     let policy = args.policy.clone();
     let failed = move |e: anyhow::Error| {
-        let log = log_dir.as_ref().and_then(|ws| record_failure(ws, &policy, &e));
+        let log = log_dir
+            .as_ref()
+            .and_then(|ws| record_failure(ws, &policy, &e));
         let why = format!("{e:#}").replace('\n', " ");
-        fail(agent, &spec, on_error, &format!("{why}{}", log.map_or(String::new(), |p| format!(" (details in {})", p.display()))))
+        fail(
+            agent,
+            &spec,
+            on_error,
+            &format!(
+                "{why}{}",
+                log.map_or(String::new(), |p| format!(" (details in {})", p.display()))
+            ),
+        )
     };
     let (input, ws) = match (input, workspace) {
         (Err(e), _) => return emit(&failed(anyhow!(e))),
@@ -260,30 +292,50 @@ fn emit(output: &HookOutput) -> i32 {
 /// which every agent reads as non-blocking. The work itself stays on the main thread
 /// (answering on a worker thread made every hook about 1.5 ms slower, in page faults on
 /// a fresh stack). Dropping the returned sender wakes the thread and lets it end.
-fn watchdog(limit: Duration, answered: Arc<std::sync::Mutex<bool>>, on_timeout: impl FnOnce() -> HookOutput + Send + 'static) -> std::sync::mpsc::Sender<()> {
+fn watchdog(
+    limit: Duration,
+    answered: Arc<std::sync::Mutex<bool>>,
+    on_timeout: impl FnOnce() -> HookOutput + Send + 'static,
+) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let spawned = std::thread::Builder::new().name("hook-deadline".into()).stack_size(256 << 10).spawn(move || {
-        if rx.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
-            let output = on_timeout();
-            let mut done = answered.lock().unwrap_or_else(|p| p.into_inner());
-            if !*done {
-                *done = true;
-                std::process::exit(emit(&output));
+    let spawned = std::thread::Builder::new()
+        .name("hook-deadline".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            if rx.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                let output = on_timeout();
+                let mut done = answered.lock().unwrap_or_else(|p| p.into_inner());
+                if !*done {
+                    *done = true;
+                    std::process::exit(emit(&output));
+                }
             }
-        }
-    });
+        });
     if let Err(e) = spawned {
-        crate::errln!("loopbox: cannot start the hook's deadline thread ({e}); answering without one");
+        crate::errln!(
+            "loopbox: cannot start the hook's deadline thread ({e}); answering without one"
+        );
     }
     tx
 }
 
 /// A path from the hook command, relative to the workspace: the agent may run the hook from any directory.
 fn in_workspace(workspace: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() { path.to_path_buf() } else { workspace.join(path) }
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        workspace.join(path)
+    }
 }
 
-fn answer_input(policy: &str, start: &str, config: Option<&Path>, accept: bool, workspace: &Path, input: &HookInput) -> Result<HookOutput> {
+fn answer_input(
+    policy: &str,
+    start: &str,
+    config: Option<&Path>,
+    accept: bool,
+    workspace: &Path,
+    input: &HookInput,
+) -> Result<HookOutput> {
     let config_file = config.map(|c| in_workspace(workspace, c));
     let (config, config_path) = Config::discover(config_file.as_deref(), workspace)?;
     let start = json_arg("--input", start).map_err(|f| f.error)?;
@@ -295,12 +347,27 @@ fn answer_input(policy: &str, start: &str, config: Option<&Path>, accept: bool, 
     let policy = runtime.load(&source)?;
     // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.
     let access = Access {
-        confirm: Arc::new(NoOneToAsk("a hook cannot ask anyone (its stdin is the hook input); approve it with an allow rule instead")),
-        protected: config_path.into_iter().chain(source.path().map(Path::to_path_buf)).collect(),
+        confirm: Arc::new(NoOneToAsk(
+            "a hook cannot ask anyone (its stdin is the hook input); approve it with an allow rule instead",
+        )),
+        protected: config_path
+            .into_iter()
+            .chain(source.path().map(Path::to_path_buf))
+            .collect(),
         ..Access::default()
     };
-    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    tokio.block_on(session::answer(&policy, Arc::new(config), workspace, &start, input, access, accept))
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    tokio.block_on(session::answer(
+        &policy,
+        Arc::new(config),
+        workspace,
+        &start,
+        input,
+        access,
+        accept,
+    ))
 }
 
 /// Append the failure, with its whole cause chain, to `.loopbox/hook.log`.
@@ -309,21 +376,33 @@ fn record_failure(workspace: &Path, policy: &str, e: &anyhow::Error) -> Option<P
     // The workspace exists (it was resolved); its store directory may be made.
     crate::files::ensure_dir(&dir).ok()?;
     let path = dir.join("hook.log");
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).ok()?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .ok()?;
     writeln!(f, "{} {policy}: {e:#}", crate::ui::utc(crate::db::now_ms())).ok()?;
     Some(path)
 }
 
 /// The settings file an entry of `agent` goes into for `scope`.
 fn settings_path(agent: Agent, scope: Scope, workspace: &Path) -> Result<PathBuf> {
-    let home = || std::env::var_os("HOME").map(PathBuf::from).context("HOME is not set, so the user's settings cannot be found");
-    let env_dir = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let home = || {
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .context("HOME is not set, so the user's settings cannot be found")
+    };
+    let env_dir = |var: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     Ok(match (agent, scope) {
         (Agent::ClaudeCode, Scope::Project) => workspace.join(".claude/settings.json"),
         (Agent::ClaudeCode, Scope::Local) => workspace.join(".claude/settings.local.json"),
-        (Agent::ClaudeCode, Scope::User) => {
-            transcript::claude_config_dir().context("HOME is not set, so the user's settings cannot be found")?.join("settings.json")
-        }
+        (Agent::ClaudeCode, Scope::User) => transcript::claude_config_dir()
+            .context("HOME is not set, so the user's settings cannot be found")?
+            .join("settings.json"),
         (Agent::Codex, Scope::Project) => workspace.join(".codex/hooks.json"),
         (Agent::Codex, Scope::User) => match env_dir("CODEX_HOME") {
             Some(dir) => dir.join("hooks.json"),
@@ -331,15 +410,22 @@ fn settings_path(agent: Agent, scope: Scope, workspace: &Path) -> Result<PathBuf
         },
         (Agent::Gemini, Scope::Project) => workspace.join(".gemini/settings.json"),
         (Agent::Gemini, Scope::User) => home()?.join(".gemini/settings.json"),
-        (_, Scope::Local) => bail!("{} has no local scope (only Claude Code does); use --scope project or --scope user", agent.title()),
+        (_, Scope::Local) => bail!(
+            "{} has no local scope (only Claude Code does); use --scope project or --scope user",
+            agent.title()
+        ),
     })
 }
 
 /// `path` as the hook command should name it: relative to the workspace when inside it, so a
 /// shared settings file works on every clone; absolute otherwise.
 fn portable(workspace: &Path, path: &Path, what: &str) -> Result<String> {
-    let real = path.canonicalize().with_context(|| format!("{what} `{}` not found", path.display()))?;
-    let root = workspace.canonicalize().with_context(|| format!("the workspace `{}` cannot be used", workspace.display()))?;
+    let real = path
+        .canonicalize()
+        .with_context(|| format!("{what} `{}` not found", path.display()))?;
+    let root = workspace
+        .canonicalize()
+        .with_context(|| format!("the workspace `{}` cannot be used", workspace.display()))?;
     Ok(match real.strip_prefix(&root) {
         Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
         _ => real.to_string_lossy().into_owned(),
@@ -348,7 +434,8 @@ fn portable(workspace: &Path, path: &Path, what: &str) -> Result<String> {
 
 /// The program to put in a hook command: `loopbox` when that is this binary on PATH, else its absolute path.
 fn program() -> Result<(String, bool)> {
-    let exe = std::env::current_exe().context("cannot find the loopbox executable to put in the hook")?;
+    let exe =
+        std::env::current_exe().context("cannot find the loopbox executable to put in the hook")?;
     let exe = exe.canonicalize().unwrap_or(exe);
     let on_path = std::env::var_os("PATH")
         .into_iter()
@@ -370,10 +457,21 @@ fn hook_command(agent: Agent, e: &EntryArgs, workspace: &Path) -> Result<(String
         PolicySource::Path(p) => portable(workspace, &p, "policy")?,
     };
     let mut portable_paths = !Path::new(&policy).is_absolute();
-    let mut argv = vec![program, "hook".into(), agent.id().into(), "--policy".into(), policy];
+    let mut argv = vec![
+        program,
+        "hook".into(),
+        agent.id().into(),
+        "--policy".into(),
+        policy,
+    ];
     if let Some(input) = &e.input {
         argv.push("--input".into());
-        argv.push(json_arg("--input", input).map_err(|f| f.error)?.trim().to_string());
+        argv.push(
+            json_arg("--input", input)
+                .map_err(|f| f.error)?
+                .trim()
+                .to_string(),
+        );
     }
     if let Some(c) = &e.config {
         let c = portable(workspace, c, "config")?;
@@ -381,36 +479,68 @@ fn hook_command(agent: Agent, e: &EntryArgs, workspace: &Path) -> Result<(String
         argv.extend(["--config".into(), c]);
     }
     if let Some(o) = e.on_error {
-        argv.extend(["--on-error".into(), o.to_possible_value().expect("no skipped variants").get_name().to_string()]);
+        argv.extend([
+            "--on-error".into(),
+            o.to_possible_value()
+                .expect("no skipped variants")
+                .get_name()
+                .to_string(),
+        ]);
     }
     if let Some(t) = e.timeout {
         argv.extend(["--timeout".into(), t.to_string()]);
     }
     // The agents run hook commands through a shell.
-    Ok((argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "), on_path && portable_paths))
+    Ok((
+        argv.iter()
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" "),
+        on_path && portable_paths,
+    ))
 }
 
 /// Gemini CLI matches its own tool names: `Bash` becomes `run_shell_command`, in each `|` alternative.
 fn native_matcher(agent: Agent, matcher: &str) -> String {
-    matcher.split('|').map(|m| agent.native_tool_name(m).unwrap_or(m)).collect::<Vec<_>>().join("|")
+    matcher
+        .split('|')
+        .map(|m| agent.native_tool_name(m).unwrap_or(m))
+        .collect::<Vec<_>>()
+        .join("|")
 }
 
 fn check_event(agent: Agent, e: &EntryArgs) -> Result<EventSpec, Failure> {
     if !agent.known(&e.event) {
         let names: Vec<&str> = agent.events().iter().map(|s| s.name).collect();
-        return Err(Failure::usage(anyhow!("unknown {} hook event `{}`; its events are: {}", agent.title(), e.event, names.join(", "))));
+        return Err(Failure::usage(anyhow!(
+            "unknown {} hook event `{}`; its events are: {}",
+            agent.title(),
+            e.event,
+            names.join(", ")
+        )));
     }
     if e.event == "WorktreeCreate" {
-        return Err(Failure::usage(anyhow!("a WorktreeCreate hook must create the worktree and print its path, which a loop policy does not do")));
+        return Err(Failure::usage(anyhow!(
+            "a WorktreeCreate hook must create the worktree and print its path, which a loop policy does not do"
+        )));
     }
     let spec = agent.event(&e.event);
     if e.matcher.is_some() && !spec.matcher {
-        return Err(Failure::usage(anyhow!("{} {} hooks take no matcher; leave out --matcher", agent.title(), e.event)));
+        return Err(Failure::usage(anyhow!(
+            "{} {} hooks take no matcher; leave out --matcher",
+            agent.title(),
+            e.event
+        )));
     }
     Ok(spec)
 }
 
-fn edit(agent: Agent, e: EntryArgs, workspace: Option<&Path>, install: bool) -> Result<i32, Failure> {
+fn edit(
+    agent: Agent,
+    e: EntryArgs,
+    workspace: Option<&Path>,
+    install: bool,
+) -> Result<i32, Failure> {
     check_event(agent, &e)?;
     let workspace = workspace.unwrap_or(Path::new("."));
     let path = settings_path(agent, e.scope, workspace).map_err(Failure::usage)?;
@@ -422,22 +552,49 @@ fn edit(agent: Agent, e: EntryArgs, workspace: Option<&Path>, install: bool) -> 
         timeout: e.timeout.map(|t| agent.timeout_field(t)),
     };
     let original = match crate::files::read_capped(&path, crate::files::MAX_CONFIG_BYTES) {
-        Ok(bytes) => String::from_utf8(bytes).map_err(|_| Failure::usage(anyhow!("`{}` is not UTF-8 text", path.display())))?,
+        Ok(bytes) => String::from_utf8(bytes)
+            .map_err(|_| Failure::usage(anyhow!("`{}` is not UTF-8 text", path.display())))?,
         Err(err) if err.is_not_found() => String::new(),
-        Err(err) => return Err(Failure::usage(anyhow!("cannot read `{}`: {err}", path.display()))),
+        Err(err) => {
+            return Err(Failure::usage(anyhow!(
+                "cannot read `{}`: {err}",
+                path.display()
+            )));
+        }
     };
-    let changed = if install { settings::install(&original, &entry) } else { settings::uninstall(&original, &entry) };
+    let changed = if install {
+        settings::install(&original, &entry)
+    } else {
+        settings::uninstall(&original, &entry)
+    };
     let changed = changed.map_err(|m| Failure::usage(anyhow!("`{}`: {m}", path.display())))?;
-    let what = format!("{} {} hook for {}{}", agent.title(), e.event, e.policy, entry.matcher.as_ref().map_or(String::new(), |m| format!(" (matcher {m})")));
+    let what = format!(
+        "{} {} hook for {}{}",
+        agent.title(),
+        e.event,
+        e.policy,
+        entry
+            .matcher
+            .as_ref()
+            .map_or(String::new(), |m| format!(" (matcher {m})"))
+    );
     match changed {
         Some(text) => {
             write_atomically(&path, &text).map_err(Failure::internal)?;
-            crate::outln!("{} the {what} in {}", if install { "installed" } else { "removed" }, path.display());
+            crate::outln!(
+                "{} the {what} in {}",
+                if install { "installed" } else { "removed" },
+                path.display()
+            );
             if install && !portable_command && e.scope == Scope::Project {
                 crate::outln!(
                     "note: the command names paths of this machine (loopbox is not on PATH, or the policy is outside the project); \
                      for a settings file others share, put loopbox on PATH and the policy in the project, or use --scope {}",
-                    if agent == Agent::ClaudeCode { "local" } else { "user" }
+                    if agent == Agent::ClaudeCode {
+                        "local"
+                    } else {
+                        "user"
+                    }
                 );
             }
             if install && agent == Agent::Codex {
@@ -455,7 +612,9 @@ fn edit(agent: Agent, e: EntryArgs, workspace: Option<&Path>, install: bool) -> 
 fn write_atomically(path: &Path, text: &str) -> Result<()> {
     let dir = path.parent().expect("settings path has a parent");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
-    let name = path.file_name().map_or("settings".into(), |n| n.to_string_lossy().into_owned());
+    let name = path
+        .file_name()
+        .map_or("settings".into(), |n| n.to_string_lossy().into_owned());
     let tmp = dir.join(format!(".{name}.loopbox-{}", std::process::id()));
     std::fs::write(&tmp, text).with_context(|| format!("cannot write `{}`", tmp.display()))?;
     if let Ok(meta) = std::fs::metadata(path) {
@@ -482,7 +641,10 @@ mod tests {
 
     #[test]
     fn gemini_matchers_use_its_tool_names() {
-        assert_eq!(native_matcher(Agent::Gemini, "Bash|Edit|custom_tool"), "run_shell_command|replace|custom_tool");
+        assert_eq!(
+            native_matcher(Agent::Gemini, "Bash|Edit|custom_tool"),
+            "run_shell_command|replace|custom_tool"
+        );
         assert_eq!(native_matcher(Agent::ClaudeCode, "Bash|Edit"), "Bash|Edit");
     }
 }

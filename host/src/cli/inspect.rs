@@ -30,9 +30,20 @@ pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
 
     // info() runs in a throwaway run with an in-memory store: inspecting grants nothing.
     let db = Db::open(Path::new(":memory:")).map_err(Failure::internal)?;
-    db.create_run("inspect", &source.to_string(), &policy.digest, "{}").map_err(Failure::internal)?;
-    let sandbox = Config { limits: config.limits.clone(), ..Config::default() };
-    let ctx = RunContext::new("inspect".into(), Arc::new(sandbox), db, workspace, Ui::quiet()).map_err(Failure::usage)?;
+    db.create_run("inspect", &source.to_string(), &policy.digest, "{}")
+        .map_err(Failure::internal)?;
+    let sandbox = Config {
+        limits: config.limits.clone(),
+        ..Config::default()
+    };
+    let ctx = RunContext::new(
+        "inspect".into(),
+        Arc::new(sandbox),
+        db,
+        workspace,
+        Ui::quiet(),
+    )
+    .map_err(Failure::usage)?;
     let info = super::tokio()?.block_on(ctx.info(&policy));
 
     let (languages, processed_by) = producers(&policy.wasm);
@@ -45,13 +56,20 @@ pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
         imports: policy.interface.imports.clone(),
         exports: policy.interface.exports.clone(),
         info_error: info.as_ref().err().map(|e| e.to_string()),
-        info: info.ok().map(|i| Info { name: i.name, version: i.version, description: i.description }),
+        info: info.ok().map(|i| Info {
+            name: i.name,
+            version: i.version,
+            description: i.description,
+        }),
         languages,
         processed_by,
         cached: policy.cache == crate::cache::CacheOutcome::Hit,
     };
     if args.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("serializable")
+        );
     } else {
         crate::outln!("{}", report.human().trim_end_matches('\n'));
     }

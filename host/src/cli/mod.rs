@@ -93,16 +93,26 @@ pub struct Failure {
 
 impl Failure {
     pub fn usage(error: anyhow::Error) -> Failure {
-        Failure { code: exit::USAGE, error }
+        Failure {
+            code: exit::USAGE,
+            error,
+        }
     }
 
     pub fn internal(error: anyhow::Error) -> Failure {
-        Failure { code: exit::INTERNAL, error: crate::db::advise(error) }
+        Failure {
+            code: exit::INTERNAL,
+            error: crate::db::advise(error),
+        }
     }
 
     /// Looking something up: not finding it is a usage error, the store failing is internal.
     pub fn lookup(error: anyhow::Error) -> Failure {
-        if crate::db::is_store_error(&error) { Failure::internal(error) } else { Failure::usage(error) }
+        if crate::db::is_store_error(&error) {
+            Failure::internal(error)
+        } else {
+            Failure::usage(error)
+        }
     }
 }
 
@@ -112,7 +122,9 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => match hook::answering(std::env::args_os()) {
             // A hook command with a wrong flag: the agent reads exit 2 as "block", so answer as the hook would.
-            Some(agent) if e.use_stderr() => return hook::answer_broken_command(agent, &e.to_string()),
+            Some(agent) if e.use_stderr() => {
+                return hook::answer_broken_command(agent, &e.to_string());
+            }
             _ => e.exit(),
         },
     };
@@ -133,8 +145,15 @@ fn main_with(cli: Cli) -> i32 {
         && !dir.is_dir()
         && !matches!(&cli.command, Command::Hook(h) if h.answers())
     {
-        let why = if dir.exists() { "is not a directory" } else { "does not exist" };
-        crate::errln!("error: workspace `{}` (-C) {why}; give the directory of an existing project", dir.display());
+        let why = if dir.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        crate::errln!(
+            "error: workspace `{}` (-C) {why}; give the directory of an existing project",
+            dir.display()
+        );
         return exit::USAGE;
     }
     let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
@@ -158,7 +177,10 @@ fn main_with(cli: Cli) -> i32 {
 }
 
 /// The runtime for a workspace's config (its cache directory, which must lie outside `workspace`).
-pub(crate) fn runtime(config: &crate::config::Config, workspace: &std::path::Path) -> Result<crate::runtime::Runtime, Failure> {
+pub(crate) fn runtime(
+    config: &crate::config::Config,
+    workspace: &std::path::Path,
+) -> Result<crate::runtime::Runtime, Failure> {
     let dir = crate::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
     crate::cache::check_dir(&dir, workspace).map_err(Failure::usage)?;
     crate::runtime::Runtime::with_pool(dir, config.engine.pool_instances).map_err(Failure::internal)
@@ -166,16 +188,24 @@ pub(crate) fn runtime(config: &crate::config::Config, workspace: &std::path::Pat
 
 /// A multi-threaded tokio runtime for one command.
 pub(crate) fn tokio() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| Failure::internal(e.into()))
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::internal(e.into()))
 }
 
 /// `--input` / `--tick` values: inline JSON, or `@file` to read it from a file.
 pub(crate) fn json_arg(flag: &str, value: &str) -> Result<String, Failure> {
     let text = match value.strip_prefix('@') {
-        Some(path) => crate::files::read_text(std::path::Path::new(path), crate::files::MAX_INPUT_BYTES, &format!("{flag} @"))
-            .map_err(|e| Failure::usage(anyhow::anyhow!("{e}")))?,
+        Some(path) => crate::files::read_text(
+            std::path::Path::new(path),
+            crate::files::MAX_INPUT_BYTES,
+            &format!("{flag} @"),
+        )
+        .map_err(|e| Failure::usage(anyhow::anyhow!("{e}")))?,
         None => value.to_string(),
     };
-    serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| Failure::usage(anyhow::anyhow!("{flag} is not valid JSON: {e}")))?;
+    serde_json::from_str::<serde::de::IgnoredAny>(&text)
+        .map_err(|e| Failure::usage(anyhow::anyhow!("{flag} is not valid JSON: {e}")))?;
     Ok(text)
 }

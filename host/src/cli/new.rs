@@ -18,10 +18,17 @@ pub struct NewArgs {
 
 pub fn execute(args: NewArgs, workspace: &Path) -> Result<i32, Failure> {
     let dir = scaffold::create(workspace, &args.name, args.lang).map_err(Failure::usage)?;
-    let shown = if workspace == Path::new(".") { args.name.clone() } else { dir.display().to_string() };
+    let shown = if workspace == Path::new(".") {
+        args.name.clone()
+    } else {
+        dir.display().to_string()
+    };
     crate::outln!("created {shown}/, a {} policy. Next:", args.lang.title());
     crate::outln!("  cd {shown}");
     crate::outln!("  loopbox build");
-    crate::outln!("  loopbox run {}.wasm --input '{{\"check\": [\"make\", \"test\"]}}'", args.name);
+    crate::outln!(
+        "  loopbox run {}.wasm --input '{{\"check\": [\"make\", \"test\"]}}'",
+        args.name
+    );
     Ok(exit::OK)
 }

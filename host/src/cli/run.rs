@@ -49,7 +49,11 @@ pub struct RunArgs {
 
 pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     let loop_file = loops::loop_path(&args.policy, &args.input);
-    let source = PolicySource::parse(if loop_file.is_some() { loops::FSM } else { &args.policy });
+    let source = PolicySource::parse(if loop_file.is_some() {
+        loops::FSM
+    } else {
+        &args.policy
+    });
     let absolute = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let options = RunOptions {
         policy_path: source.path().map(absolute),
@@ -59,7 +63,11 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
         deny: args.deny,
         yes: args.yes,
         max_turns: args.max_turns,
-        ticks: args.ticks.iter().map(|t| json_arg("--tick", t)).collect::<Result<_, _>>()?,
+        ticks: args
+            .ticks
+            .iter()
+            .map(|t| json_arg("--tick", t))
+            .collect::<Result<_, _>>()?,
         hook: false,
         grants: None,
     };
@@ -81,7 +89,11 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
             }
             // With `builtin:fsm --input @LOOP.yaml` the input is the loop itself; with
             // `run LOOP.yaml`, --input (inline or @FILE) holds the context values.
-            let context = if loops::is_loop_file(&args.policy) { json_arg("--input", &args.input)? } else { "{}".to_string() };
+            let context = if loops::is_loop_file(&args.policy) {
+                json_arg("--input", &args.input)?
+            } else {
+                "{}".to_string()
+            };
             loops::payload(&file, &context).map_err(Failure::usage)?
         }
         None => json_arg("--input", &args.input)?,
@@ -92,8 +104,19 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
     note_interrupted(&db);
     let id = new_run_id();
-    db.create_driven_run(&id, &source.to_string(), &policy.digest, &input, &options).map_err(Failure::internal)?;
+    db.create_driven_run(&id, &source.to_string(), &policy.digest, &input, &options)
+        .map_err(Failure::internal)?;
     let run = db.existing_run(&id).map_err(Failure::internal)?;
-    let drive = Drive { workspace, db, run, policy, config, config_path, json: args.json, banner: true, resend_turn: false };
+    let drive = Drive {
+        workspace,
+        db,
+        run,
+        policy,
+        config,
+        config_path,
+        json: args.json,
+        banner: true,
+        resend_turn: false,
+    };
     drive.until_it_stops(Next::Deliver(Event::Start(input)))
 }

@@ -22,7 +22,8 @@ pub struct ValidateArgs {
 }
 
 pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
-    let (config, _) = crate::config::Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
+    let (config, _) = crate::config::Config::discover(args.config.as_deref(), workspace)
+        .map_err(Failure::usage)?;
     let file = loops::read(workspace, &args.file).map_err(Failure::usage)?;
     let result = loops::load(workspace, &file, config.limits.read_bytes);
     if args.json {
@@ -40,25 +41,43 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
             }),
         };
         crate::outln!("{value}");
-        return Ok(if result.is_ok() { exit::OK } else { exit::USAGE });
+        return Ok(if result.is_ok() {
+            exit::OK
+        } else {
+            exit::USAGE
+        });
     }
     match result {
         Ok(lp) => {
-            let terminals: Vec<&str> = lp.states.iter().filter(|s| s.terminal).map(|s| s.name.as_str()).collect();
+            let terminals: Vec<&str> = lp
+                .states
+                .iter()
+                .filter(|s| s.terminal)
+                .map(|s| s.name.as_str())
+                .collect();
             crate::outln!(
                 "ok: {} is loop `{}`: {} states, starts at `{}`, ends at {}, at most {} steps",
                 file.path,
                 lp.name,
                 lp.states.len(),
                 lp.initial.state,
-                terminals.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" or "),
+                terminals
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
                 lp.max_steps
             );
             Ok(exit::OK)
         }
         Err(problems) => {
             crate::errln!("{}", loopbox_fsm::render(&problems));
-            crate::errln!("error: {} has {} problem(s); fix them and run `loopbox validate {}` again", file.path, problems.len(), args.file.display());
+            crate::errln!(
+                "error: {} has {} problem(s); fix them and run `loopbox validate {}` again",
+                file.path,
+                problems.len(),
+                args.file.display()
+            );
             Ok(exit::USAGE)
         }
     }

@@ -46,14 +46,25 @@ pub struct EventRecord {
 }
 
 fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
-    Ok(EventRecord { seq: r.get(0)?, at_ms: r.get(1)?, event: r.get(2)?, decision: r.get(3)?, error: r.get(4)?, pending: r.get::<_, i64>(5)? != 0 })
+    Ok(EventRecord {
+        seq: r.get(0)?,
+        at_ms: r.get(1)?,
+        event: r.get(2)?,
+        decision: r.get(3)?,
+        error: r.get(4)?,
+        pending: r.get::<_, i64>(5)? != 0,
+    })
 }
 
 const EVENT_COLUMNS: &str = "seq, at, event, decision, error, pending";
 
 /// The next event number of `run`.
 pub(super) fn next_event_seq(tx: &rusqlite::Connection, run: &str) -> rusqlite::Result<i64> {
-    tx.row("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1", [run], |r| r.get(0))
+    tx.row(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1",
+        [run],
+        |r| r.get(0),
+    )
 }
 
 impl Db {
@@ -111,14 +122,27 @@ impl Db {
     /// Each event of the run, in order.
     pub fn events(&self, run: &str) -> Result<Vec<EventRecord>> {
         let c = self.conn();
-        let mut stmt = c.prepare(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq"))?;
-        let rows = stmt.query_map([run], event_record)?.collect::<Result<Vec<_>, _>>()?;
+        let mut stmt = c.prepare(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq"
+        ))?;
+        let rows = stmt
+            .query_map([run], event_record)?
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
 
     /// The run's last event, handled or not.
     pub fn last_event(&self, run: &str) -> Result<Option<EventRecord>> {
-        Ok(self.conn().row(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1"), [run], event_record).optional()?)
+        Ok(self
+            .conn()
+            .row(
+                &format!(
+                    "SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1"
+                ),
+                [run],
+                event_record,
+            )
+            .optional()?)
     }
 
     /// Count of `tick` events the run was delivered (handled or pending).
@@ -127,14 +151,23 @@ impl Db {
     }
 
     pub fn state_get(&self, run: &str, key: &str) -> Result<Option<String>> {
-        Ok(self.conn().row("SELECT value FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| r.get(0)).optional()?)
+        Ok(self
+            .conn()
+            .row(
+                "SELECT value FROM state WHERE run_id = ?1 AND key = ?2",
+                [run, key],
+                |r| r.get(0),
+            )
+            .optional()?)
     }
 
     /// Keys of the run starting with `prefix`, sorted.
     pub fn state_keys(&self, run: &str, prefix: &str) -> Result<Vec<String>> {
         let c = self.conn();
         let mut stmt = c.prepare_cached("SELECT key FROM state WHERE run_id = ?1 AND substr(key, 1, length(?2)) = ?2 ORDER BY key")?;
-        let keys = stmt.query_map([run, prefix], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+        let keys = stmt
+            .query_map([run, prefix], |r| r.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
         Ok(keys)
     }
 
@@ -160,7 +193,11 @@ impl Db {
     }
 
     pub fn log(&self, run: &str) -> Result<Vec<LogRecord>> {
-        Ok(self.log_after(run, 0)?.into_iter().map(|(_, l)| l).collect())
+        Ok(self
+            .log_after(run, 0)?
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect())
     }
 
     /// Log lines numbered after `seq`, with their numbers (for `runs log --follow`).
@@ -168,7 +205,17 @@ impl Db {
         let c = self.conn();
         let mut stmt = c.prepare_cached("SELECT seq, at, level, source, message FROM run_log WHERE run_id = ?1 AND seq > ?2 ORDER BY seq")?;
         let rows = stmt
-            .query_map(params![run, seq], |r| Ok((r.get(0)?, LogRecord { at_ms: r.get(1)?, level: r.get(2)?, source: r.get(3)?, message: r.get(4)? })))?
+            .query_map(params![run, seq], |r| {
+                Ok((
+                    r.get(0)?,
+                    LogRecord {
+                        at_ms: r.get(1)?,
+                        level: r.get(2)?,
+                        source: r.get(3)?,
+                        message: r.get(4)?,
+                    },
+                ))
+            })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -178,7 +225,11 @@ fn append_log(tx: &rusqlite::Transaction<'_>, run: &str, lines: &[LogRecord]) ->
     if lines.is_empty() {
         return Ok(());
     }
-    let mut seq: i64 = tx.row("SELECT COALESCE(MAX(seq), 0) FROM run_log WHERE run_id = ?1", [run], |r| r.get(0))?;
+    let mut seq: i64 = tx.row(
+        "SELECT COALESCE(MAX(seq), 0) FROM run_log WHERE run_id = ?1",
+        [run],
+        |r| r.get(0),
+    )?;
     let mut stmt = tx.prepare_cached("INSERT INTO run_log (run_id, seq, at, level, source, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
     for l in lines {
         seq += 1;

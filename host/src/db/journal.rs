@@ -38,7 +38,12 @@ pub enum Spent {
     Prompts(u64),
 }
 
-pub(super) fn insert_rows(tx: &rusqlite::Transaction<'_>, run: &str, event_seq: i64, rows: &[JournalRow]) -> Result<()> {
+pub(super) fn insert_rows(
+    tx: &rusqlite::Transaction<'_>,
+    run: &str,
+    event_seq: i64,
+    rows: &[JournalRow],
+) -> Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO journal (run_id, event_seq, seq, kind, request, result, at, done_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
          ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at",
@@ -46,7 +51,16 @@ pub(super) fn insert_rows(tx: &rusqlite::Transaction<'_>, run: &str, event_seq: 
     let now = now_ms();
     let mut bytes = 0;
     for r in rows {
-        stmt.execute(params![run, event_seq, r.seq, r.kind, r.request, r.result, now, r.result.as_ref().map(|_| now)])?;
+        stmt.execute(params![
+            run,
+            event_seq,
+            r.seq,
+            r.kind,
+            r.request,
+            r.result,
+            now,
+            r.result.as_ref().map(|_| now)
+        ])?;
         bytes += crate::journal::row_bytes(r);
     }
     add_bytes(tx, run, bytes)
@@ -54,19 +68,28 @@ pub(super) fn insert_rows(tx: &rusqlite::Transaction<'_>, run: &str, event_seq: 
 
 fn add_bytes(tx: &rusqlite::Transaction<'_>, run: &str, bytes: u64) -> Result<()> {
     if bytes > 0 {
-        tx.exec("UPDATE runs SET journal_bytes = journal_bytes + ?2 WHERE id = ?1", params![run, bytes as i64])?;
+        tx.exec(
+            "UPDATE runs SET journal_bytes = journal_bytes + ?2 WHERE id = ?1",
+            params![run, bytes as i64],
+        )?;
     }
     Ok(())
 }
 
 fn spend(tx: &rusqlite::Transaction<'_>, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
     if let Some(limit) = budget.prompts
-        && tx.exec("UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2", params![run, limit as i64])? == 0
+        && tx.exec(
+            "UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2",
+            params![run, limit as i64],
+        )? == 0
     {
         return Ok(Err(Spent::Prompts(limit)));
     }
     if let Some(limit) = budget.actions
-        && tx.exec("UPDATE runs SET actions = actions + 1 WHERE id = ?1 AND actions < ?2", params![run, limit as i64])? == 0
+        && tx.exec(
+            "UPDATE runs SET actions = actions + 1 WHERE id = ?1 AND actions < ?2",
+            params![run, limit as i64],
+        )? == 0
     {
         return Ok(Err(Spent::Actions(limit)));
     }
@@ -80,7 +103,11 @@ impl Db {
     /// Bytes of journal the run has recorded.
     pub fn journal_bytes(&self, run: &str) -> Result<u64> {
         let c = self.conn();
-        let n: Option<i64> = c.row("SELECT journal_bytes FROM runs WHERE id = ?1", [run], |r| r.get(0)).optional()?;
+        let n: Option<i64> = c
+            .row("SELECT journal_bytes FROM runs WHERE id = ?1", [run], |r| {
+                r.get(0)
+            })
+            .optional()?;
         Ok(n.unwrap_or(0).max(0) as u64)
     }
 
@@ -89,7 +116,14 @@ impl Db {
         let c = self.conn();
         let mut stmt = c.prepare_cached("SELECT seq, kind, request, result FROM journal WHERE run_id = ?1 AND event_seq = ?2 ORDER BY seq")?;
         let rows = stmt
-            .query_map(params![run, event_seq], |r| Ok(JournalRow { seq: r.get(0)?, kind: r.get(1)?, request: r.get(2)?, result: r.get(3)? }))?
+            .query_map(params![run, event_seq], |r| {
+                Ok(JournalRow {
+                    seq: r.get(0)?,
+                    kind: r.get(1)?,
+                    request: r.get(2)?,
+                    result: r.get(3)?,
+                })
+            })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -99,7 +133,17 @@ impl Db {
         let c = self.conn();
         let mut stmt = c.prepare("SELECT event_seq, seq, kind, request, result FROM journal WHERE run_id = ?1 ORDER BY event_seq, seq")?;
         let rows = stmt
-            .query_map([run], |r| Ok((r.get(0)?, JournalRow { seq: r.get(1)?, kind: r.get(2)?, request: r.get(3)?, result: r.get(4)? })))?
+            .query_map([run], |r| {
+                Ok((
+                    r.get(0)?,
+                    JournalRow {
+                        seq: r.get(1)?,
+                        kind: r.get(2)?,
+                        request: r.get(3)?,
+                        result: r.get(4)?,
+                    },
+                ))
+            })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }

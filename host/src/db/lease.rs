@@ -17,19 +17,31 @@ impl Owner {
     /// This process.
     pub fn me() -> Owner {
         let pid = std::process::id();
-        Owner { host: hostname(), pid, started: start_time(pid).unwrap_or(0) }
+        Owner {
+            host: hostname(),
+            pid,
+            started: start_time(pid).unwrap_or(0),
+        }
     }
 
     /// The live process `pid`.
     pub fn of(pid: u32) -> Option<Owner> {
-        Some(Owner { host: hostname(), pid, started: start_time(pid)? })
+        Some(Owner {
+            host: hostname(),
+            pid,
+            started: start_time(pid)?,
+        })
     }
 
     pub fn parse(text: &str) -> Option<Owner> {
         let mut parts = text.rsplitn(3, ' ');
         let started = parts.next()?.parse().ok()?;
         let pid = parts.next()?.parse().ok()?;
-        Some(Owner { host: parts.next()?.to_string(), pid, started })
+        Some(Owner {
+            host: parts.next()?.to_string(),
+            pid,
+            started,
+        })
     }
 
     /// Whether the process still runs. On another host this cannot be known,
@@ -49,7 +61,9 @@ impl fmt::Display for Owner {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 /// The start time of a live process, from /proc.
@@ -79,7 +93,13 @@ mod tests {
         child.wait().unwrap();
         assert!(!Owner { pid, ..me.clone() }.is_alive());
         // The same pid with another start time is another process.
-        assert!(!Owner { started: me.started + 1, ..me }.is_alive());
+        assert!(
+            !Owner {
+                started: me.started + 1,
+                ..me
+            }
+            .is_alive()
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub fn path(dir: &Path, name: &str) -> PathBuf {
 /// Take the exclusive lock at `path`, waiting up to `wait` for its holder.
 pub async fn acquire(path: &Path, wait: Duration) -> Result<FileLock> {
     if let Some(dir) = path.parent() {
-        crate::files::ensure_dir(dir).with_context(|| format!("failed to create `{}`", dir.display()))?;
+        crate::files::ensure_dir(dir)
+            .with_context(|| format!("failed to create `{}`", dir.display()))?;
     }
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -44,7 +45,11 @@ pub async fn acquire(path: &Path, wait: Duration) -> Result<FileLock> {
             return Err(err).with_context(|| format!("failed to lock `{}`", path.display()));
         }
         if Instant::now() >= deadline {
-            bail!("`{}` stayed locked by another loopbox process for {}s; is one stuck?", path.display(), wait.as_secs());
+            bail!(
+                "`{}` stayed locked by another loopbox process for {}s; is one stuck?",
+                path.display(),
+                wait.as_secs()
+            );
         }
         tokio::time::sleep(nap).await;
         nap = (nap * 2).min(Duration::from_millis(20));
@@ -60,8 +65,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = path(dir.path(), "s");
         let held = acquire(&p, Duration::from_secs(1)).await.unwrap();
-        let e = acquire(&p, Duration::from_millis(50)).await.err().unwrap().to_string();
-        assert!(e.contains("stayed locked by another loopbox process"), "{e}");
+        let e = acquire(&p, Duration::from_millis(50))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("stayed locked by another loopbox process"),
+            "{e}"
+        );
         drop(held);
         acquire(&p, Duration::from_millis(50)).await.unwrap();
     }

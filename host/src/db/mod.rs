@@ -53,7 +53,12 @@ impl std::fmt::Debug for Db {
 /// rusqlite's own prepare (and parse) the SQL on every call.
 pub(crate) trait Cached {
     fn exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
-    fn row<T, P: rusqlite::Params, F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>;
+    fn row<T, P: rusqlite::Params, F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>>(
+        &self,
+        sql: &str,
+        params: P,
+        f: F,
+    ) -> rusqlite::Result<T>;
 }
 
 impl Cached for Connection {
@@ -61,13 +66,21 @@ impl Cached for Connection {
         self.prepare_cached(sql)?.execute(params)
     }
 
-    fn row<T, P: rusqlite::Params, F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T> {
+    fn row<T, P: rusqlite::Params, F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>>(
+        &self,
+        sql: &str,
+        params: P,
+        f: F,
+    ) -> rusqlite::Result<T> {
         self.prepare_cached(sql)?.query_row(params, f)
     }
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl Db {
@@ -75,11 +88,18 @@ impl Db {
     pub fn open_workspace(root: &Path) -> Result<Db> {
         match std::fs::metadata(root) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => anyhow::bail!("workspace `{}` is not a directory; give a project directory with -C", root.display()),
-            Err(e) => anyhow::bail!("workspace `{}` cannot be used: {e}; give an existing directory with -C", root.display()),
+            Ok(_) => anyhow::bail!(
+                "workspace `{}` is not a directory; give a project directory with -C",
+                root.display()
+            ),
+            Err(e) => anyhow::bail!(
+                "workspace `{}` cannot be used: {e}; give an existing directory with -C",
+                root.display()
+            ),
         }
         let dir = root.join(STORE_DIR);
-        crate::files::ensure_dir(&dir).with_context(|| format!("failed to create the store directory `{}`", dir.display()))?;
+        crate::files::ensure_dir(&dir)
+            .with_context(|| format!("failed to create the store directory `{}`", dir.display()))?;
         // The store is this machine's: it never belongs in the project's git history.
         let ignore = dir.join(".gitignore");
         if !ignore.exists() {
@@ -95,10 +115,18 @@ impl Db {
         let context = || format!("failed to open the store `{}`", path.display());
         if path == Path::new(":memory:") {
             // A throwaway store (`inspect`): nothing on disk to create or to watch.
-            let conn = Connection::open_in_memory().map_err(anyhow::Error::from).with_context(context)?;
-            configure(&conn).map_err(anyhow::Error::from).with_context(context)?;
+            let conn = Connection::open_in_memory()
+                .map_err(anyhow::Error::from)
+                .with_context(context)?;
+            configure(&conn)
+                .map_err(anyhow::Error::from)
+                .with_context(context)?;
             schema::migrate(&conn).with_context(context)?;
-            return Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity: None });
+            return Ok(Db {
+                conn: Arc::new(Mutex::new(conn)),
+                path: path.to_path_buf(),
+                identity: None,
+            });
         }
         match std::fs::metadata(path) {
             Ok(m) if m.len() == 0 => {
@@ -110,12 +138,18 @@ impl Db {
                 .with_context(context);
             }
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path).map_err(|e| explain(path, e)).with_context(context)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path)
+                .map_err(|e| explain(path, e))
+                .with_context(context)?,
             Err(e) => return Err(anyhow::Error::from(e)).with_context(context),
         }
         let setup = || -> Result<Connection> {
             // No CREATE: a store deleted since the check above is an error, not a new empty file.
-            let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+            let conn = Connection::open_with_flags(
+                path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
             configure(&conn)?;
             // Stores loopbox creates are WAL already; one made by other tools may not be.
             let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
@@ -125,14 +159,22 @@ impl Db {
             schema::migrate(&conn)?;
             Ok(conn)
         };
-        let conn = setup().map_err(|e| explain(path, e)).with_context(context)?;
+        let conn = setup()
+            .map_err(|e| explain(path, e))
+            .with_context(context)?;
         let identity = Some(file_identity(path).with_context(context)?);
-        Ok(Db { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity })
+        Ok(Db {
+            conn: Arc::new(Mutex::new(conn)),
+            path: path.to_path_buf(),
+            identity,
+        })
     }
 
     /// Fail if the file at the store's path is no longer the one opened.
     fn check_identity(&self) -> Result<()> {
-        let Some(identity) = self.identity else { return Ok(()) };
+        let Some(identity) = self.identity else {
+            return Ok(());
+        };
         match file_identity(&self.path) {
             Ok(id) if id == identity => Ok(()),
             _ => anyhow::bail!(
@@ -155,7 +197,11 @@ impl Db {
 
     /// Run `f` in one transaction; the error names the store and what to do
     /// when it is damaged or the disk is full.
-    fn write<T>(&self, what: &str, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+    fn write<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
         let mut c = self.conn();
         let attempt = (|| {
             // IMMEDIATE takes the write lock first (waiting up to BUSY_TIMEOUT): a deferred
@@ -167,7 +213,9 @@ impl Db {
             tx.commit()?;
             Ok(value)
         })();
-        attempt.map_err(|e| explain(&self.path, e)).with_context(|| format!("failed to {what}"))
+        attempt
+            .map_err(|e| explain(&self.path, e))
+            .with_context(|| format!("failed to {what}"))
     }
 }
 
@@ -186,7 +234,10 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 /// process links its store first, that one is used.
 fn create(path: &Path) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new().prefix(".loopbox.db.new-").tempfile_in(dir).context("failed to create a new store")?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".loopbox.db.new-")
+        .tempfile_in(dir)
+        .context("failed to create a new store")?;
     {
         let conn = Connection::open(tmp.path())?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -198,7 +249,10 @@ fn create(path: &Path) -> Result<()> {
     match std::fs::hard_link(tmp.path(), path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(anyhow::Error::from(e).context(format!("failed to put the new store at `{}`", path.display()))),
+        Err(e) => Err(anyhow::Error::from(e).context(format!(
+            "failed to put the new store at `{}`",
+            path.display()
+        ))),
     }
 }
 
@@ -212,22 +266,31 @@ fn file_identity(path: &Path) -> Result<(u64, u64)> {
 pub fn advise(e: anyhow::Error) -> anyhow::Error {
     let advised = e.chain().any(|c| {
         let t = c.to_string();
-        t.contains("the store is damaged") || t.contains("free some space") || t.contains("cannot be written: check")
+        t.contains("the store is damaged")
+            || t.contains("free some space")
+            || t.contains("cannot be written: check")
     });
-    if advised { e } else { explain(Path::new(".loopbox/loopbox.db"), e) }
+    if advised {
+        e
+    } else {
+        explain(Path::new(".loopbox/loopbox.db"), e)
+    }
 }
 
 /// Whether `e` came from the store (rather than, say, a missing run).
 pub fn is_store_error(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<rusqlite::Error>().is_some())
+    e.chain()
+        .any(|c| c.downcast_ref::<rusqlite::Error>().is_some())
 }
 
 /// Add what to do to the errors a user can act on: a damaged store, a full disk.
 fn explain(path: &Path, e: anyhow::Error) -> anyhow::Error {
-    let code = e.chain().find_map(|c| match c.downcast_ref::<rusqlite::Error>() {
-        Some(rusqlite::Error::SqliteFailure(f, _)) => Some(f.code),
-        _ => None,
-    });
+    let code = e
+        .chain()
+        .find_map(|c| match c.downcast_ref::<rusqlite::Error>() {
+            Some(rusqlite::Error::SqliteFailure(f, _)) => Some(f.code),
+            _ => None,
+        });
     match code {
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => e.context(format!(
             "the store is damaged and loopbox will not guess at its contents: move it aside (`mv {0} {0}.damaged`) to start a fresh one, \
@@ -257,12 +320,22 @@ mod tests {
     #[test]
     fn the_store_keeps_itself_out_of_git() {
         let dir = tempfile::tempdir().unwrap();
-        let git = |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output().unwrap();
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .current_dir(dir.path())
+                .args(args)
+                .output()
+                .unwrap()
+        };
         git(&["init", "-q"]);
         Db::open_workspace(dir.path()).unwrap();
         let status = git(&["status", "--porcelain", "--untracked-files=all"]);
         assert!(status.status.success());
-        assert_eq!(String::from_utf8_lossy(&status.stdout), "", "nothing of .loopbox/ shows in git");
+        assert_eq!(
+            String::from_utf8_lossy(&status.stdout),
+            "",
+            "nothing of .loopbox/ shows in git"
+        );
     }
 
     fn db() -> (tempfile::TempDir, Db) {
@@ -278,8 +351,17 @@ mod tests {
         let commit = EventCommit {
             event: "{}".into(),
             decision: Some("\"pass\"".into()),
-            state_writes: vec![("a".into(), Some("1".into())), ("b".into(), Some("2".into())), ("a".into(), None)],
-            log: vec![LogRecord { at_ms: 1, level: "info".into(), source: "policy".into(), message: "hi".into() }],
+            state_writes: vec![
+                ("a".into(), Some("1".into())),
+                ("b".into(), Some("2".into())),
+                ("a".into(), None),
+            ],
+            log: vec![LogRecord {
+                at_ms: 1,
+                level: "info".into(),
+                source: "policy".into(),
+                message: "hi".into(),
+            }],
             ..Default::default()
         };
         assert_eq!(db.commit_event("r1", &commit).unwrap(), 1);
@@ -295,7 +377,10 @@ mod tests {
     fn state_is_per_run_and_prefix_is_literal() {
         let (_d, db) = db();
         db.create_run("r2", "p", "d", "{}").unwrap();
-        let w = |k: &str| EventCommit { state_writes: vec![(k.into(), Some("0".into()))], ..Default::default() };
+        let w = |k: &str| EventCommit {
+            state_writes: vec![(k.into(), Some("0".into()))],
+            ..Default::default()
+        };
         db.commit_event("r1", &w("a%b")).unwrap();
         db.commit_event("r1", &w("axb")).unwrap();
         db.commit_event("r2", &w("a%c")).unwrap();
@@ -318,39 +403,85 @@ mod tests {
         drop(c);
         let db = Db::open(&path).unwrap();
         assert_eq!(db.run("old").unwrap().unwrap().status, "done");
-        let prompts = Budget { prompts: Some(1), ..Default::default() };
+        let prompts = Budget {
+            prompts: Some(1),
+            ..Default::default()
+        };
         assert_eq!(db.spend("old", &prompts).unwrap(), Ok(()));
         assert_eq!(db.spend("old", &prompts).unwrap(), Err(Spent::Prompts(1)));
     }
 
     fn row(seq: i64, kind: &str, result: Option<&str>) -> JournalRow {
-        JournalRow { seq, kind: kind.into(), request: format!("req{seq}"), result: result.map(String::from) }
+        JournalRow {
+            seq,
+            kind: kind.into(),
+            request: format!("req{seq}"),
+            result: result.map(String::from),
+        }
     }
 
     #[test]
     fn an_intent_writes_the_pending_event_and_the_calls_before_it() {
         let (_d, db) = db();
-        let budget = Budget { actions: Some(5), ..Default::default() };
-        let seq = db.journal_intent("r1", (None, "{\"type\":\"start\"}"), &[row(1, "read", Some("r"))], &row(2, "shell", None), &budget).unwrap().unwrap();
+        let budget = Budget {
+            actions: Some(5),
+            ..Default::default()
+        };
+        let seq = db
+            .journal_intent(
+                "r1",
+                (None, "{\"type\":\"start\"}"),
+                &[row(1, "read", Some("r"))],
+                &row(2, "shell", None),
+                &budget,
+            )
+            .unwrap()
+            .unwrap();
         assert_eq!(seq, 1);
         let pending = db.last_event("r1").unwrap().unwrap();
         assert!(pending.pending && pending.decision.is_none());
-        assert_eq!(db.journal("r1", 1).unwrap(), [row(1, "read", Some("r")), row(2, "shell", None)]);
+        assert_eq!(
+            db.journal("r1", 1).unwrap(),
+            [row(1, "read", Some("r")), row(2, "shell", None)]
+        );
         db.journal_result("r1", 1, 2, "out").unwrap();
         assert_eq!(db.run("r1").unwrap().unwrap().actions, 1);
         // The event commits into the same row, with the calls after the action.
-        let commit = EventCommit { seq: Some(1), decision: Some("{}".into()), journal: vec![row(3, "wall-clock", Some("1"))], ..Default::default() };
+        let commit = EventCommit {
+            seq: Some(1),
+            decision: Some("{}".into()),
+            journal: vec![row(3, "wall-clock", Some("1"))],
+            ..Default::default()
+        };
         assert_eq!(db.commit_event("r1", &commit).unwrap(), 1);
         let e = db.last_event("r1").unwrap().unwrap();
         assert!(!e.pending && e.decision.is_some());
-        assert_eq!(db.journal("r1", 1).unwrap(), [row(1, "read", Some("r")), row(2, "shell", Some("out")), row(3, "wall-clock", Some("1"))]);
+        assert_eq!(
+            db.journal("r1", 1).unwrap(),
+            [
+                row(1, "read", Some("r")),
+                row(2, "shell", Some("out")),
+                row(3, "wall-clock", Some("1"))
+            ]
+        );
     }
 
     #[test]
     fn a_spent_budget_writes_nothing() {
         let (_d, db) = db();
-        let budget = Budget { actions: Some(0), ..Default::default() };
-        let r = db.journal_intent("r1", (None, "{}"), &[row(1, "read", Some("r"))], &row(2, "shell", None), &budget).unwrap();
+        let budget = Budget {
+            actions: Some(0),
+            ..Default::default()
+        };
+        let r = db
+            .journal_intent(
+                "r1",
+                (None, "{}"),
+                &[row(1, "read", Some("r"))],
+                &row(2, "shell", None),
+                &budget,
+            )
+            .unwrap();
         assert_eq!(r, Err(Spent::Actions(0)));
         assert!(db.last_event("r1").unwrap().is_none());
         assert!(db.journal("r1", 1).unwrap().is_empty());
@@ -361,17 +492,33 @@ mod tests {
         let (_d, db) = db();
         assert_eq!(db.acquire("r1").unwrap(), Ok(()));
         // Another live process holds it.
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let other = lease::Owner::of(child.id()).unwrap();
-        db.conn().execute("UPDATE runs SET lease = ?1 WHERE id = 'r1'", [other.to_string()]).unwrap();
+        db.conn()
+            .execute(
+                "UPDATE runs SET lease = ?1 WHERE id = 'r1'",
+                [other.to_string()],
+            )
+            .unwrap();
         assert_eq!(db.acquire("r1").unwrap(), Err(other.clone()));
         assert!(db.find_interrupted().unwrap().is_empty());
         child.kill().unwrap();
         child.wait().unwrap();
         // A driver that is gone: the run shows as interrupted, and can be taken.
-        db.conn().execute("UPDATE runs SET lease = ?1 WHERE id = 'r1'", [format!("{} 999999999 1", lease::Owner::me().host)]).unwrap();
+        db.conn()
+            .execute(
+                "UPDATE runs SET lease = ?1 WHERE id = 'r1'",
+                [format!("{} 999999999 1", lease::Owner::me().host)],
+            )
+            .unwrap();
         let found = db.find_interrupted().unwrap();
-        assert_eq!(found.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["r1"]);
+        assert_eq!(
+            found.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["r1"]
+        );
         assert_eq!(db.run("r1").unwrap().unwrap().status, "interrupted");
         assert_eq!(db.acquire("r1").unwrap(), Ok(()));
         assert_eq!(db.run("r1").unwrap().unwrap().status, "running");
@@ -382,16 +529,26 @@ mod tests {
     fn a_damaged_store_says_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.db");
-        std::fs::write(&path, b"this is not a database, just text that is long enough to have a header......").unwrap();
+        std::fs::write(
+            &path,
+            b"this is not a database, just text that is long enough to have a header......",
+        )
+        .unwrap();
         let e = format!("{:#}", Db::open(&path).err().unwrap());
-        assert!(e.contains("the store is damaged") && e.contains(".recover"), "{e}");
+        assert!(
+            e.contains("the store is damaged") && e.contains(".recover"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_newer_schema_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.db");
-        Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 99)
+            .unwrap();
         assert!(format!("{:#}", Db::open(&path).err().unwrap()).contains("newer loopbox"));
     }
 }

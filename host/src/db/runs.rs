@@ -87,17 +87,59 @@ impl Db {
     }
 
     /// An agent hook session's run, with the grants it starts under.
-    pub fn create_hook_run(&self, id: &str, policy: &str, digest: &str, input: &str, grants: serde_json::Value) -> Result<()> {
-        self.insert_run(id, policy, digest, input, &RunOptions { hook: true, grants: Some(grants), ..Default::default() }, None)
+    pub fn create_hook_run(
+        &self,
+        id: &str,
+        policy: &str,
+        digest: &str,
+        input: &str,
+        grants: serde_json::Value,
+    ) -> Result<()> {
+        self.insert_run(
+            id,
+            policy,
+            digest,
+            input,
+            &RunOptions {
+                hook: true,
+                grants: Some(grants),
+                ..Default::default()
+            },
+            None,
+        )
     }
 
     /// A standalone run, leased to this process from the start.
-    pub fn create_driven_run(&self, id: &str, policy: &str, digest: &str, input: &str, options: &RunOptions) -> Result<()> {
+    pub fn create_driven_run(
+        &self,
+        id: &str,
+        policy: &str,
+        digest: &str,
+        input: &str,
+        options: &RunOptions,
+    ) -> Result<()> {
         self.insert_run(id, policy, digest, input, options, Some(&Owner::me()))
     }
 
-    fn insert_run(&self, id: &str, policy: &str, digest: &str, input: &str, options: &RunOptions, owner: Option<&Owner>) -> Result<()> {
-        let seed = blake3::hash(&[id.as_bytes(), &now_ms().to_le_bytes(), &std::process::id().to_le_bytes()].concat()).to_hex().to_string();
+    fn insert_run(
+        &self,
+        id: &str,
+        policy: &str,
+        digest: &str,
+        input: &str,
+        options: &RunOptions,
+        owner: Option<&Owner>,
+    ) -> Result<()> {
+        let seed = blake3::hash(
+            &[
+                id.as_bytes(),
+                &now_ms().to_le_bytes(),
+                &std::process::id().to_le_bytes(),
+            ]
+            .concat(),
+        )
+        .to_hex()
+        .to_string();
         let options = serde_json::to_string(options)?;
         let lease = owner.map(Owner::to_string);
         self.write("record the new run", |tx| {
@@ -130,18 +172,33 @@ impl Db {
 
     pub fn add_turn(&self, id: &str) -> Result<u32> {
         self.write("count the turn", |tx| {
-            tx.exec("UPDATE runs SET turns = turns + 1, updated_at = ?2 WHERE id = ?1", params![id, now_ms()])?;
+            tx.exec(
+                "UPDATE runs SET turns = turns + 1, updated_at = ?2 WHERE id = ?1",
+                params![id, now_ms()],
+            )?;
             Ok(tx.row("SELECT turns FROM runs WHERE id = ?1", [id], |r| r.get(0))?)
         })
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRecord>> {
-        Ok(self.conn().row(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), [id], run_record).optional()?)
+        Ok(self
+            .conn()
+            .row(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+                [id],
+                run_record,
+            )
+            .optional()?)
     }
 
     /// The run `id`, or an error saying how to list the runs.
     pub fn existing_run(&self, id: &str) -> Result<RunRecord> {
-        self.run(id)?.with_context(|| format!("there is no run `{id}` in `{}`; list the runs with `loopbox runs`", self.path.display()))
+        self.run(id)?.with_context(|| {
+            format!(
+                "there is no run `{id}` in `{}`; list the runs with `loopbox runs`",
+                self.path.display()
+            )
+        })
     }
 
     /// Every run, newest first, with the type of its last event.
@@ -151,7 +208,9 @@ impl Db {
             "SELECT {RUN_COLUMNS}, (SELECT json_extract(e.event, '$.type') FROM events e WHERE e.run_id = runs.id ORDER BY e.seq DESC LIMIT 1)
                  FROM runs ORDER BY created_at DESC, id"
         ))?;
-        let rows = stmt.query_map([], |r| Ok((run_record(r)?, r.get(15)?)))?.collect::<Result<Vec<_>, _>>()?;
+        let rows = stmt
+            .query_map([], |r| Ok((run_record(r)?, r.get(15)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
 
@@ -159,22 +218,34 @@ impl Db {
     pub fn acquire(&self, id: &str) -> Result<Result<(), Owner>> {
         let me = Owner::me();
         self.write("take the run", |tx| {
-            let lease: Option<String> = tx.row("SELECT lease FROM runs WHERE id = ?1", [id], |r| r.get(0))?;
+            let lease: Option<String> =
+                tx.row("SELECT lease FROM runs WHERE id = ?1", [id], |r| r.get(0))?;
             if let Some(holder) = lease.as_deref().and_then(Owner::parse)
                 && holder != me
                 && holder.is_alive()
             {
                 return Ok(Err(holder));
             }
-            tx.exec("UPDATE runs SET lease = ?2, status = 'running', updated_at = ?3 WHERE id = ?1", params![id, me.to_string(), now_ms()])?;
+            tx.exec(
+                "UPDATE runs SET lease = ?2, status = 'running', updated_at = ?3 WHERE id = ?1",
+                params![id, me.to_string(), now_ms()],
+            )?;
             Ok(Ok(()))
         })
     }
 
     /// Runs left `running` by a driver that is gone, now marked `interrupted`.
     pub fn find_interrupted(&self) -> Result<Vec<RunRecord>> {
-        let running: Vec<RunRecord> = self.list_runs()?.into_iter().map(|(r, _)| r).filter(|r| r.status == "running").collect();
-        let dead: Vec<RunRecord> = running.into_iter().filter(|r| r.lease.as_ref().is_some_and(|o| !o.is_alive())).collect();
+        let running: Vec<RunRecord> = self
+            .list_runs()?
+            .into_iter()
+            .map(|(r, _)| r)
+            .filter(|r| r.status == "running")
+            .collect();
+        let dead: Vec<RunRecord> = running
+            .into_iter()
+            .filter(|r| r.lease.as_ref().is_some_and(|o| !o.is_alive()))
+            .collect();
         for r in &dead {
             self.write("mark the run interrupted", |tx| {
                 tx.exec(
@@ -184,7 +255,13 @@ impl Db {
                 Ok(())
             })?;
         }
-        Ok(dead.into_iter().map(|r| RunRecord { status: "interrupted".into(), ..r }).collect())
+        Ok(dead
+            .into_iter()
+            .map(|r| RunRecord {
+                status: "interrupted".into(),
+                ..r
+            })
+            .collect())
     }
 
     /// Record that the run continues with a changed policy (`--allow-policy-change`).
@@ -194,14 +271,20 @@ impl Db {
         options.grants = Some(grants.clone());
         let options = serde_json::to_string(&options)?;
         self.write("pin the run's grants", |tx| {
-            tx.exec("UPDATE runs SET options = ?2 WHERE id = ?1", params![id, options])?;
+            tx.exec(
+                "UPDATE runs SET options = ?2 WHERE id = ?1",
+                params![id, options],
+            )?;
             Ok(())
         })
     }
 
     pub fn set_policy_digest(&self, id: &str, digest: &str) -> Result<()> {
         self.write("record the new policy digest", |tx| {
-            tx.exec("UPDATE runs SET policy_digest = ?2 WHERE id = ?1", params![id, digest])?;
+            tx.exec(
+                "UPDATE runs SET policy_digest = ?2 WHERE id = ?1",
+                params![id, digest],
+            )?;
             Ok(())
         })
     }
@@ -209,18 +292,33 @@ impl Db {
     /// Ask the run's driver to stop at its next step.
     pub fn request_cancel(&self, id: &str) -> Result<()> {
         self.write("ask the run to stop", |tx| {
-            tx.exec("UPDATE runs SET cancel = 1, updated_at = ?2 WHERE id = ?1", params![id, now_ms()])?;
+            tx.exec(
+                "UPDATE runs SET cancel = 1, updated_at = ?2 WHERE id = ?1",
+                params![id, now_ms()],
+            )?;
             Ok(())
         })
     }
 
     pub fn cancel_requested(&self, id: &str) -> Result<bool> {
-        Ok(self.conn().row("SELECT cancel FROM runs WHERE id = ?1", [id], |r| r.get::<_, i64>(0))? != 0)
+        Ok(self
+            .conn()
+            .row("SELECT cancel FROM runs WHERE id = ?1", [id], |r| {
+                r.get::<_, i64>(0)
+            })?
+            != 0)
     }
 
     /// The messages of an agent conversation (JSON), if it exists.
     pub fn conversation(&self, session: &str) -> Result<Option<String>> {
-        Ok(self.conn().row("SELECT messages FROM agent_conversations WHERE session = ?1", [session], |r| r.get(0)).optional()?)
+        Ok(self
+            .conn()
+            .row(
+                "SELECT messages FROM agent_conversations WHERE session = ?1",
+                [session],
+                |r| r.get(0),
+            )
+            .optional()?)
     }
 
     pub fn save_conversation(&self, session: &str, messages: &str) -> Result<()> {

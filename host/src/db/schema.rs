@@ -86,17 +86,26 @@ pub fn migrate(conn: &Connection) -> Result<()> {
     if version(conn)? == SCHEMA_VERSION {
         return Ok(());
     }
-    conn.execute_batch("BEGIN EXCLUSIVE").context("failed to lock the store to upgrade it")?;
+    conn.execute_batch("BEGIN EXCLUSIVE")
+        .context("failed to lock the store to upgrade it")?;
     let upgraded = upgrade(conn);
-    let end = if upgraded.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    let ended = conn.execute_batch(end).with_context(|| format!("failed to {} the store's upgrade", end.to_lowercase()));
+    let end = if upgraded.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    let ended = conn
+        .execute_batch(end)
+        .with_context(|| format!("failed to {} the store's upgrade", end.to_lowercase()));
     upgraded.and(ended)
 }
 
 fn version(conn: &Connection) -> Result<i64> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > SCHEMA_VERSION {
-        bail!("it was written by a newer loopbox (schema {version}, this one knows {SCHEMA_VERSION}); upgrade loopbox");
+        bail!(
+            "it was written by a newer loopbox (schema {version}, this one knows {SCHEMA_VERSION}); upgrade loopbox"
+        );
     }
     Ok(version)
 }
@@ -105,11 +114,17 @@ fn upgrade(conn: &Connection) -> Result<()> {
     if version(conn)? == SCHEMA_VERSION {
         return Ok(());
     }
-    conn.execute_batch(TABLES).context("failed to create the tables")?;
+    conn.execute_batch(TABLES)
+        .context("failed to create the tables")?;
     for (table, column, decl) in ADDED_COLUMNS {
-        let present: bool = conn.query_row(&format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| r.get(0))?;
+        let present: bool = conn.query_row(
+            &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
+            [column],
+            |r| r.get(0),
+        )?;
         if !present {
-            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}")).with_context(|| format!("failed to add {table}.{column}"))?;
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
+                .with_context(|| format!("failed to add {table}.{column}"))?;
         }
     }
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;

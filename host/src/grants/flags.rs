@@ -14,7 +14,10 @@ struct Flag {
 }
 
 const fn flag(canonical: &'static str, spellings: &'static [&'static str]) -> Flag {
-    Flag { canonical, spellings }
+    Flag {
+        canonical,
+        spellings,
+    }
 }
 
 const RM: &[Flag] = &[
@@ -27,11 +30,22 @@ const RM: &[Flag] = &[
     flag("--one-file-system", &["--one-file-system"]),
     flag("--preserve-root", &["--preserve-root"]),
 ];
-const CP_MV: &[Flag] =
-    &[flag("-r", &["-r", "-R", "--recursive"]), flag("-f", &["-f", "--force"]), flag("-v", &["-v", "--verbose"]), flag("-i", &["-i", "--interactive"])];
-const CHMOD: &[Flag] = &[flag("-R", &["-R", "--recursive"]), flag("-v", &["-v", "--verbose"]), flag("-c", &["-c", "--changes"])];
+const CP_MV: &[Flag] = &[
+    flag("-r", &["-r", "-R", "--recursive"]),
+    flag("-f", &["-f", "--force"]),
+    flag("-v", &["-v", "--verbose"]),
+    flag("-i", &["-i", "--interactive"]),
+];
+const CHMOD: &[Flag] = &[
+    flag("-R", &["-R", "--recursive"]),
+    flag("-v", &["-v", "--verbose"]),
+    flag("-c", &["-c", "--changes"]),
+];
 const GIT: &[Flag] = &[
-    flag("-f", &["-f", "--force", "--force-with-lease", "--force-if-includes"]),
+    flag(
+        "-f",
+        &["-f", "--force", "--force-with-lease", "--force-if-includes"],
+    ),
     flag("-d", &["-d", "--delete"]),
     flag("--hard", &["--hard"]),
     flag("--mirror", &["--mirror"]),
@@ -43,7 +57,18 @@ const GIT: &[Flag] = &[
     flag("-n", &["-n", "--dry-run"]),
 ];
 const RSYNC: &[Flag] = &[
-    flag("--delete", &["--delete", "--del", "--delete-before", "--delete-during", "--delete-delay", "--delete-after", "--delete-excluded"]),
+    flag(
+        "--delete",
+        &[
+            "--delete",
+            "--del",
+            "--delete-before",
+            "--delete-during",
+            "--delete-delay",
+            "--delete-after",
+            "--delete-excluded",
+        ],
+    ),
     flag("-r", &["-r", "--recursive"]),
 ];
 
@@ -73,8 +98,15 @@ pub fn normalize(program: &str, args: &[String]) -> Vec<String> {
 
 /// `-rf` as `-r`, `-f`; anything else as it is.
 fn split_cluster(t: &str) -> Vec<String> {
-    let short_cluster = t.len() > 2 && t.starts_with('-') && !t.starts_with("--") && t[1..].chars().all(|c| c.is_ascii_alphanumeric());
-    if short_cluster { t[1..].chars().map(|c| format!("-{c}")).collect() } else { vec![t.to_string()] }
+    let short_cluster = t.len() > 2
+        && t.starts_with('-')
+        && !t.starts_with("--")
+        && t[1..].chars().all(|c| c.is_ascii_alphanumeric());
+    if short_cluster {
+        t[1..].chars().map(|c| format!("-{c}")).collect()
+    } else {
+        vec![t.to_string()]
+    }
 }
 
 fn canonical(program: &str, table: Option<&[Flag]>, token: &str) -> Vec<String> {
@@ -90,14 +122,20 @@ fn canonical(program: &str, table: Option<&[Flag]>, token: &str) -> Vec<String> 
             return vec!["-d".into(), token[1..].to_string()];
         }
     }
-    let Some(table) = table else { return vec![token.to_string()] };
+    let Some(table) = table else {
+        return vec![token.to_string()];
+    };
     if let Some(f) = table.iter().find(|f| f.spellings.contains(&token)) {
         return vec![f.canonical.to_string()];
     }
     // `--rec` for `--recursive`: a prefix of exactly one long spelling's flag.
     let name = token.split_once('=').map_or(token, |(n, _)| n);
     if name.len() > 3 && name.starts_with("--") {
-        let mut hits = table.iter().filter(|f| f.spellings.iter().any(|s| s.starts_with("--") && s.starts_with(name)));
+        let mut hits = table.iter().filter(|f| {
+            f.spellings
+                .iter()
+                .any(|s| s.starts_with("--") && s.starts_with(name))
+        });
         if let (Some(f), None) = (hits.next(), hits.next()) {
             return vec![f.canonical.to_string()];
         }
@@ -110,20 +148,39 @@ mod tests {
     use super::*;
 
     fn n(program: &str, args: &str) -> Vec<String> {
-        normalize(program, &args.split(' ').map(String::from).collect::<Vec<_>>())
+        normalize(
+            program,
+            &args.split(' ').map(String::from).collect::<Vec<_>>(),
+        )
     }
 
     #[test]
     fn synonyms_fold_to_one_spelling() {
-        for spelled in ["-rf", "-Rf", "-fR", "-r -f", "--recursive --force", "-r --force", "--rec --forc", "-R --force"] {
+        for spelled in [
+            "-rf",
+            "-Rf",
+            "-fR",
+            "-r -f",
+            "--recursive --force",
+            "-r --force",
+            "--rec --forc",
+            "-R --force",
+        ] {
             let mut got = n("rm", spelled);
             got.sort();
             assert_eq!(got, ["-f", "-r"], "{spelled}");
         }
-        assert_eq!(n("git", "push -f origin main"), n("git", "push --force origin main"));
+        assert_eq!(
+            n("git", "push -f origin main"),
+            n("git", "push --force origin main")
+        );
         assert!(n("git", "push origin +main").contains(&"-f".to_string()));
         assert!(n("git", "push --force-with-lease").contains(&"-f".to_string()));
         assert_eq!(n("chmod", "--recursive 777 ."), ["-R", "777", "."]);
-        assert_eq!(n("ls", "-Rf"), ["-R", "-f"], "an unknown program keeps its case");
+        assert_eq!(
+            n("ls", "-Rf"),
+            ["-R", "-f"],
+            "an unknown program keeps its case"
+        );
     }
 }

@@ -59,8 +59,20 @@ pub struct EventSpec {
     pub matcher: bool,
 }
 
-const fn ev(name: &'static str, kind: Kind, block: Block, context: bool, matcher: bool) -> EventSpec {
-    EventSpec { name, kind, block, context, matcher }
+const fn ev(
+    name: &'static str,
+    kind: Kind,
+    block: Block,
+    context: bool,
+    matcher: bool,
+) -> EventSpec {
+    EventSpec {
+        name,
+        kind,
+        block,
+        context,
+        matcher,
+    }
 }
 
 use Block::*;
@@ -183,7 +195,17 @@ impl Agent {
 
     /// The spec of `name`; an event this table does not know is `Other` and cannot be refused.
     pub fn event(self, name: &str) -> EventSpec {
-        self.events().iter().copied().find(|e| e.name == name).unwrap_or(EventSpec { name: "", kind: Other, block: No, context: false, matcher: false })
+        self.events()
+            .iter()
+            .copied()
+            .find(|e| e.name == name)
+            .unwrap_or(EventSpec {
+                name: "",
+                kind: Other,
+                block: No,
+                context: false,
+                matcher: false,
+            })
     }
 
     pub fn known(self, name: &str) -> bool {
@@ -218,7 +240,10 @@ impl Agent {
     /// The policy-facing name of the agent's tool `native`, when it differs.
     pub fn shared_tool_name(self, native: &str) -> Option<&'static str> {
         match self {
-            Agent::Gemini => GEMINI_TOOLS.iter().find(|(n, _)| *n == native).map(|(_, shared)| *shared),
+            Agent::Gemini => GEMINI_TOOLS
+                .iter()
+                .find(|(n, _)| *n == native)
+                .map(|(_, shared)| *shared),
             _ => None,
         }
     }
@@ -226,7 +251,10 @@ impl Agent {
     /// The agent's name for the shared tool name `shared` (for matchers given in the shared vocabulary).
     pub fn native_tool_name(self, shared: &str) -> Option<&'static str> {
         match self {
-            Agent::Gemini => GEMINI_TOOLS.iter().find(|(_, s)| *s == shared).map(|(n, _)| *n),
+            Agent::Gemini => GEMINI_TOOLS
+                .iter()
+                .find(|(_, s)| *s == shared)
+                .map(|(n, _)| *n),
             _ => None,
         }
     }
@@ -246,8 +274,18 @@ mod tests {
     fn every_agent_has_a_turn_and_a_tool_gate_and_names_each_event_once() {
         for agent in Agent::ALL {
             let events = agent.events();
-            assert!(events.iter().any(|e| e.kind == Kind::Turn && e.block == Block::KeepWorking), "{agent}");
-            assert!(events.iter().any(|e| e.kind == Kind::Tool && e.block == Block::DenyTool), "{agent}");
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e.kind == Kind::Turn && e.block == Block::KeepWorking),
+                "{agent}"
+            );
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e.kind == Kind::Tool && e.block == Block::DenyTool),
+                "{agent}"
+            );
             let mut names: Vec<_> = events.iter().map(|e| e.name).collect();
             names.sort();
             names.dedup();
@@ -255,8 +293,14 @@ mod tests {
         }
         assert_eq!(Agent::ClaudeCode.events().len(), 30);
         assert_eq!(Agent::Gemini.event("NewEvent").kind, Kind::Other);
-        assert_eq!(Agent::Gemini.shared_tool_name("run_shell_command"), Some("Bash"));
-        assert_eq!(Agent::Gemini.native_tool_name("Bash"), Some("run_shell_command"));
+        assert_eq!(
+            Agent::Gemini.shared_tool_name("run_shell_command"),
+            Some("Bash")
+        );
+        assert_eq!(
+            Agent::Gemini.native_tool_name("Bash"),
+            Some("run_shell_command")
+        );
         assert_eq!(Agent::ClaudeCode.shared_tool_name("Bash"), None);
     }
 }

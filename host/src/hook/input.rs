@@ -64,13 +64,22 @@ pub const MAX_INPUT_BYTES: usize = 16 << 20;
 impl HookInput {
     pub fn parse(agent: Agent, text: &str) -> Result<HookInput, String> {
         if text.trim().is_empty() {
-            return Err(format!("no hook input on stdin: {} sends one JSON object; run this from a hook, or pipe one in", agent.title()));
+            return Err(format!(
+                "no hook input on stdin: {} sends one JSON object; run this from a hook, or pipe one in",
+                agent.title()
+            ));
         }
-        let raw: Value = serde_json::from_str(text).map_err(|e| format!("hook input is not JSON: {e}"))?;
+        let raw: Value =
+            serde_json::from_str(text).map_err(|e| format!("hook input is not JSON: {e}"))?;
         if !raw.is_object() {
             return Err("hook input must be a JSON object".into());
         }
-        let w: Wire = serde_json::from_value(raw.clone()).map_err(|e| format!("hook input is missing a field {} always sends: {e}", agent.title()))?;
+        let w: Wire = serde_json::from_value(raw.clone()).map_err(|e| {
+            format!(
+                "hook input is missing a field {} always sends: {e}",
+                agent.title()
+            )
+        })?;
         if w.session_id.is_empty() {
             return Err("hook input has an empty session_id".into());
         }
@@ -99,7 +108,10 @@ impl HookInput {
     /// The transcript to read the last assistant message from, when the input lacks it.
     pub fn transcript(&self) -> Option<&str> {
         match self.event_name.as_str() {
-            "SubagentStop" => self.agent_transcript_path.as_deref().or(self.transcript_path.as_deref()),
+            "SubagentStop" => self
+                .agent_transcript_path
+                .as_deref()
+                .or(self.transcript_path.as_deref()),
             _ => self.transcript_path.as_deref(),
         }
     }
@@ -167,15 +179,28 @@ mod tests {
             Agent::ClaudeCode,
             json!({"session_id": "s1", "hook_event_name": "SubagentStop", "stop_hook_active": true, "last_assistant_message": "hi", "agent_id": "a7", "permission_mode": "plan"}),
         );
-        let Event::TurnComplete(t) = i.event(i.last_assistant_message.clone(), 3).unwrap() else { panic!() };
-        assert_eq!((t.response.as_str(), t.index, t.continuation), ("hi", 3, true));
+        let Event::TurnComplete(t) = i.event(i.last_assistant_message.clone(), 3).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (t.response.as_str(), t.index, t.continuation),
+            ("hi", 3, true)
+        );
         let o = t.origin.unwrap();
         assert_eq!(
-            (o.agent.as_str(), o.event.as_str(), o.agent_id.as_deref(), o.permission_mode.as_deref()),
+            (
+                o.agent.as_str(),
+                o.event.as_str(),
+                o.agent_id.as_deref(),
+                o.permission_mode.as_deref()
+            ),
             ("claude-code", "SubagentStop", Some("a7"), Some("plan"))
         );
         assert_eq!(i.session_key(), "s1\0a7");
-        let i = input(Agent::ClaudeCode, json!({"session_id": "s1", "hook_event_name": "Stop"}));
+        let i = input(
+            Agent::ClaudeCode,
+            json!({"session_id": "s1", "hook_event_name": "Stop"}),
+        );
         assert!(i.event(None, 1).unwrap_err().contains("transcript_path"));
         assert_eq!(i.session_key(), "s1");
     }
@@ -191,16 +216,35 @@ mod tests {
             Agent::Gemini,
             json!({"session_id": "g", "hook_event_name": "BeforeTool", "tool_name": "run_shell_command", "tool_input": {"command": "ls"}}),
         );
-        let Event::ToolCall(c) = i.event(None, 0).unwrap() else { panic!() };
-        assert_eq!((c.name.as_str(), c.origin.unwrap().tool.as_deref()), ("Bash", Some("run_shell_command")));
+        let Event::ToolCall(c) = i.event(None, 0).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (c.name.as_str(), c.origin.unwrap().tool.as_deref()),
+            ("Bash", Some("run_shell_command"))
+        );
     }
 
     #[test]
     fn other_events_are_custom_with_the_whole_input() {
-        let i = input(Agent::Codex, json!({"session_id": "s", "hook_event_name": "UserPromptSubmit", "prompt": "p"}));
-        let Event::Custom((name, payload)) = i.event(None, 0).unwrap() else { panic!() };
-        assert_eq!((name.as_str(), serde_json::from_str::<Value>(&payload).unwrap()["prompt"].as_str()), ("UserPromptSubmit", Some("p")));
-        let i = input(Agent::ClaudeCode, json!({"session_id": "s", "hook_event_name": "SomethingNew"}));
+        let i = input(
+            Agent::Codex,
+            json!({"session_id": "s", "hook_event_name": "UserPromptSubmit", "prompt": "p"}),
+        );
+        let Event::Custom((name, payload)) = i.event(None, 0).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                name.as_str(),
+                serde_json::from_str::<Value>(&payload).unwrap()["prompt"].as_str()
+            ),
+            ("UserPromptSubmit", Some("p"))
+        );
+        let i = input(
+            Agent::ClaudeCode,
+            json!({"session_id": "s", "hook_event_name": "SomethingNew"}),
+        );
         assert!(matches!(i.event(None, 0).unwrap(), Event::Custom(_)));
     }
 
@@ -211,6 +255,8 @@ mod tests {
         assert!(p("{").contains("not JSON"));
         assert!(p("[]").contains("JSON object"));
         assert!(p("{\"hook_event_name\": \"Stop\"}").contains("session_id"));
-        assert!(p("{\"hook_event_name\": \"Stop\", \"session_id\": \"\"}").contains("empty session_id"));
+        assert!(
+            p("{\"hook_event_name\": \"Stop\", \"session_id\": \"\"}").contains("empty session_id")
+        );
     }
 }

@@ -11,9 +11,20 @@ use serde_json::Value;
 /// A parsed JSON value and where it lies in the text.
 #[derive(Debug, Clone)]
 pub enum Node {
-    Object { start: usize, end: usize, members: Vec<Member> },
-    Array { start: usize, end: usize, items: Vec<Node> },
-    Scalar { start: usize, end: usize },
+    Object {
+        start: usize,
+        end: usize,
+        members: Vec<Member>,
+    },
+    Array {
+        start: usize,
+        end: usize,
+        items: Vec<Node>,
+    },
+    Scalar {
+        start: usize,
+        end: usize,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -27,7 +38,9 @@ pub struct Member {
 impl Node {
     pub fn start(&self) -> usize {
         match self {
-            Node::Object { start, .. } | Node::Array { start, .. } | Node::Scalar { start, .. } => *start,
+            Node::Object { start, .. } | Node::Array { start, .. } | Node::Scalar { start, .. } => {
+                *start
+            }
         }
     }
 
@@ -62,7 +75,9 @@ impl Node {
     /// (start, end) of each element: members of an object, items of an array.
     fn elements(&self) -> Vec<(usize, usize)> {
         match self {
-            Node::Object { members, .. } => members.iter().map(|m| (m.start, m.value.end())).collect(),
+            Node::Object { members, .. } => {
+                members.iter().map(|m| (m.start, m.value.end())).collect()
+            }
             Node::Array { items, .. } => items.iter().map(|i| (i.start(), i.end())).collect(),
             Node::Scalar { .. } => Vec::new(),
         }
@@ -79,7 +94,11 @@ const MAX_DEPTH: usize = 128;
 
 impl Parser<'_> {
     fn err<T>(&self, what: &str) -> Result<T, String> {
-        let line = self.text[..self.pos.min(self.text.len())].iter().filter(|&&b| b == b'\n').count() + 1;
+        let line = self.text[..self.pos.min(self.text.len())]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
         Err(format!("{what} at line {line}"))
     }
 
@@ -117,7 +136,11 @@ impl Parser<'_> {
                 self.skip_blank()?;
                 if self.text.get(self.pos) == Some(&b'}') {
                     self.pos += 1;
-                    return Ok(Node::Object { start, end: self.pos, members });
+                    return Ok(Node::Object {
+                        start,
+                        end: self.pos,
+                        members,
+                    });
                 }
                 loop {
                     self.skip_blank()?;
@@ -126,20 +149,29 @@ impl Parser<'_> {
                         return self.err("expected a key");
                     }
                     self.string()?;
-                    let key: String = serde_json::from_slice(&self.text[key_start..self.pos]).map_err(|e| format!("bad key: {e}"))?;
+                    let key: String = serde_json::from_slice(&self.text[key_start..self.pos])
+                        .map_err(|e| format!("bad key: {e}"))?;
                     self.skip_blank()?;
                     if self.text.get(self.pos) != Some(&b':') {
                         return self.err("expected `:`");
                     }
                     self.pos += 1;
                     let value = self.value(depth + 1)?;
-                    members.push(Member { key, start: key_start, value });
+                    members.push(Member {
+                        key,
+                        start: key_start,
+                        value,
+                    });
                     self.skip_blank()?;
                     match self.text.get(self.pos) {
                         Some(b',') => self.pos += 1,
                         Some(b'}') => {
                             self.pos += 1;
-                            return Ok(Node::Object { start, end: self.pos, members });
+                            return Ok(Node::Object {
+                                start,
+                                end: self.pos,
+                                members,
+                            });
                         }
                         _ => return self.err("expected `,` or `}`"),
                     }
@@ -151,7 +183,11 @@ impl Parser<'_> {
                 self.skip_blank()?;
                 if self.text.get(self.pos) == Some(&b']') {
                     self.pos += 1;
-                    return Ok(Node::Array { start, end: self.pos, items });
+                    return Ok(Node::Array {
+                        start,
+                        end: self.pos,
+                        items,
+                    });
                 }
                 loop {
                     items.push(self.value(depth + 1)?);
@@ -160,7 +196,11 @@ impl Parser<'_> {
                         Some(b',') => self.pos += 1,
                         Some(b']') => {
                             self.pos += 1;
-                            return Ok(Node::Array { start, end: self.pos, items });
+                            return Ok(Node::Array {
+                                start,
+                                end: self.pos,
+                                items,
+                            });
                         }
                         _ => return self.err("expected `,` or `]`"),
                     }
@@ -168,15 +208,23 @@ impl Parser<'_> {
             }
             Some(b'"') => {
                 self.string()?;
-                Ok(Node::Scalar { start, end: self.pos })
+                Ok(Node::Scalar {
+                    start,
+                    end: self.pos,
+                })
             }
             Some(_) => {
                 while self.pos < self.text.len() && !b" \t\r\n,]}/".contains(&self.text[self.pos]) {
                     self.pos += 1;
                 }
                 // Numbers, true, false, null: serde_json says whether the token is one.
-                serde_json::from_slice::<Value>(&self.text[start..self.pos]).map_err(|_| "not a JSON value".to_string()).or_else(|e| self.err(&e))?;
-                Ok(Node::Scalar { start, end: self.pos })
+                serde_json::from_slice::<Value>(&self.text[start..self.pos])
+                    .map_err(|_| "not a JSON value".to_string())
+                    .or_else(|e| self.err(&e))?;
+                Ok(Node::Scalar {
+                    start,
+                    end: self.pos,
+                })
             }
             None => self.err("unexpected end of text"),
         }
@@ -190,7 +238,9 @@ impl Parser<'_> {
             match b {
                 b'\\' => self.pos += 1,
                 b'"' => {
-                    return serde_json::from_slice::<String>(&self.text[start..self.pos]).map(|_| ()).map_err(|e| format!("bad string: {e}"));
+                    return serde_json::from_slice::<String>(&self.text[start..self.pos])
+                        .map(|_| ())
+                        .map_err(|e| format!("bad string: {e}"));
                 }
                 _ => {}
             }
@@ -201,7 +251,10 @@ impl Parser<'_> {
 
 /// Parse `text` (JSON with comments allowed).
 pub fn parse(text: &str) -> Result<Node, String> {
-    let mut p = Parser { text: text.as_bytes(), pos: 0 };
+    let mut p = Parser {
+        text: text.as_bytes(),
+        pos: 0,
+    };
     let node = p.value(0)?;
     p.skip_blank()?;
     if p.pos != text.len() {
@@ -212,7 +265,11 @@ pub fn parse(text: &str) -> Result<Node, String> {
 
 /// The indentation unit the file uses (the first indented line's), else two spaces.
 fn indent_unit(text: &str) -> String {
-    text.lines().map(|l| &l[..l.len() - l.trim_start_matches([' ', '\t']).len()]).find(|ws| !ws.is_empty()).unwrap_or("  ").to_string()
+    text.lines()
+        .map(|l| &l[..l.len() - l.trim_start_matches([' ', '\t']).len()])
+        .find(|ws| !ws.is_empty())
+        .unwrap_or("  ")
+        .to_string()
 }
 
 /// The whitespace that starts the line `pos` is on.
@@ -225,9 +282,14 @@ fn line_indent(text: &str, pos: usize) -> &str {
 /// `value` pretty-printed with `unit`, each line after the first starting with `indent`.
 fn render(value: &Value, unit: &str, indent: &str) -> String {
     let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(unit.as_bytes()));
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut out,
+        serde_json::ser::PrettyFormatter::with_indent(unit.as_bytes()),
+    );
     serde::Serialize::serialize(value, &mut ser).expect("JSON values serialize");
-    String::from_utf8(out).expect("serde_json writes UTF-8").replace('\n', &format!("\n{indent}"))
+    String::from_utf8(out)
+        .expect("serde_json writes UTF-8")
+        .replace('\n', &format!("\n{indent}"))
 }
 
 /// `text` with `element` (a member `"key": value` when `key` is given) added at the end of `container`.
@@ -238,7 +300,11 @@ pub fn append(text: &str, container: &Node, key: Option<&str>, value: &Value) ->
         Some(&(start, end)) => (end, line_indent(text, start).to_string(), None),
         None => {
             let parent = line_indent(text, container.start()).to_string();
-            (container.start() + 1, format!("{parent}{unit}"), Some(parent))
+            (
+                container.start() + 1,
+                format!("{parent}{unit}"),
+                Some(parent),
+            )
         }
     };
     let mut element = match key {
@@ -249,7 +315,11 @@ pub fn append(text: &str, container: &Node, key: Option<&str>, value: &Value) ->
     match closing {
         Some(parent) => {
             let end = container.end() - 1;
-            format!("{}\n{indent}{element}\n{parent}{}", &text[..at], &text[end..])
+            format!(
+                "{}\n{indent}{element}\n{parent}{}",
+                &text[..at],
+                &text[end..]
+            )
         }
         None => format!("{},\n{indent}{element}{}", &text[..at], &text[at..]),
     }
@@ -279,9 +349,20 @@ mod tests {
         let text = "// settings\n{\n  \"a\": [1, \"x\\\"y\", {\"b\": null}], /* note */\n  \"c\": true\n}\n";
         let root = parse(text).unwrap();
         assert_eq!(root.get("a").unwrap().items().len(), 3);
-        assert_eq!(root.get("a").unwrap().items()[1].as_str(text).as_deref(), Some("x\"y"));
+        assert_eq!(
+            root.get("a").unwrap().items()[1].as_str(text).as_deref(),
+            Some("x\"y")
+        );
         assert!(root.get("c").is_some() && root.get("d").is_none());
-        for bad in ["{", "{\"a\" 1}", "[1,]", "{\"a\": tru}", "\"open", "{} x", "/* open"] {
+        for bad in [
+            "{",
+            "{\"a\" 1}",
+            "[1,]",
+            "{\"a\": tru}",
+            "\"open",
+            "{} x",
+            "/* open",
+        ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
         assert!(parse(&"[".repeat(1000)).unwrap_err().contains("too deep"));
@@ -289,20 +370,39 @@ mod tests {
 
     #[test]
     fn append_then_remove_gives_back_the_original() {
-        for original in ["{\n    \"x\": 1\n}\n", "{}", "{\"x\":1}", "{\n\t\"x\": [\n\t\t1\n\t]\n}"] {
+        for original in [
+            "{\n    \"x\": 1\n}\n",
+            "{}",
+            "{\"x\":1}",
+            "{\n\t\"x\": [\n\t\t1\n\t]\n}",
+        ] {
             let root = parse(original).unwrap();
-            let added = append(original, &root, Some("hooks"), &json!({"Stop": [{"hooks": []}]}));
+            let added = append(
+                original,
+                &root,
+                Some("hooks"),
+                &json!({"Stop": [{"hooks": []}]}),
+            );
             let again = parse(&added).unwrap();
-            assert_eq!(serde_json::from_str::<Value>(&added).unwrap()["hooks"]["Stop"][0], json!({"hooks": []}), "{added}");
+            assert_eq!(
+                serde_json::from_str::<Value>(&added).unwrap()["hooks"]["Stop"][0],
+                json!({"hooks": []}),
+                "{added}"
+            );
             let index = match &again {
-                Node::Object { members, .. } => members.iter().position(|m| m.key == "hooks").unwrap(),
+                Node::Object { members, .. } => {
+                    members.iter().position(|m| m.key == "hooks").unwrap()
+                }
                 _ => unreachable!(),
             };
             assert_eq!(remove(&added, &again, index), original, "{added}");
         }
         let text = "{\n    \"x\": 1\n}\n";
         let added = append(text, &parse(text).unwrap(), Some("y"), &json!({"z": [1]}));
-        assert_eq!(added, "{\n    \"x\": 1,\n    \"y\": {\n        \"z\": [\n            1\n        ]\n    }\n}\n");
+        assert_eq!(
+            added,
+            "{\n    \"x\": 1,\n    \"y\": {\n        \"z\": [\n            1\n        ]\n    }\n}\n"
+        );
     }
 
     #[test]

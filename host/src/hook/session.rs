@@ -64,32 +64,82 @@ pub async fn answer(
     if let Some(run) = &existing {
         // A later event of the session keeps the policy and the grants it started with.
         if run.policy_digest != policy.digest {
-            return Err(anyhow!("the policy `{}` changed since this session's run {id} started; start a new agent session to use the new one", policy.source));
+            return Err(anyhow!(
+                "the policy `{}` changed since this session's run {id} started; start a new agent session to use the new one",
+                policy.source
+            ));
         }
         let how = "start a new agent session to use it (or add --accept-config-change to the hook's command)";
-        crate::pin::hold(&db, &id, run.options.grants.as_ref(), &grants, accept_config_change, how)??;
+        crate::pin::hold(
+            &db,
+            &id,
+            run.options.grants.as_ref(),
+            &grants,
+            accept_config_change,
+            how,
+        )??;
     }
-    let ctx = RunContext::with_access(id.clone(), config, db.clone(), workspace, Ui::quiet(), access)?;
+    let ctx = RunContext::with_access(
+        id.clone(),
+        config,
+        db.clone(),
+        workspace,
+        Ui::quiet(),
+        access,
+    )?;
     if existing.is_none() {
-        db.create_hook_run(&id, &policy.source.to_string(), &policy.digest, start_input, grants)?;
-        let who = input.agent_id.as_ref().map_or(String::new(), |a| format!(" (subagent {a})"));
-        ctx.log.host("info", format!("{} session {}{who} seen for the first time", input.agent.title(), input.session_id));
+        db.create_hook_run(
+            &id,
+            &policy.source.to_string(),
+            &policy.digest,
+            start_input,
+            grants,
+        )?;
+        let who = input
+            .agent_id
+            .as_ref()
+            .map_or(String::new(), |a| format!(" (subagent {a})"));
+        ctx.log.host(
+            "info",
+            format!(
+                "{} session {}{who} seen for the first time",
+                input.agent.title(),
+                input.session_id
+            ),
+        );
     }
     // A start that failed (a bad --input, say) is tried again on the next event.
     if !db.started(&id)? {
-        ctx.deliver(policy, &Event::Start(start_input.to_string())).await?.map_err(|f| anyhow!("the policy failed on start: {f}"))?;
+        ctx.deliver(policy, &Event::Start(start_input.to_string()))
+            .await?
+            .map_err(|f| anyhow!("the policy failed on start: {f}"))?;
     }
 
     let spec = input.spec();
     let turn = spec.kind == Kind::Turn;
-    let response = if turn { turn_response(input, ctx.root())? } else { None };
+    let response = if turn {
+        turn_response(input, ctx.root())?
+    } else {
+        None
+    };
     let index = if turn { db.add_turn(&id)? } else { 0 };
     let event = input.event(response, index).map_err(|e| anyhow!(e))?;
-    let decision = ctx.deliver(policy, &event).await?.map_err(|f| anyhow!("{f}"))?;
+    let decision = ctx
+        .deliver(policy, &event)
+        .await?
+        .map_err(|f| anyhow!("{f}"))?;
     let output = render(input.agent, &spec, &decision).map_err(|e| anyhow!(e))?;
     match &decision {
-        Decision::Done(o) => db.set_status(&id, if o.success { "done" } else { "failed" }, Some(&decision_json(&decision).to_string()))?,
-        Decision::Escalate(_) => db.set_status(&id, "escalated", Some(&decision_json(&decision).to_string()))?,
+        Decision::Done(o) => db.set_status(
+            &id,
+            if o.success { "done" } else { "failed" },
+            Some(&decision_json(&decision).to_string()),
+        )?,
+        Decision::Escalate(_) => db.set_status(
+            &id,
+            "escalated",
+            Some(&decision_json(&decision).to_string()),
+        )?,
         _ => {}
     }
     Ok(output)
@@ -106,7 +156,10 @@ fn turn_response(input: &HookInput, workspace: &Path) -> Result<Option<String>> 
         return Ok(Some(String::new()));
     }
     match input.transcript() {
-        Some(path) => Ok(Some(transcript::last_assistant_message(path, &transcript::allowed_roots(workspace)).map_err(|e| anyhow!(e))?)),
+        Some(path) => Ok(Some(
+            transcript::last_assistant_message(path, &transcript::allowed_roots(workspace))
+                .map_err(|e| anyhow!(e))?,
+        )),
         None => Ok(None),
     }
 }

@@ -69,7 +69,10 @@ pub fn shell_words(line: &str) -> Option<Vec<String>> {
 /// Whether two hook commands are the same loopbox hook: the same words after
 /// the program, which is loopbox wherever it is installed.
 fn same_command(a: &str, b: &str) -> bool {
-    let is_loopbox = |w: &[String]| w.first().is_some_and(|p| p.rsplit('/').next() == Some("loopbox"));
+    let is_loopbox = |w: &[String]| {
+        w.first()
+            .is_some_and(|p| p.rsplit('/').next() == Some("loopbox"))
+    };
     match (shell_words(a), shell_words(b)) {
         (Some(a), Some(b)) => is_loopbox(&a) && is_loopbox(&b) && a[1..] == b[1..],
         _ => false,
@@ -80,13 +83,18 @@ fn parse(text: &str) -> Result<Node, String> {
     match jsonedit::parse(text) {
         Ok(node @ Node::Object { .. }) => Ok(node),
         Ok(_) => Err("the settings file is not a JSON object".into()),
-        Err(e) => Err(format!("the settings file is not valid JSON ({e}); fix it or move it aside, loopbox will not overwrite it")),
+        Err(e) => Err(format!(
+            "the settings file is not valid JSON ({e}); fix it or move it aside, loopbox will not overwrite it"
+        )),
     }
 }
 
 fn member_index(object: &Node, key: &str) -> usize {
     match object {
-        Node::Object { members, .. } => members.iter().position(|m| m.key == key).expect("the member was found by key"),
+        Node::Object { members, .. } => members
+            .iter()
+            .position(|m| m.key == key)
+            .expect("the member was found by key"),
         _ => unreachable!("members of an object"),
     }
 }
@@ -112,7 +120,11 @@ fn find(text: &str, groups: &Node, entry: &HookEntry) -> Option<(usize, usize)> 
             return None;
         }
         let hooks = group.get("hooks")?;
-        let hi = hooks.items().iter().position(|h| h.get("command").and_then(|c| c.as_str(text)).is_some_and(|c| same_command(&c, &entry.command)))?;
+        let hi = hooks.items().iter().position(|h| {
+            h.get("command")
+                .and_then(|c| c.as_str(text))
+                .is_some_and(|c| same_command(&c, &entry.command))
+        })?;
         Some((gi, hi))
     })
 }
@@ -121,22 +133,37 @@ fn find(text: &str, groups: &Node, entry: &HookEntry) -> Option<(usize, usize)> 
 pub fn install(original: &str, entry: &HookEntry) -> Result<Option<String>, String> {
     let group = group_value(entry);
     if original.trim().is_empty() {
-        let mut text = serde_json::to_string_pretty(&json!({"hooks": {entry.event.clone(): [group]}})).expect("JSON values serialize");
+        let mut text =
+            serde_json::to_string_pretty(&json!({"hooks": {entry.event.clone(): [group]}}))
+                .expect("JSON values serialize");
         text.push('\n');
         return Ok(Some(text));
     }
     let root = parse(original)?;
     let Some(hooks) = root.get("hooks") else {
-        return Ok(Some(jsonedit::append(original, &root, Some("hooks"), &json!({entry.event.clone(): [group]}))));
+        return Ok(Some(jsonedit::append(
+            original,
+            &root,
+            Some("hooks"),
+            &json!({entry.event.clone(): [group]}),
+        )));
     };
     if !matches!(hooks, Node::Object { .. }) {
         return Err("`hooks` in the settings file is not an object".into());
     }
     let Some(groups) = hooks.get(&entry.event) else {
-        return Ok(Some(jsonedit::append(original, hooks, Some(&entry.event), &json!([group]))));
+        return Ok(Some(jsonedit::append(
+            original,
+            hooks,
+            Some(&entry.event),
+            &json!([group]),
+        )));
     };
     if !matches!(groups, Node::Array { .. }) {
-        return Err(format!("`hooks.{}` in the settings file is not an array", entry.event));
+        return Err(format!(
+            "`hooks.{}` in the settings file is not an array",
+            entry.event
+        ));
     }
     if find(original, groups, entry).is_some() {
         return Ok(None);
@@ -150,9 +177,21 @@ pub fn uninstall(original: &str, entry: &HookEntry) -> Result<Option<String>, St
         return Ok(None);
     }
     let root = parse(original)?;
-    let Some(hooks) = root.get("hooks").filter(|h| matches!(h, Node::Object { .. })) else { return Ok(None) };
-    let Some(groups) = hooks.get(&entry.event).filter(|g| matches!(g, Node::Array { .. })) else { return Ok(None) };
-    let Some((gi, hi)) = find(original, groups, entry) else { return Ok(None) };
+    let Some(hooks) = root
+        .get("hooks")
+        .filter(|h| matches!(h, Node::Object { .. }))
+    else {
+        return Ok(None);
+    };
+    let Some(groups) = hooks
+        .get(&entry.event)
+        .filter(|g| matches!(g, Node::Array { .. }))
+    else {
+        return Ok(None);
+    };
+    let Some((gi, hi)) = find(original, groups, entry) else {
+        return Ok(None);
+    };
     let group_hooks = groups.items()[gi].get("hooks").expect("found in it");
     // Remove the smallest container that holds nothing else.
     let text = if group_hooks.items().len() > 1 {
@@ -216,10 +255,18 @@ mod tests {
 
     #[test]
     fn install_then_uninstall_restores_the_file_byte_for_byte() {
-        for e in [entry("Stop", None), entry("PreToolUse", Some("Bash")), entry("UserPromptSubmit", None)] {
+        for e in [
+            entry("Stop", None),
+            entry("PreToolUse", Some("Bash")),
+            entry("UserPromptSubmit", None),
+        ] {
             let installed = install(EXISTING, &e).unwrap().unwrap();
             assert!(installed.contains("notify-send done") && installed.contains("./lint.sh"));
-            assert_eq!(install(&installed, &e).unwrap(), None, "installing twice changes nothing");
+            assert_eq!(
+                install(&installed, &e).unwrap(),
+                None,
+                "installing twice changes nothing"
+            );
             assert_eq!(uninstall(&installed, &e).unwrap().unwrap(), EXISTING);
         }
     }
@@ -229,7 +276,10 @@ mod tests {
         let installed = install(EXISTING, &entry("Stop", None)).unwrap().unwrap();
         let before = &EXISTING[EXISTING.find("\"PreToolUse\"").unwrap()..];
         assert!(installed.contains(before.split("\"model\"").next().unwrap()));
-        assert!(installed.find("notify-send").unwrap() < installed.find("loopbox hook").unwrap(), "appended after the existing group");
+        assert!(
+            installed.find("notify-send").unwrap() < installed.find("loopbox hook").unwrap(),
+            "appended after the existing group"
+        );
     }
 
     #[test]
@@ -240,30 +290,59 @@ mod tests {
             v,
             json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "/usr/bin/loopbox hook claude-code --policy builtin:ralph", "timeout": 30}]}]}})
         );
-        assert_eq!(uninstall(&text, &entry("Stop", None)).unwrap().unwrap(), "{}\n");
+        assert_eq!(
+            uninstall(&text, &entry("Stop", None)).unwrap().unwrap(),
+            "{}\n"
+        );
         assert_eq!(uninstall("", &entry("Stop", None)).unwrap(), None);
     }
 
     #[test]
     fn uninstall_finds_entries_written_by_a_loopbox_elsewhere_and_nothing_else() {
         let text = install(EXISTING, &entry("Stop", None)).unwrap().unwrap();
-        let moved = HookEntry { command: "loopbox hook claude-code --policy builtin:ralph".into(), ..entry("Stop", None) };
+        let moved = HookEntry {
+            command: "loopbox hook claude-code --policy builtin:ralph".into(),
+            ..entry("Stop", None)
+        };
         assert_eq!(uninstall(&text, &moved).unwrap().unwrap(), EXISTING);
         assert_eq!(uninstall(EXISTING, &entry("Stop", None)).unwrap(), None);
-        assert_eq!(uninstall(&text, &entry("Stop", Some("Bash"))).unwrap(), None, "matcher must match");
+        assert_eq!(
+            uninstall(&text, &entry("Stop", Some("Bash"))).unwrap(),
+            None,
+            "matcher must match"
+        );
     }
 
     #[test]
     fn commands_are_compared_word_by_word_with_quotes() {
-        let quoted = HookEntry { command: "loopbox hook claude-code --policy 'my policy.wasm'".into(), ..entry("Stop", None) };
+        let quoted = HookEntry {
+            command: "loopbox hook claude-code --policy 'my policy.wasm'".into(),
+            ..entry("Stop", None)
+        };
         let text = install(EXISTING, &quoted).unwrap().unwrap();
-        let same = HookEntry { command: "/opt/bin/loopbox hook claude-code --policy \"my policy.wasm\"".into(), ..entry("Stop", None) };
+        let same = HookEntry {
+            command: "/opt/bin/loopbox hook claude-code --policy \"my policy.wasm\"".into(),
+            ..entry("Stop", None)
+        };
         assert_eq!(uninstall(&text, &same).unwrap().unwrap(), EXISTING);
-        let other = HookEntry { command: "loopbox hook claude-code --policy 'my'".into(), ..entry("Stop", None) };
-        assert_eq!(uninstall(&text, &other).unwrap(), None, "the first space inside quotes does not end the argument");
-        let not_ours = HookEntry { command: "notify-send hook claude-code --policy 'my policy.wasm'".into(), ..entry("Stop", None) };
+        let other = HookEntry {
+            command: "loopbox hook claude-code --policy 'my'".into(),
+            ..entry("Stop", None)
+        };
+        assert_eq!(
+            uninstall(&text, &other).unwrap(),
+            None,
+            "the first space inside quotes does not end the argument"
+        );
+        let not_ours = HookEntry {
+            command: "notify-send hook claude-code --policy 'my policy.wasm'".into(),
+            ..entry("Stop", None)
+        };
         assert_eq!(uninstall(&text, &not_ours).unwrap(), None);
-        assert_eq!(shell_words(r#"a 'b c' "d \"e\"" f\ g"#).unwrap(), ["a", "b c", "d \"e\"", "f g"]);
+        assert_eq!(
+            shell_words(r#"a 'b c' "d \"e\"" f\ g"#).unwrap(),
+            ["a", "b c", "d \"e\"", "f g"]
+        );
         assert_eq!(shell_words("a 'open"), None);
     }
 
@@ -272,14 +351,31 @@ mod tests {
         let text = "{\n\t// mine\n\t\"model\": \"x\" /* keep */\n}\n";
         let e = entry("Stop", None);
         let installed = install(text, &e).unwrap().unwrap();
-        assert!(installed.contains("// mine") && installed.contains("/* keep */") && installed.contains("\n\t\t\"Stop\": [\n\t\t\t{"), "{installed}");
+        assert!(
+            installed.contains("// mine")
+                && installed.contains("/* keep */")
+                && installed.contains("\n\t\t\"Stop\": [\n\t\t\t{"),
+            "{installed}"
+        );
         assert_eq!(uninstall(&installed, &e).unwrap().unwrap(), text);
     }
 
     #[test]
     fn a_broken_file_is_not_overwritten() {
-        assert!(install("{ nope", &entry("Stop", None)).unwrap_err().contains("will not overwrite"));
-        assert!(install("[]", &entry("Stop", None)).unwrap_err().contains("not a JSON object"));
-        assert!(install(r#"{"hooks": []}"#, &entry("Stop", None)).unwrap_err().contains("not an object"));
+        assert!(
+            install("{ nope", &entry("Stop", None))
+                .unwrap_err()
+                .contains("will not overwrite")
+        );
+        assert!(
+            install("[]", &entry("Stop", None))
+                .unwrap_err()
+                .contains("not a JSON object")
+        );
+        assert!(
+            install(r#"{"hooks": []}"#, &entry("Stop", None))
+                .unwrap_err()
+                .contains("not an object")
+        );
     }
 }

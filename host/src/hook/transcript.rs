@@ -32,7 +32,10 @@ pub fn claude_config_dir() -> Option<PathBuf> {
 pub fn allowed_roots(workspace: &Path) -> Vec<PathBuf> {
     let mut roots = vec![workspace.to_path_buf()];
     roots.extend(claude_config_dir());
-    roots.into_iter().filter_map(|r| r.canonicalize().ok()).collect()
+    roots
+        .into_iter()
+        .filter_map(|r| r.canonicalize().ok())
+        .collect()
 }
 
 pub fn last_assistant_message(path: &str, roots: &[PathBuf]) -> Result<String, String> {
@@ -41,22 +44,28 @@ pub fn last_assistant_message(path: &str, roots: &[PathBuf]) -> Result<String, S
         .iter()
         .find_map(|r| p.strip_prefix(r).ok().map(|rel| (r, rel)))
         .ok_or_else(|| format!("transcript `{path}` is outside the workspace and Claude Code's configuration directory ($CLAUDE_CONFIG_DIR or ~/.claude), so loopbox will not read it"))?;
-    let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| format!("cannot open `{}`: {e}", root.display()))?;
+    let dir = Dir::open_ambient_dir(root, ambient_authority())
+        .map_err(|e| format!("cannot open `{}`: {e}", root.display()))?;
     // Not blocking on a FIFO, and only a regular file: a transcript path comes from the hook input.
-    let file = crate::files::open_nonblocking_in(&dir, rel).map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
-    crate::files::check_regular(&file).map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
+    let file = crate::files::open_nonblocking_in(&dir, rel)
+        .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
+    crate::files::check_regular(&file)
+        .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
     let reader = BufReader::new(file.take(MAX_TRANSCRIPT_BYTES));
     // (message id, its text parts so far) of the last assistant message seen.
     let mut last: Option<(Option<String>, Vec<String>)> = None;
     for line in reader.lines() {
         let line = line.map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
-        let Some(entry) = assistant_entry(&line) else { continue };
+        let Some(entry) = assistant_entry(&line) else {
+            continue;
+        };
         match &mut last {
             Some((id, texts)) if id.is_some() && *id == entry.id => texts.extend(entry.texts),
             _ => last = Some((entry.id, entry.texts)),
         }
     }
-    last.map(|(_, texts)| texts.join("\n")).ok_or_else(|| format!("transcript `{path}` has no assistant message"))
+    last.map(|(_, texts)| texts.join("\n"))
+        .ok_or_else(|| format!("transcript `{path}` has no assistant message"))
 }
 
 struct AssistantEntry {
@@ -73,10 +82,17 @@ fn assistant_entry(line: &str) -> Option<AssistantEntry> {
     }
     let texts = match &message["content"] {
         Value::String(s) => vec![s.clone()],
-        Value::Array(parts) => parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str().map(String::from)).collect(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter(|p| p["type"] == "text")
+            .filter_map(|p| p["text"].as_str().map(String::from))
+            .collect(),
         _ => Vec::new(),
     };
-    Some(AssistantEntry { id: message["id"].as_str().map(String::from), texts })
+    Some(AssistantEntry {
+        id: message["id"].as_str().map(String::from),
+        texts,
+    })
 }
 
 #[cfg(test)]
@@ -101,17 +117,29 @@ mod tests {
             .join("\n"),
         )
         .unwrap();
-        assert_eq!(last_assistant_message(t.to_str().unwrap(), std::slice::from_ref(&root)).unwrap(), "second\n<promise>X</promise>");
-        assert!(last_assistant_message("/etc/passwd", std::slice::from_ref(&root)).unwrap_err().contains("outside the workspace"));
+        assert_eq!(
+            last_assistant_message(t.to_str().unwrap(), std::slice::from_ref(&root)).unwrap(),
+            "second\n<promise>X</promise>"
+        );
+        assert!(
+            last_assistant_message("/etc/passwd", std::slice::from_ref(&root))
+                .unwrap_err()
+                .contains("outside the workspace")
+        );
 
         // One message split over lines (same id) is read whole; a last message of
         // tool calls only is empty, not the older message's text.
         let split = root.join("split.jsonl");
-        let line = |id: &str, part: Value| json!({"type": "assistant", "message": {"id": id, "role": "assistant", "content": [part]}}).to_string();
+        let line = |id: &str, part: Value| {
+            json!({"type": "assistant", "message": {"id": id, "role": "assistant", "content": [part]}}).to_string()
+        };
         std::fs::write(
             &split,
             [
-                line("m1", json!({"type": "text", "text": "old <promise>X</promise>"})),
+                line(
+                    "m1",
+                    json!({"type": "text", "text": "old <promise>X</promise>"}),
+                ),
                 line("m2", json!({"type": "text", "text": "checking"})),
                 line("m2", json!({"type": "tool_use", "name": "Bash"})),
                 line("m2", json!({"type": "text", "text": "still going"})),
@@ -119,14 +147,29 @@ mod tests {
             .join("\n"),
         )
         .unwrap();
-        assert_eq!(last_assistant_message(split.to_str().unwrap(), std::slice::from_ref(&root)).unwrap(), "checking\nstill going");
+        assert_eq!(
+            last_assistant_message(split.to_str().unwrap(), std::slice::from_ref(&root)).unwrap(),
+            "checking\nstill going"
+        );
         std::fs::write(
             &split,
-            [line("m1", json!({"type": "text", "text": "<promise>X</promise>"})), line("m2", json!({"type": "tool_use", "name": "Bash"}))].join("\n"),
+            [
+                line(
+                    "m1",
+                    json!({"type": "text", "text": "<promise>X</promise>"}),
+                ),
+                line("m2", json!({"type": "tool_use", "name": "Bash"})),
+            ]
+            .join("\n"),
         )
         .unwrap();
-        assert_eq!(last_assistant_message(split.to_str().unwrap(), std::slice::from_ref(&root)).unwrap(), "");
+        assert_eq!(
+            last_assistant_message(split.to_str().unwrap(), std::slice::from_ref(&root)).unwrap(),
+            ""
+        );
         std::os::unix::fs::symlink("/etc/passwd", root.join("link.jsonl")).unwrap();
-        assert!(last_assistant_message(root.join("link.jsonl").to_str().unwrap(), &[root]).is_err());
+        assert!(
+            last_assistant_message(root.join("link.jsonl").to_str().unwrap(), &[root]).is_err()
+        );
     }
 }

@@ -15,26 +15,46 @@ use super::agents::Agent;
 const MARKERS: &[&str] = &[crate::db::STORE_DIR, "loopbox.toml"];
 
 /// The workspace for a hook of `agent`: `env` reads the environment (a parameter for tests).
-pub fn resolve(agent: Agent, dash_c: Option<&Path>, cwd: Option<&str>, env: impl Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
-    let from_agent = agent.project_dir_var().and_then(|var| env(var).filter(|d| !d.is_empty()).map(|d| (PathBuf::from(d), format!("${var}"))));
+pub fn resolve(
+    agent: Agent,
+    dash_c: Option<&Path>,
+    cwd: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<PathBuf, String> {
+    let from_agent = agent.project_dir_var().and_then(|var| {
+        env(var)
+            .filter(|d| !d.is_empty())
+            .map(|d| (PathBuf::from(d), format!("${var}")))
+    });
     let chosen = match (from_agent, dash_c) {
         (Some(found), _) => found,
         (None, Some(dir)) => (dir.to_path_buf(), "-C".to_string()),
         (None, None) => {
             let start = match cwd {
                 Some(c) => PathBuf::from(c),
-                None => std::env::current_dir().map_err(|e| format!("cannot tell the current directory: {e}"))?,
+                None => std::env::current_dir()
+                    .map_err(|e| format!("cannot tell the current directory: {e}"))?,
             };
             // A cwd that does not exist is an error below, not a reason to look elsewhere.
-            let found = if start.is_dir() { nearest_marked(&start) } else { None };
+            let found = if start.is_dir() {
+                nearest_marked(&start)
+            } else {
+                None
+            };
             (found.unwrap_or(start), "the hook input's cwd".to_string())
         }
     };
     let (dir, from) = chosen;
     match std::fs::metadata(&dir) {
         Ok(m) if m.is_dir() => Ok(dir),
-        Ok(_) => Err(format!("the workspace `{}` (from {from}) is not a directory", dir.display())),
-        Err(e) => Err(format!("the workspace `{}` (from {from}) cannot be used: {e}; a hook does not create it", dir.display())),
+        Ok(_) => Err(format!(
+            "the workspace `{}` (from {from}) is not a directory",
+            dir.display()
+        )),
+        Err(e) => Err(format!(
+            "the workspace `{}` (from {from}) cannot be used: {e}; a hook does not create it",
+            dir.display()
+        )),
     }
 }
 
@@ -62,13 +82,27 @@ mod tests {
         let none = |_: &str| None;
         let sub = r.join("a/b/c");
         // No higher than the repository: the `loopbox.toml` above it is not this project's.
-        assert_eq!(resolve(Agent::Codex, None, sub.to_str(), none).unwrap(), r.join("a"));
+        assert_eq!(
+            resolve(Agent::Codex, None, sub.to_str(), none).unwrap(),
+            r.join("a")
+        );
         std::fs::write(r.join("a/b/loopbox.toml"), "").unwrap();
-        assert_eq!(resolve(Agent::Codex, None, sub.to_str(), none).unwrap(), r.join("a/b"));
+        assert_eq!(
+            resolve(Agent::Codex, None, sub.to_str(), none).unwrap(),
+            r.join("a/b")
+        );
         std::fs::remove_file(r.join("a/b/loopbox.toml")).unwrap();
-        let project = |v: &str| (v == "CLAUDE_PROJECT_DIR").then(|| r.to_string_lossy().into_owned());
-        assert_eq!(resolve(Agent::ClaudeCode, Some(&sub), sub.to_str(), project).unwrap(), r);
-        assert_eq!(resolve(Agent::Codex, Some(&sub), None, project).unwrap(), sub, "Codex names no project root");
+        let project =
+            |v: &str| (v == "CLAUDE_PROJECT_DIR").then(|| r.to_string_lossy().into_owned());
+        assert_eq!(
+            resolve(Agent::ClaudeCode, Some(&sub), sub.to_str(), project).unwrap(),
+            r
+        );
+        assert_eq!(
+            resolve(Agent::Codex, Some(&sub), None, project).unwrap(),
+            sub,
+            "Codex names no project root"
+        );
         let missing = r.join("gone");
         let e = resolve(Agent::Codex, Some(&missing), None, none).unwrap_err();
         assert!(e.contains("does not create it"), "{e}");

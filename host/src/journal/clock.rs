@@ -28,7 +28,11 @@ pub struct JournalClock {
 
 impl JournalClock {
     pub fn new(journal: Journal, meter: Arc<Meter>) -> JournalClock {
-        JournalClock { journal, meter, offset: std::sync::Mutex::new((0, 0)) }
+        JournalClock {
+            journal,
+            meter,
+            offset: std::sync::Mutex::new((0, 0)),
+        }
     }
 
     /// A reading: from the journal on replay, else `live()` (and journaled).
@@ -39,16 +43,18 @@ impl JournalClock {
         match self.journal.step(kind, "") {
             Ok(Step::Replayed(v)) => match v.parse() {
                 Ok(v) => return v,
-                Err(_) => self.journal.record_failure(NonDeterminism(format!("the journal's {kind} reading `{v}` is not a number"))),
+                Err(_) => self.journal.record_failure(NonDeterminism(format!(
+                    "the journal's {kind} reading `{v}` is not a number"
+                ))),
             },
             Ok(Step::Live(seq)) => {
                 let v = live();
                 self.journal.note(seq, kind, "", &v.to_string());
                 return v;
             }
-            Ok(Step::InFlight(seq)) => {
-                self.journal.record_failure(NonDeterminism(format!("call {seq} of this event is a {kind} reading with no value in the journal")))
-            }
+            Ok(Step::InFlight(seq)) => self.journal.record_failure(NonDeterminism(format!(
+                "call {seq} of this event is a {kind} reading with no value in the journal"
+            ))),
             Err(StepError::Full(limit)) => self.meter.defer(limit),
             // The mismatch is kept in the journal and reported when the event ends.
             Err(StepError::Mismatch(_)) => {}
@@ -68,7 +74,12 @@ impl HostWallClock for JournalClock {
     }
 
     fn now(&self) -> Duration {
-        let nanos = self.read("wall-clock", || SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos());
+        let nanos = self.read("wall-clock", || {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+        });
         Duration::from_nanos(nanos.min(u64::MAX as u128) as u64)
     }
 }
@@ -97,7 +108,9 @@ impl HostMonotonicClock for JournalClock {
 /// The random generator for one event: the same run seed and event number give the same numbers.
 pub fn event_rng(run_seed: &str, event: i64, stream: &str) -> StdRng {
     let mut h = blake3::Hasher::new();
-    h.update(run_seed.as_bytes()).update(&event.to_le_bytes()).update(stream.as_bytes());
+    h.update(run_seed.as_bytes())
+        .update(&event.to_le_bytes())
+        .update(stream.as_bytes());
     StdRng::from_seed(*h.finalize().as_bytes())
 }
 
@@ -118,7 +131,9 @@ mod tests {
         let wall = HostWallClock::now(&clock);
         let mono = HostMonotonicClock::now(&clock);
         // An action after the readings writes them with its intent.
-        j.intent(3, "shell", "x", &Default::default()).unwrap().unwrap();
+        j.intent(3, "shell", "x", &Default::default())
+            .unwrap()
+            .unwrap();
 
         std::thread::sleep(Duration::from_millis(5));
         let r = Journal::replay(db, "r", 1, "{}".into()).unwrap();
@@ -136,7 +151,10 @@ mod tests {
         let db = Db::open_workspace(dir.path()).unwrap();
         db.create_run("r", "p", "d", "{}").unwrap();
         let j = Journal::live(db, "r", "{}".into(), true);
-        let limits = crate::limits::Limits { host_calls_per_event: 3, ..Default::default() };
+        let limits = crate::limits::Limits {
+            host_calls_per_event: 3,
+            ..Default::default()
+        };
         let meter = Arc::new(Meter::new(&limits));
         let clock = JournalClock::new(j.clone(), meter.clone());
         for _ in 0..1000 {
@@ -144,7 +162,10 @@ mod tests {
         }
         assert_eq!(j.finish_event().rows.len(), 3);
         let e = meter.check().unwrap_err();
-        assert!(e.to_string().contains("limits.host_calls_per_event = 3"), "{e}");
+        assert!(
+            e.to_string().contains("limits.host_calls_per_event = 3"),
+            "{e}"
+        );
     }
 
     #[test]

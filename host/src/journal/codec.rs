@@ -106,7 +106,11 @@ mod tests {
             truncated: true,
             session: Some("s".into()),
         };
-        let signalled = Output { exit_code: None, session: None, ..out.clone() };
+        let signalled = Output {
+            exit_code: None,
+            session: None,
+            ..out.clone()
+        };
         let cases = [
             Ok(out),
             Ok(signalled),
@@ -128,7 +132,10 @@ mod tests {
     #[test]
     fn workspace_results_survive_the_journal() {
         let r: Result<Vec<String>, String> = Ok(vec!["a".into(), "b/".into()]);
-        assert_eq!(parse_text_result::<Vec<String>>(&text_result(&r)).unwrap(), r);
+        assert_eq!(
+            parse_text_result::<Vec<String>>(&text_result(&r)).unwrap(),
+            r
+        );
         let e: Result<String, String> = Err("no such file".into());
         assert_eq!(parse_text_result::<String>(&text_result(&e)).unwrap(), e);
     }

@@ -78,7 +78,10 @@ pub struct JournalBudget {
 
 impl JournalBudget {
     pub fn of(limits: &crate::limits::Limits) -> JournalBudget {
-        JournalBudget { per_event: limits.journal_bytes_per_event, per_run: limits.journal_bytes_per_run }
+        JournalBudget {
+            per_event: limits.journal_bytes_per_event,
+            per_run: limits.journal_bytes_per_run,
+        }
     }
 }
 
@@ -120,12 +123,28 @@ impl Journal {
 
     /// The journal of the pending event `seq`, to replay.
     pub fn replay(db: Db, run: &str, seq: i64, event: String) -> Result<Journal> {
-        let recorded = db.journal(run, seq)?.into_iter().filter(|r| r.seq > 0).collect();
+        let recorded = db
+            .journal(run, seq)?
+            .into_iter()
+            .filter(|r| r.seq > 0)
+            .collect();
         Ok(Journal::with(db, run, event, true, Some(seq), recorded))
     }
 
-    fn with(db: Db, run: &str, event: String, enabled: bool, event_seq: Option<i64>, recorded: Vec<JournalRow>) -> Journal {
-        let next_seq = recorded.iter().map(|r: &JournalRow| r.seq).max().unwrap_or(0) + 1;
+    fn with(
+        db: Db,
+        run: &str,
+        event: String,
+        enabled: bool,
+        event_seq: Option<i64>,
+        recorded: Vec<JournalRow>,
+    ) -> Journal {
+        let next_seq = recorded
+            .iter()
+            .map(|r: &JournalRow| r.seq)
+            .max()
+            .unwrap_or(0)
+            + 1;
         let event_bytes = recorded.iter().map(row_bytes).sum();
         let inner = Inner {
             db,
@@ -142,7 +161,9 @@ impl Journal {
             event_bytes,
             run_bytes: 0,
         };
-        Journal { inner: Arc::new(Mutex::new(inner)) }
+        Journal {
+            inner: Arc::new(Mutex::new(inner)),
+        }
     }
 
     /// Refuse live calls once the event or the run has recorded `budget`'s bytes.
@@ -181,10 +202,16 @@ impl Journal {
             // most the one call that crossed it.
             if let Some(b) = j.budget {
                 if j.event_bytes >= b.per_event {
-                    return Err(StepError::Full(LimitExceeded::new(Limit::JournalBytes, b.per_event).attempted(j.event_bytes)));
+                    return Err(StepError::Full(
+                        LimitExceeded::new(Limit::JournalBytes, b.per_event)
+                            .attempted(j.event_bytes),
+                    ));
                 }
                 if j.run_bytes + j.event_bytes >= b.per_run {
-                    return Err(StepError::Full(LimitExceeded::new(Limit::JournalRunBytes, b.per_run).attempted(j.run_bytes + j.event_bytes)));
+                    return Err(StepError::Full(
+                        LimitExceeded::new(Limit::JournalRunBytes, b.per_run)
+                            .attempted(j.run_bytes + j.event_bytes),
+                    ));
                 }
             }
             let seq = j.next_seq;
@@ -213,20 +240,39 @@ impl Journal {
     pub fn note(&self, seq: i64, kind: &str, request: &str, result: &str) {
         let mut j = self.lock();
         if j.enabled {
-            let row = JournalRow { seq, kind: kind.into(), request: request.into(), result: Some(result.into()) };
+            let row = JournalRow {
+                seq,
+                kind: kind.into(),
+                request: request.into(),
+                result: Some(result.into()),
+            };
             j.event_bytes += row_bytes(&row);
             j.buffered.push(row);
         }
     }
 
     /// Durably record that action `seq` is about to start, spending `budget`.
-    pub fn intent(&self, seq: i64, kind: &str, request: &str, budget: &Budget) -> Result<Result<(), Spent>> {
+    pub fn intent(
+        &self,
+        seq: i64,
+        kind: &str,
+        request: &str,
+        budget: &Budget,
+    ) -> Result<Result<(), Spent>> {
         let mut j = self.lock();
         if !j.enabled {
             return j.db.spend(&j.run, budget);
         }
-        let row = JournalRow { seq, kind: kind.into(), request: request.into(), result: None };
-        match j.db.journal_intent(&j.run, (j.event_seq, &j.event), &j.buffered, &row, budget)? {
+        let row = JournalRow {
+            seq,
+            kind: kind.into(),
+            request: request.into(),
+            result: None,
+        };
+        match j
+            .db
+            .journal_intent(&j.run, (j.event_seq, &j.event), &j.buffered, &row, budget)?
+        {
             Ok(event_seq) => {
                 j.event_bytes += row_bytes(&row);
                 j.event_seq = Some(event_seq);
@@ -265,7 +311,11 @@ impl Journal {
                 describe_call(&row.kind, &row.request)
             )));
         }
-        FinishedEvent { seq: j.event_seq, rows: std::mem::take(&mut j.buffered), failure: j.failure.clone() }
+        FinishedEvent {
+            seq: j.event_seq,
+            rows: std::mem::take(&mut j.buffered),
+            failure: j.failure.clone(),
+        }
     }
 
     fn record_failure(&self, f: NonDeterminism) {
@@ -278,7 +328,11 @@ impl Journal {
 
 /// A call for an error message: its kind, and its request when it has one.
 fn describe_call(kind: &str, request: &str) -> String {
-    if request.is_empty() { kind.to_string() } else { format!("{kind} {}", shorten(request, 160)) }
+    if request.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind} {}", shorten(request, 160))
+    }
 }
 
 #[cfg(test)]
@@ -292,7 +346,11 @@ mod tests {
         (dir, db)
     }
 
-    const BUDGET: Budget = Budget { actions: Some(10), prompts: None, turn: false };
+    const BUDGET: Budget = Budget {
+        actions: Some(10),
+        prompts: None,
+        turn: false,
+    };
 
     #[test]
     fn replay_answers_recorded_calls_reports_the_unfinished_one_and_then_goes_live() {
@@ -324,11 +382,22 @@ mod tests {
     fn a_different_request_on_replay_is_non_determinism_naming_the_call() {
         let (_d, db) = setup();
         let j = Journal::live(db.clone(), "r", "{}".into(), true);
-        let Step::Live(seq) = j.step("shell", "{\"argv\":[\"make\",\"test\"]}").unwrap() else { panic!() };
-        j.intent(seq, "shell", "{\"argv\":[\"make\",\"test\"]}", &BUDGET).unwrap().unwrap();
+        let Step::Live(seq) = j.step("shell", "{\"argv\":[\"make\",\"test\"]}").unwrap() else {
+            panic!()
+        };
+        j.intent(seq, "shell", "{\"argv\":[\"make\",\"test\"]}", &BUDGET)
+            .unwrap()
+            .unwrap();
         let r = Journal::replay(db.clone(), "r", 1, "{}".into()).unwrap();
-        let e = r.step("shell", "{\"argv\":[\"make\",\"check\"]}").unwrap_err().to_string();
-        assert!(e.contains("call 1 of this event was shell {\"argv\":[\"make\",\"test\"]}") && e.contains("make\",\"check"), "{e}");
+        let e = r
+            .step("shell", "{\"argv\":[\"make\",\"check\"]}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("call 1 of this event was shell {\"argv\":[\"make\",\"test\"]}")
+                && e.contains("make\",\"check"),
+            "{e}"
+        );
         // The mismatch sticks: later calls and the commit fail too.
         assert!(r.step("read", "a").is_err());
         assert!(r.finish_event().failure.is_some());
@@ -341,24 +410,51 @@ mod tests {
         j.intent(1, "shell", "x", &BUDGET).unwrap().unwrap();
         let r = Journal::replay(db, "r", 1, "{}".into()).unwrap();
         let e = r.finish_event().failure.unwrap().to_string();
-        assert!(e.contains("after 0 of the 1 recorded calls") && e.contains("never made call 1 (shell x)"), "{e}");
+        assert!(
+            e.contains("after 0 of the 1 recorded calls")
+                && e.contains("never made call 1 (shell x)"),
+            "{e}"
+        );
     }
 
     #[test]
     fn the_event_and_run_budgets_refuse_calls_once_used_and_count_replayed_rows() {
         let (_d, db) = setup();
-        let budget = JournalBudget { per_event: 100, per_run: 150 };
-        let j = Journal::live(db.clone(), "r", "{}".into(), true).limited(budget).unwrap();
-        let Step::Live(seq) = j.step("read", "a").unwrap() else { panic!() };
+        let budget = JournalBudget {
+            per_event: 100,
+            per_run: 150,
+        };
+        let j = Journal::live(db.clone(), "r", "{}".into(), true)
+            .limited(budget)
+            .unwrap();
+        let Step::Live(seq) = j.step("read", "a").unwrap() else {
+            panic!()
+        };
         j.note(seq, "read", "a", &"x".repeat(95));
         let e = j.step("read", "b").unwrap_err().to_string();
-        assert!(e.contains("limits.journal_bytes_per_event = 100, attempted 100"), "{e}");
+        assert!(
+            e.contains("limits.journal_bytes_per_event = 100, attempted 100"),
+            "{e}"
+        );
         let done = j.finish_event();
-        db.commit_event("r", &crate::db::EventCommit { seq: done.seq, event: "{}".into(), journal: done.rows, ..Default::default() }).unwrap();
+        db.commit_event(
+            "r",
+            &crate::db::EventCommit {
+                seq: done.seq,
+                event: "{}".into(),
+                journal: done.rows,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(db.journal_bytes("r").unwrap(), 100);
         // The next event starts with the run's 100 bytes: 50 more fill the run.
-        let k = Journal::live(db.clone(), "r", "{}".into(), true).limited(budget).unwrap();
-        let Step::Live(seq) = k.step("read", "a").unwrap() else { panic!() };
+        let k = Journal::live(db.clone(), "r", "{}".into(), true)
+            .limited(budget)
+            .unwrap();
+        let Step::Live(seq) = k.step("read", "a").unwrap() else {
+            panic!()
+        };
         k.note(seq, "read", "a", &"y".repeat(50));
         let e = k.step("read", "c").unwrap_err().to_string();
         assert!(e.contains("limits.journal_bytes_per_run = 150"), "{e}");
@@ -369,8 +465,30 @@ mod tests {
         let (_d, db) = setup();
         let j = Journal::live(db.clone(), "r", "{}".into(), false);
         assert_eq!(j.step("shell", "x").unwrap(), Step::Live(0));
-        j.intent(0, "shell", "x", &Budget { actions: Some(1), ..Default::default() }).unwrap().unwrap();
-        assert_eq!(j.intent(0, "shell", "x", &Budget { actions: Some(1), ..Default::default() }).unwrap(), Err(Spent::Actions(1)));
+        j.intent(
+            0,
+            "shell",
+            "x",
+            &Budget {
+                actions: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            j.intent(
+                0,
+                "shell",
+                "x",
+                &Budget {
+                    actions: Some(1),
+                    ..Default::default()
+                }
+            )
+            .unwrap(),
+            Err(Spent::Actions(1))
+        );
         assert!(db.last_event("r").unwrap().is_none());
     }
 }

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
-use loopbox_guest_build::toolchain::{CargoBuild, JsBuild, PythonBuild, TARGET, check_node, npm_install};
+use loopbox_guest_build::toolchain::{
+    CargoBuild, JsBuild, PythonBuild, TARGET, check_node, npm_install,
+};
 
 use super::{Language, Manifest};
 
@@ -22,35 +24,78 @@ pub fn build(dir: &Path, manifest: &Manifest) -> Result<PathBuf> {
     }
     match manifest.language {
         Language::Rust => {
-            let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| dir.join("target"));
-            let built = CargoBuild { dir, target_dir: &target_dir, packages: &[manifest.name.as_str()], nested: false, target: TARGET }
-                .run()
-                .map_err(|e| anyhow!(e))?;
-            std::fs::copy(&built[0].1, &out).map_err(|e| anyhow!("cannot copy {} to {}: {e}", built[0].1.display(), out.display()))?;
+            let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| dir.join("target"));
+            let built = CargoBuild {
+                dir,
+                target_dir: &target_dir,
+                packages: &[manifest.name.as_str()],
+                nested: false,
+                target: TARGET,
+            }
+            .run()
+            .map_err(|e| anyhow!(e))?;
+            std::fs::copy(&built[0].1, &out).map_err(|e| {
+                anyhow!(
+                    "cannot copy {} to {}: {e}",
+                    built[0].1.display(),
+                    out.display()
+                )
+            })?;
         }
         Language::Python => {
             if !dir.join("app.py").is_file() {
-                bail!("`{}` is missing: a Python policy's `Policy` class lives in app.py", dir.join("app.py").display());
+                bail!(
+                    "`{}` is missing: a Python policy's `Policy` class lives in app.py",
+                    dir.join("app.py").display()
+                );
             }
-            PythonBuild { dir, module: "app", wit: &wit, world: &manifest.world, out: &out }.run().map_err(|e| anyhow!(e))?;
+            PythonBuild {
+                dir,
+                module: "app",
+                wit: &wit,
+                world: &manifest.world,
+                out: &out,
+            }
+            .run()
+            .map_err(|e| anyhow!(e))?;
         }
         Language::Js => {
             let source = dir.join("policy.js");
             if !source.is_file() {
-                bail!("`{}` is missing: a JavaScript policy exports `policy` from policy.js", source.display());
+                bail!(
+                    "`{}` is missing: a JavaScript policy exports `policy` from policy.js",
+                    source.display()
+                );
             }
             check_node().map_err(|e| anyhow!(e))?;
-            if !dir.join("node_modules/@bytecodealliance/componentize-js").is_dir() {
+            if !dir
+                .join("node_modules/@bytecodealliance/componentize-js")
+                .is_dir()
+            {
                 if !dir.join("package.json").is_file() {
                     bail!(
                         "`{}` is missing: it pins the componentize-js that builds the policy; copy it from a project made by `loopbox new`",
                         dir.join("package.json").display()
                     );
                 }
-                crate::errln!("installing the npm packages in {} (first build only)", dir.display());
+                crate::errln!(
+                    "installing the npm packages in {} (first build only)",
+                    dir.display()
+                );
                 npm_install(dir).map_err(|e| anyhow!(e))?;
             }
-            JsBuild { node_project: dir, source: &source, wit: &wit, world: &manifest.world, out: &out, keep_http: false }.run().map_err(|e| anyhow!(e))?;
+            JsBuild {
+                node_project: dir,
+                source: &source,
+                wit: &wit,
+                world: &manifest.world,
+                out: &out,
+                keep_http: false,
+            }
+            .run()
+            .map_err(|e| anyhow!(e))?;
         }
     }
     Ok(out)

@@ -60,14 +60,20 @@ impl Manifest {
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST);
         let manifest = if path.is_file() {
-            let text = crate::files::read_text(&path, crate::files::MAX_CONFIG_BYTES, "policy manifest")?;
-            toml::from_str::<Manifest>(&text).with_context(|| format!("`{}` is not a valid policy manifest", path.display()))?
+            let text =
+                crate::files::read_text(&path, crate::files::MAX_CONFIG_BYTES, "policy manifest")?;
+            toml::from_str::<Manifest>(&text)
+                .with_context(|| format!("`{}` is not a valid policy manifest", path.display()))?
         } else {
             Manifest::detect(dir)?
         };
         check_name(&manifest.name).with_context(|| format!("in `{}`", path.display()))?;
         if !["loop-policy", "decider"].contains(&manifest.world.as_str()) {
-            bail!("`{}`: world `{}` is not one of loopbox's worlds: use \"loop-policy\" or \"decider\"", path.display(), manifest.world);
+            bail!(
+                "`{}`: world `{}` is not one of loopbox's worlds: use \"loop-policy\" or \"decider\"",
+                path.display(),
+                manifest.world
+            );
         }
         Ok(manifest)
     }
@@ -76,7 +82,12 @@ impl Manifest {
         if !dir.is_dir() {
             bail!("`{}` is not a directory", dir.display());
         }
-        let dir_name = || dir.canonicalize().ok().and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())).unwrap_or_default();
+        let dir_name = || {
+            dir.canonicalize()
+                .ok()
+                .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_default()
+        };
         let (name, language) = if dir.join("Cargo.toml").is_file() {
             (cargo_package_name(&dir.join("Cargo.toml"))?, Language::Rust)
         } else if dir.join("app.py").is_file() {
@@ -89,13 +100,18 @@ impl Manifest {
                 dir.display()
             );
         };
-        Ok(Manifest { name, language, world: default_world() })
+        Ok(Manifest {
+            name,
+            language,
+            world: default_world(),
+        })
     }
 }
 
 fn cargo_package_name(path: &Path) -> Result<String> {
     let text = crate::files::read_text(path, crate::files::MAX_CONFIG_BYTES, "Cargo manifest")?;
-    let value: toml::Value = toml::from_str(&text).with_context(|| format!("`{}` is not valid TOML", path.display()))?;
+    let value: toml::Value =
+        toml::from_str(&text).with_context(|| format!("`{}` is not valid TOML", path.display()))?;
     value
         .get("package")
         .and_then(|p| p.get("name"))
@@ -108,10 +124,14 @@ fn cargo_package_name(path: &Path) -> Result<String> {
 pub fn check_name(name: &str) -> Result<()> {
     let ok = name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-');
     if !ok {
-        bail!("`{name}` is not a usable policy name: use lower-case letters, digits and `-`, starting with a letter (e.g. `green-tests`)");
+        bail!(
+            "`{name}` is not a usable policy name: use lower-case letters, digits and `-`, starting with a letter (e.g. `green-tests`)"
+        );
     }
     Ok(())
 }
@@ -125,7 +145,16 @@ mod tests {
         for good in ["a", "green-tests", "x2"] {
             check_name(good).unwrap();
         }
-        for bad in ["", "Green", "2x", "a_b", "a-", "../x", "a b", &"a".repeat(65)] {
+        for bad in [
+            "",
+            "Green",
+            "2x",
+            "a_b",
+            "a-",
+            "../x",
+            "a b",
+            &"a".repeat(65),
+        ] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
     }
@@ -134,14 +163,50 @@ mod tests {
     fn manifests_are_read_or_detected() {
         let dir = tempfile::tempdir().unwrap();
         let e = format!("{:#}", Manifest::read(dir.path()).unwrap_err());
-        assert!(e.contains("is not a policy project") && e.contains("loopbox new NAME --lang rust|python|js"), "{e}");
-        std::fs::write(dir.path().join("Cargo.toml"), "[package]\nname = \"my-gate\"\n").unwrap();
-        assert_eq!(Manifest::read(dir.path()).unwrap(), Manifest { name: "my-gate".into(), language: Language::Rust, world: "loop-policy".into() });
-        std::fs::write(dir.path().join(MANIFEST), "name = \"p\"\nlanguage = \"python\"\nworld = \"decider\"\n").unwrap();
-        assert_eq!(Manifest::read(dir.path()).unwrap().language, Language::Python);
-        std::fs::write(dir.path().join(MANIFEST), "name = \"p\"\nlanguage = \"cobol\"\n").unwrap();
-        assert!(format!("{:#}", Manifest::read(dir.path()).unwrap_err()).contains("unknown variant `cobol`"));
-        std::fs::write(dir.path().join(MANIFEST), "name = \"p\"\nlanguage = \"js\"\nworld = \"server\"\n").unwrap();
-        assert!(format!("{:#}", Manifest::read(dir.path()).unwrap_err()).contains("world `server` is not one of loopbox's worlds"));
+        assert!(
+            e.contains("is not a policy project")
+                && e.contains("loopbox new NAME --lang rust|python|js"),
+            "{e}"
+        );
+        std::fs::write(
+            dir.path().join("Cargo.toml"),
+            "[package]\nname = \"my-gate\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            Manifest::read(dir.path()).unwrap(),
+            Manifest {
+                name: "my-gate".into(),
+                language: Language::Rust,
+                world: "loop-policy".into()
+            }
+        );
+        std::fs::write(
+            dir.path().join(MANIFEST),
+            "name = \"p\"\nlanguage = \"python\"\nworld = \"decider\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            Manifest::read(dir.path()).unwrap().language,
+            Language::Python
+        );
+        std::fs::write(
+            dir.path().join(MANIFEST),
+            "name = \"p\"\nlanguage = \"cobol\"\n",
+        )
+        .unwrap();
+        assert!(
+            format!("{:#}", Manifest::read(dir.path()).unwrap_err())
+                .contains("unknown variant `cobol`")
+        );
+        std::fs::write(
+            dir.path().join(MANIFEST),
+            "name = \"p\"\nlanguage = \"js\"\nworld = \"server\"\n",
+        )
+        .unwrap();
+        assert!(
+            format!("{:#}", Manifest::read(dir.path()).unwrap_err())
+                .contains("world `server` is not one of loopbox's worlds")
+        );
     }
 }

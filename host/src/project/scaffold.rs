@@ -28,23 +28,53 @@ pub fn files(name: &str, language: Language) -> Vec<(&'static str, String)> {
     };
     let mut files = vec![
         ("README.md", fill(include_str!("../../templates/README.md"))),
-        (".gitignore", include_str!("../../templates/gitignore").to_string()),
+        (
+            ".gitignore",
+            include_str!("../../templates/gitignore").to_string(),
+        ),
         (MANIFEST, fill(include_str!("../../templates/policy.toml"))),
-        ("loopbox.toml", fill(include_str!("../../templates/loopbox.toml"))),
+        (
+            "loopbox.toml",
+            fill(include_str!("../../templates/loopbox.toml")),
+        ),
         ("wit/policy.wit", WIT.to_string()),
     ];
     match language {
         Language::Rust => {
-            debug_assert!(SDK_LIB.contains(SDK_WIT_IN_REPO), "the SDK's wit path changed; update scaffold.rs");
-            files.push(("Cargo.toml", fill(include_str!("../../templates/rust/Cargo.toml"))));
-            files.push(("src/lib.rs", fill(include_str!("../../templates/rust/src/lib.rs"))));
-            files.push(("loopbox-guest/Cargo.toml", include_str!("../../templates/rust/sdk.Cargo.toml").to_string()));
-            files.push(("loopbox-guest/src/lib.rs", SDK_LIB.replace(SDK_WIT_IN_REPO, SDK_WIT_IN_SCAFFOLD)));
+            debug_assert!(
+                SDK_LIB.contains(SDK_WIT_IN_REPO),
+                "the SDK's wit path changed; update scaffold.rs"
+            );
+            files.push((
+                "Cargo.toml",
+                fill(include_str!("../../templates/rust/Cargo.toml")),
+            ));
+            files.push((
+                "src/lib.rs",
+                fill(include_str!("../../templates/rust/src/lib.rs")),
+            ));
+            files.push((
+                "loopbox-guest/Cargo.toml",
+                include_str!("../../templates/rust/sdk.Cargo.toml").to_string(),
+            ));
+            files.push((
+                "loopbox-guest/src/lib.rs",
+                SDK_LIB.replace(SDK_WIT_IN_REPO, SDK_WIT_IN_SCAFFOLD),
+            ));
         }
-        Language::Python => files.push(("app.py", fill(include_str!("../../templates/python/app.py")))),
+        Language::Python => files.push((
+            "app.py",
+            fill(include_str!("../../templates/python/app.py")),
+        )),
         Language::Js => {
-            files.push(("policy.js", fill(include_str!("../../templates/js/policy.js"))));
-            files.push(("package.json", fill(include_str!("../../templates/js/package.json"))));
+            files.push((
+                "policy.js",
+                fill(include_str!("../../templates/js/policy.js")),
+            ));
+            files.push((
+                "package.json",
+                fill(include_str!("../../templates/js/package.json")),
+            ));
         }
     }
     files
@@ -56,7 +86,10 @@ pub fn create(parent: &Path, name: &str, language: Language) -> Result<PathBuf> 
     check_name(name)?;
     let target = parent.join(name);
     if target.symlink_metadata().is_ok() {
-        bail!("`{}` already exists; choose another name or remove it", target.display());
+        bail!(
+            "`{}` already exists; choose another name or remove it",
+            target.display()
+        );
     }
     // Written aside and renamed into place, so an interrupted `new` leaves no half project.
     let staging = tempfile::Builder::new()
@@ -66,9 +99,11 @@ pub fn create(parent: &Path, name: &str, language: Language) -> Result<PathBuf> 
     for (rel, contents) in files(name, language) {
         let path = staging.path().join(rel);
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create `{}`", dir.display()))?;
         }
-        std::fs::write(&path, contents).with_context(|| format!("cannot write `{}`", path.display()))?;
+        std::fs::write(&path, contents)
+            .with_context(|| format!("cannot write `{}`", path.display()))?;
     }
     let staged = staging.keep();
     if let Err(e) = std::fs::rename(&staged, &target) {
@@ -80,27 +115,38 @@ pub fn create(parent: &Path, name: &str, language: Language) -> Result<PathBuf> 
 
 /// `green-tests` → `GreenTests`.
 fn type_name(name: &str) -> String {
-    name.split('-').map(|w| w[..1].to_ascii_uppercase() + &w[1..]).collect()
+    name.split('-')
+        .map(|w| w[..1].to_ascii_uppercase() + &w[1..])
+        .collect()
 }
 
 fn build_note(language: Language) -> &'static str {
     match language {
         Language::Rust => "runs `cargo build --release --target wasm32-wasip2`",
         Language::Python => "runs componentize-py 0.25.1 on `app.py`",
-        Language::Js => "installs the npm packages in `package.json` (the first time) and runs componentize-js on `policy.js`",
+        Language::Js => {
+            "installs the npm packages in `package.json` (the first time) and runs componentize-js on `policy.js`"
+        }
     }
 }
 
 fn source_list(language: Language) -> &'static str {
     match language {
-        Language::Rust => "- `src/lib.rs`: the policy, a type implementing `loopbox_guest::Policy`.\n- `loopbox-guest/`: the Rust guest SDK, vendored.\n",
+        Language::Rust => {
+            "- `src/lib.rs`: the policy, a type implementing `loopbox_guest::Policy`.\n- `loopbox-guest/`: the Rust guest SDK, vendored.\n"
+        }
         Language::Python => "- `app.py`: the policy, a `Policy` class with `info` and `handle`.\n",
-        Language::Js => "- `policy.js`: the policy, an exported `policy` object with `info` and `handle`.\n- `package.json`: the pinned componentize-js.\n",
+        Language::Js => {
+            "- `policy.js`: the policy, an exported `policy` object with `info` and `handle`.\n- `package.json`: the pinned componentize-js.\n"
+        }
     }
 }
 
 fn js_packages() -> String {
-    let entries: Vec<String> = loopbox_guest_build::toolchain::JS_PACKAGES.iter().map(|(p, v)| format!("    \"{p}\": \"{v}\"")).collect();
+    let entries: Vec<String> = loopbox_guest_build::toolchain::JS_PACKAGES
+        .iter()
+        .map(|(p, v)| format!("    \"{p}\": \"{v}\""))
+        .collect();
     format!("{{\n{}\n  }}", entries.join(",\n"))
 }
 
@@ -114,18 +160,38 @@ mod tests {
             for (rel, contents) in files("green-tests", language) {
                 let placeholder = contents.match_indices("{{").any(|(i, _)| {
                     let rest = &contents[i + 2..];
-                    rest.find("}}").is_some_and(|end| end > 0 && rest[..end].chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+                    rest.find("}}").is_some_and(|end| {
+                        end > 0
+                            && rest[..end]
+                                .chars()
+                                .all(|c| c.is_ascii_lowercase() || c == '_')
+                    })
                 });
-                assert!(!placeholder, "{rel} ({language:?}) has an unfilled placeholder");
+                assert!(
+                    !placeholder,
+                    "{rel} ({language:?}) has an unfilled placeholder"
+                );
             }
         }
         let rust = files("green-tests", Language::Rust);
-        let sdk = &rust.iter().find(|(p, _)| *p == "loopbox-guest/src/lib.rs").unwrap().1;
+        let sdk = &rust
+            .iter()
+            .find(|(p, _)| *p == "loopbox-guest/src/lib.rs")
+            .unwrap()
+            .1;
         assert!(sdk.contains(SDK_WIT_IN_SCAFFOLD) && !sdk.contains(SDK_WIT_IN_REPO));
-        assert!(rust.iter().any(|(p, c)| *p == "src/lib.rs" && c.contains("struct GreenTests;")));
+        assert!(
+            rust.iter()
+                .any(|(p, c)| *p == "src/lib.rs" && c.contains("struct GreenTests;"))
+        );
         let js = files("p", Language::Js);
-        let package: serde_json::Value = serde_json::from_str(&js.iter().find(|(p, _)| *p == "package.json").unwrap().1).unwrap();
-        assert_eq!(package["devDependencies"]["@bytecodealliance/componentize-js"], "0.23.0");
+        let package: serde_json::Value =
+            serde_json::from_str(&js.iter().find(|(p, _)| *p == "package.json").unwrap().1)
+                .unwrap();
+        assert_eq!(
+            package["devDependencies"]["@bytecodealliance/componentize-js"],
+            "0.23.0"
+        );
     }
 
     #[test]
@@ -133,11 +199,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let made = create(dir.path(), "p", Language::Python).unwrap();
         assert!(made.join("app.py").is_file() && made.join("wit/policy.wit").is_file());
-        let e = create(dir.path(), "p", Language::Js).unwrap_err().to_string();
+        let e = create(dir.path(), "p", Language::Js)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("already exists"), "{e}");
         assert!(!made.join("policy.js").exists());
         assert!(create(dir.path(), "Bad Name", Language::Js).is_err());
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, ["p"]);
     }
 }

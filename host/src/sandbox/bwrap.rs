@@ -9,9 +9,27 @@ use std::path::Path;
 
 use super::Confines;
 
-pub fn args(c: &Confines, program: &Path, args: Vec<String>, cwd: &Path, seccomp_fd: Option<i32>) -> Vec<String> {
+pub fn args(
+    c: &Confines,
+    program: &Path,
+    args: Vec<String>,
+    cwd: &Path,
+    seccomp_fd: Option<i32>,
+) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"].map(String::from).into();
+    let mut a: Vec<String> = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+    ]
+    .map(String::from)
+    .into();
     for p in c.writable_outside.iter().filter(|p| p.exists()) {
         a.extend(["--bind".into(), s(p), s(p)]);
     }
@@ -22,7 +40,16 @@ pub fn args(c: &Confines, program: &Path, args: Vec<String>, cwd: &Path, seccomp
     if !c.network {
         a.push("--unshare-net".into());
     }
-    a.extend(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"].map(String::from));
+    a.extend(
+        [
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--die-with-parent",
+            "--new-session",
+        ]
+        .map(String::from),
+    );
     if let Some(fd) = seccomp_fd {
         a.extend(["--seccomp".into(), fd.to_string()]);
     }

@@ -19,7 +19,8 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
 };
 
 use super::Confines;
@@ -37,17 +38,29 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
     fn e(what: &'static str) -> impl Fn(landlock::RulesetError) -> String {
         move |err| format!("{what}: {err}")
     }
-    let mut rules = Ruleset::default().set_compatibility(CompatLevel::HardRequirement).handle_access(all).map_err(e("handling file access"))?;
+    let mut rules = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(e("handling file access"))?;
     if !confines.network && abi >= ABI::V4 {
-        rules = rules.handle_access(AccessNet::from_all(abi)).map_err(e("handling network access"))?;
+        rules = rules
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(e("handling network access"))?;
     }
     if abi >= ABI::V6 {
-        rules = rules.scope(Scope::from_all(abi)).map_err(e("scoping sockets and signals"))?;
+        rules = rules
+            .scope(Scope::from_all(abi))
+            .map_err(e("scoping sockets and signals"))?;
     }
     let mut created = rules.create().map_err(e("creating the ruleset"))?;
-    let add = |created: RulesetCreated, path: &Path, access: BitFlags<AccessFs>| -> Result<RulesetCreated, String> {
+    let add = |created: RulesetCreated,
+               path: &Path,
+               access: BitFlags<AccessFs>|
+     -> Result<RulesetCreated, String> {
         let fd = PathFd::new(path).map_err(|err| format!("{}: {err}", path.display()))?;
-        created.add_rule(PathBeneath::new(fd, access)).map_err(|err| format!("{}: {err}", path.display()))
+        created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|err| format!("{}: {err}", path.display()))
     };
     created = add(created, Path::new("/"), AccessFs::from_read(abi))?;
     for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
@@ -58,7 +71,9 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
     let mut dirs = vec![confines.workspace.clone()];
     for outside in &confines.writable_outside {
         match std::fs::metadata(outside) {
-            Ok(meta) if meta.is_dir() && confines.holds_protected(outside) => dirs.push(outside.clone()),
+            Ok(meta) if meta.is_dir() && confines.holds_protected(outside) => {
+                dirs.push(outside.clone())
+            }
             Ok(meta) => created = add(created, outside, if meta.is_dir() { all } else { file })?,
             Err(_) => {}
         }
@@ -66,11 +81,14 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
     while let Some(dir) = dirs.pop() {
         let entries = std::fs::read_dir(&dir).map_err(|err| format!("{}: {err}", dir.display()))?;
         for entry in entries {
-            let path = entry.map_err(|err| format!("{}: {err}", dir.display()))?.path();
+            let path = entry
+                .map_err(|err| format!("{}: {err}", dir.display()))?
+                .path();
             if confines.is_protected(&path) {
                 continue;
             }
-            let meta = std::fs::symlink_metadata(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+            let meta = std::fs::symlink_metadata(&path)
+                .map_err(|err| format!("{}: {err}", path.display()))?;
             if meta.is_dir() && confines.holds_protected(&path) {
                 dirs.push(path);
             } else if meta.is_dir() {

@@ -71,7 +71,9 @@ impl Support {
     pub fn landlock_usable(&self) -> Result<i32, String> {
         match &self.landlock {
             Ok(abi) if *abi >= MIN_LANDLOCK_ABI => Ok(*abi),
-            Ok(abi) => Err(format!("Landlock ABI {abi} is older than {MIN_LANDLOCK_ABI}, which cannot stop a child truncating protected files")),
+            Ok(abi) => Err(format!(
+                "Landlock ABI {abi} is older than {MIN_LANDLOCK_ABI}, which cannot stop a child truncating protected files"
+            )),
             Err(e) => Err(e.clone()),
         }
     }
@@ -88,22 +90,41 @@ pub struct LazySandbox {
 impl LazySandbox {
     /// `support` overrides what this machine supports (None: probe it).
     pub fn new(choice: SandboxChoice, support: Option<Support>) -> LazySandbox {
-        LazySandbox { choice, support, decided: OnceLock::new() }
+        LazySandbox {
+            choice,
+            support,
+            decided: OnceLock::new(),
+        }
     }
 
     pub fn get(&self) -> &Sandbox {
-        self.decided.get_or_init(|| Sandbox::decide(self.choice, self.support.as_ref().unwrap_or_else(|| support())))
+        self.decided.get_or_init(|| {
+            Sandbox::decide(
+                self.choice,
+                self.support.as_ref().unwrap_or_else(|| support()),
+            )
+        })
     }
 }
 
 pub fn support() -> &'static Support {
     static SUPPORT: OnceLock<Support> = OnceLock::new();
-    SUPPORT.get_or_init(|| Support { landlock: landlock_abi(), bwrap: find_bwrap() })
+    SUPPORT.get_or_init(|| Support {
+        landlock: landlock_abi(),
+        bwrap: find_bwrap(),
+    })
 }
 
 fn landlock_abi() -> Result<i32, String> {
     // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only returns the ABI.
-    let abi = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
     if abi < 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
@@ -123,12 +144,26 @@ fn find_bwrap() -> Result<PathBuf, String> {
         .ok_or("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")?;
     // Namespaces may be forbidden (some containers): try it once.
     let out = std::process::Command::new(&path)
-        .args(["--ro-bind", "/", "/", "--dev", "/dev", "--unshare-net", "--unshare-pid", "--die-with-parent", "true"])
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--unshare-net",
+            "--unshare-pid",
+            "--die-with-parent",
+            "true",
+        ])
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| format!("{} cannot be run: {e}", path.display()))?;
     if !out.status.success() {
-        return Err(format!("{} cannot create namespaces here: {}", path.display(), String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "{} cannot create namespaces here: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     Ok(path)
 }
@@ -150,17 +185,31 @@ impl Sandbox {
     pub fn decide(choice: SandboxChoice, support: &Support) -> Sandbox {
         let landlock = support.landlock_usable();
         match choice {
-            SandboxChoice::None => Sandbox::None { why: "shell.sandbox = \"none\"".into() },
-            SandboxChoice::Bwrap => {
-                support.bwrap.clone().map_or_else(|e| Sandbox::Unavailable(format!("shell.sandbox = \"bwrap\" cannot be enforced: {e}")), Sandbox::Bwrap)
-            }
-            SandboxChoice::Landlock => {
-                landlock.map_or_else(|e| Sandbox::Unavailable(format!("shell.sandbox = \"landlock\" cannot be enforced: {e}")), Sandbox::Landlock)
-            }
+            SandboxChoice::None => Sandbox::None {
+                why: "shell.sandbox = \"none\"".into(),
+            },
+            SandboxChoice::Bwrap => support.bwrap.clone().map_or_else(
+                |e| {
+                    Sandbox::Unavailable(format!(
+                        "shell.sandbox = \"bwrap\" cannot be enforced: {e}"
+                    ))
+                },
+                Sandbox::Bwrap,
+            ),
+            SandboxChoice::Landlock => landlock.map_or_else(
+                |e| {
+                    Sandbox::Unavailable(format!(
+                        "shell.sandbox = \"landlock\" cannot be enforced: {e}"
+                    ))
+                },
+                Sandbox::Landlock,
+            ),
             SandboxChoice::Auto => match (&support.bwrap, landlock) {
                 (Ok(p), _) => Sandbox::Bwrap(p.clone()),
                 (Err(_), Ok(abi)) => Sandbox::Landlock(abi),
-                (Err(b), Err(l)) => Sandbox::None { why: format!("no sandbox is available here ({b}; {l})") },
+                (Err(b), Err(l)) => Sandbox::None {
+                    why: format!("no sandbox is available here ({b}; {l})"),
+                },
             },
         }
     }
@@ -215,7 +264,16 @@ pub struct Prepared {
 impl Prepared {
     /// A command run as it is, with no sandbox around it.
     pub fn unconfined(program: PathBuf, arg0: Option<String>, args: Vec<String>) -> Prepared {
-        Prepared { program, args, arg0, env: Vec::new(), confinement: None, pass_fd: None, _tmp: None, _hold: None }
+        Prepared {
+            program,
+            args,
+            arg0,
+            env: Vec::new(),
+            confinement: None,
+            pass_fd: None,
+            _tmp: None,
+            _hold: None,
+        }
     }
 }
 
@@ -229,17 +287,28 @@ impl Confines {
     }
 
     fn sockets(&self, unix_confined: bool) -> seccomp::Sockets {
-        seccomp::Sockets { network: self.network, unix: self.unix_sockets || unix_confined }
+        seccomp::Sockets {
+            network: self.network,
+            unix: self.unix_sockets || unix_confined,
+        }
     }
 
     /// Wrap `program args` (to run in `cwd`, with `arg0` as its `argv[0]`) in `sandbox`.
-    pub fn prepare(&self, sandbox: &Sandbox, program: PathBuf, arg0: Option<String>, args: Vec<String>, cwd: &Path) -> Result<Prepared, String> {
+    pub fn prepare(
+        &self,
+        sandbox: &Sandbox,
+        program: PathBuf,
+        arg0: Option<String>,
+        args: Vec<String>,
+        cwd: &Path,
+    ) -> Result<Prepared, String> {
         match sandbox {
             Sandbox::Unavailable(why) => Err(why.clone()),
             Sandbox::None { .. } => Ok(Prepared::unconfined(program, arg0, args)),
             Sandbox::Bwrap(bwrap) => {
                 for p in &self.protected {
-                    if std::fs::symlink_metadata(&p.path).is_ok_and(|m| m.file_type().is_symlink()) {
+                    if std::fs::symlink_metadata(&p.path).is_ok_and(|m| m.file_type().is_symlink())
+                    {
                         return Err(format!(
                             "the protected path `{}` is a symbolic link, which bwrap cannot keep read-only; replace the link with what it points to, or use shell.sandbox = \"landlock\"",
                             p.path.display()
@@ -248,8 +317,11 @@ impl Confines {
                 }
                 let hold = placeholder::hold(&self.workspace, &self.protected)?;
                 let filter = seccomp::filter(self.sockets(false))?;
-                let (read, write) = crate::spawn::pipe().map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
-                std::fs::File::from(write).write_all(&seccomp::to_bytes(&filter)).map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
+                let (read, write) = crate::spawn::pipe()
+                    .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
+                std::fs::File::from(write)
+                    .write_all(&seccomp::to_bytes(&filter))
+                    .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
                 Ok(Prepared {
                     program: bwrap.clone(),
                     args: bwrap::args(self, &program, args, cwd, Some(PASSED_FD)),
@@ -262,13 +334,25 @@ impl Confines {
                 })
             }
             Sandbox::Landlock(abi) => {
-                let tmp =
-                    tempfile::Builder::new().prefix("loopbox-child-").tempdir().map_err(|e| format!("cannot create the child's private temp dir: {e}"))?;
-                let ruleset = landlock::ruleset(*abi, self, tmp.path()).map_err(|e| format!("the Landlock sandbox cannot be set up: {e}"))?;
+                let tmp = tempfile::Builder::new()
+                    .prefix("loopbox-child-")
+                    .tempdir()
+                    .map_err(|e| format!("cannot create the child's private temp dir: {e}"))?;
+                let ruleset = landlock::ruleset(*abi, self, tmp.path())
+                    .map_err(|e| format!("the Landlock sandbox cannot be set up: {e}"))?;
                 let seccomp = seccomp::filter(self.sockets(landlock::confines_unix_sockets(*abi)))?;
                 let env = vec![("TMPDIR".into(), tmp.path().to_string_lossy().into_owned())];
                 let confinement = Some(Confinement { ruleset, seccomp });
-                Ok(Prepared { program, args, arg0, env, confinement, pass_fd: None, _tmp: Some(tmp), _hold: None })
+                Ok(Prepared {
+                    program,
+                    args,
+                    arg0,
+                    env,
+                    confinement,
+                    pass_fd: None,
+                    _tmp: Some(tmp),
+                    _hold: None,
+                })
             }
         }
     }
@@ -306,20 +390,47 @@ mod tests {
     #[test]
     fn auto_prefers_bwrap_then_landlock_then_none() {
         let both = support(Ok(7), Ok("/usr/bin/bwrap".into()));
-        assert_eq!(Sandbox::decide(SandboxChoice::Auto, &both), Sandbox::Bwrap("/usr/bin/bwrap".into()));
+        assert_eq!(
+            Sandbox::decide(SandboxChoice::Auto, &both),
+            Sandbox::Bwrap("/usr/bin/bwrap".into())
+        );
         let landlock_only = support(Ok(7), Err("no bwrap".into()));
-        assert_eq!(Sandbox::decide(SandboxChoice::Auto, &landlock_only), Sandbox::Landlock(7));
+        assert_eq!(
+            Sandbox::decide(SandboxChoice::Auto, &landlock_only),
+            Sandbox::Landlock(7)
+        );
         let old = support(Ok(2), Err("no bwrap".into()));
-        assert!(matches!(Sandbox::decide(SandboxChoice::Auto, &old), Sandbox::None { why } if why.contains("ABI 2")));
+        assert!(
+            matches!(Sandbox::decide(SandboxChoice::Auto, &old), Sandbox::None { why } if why.contains("ABI 2"))
+        );
     }
 
     #[test]
     fn an_explicit_choice_that_cannot_be_enforced_is_unavailable_not_none() {
         let nothing = support(Err("no landlock".into()), Err("no bwrap".into()));
-        assert!(matches!(Sandbox::decide(SandboxChoice::Bwrap, &nothing), Sandbox::Unavailable(m) if m.contains("no bwrap")));
-        assert!(matches!(Sandbox::decide(SandboxChoice::Landlock, &nothing), Sandbox::Unavailable(m) if m.contains("no landlock")));
-        let c = Confines { workspace: "/w".into(), protected: vec![], network: false, unix_sockets: false, writable_outside: vec![] };
-        assert!(c.prepare(&Sandbox::Unavailable("x".into()), "/bin/true".into(), None, vec![], Path::new("/w")).is_err());
+        assert!(
+            matches!(Sandbox::decide(SandboxChoice::Bwrap, &nothing), Sandbox::Unavailable(m) if m.contains("no bwrap"))
+        );
+        assert!(
+            matches!(Sandbox::decide(SandboxChoice::Landlock, &nothing), Sandbox::Unavailable(m) if m.contains("no landlock"))
+        );
+        let c = Confines {
+            workspace: "/w".into(),
+            protected: vec![],
+            network: false,
+            unix_sockets: false,
+            writable_outside: vec![],
+        };
+        assert!(
+            c.prepare(
+                &Sandbox::Unavailable("x".into()),
+                "/bin/true".into(),
+                None,
+                vec![],
+                Path::new("/w")
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -327,12 +438,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().to_path_buf();
         std::fs::create_dir(ws.join(".loopbox")).unwrap();
-        let protected = [".loopbox", "missing.toml"].map(|n| Protected { path: ws.join(n), kind: Kind::File }).to_vec();
-        let c = Confines { workspace: ws.clone(), protected, network: false, unix_sockets: false, writable_outside: vec!["/nonexistent/agent-home".into()] };
+        let protected = [".loopbox", "missing.toml"]
+            .map(|n| Protected {
+                path: ws.join(n),
+                kind: Kind::File,
+            })
+            .to_vec();
+        let c = Confines {
+            workspace: ws.clone(),
+            protected,
+            network: false,
+            unix_sockets: false,
+            writable_outside: vec!["/nonexistent/agent-home".into()],
+        };
         let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, Some(3)).join(" ");
         let w = ws.display();
-        assert!(a.contains(&format!("--bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --unshare-net")), "{a}");
-        assert!(!a.contains("missing.toml") && !a.contains("agent-home"), "only what exists is bound: {a}");
-        assert!(a.ends_with(&format!("--seccomp 3 --chdir {w} -- /bin/echo hi")), "{a}");
+        assert!(
+            a.contains(&format!(
+                "--bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --unshare-net"
+            )),
+            "{a}"
+        );
+        assert!(
+            !a.contains("missing.toml") && !a.contains("agent-home"),
+            "only what exists is bound: {a}"
+        );
+        assert!(
+            a.ends_with(&format!("--seccomp 3 --chdir {w} -- /bin/echo hi")),
+            "{a}"
+        );
     }
 }

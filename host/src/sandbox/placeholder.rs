@@ -45,30 +45,51 @@ pub fn hold(root: &Path, protected: &[Protected]) -> Result<Hold, String> {
     lock(&setup, libc::LOCK_EX)?;
     let mut created = Vec::new();
     for p in protected {
-        let parent_ok = p.path.parent().is_some_and(|d| d.starts_with(root) && d.is_dir());
+        let parent_ok = p
+            .path
+            .parent()
+            .is_some_and(|d| d.starts_with(root) && d.is_dir());
         if !parent_ok || std::fs::symlink_metadata(&p.path).is_ok() {
             continue;
         }
         let made = match p.kind {
             Kind::Dir => std::fs::create_dir(&p.path),
-            Kind::File => std::fs::OpenOptions::new().write(true).create_new(true).open(&p.path).map(drop),
+            Kind::File => std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p.path)
+                .map(drop),
         };
         match made {
             Ok(()) => {
-                let m = std::fs::symlink_metadata(&p.path).map_err(|e| format!("{}: {e}", p.path.display()))?;
+                let m = std::fs::symlink_metadata(&p.path)
+                    .map_err(|e| format!("{}: {e}", p.path.display()))?;
                 created.push(format!("{} {} {}", m.dev(), m.ino(), p.path.display()));
             }
             // Someone else made it meanwhile: it is bound as it is.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("cannot create a placeholder for the protected path `{}`: {e}", p.path.display())),
+            Err(e) => {
+                return Err(format!(
+                    "cannot create a placeholder for the protected path `{}`: {e}",
+                    p.path.display()
+                ));
+            }
         }
     }
     if !created.is_empty() {
-        let mut record = std::fs::OpenOptions::new().create(true).append(true).open(&files.record).map_err(|e| format!("{}: {e}", files.record.display()))?;
-        writeln!(record, "{}", created.join("\n")).map_err(|e| format!("{}: {e}", files.record.display()))?;
+        let mut record = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&files.record)
+            .map_err(|e| format!("{}: {e}", files.record.display()))?;
+        writeln!(record, "{}", created.join("\n"))
+            .map_err(|e| format!("{}: {e}", files.record.display()))?;
     }
     drop(setup);
-    Ok(Hold { run: Some(run), files })
+    Ok(Hold {
+        run: Some(run),
+        files,
+    })
 }
 
 impl Drop for Hold {
@@ -86,12 +107,18 @@ fn clean_up(files: &LockFiles) -> Result<(), String> {
     if lock(&run, libc::LOCK_EX | libc::LOCK_NB).is_err() {
         return Ok(()); // another child runs: the last one out cleans up
     }
-    let Ok(text) = std::fs::read_to_string(&files.record) else { return Ok(()) };
+    let Ok(text) = std::fs::read_to_string(&files.record) else {
+        return Ok(());
+    };
     for line in text.lines() {
         let mut parts = line.splitn(3, ' ');
-        let (Some(dev), Some(ino), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (Some(dev), Some(ino), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
         let path = Path::new(path);
-        let Ok(m) = std::fs::symlink_metadata(path) else { continue };
+        let Ok(m) = std::fs::symlink_metadata(path) else {
+            continue;
+        };
         if m.dev().to_string() != dev || m.ino().to_string() != ino {
             continue; // replaced by something else since: not ours
         }
@@ -117,15 +144,29 @@ fn lock_files(root: &Path) -> Result<LockFiles, String> {
         .unwrap_or_else(|| std::env::temp_dir().join(format!("loopbox-{uid}")));
     crate::files::create_private_dir(&base).map_err(|e| format!("{}: {e}", base.display()))?;
     if !(base.is_dir() && crate::files::only_mine(&base)) {
-        return Err(format!("`{}` is not a private directory of this user; loopbox keeps its sandbox locks there", base.display()));
+        return Err(format!(
+            "`{}` is not a private directory of this user; loopbox keeps its sandbox locks there",
+            base.display()
+        ));
     }
     let key = &blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex()[..16];
-    Ok(LockFiles { run: base.join(format!("{key}.run")), setup: base.join(format!("{key}.setup")), record: base.join(format!("{key}.placeholders")) })
+    Ok(LockFiles {
+        run: base.join(format!("{key}.run")),
+        setup: base.join(format!("{key}.setup")),
+        record: base.join(format!("{key}.placeholders")),
+    })
 }
 
 fn open(path: &Path) -> Result<File, String> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn lock(file: &File, op: i32) -> Result<(), String> {
@@ -151,18 +192,37 @@ mod tests {
         let root = dir.path().canonicalize().unwrap();
         std::fs::write(root.join(".envrc"), "user's own").unwrap();
         let set = [
-            Protected { path: root.join(".claude"), kind: Kind::Dir },
-            Protected { path: root.join(".envrc"), kind: Kind::File },
-            Protected { path: root.join("loopbox.toml"), kind: Kind::File },
+            Protected {
+                path: root.join(".claude"),
+                kind: Kind::Dir,
+            },
+            Protected {
+                path: root.join(".envrc"),
+                kind: Kind::File,
+            },
+            Protected {
+                path: root.join("loopbox.toml"),
+                kind: Kind::File,
+            },
         ];
         let first = hold(&root, &set).unwrap();
         let second = hold(&root, &set).unwrap();
         assert!(root.join(".claude").is_dir() && root.join("loopbox.toml").is_file());
         drop(first);
-        assert!(root.join(".claude").is_dir(), "the second child still relies on it");
+        assert!(
+            root.join(".claude").is_dir(),
+            "the second child still relies on it"
+        );
         drop(second);
-        assert!(!root.join(".claude").exists() && !root.join("loopbox.toml").exists(), "removed with the last hold");
-        assert_eq!(std::fs::read_to_string(root.join(".envrc")).unwrap(), "user's own", "what existed is left alone");
+        assert!(
+            !root.join(".claude").exists() && !root.join("loopbox.toml").exists(),
+            "removed with the last hold"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join(".envrc")).unwrap(),
+            "user's own",
+            "what existed is left alone"
+        );
 
         // A placeholder that got content (the user wrote it meanwhile) is kept.
         let h = hold(&root, &set).unwrap();

@@ -81,7 +81,10 @@ pub fn agent_settings(writable: &[PathBuf]) -> Vec<Protected> {
             if let Ok(m) = std::fs::symlink_metadata(&path)
                 && !m.file_type().is_symlink()
             {
-                out.push(Protected { path, kind: if m.is_dir() { Kind::Dir } else { Kind::File } });
+                out.push(Protected {
+                    path,
+                    kind: if m.is_dir() { Kind::Dir } else { Kind::File },
+                });
             }
         }
     }
@@ -94,11 +97,20 @@ pub const NEVER_WRITABLE: &[&str] = &[crate::db::STORE_DIR, crate::config::CONFI
 /// Why `name` may not appear in `shell.writable`, if it may not.
 pub fn check_writable(name: &str) -> Result<(), String> {
     if NEVER_WRITABLE.contains(&name) {
-        return Err(format!("`{name}` is loopbox's own and is never writable by sandboxed commands"));
+        return Err(format!(
+            "`{name}` is loopbox's own and is never writable by sandboxed commands"
+        ));
     }
     if !NAMES.iter().any(|(n, _)| *n == name) {
-        let names: Vec<&str> = NAMES.iter().map(|(n, _)| *n).filter(|n| !NEVER_WRITABLE.contains(n)).collect();
-        return Err(format!("`{name}` is not a protected name; shell.writable opens one of: {}", names.join(", ")));
+        let names: Vec<&str> = NAMES
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| !NEVER_WRITABLE.contains(n))
+            .collect();
+        return Err(format!(
+            "`{name}` is not a protected name; shell.writable opens one of: {}",
+            names.join(", ")
+        ));
     }
     Ok(())
 }
@@ -115,18 +127,40 @@ pub struct Protected {
 /// workspace, and `extra` files (config, policy, agent program, rule programs)
 /// that lie inside the workspace.
 pub fn paths(root: &Path, writable: &[String], extra: &[PathBuf]) -> Vec<Protected> {
-    let mut out: Vec<Protected> =
-        NAMES.iter().filter(|(n, _)| !writable.iter().any(|w| w == n)).map(|(n, kind)| Protected { path: root.join(n), kind: *kind }).collect();
+    let mut out: Vec<Protected> = NAMES
+        .iter()
+        .filter(|(n, _)| !writable.iter().any(|w| w == n))
+        .map(|(n, kind)| Protected {
+            path: root.join(n),
+            kind: *kind,
+        })
+        .collect();
     if let Some(hooks) = git_hooks_path(root).filter(|p| p.starts_with(root)) {
-        out.push(Protected { path: hooks, kind: Kind::Dir });
+        out.push(Protected {
+            path: hooks,
+            kind: Kind::Dir,
+        });
     }
     for p in extra {
         // A file loopbox will run or read again: protected as the link a name may be,
         // and as the file it resolves to.
-        let absolute = if p.is_absolute() { p.clone() } else { root.join(p) };
-        for candidate in [Some(absolute.clone()), absolute.canonicalize().ok()].into_iter().flatten() {
-            if candidate.starts_with(root) && candidate != root && !out.iter().any(|o| o.path == candidate) {
-                out.push(Protected { path: candidate, kind: Kind::File });
+        let absolute = if p.is_absolute() {
+            p.clone()
+        } else {
+            root.join(p)
+        };
+        for candidate in [Some(absolute.clone()), absolute.canonicalize().ok()]
+            .into_iter()
+            .flatten()
+        {
+            if candidate.starts_with(root)
+                && candidate != root
+                && !out.iter().any(|o| o.path == candidate)
+            {
+                out.push(Protected {
+                    path: candidate,
+                    kind: Kind::File,
+                });
             }
         }
     }
@@ -136,12 +170,21 @@ pub fn paths(root: &Path, writable: &[String], extra: &[PathBuf]) -> Vec<Protect
 /// `core.hooksPath` from `.git/config`, resolved against the workspace, if set.
 /// A plain reading of the one key: enough to protect where hooks would run from.
 fn git_hooks_path(root: &Path) -> Option<PathBuf> {
-    let text = crate::files::read_text(&root.join(".git/config"), crate::files::MAX_CONFIG_BYTES, "git config").ok()?;
+    let text = crate::files::read_text(
+        &root.join(".git/config"),
+        crate::files::MAX_CONFIG_BYTES,
+        "git config",
+    )
+    .ok()?;
     let mut in_core = false;
     let mut found = None;
     for line in text.lines().map(str::trim) {
         if line.starts_with('[') {
-            in_core = line.trim_start_matches('[').trim_end_matches(']').trim().eq_ignore_ascii_case("core");
+            in_core = line
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .trim()
+                .eq_ignore_ascii_case("core");
         } else if in_core
             && let Some((key, value)) = line.split_once('=')
             && key.trim().eq_ignore_ascii_case("hookspath")
@@ -151,8 +194,16 @@ fn git_hooks_path(root: &Path) -> Option<PathBuf> {
     }
     let value = found.filter(|v| !v.is_empty())?;
     let path = Path::new(&value);
-    let joined = if path.is_absolute() { path.to_path_buf() } else { root.join(path) };
-    Some(crate::child_env::normalize_relative(joined.strip_prefix(root).ok()?).map(|rel| root.join(rel)).unwrap_or(joined))
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        root.join(path)
+    };
+    Some(
+        crate::child_env::normalize_relative(joined.strip_prefix(root).ok()?)
+            .map(|rel| root.join(rel))
+            .unwrap_or(joined),
+    )
 }
 
 #[cfg(test)]
@@ -164,23 +215,51 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir_all(root.join(".git")).unwrap();
-        std::fs::write(root.join(".git/config"), "[core]\n\tbare = false\n\thooksPath = tools/hooks\n").unwrap();
+        std::fs::write(
+            root.join(".git/config"),
+            "[core]\n\tbare = false\n\thooksPath = tools/hooks\n",
+        )
+        .unwrap();
         std::fs::create_dir(root.join("agent")).unwrap();
         std::fs::write(root.join("agent/real"), "").unwrap();
         std::os::unix::fs::symlink("real", root.join("agent/link")).unwrap();
-        let set = paths(&root, &[".vscode".into()], &[root.join("agent/link"), PathBuf::from("/usr/bin/env")]);
+        let set = paths(
+            &root,
+            &[".vscode".into()],
+            &[root.join("agent/link"), PathBuf::from("/usr/bin/env")],
+        );
         let has = |rel: &str| set.iter().any(|p| p.path == root.join(rel));
-        assert!(has(".git") && has(".claude") && has(".loopbox") && has("loopbox.toml") && has(".envrc"));
+        assert!(
+            has(".git")
+                && has(".claude")
+                && has(".loopbox")
+                && has("loopbox.toml")
+                && has(".envrc")
+        );
         assert!(!has(".vscode"), "opened by shell.writable");
         assert!(has("tools/hooks"), "core.hooksPath");
-        assert!(has("agent/link") && has("agent/real"), "the name and what it resolves to");
-        assert!(!set.iter().any(|p| p.path == Path::new("/usr/bin/env")), "outside the workspace: read-only anyway");
+        assert!(
+            has("agent/link") && has("agent/real"),
+            "the name and what it resolves to"
+        );
+        assert!(
+            !set.iter().any(|p| p.path == Path::new("/usr/bin/env")),
+            "outside the workspace: read-only anyway"
+        );
     }
 
     #[test]
     fn writable_names_are_checked() {
         assert!(check_writable(".git").is_ok());
-        assert!(check_writable(".loopbox").unwrap_err().contains("never writable"));
-        assert!(check_writable("src").unwrap_err().contains("not a protected name"));
+        assert!(
+            check_writable(".loopbox")
+                .unwrap_err()
+                .contains("never writable")
+        );
+        assert!(
+            check_writable("src")
+                .unwrap_err()
+                .contains("not a protected name")
+        );
     }
 }

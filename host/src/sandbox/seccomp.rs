@@ -15,7 +15,10 @@
 
 use std::collections::BTreeMap;
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 
 /// The socket families a sandboxed child may create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,13 +46,21 @@ const X32_BIT: i64 = 0x4000_0000;
 
 /// The filter for `sockets`, as a BPF program ready for `PR_SET_SECCOMP` or bwrap's `--seccomp`.
 pub fn filter(sockets: Sockets) -> Result<BpfProgram, String> {
-    let arch: TargetArch = std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp does not support this architecture: {e:?}"))?;
+    let arch: TargetArch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e| format!("seccomp does not support this architecture: {e:?}"))?;
     let families = sockets.families();
     let socket_rules = if families.is_empty() {
         Vec::new() // every socket() call matches
     } else {
-        let not = |family: i32| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64).map_err(|e| e.to_string());
-        vec![SeccompRule::new(families.into_iter().map(not).collect::<Result<_, _>>()?).map_err(|e| e.to_string())?]
+        let not = |family: i32| {
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64)
+                .map_err(|e| e.to_string())
+        };
+        vec![
+            SeccompRule::new(families.into_iter().map(not).collect::<Result<_, _>>()?)
+                .map_err(|e| e.to_string())?,
+        ]
     };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     rules.insert(libc::SYS_socket, socket_rules.clone());
@@ -59,8 +70,16 @@ pub fn filter(sockets: Sockets) -> Result<BpfProgram, String> {
         rules.insert(X32_BIT | libc::SYS_socket, socket_rules);
         rules.insert(X32_BIT | libc::SYS_io_uring_setup, Vec::new());
     }
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EACCES as u32), arch).map_err(|e| e.to_string())?;
-    filter.try_into().map_err(|e: seccompiler::BackendError| e.to_string())
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
 }
 
 /// The program as bwrap reads it from `--seccomp FD`: the raw instructions.
@@ -81,10 +100,20 @@ pub fn to_bytes(program: &BpfProgram) -> Vec<u8> {
 /// # Safety
 /// Only async-signal-safe work: the caller is a vfork-style child.
 pub unsafe fn install(program: &BpfProgram) -> std::io::Result<()> {
-    let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr() as *mut libc::sock_filter };
+    let prog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
     // SAFETY: `prog` points at `program`, which outlives the call; seccompiler's
     // sock_filter has libc's layout (repr(C), same fields).
-    if unsafe { libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog) } != 0 {
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &prog as *const libc::sock_fprog,
+        )
+    } != 0
+    {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())

@@ -8,7 +8,10 @@ use std::process::{Command, Output};
 pub const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
 
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// A copy of `examples/NAME` in a temp dir, so runs leave nothing behind.
@@ -41,7 +44,10 @@ pub fn loopbox(dir: &Path, args: &[&str]) -> Output {
         .arg("-C")
         .arg(dir)
         .args(args)
-        .env("LOOPBOX_CACHE_DIR", std::env::temp_dir().join("loopbox-cli-test-cache"))
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
         .current_dir(dir)
         .env("CI", "true")
         .output()
@@ -54,7 +60,8 @@ pub fn normalize(s: &[u8]) -> String {
     let mut out = String::new();
     for word in s.split_inclusive([' ', '\n']) {
         let (w, sep) = word.split_at(word.trim_end_matches([' ', '\n']).len());
-        let is_run_id = w.len() > 10 && w.starts_with('r') && w[1..].chars().all(|c| c.is_ascii_hexdigit());
+        let is_run_id =
+            w.len() > 10 && w.starts_with('r') && w[1..].chars().all(|c| c.is_ascii_hexdigit());
         let is_duration = w.ends_with('s') && w[..w.len() - 1].parse::<f64>().is_ok();
         out.push_str(if is_run_id {
             "RUN"

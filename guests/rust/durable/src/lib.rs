@@ -46,13 +46,18 @@ mod component {
 
     impl Policy for Durable {
         fn info() -> Info {
-            Info::new("durable", "0.1.0", "Counts its side effects, for crash-recovery tests")
+            Info::new(
+                "durable",
+                "0.1.0",
+                "Counts its side effects, for crash-recovery tests",
+            )
         }
 
         fn handle(event: Event) -> Result<Decision, String> {
             let config: Config = match &event {
                 Event::Start(input) => {
-                    let c: Config = serde_json::from_str(input).map_err(|e| format!("bad input: {e}"))?;
+                    let c: Config =
+                        serde_json::from_str(input).map_err(|e| format!("bad input: {e}"))?;
                     state::set("config", &c)?;
                     c
                 }
@@ -63,12 +68,20 @@ mod component {
             let started = Instant::now();
             for i in 0..config.per_event {
                 let id = action_id(p.events, i);
-                let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+                let nanos = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
                 let random = RandomState::new().hash_one(&id);
-                let line = format!("{id} t={nanos} r={random:x} waited={}\n", started.elapsed().as_nanos() > 0);
+                let line = format!(
+                    "{id} t={nanos} r={random:x} waited={}\n",
+                    started.elapsed().as_nanos() > 0
+                );
                 let run = match &config.command {
                     Some(argv) => shell(argv.iter().map(String::as_str)).run(),
-                    None => shell(["tee", "-a", config.file.as_str()]).stdin(&line).run(),
+                    None => shell(["tee", "-a", config.file.as_str()])
+                        .stdin(&line)
+                        .run(),
                 };
                 match run {
                     Ok(o) if o.exit_code == Some(0) => p.done.push(id),
@@ -84,7 +97,11 @@ mod component {
             if p.events <= config.turns {
                 Ok(Decision::Inject(format!("turn {}", p.events)))
             } else {
-                done_with(true, format!("{} actions done, {} unknown", p.done.len(), p.unknown.len()), &p)
+                done_with(
+                    true,
+                    format!("{} actions done, {} unknown", p.done.len(), p.unknown.len()),
+                    &p,
+                )
             }
         }
     }

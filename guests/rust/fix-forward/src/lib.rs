@@ -129,7 +129,11 @@ mod component {
 
     impl Policy for FixForward {
         fn info() -> Info {
-            Info::new("fix-forward", env!("CARGO_PKG_VERSION"), "The AFK fix-forward decision table over CI and agent-thread ticks")
+            Info::new(
+                "fix-forward",
+                env!("CARGO_PKG_VERSION"),
+                "The AFK fix-forward decision table over CI and agent-thread ticks",
+            )
         }
 
         fn handle(event: Event) -> Result<Decision, String> {
@@ -141,14 +145,20 @@ mod component {
                     Ok(Decision::Pass)
                 }
                 Event::Tick(json) => {
-                    let b: Budgets = state::get(KEY)?.ok_or("fix-forward: a tick arrived before `start` gave the budgets")?;
-                    let s: RunState = serde_json::from_str(&json).map_err(|e| format!("fix-forward: bad tick: {e}"))?;
+                    let b: Budgets = state::get(KEY)?
+                        .ok_or("fix-forward: a tick arrived before `start` gave the budgets")?;
+                    let s: RunState = serde_json::from_str(&json)
+                        .map_err(|e| format!("fix-forward: bad tick: {e}"))?;
                     let action = super::next_action(&s, &b);
                     let text = super::explain(action, &s, &b);
                     Ok(match action {
-                        Action::CloseSuccess => done_with(true, text, &serde_json::json!({"action": action.name()}))?,
+                        Action::CloseSuccess => {
+                            done_with(true, text, &serde_json::json!({"action": action.name()}))?
+                        }
                         Action::FixForward => Decision::Inject(text),
-                        Action::FreezeEscalate | Action::EscalatePrepush => Decision::Escalate(format!("{}: {text}", action.name())),
+                        Action::FreezeEscalate | Action::EscalatePrepush => {
+                            Decision::Escalate(format!("{}: {text}", action.name()))
+                        }
                         Action::Wait => Decision::Pass,
                     })
                 }
@@ -166,17 +176,35 @@ mod tests {
 
     #[test]
     fn green_closes_whatever_the_thread_says() {
-        let b = Budgets { fix_forward_max_attempts: 1, fix_forward_max_seconds: 1 };
+        let b = Budgets {
+            fix_forward_max_attempts: 1,
+            fix_forward_max_seconds: 1,
+        };
         for t in [None, Some(ThreadStatus::Error), Some(ThreadStatus::Idle)] {
-            let s = RunState { pushed: true, ci_status: Some(CiStatus::Green), thread_status: t, attempts: 9, elapsed_seconds: 9 };
+            let s = RunState {
+                pushed: true,
+                ci_status: Some(CiStatus::Green),
+                thread_status: t,
+                attempts: 9,
+                elapsed_seconds: 9,
+            };
             assert_eq!(next_action(&s, &b), Action::CloseSuccess);
         }
     }
 
     #[test]
     fn budgets_are_strict() {
-        let b = Budgets { fix_forward_max_attempts: 2, fix_forward_max_seconds: 60 };
-        let red = |attempts, elapsed_seconds| RunState { pushed: true, ci_status: Some(CiStatus::Red), thread_status: None, attempts, elapsed_seconds };
+        let b = Budgets {
+            fix_forward_max_attempts: 2,
+            fix_forward_max_seconds: 60,
+        };
+        let red = |attempts, elapsed_seconds| RunState {
+            pushed: true,
+            ci_status: Some(CiStatus::Red),
+            thread_status: None,
+            attempts,
+            elapsed_seconds,
+        };
         assert_eq!(next_action(&red(1, 59), &b), Action::FixForward);
         assert_eq!(next_action(&red(2, 0), &b), Action::FreezeEscalate);
         assert_eq!(next_action(&red(0, 60), &b), Action::FreezeEscalate);

@@ -17,22 +17,47 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
     let known = |t: &Target| names.contains(t.state.as_str());
 
     if !lp.initial.state.is_empty() && !known(&lp.initial) {
-        out.push(at(&main_file, lp.initial.line, format!("initial state `{}` is not defined (states: {list})", lp.initial.state)));
+        out.push(at(
+            &main_file,
+            lp.initial.line,
+            format!(
+                "initial state `{}` is not defined (states: {list})",
+                lp.initial.state
+            ),
+        ));
     }
     if let Some(t) = &lp.on_max_steps
         && !known(t)
     {
-        out.push(at(&main_file, t.line, format!("`on_max_steps` names `{}`, which is not defined (states: {list})", t.state)));
+        out.push(at(
+            &main_file,
+            t.line,
+            format!(
+                "`on_max_steps` names `{}`, which is not defined (states: {list})",
+                t.state
+            ),
+        ));
     } else if let Some(t) = &lp.on_max_steps
         && lp.states.iter().any(|s| s.name == t.state && !s.terminal)
     {
         out.push(at(&main_file, t.line, format!("`on_max_steps` must name a terminal state: the loop has no steps left to route on from `{}`", t.state)));
     }
-    let captures: BTreeSet<&str> = lp.states.iter().filter_map(|s| s.capture.as_deref()).collect();
+    let captures: BTreeSet<&str> = lp
+        .states
+        .iter()
+        .filter_map(|s| s.capture.as_deref())
+        .collect();
     for s in &lp.states {
         for t in s.routes.targets().chain(s.on_retry_exhausted.iter()) {
             if t.state != CURRENT && !known(t) {
-                out.push(at(&s.file, t.line, format!("state `{}`: routes to `{}`, which is not defined (states: {list})", s.name, t.state)));
+                out.push(at(
+                    &s.file,
+                    t.line,
+                    format!(
+                        "state `{}`: routes to `{}`, which is not defined (states: {list})",
+                        s.name, t.state
+                    ),
+                ));
             }
         }
         unrouted_verdicts(s, &mut out);
@@ -51,7 +76,9 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
         queue.push_back(t.state.as_str());
     }
     while let Some(name) = queue.pop_front() {
-        let Some(s) = lp.states.iter().find(|s| s.name == name) else { continue };
+        let Some(s) = lp.states.iter().find(|s| s.name == name) else {
+            continue;
+        };
         for t in s.routes.targets().chain(s.on_retry_exhausted.iter()) {
             if names.contains(t.state.as_str()) && reached.insert(t.state.as_str()) {
                 queue.push_back(t.state.as_str());
@@ -61,10 +88,21 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
     // Imported files are libraries of states: only the loop's own must be reachable.
     for s in lp.states.iter().filter(|s| s.file == lp.file) {
         if !reached.contains(s.name.as_str()) {
-            out.push(at(&s.file, s.line, format!("state `{}` is unreachable: no route from `{}` leads to it", s.name, lp.initial.state)));
+            out.push(at(
+                &s.file,
+                s.line,
+                format!(
+                    "state `{}` is unreachable: no route from `{}` leads to it",
+                    s.name, lp.initial.state
+                ),
+            ));
         }
     }
-    if !lp.states.iter().any(|s| s.terminal && reached.contains(s.name.as_str())) {
+    if !lp
+        .states
+        .iter()
+        .any(|s| s.terminal && reached.contains(s.name.as_str()))
+    {
         out.push(at(
             &main_file,
             lp.initial.line,
@@ -75,7 +113,11 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
 }
 
 fn at(file: &str, line: u32, message: String) -> Problem {
-    Problem { file: file.to_string(), line, message }
+    Problem {
+        file: file.to_string(),
+        line,
+        message,
+    }
 }
 
 /// Verdicts a deterministic evaluator always may produce must go somewhere.
@@ -95,7 +137,8 @@ fn unrouted_verdicts(s: &State, out: &mut Vec<Problem>) {
     };
     for v in verdicts {
         // `no` with no route of its own falls to the error route.
-        let routed = s.routes.by_verdict.contains_key(*v) || (*v == "no" && s.routes.error.is_some());
+        let routed =
+            s.routes.by_verdict.contains_key(*v) || (*v == "no" && s.routes.error.is_some());
         if !routed {
             let hint = match *v {
                 "yes" => "`on_yes`".to_string(),
@@ -116,8 +159,12 @@ fn unrouted_verdicts(s: &State, out: &mut Vec<Problem>) {
 fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
     let mut out = Vec::new();
     match &s.action {
-        Some(Action::Shell(t) | Action::Prompt(t) | Action::SlashCommand(t)) => out.push(("action", t.clone(), s.action_line)),
-        Some(Action::Exec(argv)) => out.extend(argv.iter().map(|a| ("exec", a.clone(), s.action_line))),
+        Some(Action::Shell(t) | Action::Prompt(t) | Action::SlashCommand(t)) => {
+            out.push(("action", t.clone(), s.action_line))
+        }
+        Some(Action::Exec(argv)) => {
+            out.extend(argv.iter().map(|a| ("exec", a.clone(), s.action_line)))
+        }
         None => {}
     }
     if let Some(e) = &s.evaluate {
@@ -125,8 +172,16 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
         e.source.iter().for_each(|t| add("evaluate.source", t));
         match &e.kind {
             EvalKind::OutputContains { pattern, .. } => add("evaluate.pattern", pattern),
-            EvalKind::OutputNumeric { target: Number::Expr(t), .. } => add("evaluate.target", t),
-            EvalKind::Convergence { target, tolerance, previous, .. } => {
+            EvalKind::OutputNumeric {
+                target: Number::Expr(t),
+                ..
+            } => add("evaluate.target", t),
+            EvalKind::Convergence {
+                target,
+                tolerance,
+                previous,
+                ..
+            } => {
                 for n in [target, tolerance] {
                     if let Number::Expr(t) = n {
                         add("evaluate", t);
@@ -134,7 +189,9 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
                 }
                 previous.iter().for_each(|t| add("evaluate.previous", t));
             }
-            EvalKind::LlmStructured { prompt: Some(p), .. } => add("evaluate.prompt", p),
+            EvalKind::LlmStructured {
+                prompt: Some(p), ..
+            } => add("evaluate.prompt", p),
             _ => {}
         }
     }
@@ -148,7 +205,11 @@ fn references(lp: &Loop, captures: &BTreeSet<&str>, s: &State, out: &mut Vec<Pro
             let r = match r {
                 Ok(r) => r,
                 Err(e) => {
-                    out.push(at(&s.file, line, format!("state `{}`: {field}: {e}", s.name)));
+                    out.push(at(
+                        &s.file,
+                        line,
+                        format!("state `{}`: {field}: {e}", s.name),
+                    ));
                     continue;
                 }
             };
@@ -156,23 +217,50 @@ fn references(lp: &Loop, captures: &BTreeSet<&str>, s: &State, out: &mut Vec<Pro
                 continue;
             }
             let problem = match r.path[0].as_str() {
-                "context" if !lp.context.contains_key(&r.path[1]) => {
-                    Some(format!("`{}`: `context` has no `{}`; declare it under `context` (a run's --input can replace it)", r.raw, r.path[1]))
-                }
+                "context" if !lp.context.contains_key(&r.path[1]) => Some(format!(
+                    "`{}`: `context` has no `{}`; declare it under `context` (a run's --input can replace it)",
+                    r.raw, r.path[1]
+                )),
                 "captured" if !captures.contains(r.path[1].as_str()) => {
-                    let have = if captures.is_empty() { "none".to_string() } else { captures.iter().copied().collect::<Vec<_>>().join(", ") };
-                    Some(format!("`{}`: no state captures `{}` (captures: {have})", r.raw, r.path[1]))
+                    let have = if captures.is_empty() {
+                        "none".to_string()
+                    } else {
+                        captures.iter().copied().collect::<Vec<_>>().join(", ")
+                    };
+                    Some(format!(
+                        "`{}`: no state captures `{}` (captures: {have})",
+                        r.raw, r.path[1]
+                    ))
                 }
-                "captured" if r.path.len() < 3 => Some(format!("`{}`: name a field, like `captured.{}.output`", r.raw, r.path[1])),
-                "state" if !matches!(r.path[1].as_str(), "name" | "iteration") => Some(format!("`{}`: `state` has `name` and `iteration`", r.raw)),
-                "loop" if !matches!(r.path[1].as_str(), "name" | "step") => Some(format!("`{}`: `loop` has `name` and `step`", r.raw)),
-                "prev" if !matches!(r.path[1].as_str(), "output" | "exit_code" | "stderr" | "state" | "result" | "duration_ms") => {
-                    Some(format!("`{}`: `prev` has output, exit_code, stderr, duration_ms, state and result", r.raw))
+                "captured" if r.path.len() < 3 => Some(format!(
+                    "`{}`: name a field, like `captured.{}.output`",
+                    r.raw, r.path[1]
+                )),
+                "state" if !matches!(r.path[1].as_str(), "name" | "iteration") => {
+                    Some(format!("`{}`: `state` has `name` and `iteration`", r.raw))
+                }
+                "loop" if !matches!(r.path[1].as_str(), "name" | "step") => {
+                    Some(format!("`{}`: `loop` has `name` and `step`", r.raw))
+                }
+                "prev"
+                    if !matches!(
+                        r.path[1].as_str(),
+                        "output" | "exit_code" | "stderr" | "state" | "result" | "duration_ms"
+                    ) =>
+                {
+                    Some(format!(
+                        "`{}`: `prev` has output, exit_code, stderr, duration_ms, state and result",
+                        r.raw
+                    ))
                 }
                 _ => None,
             };
             if let Some(message) = problem {
-                out.push(at(&s.file, line, format!("state `{}`: {field}: {message}", s.name)));
+                out.push(at(
+                    &s.file,
+                    line,
+                    format!("state `{}`: {field}: {message}", s.name),
+                ));
             }
         }
     }

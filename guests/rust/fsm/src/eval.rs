@@ -18,7 +18,10 @@ pub struct Verdict {
 }
 
 fn v(verdict: &str, detail: impl Into<String>) -> Verdict {
-    Verdict { verdict: verdict.to_string(), detail: detail.into() }
+    Verdict {
+        verdict: verdict.to_string(),
+        detail: detail.into(),
+    }
 }
 
 fn yes_no(ok: bool, detail: String) -> Verdict {
@@ -44,7 +47,12 @@ fn matches(pattern: &str, text: &str) -> bool {
     }
 }
 
-pub fn output_contains(output: &str, pattern: &str, negate: bool, error_patterns: &[String]) -> Verdict {
+pub fn output_contains(
+    output: &str,
+    pattern: &str,
+    negate: bool,
+    error_patterns: &[String],
+) -> Verdict {
     if let Some(p) = error_patterns.iter().find(|p| matches(p, output)) {
         return v("error", format!("output matches error pattern `{p}`"));
     }
@@ -56,7 +64,13 @@ pub fn output_contains(output: &str, pattern: &str, negate: bool, error_patterns
 /// The output as a number: all of it, or else its last non-empty line.
 pub fn number_in(output: &str) -> Option<f64> {
     let parse = |s: &str| s.trim().parse::<f64>().ok().filter(|f| f.is_finite());
-    parse(output).or_else(|| output.lines().rev().find(|l| !l.trim().is_empty()).and_then(parse))
+    parse(output).or_else(|| {
+        output
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(parse)
+    })
 }
 
 fn compare(a: f64, op: Op, b: f64) -> bool {
@@ -72,8 +86,14 @@ fn compare(a: f64, op: Op, b: f64) -> bool {
 
 pub fn output_numeric(output: &str, op: Op, target: f64) -> Verdict {
     match number_in(output) {
-        None => v("error", format!("the output is not a number: `{}`", preview(output))),
-        Some(n) => yes_no(compare(n, op, target), format!("{} {} {}", fmt(n), op.name(), fmt(target))),
+        None => v(
+            "error",
+            format!("the output is not a number: `{}`", preview(output)),
+        ),
+        Some(n) => yes_no(
+            compare(n, op, target),
+            format!("{} {} {}", fmt(n), op.name(), fmt(target)),
+        ),
     }
 }
 
@@ -83,37 +103,77 @@ pub fn output_json(output: &str, path: &str, op: Op, target: &Value) -> Verdict 
         Ok(d) => d,
         Err(e) => return v("error", format!("the output is not JSON: {e}")),
     };
-    let parts: Vec<String> = path.trim_start_matches('.').split('.').filter(|p| !p.is_empty()).map(str::to_string).collect();
+    let parts: Vec<String> = path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
     let Some(value) = crate::interp::walk(&data, &parts) else {
         return v("error", format!("path `{path}` is not in the output"));
     };
     if let (Some(a), Some(b)) = (value.as_f64(), target.as_f64()) {
-        return yes_no(compare(a, op, b), format!("{path} = {} {} {}", fmt(a), op.name(), fmt(b)));
+        return yes_no(
+            compare(a, op, b),
+            format!("{path} = {} {} {}", fmt(a), op.name(), fmt(b)),
+        );
     }
     match op {
         Op::Eq => yes_no(value == target, format!("{path} = {value} eq {target}")),
         Op::Ne => yes_no(value != target, format!("{path} = {value} ne {target}")),
-        _ => v("error", format!("`{}` compares numbers, and {path} = {value} or the target {target} is not one", op.name())),
+        _ => v(
+            "error",
+            format!(
+                "`{}` compares numbers, and {path} = {value} or the target {target} is not one",
+                op.name()
+            ),
+        ),
     }
 }
 
 /// `target` within `tolerance`; else `progress` when it moved the right way
 /// since `previous` (or there is no previous), else `stall`.
-pub fn convergence(output: &str, previous: Option<f64>, target: f64, tolerance: f64, direction: Direction) -> (Verdict, Option<f64>) {
+pub fn convergence(
+    output: &str,
+    previous: Option<f64>,
+    target: f64,
+    tolerance: f64,
+    direction: Direction,
+) -> (Verdict, Option<f64>) {
     let Some(current) = number_in(output) else {
-        return (v("error", format!("the output is not a number: `{}`", preview(output))), None);
+        return (
+            v(
+                "error",
+                format!("the output is not a number: `{}`", preview(output)),
+            ),
+            None,
+        );
     };
     let verdict = if (current - target).abs() <= tolerance {
-        v("target", format!("{} is within {} of {}", fmt(current), fmt(tolerance), fmt(target)))
+        v(
+            "target",
+            format!(
+                "{} is within {} of {}",
+                fmt(current),
+                fmt(tolerance),
+                fmt(target)
+            ),
+        )
     } else {
         match previous {
-            None => v("progress", format!("{} (first value; target {})", fmt(current), fmt(target))),
+            None => v(
+                "progress",
+                format!("{} (first value; target {})", fmt(current), fmt(target)),
+            ),
             Some(p) => {
                 let better = match direction {
                     Direction::Minimize => current < p,
                     Direction::Maximize => current > p,
                 };
-                v(if better { "progress" } else { "stall" }, format!("{} -> {} (target {})", fmt(p), fmt(current), fmt(target)))
+                v(
+                    if better { "progress" } else { "stall" },
+                    format!("{} -> {} (target {})", fmt(p), fmt(current), fmt(target)),
+                )
             }
         }
     };
@@ -127,8 +187,11 @@ pub fn llm_prompt(question: Option<&str>, output: &str, max_tokens: Option<u64>)
         let chars: Vec<char> = output.chars().collect();
         chars[chars.len().saturating_sub(4000)..].iter().collect()
     };
-    let question = question.unwrap_or("Evaluate whether this action succeeded based on its output.");
-    let budget = max_tokens.map(|n| format!(" Keep the reply under {n} tokens.")).unwrap_or_default();
+    let question =
+        question.unwrap_or("Evaluate whether this action succeeded based on its output.");
+    let budget = max_tokens
+        .map(|n| format!(" Keep the reply under {n} tokens."))
+        .unwrap_or_default();
     format!(
         "{question}\n\n<action_output>\n{tail}\n</action_output>\n\nReply with only a JSON object: \
          {{\"verdict\": \"yes\" | \"no\" | \"blocked\" | \"partial\", \"confidence\": a number from 0 to 1, \"reason\": \"one sentence\"}}.{budget}"
@@ -141,24 +204,45 @@ pub fn llm_prompt(question: Option<&str>, output: &str, max_tokens: Option<u64>)
 /// else `error` (a guess is not a verdict to act on).
 pub fn llm_reply(reply: &str, min_confidence: f64, uncertain_suffix: bool) -> Verdict {
     let Some(obj) = find_json_object(reply) else {
-        return v("error", format!("the reply has no JSON verdict: `{}`", preview(reply)));
+        return v(
+            "error",
+            format!("the reply has no JSON verdict: `{}`", preview(reply)),
+        );
     };
     let Some(verdict) = obj.get("verdict").and_then(Value::as_str) else {
-        return v("error", format!("the reply's JSON has no `verdict`: {}", Value::Object(obj.clone())));
+        return v(
+            "error",
+            format!(
+                "the reply's JSON has no `verdict`: {}",
+                Value::Object(obj.clone())
+            ),
+        );
     };
     let verdict = canonical_verdict(verdict.trim());
     let confidence = match obj.get("confidence") {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(1.0),
-        Some(Value::String(s)) => s.trim().trim_end_matches('%').parse::<f64>().map(|c| if c > 1.0 { c / 100.0 } else { c }).unwrap_or(1.0),
+        Some(Value::String(s)) => s
+            .trim()
+            .trim_end_matches('%')
+            .parse::<f64>()
+            .map(|c| if c > 1.0 { c / 100.0 } else { c })
+            .unwrap_or(1.0),
         _ => 1.0,
     };
-    let reason = obj.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
+    let reason = obj
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let detail = format!("{verdict} at {:.2}: {}", confidence, preview(&reason));
     if confidence < min_confidence {
         if uncertain_suffix {
             return v(&format!("{verdict}_uncertain"), detail);
         }
-        return v("error", format!("{detail} (below min_confidence {min_confidence})"));
+        return v(
+            "error",
+            format!("{detail} (below min_confidence {min_confidence})"),
+        );
     }
     v(&verdict, detail)
 }
@@ -179,7 +263,11 @@ fn find_json_object(text: &str) -> Option<serde_json::Map<String, Value>> {
 
 pub fn preview(s: &str) -> String {
     let one_line = s.trim().replace('\n', " ⏎ ");
-    if one_line.chars().count() > 80 { format!("{}…", one_line.chars().take(80).collect::<String>()) } else { one_line }
+    if one_line.chars().count() > 80 {
+        format!("{}…", one_line.chars().take(80).collect::<String>())
+    } else {
+        one_line
+    }
 }
 
 fn fmt(n: f64) -> String {
@@ -224,13 +312,24 @@ mod tests {
         verdicts(
             &[
                 (("test result: ok", "result: ok", false, no_errors), "yes"),
-                (("test result: FAILED", "result: ok", false, no_errors), "no"),
+                (
+                    ("test result: FAILED", "result: ok", false, no_errors),
+                    "no",
+                ),
                 (("3 passed", r"\d+ passed", false, no_errors), "yes"),
                 (("TODO left", "TODO", true, no_errors), "no"),
                 (("all clear", "TODO", true, no_errors), "yes"),
                 // An invalid regex falls back to plain text.
                 (("a (b", "(b", false, no_errors), "yes"),
-                (("thread panicked; result: ok", "result: ok", false, &errs[..]), "error"),
+                (
+                    (
+                        "thread panicked; result: ok",
+                        "result: ok",
+                        false,
+                        &errs[..],
+                    ),
+                    "error",
+                ),
             ],
             |(out, pat, neg, errs)| output_contains(out, pat, *neg, errs),
         );
@@ -286,19 +385,38 @@ mod tests {
             (("n/a", Some(70.0), 100.0, 0.0, Maximize), "error"),
         ];
         for ((out, prev, target, tol, dir), want) in cases {
-            assert_eq!(convergence(out, prev, target, tol, dir).0.verdict, want, "{out} {prev:?}");
+            assert_eq!(
+                convergence(out, prev, target, tol, dir).0.verdict,
+                want,
+                "{out} {prev:?}"
+            );
         }
     }
 
     #[test]
     fn llm_replies_are_read_tolerantly() {
         let cases = [
-            (r#"{"verdict": "yes", "confidence": 0.9, "reason": "tests pass"}"#, "yes"),
-            ("Sure!\n```json\n{\"verdict\": \"success\", \"confidence\": 0.8, \"reason\": \"ok\"}\n```", "yes"),
-            (r#"{"verdict": "FAILURE", "confidence": "90%", "reason": "red"}"#, "no"),
-            (r#"I think {"verdict": "blocked", "confidence": 1, "reason": "needs a key"} is it"#, "blocked"),
+            (
+                r#"{"verdict": "yes", "confidence": 0.9, "reason": "tests pass"}"#,
+                "yes",
+            ),
+            (
+                "Sure!\n```json\n{\"verdict\": \"success\", \"confidence\": 0.8, \"reason\": \"ok\"}\n```",
+                "yes",
+            ),
+            (
+                r#"{"verdict": "FAILURE", "confidence": "90%", "reason": "red"}"#,
+                "no",
+            ),
+            (
+                r#"I think {"verdict": "blocked", "confidence": 1, "reason": "needs a key"} is it"#,
+                "blocked",
+            ),
             (r#"{"verdict": "partial"}"#, "partial"),
-            (r#"{"verdict": "yes", "confidence": 0.2, "reason": "guess"}"#, "error"),
+            (
+                r#"{"verdict": "yes", "confidence": 0.2, "reason": "guess"}"#,
+                "error",
+            ),
             ("no json here", "error"),
             (r#"{"confidence": 0.9}"#, "error"),
             ("{broken {\"verdict\": \"no\", \"confidence\": 0.7}", "no"),
@@ -306,7 +424,10 @@ mod tests {
         for (reply, want) in cases {
             assert_eq!(llm_reply(reply, 0.5, false).verdict, want, "{reply}");
         }
-        assert_eq!(llm_reply(r#"{"verdict": "yes", "confidence": 0.2}"#, 0.5, true).verdict, "yes_uncertain");
+        assert_eq!(
+            llm_reply(r#"{"verdict": "yes", "confidence": 0.2}"#, 0.5, true).verdict,
+            "yes_uncertain"
+        );
     }
 
     #[test]

@@ -10,7 +10,11 @@ struct Fsm;
 
 impl Policy for Fsm {
     fn info() -> Info {
-        Info::new("fsm", env!("CARGO_PKG_VERSION"), "Runs a little-loops FSM loop written in YAML: `loopbox run LOOP.yaml`")
+        Info::new(
+            "fsm",
+            env!("CARGO_PKG_VERSION"),
+            "Runs a little-loops FSM loop written in YAML: `loopbox run LOOP.yaml`",
+        )
     }
 
     fn handle(event: Event) -> Result<Decision, String> {
@@ -24,8 +28,16 @@ impl Policy for Fsm {
             Err(problems) => {
                 let text = crate::render(&problems);
                 log::error(&format!("the loop has problems:\n{text}"));
-                let summary = format!("the loop has {} problem(s); the first: {}", problems.len(), problems[0]);
-                return loopbox_guest::done_with(false, summary, &serde_json::json!({"problems": text.lines().collect::<Vec<_>>()}));
+                let summary = format!(
+                    "the loop has {} problem(s); the first: {}",
+                    problems.len(),
+                    problems[0]
+                );
+                return loopbox_guest::done_with(
+                    false,
+                    summary,
+                    &serde_json::json!({"problems": text.lines().collect::<Vec<_>>()}),
+                );
             }
         };
         let end = machine::run(&lp, &start.context, &mut Host);
@@ -44,7 +56,13 @@ impl crate::Files for WorkspaceFiles {
 struct Host;
 
 fn out(o: Output) -> Out {
-    Out { exit_code: o.exit_code, stdout: o.stdout, stderr: o.stderr, duration_ms: o.duration_ms, timed_out: o.timed_out }
+    Out {
+        exit_code: o.exit_code,
+        stdout: o.stdout,
+        stderr: o.stderr,
+        duration_ms: o.duration_ms,
+        timed_out: o.timed_out,
+    }
 }
 
 impl World for Host {
@@ -58,8 +76,17 @@ impl World for Host {
                 }
                 cmd.run()
             }
-            Request::Prompt { text, slash, model, timeout_ms } => {
-                let mut p = if slash { loopbox_guest::slash_command(&text) } else { loopbox_guest::prompt(&text) };
+            Request::Prompt {
+                text,
+                slash,
+                model,
+                timeout_ms,
+            } => {
+                let mut p = if slash {
+                    loopbox_guest::slash_command(&text)
+                } else {
+                    loopbox_guest::prompt(&text)
+                };
                 if let Some(m) = model {
                     p = p.model(&m);
                 }
@@ -85,7 +112,10 @@ impl World for Host {
 
     fn now_ms(&mut self) -> u64 {
         // The host journals clock readings, so a replay sees the same times.
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
     }
 }
 

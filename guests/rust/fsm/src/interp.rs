@@ -78,7 +78,9 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
     };
     let expr = expr.trim();
     if expr.is_empty() {
-        return Err(format!("`{raw}` is empty: write `${{context.NAME}}`, `${{captured.NAME.output}}` and so on"));
+        return Err(format!(
+            "`{raw}` is empty: write `${{context.NAME}}`, `${{captured.NAME.output}}` and so on"
+        ));
     }
     let path: Vec<String> = expr.split('.').map(str::to_string).collect();
     if path.iter().any(|p| p.is_empty()) {
@@ -86,15 +88,28 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
     }
     let ns = path[0].as_str();
     if ns == "env" {
-        return Err(format!("`{raw}`: a sandboxed loop has no environment; put the value in `context` (a run's --input can set it)"));
+        return Err(format!(
+            "`{raw}`: a sandboxed loop has no environment; put the value in `context` (a run's --input can set it)"
+        ));
     }
     if !NAMESPACES.contains(&ns) {
-        return Err(format!("`{raw}`: unknown namespace `{ns}` (namespaces: {})", NAMESPACES.join(", ")));
+        return Err(format!(
+            "`{raw}`: unknown namespace `{ns}` (namespaces: {})",
+            NAMESPACES.join(", ")
+        ));
     }
     if path.len() < 2 {
-        return Err(format!("`{raw}` names a whole namespace; add a field, like `{ns}.{}`", example(ns)));
+        return Err(format!(
+            "`{raw}` names a whole namespace; add a field, like `{ns}.{}`",
+            example(ns)
+        ));
     }
-    Ok(Ref { path, default, optional, raw })
+    Ok(Ref {
+        path,
+        default,
+        optional,
+        raw,
+    })
 }
 
 fn example(ns: &str) -> &'static str {
@@ -136,9 +151,17 @@ pub fn render(template: &str, scope: &dyn Scope) -> Result<String, String> {
             Piece::Text(t) => out.push_str(&t),
             Piece::Ref(r) => match scope.lookup(&r.path)? {
                 Some(v) => out.push_str(&as_text(&v)),
-                None if r.default.is_some() => out.push_str(r.default.as_deref().unwrap_or_default()),
+                None if r.default.is_some() => {
+                    out.push_str(r.default.as_deref().unwrap_or_default())
+                }
                 None if r.optional => {}
-                None => return Err(format!("`{}` refers to nothing: {}", r.raw, missing_hint(&r.path))),
+                None => {
+                    return Err(format!(
+                        "`{}` refers to nothing: {}",
+                        r.raw,
+                        missing_hint(&r.path)
+                    ));
+                }
             },
         }
     }
@@ -147,7 +170,10 @@ pub fn render(template: &str, scope: &dyn Scope) -> Result<String, String> {
 
 fn missing_hint(path: &[String]) -> String {
     match path[0].as_str() {
-        "captured" => format!("no state has captured `{}` yet (add `:default=` or `?` if that can happen)", path[1]),
+        "captured" => format!(
+            "no state has captured `{}` yet (add `:default=` or `?` if that can happen)",
+            path[1]
+        ),
         "prev" => "there is no previous state's result yet".into(),
         "context" => format!("`context` has no `{}`", path[1..].join(".")),
         _ => format!("`{}` is not defined", path.join(".")),
@@ -169,7 +195,11 @@ pub fn as_text(v: &Value) -> String {
 
 /// A number as text: whole numbers without a fraction (`3`, not `3.0`).
 pub fn number_text(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e15 { format!("{}", n as i64) } else { format!("{n}") }
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
 }
 
 /// Follow `path` into a JSON value; numeric parts index lists.
@@ -212,9 +242,15 @@ mod tests {
     fn references_fill_in_from_every_namespace() {
         let cases = [
             ("make ${context.target} in ${context.dir}", "make 3 in src"),
-            ("${captured.tests.output} (exit ${captured.tests.exit_code})", "2 failed (exit 1)"),
+            (
+                "${captured.tests.output} (exit ${captured.tests.exit_code})",
+                "2 failed (exit 1)",
+            ),
             ("${prev.output}!", "hello!"),
-            ("${state.name}#${state.iteration} of ${loop.name}", "fix#2 of fix-tests"),
+            (
+                "${state.name}#${state.iteration} of ${loop.name}",
+                "fix#2 of fix-tests",
+            ),
             ("${context.nested.list.1}", "b"),
             ("${context.nested.list}", "[\"a\",\"b\"]"),
             ("cost: $5 and $${literal}", "cost: $5 and ${literal}"),
@@ -223,16 +259,29 @@ mod tests {
             ("${context.target:default=9}", "3"),
         ];
         for (template, want) in cases {
-            assert_eq!(render(template, &scope()).as_deref(), Ok(want), "{template}");
+            assert_eq!(
+                render(template, &scope()).as_deref(),
+                Ok(want),
+                "{template}"
+            );
         }
     }
 
     #[test]
     fn unknown_references_are_errors_that_name_them() {
         let cases = [
-            ("${captured.build.output}", "`${captured.build.output}` refers to nothing: no state has captured `build` yet"),
-            ("${context.nope}", "`${context.nope}` refers to nothing: `context` has no `nope`"),
-            ("${env.HOME}", "`${env.HOME}`: a sandboxed loop has no environment"),
+            (
+                "${captured.build.output}",
+                "`${captured.build.output}` refers to nothing: no state has captured `build` yet",
+            ),
+            (
+                "${context.nope}",
+                "`${context.nope}` refers to nothing: `context` has no `nope`",
+            ),
+            (
+                "${env.HOME}",
+                "`${env.HOME}`: a sandboxed loop has no environment",
+            ),
             ("${ctx.x}", "`${ctx.x}`: unknown namespace `ctx`"),
             ("${context}", "`${context}` names a whole namespace"),
             ("${context.x", "`${context.x` is not closed"),

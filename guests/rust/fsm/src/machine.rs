@@ -95,12 +95,26 @@ impl Scope for Run<'_> {
     fn lookup(&self, path: &[String]) -> Result<Option<Value>, String> {
         let rest = &path[1..];
         let found = match path[0].as_str() {
-            "context" => self.context.get(&rest[0]).and_then(|c| interp::walk(c, &rest[1..])).cloned(),
-            "captured" => self.captured.get(&rest[0]).and_then(|c| interp::walk(c, &rest[1..])).cloned(),
-            "prev" => self.prev.as_ref().and_then(|p| interp::walk(p, rest)).cloned(),
+            "context" => self
+                .context
+                .get(&rest[0])
+                .and_then(|c| interp::walk(c, &rest[1..]))
+                .cloned(),
+            "captured" => self
+                .captured
+                .get(&rest[0])
+                .and_then(|c| interp::walk(c, &rest[1..]))
+                .cloned(),
+            "prev" => self
+                .prev
+                .as_ref()
+                .and_then(|p| interp::walk(p, rest))
+                .cloned(),
             "state" => match rest[0].as_str() {
                 "name" => Some(json!(self.state)),
-                "iteration" => Some(json!(self.iterations.get(&self.state).copied().unwrap_or(0))),
+                "iteration" => Some(json!(
+                    self.iterations.get(&self.state).copied().unwrap_or(0)
+                )),
                 _ => None,
             },
             "loop" => match rest[0].as_str() {
@@ -132,34 +146,71 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
     let mut path = Vec::new();
     let mut out_of_steps = false;
     let mut streak = 0u32;
-    let end =
-        |r: &Run, path: &Vec<String>, success: bool, summary: String| Ending { success, summary, state: r.state.clone(), steps: r.step, path: path.clone() };
+    let end = |r: &Run, path: &Vec<String>, success: bool, summary: String| Ending {
+        success,
+        summary,
+        state: r.state.clone(),
+        steps: r.step,
+        path: path.clone(),
+    };
 
     loop {
         if let Some(t) = lp.timeout_s
             && world.now_ms().saturating_sub(started) >= t * 1000
         {
-            return end(&r, &path, false, format!("the loop's timeout of {t}s ran out in state `{}` after {} steps", r.state, r.step));
+            return end(
+                &r,
+                &path,
+                false,
+                format!(
+                    "the loop's timeout of {t}s ran out in state `{}` after {} steps",
+                    r.state, r.step
+                ),
+            );
         }
         if r.step >= lp.max_steps {
             match &lp.on_max_steps {
                 Some(t) if !out_of_steps => {
                     out_of_steps = true;
-                    world.log(Level::Warn, &format!("max_steps {} reached in `{}`; going to `{}`", lp.max_steps, r.state, t.state));
+                    world.log(
+                        Level::Warn,
+                        &format!(
+                            "max_steps {} reached in `{}`; going to `{}`",
+                            lp.max_steps, r.state, t.state
+                        ),
+                    );
                     r.state = t.state.clone();
                 }
-                _ => return end(&r, &path, false, format!("max_steps {} reached in state `{}` before a terminal state", lp.max_steps, r.state)),
+                _ => {
+                    return end(
+                        &r,
+                        &path,
+                        false,
+                        format!(
+                            "max_steps {} reached in state `{}` before a terminal state",
+                            lp.max_steps, r.state
+                        ),
+                    );
+                }
             }
         }
         let Some(state) = lp.states.iter().find(|s| s.name == r.state) else {
-            return end(&r, &path, false, format!("state `{}` is not defined", r.state));
+            return end(
+                &r,
+                &path,
+                false,
+                format!("state `{}` is not defined", r.state),
+            );
         };
         r.step += 1;
         *r.iterations.entry(state.name.clone()).or_default() += 1;
         if path.len() < PATH_KEPT {
             path.push(state.name.clone());
         }
-        world.progress(&format!("{} · {} · step {}/{}", lp.name, state.name, r.step, lp.max_steps));
+        world.progress(&format!(
+            "{} · {} · step {}/{}",
+            lp.name, state.name, r.step, lp.max_steps
+        ));
 
         // The action, if any.
         let result = match &state.action {
@@ -177,8 +228,22 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
         let action_result = markers::action_result(&output);
         if let Some(Ok(out)) = &result {
             match markers::signal(&out.stdout) {
-                Some(Signal::Stop(why)) => return end(&r, &path, true, format!("LOOP_STOP in `{}`: {why}", state.name)),
-                Some(Signal::Fatal(why)) => return end(&r, &path, false, format!("FATAL_ERROR in `{}`: {why}", state.name)),
+                Some(Signal::Stop(why)) => {
+                    return end(
+                        &r,
+                        &path,
+                        true,
+                        format!("LOOP_STOP in `{}`: {why}", state.name),
+                    );
+                }
+                Some(Signal::Fatal(why)) => {
+                    return end(
+                        &r,
+                        &path,
+                        false,
+                        format!("FATAL_ERROR in `{}`: {why}", state.name),
+                    );
+                }
                 None => {}
             }
         }
@@ -187,28 +252,61 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
                 "output": out.stdout, "stderr": out.stderr, "exit_code": out.exit_code, "duration_ms": out.duration_ms,
                 "state": state.name, "result": action_result,
             }),
-            Some(Err(e)) => json!({"output": "", "stderr": e, "exit_code": null, "duration_ms": 0, "state": state.name, "error": e}),
-            None => json!({"output": "", "stderr": "", "exit_code": null, "duration_ms": 0, "state": state.name}),
+            Some(Err(e)) => {
+                json!({"output": "", "stderr": e, "exit_code": null, "duration_ms": 0, "state": state.name, "error": e})
+            }
+            None => {
+                json!({"output": "", "stderr": "", "exit_code": null, "duration_ms": 0, "state": state.name})
+            }
         };
         if let Some(name) = &state.capture {
             match &result {
-                Some(Err(_)) => world.log(Level::Info, &format!("captured `{name}`: the action failed, so there is no output")),
-                _ => world.log(Level::Info, &format!("captured `{name}`: exit {}, {} bytes of output", exit_text(&record), output.len())),
+                Some(Err(_)) => world.log(
+                    Level::Info,
+                    &format!("captured `{name}`: the action failed, so there is no output"),
+                ),
+                _ => world.log(
+                    Level::Info,
+                    &format!(
+                        "captured `{name}`: exit {}, {} bytes of output",
+                        exit_text(&record),
+                        output.len()
+                    ),
+                ),
             }
             r.captured.insert(name.clone(), record.clone());
         }
         if let Some(Err(e)) = &result {
-            world.log(Level::Warn, &format!("`{}`: the action failed: {e}", state.name));
+            world.log(
+                Level::Warn,
+                &format!("`{}`: the action failed: {e}", state.name),
+            );
         }
 
         if state.terminal {
-            let how = if state.failure { ", a failure state," } else { "" };
-            return end(&r, &path, !state.failure, format!("reached `{}`{how} after {} steps ({})", state.name, r.step, trail(&path)));
+            let how = if state.failure {
+                ", a failure state,"
+            } else {
+                ""
+            };
+            return end(
+                &r,
+                &path,
+                !state.failure,
+                format!(
+                    "reached `{}`{how} after {} steps ({})",
+                    state.name,
+                    r.step,
+                    trail(&path)
+                ),
+            );
         }
 
         // Evaluate and route. A `next` state still takes its error route when the host refused its action.
         let refused = matches!(result, Some(Err(_)));
-        let (verdict, next) = if let (Some(next), false) = (&state.routes.next, refused && state.routes.error.is_some()) {
+        let (verdict, next) = if let (Some(next), false) =
+            (&state.routes.next, refused && state.routes.error.is_some())
+        {
             (None, crate::route::resolve(state, next))
         } else {
             let v = match evaluate(&mut r, state, result.as_ref(), world) {
@@ -218,7 +316,10 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
             match route(state, &v.verdict) {
                 Ok(next) => (Some(v), next),
                 Err(e) => {
-                    world.log(Level::Warn, &format!("`{}`: {} ({})", state.name, v.verdict, v.detail));
+                    world.log(
+                        Level::Warn,
+                        &format!("`{}`: {} ({})", state.name, v.verdict, v.detail),
+                    );
                     return end(&r, &path, false, e);
                 }
             }
@@ -232,7 +333,13 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
             if let (Some(max), Some(exhausted)) = (state.max_retries, &state.on_retry_exhausted)
                 && streak > max
             {
-                world.log(Level::Warn, &format!("`{}` retried {max} times; going to `{}`", state.name, exhausted.state));
+                world.log(
+                    Level::Warn,
+                    &format!(
+                        "`{}` retried {max} times; going to `{}`",
+                        state.name, exhausted.state
+                    ),
+                );
                 next = exhausted.state.clone();
                 streak = 0;
             }
@@ -243,7 +350,10 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
             Some(v) => format!("{} ({})", v.verdict, v.detail),
             None => "next".to_string(),
         };
-        world.log(Level::Info, &format!("step {} `{}`: {because} -> `{next}`", r.step, state.name));
+        world.log(
+            Level::Info,
+            &format!("step {} `{}`: {because} -> `{next}`", r.step, state.name),
+        );
         r.state = next;
     }
 }
@@ -253,7 +363,11 @@ fn trail(path: &[String]) -> String {
     if path.len() <= 12 {
         return path.join(" → ");
     }
-    format!("{} → … → {}", path[..3].join(" → "), path[path.len() - 6..].join(" → "))
+    format!(
+        "{} → … → {}",
+        path[..3].join(" → "),
+        path[path.len() - 6..].join(" → ")
+    )
 }
 
 fn exit_text(record: &Value) -> String {
@@ -264,18 +378,42 @@ fn exit_text(record: &Value) -> String {
 }
 
 /// The state's action as a host request, its text interpolated.
-fn request(r: &Run, state: &State, action: &Action, world: &mut dyn World, started: u64) -> Result<Request, String> {
+fn request(
+    r: &Run,
+    state: &State,
+    action: &Action,
+    world: &mut dyn World,
+    started: u64,
+) -> Result<Request, String> {
     let render = |t: &str| interp::render(t, r).map_err(|e| format!("action: {e}"));
     let mut timeout_ms = state.timeout_s.or(r.lp.default_timeout_s).map(|s| s * 1000);
     if let Some(t) = r.lp.timeout_s {
-        let left = (t * 1000).saturating_sub(world.now_ms().saturating_sub(started)).max(1);
+        let left = (t * 1000)
+            .saturating_sub(world.now_ms().saturating_sub(started))
+            .max(1);
         timeout_ms = Some(timeout_ms.map_or(left, |ms| ms.min(left)));
     }
     Ok(match action {
-        Action::Shell(text) => Request::Script { source: render(text)?, timeout_ms },
-        Action::Exec(argv) => Request::Exec { argv: argv.iter().map(|a| render(a)).collect::<Result<_, _>>()?, timeout_ms },
-        Action::Prompt(text) => Request::Prompt { text: render(text)?, slash: false, model: state.model.clone(), timeout_ms },
-        Action::SlashCommand(text) => Request::Prompt { text: render(text)?, slash: true, model: state.model.clone(), timeout_ms },
+        Action::Shell(text) => Request::Script {
+            source: render(text)?,
+            timeout_ms,
+        },
+        Action::Exec(argv) => Request::Exec {
+            argv: argv.iter().map(|a| render(a)).collect::<Result<_, _>>()?,
+            timeout_ms,
+        },
+        Action::Prompt(text) => Request::Prompt {
+            text: render(text)?,
+            slash: false,
+            model: state.model.clone(),
+            timeout_ms,
+        },
+        Action::SlashCommand(text) => Request::Prompt {
+            text: render(text)?,
+            slash: true,
+            model: state.model.clone(),
+            timeout_ms,
+        },
     })
 }
 
@@ -284,22 +422,36 @@ fn number(n: &Number, r: &Run, what: &str) -> Result<f64, String> {
         Number::Value(v) => Ok(*v),
         Number::Expr(t) => {
             let text = interp::render(t, r)?;
-            text.trim().parse::<f64>().map_err(|_| format!("evaluate: {what} `{t}` is `{text}`, not a number"))
+            text.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("evaluate: {what} `{t}` is `{text}`, not a number"))
         }
     }
 }
 
 /// The state's verdict. An action the host refused is an `error` verdict.
-fn evaluate(r: &mut Run, state: &State, result: Option<&Result<Out, String>>, world: &mut dyn World) -> Result<Verdict, String> {
+fn evaluate(
+    r: &mut Run,
+    state: &State,
+    result: Option<&Result<Out, String>>,
+    world: &mut dyn World,
+) -> Result<Verdict, String> {
     if let Some(Err(e)) = result {
-        return Ok(Verdict { verdict: "error".into(), detail: preview(e) });
+        return Ok(Verdict {
+            verdict: "error".into(),
+            detail: preview(e),
+        });
     }
     let out = result.and_then(|r| r.as_ref().ok());
     let default_kind;
     let kind = match (&state.evaluate, &state.action) {
         (Some(e), _) => &e.kind,
         (None, Some(a)) if a.is_prompt() => {
-            default_kind = EvalKind::LlmStructured { prompt: None, min_confidence: 0.5, uncertain_suffix: false };
+            default_kind = EvalKind::LlmStructured {
+                prompt: None,
+                min_confidence: 0.5,
+                uncertain_suffix: false,
+            };
             &default_kind
         }
         _ => &EvalKind::ExitCode,
@@ -311,29 +463,55 @@ fn evaluate(r: &mut Run, state: &State, result: Option<&Result<Out, String>>, wo
     Ok(match kind {
         EvalKind::ExitCode => match out {
             Some(o) => eval::exit_code(o.exit_code, o.timed_out),
-            None => Verdict { verdict: "error".into(), detail: "no action ran, so there is no exit code".into() },
+            None => Verdict {
+                verdict: "error".into(),
+                detail: "no action ran, so there is no exit code".into(),
+            },
         },
-        EvalKind::OutputContains { pattern, negate, error_patterns } => {
-            let pattern = interp::render(pattern, r).map_err(|e| format!("evaluate.pattern: {e}"))?;
+        EvalKind::OutputContains {
+            pattern,
+            negate,
+            error_patterns,
+        } => {
+            let pattern =
+                interp::render(pattern, r).map_err(|e| format!("evaluate.pattern: {e}"))?;
             eval::output_contains(&text, &pattern, *negate, error_patterns)
         }
-        EvalKind::OutputNumeric { op, target } => eval::output_numeric(&text, *op, number(target, r, "target")?),
+        EvalKind::OutputNumeric { op, target } => {
+            eval::output_numeric(&text, *op, number(target, r, "target")?)
+        }
         EvalKind::OutputJson { path, op, target } => eval::output_json(&text, path, *op, target),
-        EvalKind::Convergence { target, tolerance, direction, previous } => {
+        EvalKind::Convergence {
+            target,
+            tolerance,
+            direction,
+            previous,
+        } => {
             let target = number(target, r, "target")?;
             let tolerance = number(tolerance, r, "tolerance")?;
             let previous = match previous {
-                Some(t) => interp::render(t, r).ok().and_then(|s| s.trim().parse::<f64>().ok()),
+                Some(t) => interp::render(t, r)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<f64>().ok()),
                 None => r.last_metric.get(&state.name).copied(),
             };
-            let (verdict, current) = eval::convergence(&text, previous, target, tolerance, *direction);
+            let (verdict, current) =
+                eval::convergence(&text, previous, target, tolerance, *direction);
             if let Some(c) = current {
                 r.last_metric.insert(state.name.clone(), c);
             }
             verdict
         }
-        EvalKind::LlmStructured { prompt, min_confidence, uncertain_suffix } => {
-            let question = prompt.as_deref().map(|p| interp::render(p, r)).transpose().map_err(|e| format!("evaluate.prompt: {e}"))?;
+        EvalKind::LlmStructured {
+            prompt,
+            min_confidence,
+            uncertain_suffix,
+        } => {
+            let question = prompt
+                .as_deref()
+                .map(|p| interp::render(p, r))
+                .transpose()
+                .map_err(|e| format!("evaluate.prompt: {e}"))?;
             let req = Request::Prompt {
                 text: eval::llm_prompt(question.as_deref(), &text, r.lp.llm.max_tokens),
                 slash: false,
@@ -342,7 +520,10 @@ fn evaluate(r: &mut Run, state: &State, result: Option<&Result<Out, String>>, wo
             };
             match world.act(req) {
                 Ok(reply) => eval::llm_reply(&reply.stdout, *min_confidence, *uncertain_suffix),
-                Err(e) => Verdict { verdict: "error".into(), detail: format!("the verdict prompt failed: {}", preview(&e)) },
+                Err(e) => Verdict {
+                    verdict: "error".into(),
+                    detail: format!("the verdict prompt failed: {}", preview(&e)),
+                },
             }
         }
     })
@@ -367,14 +548,19 @@ mod tests {
 
     impl Scripted {
         fn new(replies: Vec<Result<Out, String>>) -> Scripted {
-            Scripted { replies: replies.into(), ..Default::default() }
+            Scripted {
+                replies: replies.into(),
+                ..Default::default()
+            }
         }
     }
 
     impl World for Scripted {
         fn act(&mut self, req: Request) -> Result<Out, String> {
             self.asked.push(req);
-            self.replies.pop_front().unwrap_or_else(|| panic!("no scripted reply for request {}", self.asked.len()))
+            self.replies
+                .pop_front()
+                .unwrap_or_else(|| panic!("no scripted reply for request {}", self.asked.len()))
         }
         fn log(&mut self, _: Level, message: &str) {
             self.logs.push(message.to_string());
@@ -389,7 +575,11 @@ mod tests {
     }
 
     fn exit(code: i32, stdout: &str) -> Result<Out, String> {
-        Ok(Out { exit_code: Some(code), stdout: stdout.into(), ..Default::default() })
+        Ok(Out {
+            exit_code: Some(code),
+            stdout: stdout.into(),
+            ..Default::default()
+        })
     }
 
     fn lp(yaml: &str) -> Loop {
@@ -399,7 +589,8 @@ mod tests {
                 Err("no files".into())
             }
         }
-        crate::load("t.yaml", yaml, &mut NoFiles).unwrap_or_else(|p| panic!("{}", crate::render(&p)))
+        crate::load("t.yaml", yaml, &mut NoFiles)
+            .unwrap_or_else(|p| panic!("{}", crate::render(&p)))
     }
 
     const FIX_TESTS: &str = "
@@ -422,16 +613,47 @@ states:
 
     #[test]
     fn fix_the_tests_goes_test_fix_test_done() {
-        let mut w = Scripted::new(vec![exit(1, "1 failed"), exit(0, "fixed it"), exit(0, "ok")]);
+        let mut w = Scripted::new(vec![
+            exit(1, "1 failed"),
+            exit(0, "fixed it"),
+            exit(0, "ok"),
+        ]);
         let end = run(&lp(FIX_TESTS), &Map::new(), &mut w);
         assert_eq!(end.path, ["test", "fix", "test", "done"]);
         assert!(end.success, "{end:?}");
-        assert_eq!(end.summary, "reached `done` after 4 steps (test → fix → test → done)");
-        assert_eq!(w.asked[1], Request::Prompt { text: "The tests fail: 1 failed -- fix the code.".into(), slash: false, model: None, timeout_ms: None });
-        assert_eq!(w.asked[0], Request::Script { source: "cargo test".into(), timeout_ms: None });
+        assert_eq!(
+            end.summary,
+            "reached `done` after 4 steps (test → fix → test → done)"
+        );
+        assert_eq!(
+            w.asked[1],
+            Request::Prompt {
+                text: "The tests fail: 1 failed -- fix the code.".into(),
+                slash: false,
+                model: None,
+                timeout_ms: None
+            }
+        );
+        assert_eq!(
+            w.asked[0],
+            Request::Script {
+                source: "cargo test".into(),
+                timeout_ms: None
+            }
+        );
         assert_eq!(w.progress[1], "fix-tests · fix · step 2/10");
-        assert!(w.logs.contains(&"step 1 `test`: no (exit 1) -> `fix`".to_string()), "{:?}", w.logs);
-        assert!(w.logs.contains(&"captured `tests`: exit 1, 8 bytes of output".to_string()), "{:?}", w.logs);
+        assert!(
+            w.logs
+                .contains(&"step 1 `test`: no (exit 1) -> `fix`".to_string()),
+            "{:?}",
+            w.logs
+        );
+        assert!(
+            w.logs
+                .contains(&"captured `tests`: exit 1, 8 bytes of output".to_string()),
+            "{:?}",
+            w.logs
+        );
     }
 
     #[test]
@@ -440,26 +662,40 @@ states:
         let yaml = FIX_TESTS.replace("max_steps: 10", "max_steps: 3");
         let end = run(&lp(&yaml), &Map::new(), &mut w);
         assert!(!end.success);
-        assert_eq!(end.summary, "max_steps 3 reached in state `fix` before a terminal state");
+        assert_eq!(
+            end.summary,
+            "max_steps 3 reached in state `fix` before a terminal state"
+        );
         assert_eq!(end.path, ["test", "fix", "test"]);
     }
 
     #[test]
     fn on_max_steps_goes_to_its_terminal_state() {
-        let yaml = FIX_TESTS.replace("max_steps: 10", "max_steps: 2\non_max_steps: gave-up") + "  gave-up:\n    terminal: true\n    failure: true\n";
+        let yaml = FIX_TESTS.replace("max_steps: 10", "max_steps: 2\non_max_steps: gave-up")
+            + "  gave-up:\n    terminal: true\n    failure: true\n";
         let mut w = Scripted::new(vec![exit(1, "x"), exit(0, "y")]);
         let end = run(&lp(&yaml), &Map::new(), &mut w);
-        assert_eq!((end.success, end.state.as_str(), end.path.len()), (false, "gave-up", 3), "{end:?}");
+        assert_eq!(
+            (end.success, end.state.as_str(), end.path.len()),
+            (false, "gave-up", 3),
+            "{end:?}"
+        );
     }
 
     #[test]
     fn markers_stop_or_fail_the_loop() {
         let mut w = Scripted::new(vec![exit(1, "progress\nLOOP_STOP: nothing left to fix\n")]);
         let end = run(&lp(FIX_TESTS), &Map::new(), &mut w);
-        assert_eq!((end.success, end.summary.as_str()), (true, "LOOP_STOP in `test`: nothing left to fix"));
+        assert_eq!(
+            (end.success, end.summary.as_str()),
+            (true, "LOOP_STOP in `test`: nothing left to fix")
+        );
         let mut w = Scripted::new(vec![exit(0, "FATAL_ERROR: the database is gone")]);
         let end = run(&lp(FIX_TESTS), &Map::new(), &mut w);
-        assert_eq!((end.success, end.summary.as_str()), (false, "FATAL_ERROR in `test`: the database is gone"));
+        assert_eq!(
+            (end.success, end.summary.as_str()),
+            (false, "FATAL_ERROR in `test`: the database is gone")
+        );
     }
 
     #[test]
@@ -468,15 +704,30 @@ states:
         let mut w = Scripted::new(vec![Err("denied: scripts are not granted".into())]);
         let end = run(&lp(yaml), &Map::new(), &mut w);
         assert_eq!((end.success, end.state.as_str()), (false, "blocked"));
-        assert!(w.logs.iter().any(|l| l.contains("step 1 `a`: error (denied: scripts are not granted) -> `blocked`")), "{:?}", w.logs);
+        assert!(
+            w.logs
+                .iter()
+                .any(|l| l
+                    .contains("step 1 `a`: error (denied: scripts are not granted) -> `blocked`")),
+            "{:?}",
+            w.logs
+        );
     }
 
     #[test]
     fn a_next_state_takes_its_error_route_only_when_its_action_is_refused() {
         let yaml = "name: n\ninitial: a\nstates:\n  a:\n    action: x\n    next: done\n    on_error: blocked\n  done:\n    terminal: true\n  blocked:\n    terminal: true\n    failure: true\n";
-        let end = run(&lp(yaml), &Map::new(), &mut Scripted::new(vec![exit(3, "")]));
+        let end = run(
+            &lp(yaml),
+            &Map::new(),
+            &mut Scripted::new(vec![exit(3, "")]),
+        );
         assert_eq!(end.state, "done");
-        let end = run(&lp(yaml), &Map::new(), &mut Scripted::new(vec![Err("denied: no".into())]));
+        let end = run(
+            &lp(yaml),
+            &Map::new(),
+            &mut Scripted::new(vec![Err("denied: no".into())]),
+        );
         assert_eq!(end.state, "blocked");
     }
 
@@ -485,7 +736,10 @@ states:
         let yaml = "name: p\ninitial: ask\nllm:\n  model: haiku\n  timeout: 30\nstates:\n  ask:\n    action: Is it done?\n    action_type: prompt\n    on_yes: done\n    on_no: $current\n  done:\n    terminal: true\n";
         let mut w = Scripted::new(vec![
             exit(0, "Not yet."),
-            exit(0, r#"{"verdict": "no", "confidence": 0.9, "reason": "not yet"}"#),
+            exit(
+                0,
+                r#"{"verdict": "no", "confidence": 0.9, "reason": "not yet"}"#,
+            ),
             exit(0, "All done."),
             exit(
                 0,
@@ -496,9 +750,20 @@ states:
         ]);
         let end = run(&lp(yaml), &Map::new(), &mut w);
         assert_eq!(end.path, ["ask", "ask", "done"]);
-        let Request::Prompt { text, model, timeout_ms, .. } = &w.asked[1] else { panic!() };
+        let Request::Prompt {
+            text,
+            model,
+            timeout_ms,
+            ..
+        } = &w.asked[1]
+        else {
+            panic!()
+        };
         assert!(text.contains("<action_output>\nNot yet.\n</action_output>"));
-        assert_eq!((model.as_deref(), *timeout_ms), (Some("haiku"), Some(30_000)));
+        assert_eq!(
+            (model.as_deref(), *timeout_ms),
+            (Some("haiku"), Some(30_000))
+        );
     }
 
     #[test]
@@ -513,11 +778,23 @@ states:
     #[test]
     fn convergence_tracks_its_metric_between_visits() {
         let yaml = "name: c\ninitial: measure\nstates:\n  measure:\n    exec: [count-todos]\n    evaluate:\n      type: convergence\n      target: 0\n    route:\n      target: done\n      progress: work\n      stall: stuck\n  work:\n    action: reduce\n    next: measure\n  done:\n    terminal: true\n  stuck:\n    terminal: true\n    failure: true\n";
-        let replies = vec![exit(0, "5"), exit(0, ""), exit(0, "3"), exit(0, ""), exit(0, "3")];
+        let replies = vec![
+            exit(0, "5"),
+            exit(0, ""),
+            exit(0, "3"),
+            exit(0, ""),
+            exit(0, "3"),
+        ];
         let end = run(&lp(yaml), &Map::new(), &mut Scripted::new(replies));
-        assert_eq!(end.path, ["measure", "work", "measure", "work", "measure", "stuck"]);
+        assert_eq!(
+            end.path,
+            ["measure", "work", "measure", "work", "measure", "stuck"]
+        );
         let replies = vec![exit(0, "2"), exit(0, ""), exit(0, "0")];
-        assert_eq!(run(&lp(yaml), &Map::new(), &mut Scripted::new(replies)).state, "done");
+        assert_eq!(
+            run(&lp(yaml), &Map::new(), &mut Scripted::new(replies)).state,
+            "done"
+        );
     }
 
     #[test]
@@ -525,16 +802,35 @@ states:
         let yaml = "name: cap\ninitial: build\ncontext:\n  target: release\nstates:\n  build:\n    exec: [make, '${context.target}']\n    capture: build\n    route:\n      yes: report\n      _: report\n  report:\n    action: 'echo ${captured.build.exit_code} ${captured.build.result.status} ${prev.state} ${state.iteration}'\n    next: done\n  done:\n    terminal: true\n";
         let mut input = Map::new();
         input.insert("target".into(), json!("debug"));
-        let mut w = Scripted::new(vec![exit(0, "ACTION_RESULT:\n- status: built\n"), exit(0, "")]);
+        let mut w = Scripted::new(vec![
+            exit(0, "ACTION_RESULT:\n- status: built\n"),
+            exit(0, ""),
+        ]);
         run(&lp(yaml), &input, &mut w);
-        assert_eq!(w.asked[0], Request::Exec { argv: vec!["make".into(), "debug".into()], timeout_ms: None });
-        assert_eq!(w.asked[1], Request::Script { source: "echo 0 built build 1".into(), timeout_ms: None });
+        assert_eq!(
+            w.asked[0],
+            Request::Exec {
+                argv: vec!["make".into(), "debug".into()],
+                timeout_ms: None
+            }
+        );
+        assert_eq!(
+            w.asked[1],
+            Request::Script {
+                source: "echo 0 built build 1".into(),
+                timeout_ms: None
+            }
+        );
     }
 
     #[test]
     fn a_missing_capture_at_run_time_ends_the_loop_naming_it() {
         let yaml = "name: m\ninitial: a\nstates:\n  a:\n    action: x\n    on_yes: b\n    on_no: c\n  b:\n    action: echo ${captured.out.output}\n    next: done\n  c:\n    action: y\n    capture: out\n    next: b\n  done:\n    terminal: true\n";
-        let end = run(&lp(yaml), &Map::new(), &mut Scripted::new(vec![exit(0, "")]));
+        let end = run(
+            &lp(yaml),
+            &Map::new(),
+            &mut Scripted::new(vec![exit(0, "")]),
+        );
         assert!(!end.success);
         assert_eq!(
             end.summary,
@@ -549,8 +845,15 @@ states:
         w.tick_ms = 3000;
         let end = run(&lp(yaml), &Map::new(), &mut w);
         assert!(!end.success);
-        assert!(end.summary.starts_with("the loop's timeout of 10s ran out in state `a`"), "{}", end.summary);
-        let Request::Script { timeout_ms, .. } = &w.asked[0] else { panic!() };
+        assert!(
+            end.summary
+                .starts_with("the loop's timeout of 10s ran out in state `a`"),
+            "{}",
+            end.summary
+        );
+        let Request::Script { timeout_ms, .. } = &w.asked[0] else {
+            panic!()
+        };
         assert!(timeout_ms.unwrap() <= 10_000, "{timeout_ms:?}");
     }
 
@@ -559,6 +862,8 @@ states:
         let yaml = "name: s\ninitial: a\nstates:\n  a:\n    action: /review\n    next: done\n  done:\n    terminal: true\n";
         let mut w = Scripted::new(vec![exit(0, "")]);
         run(&lp(yaml), &Map::new(), &mut w);
-        assert!(matches!(&w.asked[0], Request::Prompt { slash: true, text, .. } if text == "/review"));
+        assert!(
+            matches!(&w.asked[0], Request::Prompt { slash: true, text, .. } if text == "/review")
+        );
     }
 }

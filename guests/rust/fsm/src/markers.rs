@@ -17,7 +17,8 @@ pub fn signal(output: &str) -> Option<Signal> {
         if let Some(why) = line.strip_prefix("LOOP_STOP:") {
             Some(Signal::Stop(why.trim().to_string()))
         } else {
-            line.strip_prefix("FATAL_ERROR:").map(|why| Signal::Fatal(why.trim().to_string()))
+            line.strip_prefix("FATAL_ERROR:")
+                .map(|why| Signal::Fatal(why.trim().to_string()))
         }
     })
 }
@@ -98,8 +99,14 @@ mod tests {
 
     #[test]
     fn stop_and_fatal_markers_are_found_at_line_starts() {
-        assert_eq!(signal("working\nLOOP_STOP: nothing left\nmore"), Some(Signal::Stop("nothing left".into())));
-        assert_eq!(signal("  FATAL_ERROR: disk full"), Some(Signal::Fatal("disk full".into())));
+        assert_eq!(
+            signal("working\nLOOP_STOP: nothing left\nmore"),
+            Some(Signal::Stop("nothing left".into()))
+        );
+        assert_eq!(
+            signal("  FATAL_ERROR: disk full"),
+            Some(Signal::Fatal("disk full".into()))
+        );
         assert_eq!(signal("echo LOOP_STOP: not at the start"), None);
         assert_eq!(signal("all good"), None);
     }

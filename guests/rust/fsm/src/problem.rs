@@ -13,7 +13,11 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 { write!(f, "{}: {}", self.file, self.message) } else { write!(f, "{}:{}: {}", self.file, self.line, self.message) }
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}:{}: {}", self.file, self.line, self.message)
+        }
     }
 }
 
@@ -26,11 +30,18 @@ pub struct Problems {
 
 impl Problems {
     pub fn new(file: &str) -> Problems {
-        Problems { file: file.to_string(), list: Vec::new() }
+        Problems {
+            file: file.to_string(),
+            list: Vec::new(),
+        }
     }
 
     pub fn at(&mut self, line: u32, message: impl Into<String>) {
-        self.list.push(Problem { file: self.file.clone(), line, message: message.into() });
+        self.list.push(Problem {
+            file: self.file.clone(),
+            line,
+            message: message.into(),
+        });
     }
 }
 
@@ -38,5 +49,9 @@ impl Problems {
 pub fn render(problems: &[Problem]) -> String {
     let mut sorted = problems.to_vec();
     sorted.sort_by(|a, b| (a.file.as_str(), a.line).cmp(&(b.file.as_str(), b.line)));
-    sorted.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n")
+    sorted
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -13,16 +13,36 @@ use crate::spec::{CURRENT, Routes, State, Target};
 
 /// The state `target` names, `$current` being `state` itself.
 pub fn resolve(state: &State, target: &Target) -> String {
-    if target.state == CURRENT { state.name.clone() } else { target.state.clone() }
+    if target.state == CURRENT {
+        state.name.clone()
+    } else {
+        target.state.clone()
+    }
 }
 
 /// The next state's name, or why there is none.
 pub fn route(state: &State, verdict: &str) -> Result<String, String> {
     let r: &Routes = &state.routes;
-    let next = if verdict == "error" && r.error.is_some() { None } else { r.next.as_ref() };
+    let next = if verdict == "error" && r.error.is_some() {
+        None
+    } else {
+        r.next.as_ref()
+    };
     let target = next
-        .or_else(|| if verdict == "error" { r.error.as_ref() } else { r.by_verdict.get(verdict) })
-        .or_else(|| if verdict == "no" { r.error.as_ref() } else { None })
+        .or_else(|| {
+            if verdict == "error" {
+                r.error.as_ref()
+            } else {
+                r.by_verdict.get(verdict)
+            }
+        })
+        .or_else(|| {
+            if verdict == "no" {
+                r.error.as_ref()
+            } else {
+                None
+            }
+        })
         .or(r.default.as_ref());
     match target {
         Some(t) => Ok(resolve(state, t)),
@@ -31,8 +51,15 @@ pub fn route(state: &State, verdict: &str) -> Result<String, String> {
             if r.error.is_some() {
                 have.push("error".into());
             }
-            let have = if have.is_empty() { "none".to_string() } else { have.join(", ") };
-            Err(format!("state `{}` has no route for verdict `{verdict}` (it routes: {have}); add `on_{verdict}` or `_` in a `route` table", state.name))
+            let have = if have.is_empty() {
+                "none".to_string()
+            } else {
+                have.join(", ")
+            };
+            Err(format!(
+                "state `{}` has no route for verdict `{verdict}` (it routes: {have}); add `on_{verdict}` or `_` in a `route` table",
+                state.name
+            ))
         }
     }
 }
@@ -43,7 +70,13 @@ mod tests {
     use crate::problem::Problems;
 
     fn state(yaml: &str) -> State {
-        let text = format!("name: t\ninitial: s\nstates:\n  s:\n{}\n", yaml.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n"));
+        let text = format!(
+            "name: t\ninitial: s\nstates:\n  s:\n{}\n",
+            yaml.lines()
+                .map(|l| format!("    {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
         let node = crate::yaml::parse(&text).unwrap();
         let mut p = Problems::new("t.yaml");
         let lp = crate::spec::read_loop(&node, &mut p).unwrap();
@@ -69,23 +102,47 @@ mod tests {
             ("action: x\non_yes: a\non_error: e", "no", Ok("e")),
             // Route tables, with `_` and `_error`.
             ("action: x\nroute:\n  yes: a\n  _: d", "progress", Ok("d")),
-            ("action: x\nroute:\n  success: a\n  _error: e", "yes", Ok("a")),
+            (
+                "action: x\nroute:\n  success: a\n  _error: e",
+                "yes",
+                Ok("a"),
+            ),
             ("action: x\nroute:\n  yes: a\n  _error: e", "error", Ok("e")),
-            ("action: x\nroute:\n  yes: a\n  _error: e\n  _: d", "no", Ok("e")),
-            ("action: x\nroute:\n  target: done\n  progress: s\n  stall: give-up", "stall", Ok("give-up")),
+            (
+                "action: x\nroute:\n  yes: a\n  _error: e\n  _: d",
+                "no",
+                Ok("e"),
+            ),
+            (
+                "action: x\nroute:\n  target: done\n  progress: s\n  stall: give-up",
+                "stall",
+                Ok("give-up"),
+            ),
             // $current stays.
             ("action: x\non_yes: a\non_no: $current", "no", Ok("s")),
             // Nowhere to go.
-            ("action: x\non_yes: a", "no", Err("state `s` has no route for verdict `no` (it routes: yes); add `on_no` or `_` in a `route` table")),
+            (
+                "action: x\non_yes: a",
+                "no",
+                Err(
+                    "state `s` has no route for verdict `no` (it routes: yes); add `on_no` or `_` in a `route` table",
+                ),
+            ),
             (
                 "action: x\non_yes: a\non_no: b",
                 "error",
-                Err("state `s` has no route for verdict `error` (it routes: no, yes); add `on_error` or `_` in a `route` table"),
+                Err(
+                    "state `s` has no route for verdict `error` (it routes: no, yes); add `on_error` or `_` in a `route` table",
+                ),
             ),
         ];
         for (yaml, verdict, want) in cases {
             let got = route(&state(yaml), verdict);
-            assert_eq!(got.as_deref().map_err(String::as_str), *want, "{yaml} / {verdict}");
+            assert_eq!(
+                got.as_deref().map_err(String::as_str),
+                *want,
+                "{yaml} / {verdict}"
+            );
         }
     }
 }

@@ -100,7 +100,11 @@ pub struct Routes {
 
 impl Routes {
     pub fn targets(&self) -> impl Iterator<Item = &Target> {
-        self.by_verdict.values().chain(self.default.iter()).chain(self.error.iter()).chain(self.next.iter())
+        self.by_verdict
+            .values()
+            .chain(self.default.iter())
+            .chain(self.error.iter())
+            .chain(self.next.iter())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -167,11 +171,31 @@ pub struct Evaluate {
 #[derive(Debug, Clone, PartialEq)]
 pub enum EvalKind {
     ExitCode,
-    OutputContains { pattern: String, negate: bool, error_patterns: Vec<String> },
-    OutputNumeric { op: Op, target: Number },
-    OutputJson { path: String, op: Op, target: serde_json::Value },
-    Convergence { target: Number, tolerance: Number, direction: Direction, previous: Option<String> },
-    LlmStructured { prompt: Option<String>, min_confidence: f64, uncertain_suffix: bool },
+    OutputContains {
+        pattern: String,
+        negate: bool,
+        error_patterns: Vec<String>,
+    },
+    OutputNumeric {
+        op: Op,
+        target: Number,
+    },
+    OutputJson {
+        path: String,
+        op: Op,
+        target: serde_json::Value,
+    },
+    Convergence {
+        target: Number,
+        tolerance: Number,
+        direction: Direction,
+        previous: Option<String>,
+    },
+    LlmStructured {
+        prompt: Option<String>,
+        min_confidence: f64,
+        uncertain_suffix: bool,
+    },
 }
 
 impl EvalKind {
@@ -199,42 +223,120 @@ pub fn canonical_verdict(v: &str) -> String {
 // Fields little-loops knows that loopbox refuses, with why. Anything else
 // unknown is reported as unknown, with the fields that are supported.
 const REFUSED_LOOP_FIELDS: &[(&str, &str)] = &[
-    ("parameters", "sub-loop parameters need little-loops' sub-loop runner; put values in `context` (or pass them with --input)"),
-    ("required_inputs", "put the values in `context` and pass overrides with --input"),
+    (
+        "parameters",
+        "sub-loop parameters need little-loops' sub-loop runner; put values in `context` (or pass them with --input)",
+    ),
+    (
+        "required_inputs",
+        "put the values in `context` and pass overrides with --input",
+    ),
     ("input_key", "a loop's input is merged into `context`"),
-    ("scope", "concurrency control is the host's: runs hold a lease on their own store"),
-    ("backoff", "a policy cannot sleep between steps; add a state that runs `sleep N` if you need a pause"),
-    ("maintain", "a finished loop ends its run; start it again with `loopbox run`"),
+    (
+        "scope",
+        "concurrency control is the host's: runs hold a lease on their own store",
+    ),
+    (
+        "backoff",
+        "a policy cannot sleep between steps; add a state that runs `sleep N` if you need a pause",
+    ),
+    (
+        "maintain",
+        "a finished loop ends its run; start it again with `loopbox run`",
+    ),
     ("on_max_iterations", "use `max_steps` and `on_max_steps`"),
-    ("max_edge_revisits", "use `max_steps`, or `max_retries` on the state"),
-    ("on_handoff", "context handoff needs the little-loops session runner"),
-    ("config", "ll-config overrides do not apply; limits live under [limits] in loopbox.toml"),
-    ("targets", "little-loops target file specs are not supported"),
-    ("circuit", "the stall detector is not supported; use `max_retries`, `max_steps` or a `convergence` evaluator"),
-    ("host_guard", "memory and process limits are the host's ([limits] in loopbox.toml)"),
-    ("artifact_versioning", "artifact versioning is not supported"),
+    (
+        "max_edge_revisits",
+        "use `max_steps`, or `max_retries` on the state",
+    ),
+    (
+        "on_handoff",
+        "context handoff needs the little-loops session runner",
+    ),
+    (
+        "config",
+        "ll-config overrides do not apply; limits live under [limits] in loopbox.toml",
+    ),
+    (
+        "targets",
+        "little-loops target file specs are not supported",
+    ),
+    (
+        "circuit",
+        "the stall detector is not supported; use `max_retries`, `max_steps` or a `convergence` evaluator",
+    ),
+    (
+        "host_guard",
+        "memory and process limits are the host's ([limits] in loopbox.toml)",
+    ),
+    (
+        "artifact_versioning",
+        "artifact versioning is not supported",
+    ),
     ("fragments", "fragments are not supported; use `import`"),
 ];
 const IGNORED_LOOP_FIELDS: &[&str] = &["category", "labels", "visibility", "commands", "version"];
-const LOOP_FIELDS: &[&str] =
-    &["name", "description", "initial", "states", "context", "max_steps", "on_max_steps", "max_iterations", "timeout", "default_timeout", "llm", "import"];
+const LOOP_FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "initial",
+    "states",
+    "context",
+    "max_steps",
+    "on_max_steps",
+    "max_iterations",
+    "timeout",
+    "default_timeout",
+    "llm",
+    "import",
+];
 
 const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[
     ("params", "MCP tools are not reachable from the sandbox"),
-    ("loop", "sub-loops are not supported; run the other loop as its own `loopbox run`, or `import` its states"),
+    (
+        "loop",
+        "sub-loops are not supported; run the other loop as its own `loopbox run`, or `import` its states",
+    ),
     ("with", "sub-loops and fragments are not supported"),
     ("context_passthrough", "sub-loops are not supported"),
     ("fragment", "fragments are not supported; use `import`"),
-    ("agent", "the agent is the user's choice, set under [agent] in loopbox.toml"),
-    ("tools", "the agent's tools are the user's choice, not the loop's"),
-    ("append_to_messages", "message history is not kept between prompts"),
+    (
+        "agent",
+        "the agent is the user's choice, set under [agent] in loopbox.toml",
+    ),
+    (
+        "tools",
+        "the agent's tools are the user's choice, not the loop's",
+    ),
+    (
+        "append_to_messages",
+        "message history is not kept between prompts",
+    ),
     ("on_maintain", "`maintain` is not supported"),
-    ("retryable_exit_codes", "route the exit code with `route` or `on_error` instead"),
-    ("max_rate_limit_retries", "rate-limit retries are the agent runner's job"),
-    ("on_rate_limit_exhausted", "rate-limit retries are the agent runner's job"),
-    ("rate_limit_backoff_base_seconds", "rate-limit retries are the agent runner's job"),
-    ("rate_limit_max_wait_seconds", "rate-limit retries are the agent runner's job"),
-    ("rate_limit_long_wait_ladder", "rate-limit retries are the agent runner's job"),
+    (
+        "retryable_exit_codes",
+        "route the exit code with `route` or `on_error` instead",
+    ),
+    (
+        "max_rate_limit_retries",
+        "rate-limit retries are the agent runner's job",
+    ),
+    (
+        "on_rate_limit_exhausted",
+        "rate-limit retries are the agent runner's job",
+    ),
+    (
+        "rate_limit_backoff_base_seconds",
+        "rate-limit retries are the agent runner's job",
+    ),
+    (
+        "rate_limit_max_wait_seconds",
+        "rate-limit retries are the agent runner's job",
+    ),
+    (
+        "rate_limit_long_wait_ladder",
+        "rate-limit retries are the agent runner's job",
+    ),
     ("throttle", "tool-call throttling is not supported"),
     ("on_throttle_hard", "tool-call throttling is not supported"),
     ("learning", "learning states are not supported"),
@@ -259,7 +361,10 @@ const STATE_FIELDS: &[&str] = &[
 pub const ACTION_TYPES: &[&str] = &["shell", "prompt", "slash_command"];
 
 const REFUSED_EVALUATORS: &[(&str, &str)] = &[
-    ("diff_stall", "it reads git history outside the sandbox; use a shell state that runs `git diff --stat` and `output_contains`"),
+    (
+        "diff_stall",
+        "it reads git history outside the sandbox; use a shell state that runs `git diff --stat` and `output_contains`",
+    ),
     ("score_stall", "it keeps a history file; use `convergence`"),
     ("action_stall", "use `max_retries` on the state"),
     ("mcp_result", "MCP tools are not reachable from the sandbox"),
@@ -268,7 +373,14 @@ const REFUSED_EVALUATORS: &[(&str, &str)] = &[
     ("contract", "not supported"),
     ("classify", "use `output_contains` or `output_json`"),
 ];
-pub const EVALUATORS: &[&str] = &["exit_code", "output_contains", "output_numeric", "output_json", "convergence", "llm_structured"];
+pub const EVALUATORS: &[&str] = &[
+    "exit_code",
+    "output_contains",
+    "output_numeric",
+    "output_json",
+    "convergence",
+    "llm_structured",
+];
 const EVAL_FIELDS: &[&str] = &[
     "type",
     "operator",
@@ -294,7 +406,10 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn new(entries: &'a [(Key, Node)]) -> Fields<'a> {
-        Fields { entries, used: vec![false; entries.len()] }
+        Fields {
+            entries,
+            used: vec![false; entries.len()],
+        }
     }
 
     fn take(&mut self, name: &str) -> Option<&'a Node> {
@@ -304,7 +419,11 @@ impl<'a> Fields<'a> {
     }
 
     fn unused(&self) -> impl Iterator<Item = &'a (Key, Node)> + '_ {
-        self.entries.iter().zip(&self.used).filter(|(_, u)| !**u).map(|(e, _)| e)
+        self.entries
+            .iter()
+            .zip(&self.used)
+            .filter(|(_, u)| !**u)
+            .map(|(e, _)| e)
     }
 
     fn string(&mut self, p: &mut Problems, name: &str, what: &str) -> Option<String> {
@@ -316,7 +435,10 @@ impl<'a> Fields<'a> {
             Value::Float(f) => Some(f.to_string()),
             Value::Bool(b) => Some(b.to_string()),
             _ => {
-                p.at(node.line, format!("{what}`{name}` must be text, not {}", node.kind()));
+                p.at(
+                    node.line,
+                    format!("{what}`{name}` must be text, not {}", node.kind()),
+                );
                 None
             }
         }
@@ -325,9 +447,15 @@ impl<'a> Fields<'a> {
     fn target(&mut self, p: &mut Problems, name: &str, what: &str) -> Option<Target> {
         let node = self.take(name)?;
         match node.as_str() {
-            Some(s) => Some(Target { state: s.to_string(), line: node.line }),
+            Some(s) => Some(Target {
+                state: s.to_string(),
+                line: node.line,
+            }),
             None => {
-                p.at(node.line, format!("{what}`{name}` must name a state, not {}", node.kind()));
+                p.at(
+                    node.line,
+                    format!("{what}`{name}` must name a state, not {}", node.kind()),
+                );
                 None
             }
         }
@@ -338,7 +466,13 @@ impl<'a> Fields<'a> {
         match node.value {
             Value::Int(i) if i >= 0 => Some(i as u64),
             _ => {
-                p.at(node.line, format!("{what}`{name}` must be a whole number of 0 or more, not {}", describe(node)));
+                p.at(
+                    node.line,
+                    format!(
+                        "{what}`{name}` must be a whole number of 0 or more, not {}",
+                        describe(node)
+                    ),
+                );
                 None
             }
         }
@@ -360,7 +494,13 @@ impl<'a> Fields<'a> {
         match node.value {
             Value::Bool(b) => Some(b),
             _ => {
-                p.at(node.line, format!("{what}`{name}` must be true or false, not {}", describe(node)));
+                p.at(
+                    node.line,
+                    format!(
+                        "{what}`{name}` must be true or false, not {}",
+                        describe(node)
+                    ),
+                );
                 None
             }
         }
@@ -373,7 +513,13 @@ impl<'a> Fields<'a> {
             Value::Float(f) => Some(Number::Value(*f)),
             Value::Str(s) if s.contains("${") => Some(Number::Expr(s.clone())),
             _ => {
-                p.at(node.line, format!("{what}`{name}` must be a number or a `${{...}}` reference, not {}", describe(node)));
+                p.at(
+                    node.line,
+                    format!(
+                        "{what}`{name}` must be a number or a `${{...}}` reference, not {}",
+                        describe(node)
+                    ),
+                );
                 None
             }
         }
@@ -382,12 +528,18 @@ impl<'a> Fields<'a> {
 
 /// The line of `name`'s value in a mapping's entries, when the key is there.
 fn value_line(entries: &[(Key, Node)], name: &str) -> Option<u32> {
-    entries.iter().find(|(k, _)| k.name == name).map(|(_, v)| v.line)
+    entries
+        .iter()
+        .find(|(k, _)| k.name == name)
+        .map(|(_, v)| v.line)
 }
 
 /// The line of the key `name` itself.
 fn key_line(entries: &[(Key, Node)], name: &str) -> Option<u32> {
-    entries.iter().find(|(k, _)| k.name == name).map(|(k, _)| k.line)
+    entries
+        .iter()
+        .find(|(k, _)| k.name == name)
+        .map(|(k, _)| k.line)
 }
 
 fn describe(node: &Node) -> String {
@@ -402,22 +554,41 @@ fn describe(node: &Node) -> String {
 
 fn unknown(p: &mut Problems, key: &Key, what: &str, refused: &[(&str, &str)], supported: &[&str]) {
     match refused.iter().find(|(name, _)| *name == key.name) {
-        Some((_, why)) => p.at(key.line, format!("{what}`{}` is not supported by loopbox: {why}", key.name)),
-        None => p.at(key.line, format!("{what}unknown field `{}` (fields: {})", key.name, supported.join(", "))),
+        Some((_, why)) => p.at(
+            key.line,
+            format!("{what}`{}` is not supported by loopbox: {why}", key.name),
+        ),
+        None => p.at(
+            key.line,
+            format!(
+                "{what}unknown field `{}` (fields: {})",
+                key.name,
+                supported.join(", ")
+            ),
+        ),
     }
 }
 
 /// Read a whole loop file. `states` from imports are added by [`crate::load`].
 pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
     let Some(entries) = root.as_map() else {
-        p.at(root.line, format!("a loop must be a mapping with `name`, `initial` and `states`, not {}", root.kind()));
+        p.at(
+            root.line,
+            format!(
+                "a loop must be a mapping with `name`, `initial` and `states`, not {}",
+                root.kind()
+            ),
+        );
         return None;
     };
     let mut f = Fields::new(entries);
     let name = f.string(p, "name", "");
     let description = f.string(p, "description", "");
     let initial = f.target(p, "initial", "");
-    let states = f.take("states").map(|n| read_states(n, p)).unwrap_or_default();
+    let states = f
+        .take("states")
+        .map(|n| read_states(n, p))
+        .unwrap_or_default();
     let context = read_context(f.take("context"), p);
     let max_steps = f.positive(p, "max_steps", "");
     let max_iterations_line = key_line(entries, "max_iterations");
@@ -449,10 +620,29 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
     };
     let initial = initial.unwrap_or_else(|| {
         p.at(root.line, "the loop has no `initial` state");
-        Target { state: String::new(), line: root.line }
+        Target {
+            state: String::new(),
+            line: root.line,
+        }
     });
-    let max_steps = max_steps.or(max_iterations).map(|n| n.min(u32::MAX as u64) as u32).unwrap_or(DEFAULT_MAX_STEPS);
-    Some(Loop { file: p.file.clone(), name, description, initial, states, context, max_steps, on_max_steps, timeout_s, default_timeout_s, llm, imports })
+    let max_steps = max_steps
+        .or(max_iterations)
+        .map(|n| n.min(u32::MAX as u64) as u32)
+        .unwrap_or(DEFAULT_MAX_STEPS);
+    Some(Loop {
+        file: p.file.clone(),
+        name,
+        description,
+        initial,
+        states,
+        context,
+        max_steps,
+        on_max_steps,
+        timeout_s,
+        default_timeout_s,
+        llm,
+        imports,
+    })
 }
 
 /// What an imported file contributes.
@@ -467,19 +657,32 @@ pub struct Imported {
 /// An imported file: only `states`, `context` and `import` (a name is allowed).
 pub fn read_import(root: &Node, p: &mut Problems) -> Imported {
     let Some(entries) = root.as_map() else {
-        p.at(root.line, format!("an imported file must be a mapping with `states` and/or `context`, not {}", root.kind()));
+        p.at(
+            root.line,
+            format!(
+                "an imported file must be a mapping with `states` and/or `context`, not {}",
+                root.kind()
+            ),
+        );
         return Default::default();
     };
     let mut f = Fields::new(entries);
     let _ = f.string(p, "name", "");
     let _ = f.string(p, "description", "");
-    let states = f.take("states").map(|n| read_states(n, p)).unwrap_or_default();
+    let states = f
+        .take("states")
+        .map(|n| read_states(n, p))
+        .unwrap_or_default();
     let context = read_context(f.take("context"), p);
     let imports = read_imports(f.take("import"), p);
     for (key, _) in f.unused() {
         p.at(key.line, format!("`{}` has no effect in an imported file: only `states`, `context` and `import` are merged", key.name));
     }
-    Imported { states, context, imports }
+    Imported {
+        states,
+        context,
+        imports,
+    }
 }
 
 fn read_imports(node: Option<&Node>, p: &mut Problems) -> Vec<(String, u32)> {
@@ -488,7 +691,13 @@ fn read_imports(node: Option<&Node>, p: &mut Problems) -> Vec<(String, u32)> {
         Value::Str(_) => vec![node],
         Value::Seq(items) => items.iter().collect(),
         _ => {
-            p.at(node.line, format!("`import` must be a file name or a list of them, not {}", node.kind()));
+            p.at(
+                node.line,
+                format!(
+                    "`import` must be a file name or a list of them, not {}",
+                    node.kind()
+                ),
+            );
             return Vec::new();
         }
     };
@@ -497,21 +706,33 @@ fn read_imports(node: Option<&Node>, p: &mut Problems) -> Vec<(String, u32)> {
         .filter_map(|n| match n.as_str() {
             Some(s) => Some((s.to_string(), n.line)),
             None => {
-                p.at(n.line, format!("an `import` entry must be a file name, not {}", n.kind()));
+                p.at(
+                    n.line,
+                    format!("an `import` entry must be a file name, not {}", n.kind()),
+                );
                 None
             }
         })
         .collect()
 }
 
-fn read_context(node: Option<&Node>, p: &mut Problems) -> serde_json::Map<String, serde_json::Value> {
+fn read_context(
+    node: Option<&Node>,
+    p: &mut Problems,
+) -> serde_json::Map<String, serde_json::Value> {
     match node {
         None => serde_json::Map::new(),
         Some(n) if n.value == Value::Null => serde_json::Map::new(),
         Some(n) => match n.to_json() {
             serde_json::Value::Object(m) => m,
             _ => {
-                p.at(n.line, format!("`context` must be a mapping of names to values, not {}", n.kind()));
+                p.at(
+                    n.line,
+                    format!(
+                        "`context` must be a mapping of names to values, not {}",
+                        n.kind()
+                    ),
+                );
                 serde_json::Map::new()
             }
         },
@@ -520,11 +741,21 @@ fn read_context(node: Option<&Node>, p: &mut Problems) -> serde_json::Map<String
 
 fn read_llm(node: &Node, p: &mut Problems) -> Llm {
     let Some(entries) = node.as_map() else {
-        p.at(node.line, format!("`llm` must be a mapping (model, max_tokens, timeout), not {}", node.kind()));
+        p.at(
+            node.line,
+            format!(
+                "`llm` must be a mapping (model, max_tokens, timeout), not {}",
+                node.kind()
+            ),
+        );
         return Llm::default();
     };
     let mut f = Fields::new(entries);
-    let llm = Llm { model: f.string(p, "model", "llm: "), max_tokens: f.positive(p, "max_tokens", "llm: "), timeout_s: f.positive(p, "timeout", "llm: ") };
+    let llm = Llm {
+        model: f.string(p, "model", "llm: "),
+        max_tokens: f.positive(p, "max_tokens", "llm: "),
+        timeout_s: f.positive(p, "timeout", "llm: "),
+    };
     let _ = f.boolean(p, "enabled", "llm: ").map(|enabled| {
         if !enabled {
             p.at(node.line, "llm: `enabled: false` is not supported: states that need an LLM verdict would have none; give them `evaluate` or `next`");
@@ -538,20 +769,35 @@ fn read_llm(node: &Node, p: &mut Problems) -> Llm {
 
 fn read_states(node: &Node, p: &mut Problems) -> Vec<State> {
     let Some(entries) = node.as_map() else {
-        p.at(node.line, format!("`states` must be a mapping of state names to states, not {}", node.kind()));
+        p.at(
+            node.line,
+            format!(
+                "`states` must be a mapping of state names to states, not {}",
+                node.kind()
+            ),
+        );
         return Vec::new();
     };
     if entries.is_empty() {
-        p.at(node.line, "`states` is empty: a loop needs at least one state");
+        p.at(
+            node.line,
+            "`states` is empty: a loop needs at least one state",
+        );
     }
-    entries.iter().filter_map(|(key, body)| read_state(key, body, p)).collect()
+    entries
+        .iter()
+        .filter_map(|(key, body)| read_state(key, body, p))
+        .collect()
 }
 
 fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     let name = key.name.clone();
     let what = format!("state `{name}`: ");
     if name.is_empty() || name == CURRENT || name.starts_with('_') {
-        p.at(key.line, format!("`{name}` cannot name a state (it is empty, `$current` or starts with `_`)"));
+        p.at(
+            key.line,
+            format!("`{name}` cannot name a state (it is empty, `$current` or starts with `_`)"),
+        );
         return None;
     }
     let empty = [];
@@ -559,12 +805,17 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         Value::Map(m) => m,
         Value::Null => &empty,
         _ => {
-            p.at(body.line, format!("{what}must be a mapping of fields, not {}", body.kind()));
+            p.at(
+                body.line,
+                format!("{what}must be a mapping of fields, not {}", body.kind()),
+            );
             return None;
         }
     };
     let mut f = Fields::new(entries);
-    let action_line = value_line(entries, "action").or_else(|| value_line(entries, "exec")).unwrap_or(key.line);
+    let action_line = value_line(entries, "action")
+        .or_else(|| value_line(entries, "exec"))
+        .unwrap_or(key.line);
     let action_text = f.string(p, "action", &what);
     let exec = f.take("exec").and_then(|n| read_exec(n, &what, p));
     let action_type_line = value_line(entries, "action_type").unwrap_or(key.line);
@@ -591,7 +842,13 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
                 None
             }
             Some(other) => {
-                p.at(action_type_line, format!("{what}`action_type` must be one of {}, not `{other}`", ACTION_TYPES.join(", ")));
+                p.at(
+                    action_type_line,
+                    format!(
+                        "{what}`action_type` must be one of {}, not `{other}`",
+                        ACTION_TYPES.join(", ")
+                    ),
+                );
                 None
             }
             // The little-loops heuristic: a leading `/` is a slash command.
@@ -600,7 +857,10 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         },
         (None, None) => {
             if let Some(t) = action_type {
-                p.at(action_type_line, format!("{what}`action_type: {t}` without an `action` does nothing"));
+                p.at(
+                    action_type_line,
+                    format!("{what}`action_type: {t}` without an `action` does nothing"),
+                );
             }
             None
         }
@@ -608,7 +868,10 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     let evaluate_node = f.take("evaluate");
     let evaluate = evaluate_node.and_then(|n| read_evaluate(n, &what, p));
     let evaluate_invalid = evaluate_node.is_some() && evaluate.is_none();
-    let mut routes = Routes { next: f.target(p, "next", &what), ..Routes::default() };
+    let mut routes = Routes {
+        next: f.target(p, "next", &what),
+        ..Routes::default()
+    };
     if let Some(node) = f.take("route") {
         read_route_table(node, &what, &mut routes, p);
     }
@@ -619,20 +882,31 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     if let Some(c) = &capture
         && !valid_name(c)
     {
-        p.at(key.line, format!("{what}`capture: {c}` must be a name of letters, digits, `_` and `-`"));
+        p.at(
+            key.line,
+            format!("{what}`capture: {c}` must be a name of letters, digits, `_` and `-`"),
+        );
     }
     let timeout_s = f.positive(p, "timeout", &what);
     let model = f.string(p, "model", &what);
-    let max_retries = f.uint(p, "max_retries", &what).map(|n| n.min(u32::MAX as u64) as u32);
+    let max_retries = f
+        .uint(p, "max_retries", &what)
+        .map(|n| n.min(u32::MAX as u64) as u32);
     let on_retry_exhausted = f.target(p, "on_retry_exhausted", &what);
 
     // Shorthand routes: on_yes / on_success, on_no / on_failure, on_error, on_<verdict>.
-    let shorthand: Vec<Key> = f.unused().filter(|(k, _)| k.name.starts_with("on_")).map(|(k, _)| k.clone()).collect();
+    let shorthand: Vec<Key> = f
+        .unused()
+        .filter(|(k, _)| k.name.starts_with("on_"))
+        .map(|(k, _)| k.clone())
+        .collect();
     for k in shorthand {
         if REFUSED_STATE_FIELDS.iter().any(|(n, _)| *n == k.name) {
             continue;
         }
-        let Some(target) = f.target(p, &k.name, &what) else { continue };
+        let Some(target) = f.target(p, &k.name, &what) else {
+            continue;
+        };
         let verdict = canonical_verdict(&k.name[3..]);
         if verdict.is_empty() {
             p.at(k.line, format!("{what}`on_` names no verdict"));
@@ -641,7 +915,13 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         if verdict == "error" {
             put_route(&mut routes.error, target, &what, "on_error", p);
         } else if let Some(old) = routes.by_verdict.get(&verdict) {
-            p.at(k.line, format!("{what}verdict `{verdict}` is routed twice (also on line {})", old.line));
+            p.at(
+                k.line,
+                format!(
+                    "{what}verdict `{verdict}` is routed twice (also on line {})",
+                    old.line
+                ),
+            );
         } else {
             routes.by_verdict.insert(verdict, target);
         }
@@ -651,24 +931,48 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     }
 
     if failure && !terminal {
-        p.at(failure_line.unwrap_or(key.line), format!("{what}`failure: true` marks how a terminal state ends; add `terminal: true`"));
+        p.at(
+            failure_line.unwrap_or(key.line),
+            format!("{what}`failure: true` marks how a terminal state ends; add `terminal: true`"),
+        );
     }
     if max_retries.is_some() != on_retry_exhausted.is_some() {
-        p.at(key.line, format!("{what}`max_retries` and `on_retry_exhausted` go together; give both"));
+        p.at(
+            key.line,
+            format!("{what}`max_retries` and `on_retry_exhausted` go together; give both"),
+        );
     }
     if terminal && !routes.is_empty() {
-        p.at(key.line, format!("{what}a terminal state ends the loop, so its routes would never be used"));
+        p.at(
+            key.line,
+            format!("{what}a terminal state ends the loop, so its routes would never be used"),
+        );
     }
     if let Some(next) = &routes.next {
-        if routes.by_verdict.values().chain(routes.default.iter()).next().is_some() {
+        if routes
+            .by_verdict
+            .values()
+            .chain(routes.default.iter())
+            .next()
+            .is_some()
+        {
             p.at(next.line, format!("{what}`next` is unconditional, so its verdict routes would never be used; keep `next` or the routes"));
         }
         if evaluate.is_some() {
             p.at(next.line, format!("{what}`next` is unconditional, so `evaluate` would never be used; route the verdicts instead"));
         }
     }
-    if action.is_none() && !terminal && evaluate.as_ref().is_none_or(|e| e.source.is_none()) && routes.next.is_none() {
-        p.at(key.line, format!("{what}has no `action`, no `next` and is not `terminal`: give it something to do"));
+    if action.is_none()
+        && !terminal
+        && evaluate.as_ref().is_none_or(|e| e.source.is_none())
+        && routes.next.is_none()
+    {
+        p.at(
+            key.line,
+            format!(
+                "{what}has no `action`, no `next` and is not `terminal`: give it something to do"
+            ),
+        );
     }
     if !terminal && routes.is_empty() && action.is_some() {
         p.at(key.line, format!("{what}has no routes: add `next`, `on_yes`/`on_no`, a `route` table, or `terminal: true`"));
@@ -694,22 +998,33 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
 
 fn put_route(slot: &mut Option<Target>, target: Target, what: &str, name: &str, p: &mut Problems) {
     match slot {
-        Some(old) => p.at(target.line, format!("{what}`{name}` is given twice (also on line {})", old.line)),
+        Some(old) => p.at(
+            target.line,
+            format!("{what}`{name}` is given twice (also on line {})", old.line),
+        ),
         None => *slot = Some(target),
     }
 }
 
 pub fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 fn read_exec(node: &Node, what: &str, p: &mut Problems) -> Option<Vec<String>> {
     let Value::Seq(items) = &node.value else {
-        p.at(node.line, format!("{what}`exec` must be a list: the program, then its arguments"));
+        p.at(
+            node.line,
+            format!("{what}`exec` must be a list: the program, then its arguments"),
+        );
         return None;
     };
     if items.is_empty() {
-        p.at(node.line, format!("{what}`exec` is empty: give the program to run"));
+        p.at(
+            node.line,
+            format!("{what}`exec` is empty: give the program to run"),
+        );
         return None;
     }
     let mut argv = Vec::new();
@@ -720,7 +1035,13 @@ fn read_exec(node: &Node, what: &str, p: &mut Problems) -> Option<Vec<String>> {
             Value::Float(f) => argv.push(f.to_string()),
             Value::Bool(b) => argv.push(b.to_string()),
             _ => {
-                p.at(item.line, format!("{what}each `exec` argument must be text, not {}", item.kind()));
+                p.at(
+                    item.line,
+                    format!(
+                        "{what}each `exec` argument must be text, not {}",
+                        item.kind()
+                    ),
+                );
                 return None;
             }
         }
@@ -730,15 +1051,31 @@ fn read_exec(node: &Node, what: &str, p: &mut Problems) -> Option<Vec<String>> {
 
 fn read_route_table(node: &Node, what: &str, routes: &mut Routes, p: &mut Problems) {
     let Some(entries) = node.as_map() else {
-        p.at(node.line, format!("{what}`route` must map verdicts to states, not {}", node.kind()));
+        p.at(
+            node.line,
+            format!(
+                "{what}`route` must map verdicts to states, not {}",
+                node.kind()
+            ),
+        );
         return;
     };
     for (key, value) in entries {
         let Some(state) = value.as_str() else {
-            p.at(value.line, format!("{what}route `{}` must name a state, not {}", key.name, value.kind()));
+            p.at(
+                value.line,
+                format!(
+                    "{what}route `{}` must name a state, not {}",
+                    key.name,
+                    value.kind()
+                ),
+            );
             continue;
         };
-        let target = Target { state: state.to_string(), line: value.line };
+        let target = Target {
+            state: state.to_string(),
+            line: value.line,
+        };
         match key.name.as_str() {
             "_" => put_route(&mut routes.default, target, what, "_", p),
             "_error" => put_route(&mut routes.error, target, what, "_error", p),
@@ -759,14 +1096,23 @@ fn read_route_table(node: &Node, what: &str, routes: &mut Routes, p: &mut Proble
 
 fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> {
     let Some(entries) = node.as_map() else {
-        p.at(node.line, format!("{what}`evaluate` must be a mapping with a `type`, not {}", node.kind()));
+        p.at(
+            node.line,
+            format!(
+                "{what}`evaluate` must be a mapping with a `type`, not {}",
+                node.kind()
+            ),
+        );
         return None;
     };
     let w = format!("{what}evaluate: ");
     let mut f = Fields::new(entries);
     let type_line = value_line(entries, "type").unwrap_or(node.line);
     let Some(ty) = f.string(p, "type", &w) else {
-        p.at(node.line, format!("{w}`type` is missing (one of {})", EVALUATORS.join(", ")));
+        p.at(
+            node.line,
+            format!("{w}`type` is missing (one of {})", EVALUATORS.join(", ")),
+        );
         return None;
     };
     let source = f.string(p, "source", &w);
@@ -775,7 +1121,10 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
         match f.string(p, "operator", &w) {
             None => Some(Op::Eq),
             Some(s) => Op::parse(&s).or_else(|| {
-                p.at(line, format!("{w}`operator` must be one of eq, ne, lt, le, gt, ge, not `{s}`"));
+                p.at(
+                    line,
+                    format!("{w}`operator` must be one of eq, ne, lt, le, gt, ge, not `{s}`"),
+                );
                 None
             }),
         }
@@ -788,15 +1137,25 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
             let error_patterns = match f.take("error_patterns") {
                 None => Vec::new(),
                 Some(n) => match &n.value {
-                    Value::Seq(items) => items.iter().filter_map(|i| i.as_str().map(str::to_string)).collect(),
+                    Value::Seq(items) => items
+                        .iter()
+                        .filter_map(|i| i.as_str().map(str::to_string))
+                        .collect(),
                     _ => {
-                        p.at(n.line, format!("{w}`error_patterns` must be a list of patterns"));
+                        p.at(
+                            n.line,
+                            format!("{w}`error_patterns` must be a list of patterns"),
+                        );
                         Vec::new()
                     }
                 },
             };
             match pattern {
-                Some(pattern) => Some(EvalKind::OutputContains { pattern, negate, error_patterns }),
+                Some(pattern) => Some(EvalKind::OutputContains {
+                    pattern,
+                    negate,
+                    error_patterns,
+                }),
                 None => {
                     p.at(node.line, format!("{w}`output_contains` needs a `pattern`"));
                     None
@@ -809,19 +1168,29 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
             if target.is_none() && !entries.iter().any(|(k, _)| k.name == "target") {
                 p.at(node.line, format!("{w}`output_numeric` needs a `target`"));
             }
-            Some(EvalKind::OutputNumeric { op: op?, target: target? })
+            Some(EvalKind::OutputNumeric {
+                op: op?,
+                target: target?,
+            })
         }
         "output_json" => {
             let path = f.string(p, "path", &w);
             let op = op(&mut f, p);
             let target = f.take("target").map(Node::to_json);
             if path.is_none() {
-                p.at(node.line, format!("{w}`output_json` needs a `path` (like `.summary.failed`)"));
+                p.at(
+                    node.line,
+                    format!("{w}`output_json` needs a `path` (like `.summary.failed`)"),
+                );
             }
             if target.is_none() {
                 p.at(node.line, format!("{w}`output_json` needs a `target`"));
             }
-            Some(EvalKind::OutputJson { path: path?, op: op?, target: target? })
+            Some(EvalKind::OutputJson {
+                path: path?,
+                op: op?,
+                target: target?,
+            })
         }
         "convergence" => {
             let target = f.number(p, "target", &w);
@@ -834,12 +1203,20 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
                 None | Some("minimize") => Some(Direction::Minimize),
                 Some("maximize") => Some(Direction::Maximize),
                 Some(other) => {
-                    p.at(direction_line, format!("{w}`direction` must be `minimize` or `maximize`, not `{other}`"));
+                    p.at(
+                        direction_line,
+                        format!("{w}`direction` must be `minimize` or `maximize`, not `{other}`"),
+                    );
                     None
                 }
             };
             let previous = f.string(p, "previous", &w);
-            Some(EvalKind::Convergence { target: target?, tolerance, direction: direction?, previous })
+            Some(EvalKind::Convergence {
+                target: target?,
+                tolerance,
+                direction: direction?,
+                previous,
+            })
         }
         "llm_structured" => {
             let prompt = f.string(p, "prompt", &w);
@@ -848,7 +1225,10 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
                 None => 0.5,
                 Some(Number::Value(v)) if (0.0..=1.0).contains(&v) => v,
                 Some(_) => {
-                    p.at(mc_line, format!("{w}`min_confidence` must be a number from 0 to 1"));
+                    p.at(
+                        mc_line,
+                        format!("{w}`min_confidence` must be a number from 0 to 1"),
+                    );
                     0.5
                 }
             };
@@ -856,22 +1236,42 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
             if let Some(n) = f.take("schema") {
                 p.at(n.line, format!("{w}`schema` is not supported by loopbox: the verdict reply is always {{verdict, confidence, reason}}"));
             }
-            Some(EvalKind::LlmStructured { prompt, min_confidence, uncertain_suffix })
+            Some(EvalKind::LlmStructured {
+                prompt,
+                min_confidence,
+                uncertain_suffix,
+            })
         }
         other => {
             match REFUSED_EVALUATORS.iter().find(|(n, _)| *n == other) {
-                Some((_, why)) => p.at(type_line, format!("{w}evaluator `{other}` is not supported by loopbox: {why}")),
-                None => p.at(type_line, format!("{w}unknown evaluator type `{other}` (types: {})", EVALUATORS.join(", "))),
+                Some((_, why)) => p.at(
+                    type_line,
+                    format!("{w}evaluator `{other}` is not supported by loopbox: {why}"),
+                ),
+                None => p.at(
+                    type_line,
+                    format!(
+                        "{w}unknown evaluator type `{other}` (types: {})",
+                        EVALUATORS.join(", ")
+                    ),
+                ),
             }
             return None;
         }
     };
     for (key, _) in f.unused() {
         if EVAL_FIELDS.contains(&key.name.as_str()) {
-            p.at(key.line, format!("{w}`{}` has no meaning for `{ty}`", key.name));
+            p.at(
+                key.line,
+                format!("{w}`{}` has no meaning for `{ty}`", key.name),
+            );
         } else {
             unknown(p, key, &w, &[], EVAL_FIELDS);
         }
     }
-    Some(Evaluate { kind: kind?, source, line: node.line })
+    Some(Evaluate {
+        kind: kind?,
+        source,
+        line: node.line,
+    })
 }

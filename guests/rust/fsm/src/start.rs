@@ -18,12 +18,20 @@ pub fn payload(path: &str, yaml: &str, context: &Map<String, Value>) -> Value {
 }
 
 pub fn parse(input: &str) -> Result<Start, String> {
-    let value: Value = serde_json::from_str(input).map_err(|e| format!("the input is not JSON: {e}"))?;
+    let value: Value =
+        serde_json::from_str(input).map_err(|e| format!("the input is not JSON: {e}"))?;
     match value {
-        Value::String(yaml) => Ok(Start { path: "loop.yaml".into(), yaml, context: Map::new() }),
+        Value::String(yaml) => Ok(Start {
+            path: "loop.yaml".into(),
+            yaml,
+            context: Map::new(),
+        }),
         Value::Object(mut m) => {
             let Some(Value::String(yaml)) = m.remove("yaml") else {
-                return Err("the input needs `yaml`: the loop's text (`loopbox run LOOP.yaml` fills it in)".into());
+                return Err(
+                    "the input needs `yaml`: the loop's text (`loopbox run LOOP.yaml` fills it in)"
+                        .into(),
+                );
             };
             let path = match m.remove("path") {
                 None => "loop.yaml".to_string(),
@@ -36,11 +44,19 @@ pub fn parse(input: &str) -> Result<Start, String> {
                 Some(_) => return Err("`context` in the input must be an object".into()),
             };
             if let Some(k) = m.keys().next() {
-                return Err(format!("unknown input field `{k}` (fields: path, yaml, context)"));
+                return Err(format!(
+                    "unknown input field `{k}` (fields: path, yaml, context)"
+                ));
             }
-            Ok(Start { path, yaml, context })
+            Ok(Start {
+                path,
+                yaml,
+                context,
+            })
         }
-        _ => Err("the input must be the loop's YAML text, or {\"path\", \"yaml\", \"context\"}".into()),
+        _ => Err(
+            "the input must be the loop's YAML text, or {\"path\", \"yaml\", \"context\"}".into(),
+        ),
     }
 }
 
@@ -53,10 +69,25 @@ mod tests {
         let mut ctx = Map::new();
         ctx.insert("n".into(), json!(2));
         let p = payload("loops/a.yaml", "name: a", &ctx).to_string();
-        assert_eq!(parse(&p), Ok(Start { path: "loops/a.yaml".into(), yaml: "name: a".into(), context: ctx }));
+        assert_eq!(
+            parse(&p),
+            Ok(Start {
+                path: "loops/a.yaml".into(),
+                yaml: "name: a".into(),
+                context: ctx
+            })
+        );
         assert_eq!(parse("\"name: b\"").unwrap().path, "loop.yaml");
         assert!(parse("{}").unwrap_err().contains("needs `yaml`"));
-        assert!(parse("{\"yaml\": \"x\", \"extra\": 1}").unwrap_err().contains("unknown input field `extra`"));
-        assert!(parse("3").unwrap_err().contains("must be the loop's YAML text"));
+        assert!(
+            parse("{\"yaml\": \"x\", \"extra\": 1}")
+                .unwrap_err()
+                .contains("unknown input field `extra`")
+        );
+        assert!(
+            parse("3")
+                .unwrap_err()
+                .contains("must be the loop's YAML text")
+        );
     }
 }

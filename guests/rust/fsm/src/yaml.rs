@@ -78,10 +78,17 @@ impl Node {
             Value::Null => J::Null,
             Value::Bool(b) => J::Bool(*b),
             Value::Int(i) => J::from(*i),
-            Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
+            Value::Float(f) => serde_json::Number::from_f64(*f)
+                .map(J::Number)
+                .unwrap_or(J::Null),
             Value::Str(s) => J::String(s.clone()),
             Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
-            Value::Map(entries) => J::Object(entries.iter().map(|(k, v)| (k.name.clone(), v.to_json())).collect()),
+            Value::Map(entries) => J::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.name.clone(), v.to_json()))
+                    .collect(),
+            ),
         }
     }
 }
@@ -89,23 +96,44 @@ impl Node {
 /// Parse one YAML document. An empty text is a null node.
 pub fn parse(text: &str) -> Result<Node, SyntaxError> {
     if text.len() > MAX_TEXT_BYTES {
-        return Err(SyntaxError { line: 1, message: format!("the file is {} bytes; a loop may be at most {MAX_TEXT_BYTES}", text.len()) });
+        return Err(SyntaxError {
+            line: 1,
+            message: format!(
+                "the file is {} bytes; a loop may be at most {MAX_TEXT_BYTES}",
+                text.len()
+            ),
+        });
     }
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
     if let Err(e) = parser.load(&mut builder, false) {
-        return Err(SyntaxError { line: e.marker().line() as u32, message: e.info().to_string() });
+        return Err(SyntaxError {
+            line: e.marker().line() as u32,
+            message: e.info().to_string(),
+        });
     }
     if let Some(e) = builder.error {
         return Err(e);
     }
-    Ok(builder.root.unwrap_or(Node { value: Value::Null, line: 1 }))
+    Ok(builder.root.unwrap_or(Node {
+        value: Value::Null,
+        line: 1,
+    }))
 }
 
 /// Containers being filled, innermost last.
 enum Open {
-    Seq { items: Vec<Node>, line: u32, anchor: usize },
-    Map { entries: Vec<(Key, Node)>, pending: Option<Key>, line: u32, anchor: usize },
+    Seq {
+        items: Vec<Node>,
+        line: u32,
+        anchor: usize,
+    },
+    Map {
+        entries: Vec<(Key, Node)>,
+        pending: Option<Key>,
+        line: u32,
+        anchor: usize,
+    },
 }
 
 #[derive(Default)]
@@ -127,7 +155,12 @@ impl Builder {
     fn count(&mut self, n: usize, line: u32) -> bool {
         self.nodes += n;
         if self.nodes > MAX_NODES {
-            self.fail(line, format!("the document expands to more than {MAX_NODES} values (are aliases nesting?)"));
+            self.fail(
+                line,
+                format!(
+                    "the document expands to more than {MAX_NODES} values (are aliases nesting?)"
+                ),
+            );
             return false;
         }
         true
@@ -141,30 +174,45 @@ impl Builder {
         match self.stack.last_mut() {
             None => self.root = Some(node),
             Some(Open::Seq { items, .. }) => items.push(node),
-            Some(Open::Map { entries, pending, .. }) => match pending.take() {
-                Some(key) => entries.push((key, node)),
-                None => {
-                    let name = match node.value {
-                        Value::Str(s) => s,
-                        Value::Int(i) => i.to_string(),
-                        Value::Bool(b) => b.to_string(),
-                        Value::Float(f) => f.to_string(),
-                        Value::Null => "null".into(),
-                        _ => {
+            Some(Open::Map {
+                entries, pending, ..
+            }) => {
+                match pending.take() {
+                    Some(key) => entries.push((key, node)),
+                    None => {
+                        let name = match node.value {
+                            Value::Str(s) => s,
+                            Value::Int(i) => i.to_string(),
+                            Value::Bool(b) => b.to_string(),
+                            Value::Float(f) => f.to_string(),
+                            Value::Null => "null".into(),
+                            _ => {
+                                let line = node.line;
+                                self.fail(
+                                    line,
+                                    "a mapping key must be a plain value, not a list or mapping"
+                                        .into(),
+                                );
+                                return;
+                            }
+                        };
+                        if entries.iter().any(|(k, _)| k.name == name) {
+                            let first = entries
+                                .iter()
+                                .find(|(k, _)| k.name == name)
+                                .map(|(k, _)| k.line)
+                                .unwrap_or(0);
                             let line = node.line;
-                            self.fail(line, "a mapping key must be a plain value, not a list or mapping".into());
+                            self.fail(line, format!("key `{name}` appears twice in this mapping (first on line {first})"));
                             return;
                         }
-                    };
-                    if entries.iter().any(|(k, _)| k.name == name) {
-                        let first = entries.iter().find(|(k, _)| k.name == name).map(|(k, _)| k.line).unwrap_or(0);
-                        let line = node.line;
-                        self.fail(line, format!("key `{name}` appears twice in this mapping (first on line {first})"));
-                        return;
+                        *pending = Some(Key {
+                            name,
+                            line: node.line,
+                        });
                     }
-                    *pending = Some(Key { name, line: node.line });
                 }
-            },
+            }
         }
     }
 }
@@ -190,7 +238,10 @@ fn scalar(text: String, style: TScalarStyle) -> Value {
     if let Ok(i) = text.parse::<i64>() {
         return Value::Int(i);
     }
-    let numeric = text.bytes().next().is_some_and(|b| b.is_ascii_digit() || b == b'-' || b == b'+' || b == b'.');
+    let numeric = text
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_digit() || b == b'-' || b == b'+' || b == b'.');
     if numeric
         && let Ok(f) = text.parse::<f64>()
         && f.is_finite()
@@ -227,18 +278,54 @@ impl MarkedEventReceiver for Builder {
                     return;
                 }
                 self.stack.push(if matches!(ev, Event::SequenceStart(..)) {
-                    Open::Seq { items: Vec::new(), line, anchor }
+                    Open::Seq {
+                        items: Vec::new(),
+                        line,
+                        anchor,
+                    }
                 } else {
-                    Open::Map { entries: Vec::new(), pending: None, line, anchor }
+                    Open::Map {
+                        entries: Vec::new(),
+                        pending: None,
+                        line,
+                        anchor,
+                    }
                 });
             }
             Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
-                Some(Open::Seq { items, line, anchor }) => self.place(Node { value: Value::Seq(items), line }, anchor),
-                Some(Open::Map { entries, line, anchor, .. }) => self.place(Node { value: Value::Map(entries), line }, anchor),
+                Some(Open::Seq {
+                    items,
+                    line,
+                    anchor,
+                }) => self.place(
+                    Node {
+                        value: Value::Seq(items),
+                        line,
+                    },
+                    anchor,
+                ),
+                Some(Open::Map {
+                    entries,
+                    line,
+                    anchor,
+                    ..
+                }) => self.place(
+                    Node {
+                        value: Value::Map(entries),
+                        line,
+                    },
+                    anchor,
+                ),
                 None => self.fail(line, "unbalanced end of a collection".into()),
             },
             Event::Alias(id) => {
-                let Some(node) = self.anchors.iter().rev().find(|(a, _)| *a == id).map(|(_, n)| n.clone()) else {
+                let Some(node) = self
+                    .anchors
+                    .iter()
+                    .rev()
+                    .find(|(a, _)| *a == id)
+                    .map(|(_, n)| n.clone())
+                else {
                     self.fail(line, "an alias refers to an unknown anchor".into());
                     return;
                 };
@@ -247,7 +334,11 @@ impl MarkedEventReceiver for Builder {
                 }
                 self.place(Node { line, ..node }, 0);
             }
-            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentStart | Event::DocumentEnd => {}
+            Event::Nothing
+            | Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart
+            | Event::DocumentEnd => {}
         }
     }
 }
@@ -260,7 +351,10 @@ mod tests {
     fn scalars_take_their_yaml_types() {
         let n = parse("a: 1\nb: 2.5\nc: true\nd: ~\ne: '1'\nf: text\ng: -3\n").unwrap();
         let m = n.as_map().unwrap();
-        let kinds: Vec<_> = m.iter().map(|(k, v)| (k.name.as_str(), v.value.clone(), v.line)).collect();
+        let kinds: Vec<_> = m
+            .iter()
+            .map(|(k, v)| (k.name.as_str(), v.value.clone(), v.line))
+            .collect();
         assert_eq!(
             kinds,
             vec![
@@ -287,7 +381,13 @@ mod tests {
     #[test]
     fn duplicate_keys_are_refused_with_both_lines() {
         let e = parse("a: 1\nb: 2\na: 3\n").unwrap_err();
-        assert_eq!(e, SyntaxError { line: 3, message: "key `a` appears twice in this mapping (first on line 1)".into() });
+        assert_eq!(
+            e,
+            SyntaxError {
+                line: 3,
+                message: "key `a` appears twice in this mapping (first on line 1)".into()
+            }
+        );
     }
 
     #[test]
@@ -316,6 +416,9 @@ mod tests {
     #[test]
     fn anchors_and_aliases_copy_values() {
         let n = parse("base: &b {x: 1}\nother: *b\n").unwrap();
-        assert_eq!(n.to_json(), serde_json::json!({"base": {"x": 1}, "other": {"x": 1}}));
+        assert_eq!(
+            n.to_json(),
+            serde_json::json!({"base": {"x": 1}, "other": {"x": 1}})
+        );
     }
 }

@@ -10,7 +10,9 @@ mod component {
     // The probe needs the raw host calls (non-JSON state, hand-built requests), so it
     // uses the SDK's bindings directly and only its export macro.
     use loopbox_guest::bindings::loopbox;
-    use loopbox_guest::bindings::loopbox::policy::actions::{self, ActionError, Command, Output, PromptKind, PromptRequest, Script, ShellRequest};
+    use loopbox_guest::bindings::loopbox::policy::actions::{
+        self, ActionError, Command, Output, PromptKind, PromptRequest, Script, ShellRequest,
+    };
     use loopbox_guest::bindings::loopbox::policy::log::{self, Level};
     use loopbox_guest::bindings::loopbox::policy::state;
     use loopbox_guest::{Decision, Event, Info as PolicyInfo, Outcome, Policy};
@@ -39,7 +41,14 @@ mod component {
     }
 
     fn strs(v: &Value, key: &str) -> Vec<String> {
-        v[key].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+        v[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn big(v: &Value) -> String {
@@ -75,7 +84,9 @@ mod component {
             "trap" => panic!("probe was told to panic"),
             // Waits in the host (WASI subscribe-duration + poll), where no fuel or epoch check runs.
             "sleep" => {
-                std::thread::sleep(std::time::Duration::from_millis(op["ms"].as_u64().unwrap_or(1 << 40)));
+                std::thread::sleep(std::time::Duration::from_millis(
+                    op["ms"].as_u64().unwrap_or(1 << 40),
+                ));
                 json!({"slept": true})
             }
             "clocks" => {
@@ -139,7 +150,9 @@ mod component {
                 }
                 Value::Object(got)
             }
-            "state_big" => json!({"result": format!("{:?}", state::set("big", &format!("\"{}\"", big(op))))}),
+            "state_big" => {
+                json!({"result": format!("{:?}", state::set("big", &format!("\"{}\"", big(op))))})
+            }
             "flood" => {
                 for _ in 0..op["count"].as_u64().unwrap_or(1_000_000) {
                     std::hint::black_box(state::get("k"));
@@ -147,7 +160,14 @@ mod component {
                 json!({"flooded": true})
             }
             "exec" => {
-                let env = op["env"].as_object().map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect()).unwrap_or_default();
+                let env = op["env"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let req = ShellRequest::Exec(Command {
                     argv: strs(op, "argv"),
                     cwd: op["cwd"].as_str().map(String::from),
@@ -156,8 +176,14 @@ mod component {
                     timeout_ms: op["timeout_ms"].as_u64(),
                 });
                 let times = op["times"].as_u64().unwrap_or(1);
-                let mut results: Vec<Value> = (0..times).map(|_| output_json(actions::shell(&req))).collect();
-                if times == 1 { results.pop().unwrap() } else { json!(results) }
+                let mut results: Vec<Value> = (0..times)
+                    .map(|_| output_json(actions::shell(&req)))
+                    .collect();
+                if times == 1 {
+                    results.pop().unwrap()
+                } else {
+                    json!(results)
+                }
             }
             "exec_big" => output_json(actions::shell(&ShellRequest::Exec(Command {
                 argv: vec!["echo".into(), big(op)],
@@ -182,10 +208,12 @@ mod component {
                 Ok(s) => json!({"ok": s}),
                 Err(e) => json!({"err": e}),
             },
-            "list" => match loopbox::policy::workspace::list_dir(op["dir"].as_str().unwrap_or("")) {
-                Ok(s) => json!({"ok": s}),
-                Err(e) => json!({"err": e}),
-            },
+            "list" => {
+                match loopbox::policy::workspace::list_dir(op["dir"].as_str().unwrap_or("")) {
+                    Ok(s) => json!({"ok": s}),
+                    Err(e) => json!({"err": e}),
+                }
+            }
             other => return Err(format!("probe: unknown op `{other}`")),
         })
     }
@@ -201,8 +229,16 @@ mod component {
             Some("inject") => Decision::Inject(op["message"].as_str().unwrap_or("go on").into()),
             Some("rewrite") => Decision::Rewrite(data.to_string()),
             Some("block") => Decision::Block("probe blocks".into()),
-            Some("malformed") => Decision::Done(Outcome { success: true, summary: "bad data".into(), data: Some("{not json".into()) }),
-            _ => Decision::Done(Outcome { success: true, summary: name_of(&op), data: Some(data.to_string()) }),
+            Some("malformed") => Decision::Done(Outcome {
+                success: true,
+                summary: "bad data".into(),
+                data: Some("{not json".into()),
+            }),
+            _ => Decision::Done(Outcome {
+                success: true,
+                summary: name_of(&op),
+                data: Some(data.to_string()),
+            }),
         })
     }
 
@@ -216,7 +252,11 @@ mod component {
 
     impl Policy for Probe {
         fn info() -> PolicyInfo {
-            PolicyInfo { name: "probe".into(), version: "0.0.0".into(), description: "test policy that does what its event says".into() }
+            PolicyInfo {
+                name: "probe".into(),
+                version: "0.0.0".into(),
+                description: "test policy that does what its event says".into(),
+            }
         }
 
         fn handle(event: Event) -> Result<Decision, String> {

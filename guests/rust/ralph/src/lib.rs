@@ -55,7 +55,10 @@ pub fn find_promise(text: &str) -> Option<&str> {
 /// The message sent on iteration `n`.
 pub fn iteration_prompt(config: &Config, n: u32) -> String {
     if config.max_iterations > 0 {
-        format!("{}\n\n[ralph iteration {n} of {}]", config.prompt, config.max_iterations)
+        format!(
+            "{}\n\n[ralph iteration {n} of {}]",
+            config.prompt, config.max_iterations
+        )
     } else {
         format!("{}\n\n[ralph iteration {n}]", config.prompt)
     }
@@ -63,7 +66,10 @@ pub fn iteration_prompt(config: &Config, n: u32) -> String {
 
 /// One step of the loop: the progress so far (none before `start`) and an input,
 /// to the new progress and what to do next.
-pub fn decide(progress: Option<Progress>, input: Input<'_>) -> Result<(Option<Progress>, Next), String> {
+pub fn decide(
+    progress: Option<Progress>,
+    input: Input<'_>,
+) -> Result<(Option<Progress>, Next), String> {
     match input {
         Input::Start(json) => {
             let config: Config = serde_json::from_str(json)
@@ -72,19 +78,45 @@ pub fn decide(progress: Option<Progress>, input: Input<'_>) -> Result<(Option<Pr
                 return Err("ralph: bad input: `prompt` is empty".into());
             }
             let next = Next::Inject(iteration_prompt(&config, 1));
-            Ok((Some(Progress { config, iteration: 1 }), next))
+            Ok((
+                Some(Progress {
+                    config,
+                    iteration: 1,
+                }),
+                next,
+            ))
         }
         Input::Turn { response } => {
             let Some(mut p) = progress else {
                 return Err("ralph: a turn arrived before the run started; deliver `start` with the loop's input first".into());
             };
-            if p.config.completion_promise.is_some() && p.config.completion_promise.as_deref() == find_promise(response) {
-                let summary = format!("completion promise found after {} iteration(s)", p.iteration);
-                return Ok((Some(p), Next::Done { success: true, summary }));
+            if p.config.completion_promise.is_some()
+                && p.config.completion_promise.as_deref() == find_promise(response)
+            {
+                let summary = format!(
+                    "completion promise found after {} iteration(s)",
+                    p.iteration
+                );
+                return Ok((
+                    Some(p),
+                    Next::Done {
+                        success: true,
+                        summary,
+                    },
+                ));
             }
             if p.config.max_iterations > 0 && p.iteration >= p.config.max_iterations {
-                let summary = format!("max_iterations ({}) reached without the completion promise", p.config.max_iterations);
-                return Ok((Some(p), Next::Done { success: false, summary }));
+                let summary = format!(
+                    "max_iterations ({}) reached without the completion promise",
+                    p.config.max_iterations
+                );
+                return Ok((
+                    Some(p),
+                    Next::Done {
+                        success: false,
+                        summary,
+                    },
+                ));
             }
             p.iteration += 1;
             let next = Next::Inject(iteration_prompt(&p.config, p.iteration));
@@ -104,13 +136,19 @@ mod component {
 
     impl Policy for Ralph {
         fn info() -> Info {
-            Info::new("ralph", env!("CARGO_PKG_VERSION"), "Re-feed a prompt until the reply carries the completion promise or iterations run out")
+            Info::new(
+                "ralph",
+                env!("CARGO_PKG_VERSION"),
+                "Re-feed a prompt until the reply carries the completion promise or iterations run out",
+            )
         }
 
         fn handle(event: Event) -> Result<Decision, String> {
             let input = match &event {
                 Event::Start(json) => super::Input::Start(json),
-                Event::TurnComplete(turn) => super::Input::Turn { response: &turn.response },
+                Event::TurnComplete(turn) => super::Input::Turn {
+                    response: &turn.response,
+                },
                 _ => super::Input::Other,
             };
             let (progress, next) = super::decide(state::get(KEY)?, input)?;
@@ -138,7 +176,10 @@ mod tests {
 
     #[test]
     fn promise_is_the_first_tag_trimmed() {
-        assert_eq!(find_promise("x <promise> DONE </promise> <promise>NO</promise>"), Some("DONE"));
+        assert_eq!(
+            find_promise("x <promise> DONE </promise> <promise>NO</promise>"),
+            Some("DONE")
+        );
         assert_eq!(find_promise("<promise>unclosed"), None);
         assert_eq!(find_promise("nothing"), None);
     }
@@ -146,10 +187,28 @@ mod tests {
     #[test]
     fn stops_exactly_at_the_promise() {
         let p = start(r#"{"prompt":"go","completion_promise":"DONE"}"#);
-        let (p, next) = decide(p, Input::Turn { response: "<promise>not yet</promise>" }).unwrap();
+        let (p, next) = decide(
+            p,
+            Input::Turn {
+                response: "<promise>not yet</promise>",
+            },
+        )
+        .unwrap();
         assert_eq!(next, Next::Inject("go\n\n[ralph iteration 2]".into()));
-        let (_, next) = decide(p, Input::Turn { response: "ok <promise>DONE</promise>" }).unwrap();
-        assert_eq!(next, Next::Done { success: true, summary: "completion promise found after 2 iteration(s)".into() });
+        let (_, next) = decide(
+            p,
+            Input::Turn {
+                response: "ok <promise>DONE</promise>",
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            next,
+            Next::Done {
+                success: true,
+                summary: "completion promise found after 2 iteration(s)".into()
+            }
+        );
     }
 
     #[test]
@@ -164,8 +223,20 @@ mod tests {
 
     #[test]
     fn bad_input_is_an_error() {
-        assert!(decide(None, Input::Start("{}")).unwrap_err().contains("bad input"));
-        assert!(decide(None, Input::Start(r#"{"prompt":" "}"#)).unwrap_err().contains("empty"));
-        assert!(decide(None, Input::Turn { response: "x" }).unwrap_err().contains("before the run started"));
+        assert!(
+            decide(None, Input::Start("{}"))
+                .unwrap_err()
+                .contains("bad input")
+        );
+        assert!(
+            decide(None, Input::Start(r#"{"prompt":" "}"#))
+                .unwrap_err()
+                .contains("empty")
+        );
+        assert!(
+            decide(None, Input::Turn { response: "x" })
+                .unwrap_err()
+                .contains("before the run started")
+        );
     }
 }

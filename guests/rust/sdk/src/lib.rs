@@ -76,7 +76,9 @@ impl ActionError {
 }
 pub use bindings::loopbox::policy::types::{Decision, Event, Origin, Outcome, ToolCall, Turn};
 
-use bindings::loopbox::policy::actions::{self as host_actions, Command, PromptKind, PromptRequest, Script, ShellRequest};
+use bindings::loopbox::policy::actions::{
+    self as host_actions, Command, PromptKind, PromptRequest, Script, ShellRequest,
+};
 
 /// A loop policy: describe yourself, then decide after each event.
 pub trait Policy {
@@ -87,7 +89,11 @@ pub trait Policy {
 
 impl Info {
     pub fn new(name: &str, version: &str, description: &str) -> Info {
-        Info { name: name.into(), version: version.into(), description: description.into() }
+        Info {
+            name: name.into(),
+            version: version.into(),
+            description: description.into(),
+        }
     }
 }
 
@@ -100,7 +106,9 @@ macro_rules! policy {
                 fn info() -> $crate::Info {
                     <$t as $crate::Policy>::info()
                 }
-                fn handle(event: $crate::Event) -> ::core::result::Result<$crate::Decision, ::std::string::String> {
+                fn handle(
+                    event: $crate::Event,
+                ) -> ::core::result::Result<$crate::Decision, ::std::string::String> {
                     <$t as $crate::Policy>::handle(event)
                 }
             }
@@ -111,13 +119,26 @@ macro_rules! policy {
 
 /// Finish the run with an outcome.
 pub fn done(success: bool, summary: impl Into<String>) -> Decision {
-    Decision::Done(Outcome { success, summary: summary.into(), data: None })
+    Decision::Done(Outcome {
+        success,
+        summary: summary.into(),
+        data: None,
+    })
 }
 
 /// Finish the run with an outcome carrying structured data for scripts.
-pub fn done_with<T: serde::Serialize>(success: bool, summary: impl Into<String>, data: &T) -> Result<Decision, String> {
-    let data = serde_json::to_string(data).map_err(|e| format!("outcome data does not serialize: {e}"))?;
-    Ok(Decision::Done(Outcome { success, summary: summary.into(), data: Some(data) }))
+pub fn done_with<T: serde::Serialize>(
+    success: bool,
+    summary: impl Into<String>,
+    data: &T,
+) -> Result<Decision, String> {
+    let data =
+        serde_json::to_string(data).map_err(|e| format!("outcome data does not serialize: {e}"))?;
+    Ok(Decision::Done(Outcome {
+        success,
+        summary: summary.into(),
+        data: Some(data),
+    }))
 }
 
 /// The run's durable state, as typed JSON values.
@@ -127,14 +148,17 @@ pub mod state {
     /// The value under `key`, if any.
     pub fn get<T: serde::de::DeserializeOwned>(key: &str) -> Result<Option<T>, String> {
         match host::get(key) {
-            Some(json) => serde_json::from_str(&json).map(Some).map_err(|e| format!("state `{key}` is not the expected shape: {e}")),
+            Some(json) => serde_json::from_str(&json)
+                .map(Some)
+                .map_err(|e| format!("state `{key}` is not the expected shape: {e}")),
             None => Ok(None),
         }
     }
 
     /// Store `value` under `key`; fails (with the limit's name) when it is too large.
     pub fn set<T: serde::Serialize + ?Sized>(key: &str, value: &T) -> Result<(), String> {
-        let json = serde_json::to_string(value).map_err(|e| format!("state `{key}` does not serialize: {e}"))?;
+        let json = serde_json::to_string(value)
+            .map_err(|e| format!("state `{key}` does not serialize: {e}"))?;
         host::set(key, &json)
     }
 
@@ -195,7 +219,13 @@ where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
-    Exec(Command { argv: argv.into_iter().map(Into::into).collect(), cwd: None, env: Vec::new(), stdin: None, timeout_ms: None })
+    Exec(Command {
+        argv: argv.into_iter().map(Into::into).collect(),
+        cwd: None,
+        env: Vec::new(),
+        stdin: None,
+        timeout_ms: None,
+    })
 }
 
 impl Exec {
@@ -224,7 +254,11 @@ impl Exec {
 
 /// Shell text run with `sh -c`; needs the user's `shell.scripts` grant.
 pub fn script(source: &str, timeout_ms: Option<u64>) -> Result<Output, ActionError> {
-    host_actions::shell(&ShellRequest::Script(Script { source: source.into(), cwd: None, timeout_ms }))
+    host_actions::shell(&ShellRequest::Script(Script {
+        source: source.into(),
+        cwd: None,
+        timeout_ms,
+    }))
 }
 
 /// A message to the configured agent, built up then [`Prompt::send`].
@@ -232,12 +266,21 @@ pub fn script(source: &str, timeout_ms: Option<u64>) -> Result<Output, ActionErr
 pub struct Prompt(PromptRequest);
 
 pub fn prompt(text: &str) -> Prompt {
-    Prompt(PromptRequest { text: text.into(), kind: PromptKind::Prompt, model: None, session: None, timeout_ms: None })
+    Prompt(PromptRequest {
+        text: text.into(),
+        kind: PromptKind::Prompt,
+        model: None,
+        session: None,
+        timeout_ms: None,
+    })
 }
 
 /// A slash command (`/review`) for the agent.
 pub fn slash_command(text: &str) -> Prompt {
-    Prompt(PromptRequest { kind: PromptKind::SlashCommand, ..prompt(text).0 })
+    Prompt(PromptRequest {
+        kind: PromptKind::SlashCommand,
+        ..prompt(text).0
+    })
 }
 
 impl Prompt {

@@ -19,7 +19,11 @@ mod component {
     impl Policy for Stall {
         fn info() -> Info {
             forever();
-            Info { name: "stall".into(), version: "0.0.0".into(), description: "never answers".into() }
+            Info {
+                name: "stall".into(),
+                version: "0.0.0".into(),
+                description: "never answers".into(),
+            }
         }
 
         fn handle(_: Event) -> Result<Decision, String> {

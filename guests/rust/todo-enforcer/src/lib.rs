@@ -31,7 +31,11 @@ fn default_max() -> u32 {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { prompt: None, message: default_message(), max_continuations: default_max() }
+        Config {
+            prompt: None,
+            message: default_message(),
+            max_continuations: default_max(),
+        }
     }
 }
 
@@ -45,7 +49,10 @@ pub struct Progress {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input<'a> {
     Start(&'a str),
-    Turn { response: &'a str, continuation: bool },
+    Turn {
+        response: &'a str,
+        continuation: bool,
+    },
     Other,
 }
 
@@ -57,17 +64,24 @@ pub enum Next {
 
 /// Number of unchecked markdown task items (`- [ ]`, `* [ ]`, `+ [ ]`) in `text`.
 pub fn open_items(text: &str) -> usize {
-    text.lines().map(str::trim_start).filter(|l| ["- [ ]", "* [ ]", "+ [ ]"].iter().any(|m| l.starts_with(m))).count()
+    text.lines()
+        .map(str::trim_start)
+        .filter(|l| ["- [ ]", "* [ ]", "+ [ ]"].iter().any(|m| l.starts_with(m)))
+        .count()
 }
 
 pub fn decide(progress: Option<Progress>, input: Input<'_>) -> Result<(Progress, Next), String> {
     match input {
         Input::Start(json) => {
-            let config: Config = serde_json::from_str(json).map_err(|e| format!("todo-enforcer: bad input: {e}"))?;
+            let config: Config =
+                serde_json::from_str(json).map_err(|e| format!("todo-enforcer: bad input: {e}"))?;
             let next = config.prompt.clone().map_or(Next::Pass, Next::Inject);
             Ok((Progress { config, forced: 0 }, next))
         }
-        Input::Turn { response, continuation } => {
+        Input::Turn {
+            response,
+            continuation,
+        } => {
             let mut p = progress.unwrap_or_default();
             // A turn the agent started on its own ends any run of forced continuations.
             if !continuation {
@@ -97,13 +111,20 @@ mod component {
 
     impl Policy for TodoEnforcer {
         fn info() -> Info {
-            Info::new("todo-enforcer", env!("CARGO_PKG_VERSION"), "Send the agent back to work while its reply still has unchecked todo items")
+            Info::new(
+                "todo-enforcer",
+                env!("CARGO_PKG_VERSION"),
+                "Send the agent back to work while its reply still has unchecked todo items",
+            )
         }
 
         fn handle(event: Event) -> Result<Decision, String> {
             let input = match &event {
                 Event::Start(json) => super::Input::Start(json),
-                Event::TurnComplete(t) => super::Input::Turn { response: &t.response, continuation: t.continuation },
+                Event::TurnComplete(t) => super::Input::Turn {
+                    response: &t.response,
+                    continuation: t.continuation,
+                },
                 _ => super::Input::Other,
             };
             let (progress, next) = super::decide(state::get(KEY)?, input)?;
@@ -124,7 +145,10 @@ mod tests {
 
     #[test]
     fn counts_only_unchecked_items() {
-        assert_eq!(open_items("- [ ] a\n  * [ ] b\n- [x] c\n-[ ] d\n+ [ ] e"), 3);
+        assert_eq!(
+            open_items("- [ ] a\n  * [ ] b\n- [x] c\n-[ ] d\n+ [ ] e"),
+            3
+        );
     }
 
     #[test]
@@ -132,7 +156,14 @@ mod tests {
         let (mut p, _) = decide(None, Input::Start(r#"{"max_continuations":2}"#)).unwrap();
         let mut seen = vec![];
         for i in 0..4 {
-            let (np, next) = decide(Some(p), Input::Turn { response: "- [ ] x", continuation: i > 0 }).unwrap();
+            let (np, next) = decide(
+                Some(p),
+                Input::Turn {
+                    response: "- [ ] x",
+                    continuation: i > 0,
+                },
+            )
+            .unwrap();
             p = np;
             seen.push(matches!(next, Next::Inject(_)));
         }
@@ -142,16 +173,50 @@ mod tests {
     #[test]
     fn a_fresh_turn_resets_the_count() {
         let (p, _) = decide(None, Input::Start(r#"{"max_continuations":1}"#)).unwrap();
-        let (p, a) = decide(Some(p), Input::Turn { response: "- [ ] x", continuation: false }).unwrap();
-        let (p, b) = decide(Some(p), Input::Turn { response: "- [ ] x", continuation: true }).unwrap();
-        let (_, c) = decide(Some(p), Input::Turn { response: "- [ ] x", continuation: false }).unwrap();
-        assert_eq!((a, b), (Next::Inject(default_message().replace("{count}", "1")), Next::Pass));
+        let (p, a) = decide(
+            Some(p),
+            Input::Turn {
+                response: "- [ ] x",
+                continuation: false,
+            },
+        )
+        .unwrap();
+        let (p, b) = decide(
+            Some(p),
+            Input::Turn {
+                response: "- [ ] x",
+                continuation: true,
+            },
+        )
+        .unwrap();
+        let (_, c) = decide(
+            Some(p),
+            Input::Turn {
+                response: "- [ ] x",
+                continuation: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (a, b),
+            (
+                Next::Inject(default_message().replace("{count}", "1")),
+                Next::Pass
+            )
+        );
         assert!(matches!(c, Next::Inject(_)));
     }
 
     #[test]
     fn no_items_passes() {
-        let (_, next) = decide(None, Input::Turn { response: "all done - [x] a", continuation: false }).unwrap();
+        let (_, next) = decide(
+            None,
+            Input::Turn {
+                response: "all done - [x] a",
+                continuation: false,
+            },
+        )
+        .unwrap();
         assert_eq!(next, Next::Pass);
     }
 }

@@ -26,18 +26,30 @@ pub fn execute(args: CancelArgs, json: bool, workspace: &Path) -> Result<i32, Fa
     let db = open_store(workspace)?;
     let run = db.existing_run(&args.id).map_err(Failure::lookup)?;
     if crate::db::FINAL.contains(&run.status.as_str()) {
-        return Err(Failure { code: exit::FAILURE, error: anyhow::anyhow!("run {} already ended ({}); there is nothing to cancel", run.id, run.status) });
+        return Err(Failure {
+            code: exit::FAILURE,
+            error: anyhow::anyhow!(
+                "run {} already ended ({}); there is nothing to cancel",
+                run.id,
+                run.status
+            ),
+        });
     }
     db.request_cancel(&run.id).map_err(Failure::internal)?;
     let driver = run.lease.filter(|o| o.is_alive());
     let status = match &driver {
         None => {
-            db.finish_driving(&run.id, "cancelled", None).map_err(Failure::internal)?;
+            db.finish_driving(&run.id, "cancelled", None)
+                .map_err(Failure::internal)?;
             "cancelled".to_string()
         }
         Some(o) => {
             if !json {
-                crate::errln!("asked loopbox (pid {}) to stop run {} at its next step", o.pid, run.id);
+                crate::errln!(
+                    "asked loopbox (pid {}) to stop run {} at its next step",
+                    o.pid,
+                    run.id
+                );
             }
             let deadline = Instant::now() + Duration::from_secs(args.wait);
             loop {

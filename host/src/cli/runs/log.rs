@@ -23,9 +23,18 @@ pub struct LogArgs {
 
 fn print(l: &LogRecord, json: bool) {
     if json {
-        crate::outln!("{}", json!({"at": utc(l.at_ms), "level": l.level, "source": l.source, "message": l.message}));
+        crate::outln!(
+            "{}",
+            json!({"at": utc(l.at_ms), "level": l.level, "source": l.source, "message": l.message})
+        );
     } else {
-        crate::outln!("{} {:<5} [{}] {}", utc(l.at_ms), l.level, l.source, sanitize(&l.message));
+        crate::outln!(
+            "{} {:<5} [{}] {}",
+            utc(l.at_ms),
+            l.level,
+            l.source,
+            sanitize(&l.message)
+        );
     }
 }
 

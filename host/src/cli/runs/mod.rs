@@ -57,7 +57,10 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
 fn open_store(workspace: &Path) -> Result<Db, Failure> {
     let path = workspace.join(STORE_DIR).join(STORE_FILE);
     if !path.is_file() {
-        return Err(Failure::usage(anyhow::anyhow!("there are no runs in `{}` yet (start one with `loopbox run POLICY`)", workspace.display())));
+        return Err(Failure::usage(anyhow::anyhow!(
+            "there are no runs in `{}` yet (start one with `loopbox run POLICY`)",
+            workspace.display()
+        )));
     }
     Db::open(&path).map_err(Failure::internal)
 }
@@ -67,7 +70,10 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
         if json {
             crate::outln!("[]");
         } else {
-            crate::outln!("no runs in {} yet (start one with `loopbox run POLICY`)", workspace.display());
+            crate::outln!(
+                "no runs in {} yet (start one with `loopbox run POLICY`)",
+                workspace.display()
+            );
         }
         return Ok(exit::OK);
     }
@@ -87,7 +93,15 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
         crate::outln!("{}", serde_json::Value::Array(rows));
         return Ok(exit::OK);
     }
-    crate::outln!("{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}", "ID", "POLICY", "STATUS", "STARTED (UTC)", "LAST EVENT", "ACTIONS");
+    crate::outln!(
+        "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}",
+        "ID",
+        "POLICY",
+        "STATUS",
+        "STARTED (UTC)",
+        "LAST EVENT",
+        "ACTIONS"
+    );
     for (r, last) in &runs {
         crate::outln!(
             "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}",
@@ -105,5 +119,9 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
 /// The end of `s` (a path: its file name matters most) within `max` characters.
 fn keep_tail(s: &str, max: usize) -> String {
     let n = s.chars().count();
-    if n <= max { s.to_string() } else { format!("…{}", s.chars().skip(n - max + 1).collect::<String>()) }
+    if n <= max {
+        s.to_string()
+    } else {
+        format!("…{}", s.chars().skip(n - max + 1).collect::<String>())
+    }
 }

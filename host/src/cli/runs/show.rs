@@ -35,11 +35,22 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
     let events = db.events(&run.id).map_err(Failure::internal)?;
     let journal = db.journal_of_run(&run.id).map_err(Failure::internal)?;
     let alive = run.lease.as_ref().is_some_and(|o| o.is_alive());
-    let actions: Vec<&(i64, JournalRow)> = journal.iter().filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn")).collect();
-    let count = |o: &str| actions.iter().filter(|(_, r)| outcome(r, alive) == o).count();
+    let actions: Vec<&(i64, JournalRow)> = journal
+        .iter()
+        .filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn"))
+        .collect();
+    let count = |o: &str| {
+        actions
+            .iter()
+            .filter(|(_, r)| outcome(r, alive) == o)
+            .count()
+    };
 
     if json {
-        let parse = |t: &Option<String>| t.as_deref().map(|t| serde_json::from_str::<Value>(t).unwrap_or(Value::String(t.into())));
+        let parse = |t: &Option<String>| {
+            t.as_deref()
+                .map(|t| serde_json::from_str::<Value>(t).unwrap_or(Value::String(t.into())))
+        };
         let out = json!({
             "id": run.id, "policy": run.policy, "policy_digest": run.policy_digest, "status": run.status,
             "started": utc(run.created_at_ms), "updated": utc(run.updated_at_ms),
@@ -68,17 +79,36 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         .and_then(|o| o["summary"].as_str().map(|s| format!(": {}", sanitize(s))))
         .unwrap_or_default();
     crate::outln!("status:   {}{outcome_line}", run.status);
-    crate::outln!("started:  {} UTC; last change {} UTC", utc(run.created_at_ms), utc(run.updated_at_ms));
-    crate::outln!("counts:   {} turn(s), {} action(s), {} prompt(s)", run.turns, run.actions, run.prompts);
+    crate::outln!(
+        "started:  {} UTC; last change {} UTC",
+        utc(run.created_at_ms),
+        utc(run.updated_at_ms)
+    );
+    crate::outln!(
+        "counts:   {} turn(s), {} action(s), {} prompt(s)",
+        run.turns,
+        run.actions,
+        run.prompts
+    );
     if let Some(o) = &run.lease {
-        crate::outln!("driver:   pid {} on {} ({})", o.pid, o.host, if o.is_alive() { "running" } else { "gone" });
+        crate::outln!(
+            "driver:   pid {} on {} ({})",
+            o.pid,
+            o.host,
+            if o.is_alive() { "running" } else { "gone" }
+        );
     }
     crate::outln!("events:");
     for e in &events {
-        let kind = serde_json::from_str::<Value>(&e.event).ok().and_then(|v| v["type"].as_str().map(String::from)).unwrap_or_default();
+        let kind = serde_json::from_str::<Value>(&e.event)
+            .ok()
+            .and_then(|v| v["type"].as_str().map(String::from))
+            .unwrap_or_default();
         let after = match (&e.decision, &e.error, e.pending) {
             (_, _, true) => "(interrupted while it was handled)".to_string(),
-            (Some(d), _, _) => crate::record::parse_decision(d).map(|d| format!("-> {}", crate::record::describe_decision(&d))).unwrap_or_default(),
+            (Some(d), _, _) => crate::record::parse_decision(d)
+                .map(|d| format!("-> {}", crate::record::describe_decision(&d)))
+                .unwrap_or_default(),
             (_, Some(err), _) => format!("-> failed: {}", shorten(&sanitize(err), 100)),
             _ => String::new(),
         };
@@ -92,8 +122,17 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         count("unknown"),
         count("running")
     );
-    for (event, r) in actions.iter().filter(|(_, r)| matches!(outcome(r, alive), "unknown" | "running")) {
-        crate::outln!("  event {event} call {}: {} {} ({})", r.seq, r.kind, shorten(&sanitize(&r.request), 100), outcome(r, alive));
+    for (event, r) in actions
+        .iter()
+        .filter(|(_, r)| matches!(outcome(r, alive), "unknown" | "running"))
+    {
+        crate::outln!(
+            "  event {event} call {}: {} {} ({})",
+            r.seq,
+            r.kind,
+            shorten(&sanitize(&r.request), 100),
+            outcome(r, alive)
+        );
     }
     Ok(exit::OK)
 }
