@@ -342,14 +342,17 @@ async fn state_is_transactional_per_event() {
 #[tokio::test]
 async fn a_decider_cannot_import_actions() {
     let p = load("fix-forward");
-    assert_eq!(p.world, loopbox::policy::World::Decider);
+    assert_eq!(p.world, loopbox::wasm::policy::World::Decider);
     assert!(
         !p.interface
             .imports
             .iter()
             .any(|i| i.contains("actions") || i.contains("workspace"))
     );
-    assert_eq!(load("probe").world, loopbox::policy::World::LoopPolicy);
+    assert_eq!(
+        load("probe").world,
+        loopbox::wasm::policy::World::LoopPolicy
+    );
 }
 
 #[tokio::test]
@@ -374,7 +377,7 @@ async fn ask_tier_actions_are_declined_with_no_one_to_ask_and_run_when_approved(
     let approved = ws.run_with(
         &load("probe"),
         config,
-        std::sync::Arc::new(loopbox::confirm::ApproveAll),
+        std::sync::Arc::new(loopbox::exec::confirm::ApproveAll),
     );
     let v = probe(&approved, json!({"op": "exec", "argv": ["echo", "hi"]}))
         .await

@@ -276,7 +276,10 @@ async fn a_panicking_guest_is_a_trap_with_its_message_in_the_log() {
     let ws = Workspace::new();
     let ctx = ws.run(&load("probe"), "");
     let f = probe(&ctx, json!({"op": "trap"})).await.unwrap_err();
-    assert!(matches!(f, loopbox::fault::PolicyFault::Trap(_)), "{f:?}");
+    assert!(
+        matches!(f, loopbox::wasm::fault::PolicyFault::Trap(_)),
+        "{f:?}"
+    );
     assert!(
         log_messages(&ctx)
             .iter()

@@ -1,9 +1,9 @@
 //! What loading and calling refuse: files that are not policies, and policies
 //! that answer badly. Each is a clear error, and the runtime keeps working.
 
-use loopbox::bindings::Event;
-use loopbox::fault::PolicyFault;
-use loopbox::policy::PolicySource;
+use loopbox::wasm::bindings::Event;
+use loopbox::wasm::fault::PolicyFault;
+use loopbox::wasm::policy::PolicySource;
 use loopbox_tests::*;
 use serde_json::json;
 
@@ -80,7 +80,7 @@ fn builtins_load_and_a_second_load_hits_the_cache() {
     let second = runtime()
         .load(&PolicySource::parse("builtin:todo-enforcer"))
         .unwrap();
-    assert_eq!(second.cache, loopbox::cache::CacheOutcome::Hit);
+    assert_eq!(second.cache, loopbox::wasm::cache::CacheOutcome::Hit);
     assert_eq!(first.digest, second.digest);
 }
 
@@ -242,7 +242,7 @@ async fn python_and_javascript_failures_are_clear_errors_carrying_the_guests_mes
         )
         .await
         .unwrap();
-        assert!(matches!(d, loopbox::bindings::Decision::Done(o) if o.success));
+        assert!(matches!(d, loopbox::wasm::bindings::Decision::Done(o) if o.success));
     }
 }
 

@@ -28,7 +28,7 @@ fn ok_exit(v: &Value) -> Option<i64> {
 
 #[tokio::test]
 async fn each_sandbox_is_available_here() {
-    let s = loopbox::sandbox::support();
+    let s = loopbox::exec::sandbox::support();
     assert!(s.bwrap.is_ok(), "bubblewrap: {:?}", s.bwrap);
     assert!(
         s.landlock_usable().is_ok(),
@@ -176,7 +176,7 @@ async fn landlock_cannot_create_files_in_the_workspace_root_but_bwrap_can() {
 #[tokio::test]
 async fn a_sandbox_that_cannot_be_set_up_refuses_every_command() {
     let ws = Workspace::new();
-    let machine = loopbox::sandbox::Support {
+    let machine = loopbox::exec::sandbox::Support {
         landlock: Err("no Landlock on this machine".into()),
         bwrap: Err("bubblewrap is not installed".into()),
     };
@@ -220,7 +220,7 @@ async fn a_sandbox_that_cannot_be_set_up_refuses_every_command() {
     };
     let ctx = ws.run_access(&load("probe"), &config("auto", ""), access);
     assert!(
-        matches!(ctx.sandbox(), loopbox::sandbox::Sandbox::None { why } if why.contains("no sandbox is available here"))
+        matches!(ctx.sandbox(), loopbox::exec::sandbox::Sandbox::None { why } if why.contains("no sandbox is available here"))
     );
 }
 

@@ -5,14 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use loopbox::bindings::{Decision, Event};
 use loopbox::config::Config;
 use loopbox::db::Db;
-use loopbox::fault::PolicyFault;
-use loopbox::policy::{Policy, PolicySource};
 use loopbox::run::RunContext;
-use loopbox::runtime::Runtime;
 use loopbox::ui::Ui;
+use loopbox::wasm::bindings::{Decision, Event};
+use loopbox::wasm::fault::PolicyFault;
+use loopbox::wasm::policy::{Policy, PolicySource};
+use loopbox::wasm::runtime::Runtime;
 use serde_json::Value;
 
 /// A guest component built by this crate's build script.
@@ -127,7 +127,7 @@ impl Workspace {
         self.run_with(
             policy,
             config,
-            Arc::new(loopbox::confirm::NoOneToAsk(
+            Arc::new(loopbox::exec::confirm::NoOneToAsk(
                 "no one can be asked in this test",
             )),
         )
@@ -138,7 +138,7 @@ impl Workspace {
         &self,
         policy: &Policy,
         config: &str,
-        confirm: Arc<dyn loopbox::confirm::Confirm>,
+        confirm: Arc<dyn loopbox::exec::confirm::Confirm>,
     ) -> RunContext {
         self.run_access(
             policy,

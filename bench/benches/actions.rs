@@ -12,13 +12,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use loopbox::bindings::{Decision, Event};
 use loopbox::config::Config;
 use loopbox::db::Db;
-use loopbox::policy::{Policy, PolicySource};
 use loopbox::run::RunContext;
-use loopbox::runtime::Runtime;
 use loopbox::ui::Ui;
+use loopbox::wasm::bindings::{Decision, Event};
+use loopbox::wasm::policy::{Policy, PolicySource};
+use loopbox::wasm::runtime::Runtime;
 use loopbox_bench::{Variant, full_run, interleave, table};
 
 const ACTIONS: u32 = 20;

@@ -16,15 +16,15 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use loopbox::bindings::{Event, Turn};
 use loopbox::config::Config;
 use loopbox::db::Db;
 use loopbox::journal::Journal;
-use loopbox::meter::Meter;
-use loopbox::policy::{Call, Policy, PolicySource};
 use loopbox::run::RunContext;
-use loopbox::runtime::Runtime;
 use loopbox::ui::Ui;
+use loopbox::wasm::bindings::{Event, Turn};
+use loopbox::wasm::meter::Meter;
+use loopbox::wasm::policy::{Call, Policy, PolicySource};
+use loopbox::wasm::runtime::Runtime;
 use loopbox_bench::{Variant, full_run, interleave_blocks, only, rounds, table};
 use mlua::{Function, Lua, LuaOptions, StdLib, Table};
 

@@ -15,14 +15,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use loopbox::bindings::{Decision, Event};
 use loopbox::config::Config;
 use loopbox::db::Db;
 use loopbox::loops::{LoopFile, payload};
-use loopbox::policy::{Policy, PolicySource};
 use loopbox::run::RunContext;
-use loopbox::runtime::Runtime;
 use loopbox::ui::Ui;
+use loopbox::wasm::bindings::{Decision, Event};
+use loopbox::wasm::policy::{Policy, PolicySource};
+use loopbox::wasm::runtime::Runtime;
 use loopbox_bench::{full_run, micros, percentile, rss};
 
 const MB: f64 = 1024.0 * 1024.0;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::limits::Limits;
+use crate::wasm::limits::Limits;
 
 /// The file loopbox reads from the workspace root when `--config` is not given.
 pub const CONFIG_FILE: &str = "loopbox.toml";
@@ -52,7 +52,7 @@ pub struct ShellConfig {
     pub scripts: bool,
     /// The OS sandbox under every command: "auto" (default), "bwrap", "landlock" or "none".
     #[serde(default)]
-    pub sandbox: crate::sandbox::SandboxChoice,
+    pub sandbox: crate::exec::sandbox::SandboxChoice,
     /// Let sandboxed commands use the network.
     #[serde(default)]
     pub network: bool,
@@ -378,7 +378,7 @@ pub struct EngineConfig {
 }
 
 fn default_pool_instances() -> u32 {
-    crate::engine::DEFAULT_POOL_INSTANCES
+    crate::wasm::engine::DEFAULT_POOL_INSTANCES
 }
 
 impl Default for EngineConfig {
@@ -477,8 +477,10 @@ impl Config {
                 let exempt = self.shell.unsafe_env.contains(name)
                     || (host
                         && (name == "PATH"
-                            || crate::child_env::SAFE_FROM_HOST.contains(&name.as_str())));
-                if let Some(why) = crate::child_env::dangerous_variable(name).filter(|_| !exempt) {
+                            || crate::exec::child_env::SAFE_FROM_HOST.contains(&name.as_str())));
+                if let Some(why) =
+                    crate::exec::child_env::dangerous_variable(name).filter(|_| !exempt)
+                {
                     bail!(
                         "shell.{key}: `{name}` {why}, so a command could be made to run code it was not asked to; remove it, or name it in `shell.unsafe_env` to accept that"
                     );
@@ -486,7 +488,7 @@ impl Config {
             }
         }
         for name in &self.shell.writable {
-            crate::sandbox::protect::check_writable(name)
+            crate::exec::sandbox::protect::check_writable(name)
                 .map_err(|e| anyhow::anyhow!("shell.writable: {e}"))?;
         }
         if self.shell.default_timeout_ms == 0 || self.shell.max_timeout_ms == 0 {

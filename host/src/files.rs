@@ -16,8 +16,6 @@ use std::path::Path;
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// `--input @FILE` and `--tick @FILE`.
 pub const MAX_INPUT_BYTES: u64 = 16 << 20;
-/// A YAML loop file (the FSM reader refuses more anyway).
-pub const MAX_LOOP_BYTES: u64 = 1 << 20;
 /// A policy component (a Python one is about 20 MB).
 pub const MAX_COMPONENT_BYTES: u64 = 256 << 20;
 /// An agent's session transcript.
@@ -128,11 +126,10 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 pub fn only_mine(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match std::fs::symlink_metadata(path) {
-        // SAFETY: getuid(2) cannot fail.
         Ok(m) => {
-            m.uid() == unsafe { libc::getuid() }
-                && m.mode() & 0o022 == 0
-                && !m.file_type().is_symlink()
+            // SAFETY: getuid(2) cannot fail.
+            let me = unsafe { libc::getuid() };
+            m.uid() == me && m.mode() & 0o022 == 0 && !m.file_type().is_symlink()
         }
         Err(_) => true,
     }

@@ -432,7 +432,7 @@ fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
         .collect();
     let mut expected = vec!["landlock", "bubblewrap", "sandbox", "network", "protected"];
     // Landlock's limits are stated where it is the fallback.
-    if loopbox::sandbox::support().landlock_usable().is_ok() {
+    if loopbox::exec::sandbox::support().landlock_usable().is_ok() {
         expected.push("landlock");
         assert!(
             out.contains(
@@ -464,7 +464,7 @@ fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
         "[shell]\nsandbox = \"landlock\"\n",
     )
     .unwrap();
-    let support = loopbox::sandbox::support();
+    let support = loopbox::exec::sandbox::support();
     let o = loopbox(dir.path(), &["doctor"]);
     let landlock_ok = support.landlock_usable().is_ok();
     assert_eq!(code(&o), if landlock_ok { 0 } else { 1 });

@@ -1,5 +1,5 @@
 //! `actions`: shell commands and agent prompts, each checked against the
-//! user's grants (see [`crate::grants`]) and the run's action budget before
+//! user's grants (see [`crate::exec::grants`]) and the run's action budget before
 //! anything runs. Ask-tier actions need a person's yes through [`Confirm`].
 //! Refusals are `action-error`s the policy can handle, and every decision
 //! goes to the run log with the rule that made it.
@@ -16,23 +16,22 @@ use std::time::Duration;
 use anyhow::Result;
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::agent::{AgentRequest, AgentRunner};
-use crate::bindings::actions::{
+use crate::config::{PromptTier, ShellConfig};
+use crate::db::{Budget, Db, Spent};
+use crate::exec::agent::{AgentRequest, AgentRunner};
+use crate::exec::child_env::ChildEnv;
+use crate::exec::confirm::Confirm;
+use crate::exec::grants::{self, Refusal, ShellGrants, Tier, show_argv};
+use crate::exec::process::{self, Finished, Spec};
+use crate::exec::sandbox::{Confines, LazySandbox, Sandbox};
+use crate::journal::{Journal, Step, codec};
+use crate::runlog::RunLog;
+use crate::ui::shorten;
+use crate::wasm::bindings::actions::{
     self, ActionError, Output, PromptKind, PromptRequest, ShellRequest,
 };
-use crate::child_env::ChildEnv;
-use crate::config::{PromptTier, ShellConfig};
-use crate::confirm::Confirm;
-use crate::db::{Budget, Db, Spent};
-use crate::grants::{self, Refusal, ShellGrants, Tier, show_argv};
-use crate::instance::InstanceState;
-use crate::journal::{Journal, Step, codec};
-use crate::limits::{Limit, LimitExceeded, Limits};
-use crate::meter::Meter;
-use crate::process::{self, Finished, Spec};
-use crate::runlog::RunLog;
-use crate::sandbox::{Confines, LazySandbox, Sandbox};
-use crate::ui::shorten;
+use crate::wasm::limits::{Limit, LimitExceeded, Limits};
+use crate::wasm::meter::Meter;
 
 /// What a run grants for actions; shared by every instance of the run.
 pub struct ActionGrants {
@@ -189,7 +188,7 @@ impl ActionsHost {
             prompts,
             turn: false,
         };
-        crate::crashpoint::hit("before-intent");
+        crate::run::crashpoint::hit("before-intent");
         match self
             .journal
             .intent(slot.seq, slot.kind, slot.request, &budget)
@@ -342,9 +341,9 @@ impl ActionsHost {
         };
         // The private temp dir and the placeholders live until the command is done.
         let _keep = (prepared._tmp, prepared._hold);
-        crate::crashpoint::hit("action-started");
+        crate::run::crashpoint::hit("action-started");
         let result = process::run(spec).await;
-        crate::crashpoint::hit("action-finished");
+        crate::run::crashpoint::hit("action-finished");
         let result = match result {
             Ok(f) => {
                 self.log
@@ -540,7 +539,7 @@ impl ActionsHost {
             "prompting the agent: {}",
             shorten(&crate::ui::sanitize(&req.text), 60)
         ));
-        crate::crashpoint::hit("action-started");
+        crate::run::crashpoint::hit("action-started");
         let r = agent
             .send(AgentRequest {
                 text: &req.text,
@@ -549,7 +548,7 @@ impl ActionsHost {
                 timeout: req.timeout_ms.map(Duration::from_millis),
             })
             .await;
-        crate::crashpoint::hit("action-finished");
+        crate::run::crashpoint::hit("action-finished");
         let result = match r {
             Ok(reply) => {
                 self.log.host(
@@ -652,7 +651,7 @@ impl actions::Host for ActionsHost {
         };
         let (result, started) = self.shell_live(req.clone(), slot).await?;
         self.record(slot, started, &result)?;
-        crate::crashpoint::hit("action-recorded");
+        crate::run::crashpoint::hit("action-recorded");
         Ok(result)
     }
 
@@ -676,12 +675,15 @@ impl actions::Host for ActionsHost {
         };
         let (result, started) = self.prompt_live(req.clone(), slot).await?;
         self.record(slot, started, &result)?;
-        crate::crashpoint::hit("action-recorded");
+        crate::run::crashpoint::hit("action-recorded");
         Ok(result)
     }
 }
 
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    actions::add_to_linker::<InstanceState, HasSelf<ActionsHost>>(linker, |s| &mut s.actions)
-        .map_err(crate::wasm_err)
+/// Link `actions` into `linker`; `get` finds this capability's host state in the store's data.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut ActionsHost,
+) -> Result<()> {
+    actions::add_to_linker::<T, HasSelf<ActionsHost>>(linker, get).map_err(crate::wasm_err)
 }

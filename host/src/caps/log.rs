@@ -6,11 +6,10 @@ use std::sync::Arc;
 use anyhow::Result;
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::bindings::loopbox::policy::log::{self, Level};
-use crate::instance::InstanceState;
-use crate::limits::{Limit, LimitExceeded};
-use crate::meter::Meter;
 use crate::runlog::{RunLog, Source};
+use crate::wasm::bindings::loopbox::policy::log::{self, Level};
+use crate::wasm::limits::{Limit, LimitExceeded};
+use crate::wasm::meter::Meter;
 
 pub struct LogHost {
     log: RunLog,
@@ -86,7 +85,10 @@ impl log::Host for LogHost {
     }
 }
 
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    log::add_to_linker::<InstanceState, HasSelf<LogHost>>(linker, |s| &mut s.log)
-        .map_err(crate::wasm_err)
+/// Link `log` into `linker`; `get` finds this capability's host state in the store's data.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut LogHost,
+) -> Result<()> {
+    log::add_to_linker::<T, HasSelf<LogHost>>(linker, get).map_err(crate::wasm_err)
 }

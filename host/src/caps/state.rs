@@ -8,11 +8,10 @@ use std::sync::Arc;
 use anyhow::Result;
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::bindings::loopbox::policy::state;
 use crate::db::Db;
-use crate::instance::InstanceState;
-use crate::limits::{Limit, LimitExceeded, Limits};
-use crate::meter::Meter;
+use crate::wasm::bindings::loopbox::policy::state;
+use crate::wasm::limits::{Limit, LimitExceeded, Limits};
+use crate::wasm::meter::Meter;
 
 pub struct StateHost {
     db: Db,
@@ -149,7 +148,10 @@ impl state::Host for StateHost {
     }
 }
 
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    state::add_to_linker::<InstanceState, HasSelf<StateHost>>(linker, |s| &mut s.state)
-        .map_err(crate::wasm_err)
+/// Link `state` into `linker`; `get` finds this capability's host state in the store's data.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut StateHost,
+) -> Result<()> {
+    state::add_to_linker::<T, HasSelf<StateHost>>(linker, get).map_err(crate::wasm_err)
 }

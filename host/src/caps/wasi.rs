@@ -14,23 +14,14 @@ use anyhow::Result;
 use tokio::io::AsyncWrite;
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiView};
 
-use crate::instance::InstanceState;
 use crate::journal::{Journal, JournalClock, event_rng};
-use crate::meter::Meter;
+use crate::wasm::meter::Meter;
 
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
+/// Link WASI p2 into `linker`; the store's data gives the (empty) context.
+pub fn add_to_linker<T: WasiView + 'static>(linker: &mut Linker<T>) -> Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker).map_err(crate::wasm_err)
-}
-
-impl WasiView for InstanceState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
 }
 
 /// The empty context, with stdout and stderr going to `out` and `err`, clocks

@@ -15,13 +15,12 @@ use cap_std::fs::Dir;
 use crate::files::ReadError;
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::bindings::loopbox::policy::workspace;
-use crate::child_env::normalize_relative;
 use crate::db::STORE_DIR;
-use crate::instance::InstanceState;
+use crate::exec::child_env::normalize_relative;
 use crate::journal::{Journal, Step, codec};
-use crate::limits::{Limit, LimitExceeded};
-use crate::meter::Meter;
+use crate::wasm::bindings::loopbox::policy::workspace;
+use crate::wasm::limits::{Limit, LimitExceeded};
+use crate::wasm::meter::Meter;
 
 pub struct WorkspaceHost {
     dir: Arc<Dir>,
@@ -190,9 +189,12 @@ impl workspace::Host for WorkspaceHost {
     }
 }
 
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    workspace::add_to_linker::<InstanceState, HasSelf<WorkspaceHost>>(linker, |s| &mut s.workspace)
-        .map_err(crate::wasm_err)
+/// Link `workspace` into `linker`; `get` finds this capability's host state in the store's data.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut WorkspaceHost,
+) -> Result<()> {
+    workspace::add_to_linker::<T, HasSelf<WorkspaceHost>>(linker, get).map_err(crate::wasm_err)
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! Events with their decisions, the run's key/value state, and the run log.
 //! [`Db::commit_event`] writes everything one handled event changed in one
-//! transaction.
+//! transaction. [`Db::journal_intent`] writes an action's intent before the
+//! action starts, in one transaction with the budget it spends, the calls
+//! before it and (the first time) its event's row, marked pending.
 
 use crate::db::Cached;
 use anyhow::Result;
 use rusqlite::{OptionalExtension, params};
 
-use super::journal::{JournalRow, insert_rows};
+use super::journal::{Budget, JournalRow, Spent, SpentError, insert_rows, spend};
 use super::{Db, now_ms};
 
 /// One log line as stored.
@@ -59,7 +61,7 @@ fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
 const EVENT_COLUMNS: &str = "seq, at, event, decision, error, pending";
 
 /// The next event number of `run`.
-pub(super) fn next_event_seq(tx: &rusqlite::Connection, run: &str) -> rusqlite::Result<i64> {
+fn next_event_seq(tx: &rusqlite::Connection, run: &str) -> rusqlite::Result<i64> {
     tx.row(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1",
         [run],
@@ -68,6 +70,42 @@ pub(super) fn next_event_seq(tx: &rusqlite::Connection, run: &str) -> rusqlite::
 }
 
 impl Db {
+    /// Durably record that an action is about to start: the event's row (as
+    /// pending) if it has none yet, the calls journaled before it, its intent
+    /// row, and the budget it spends. Returns the event's number, or the budget
+    /// that is spent (and then writes nothing).
+    pub fn journal_intent(
+        &self,
+        run: &str,
+        event: (Option<i64>, &str),
+        earlier: &[JournalRow],
+        intent: &JournalRow,
+        budget: &Budget,
+    ) -> Result<Result<i64, Spent>> {
+        self.write("journal the action", |tx| {
+            if let Err(spent) = spend(tx, run, budget)? {
+                // Nothing is written: the transaction is dropped by the caller's rollback.
+                return Err(SpentError(spent).into());
+            }
+            let seq = match event.0 {
+                Some(seq) => seq,
+                None => {
+                    let seq = next_event_seq(tx, run)?;
+                    tx.exec("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
+                    seq
+                }
+            };
+            insert_rows(tx, run, seq, earlier)?;
+            insert_rows(tx, run, seq, std::slice::from_ref(intent))?;
+            Ok(seq)
+        })
+        .map(Ok)
+        .or_else(|e| match e.downcast_ref::<SpentError>() {
+            Some(SpentError(spent)) => Ok(Err(*spent)),
+            None => Err(e),
+        })
+    }
+
     /// Commit one handled event atomically; returns its sequence number.
     pub fn commit_event(&self, run: &str, commit: &EventCommit) -> Result<i64> {
         self.write("commit the event", |tx| {

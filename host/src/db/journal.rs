@@ -1,13 +1,12 @@
-//! Journal rows: every host call of an event with its request and result.
-//! An action's intent is written durably, in one transaction with the budget
-//! it spends and the calls before it, before the action starts; its result is
-//! written before the policy sees it.
+//! Journal rows: every host call of an event with its request and result, and
+//! the run's budgets they spend. An action's result is written before the
+//! policy sees it. This is the lower layer: [`super::events`] writes rows
+//! together with their event, never the other way round.
 
 use crate::db::Cached;
 use anyhow::Result;
 use rusqlite::{OptionalExtension, params};
 
-use super::events::next_event_seq;
 use super::{Db, now_ms};
 
 /// One journaled host call.
@@ -20,6 +19,13 @@ pub struct JournalRow {
     pub request: String,
     /// `None` while the action runs, and forever when the process died during it.
     pub result: Option<String>,
+}
+
+impl JournalRow {
+    /// The bytes the row takes in the journal (what the budgets count).
+    pub fn bytes(&self) -> u64 {
+        (self.kind.len() + self.request.len() + self.result.as_ref().map_or(0, String::len)) as u64
+    }
 }
 
 /// What starting an action spends; `None` limits are not checked.
@@ -61,7 +67,7 @@ pub(super) fn insert_rows(
             now,
             r.result.as_ref().map(|_| now)
         ])?;
-        bytes += crate::journal::row_bytes(r);
+        bytes += r.bytes();
     }
     add_bytes(tx, run, bytes)
 }
@@ -76,7 +82,11 @@ fn add_bytes(tx: &rusqlite::Transaction<'_>, run: &str, bytes: u64) -> Result<()
     Ok(())
 }
 
-fn spend(tx: &rusqlite::Transaction<'_>, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
+pub(super) fn spend(
+    tx: &rusqlite::Transaction<'_>,
+    run: &str,
+    budget: &Budget,
+) -> Result<Result<(), Spent>> {
     if let Some(limit) = budget.prompts
         && tx.exec(
             "UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2",
@@ -153,42 +163,6 @@ impl Db {
         self.write("count the action", |tx| spend(tx, run, budget))
     }
 
-    /// Durably record that an action is about to start: the event's row (as
-    /// pending) if it has none yet, the calls journaled before it, its intent
-    /// row, and the budget it spends. Returns the event's number, or the budget
-    /// that is spent (and then writes nothing).
-    pub fn journal_intent(
-        &self,
-        run: &str,
-        event: (Option<i64>, &str),
-        earlier: &[JournalRow],
-        intent: &JournalRow,
-        budget: &Budget,
-    ) -> Result<Result<i64, Spent>> {
-        self.write("journal the action", |tx| {
-            if let Err(spent) = spend(tx, run, budget)? {
-                // Nothing is written: the transaction is dropped by the caller's rollback.
-                return Err(SpentError(spent).into());
-            }
-            let seq = match event.0 {
-                Some(seq) => seq,
-                None => {
-                    let seq = next_event_seq(tx, run)?;
-                    tx.exec("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
-                    seq
-                }
-            };
-            insert_rows(tx, run, seq, earlier)?;
-            insert_rows(tx, run, seq, std::slice::from_ref(intent))?;
-            Ok(seq)
-        })
-        .map(Ok)
-        .or_else(|e| match e.downcast_ref::<SpentError>() {
-            Some(SpentError(spent)) => Ok(Err(*spent)),
-            None => Err(e),
-        })
-    }
-
     /// Durably record an action's result.
     pub fn journal_result(&self, run: &str, event_seq: i64, seq: i64, result: &str) -> Result<()> {
         self.write("journal the action's result", |tx| {
@@ -203,7 +177,7 @@ impl Db {
 
 /// Carries a spent budget out of the transaction so it rolls back.
 #[derive(Debug)]
-struct SpentError(Spent);
+pub(super) struct SpentError(pub(super) Spent);
 
 impl std::fmt::Display for SpentError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

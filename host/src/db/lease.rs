@@ -25,6 +25,7 @@ impl Owner {
     }
 
     /// The live process `pid`.
+    #[cfg(test)]
     pub fn of(pid: u32) -> Option<Owner> {
         Some(Owner {
             host: hostname(),

@@ -48,7 +48,7 @@ pub struct RunOptions {
     pub ticks: Vec<String>,
     /// An agent hook session: the agent's hook events drive it, not a loopbox process.
     pub hook: bool,
-    /// The grants the run started with (see [`crate::pin`]); a later process
+    /// The grants the run started with (see [`crate::run::pin`]); a later process
     /// continuing the run refuses a config that differs from them.
     pub grants: Option<serde_json::Value>,
 }

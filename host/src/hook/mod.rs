@@ -8,7 +8,7 @@
 
 pub mod agents;
 pub mod input;
-pub mod jsonedit;
+pub(crate) mod jsonedit;
 pub mod render;
 pub mod session;
 pub mod settings;

@@ -12,7 +12,7 @@
 use serde_json::{Value, json};
 
 use super::agents::{Agent, Block, EventSpec, Kind};
-use crate::bindings::Decision;
+use crate::wasm::bindings::Decision;
 
 /// What the hook process prints and exits with.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +81,7 @@ fn system_message(text: &str) -> Value {
 fn cannot_carry(agent: Agent, spec: &EventSpec, decision: &Decision) -> String {
     format!(
         "the policy answered {} to a {} {} hook, which cannot carry it",
-        crate::record::describe_decision(decision),
+        crate::run::record::describe_decision(decision),
         agent.title(),
         if spec.name.is_empty() {
             "(unknown)"
@@ -286,7 +286,7 @@ pub fn fail(agent: Agent, spec: &EventSpec, on_error: OnError, message: &str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::Outcome;
+    use crate::wasm::bindings::Outcome;
 
     fn r(agent: Agent, event: &str, d: Decision) -> Result<HookOutput, String> {
         render(agent, &agent.event(event), &d)

@@ -15,17 +15,17 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 
-use crate::bindings::{Decision, Event};
 use crate::config::Config;
 use crate::db::{Db, lock};
 use crate::hook::agents::{Agent, Kind};
 use crate::hook::input::HookInput;
 use crate::hook::render::{HookOutput, render};
 use crate::hook::transcript;
-use crate::policy::{Policy, PolicySource};
-use crate::record::decision_json;
+use crate::run::record::decision_json;
 use crate::run::{Access, RunContext};
 use crate::ui::Ui;
+use crate::wasm::bindings::{Decision, Event};
+use crate::wasm::policy::{Policy, PolicySource};
 
 /// The run id for a session of a policy: stable across hook processes.
 /// `session` is [`HookInput::session_key`].
@@ -60,7 +60,7 @@ pub async fn answer(
     if existing.as_ref().is_some_and(|r| finished(&r.status)) {
         return Ok(HookOutput::nothing());
     }
-    let grants = crate::pin::pin(&config, workspace);
+    let grants = crate::run::pin::pin(&config, workspace);
     if let Some(run) = &existing {
         // A later event of the session keeps the policy and the grants it started with.
         if run.policy_digest != policy.digest {
@@ -70,7 +70,7 @@ pub async fn answer(
             ));
         }
         let how = "start a new agent session to use it (or add --accept-config-change to the hook's command)";
-        crate::pin::hold(
+        crate::run::pin::hold(
             &db,
             &id,
             run.options.grants.as_ref(),

@@ -4,7 +4,9 @@
 
 use serde_json::{Value, json};
 
-use crate::bindings::actions::{ActionError, Output, PromptKind, PromptRequest, ShellRequest};
+use crate::wasm::bindings::actions::{
+    ActionError, Output, PromptKind, PromptRequest, ShellRequest,
+};
 
 pub fn shell_request(req: &ShellRequest) -> String {
     match req {

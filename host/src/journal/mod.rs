@@ -19,8 +19,8 @@ use anyhow::Result;
 pub use clock::{JournalClock, event_rng};
 
 use crate::db::{Budget, Db, JournalRow, Spent};
-use crate::limits::{Limit, LimitExceeded};
 use crate::ui::shorten;
+use crate::wasm::limits::{Limit, LimitExceeded};
 
 /// Where a call stands against the journal.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,17 +77,12 @@ pub struct JournalBudget {
 }
 
 impl JournalBudget {
-    pub fn of(limits: &crate::limits::Limits) -> JournalBudget {
+    pub fn of(limits: &crate::wasm::limits::Limits) -> JournalBudget {
         JournalBudget {
             per_event: limits.journal_bytes_per_event,
             per_run: limits.journal_bytes_per_run,
         }
     }
-}
-
-/// The bytes a row takes in the journal (what the budgets count).
-pub fn row_bytes(r: &JournalRow) -> u64 {
-    (r.kind.len() + r.request.len() + r.result.as_ref().map_or(0, String::len)) as u64
 }
 
 #[derive(Clone)]
@@ -145,7 +140,7 @@ impl Journal {
             .max()
             .unwrap_or(0)
             + 1;
-        let event_bytes = recorded.iter().map(row_bytes).sum();
+        let event_bytes = recorded.iter().map(JournalRow::bytes).sum();
         let inner = Inner {
             db,
             run: run.to_string(),
@@ -246,7 +241,7 @@ impl Journal {
                 request: request.into(),
                 result: Some(result.into()),
             };
-            j.event_bytes += row_bytes(&row);
+            j.event_bytes += row.bytes();
             j.buffered.push(row);
         }
     }
@@ -274,7 +269,7 @@ impl Journal {
             .journal_intent(&j.run, (j.event_seq, &j.event), &j.buffered, &row, budget)?
         {
             Ok(event_seq) => {
-                j.event_bytes += row_bytes(&row);
+                j.event_bytes += row.bytes();
                 j.event_seq = Some(event_seq);
                 j.buffered.clear();
                 Ok(Ok(()))

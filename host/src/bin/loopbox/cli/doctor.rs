@@ -1,0 +1,137 @@
+//! `loopbox doctor`: what this machine and workspace support, and what
+//! `loopbox run` would use: the OS sandboxes, the configured sandbox, the
+//! compiled-component cache, the store, the agent.
+
+use std::path::Path;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Failure, exit};
+use loopbox::config::Config;
+use loopbox::exec::child_env::ChildEnv;
+use loopbox::exec::sandbox::{Sandbox, support};
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Config file (default: loopbox.toml in the workspace)
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Print one JSON object
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
+    let (config, config_path) =
+        Config::discover(args.config.as_deref(), workspace).map_err(Failure::usage)?;
+    let s = support();
+    let sandbox = Sandbox::decide(config.shell.sandbox, s);
+    let landlock = match s.landlock_usable() {
+        Ok(abi) => format!("yes (ABI {abi})"),
+        Err(e) => format!("no: {e}"),
+    };
+    let bwrap = match &s.bwrap {
+        Ok(p) => format!("yes ({})", p.display()),
+        Err(e) => format!("no: {e}"),
+    };
+    let chosen = match &sandbox {
+        Sandbox::None { why } => format!("none ({why})"),
+        Sandbox::Unavailable(why) => format!("UNAVAILABLE: {why}; every command will be refused"),
+        other => other.name(),
+    };
+    let cache =
+        loopbox::wasm::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
+    let root = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let agent = match &config.agent {
+        None => "none configured ([agent] in loopbox.toml)".to_string(),
+        Some(a) => {
+            match ChildEnv::new(&config.shell, &root).resolve_program(&a.command[0], &root) {
+                Some(p) => format!("{} ({})", a.command[0], p.display()),
+                None => format!(
+                    "{} NOT FOUND on shell.path = `{}`",
+                    a.command[0], config.shell.path
+                ),
+            }
+        }
+    };
+    let landlock_limits = match s.landlock_usable() {
+        Ok(abi) => format!(
+            "cannot keep a missing protected name from being created, so commands create nothing in the workspace root; {}; {}",
+            if abi >= 6 {
+                "abstract UNIX sockets and signals scoped (ABI 6+)"
+            } else {
+                "no socket or signal scopes (ABI 6+ has them)"
+            },
+            if abi >= 9 {
+                "UNIX sockets confined to the workspace (ABI 9+)"
+            } else {
+                "UNIX sockets refused unless shell.unix_sockets (ABI 9+ confines them)"
+            }
+        ),
+        Err(_) => "-".into(),
+    };
+    let protected = loopbox::exec::sandbox::protect::NAMES
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !config.shell.writable.iter().any(|w| w == n))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let config_line = config_path
+        .as_ref()
+        .map_or("none (defaults: nothing granted)".to_string(), |p| {
+            p.display().to_string()
+        });
+    if args.json {
+        let v = json!({
+            "landlock": s.landlock.as_ref().ok(), "landlock_error": s.landlock.as_ref().err(),
+            "bwrap": s.bwrap.as_ref().ok(), "bwrap_error": s.bwrap.as_ref().err(),
+            "sandbox": sandbox.name(), "sandbox_enforced": sandbox.is_enforced(), "sandbox_note": chosen,
+            "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
+            "landlock_limits": landlock_limits, "protected": protected, "unix_sockets": config.shell.unix_sockets,
+        });
+        loopbox::outln!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("serializable")
+        );
+    } else {
+        let line = |k: &str, v: &str| loopbox::outln!("{k:<18}{v}");
+        line("landlock", &landlock);
+        line("bubblewrap", &bwrap);
+        line(
+            "sandbox",
+            &format!(
+                "{chosen} (shell.sandbox = \"{}\")",
+                config.shell.sandbox.name()
+            ),
+        );
+        line(
+            "network",
+            if config.shell.network {
+                "granted to commands (shell.network = true)"
+            } else {
+                "denied to commands"
+            },
+        );
+        line(
+            "protected",
+            &format!(
+                "{protected}, the config, the policy, the agent program (read-only in the sandbox)"
+            ),
+        );
+        if s.landlock_usable().is_ok() {
+            line("landlock limits", &landlock_limits);
+        }
+        line("config", &config_line);
+        line("component cache", &cache.display().to_string());
+        line("agent", &agent);
+    }
+    // Non-zero when commands could not run as configured.
+    Ok(if matches!(sandbox, Sandbox::Unavailable(_)) {
+        exit::FAILURE
+    } else {
+        exit::OK
+    })
+}

@@ -1,0 +1,401 @@
+//! What `loopbox run` and `loopbox runs resume|answer|tick` share: turning a
+//! run's options into its config and grants, asking on the terminal, driving
+//! the run to its end (or until it parks), and reporting how it ended.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{Failure, exit};
+use loopbox::config::Config;
+use loopbox::db::{Db, RunOptions, RunRecord};
+use loopbox::exec::confirm::{ApproveAll, Confirm, NoOneToAsk};
+use loopbox::exec::grants::{ExtraRules, parse_cli_rule};
+use loopbox::exec::sandbox::Sandbox;
+use loopbox::run::driver::{self, Asker, DriveOptions, Next, NoAsker, RunEnd};
+use loopbox::run::record::outcome_json;
+use loopbox::run::stop::{Stop, StopReason};
+use loopbox::run::{Access, RunContext};
+use loopbox::ui::{Ui, sanitize};
+use loopbox::wasm::policy::{Policy, PolicySource};
+
+/// The config a run's options name, with `--max-turns` applied.
+pub fn config_for(
+    options: &RunOptions,
+    workspace: &Path,
+) -> Result<(Config, Option<PathBuf>), Failure> {
+    let (mut config, path) =
+        Config::discover(options.config.as_deref(), workspace).map_err(Failure::usage)?;
+    if let Some(n) = options.max_turns {
+        if n == 0 {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--max-turns must be at least 1"
+            )));
+        }
+        config.run.max_turns = n;
+    }
+    Ok((config, path))
+}
+
+pub fn cli_rules(options: &RunOptions) -> Result<ExtraRules, Failure> {
+    let parse = |flag: &str, v: &[String]| {
+        v.iter()
+            .map(|r| {
+                parse_cli_rule(r)
+                    .map_err(|e| Failure::usage(anyhow::anyhow!("--{flag} {r:?}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(ExtraRules {
+        allow: parse("allow", &options.allow)?,
+        ask: parse("ask", &options.ask)?,
+        deny: parse("deny", &options.deny)?,
+    })
+}
+
+/// The policy a run was started with: its recorded path, else its source text.
+pub fn policy_source(run: &RunRecord) -> PolicySource {
+    match &run.options.policy_path {
+        Some(p) => PolicySource::Path(p.clone()),
+        None => PolicySource::parse(&run.policy),
+    }
+}
+
+/// One process driving one run.
+pub struct Drive<'a> {
+    pub workspace: &'a Path,
+    pub db: Db,
+    pub run: RunRecord,
+    pub policy: Policy,
+    pub config: Config,
+    pub config_path: Option<PathBuf>,
+    pub json: bool,
+    /// Print the grants banner (a new run) or a one-line "resuming" note.
+    pub banner: bool,
+    pub resend_turn: bool,
+}
+
+impl Drive<'_> {
+    /// Drive the run from `next`, record how it ended, print it; the exit code.
+    pub fn until_it_stops(self, next: Next) -> Result<i32, Failure> {
+        let Drive {
+            workspace,
+            db,
+            run,
+            policy,
+            config,
+            config_path,
+            json,
+            banner,
+            resend_turn,
+        } = self;
+        let ui = if json { Ui::quiet() } else { Ui::detect(false) };
+        let extra = cli_rules(&run.options)?;
+        let yes = run.options.yes;
+        let confirm: Arc<dyn Confirm> = if yes {
+            Arc::new(ApproveAll)
+        } else if json {
+            Arc::new(NoOneToAsk(
+                "--json runs ask no one; pass --yes to approve ask-tier actions",
+            ))
+        } else {
+            Arc::new(TerminalConfirm { ui: ui.clone() })
+        };
+        let source = policy.source.clone();
+        let protected = config_path
+            .into_iter()
+            .chain(source.path().map(Path::to_path_buf))
+            .collect();
+        let access = Access {
+            rules: extra.clone(),
+            confirm,
+            protected,
+            support: None,
+        };
+        let config = Arc::new(config);
+        let ctx = RunContext::with_access(
+            run.id.clone(),
+            config.clone(),
+            db.clone(),
+            workspace,
+            ui.clone(),
+            access,
+        )
+        .map_err(Failure::usage)?;
+        if banner {
+            ui.line(grants_banner(
+                &run.id,
+                &source,
+                policy.world.name(),
+                &config,
+                &extra,
+                yes,
+                ctx.sandbox(),
+            ));
+        } else {
+            ui.line(format!(
+                "loopbox: resuming run {} of {source} (world {}); sandbox {}",
+                run.id,
+                policy.world.name(),
+                ctx.sandbox().name()
+            ));
+        }
+
+        let delivered = db.ticks_delivered(&run.id).map_err(Failure::internal)?;
+        let ticks: VecDeque<String> = run.options.ticks.iter().skip(delivered).cloned().collect();
+        let asker: Box<dyn Asker> = if json {
+            Box::new(NoAsker)
+        } else {
+            Box::new(TerminalAsker { ui: ui.clone() })
+        };
+        let opts = DriveOptions {
+            max_turns: config.run.max_turns,
+            asker: asker.as_ref(),
+            ticks,
+            resend_turn,
+        };
+        let end = super::tokio()?.block_on(async {
+            let signals = tokio::spawn(watch_signals(ctx.stop().clone(), run.id.clone()));
+            let end = driver::drive(&ctx, &policy, next, opts).await;
+            signals.abort();
+            end
+        });
+        ui.finish();
+        let end = end.map_err(|e| {
+            Failure::internal(e.context(format!("run {} stopped; once the cause is fixed, continue it with `loopbox runs resume {}`", run.id, run.id)))
+        })?;
+        report(&db, &run.id, &source, policy.world.name(), &end, json)
+    }
+}
+
+/// The first SIGINT or SIGTERM stops the run where it stands (it can be resumed);
+/// a second one ends loopbox at once, as a crash would.
+async fn watch_signals(stop: Arc<Stop>, id: String) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    loopbox::errln!(
+        "\nloopbox: stopping run {id} where it stands (signal again to quit at once); resume it with `loopbox runs resume {id}`"
+    );
+    stop.request(StopReason::Interrupted);
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    std::process::exit(exit::INTERRUPTED);
+}
+
+/// Record how the run ended (and give up its lease), then print it.
+pub fn report(
+    db: &Db,
+    id: &str,
+    source: &PolicySource,
+    world: &str,
+    end: &RunEnd,
+    json: bool,
+) -> Result<i32, Failure> {
+    let outcome = match end {
+        RunEnd::Done(o) => Some(outcome_json(o)),
+        _ => None,
+    };
+    db.finish_driving(
+        id,
+        end.status(),
+        outcome.as_ref().map(|o| o.to_string()).as_deref(),
+    )
+    .map_err(Failure::internal)?;
+    let record = db.existing_run(id).map_err(Failure::internal)?;
+    let code = exit_code(end);
+    if json {
+        let out = json!({
+            "run_id": id, "policy": source.to_string(), "world": world, "status": end.status(),
+            "exit_code": code, "summary": end.summary(), "outcome": outcome, "turns": record.turns, "actions": record.actions,
+        });
+        loopbox::outln!("{out}");
+    } else {
+        loopbox::outln!("{}: {}", end.status(), sanitize(&end.summary()));
+        match end {
+            RunEnd::Waiting(_) => loopbox::outln!("run {id} is parked in {}", db.path().display()),
+            RunEnd::TurnUnknown(_) => loopbox::outln!(
+                "resume it with `loopbox runs resume {id} --resend-turn`, or stop it with `loopbox runs cancel {id}`"
+            ),
+            RunEnd::Interrupted => loopbox::outln!(
+                "resume it with `loopbox runs resume {id}`, or stop it with `loopbox runs cancel {id}`"
+            ),
+            _ => {}
+        }
+    }
+    Ok(code)
+}
+
+/// Take the run for this process, or say who has it.
+pub fn acquire(db: &Db, id: &str) -> Result<(), Failure> {
+    match db.acquire(id).map_err(Failure::internal)? {
+        Ok(()) => Ok(()),
+        Err(holder) => Err(Failure {
+            code: exit::BUSY,
+            error: anyhow::anyhow!(
+                "run {id} is being driven by another loopbox process (pid {} on {}); wait for it to finish, or stop it with `loopbox runs cancel {id}`",
+                holder.pid,
+                holder.host
+            ),
+        }),
+    }
+}
+
+/// Say which runs were interrupted (their driver died) and how to pick them up.
+pub fn note_interrupted(db: &Db) {
+    if let Ok(runs) = db.find_interrupted() {
+        for r in runs {
+            loopbox::errln!(
+                "note: run {} of {} was interrupted (its loopbox process stopped); resume it with `loopbox runs resume {}`, or stop it with `loopbox runs cancel {}`",
+                r.id,
+                r.policy,
+                r.id,
+                r.id
+            );
+        }
+    }
+}
+
+/// Asks on the terminal whether an ask-tier action may run.
+struct TerminalConfirm {
+    ui: Ui,
+}
+
+impl Confirm for TerminalConfirm {
+    fn confirm(&self, action: &str, rule: &str) -> Result<bool, String> {
+        let message = format!(
+            "The policy wants to run {} (needs a yes: {})",
+            sanitize(action),
+            sanitize(rule)
+        );
+        let answer = read_answer(&self.ui, &message, "Allow it? [y/N] ")
+            .ok_or("there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions")?;
+        Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+    }
+}
+
+/// Asks on the terminal; declines (returns None) without one or under CI.
+struct TerminalAsker {
+    ui: Ui,
+}
+
+impl Asker for TerminalAsker {
+    fn ask(&self, question: &str) -> Option<String> {
+        read_answer(
+            &self.ui,
+            &format!("The policy asks: {}", sanitize(question)),
+            "answer> ",
+        )
+    }
+}
+
+/// Show `message` and read one line from the person at the terminal; None without one
+/// (stdin not a terminal, or `CI` set), or when reading fails.
+fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
+    if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
+        return None;
+    }
+    let mut answer = String::new();
+    ui.suspend(|| {
+        loopbox::errln!("\n{message}");
+        loopbox::errprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        std::io::stdin().lock().read_line(&mut answer).ok()
+    })?;
+    Some(answer.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// The first line of a run: what runs, and everything it is granted.
+fn grants_banner(
+    id: &str,
+    source: &PolicySource,
+    world: &str,
+    config: &Config,
+    extra: &ExtraRules,
+    yes: bool,
+    sandbox: &Sandbox,
+) -> String {
+    let list = |a: &[Vec<String>], b: &[Vec<String>]| {
+        let all: Vec<String> = a.iter().chain(b).map(|r| r.join(" ")).collect();
+        if all.is_empty() {
+            "none".to_string()
+        } else {
+            all.join("; ")
+        }
+    };
+    let agent = config
+        .agent
+        .as_ref()
+        .map_or("none".to_string(), |a| a.command[0].clone());
+    let mut line = format!(
+        "loopbox: run {id} of {source} (world {world}); grants: exec [{}], scripts {}, agent {agent}",
+        list(&config.shell.allow, &extra.allow),
+        if config.shell.scripts {
+            "ALLOWED"
+        } else {
+            "no"
+        }
+    );
+    if !config.shell.ask.is_empty() || !extra.ask.is_empty() {
+        line.push_str(&format!(
+            "; ask [{}]{}",
+            list(&config.shell.ask, &extra.ask),
+            if yes { " (all approved by --yes)" } else { "" }
+        ));
+    }
+    if !config.shell.deny.is_empty() || !extra.deny.is_empty() {
+        line.push_str(&format!(
+            "; deny [{}]",
+            list(&config.shell.deny, &extra.deny)
+        ));
+    }
+    line.push_str(&format!(
+        "; sandbox {}{}",
+        sandbox.name(),
+        if config.shell.network {
+            " with network"
+        } else {
+            ""
+        }
+    ));
+    match sandbox {
+        Sandbox::None { why } => line.push_str(&format!(
+            " ({why}: commands run unconfined, scripts are refused)"
+        )),
+        Sandbox::Unavailable(why) => {
+            line.push_str(&format!(" ({why}: every command will be refused)"))
+        }
+        _ => {}
+    }
+    line
+}
+
+/// The process exit code of a run's end (see the README's table).
+fn exit_code(end: &RunEnd) -> i32 {
+    match end {
+        RunEnd::Done(o) if o.success => exit::OK,
+        RunEnd::Stopped { .. } => exit::OK,
+        RunEnd::Done(_) | RunEnd::Blocked(_) => exit::FAILURE,
+        RunEnd::Escalated(_) => exit::ESCALATED,
+        RunEnd::Waiting(_) => exit::WAITING,
+        RunEnd::Fault(_) => exit::FAULT,
+        RunEnd::TurnBudget(_) => exit::TURN_BUDGET,
+        RunEnd::Agent(_) => exit::AGENT,
+        RunEnd::Cancelled => exit::CANCELLED,
+        RunEnd::TurnUnknown(_) => exit::UNKNOWN_TURN,
+        RunEnd::Interrupted => exit::INTERRUPTED,
+    }
+}

@@ -1,0 +1,212 @@
+//! The command line: clap derive, one file per subcommand. Exit codes are
+//! documented in the README and in `loopbox --help`.
+
+mod build;
+mod doctor;
+mod drive;
+mod hook;
+mod inspect;
+mod new;
+mod run;
+mod runs;
+mod validate;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes shared by every subcommand.
+pub mod exit {
+    pub const OK: i32 = 0;
+    /// The policy finished and said it failed (or blocked).
+    pub const FAILURE: i32 = 1;
+    /// Bad arguments, config, input or policy file.
+    pub const USAGE: i32 = 2;
+    pub const ESCALATED: i32 = 3;
+    pub const WAITING: i32 = 4;
+    pub const FAULT: i32 = 5;
+    pub const TURN_BUDGET: i32 = 6;
+    pub const AGENT: i32 = 7;
+    /// The run was cancelled (`loopbox runs cancel`).
+    pub const CANCELLED: i32 = 8;
+    /// Another loopbox process is driving the run.
+    pub const BUSY: i32 = 9;
+    /// An agent turn was in flight when the run stopped; resume with --resend-turn or cancel.
+    pub const UNKNOWN_TURN: i32 = 10;
+    /// loopbox itself failed (store, I/O).
+    pub const INTERNAL: i32 = 70;
+    /// SIGINT or SIGTERM stopped the run; resume it with `loopbox runs resume`.
+    pub const INTERRUPTED: i32 = 130;
+}
+
+const EXIT_CODES: &str = "Exit codes:
+  0   the run finished successfully (or the policy let the agent stop)
+  1   the policy finished with a failure outcome, or blocked
+  2   bad arguments, config, input or policy file
+  3   the policy escalated to a person
+  4   the run is waiting (for an answer or events)
+  5   the policy failed: trap, limit, error or malformed decision
+  6   the run used all its turns (run.max_turns)
+  7   the agent could not be run or failed
+  8   the run was cancelled (loopbox runs cancel)
+  9   another loopbox process is driving the run
+  10  an agent turn was in flight when the run stopped: resume with --resend-turn, or cancel
+  70  loopbox itself failed (store, I/O)
+  130 interrupted by Ctrl-C (SIGINT) or SIGTERM: the run stopped where it stood; resume it with `loopbox runs resume ID`";
+
+#[derive(Debug, Parser)]
+#[command(name = "loopbox", version, about = "Run loop policies for AI coding agents as sandboxed WebAssembly components", after_help = EXIT_CODES)]
+pub struct Cli {
+    /// The workspace: actions run here, the store lives in its .loopbox/ (default: the current directory)
+    #[arg(short = 'C', long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a policy, or a YAML loop, until it finishes
+    Run(run::RunArgs),
+    /// Check a YAML loop without running it
+    Validate(validate::ValidateArgs),
+    /// Describe a policy component without running it
+    Inspect(inspect::InspectArgs),
+    /// List the runs in this workspace; show, follow, resume, answer, tick or cancel one
+    Runs(runs::RunsArgs),
+    /// Run a policy as an agent's hook (Claude Code, Codex, Gemini CLI), or install it as one
+    Hook(hook::HookArgs),
+    /// Say what this machine supports: OS sandboxes, cache, agent
+    Doctor(doctor::DoctorArgs),
+    /// Create a policy project in Rust, Python or JavaScript
+    New(new::NewArgs),
+    /// Build a policy project into a component (NAME.wasm)
+    Build(build::BuildArgs),
+}
+
+/// A failure with the exit code it should end the process with.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    pub fn usage(error: anyhow::Error) -> Failure {
+        Failure {
+            code: exit::USAGE,
+            error,
+        }
+    }
+
+    pub fn internal(error: anyhow::Error) -> Failure {
+        Failure {
+            code: exit::INTERNAL,
+            error: loopbox::db::advise(error),
+        }
+    }
+
+    /// Looking something up: not finding it is a usage error, the store failing is internal.
+    pub fn lookup(error: anyhow::Error) -> Failure {
+        if loopbox::db::is_store_error(&error) {
+            Failure::internal(error)
+        } else {
+            Failure::usage(error)
+        }
+    }
+}
+
+pub fn main() -> i32 {
+    loopbox::out::guard_std_fds();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match hook::answering(std::env::args_os()) {
+            // A hook command with a wrong flag: the agent reads exit 2 as "block", so answer as the hook would.
+            Some(agent) if e.use_stderr() => {
+                return hook::answer_broken_command(agent, &e.to_string());
+            }
+            _ => e.exit(),
+        },
+    };
+    let code = main_with(cli);
+    match loopbox::out::stdout_failure() {
+        Some(why) if code == exit::OK => {
+            loopbox::errln!("error: cannot write to standard output: {why}");
+            exit::INTERNAL
+        }
+        _ => code,
+    }
+}
+
+fn main_with(cli: Cli) -> i32 {
+    // A workspace is used, never created: a mistyped -C must not make a directory.
+    // (A hook checks its own workspace, to answer in its agent's protocol.)
+    if let Some(dir) = &cli.workspace
+        && !dir.is_dir()
+        && !matches!(&cli.command, Command::Hook(h) if h.answers())
+    {
+        let why = if dir.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        loopbox::errln!(
+            "error: workspace `{}` (-C) {why}; give the directory of an existing project",
+            dir.display()
+        );
+        return exit::USAGE;
+    }
+    let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
+    let result = match cli.command {
+        Command::Run(args) => run::execute(args, &workspace),
+        Command::Validate(args) => validate::execute(args, &workspace),
+        Command::Inspect(args) => inspect::execute(args, &workspace),
+        Command::Runs(args) => runs::execute(args, &workspace),
+        Command::Hook(args) => hook::execute(args, cli.workspace.as_deref()),
+        Command::Doctor(args) => doctor::execute(args, &workspace),
+        Command::New(args) => new::execute(args, &workspace),
+        Command::Build(args) => build::execute(args, &workspace),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            loopbox::errln!("error: {:#}", f.error);
+            f.code
+        }
+    }
+}
+
+/// The runtime for a workspace's config (its cache directory, which must lie outside `workspace`).
+pub(crate) fn runtime(
+    config: &loopbox::config::Config,
+    workspace: &std::path::Path,
+) -> Result<loopbox::wasm::runtime::Runtime, Failure> {
+    let dir = loopbox::wasm::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
+    loopbox::wasm::cache::check_dir(&dir, workspace).map_err(Failure::usage)?;
+    loopbox::wasm::runtime::Runtime::with_pool(dir, config.engine.pool_instances)
+        .map_err(Failure::internal)
+}
+
+/// A multi-threaded tokio runtime for one command.
+pub(crate) fn tokio() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::internal(e.into()))
+}
+
+/// `--input` / `--tick` values: inline JSON, or `@file` to read it from a file.
+pub(crate) fn json_arg(flag: &str, value: &str) -> Result<String, Failure> {
+    let text = match value.strip_prefix('@') {
+        Some(path) => loopbox::files::read_text(
+            std::path::Path::new(path),
+            loopbox::files::MAX_INPUT_BYTES,
+            &format!("{flag} @"),
+        )
+        .map_err(|e| Failure::usage(anyhow::anyhow!("{e}")))?,
+        None => value.to_string(),
+    };
+    serde_json::from_str::<serde::de::IgnoredAny>(&text)
+        .map_err(|e| Failure::usage(anyhow::anyhow!("{flag} is not valid JSON: {e}")))?;
+    Ok(text)
+}

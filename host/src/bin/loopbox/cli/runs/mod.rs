@@ -1,0 +1,127 @@
+//! `loopbox runs`: the runs in this workspace's store (standalone runs and
+//! hook sessions alike, newest first), and the commands that look into one run
+//! or move it on: show, log, resume, answer, tick, cancel.
+
+mod cancel;
+mod cont;
+mod log;
+mod show;
+
+use std::path::Path;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::{Failure, exit};
+use loopbox::db::{Db, STORE_DIR, STORE_FILE};
+use loopbox::ui::utc;
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    command: Option<RunsCommand>,
+    /// Print JSON (one array for the list)
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// Everything about one run: status, counters, events, journal
+    Show(show::ShowArgs),
+    /// A run's log; --follow keeps printing while the run goes on
+    Log(log::LogArgs),
+    /// Continue a run that was interrupted, or is parked
+    Resume(cont::ResumeArgs),
+    /// Answer the question a parked run asked (delivers `user-input`)
+    Answer(cont::AnswerArgs),
+    /// Deliver a `tick` to a run waiting for events
+    Tick(cont::TickArgs),
+    /// Stop a run: now if no process drives it, else at its next step
+    Cancel(cancel::CancelArgs),
+}
+
+pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
+    match args.command {
+        None => list(args.json, workspace),
+        Some(RunsCommand::Show(a)) => show::execute(a, args.json, workspace),
+        Some(RunsCommand::Log(a)) => log::execute(a, args.json, workspace),
+        Some(RunsCommand::Resume(a)) => cont::resume(a, args.json, workspace),
+        Some(RunsCommand::Answer(a)) => cont::answer(a, args.json, workspace),
+        Some(RunsCommand::Tick(a)) => cont::tick(a, args.json, workspace),
+        Some(RunsCommand::Cancel(a)) => cancel::execute(a, args.json, workspace),
+    }
+}
+
+/// The workspace's store, which must exist already.
+fn open_store(workspace: &Path) -> Result<Db, Failure> {
+    let path = workspace.join(STORE_DIR).join(STORE_FILE);
+    if !path.is_file() {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "there are no runs in `{}` yet (start one with `loopbox run POLICY`)",
+            workspace.display()
+        )));
+    }
+    Db::open(&path).map_err(Failure::internal)
+}
+
+fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
+    if !workspace.join(STORE_DIR).join(STORE_FILE).is_file() {
+        if json {
+            loopbox::outln!("[]");
+        } else {
+            loopbox::outln!(
+                "no runs in {} yet (start one with `loopbox run POLICY`)",
+                workspace.display()
+            );
+        }
+        return Ok(exit::OK);
+    }
+    let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
+    db.find_interrupted().map_err(Failure::internal)?;
+    let runs = db.list_runs().map_err(Failure::internal)?;
+    if json {
+        let rows: Vec<_> = runs
+            .iter()
+            .map(|(r, last)| {
+                json!({
+                    "id": r.id, "policy": r.policy, "status": r.status, "started": utc(r.created_at_ms),
+                    "updated": utc(r.updated_at_ms), "last_event": last, "turns": r.turns, "actions": r.actions,
+                })
+            })
+            .collect();
+        loopbox::outln!("{}", serde_json::Value::Array(rows));
+        return Ok(exit::OK);
+    }
+    loopbox::outln!(
+        "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}",
+        "ID",
+        "POLICY",
+        "STATUS",
+        "STARTED (UTC)",
+        "LAST EVENT",
+        "ACTIONS"
+    );
+    for (r, last) in &runs {
+        loopbox::outln!(
+            "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}",
+            r.id,
+            keep_tail(&r.policy, 28),
+            r.status,
+            utc(r.created_at_ms),
+            last.as_deref().unwrap_or("-"),
+            r.actions
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// The end of `s` (a path: its file name matters most) within `max` characters.
+fn keep_tail(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        s.to_string()
+    } else {
+        format!("…{}", s.chars().skip(n - max + 1).collect::<String>())
+    }
+}

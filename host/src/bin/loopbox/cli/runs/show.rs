@@ -1,0 +1,138 @@
+//! `loopbox runs show ID`: one run's status, counters, driver, events and
+//! journal, as text or one JSON object.
+
+use std::path::Path;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::super::{Failure, exit};
+use super::open_store;
+use loopbox::db::JournalRow;
+use loopbox::ui::{sanitize, shorten, utc};
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The run's id (see `loopbox runs`)
+    id: String,
+}
+
+/// What a journaled call came to: `ok`, `error`, `unknown` (in flight when the run stopped) or `running`.
+fn outcome(r: &JournalRow, driver_alive: bool) -> &'static str {
+    match r.result.as_deref() {
+        None if driver_alive => "running",
+        None => "unknown",
+        Some(t) if t.contains("\"outcome-unknown\"") => "unknown",
+        Some(t) if t.starts_with("{\"ok\"") => "ok",
+        Some(_) => "error",
+    }
+}
+
+pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
+    let db = open_store(workspace)?;
+    db.find_interrupted().map_err(Failure::internal)?;
+    let run = db.existing_run(&args.id).map_err(Failure::lookup)?;
+    let events = db.events(&run.id).map_err(Failure::internal)?;
+    let journal = db.journal_of_run(&run.id).map_err(Failure::internal)?;
+    let alive = run.lease.as_ref().is_some_and(|o| o.is_alive());
+    let actions: Vec<&(i64, JournalRow)> = journal
+        .iter()
+        .filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn"))
+        .collect();
+    let count = |o: &str| {
+        actions
+            .iter()
+            .filter(|(_, r)| outcome(r, alive) == o)
+            .count()
+    };
+
+    if json {
+        let parse = |t: &Option<String>| {
+            t.as_deref()
+                .map(|t| serde_json::from_str::<Value>(t).unwrap_or(Value::String(t.into())))
+        };
+        let out = json!({
+            "id": run.id, "policy": run.policy, "policy_digest": run.policy_digest, "status": run.status,
+            "started": utc(run.created_at_ms), "updated": utc(run.updated_at_ms),
+            "turns": run.turns, "actions": run.actions, "prompts": run.prompts,
+            "outcome": parse(&run.outcome), "input": parse(&Some(run.input.clone())),
+            "driver": run.lease.as_ref().map(|o| json!({"pid": o.pid, "host": o.host, "alive": o.is_alive()})),
+            "cancel_requested": run.cancel_requested,
+            "events": events.iter().map(|e| json!({
+                "seq": e.seq, "at": utc(e.at_ms), "event": parse(&Some(e.event.clone())),
+                "decision": parse(&e.decision), "error": parse(&e.error), "pending": e.pending,
+            })).collect::<Vec<_>>(),
+            "journal": actions.iter().map(|(event, r)| json!({
+                "event": event, "seq": r.seq, "kind": r.kind, "request": parse(&Some(r.request.clone())),
+                "outcome": outcome(r, alive), "result": parse(&r.result),
+            })).collect::<Vec<_>>(),
+        });
+        loopbox::outln!("{out}");
+        return Ok(exit::OK);
+    }
+
+    loopbox::outln!("run {} of {}", run.id, run.policy);
+    let outcome_line = run
+        .outcome
+        .as_deref()
+        .and_then(|o| serde_json::from_str::<Value>(o).ok())
+        .and_then(|o| o["summary"].as_str().map(|s| format!(": {}", sanitize(s))))
+        .unwrap_or_default();
+    loopbox::outln!("status:   {}{outcome_line}", run.status);
+    loopbox::outln!(
+        "started:  {} UTC; last change {} UTC",
+        utc(run.created_at_ms),
+        utc(run.updated_at_ms)
+    );
+    loopbox::outln!(
+        "counts:   {} turn(s), {} action(s), {} prompt(s)",
+        run.turns,
+        run.actions,
+        run.prompts
+    );
+    if let Some(o) = &run.lease {
+        loopbox::outln!(
+            "driver:   pid {} on {} ({})",
+            o.pid,
+            o.host,
+            if o.is_alive() { "running" } else { "gone" }
+        );
+    }
+    loopbox::outln!("events:");
+    for e in &events {
+        let kind = serde_json::from_str::<Value>(&e.event)
+            .ok()
+            .and_then(|v| v["type"].as_str().map(String::from))
+            .unwrap_or_default();
+        let after = match (&e.decision, &e.error, e.pending) {
+            (_, _, true) => "(interrupted while it was handled)".to_string(),
+            (Some(d), _, _) => loopbox::run::record::parse_decision(d)
+                .map(|d| format!("-> {}", loopbox::run::record::describe_decision(&d)))
+                .unwrap_or_default(),
+            (_, Some(err), _) => format!("-> failed: {}", shorten(&sanitize(err), 100)),
+            _ => String::new(),
+        };
+        loopbox::outln!("  {:>3}  {kind:<14} {after}", e.seq);
+    }
+    loopbox::outln!(
+        "journal:  {} action(s): {} ok, {} failed or refused, {} outcome unknown, {} running",
+        actions.len(),
+        count("ok"),
+        count("error"),
+        count("unknown"),
+        count("running")
+    );
+    for (event, r) in actions
+        .iter()
+        .filter(|(_, r)| matches!(outcome(r, alive), "unknown" | "running"))
+    {
+        loopbox::outln!(
+            "  event {event} call {}: {} {} ({})",
+            r.seq,
+            r.kind,
+            shorten(&sanitize(&r.request), 100),
+            outcome(r, alive)
+        );
+    }
+    Ok(exit::OK)
+}

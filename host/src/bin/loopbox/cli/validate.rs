@@ -1,0 +1,84 @@
+//! `loopbox validate LOOP.yaml`: the static checks of a YAML loop, without
+//! running it. Every problem is printed as `FILE:LINE: message`.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Failure, exit};
+use loopbox::loops;
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The loop file (little-loops FSM YAML)
+    file: PathBuf,
+    /// Config file, for limits.read_bytes on imports (default: loopbox.toml in the workspace, if present)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the result as one JSON object on stdout
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
+    let (config, _) = loopbox::config::Config::discover(args.config.as_deref(), workspace)
+        .map_err(Failure::usage)?;
+    let file = loops::read(workspace, &args.file).map_err(Failure::usage)?;
+    let result = loops::load(workspace, &file, config.limits.read_bytes);
+    if args.json {
+        let value = match &result {
+            Ok(lp) => json!({
+                "file": file.path, "valid": true, "problems": [],
+                "loop": {
+                    "name": lp.name, "initial": lp.initial.state, "max_steps": lp.max_steps,
+                    "states": lp.states.iter().map(|s| &s.name).collect::<Vec<_>>(),
+                },
+            }),
+            Err(problems) => json!({
+                "file": file.path, "valid": false,
+                "problems": problems.iter().map(|p| json!({"file": p.file, "line": p.line, "message": p.message})).collect::<Vec<_>>(),
+            }),
+        };
+        loopbox::outln!("{value}");
+        return Ok(if result.is_ok() {
+            exit::OK
+        } else {
+            exit::USAGE
+        });
+    }
+    match result {
+        Ok(lp) => {
+            let terminals: Vec<&str> = lp
+                .states
+                .iter()
+                .filter(|s| s.terminal)
+                .map(|s| s.name.as_str())
+                .collect();
+            loopbox::outln!(
+                "ok: {} is loop `{}`: {} states, starts at `{}`, ends at {}, at most {} steps",
+                file.path,
+                lp.name,
+                lp.states.len(),
+                lp.initial.state,
+                terminals
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                lp.max_steps
+            );
+            Ok(exit::OK)
+        }
+        Err(problems) => {
+            loopbox::errln!("{}", loopbox_fsm::render(&problems));
+            loopbox::errln!(
+                "error: {} has {} problem(s); fix them and run `loopbox validate {}` again",
+                file.path,
+                problems.len(),
+                args.file.display()
+            );
+            Ok(exit::USAGE)
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The `loopbox` command: the library's runtime behind a clap command line.
+//! Everything here is the front end (arguments, output, exit codes); the work
+//! is in the `loopbox` library.
+
+mod cli;
+
+fn main() {
+    std::process::exit(cli::main());
+}

@@ -1,0 +1,602 @@
+//! The agent runner: sends a message to the agent the user configured and
+//! reads its reply and conversation id, so the next message continues the
+//! same conversation.
+//!
+//! - CLI agents (`runner = "command"` or a preset: `claude`, `codex`, `gemini`):
+//!   an argv template, never through a shell, run inside the OS sandbox with
+//!   the network allowed and the protected paths read-only. The message goes on
+//!   stdin (presets) or as the `{prompt}` argument; placeholders are filled in
+//!   the template only, a message that would be read as an option is refused,
+//!   and a session id or model name must be a plain word.
+//! - `openai`: an OpenAI-compatible chat-completions server. The conversation
+//!   of each session id is kept in the run store, so a later process (a
+//!   resumed run, the next hook) continues it. The API key is read from the
+//!   environment variable the config names; the config never holds it.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::config::{AgentConfig, AgentOutput, OpenAiConfig, PromptInput, RunnerKind};
+use crate::db::Db;
+use crate::exec::child_env::ChildEnv;
+use crate::exec::process::{self, Finished, Spec};
+use crate::exec::sandbox::{Confines, LazySandbox, Prepared};
+
+#[derive(Clone)]
+pub struct AgentRunner {
+    config: AgentConfig,
+    env: ChildEnv,
+    output_cap: usize,
+    db: Db,
+    sandbox: Option<std::sync::Arc<AgentSandbox>>,
+    /// The agent program and its identity when the runner was made: a program
+    /// changed since (by anything) is not run.
+    program: Option<(std::path::PathBuf, String)>,
+}
+
+/// Where the agent CLI runs: the run's sandbox, with the agent's own confines.
+pub struct AgentSandbox {
+    pub sandbox: LazySandbox,
+    pub confines: Confines,
+}
+
+/// One message to the agent.
+#[derive(Debug, Clone, Default)]
+pub struct AgentRequest<'a> {
+    pub text: &'a str,
+    pub model: Option<&'a str>,
+    pub session: Option<&'a str>,
+    pub timeout: Option<Duration>,
+}
+
+/// What the agent answered.
+#[derive(Debug, Clone)]
+pub struct AgentReply {
+    /// The CLI's process (for HTTP agents, a synthesized record of the request).
+    pub process: Finished,
+    /// The reply text: all of stdout, or the `result` field for JSON output.
+    pub text: String,
+    pub session: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(
+        "the agent command `{program}` was not found (agent.command[0]; looked in shell.path = `{path}`)"
+    )]
+    NotFound { program: String, path: String },
+    #[error("failed to start the agent `{program}`: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("the agent did not answer within {0:?} (agent.timeout_ms)")]
+    TimedOut(Duration),
+    #[error("the agent server failed: {0}")]
+    Http(String),
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl AgentRunner {
+    /// `sandbox`: where the CLI runs (None: unconfined, for tests of the template).
+    pub fn new(
+        config: AgentConfig,
+        env: ChildEnv,
+        output_cap: usize,
+        db: Db,
+        sandbox: Option<AgentSandbox>,
+    ) -> AgentRunner {
+        let program = (config.runner != RunnerKind::Openai)
+            .then(|| env.resolve_program(&config.command[0], env.root()))
+            .flatten()
+            .and_then(|p| program_identity(&p).map(|d| (p, d)));
+        AgentRunner {
+            config,
+            env,
+            output_cap,
+            db,
+            sandbox: sandbox.map(std::sync::Arc::new),
+            program,
+        }
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The argv for a request: the template filled in, then resume and model
+    /// arguments; or why the request may not be sent.
+    pub fn argv(&self, req: &AgentRequest<'_>) -> Result<Vec<String>, String> {
+        for (what, value) in [("session id", req.session), ("model name", req.model)] {
+            if let Some(v) = value.filter(|v| !plain_word(v)) {
+                return Err(format!(
+                    "the {what} `{}` is not a plain word (letters, digits and `._:/@-`, not starting with `-`), so it could reach the agent as an option",
+                    crate::ui::shorten(&crate::ui::sanitize(v), 40)
+                ));
+            }
+        }
+        let values = [
+            ("{prompt}", Some(req.text)),
+            ("{model}", req.model),
+            ("{session}", req.session),
+        ];
+        let mut argv = Vec::new();
+        let mut options_ended = false;
+        for (i, token) in self.config.command.iter().enumerate() {
+            // A message starting with `-` in a token of its own, before any `--`,
+            // would be an option of the agent.
+            if i > 0 && token == "{prompt}" && !options_ended && req.text.starts_with('-') {
+                return Err(format!(
+                    "the message starts with `-` and agent.command passes it as an argument before `--`, where the agent would read it as an option; put \"--\" before \"{{prompt}}\" in agent.command, or use agent.prompt_input = \"stdin\" (message: `{}`)",
+                    crate::ui::shorten(&crate::ui::sanitize(req.text), 40)
+                ));
+            }
+            options_ended |= token == "--";
+            argv.extend(fill(token, &values));
+        }
+        let tail = |templates: &[String], key: &str, value: &str| -> Vec<String> {
+            templates
+                .iter()
+                .filter_map(|t| fill(t, &[(key, Some(value))]))
+                .collect()
+        };
+        // Resume and model arguments are options: they go before a `--` in the command.
+        let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+        let mut extra = Vec::new();
+        if let Some(session) = req.session {
+            extra.extend(tail(&self.config.resume, "{session}", session));
+        }
+        if let Some(model) = req.model {
+            extra.extend(tail(&self.config.model, "{model}", model));
+        }
+        argv.splice(at..at, extra);
+        Ok(argv)
+    }
+
+    fn timeout(&self, asked: Option<Duration>) -> Duration {
+        let max = Duration::from_millis(self.config.timeout_ms);
+        asked.map_or(max, |t| t.min(max))
+    }
+
+    pub async fn send(&self, req: AgentRequest<'_>) -> Result<AgentReply, AgentError> {
+        match (&self.config.runner, &self.config.openai) {
+            (RunnerKind::Openai, Some(openai)) => {
+                let (openai, db, cap, timeout) = (
+                    openai.clone(),
+                    self.db.clone(),
+                    self.output_cap,
+                    self.timeout(req.timeout),
+                );
+                let (text, model, session) = (
+                    req.text.to_string(),
+                    req.model.map(String::from),
+                    req.session.map(String::from),
+                );
+                tokio::task::spawn_blocking(move || {
+                    chat(
+                        &openai,
+                        &db,
+                        &text,
+                        model.as_deref(),
+                        session.as_deref(),
+                        timeout,
+                        cap,
+                    )
+                })
+                .await
+                .map_err(|e| AgentError::Http(format!("the request task failed: {e}")))?
+            }
+            _ => self.send_cli(req).await,
+        }
+    }
+
+    async fn send_cli(&self, req: AgentRequest<'_>) -> Result<AgentReply, AgentError> {
+        let argv = self.argv(&req).map_err(AgentError::Refused)?;
+        let cwd = self.env.root().to_path_buf();
+        let program =
+            self.env
+                .resolve_program(&argv[0], &cwd)
+                .ok_or_else(|| AgentError::NotFound {
+                    program: argv[0].clone(),
+                    path: self.env.path_var().to_string(),
+                })?;
+        if let Some((pinned, identity)) = &self.program
+            && (&program != pinned || program_identity(&program).as_ref() != Some(identity))
+        {
+            return Err(AgentError::Refused(format!(
+                "the agent program `{}` changed since the run started, so it is not run; if you changed it, start the run again",
+                program.display()
+            )));
+        }
+        let stdin = (self.config.prompt_input == PromptInput::Stdin).then(|| req.text.to_string());
+        let (arg0, args) = (Some(argv[0].clone()), argv[1..].to_vec());
+        let p = match &self.sandbox {
+            Some(s) => s
+                .confines
+                .prepare(s.sandbox.get(), program, arg0, args, &cwd)
+                .map_err(|why| {
+                    AgentError::Refused(format!(
+                        "the agent runs only inside the OS sandbox, and it cannot be set up: {why}"
+                    ))
+                })?,
+            None => Prepared::unconfined(program, arg0, args),
+        };
+        let spec = Spec {
+            program: p.program,
+            arg0: p.arg0,
+            args: p.args,
+            cwd,
+            env: self.env.vars(&p.env),
+            stdin,
+            timeout: self.timeout(req.timeout),
+            output_cap: self.output_cap,
+            rlimits: None,
+            confinement: p.confinement,
+            pass_fd: p.pass_fd,
+        };
+        // The private temp dir and the placeholders live until the agent is done.
+        let _keep = (p._tmp, p._hold);
+        let process = process::run(spec)
+            .await
+            .map_err(|source| AgentError::Spawn {
+                program: argv[0].clone(),
+                source,
+            })?;
+        let (text, session) = parse_reply(self.config.output, &process.stdout);
+        Ok(AgentReply {
+            process,
+            text,
+            session,
+        })
+    }
+}
+
+/// One chat-completions exchange in a conversation kept in the store.
+fn chat(
+    cfg: &OpenAiConfig,
+    db: &Db,
+    text: &str,
+    model: Option<&str>,
+    session: Option<&str>,
+    timeout: Duration,
+    cap: usize,
+) -> Result<AgentReply, AgentError> {
+    let started = Instant::now();
+    let (session, mut messages) = match session {
+        Some(id) => {
+            let history = db
+                .conversation(id)
+                .map_err(|e| AgentError::Http(format!("cannot read conversation `{id}`: {e:#}")))?;
+            let history = history.ok_or_else(|| {
+                AgentError::Http(format!("there is no conversation `{id}` to continue"))
+            })?;
+            (
+                id.to_string(),
+                serde_json::from_str::<Vec<Value>>(&history).map_err(|e| {
+                    AgentError::Http(format!("conversation `{id}` is corrupt: {e}"))
+                })?,
+            )
+        }
+        None => {
+            let id = format!(
+                "oa-{}",
+                &blake3::hash(format!("{:?}{}", Instant::now(), std::process::id()).as_bytes())
+                    .to_hex()[..16]
+            );
+            let mut m = Vec::new();
+            if let Some(system) = &cfg.system {
+                m.push(json!({"role": "system", "content": system}));
+            }
+            (id, m)
+        }
+    };
+    messages.push(json!({"role": "user", "content": text}));
+    let mut body = json!({"model": model.unwrap_or(&cfg.model), "messages": messages});
+    if let Some(n) = cfg.max_tokens {
+        body["max_tokens"] = json!(n);
+    }
+
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
+    let mut request = agent.post(&url).header("Content-Type", "application/json");
+    if let Some(var) = &cfg.api_key_env {
+        let key = std::env::var(var).map_err(|_| {
+            AgentError::Http(format!(
+                "environment variable `{var}` (agent.openai.api_key_env) is not set"
+            ))
+        })?;
+        request = request.header("Authorization", &format!("Bearer {key}"));
+    }
+    let mut response = match request.send_json(&body) {
+        Ok(r) => r,
+        Err(ureq::Error::Timeout(_)) => return Err(AgentError::TimedOut(timeout)),
+        Err(e) => return Err(AgentError::Http(format!("{url}: {e}"))),
+    };
+    let status = response.status();
+    let raw = response.body_mut().read_to_string().map_err(|e| match e {
+        ureq::Error::Timeout(_) => AgentError::TimedOut(timeout),
+        e => AgentError::Http(format!("{url}: reading the answer failed: {e}")),
+    })?;
+    if !status.is_success() {
+        return Err(AgentError::Http(format!(
+            "{url} answered {status}: {}",
+            crate::ui::shorten(raw.trim(), 300)
+        )));
+    }
+    let v: Value = serde_json::from_str(&raw)
+        .map_err(|e| AgentError::Http(format!("{url} answered with invalid JSON: {e}")))?;
+    let reply = v["choices"][0]["message"]["content"]
+        .as_str()
+        .ok_or_else(|| {
+            AgentError::Http(format!("{url} answered with no choices[0].message.content"))
+        })?
+        .to_string();
+    messages.push(json!({"role": "assistant", "content": reply}));
+    db.save_conversation(&session, &Value::Array(messages).to_string())
+        .map_err(|e| AgentError::Http(format!("cannot save conversation `{session}`: {e:#}")))?;
+
+    let truncated = reply.len() > cap;
+    let mut text = reply;
+    if truncated {
+        let mut end = cap;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    let process = Finished {
+        exit_code: Some(0),
+        stdout: text.clone(),
+        stderr: String::new(),
+        duration: started.elapsed(),
+        timed_out: false,
+        truncated,
+    };
+    Ok(AgentReply {
+        process,
+        text,
+        session: Some(session),
+    })
+}
+
+/// The identity of the program file `path` resolves to: device, inode, size and
+/// change time. Replacing the file changes its inode, and any write, truncation
+/// or `chmod` sets its change time, which no unprivileged process can set back;
+/// a stat, where hashing an agent CLI (a 200 MB single-file binary) would cost
+/// every hook event a few hundred milliseconds.
+pub fn program_identity(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+    Some(format!(
+        "{}:{}:{}:{}.{:09}",
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
+}
+
+/// `template` with each placeholder replaced by its value in one pass (a value
+/// is never searched for placeholders); None when a placeholder it holds has none.
+fn fill(template: &str, values: &[(&str, Option<&str>)]) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = template;
+    'scan: while !rest.is_empty() {
+        for (key, value) in values {
+            if let Some(after) = rest.strip_prefix(key) {
+                out.push_str((*value)?);
+                rest = after;
+                continue 'scan;
+            }
+        }
+        let c = rest.chars().next().expect("not empty");
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    Some(out)
+}
+
+/// A session id or model name that cannot be an option or smuggle anything:
+/// `claude-sonnet-4.5`, `gpt-4o`, a UUID, `models/gemini-2.5-pro`.
+fn plain_word(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 200
+        && !v.starts_with('-')
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:/@-[]".contains(c))
+}
+
+/// The reply text and session id from an agent's stdout.
+pub fn parse_reply(format: AgentOutput, stdout: &str) -> (String, Option<String>) {
+    match format {
+        AgentOutput::Text => (stdout.trim_end_matches('\n').to_string(), None),
+        AgentOutput::Json => {
+            // Some CLIs print progress lines before the result: take the last JSON object line.
+            let value = serde_json::from_str::<Value>(stdout.trim())
+                .ok()
+                .or_else(|| {
+                    stdout.lines().rev().find_map(|l| {
+                        serde_json::from_str::<Value>(l.trim())
+                            .ok()
+                            .filter(Value::is_object)
+                    })
+                });
+            match value {
+                Some(v) => {
+                    let text = ["result", "response", "text", "content"]
+                        .iter()
+                        .find_map(|k| v.get(*k).and_then(Value::as_str))
+                        .unwrap_or_default()
+                        .to_string();
+                    let session = ["session_id", "sessionId", "session"]
+                        .iter()
+                        .find_map(|k| v.get(*k).and_then(Value::as_str))
+                        .map(String::from);
+                    (text, session)
+                }
+                None => (stdout.trim_end_matches('\n').to_string(), None),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn json_replies_carry_text_and_session() {
+        let (t, s) = parse_reply(
+            AgentOutput::Json,
+            r#"{"type":"result","result":"hi <promise>X</promise>","session_id":"abc"}"#,
+        );
+        assert_eq!(
+            (t.as_str(), s.as_deref()),
+            ("hi <promise>X</promise>", Some("abc"))
+        );
+        let (t, s) = parse_reply(
+            AgentOutput::Json,
+            "progress...\n{\"response\":\"ok\",\"session\":\"s2\"}\n",
+        );
+        assert_eq!((t.as_str(), s.as_deref()), ("ok", Some("s2")));
+        let (t, s) = parse_reply(AgentOutput::Json, "not json");
+        assert_eq!((t.as_str(), s), ("not json", None));
+    }
+
+    fn runner(toml: &str) -> AgentRunner {
+        let config = Config::parse(toml, std::path::Path::new("t.toml")).unwrap();
+        let db = Db::open(std::path::Path::new(":memory:")).unwrap();
+        AgentRunner::new(
+            config.agent.unwrap(),
+            ChildEnv::new(&Default::default(), std::path::Path::new("/")),
+            100,
+            db,
+            None,
+        )
+    }
+
+    fn argv(
+        r: &AgentRunner,
+        text: &str,
+        session: Option<&str>,
+        model: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        r.argv(&AgentRequest {
+            text,
+            session,
+            model,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn presets_send_the_message_on_stdin() {
+        let r = runner("[agent]\nrunner = \"claude\"");
+        assert_eq!(r.config().prompt_input, PromptInput::Stdin);
+        assert_eq!(
+            argv(&r, "--dangerously-skip-permissions", None, None).unwrap(),
+            ["claude", "-p", "--output-format", "json"]
+        );
+        assert_eq!(
+            argv(&r, "x", Some("s-1"), Some("m")).unwrap(),
+            [
+                "claude",
+                "-p",
+                "--output-format",
+                "json",
+                "--resume",
+                "s-1",
+                "--model",
+                "m"
+            ]
+        );
+        assert_eq!(
+            argv(&runner("[agent]\nrunner = \"codex\""), "x", None, None).unwrap(),
+            ["codex", "exec"]
+        );
+        assert_eq!(
+            argv(&runner("[agent]\nrunner = \"gemini\""), "x", None, None).unwrap(),
+            ["gemini"]
+        );
+        let e = Config::parse(
+            "[agent]\nrunner = \"claude\"\ncommand = [\"x\", \"{prompt}\"]",
+            std::path::Path::new("t.toml"),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("sets the command itself"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn values_never_become_options_or_placeholders() {
+        let r = runner(
+            "[agent]\ncommand = [\"my-agent\", \"--model={model}\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]",
+        );
+        assert!(
+            argv(&r, "--dangerously-skip-permissions", None, None)
+                .unwrap_err()
+                .contains("put \"--\" before")
+        );
+        assert!(
+            argv(&r, "hi", Some("-x"), None)
+                .unwrap_err()
+                .contains("session id `-x` is not a plain word")
+        );
+        assert!(
+            argv(&r, "hi", None, Some("m --yolo"))
+                .unwrap_err()
+                .contains("model name")
+        );
+        // `{model}` inside the message stays text.
+        assert_eq!(
+            argv(&r, "use {model} and {session}", None, Some("m")).unwrap(),
+            ["my-agent", "--model=m", "use {model} and {session}"]
+        );
+        let after = runner(
+            "[agent]\ncommand = [\"my-agent\", \"--\", \"{prompt}\"]\nresume = [\"--resume\", \"{session}\"]",
+        );
+        assert_eq!(
+            argv(&after, "--help", Some("abc"), None).unwrap(),
+            ["my-agent", "--resume", "abc", "--", "--help"],
+            "options go before `--`"
+        );
+    }
+
+    #[test]
+    fn command_tokens_with_absent_values_are_dropped() {
+        let r = runner(
+            "[agent]\ncommand = [\"my-agent\", \"--model={model}\", \"--session={session}\", \"{prompt}\"]",
+        );
+        assert_eq!(argv(&r, "hi", None, None).unwrap(), ["my-agent", "hi"]);
+        assert_eq!(
+            argv(&r, "hi", Some("s"), Some("m")).unwrap(),
+            ["my-agent", "--model=m", "--session=s", "hi"]
+        );
+    }
+
+    #[test]
+    fn openai_config_is_checked() {
+        let err = |t: &str| {
+            format!(
+                "{:#}",
+                Config::parse(t, std::path::Path::new("t.toml")).unwrap_err()
+            )
+        };
+        assert!(err("[agent]\nrunner = \"openai\"").contains("[agent.openai]"));
+        assert!(err("[agent]\nrunner = \"openai\"\n[agent.openai]\nbase_url = \"ftp://x\"\nmodel = \"m\"").contains("base_url"));
+        assert!(
+            err("[agent]\nrunner = \"openai\"\n[agent.openai]\nbase_url = \"http://x\"\nmodel = \"m\"\napi_key_env = \"sk-abc\"")
+                .contains("never the key itself")
+        );
+    }
+}

@@ -1,0 +1,643 @@
+//! Grant checks for shell requests: the user's rules, each with a tier
+//! (deny, ask, allow), matched on argv tokens after the program is resolved
+//! to its real path through the granted `PATH`. The program that is matched is
+//! the program that runs: the caller executes [`Grant::exec`] (a link to that
+//! real file outside the workspace, or the file itself) with `argv[0]` as written.
+//!
+//! - Order: deny, then ask, then allow; no match is a denial that says what was
+//!   asked and which config key would allow it.
+//! - allow and ask rules are argv prefixes: `["cargo", "test"]` allows
+//!   `cargo test --all`, not `cargo build`. A multi-call binary (rustup as
+//!   `cargo`, busybox) is allowed only under the rule's own name.
+//! - deny rules match their tokens in any order, flags normalized (`flags.rs`),
+//!   so `["rm", "-rf"]` also denies `rm -fR` and `rm --recursive --force`.
+//! - Wrappers and interpreters (`sh`, `env`, `xargs`, `python`, ...) and
+//!   program-running options (`find -exec`, `git -c`, `cargo --config`) are
+//!   allowed only by a rule naming the whole command exactly.
+//! - Strings holding `&&`, `;`, `|`, `$(...)` are plain arguments: nothing here
+//!   or downstream interprets them.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::ShellConfig;
+use crate::exec::child_env::ChildEnv;
+use crate::ui::shorten;
+
+mod flags;
+
+/// What happens to a matched request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl Tier {
+    pub fn key(self) -> &'static str {
+        match self {
+            Tier::Allow => "allow",
+            Tier::Ask => "ask",
+            Tier::Deny => "deny",
+        }
+    }
+}
+
+/// One rule, where it came from, and its program resolved once per run.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub tier: Tier,
+    pub argv: Vec<String>,
+    /// `shell.allow[0]` or `--allow`, for messages and the run log.
+    pub origin: String,
+    program: Option<PathBuf>,
+}
+
+impl Rule {
+    /// The rule as the user wrote it, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.origin, show_argv(&self.argv))
+    }
+}
+
+/// Rules given on the command line, added to the config's.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraRules {
+    pub allow: Vec<Vec<String>>,
+    pub ask: Vec<Vec<String>>,
+    pub deny: Vec<Vec<String>>,
+}
+
+/// A request that may run (possibly after a person's yes).
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub tier: Tier,
+    pub rule: String,
+    /// The real path of the program, which the rule matched.
+    pub program: PathBuf,
+    /// The path to execute: where the name was found (a link to `program`
+    /// outside the workspace, so a multi-call binary sees its name), else `program`.
+    pub exec: PathBuf,
+    /// `argv[0]` as the policy wrote it.
+    pub arg0: String,
+}
+
+/// Why a request may not run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    Denied(String),
+    /// The program does not exist on the granted PATH.
+    NotFound(String),
+}
+
+/// A run's shell rules, with programs resolved.
+#[derive(Debug, Clone)]
+pub struct ShellGrants {
+    rules: Vec<Rule>,
+    pass_env_from_policy: Vec<String>,
+}
+
+impl ShellGrants {
+    pub fn new(shell: &ShellConfig, extra: &ExtraRules, env: &ChildEnv) -> ShellGrants {
+        let mut rules = Vec::new();
+        type Lists<'a> = [(Tier, &'a [Vec<String>], &'a [Vec<String>]); 3];
+        let lists: Lists = [
+            (Tier::Deny, &shell.deny, &extra.deny),
+            (Tier::Ask, &shell.ask, &extra.ask),
+            (Tier::Allow, &shell.allow, &extra.allow),
+        ];
+        for (tier, config, cli) in lists {
+            for (i, argv) in config.iter().enumerate() {
+                rules.push(Rule {
+                    tier,
+                    argv: argv.clone(),
+                    origin: format!("shell.{}[{i}]", tier.key()),
+                    program: resolve(env, &argv[0], env.root()).map(|(_, real)| real),
+                });
+            }
+            for argv in cli {
+                rules.push(Rule {
+                    tier,
+                    argv: argv.clone(),
+                    origin: format!("--{}", tier.key()),
+                    program: resolve(env, &argv[0], env.root()).map(|(_, real)| real),
+                });
+            }
+        }
+        ShellGrants {
+            rules,
+            pass_env_from_policy: shell.pass_env_from_policy.clone(),
+        }
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Decide a request run in `cwd` with policy-set variables `env`.
+    pub fn check(
+        &self,
+        argv: &[String],
+        cwd: &Path,
+        child: &ChildEnv,
+        env: &[(String, String)],
+    ) -> Result<Grant, Refusal> {
+        for (name, _) in env {
+            if !self.pass_env_from_policy.iter().any(|n| n == name) {
+                return Err(Refusal::Denied(format!(
+                    "the policy may not set environment variable `{name}`: add \"{name}\" to `shell.pass_env_from_policy` in loopbox.toml to allow it"
+                )));
+            }
+        }
+        let (found, program) = resolve(child, &argv[0], cwd).ok_or_else(|| {
+            Refusal::NotFound(format!(
+                "program `{}` not found (looked in shell.path = `{}`)",
+                argv[0],
+                child.path_var()
+            ))
+        })?;
+        let args = &argv[1..];
+        let same_program = |r: &&Rule| r.program.as_deref() == Some(program.as_path());
+        let name = file_name(&argv[0]);
+        // The deny safety net holds whatever name the binary is called by.
+        let denied = |r: &&Rule| {
+            contains_all(&file_name(&program), args, &r.argv[1..])
+                || contains_all(&name, args, &r.argv[1..])
+        };
+        if let Some(r) = self
+            .rules
+            .iter()
+            .filter(|r| r.tier == Tier::Deny)
+            .filter(same_program)
+            .find(denied)
+        {
+            return Err(Refusal::Denied(format!(
+                "`{}` is denied by {}",
+                show_argv(argv),
+                r.describe()
+            )));
+        }
+        // A multi-call program (rustup as cargo, busybox, vim as vi) acts by the name
+        // it is called by: a rule allows its binary only under the rule's name,
+        // unless the rule names the real path.
+        let same_name =
+            |r: &&Rule| file_name(&r.argv[0]) == name || Path::new(&r.argv[0]) == program;
+        let risky = runs_anything(&program, &argv[0], args);
+        for tier in [Tier::Ask, Tier::Allow] {
+            let matched = self
+                .rules
+                .iter()
+                .filter(|r| r.tier == tier)
+                .filter(same_program)
+                .filter(same_name)
+                .find(|r| match &risky {
+                    // A wrapper is allowed only by a rule naming the whole command.
+                    Some(_) => r.argv[1..] == *args,
+                    None => args.starts_with(&r.argv[1..]),
+                });
+            if let Some(r) = matched {
+                // Run the binary by the path its name was found at when that is outside
+                // the workspace (so a multi-call program sees the name), else by its real path.
+                let exec = if found.starts_with(child.root()) {
+                    program.clone()
+                } else {
+                    found.clone()
+                };
+                return Ok(Grant {
+                    tier,
+                    rule: r.describe(),
+                    program,
+                    exec,
+                    arg0: argv[0].clone(),
+                });
+            }
+        }
+        if let Some(r) = self
+            .rules
+            .iter()
+            .filter(|r| r.tier != Tier::Deny)
+            .filter(same_program)
+            .find(|r| !same_name(r))
+        {
+            return Err(Refusal::Denied(format!(
+                "`{}` is not allowed: `{}` is the same file as `{}` in {} ({}), a program that acts by the name it is called by, and the rule allows it only as `{}`; to allow `{name}` too, add a rule for it (or name the real path `{}` in the rule)",
+                show_argv(argv),
+                argv[0],
+                r.argv[0],
+                r.origin,
+                program.display(),
+                r.argv[0],
+                program.display()
+            )));
+        }
+        Err(Refusal::Denied(match risky {
+            Some(why) => format!(
+                "`{}` is not allowed: {why}, so only a rule naming the whole command exactly allows it; to allow exactly this, add {} to `shell.allow` in loopbox.toml",
+                show_argv(argv),
+                toml_rule(argv, argv.len())
+            ),
+            None => format!(
+                "`{}` is not allowed: no rule in `shell.allow` matches; to allow it add {} to `shell.allow` in loopbox.toml",
+                show_argv(argv),
+                toml_rule(argv, 2)
+            ),
+        }))
+    }
+}
+
+/// A program name as found (through the granted PATH for a bare name, relative
+/// to `cwd` for one with a slash) and its real path.
+fn resolve(env: &ChildEnv, name: &str, cwd: &Path) -> Option<(PathBuf, PathBuf)> {
+    let found = env.resolve_program(name, cwd)?;
+    let real = found.canonicalize().ok()?;
+    Some((found, real))
+}
+
+/// The last component of a program name or path.
+fn file_name(p: impl AsRef<Path>) -> String {
+    p.as_ref()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Whether every token of `rule` appears in `args`, in any order, once both are
+/// normalized for `program` (see [`flags`]).
+fn contains_all(program: &str, args: &[String], rule: &[String]) -> bool {
+    let have = flags::normalize(program, args);
+    flags::normalize(program, rule)
+        .iter()
+        .all(|t| have.contains(t))
+}
+
+/// Programs whose options can run other programs (see [`runs_anything`]).
+const RISKY_OPTIONS: &[&str] = &[
+    "find", "git", "cargo", "make", "gmake", "npm", "pnpm", "yarn", "ssh", "tar", "rsync", "less",
+    "more", "man", "vi", "vim", "nvim", "view", "ex", "emacs", "nano", "ed",
+];
+
+/// Programs that run other programs or code given as arguments.
+const WRAPPERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox", "env", "xargs",
+    "timeout", "nice", "nohup", "stdbuf", "setsid", "sudo", "doas", "su", "runuser", "chroot",
+    "unshare", "nsenter", "strace", "ltrace", "gdb", "time", "watch", "flock", "ionice", "taskset",
+    "chrt", "script", "expect", "parallel", "python", "pypy", "node", "nodejs", "deno", "bun",
+    "perl", "ruby", "irb", "php", "lua", "luajit", "tclsh", "wish", "awk", "gawk", "mawk", "nawk",
+    "pwsh", "rlwrap", "npx", "uvx", "pipx",
+];
+
+/// Why this command can run arbitrary programs, if it can. Both the name it is
+/// called by and the real binary's name count (`vi` is `vim.basic`).
+pub fn runs_anything(program: &Path, written: &str, args: &[String]) -> Option<String> {
+    let real = file_name(program);
+    let called = file_name(written);
+    // python3.11 -> python, perl5.36 -> perl, vim.basic -> vim
+    let bases: Vec<&str> = [called.as_str(), real.as_str()]
+        .into_iter()
+        .flat_map(|n| {
+            [
+                n.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.'),
+                n.split('.').next().unwrap_or(n),
+            ]
+        })
+        .collect();
+    if let Some(base) = bases.iter().find(|b| WRAPPERS.contains(b)) {
+        return Some(format!(
+            "`{called}` is a wrapper or interpreter that can run anything (`{base}`)"
+        ));
+    }
+    let name = called.clone();
+    let base = *bases
+        .iter()
+        .find(|b| RISKY_OPTIONS.contains(b))
+        .unwrap_or(&bases[0]);
+    let has = |flags: &[&str]| {
+        args.iter()
+            .find(|a| {
+                flags
+                    .iter()
+                    .any(|f| a == f || a.starts_with(&format!("{f}=")))
+            })
+            .cloned()
+    };
+    let risky = match base {
+        "find" => has(&[
+            "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprintf", "-fls",
+        ]),
+        "git" => has(&[
+            "-c",
+            "--config-env",
+            "--exec-path",
+            "--upload-pack",
+            "--receive-pack",
+            "--exec",
+            "--ext-diff",
+            "--extcmd",
+        ])
+        .or_else(|| {
+            let sub: Vec<&str> = args
+                .iter()
+                .map(String::as_str)
+                .filter(|a| !a.starts_with('-'))
+                .take(2)
+                .collect();
+            match sub.as_slice() {
+                ["submodule", "foreach"]
+                | ["bisect", "run"]
+                | ["filter-branch", ..]
+                | ["difftool", ..]
+                | ["mergetool", ..] => Some(sub.join(" ")),
+                ["rebase", ..] if args.iter().any(|a| a == "-x") => Some("rebase -x".into()),
+                _ => None,
+            }
+        }),
+        "cargo" => has(&["--config", "-Z"]),
+        "make" | "gmake" => has(&["SHELL", "--eval", "-E"])
+            .or_else(|| args.iter().find(|a| a.starts_with("SHELL=")).cloned()),
+        "npm" | "pnpm" | "yarn" => has(&["exec", "x", "dlx"]),
+        "ssh" => has(&["-o"]),
+        "tar" => has(&[
+            "--to-command",
+            "--use-compress-program",
+            "-I",
+            "--checkpoint-action",
+            "--info-script",
+            "--new-volume-script",
+        ]),
+        "rsync" => has(&["-e", "--rsh", "--rsync-path"]),
+        "less" | "more" | "man" | "vi" | "vim" | "nvim" | "view" | "ex" | "emacs" | "nano"
+        | "ed" => {
+            return Some(format!(
+                "`{name}` is an editor or pager, which can run commands"
+            ));
+        }
+        _ => None,
+    };
+    risky.map(|opt| format!("`{name} {opt}` runs other programs"))
+}
+
+pub fn check_script(shell: &ShellConfig, source: &str) -> Result<(), String> {
+    if shell.scripts {
+        Ok(())
+    } else {
+        Err(format!(
+            "shell text is not allowed (`{}`): set `shell.scripts = true` in loopbox.toml to let policies run scripts with `sh -c`, or have the policy use `exec` with an argv",
+            shorten(source, 80)
+        ))
+    }
+}
+
+/// An argv as a person would type it, for messages: quoted, sanitized, long arguments shortened.
+pub fn show_argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| shorten(&crate::ui::sanitize(&shell_quote(a)), 200))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One argument quoted for a POSIX shell (single quotes unless it is plainly safe).
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// A TOML rule for the first `take` tokens of `argv`.
+fn toml_rule(argv: &[String], take: usize) -> String {
+    let parts: Vec<String> = argv[..take.min(argv.len())]
+        .iter()
+        .map(|a| serde_json::to_string(&shorten(a, 60)).unwrap_or_default())
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// A rule from the command line: `--allow 'cargo test'` splits on white space.
+pub fn parse_cli_rule(text: &str) -> Result<Vec<String>, String> {
+    let argv: Vec<String> = text.split_whitespace().map(String::from).collect();
+    if argv.is_empty() {
+        return Err("a rule needs at least a program name, e.g. --allow 'cargo test'".into());
+    }
+    Ok(argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split(' ').map(String::from).collect()
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+        env: ChildEnv,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let env = ChildEnv::new(
+            &ShellConfig {
+                pass_env: vec![],
+                ..ShellConfig::default()
+            },
+            &root,
+        );
+        Fixture {
+            _dir: dir,
+            root,
+            env,
+        }
+    }
+
+    fn grants(f: &Fixture, allow: &[&str], ask: &[&str], deny: &[&str]) -> ShellGrants {
+        let list = |v: &[&str]| v.iter().map(|s| argv(s)).collect::<Vec<_>>();
+        let shell = ShellConfig {
+            allow: list(allow),
+            ask: list(ask),
+            deny: list(deny),
+            ..ShellConfig::default()
+        };
+        ShellGrants::new(&shell, &ExtraRules::default(), &f.env)
+    }
+
+    fn tier(g: &ShellGrants, f: &Fixture, cmd: &str) -> Result<Tier, String> {
+        match g.check(&argv(cmd), &f.root, &f.env, &[]) {
+            Ok(grant) => Ok(grant.tier),
+            Err(Refusal::Denied(m) | Refusal::NotFound(m)) => Err(m),
+        }
+    }
+
+    #[test]
+    fn prefix_rules_match_whole_tokens_on_the_resolved_program() {
+        let f = fixture();
+        let g = grants(&f, &["ls -l", "cat"], &[], &[]);
+        assert_eq!(tier(&g, &f, "ls -l -a"), Ok(Tier::Allow));
+        assert_eq!(
+            tier(&g, &f, "/bin/ls -l"),
+            Ok(Tier::Allow),
+            "the same program by its path"
+        );
+        assert!(tier(&g, &f, "ls -la").is_err());
+        assert!(tier(&g, &f, "ls").is_err());
+        let grant = g.check(&argv("cat x"), &f.root, &f.env, &[]).unwrap();
+        assert!(grant.program.is_absolute() && grant.rule == "shell.allow[1] (cat)");
+    }
+
+    #[test]
+    fn a_workspace_program_with_an_allowed_name_is_not_that_program() {
+        let f = fixture();
+        std::fs::create_dir(f.root.join("bin")).unwrap();
+        for p in ["ls", "bin/ls"] {
+            std::fs::write(f.root.join(p), "#!/bin/sh\necho pwned\n").unwrap();
+            std::fs::set_permissions(
+                f.root.join(p),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
+        }
+        let g = grants(&f, &["ls"], &[], &[]);
+        assert!(tier(&g, &f, "./ls").unwrap_err().contains("not allowed"));
+        assert!(tier(&g, &f, "bin/ls").unwrap_err().contains("not allowed"));
+        assert_eq!(
+            tier(&g, &f, "ls"),
+            Ok(Tier::Allow),
+            "the bare name resolves through the granted PATH, not the workspace"
+        );
+    }
+
+    #[test]
+    fn deny_wins_and_matches_flags_in_any_order() {
+        let f = fixture();
+        let g = grants(&f, &["rm"], &[], &["rm -rf"]);
+        for cmd in [
+            "rm -rf /",
+            "rm -fr /",
+            "rm -r -f x",
+            "rm -f -r x",
+            "rm x -rf",
+        ] {
+            assert!(
+                tier(&g, &f, cmd)
+                    .unwrap_err()
+                    .contains("denied by shell.deny[0] (rm -rf)"),
+                "{cmd}"
+            );
+        }
+        assert_eq!(tier(&g, &f, "rm -f x"), Ok(Tier::Allow));
+    }
+
+    #[test]
+    fn ask_comes_before_allow() {
+        let f = fixture();
+        let g = grants(&f, &["git"], &["git push"], &[]);
+        assert_eq!(tier(&g, &f, "git push origin main"), Ok(Tier::Ask));
+        assert_eq!(tier(&g, &f, "git status"), Ok(Tier::Allow));
+    }
+
+    #[test]
+    fn wrappers_need_a_rule_naming_the_whole_command() {
+        let f = fixture();
+        let g = grants(
+            &f,
+            &["sh", "env", "python3 check.py", "find", "git", "xargs"],
+            &[],
+            &[],
+        );
+        for cmd in [
+            "sh -c id",
+            "env rm -rf /",
+            "python3 -c print(1)",
+            "find . -exec rm {} ;",
+            "git -c core.pager=sh status",
+            "xargs rm",
+            "git submodule foreach rm",
+        ] {
+            let e = tier(&g, &f, cmd).unwrap_err();
+            assert!(
+                e.contains("only a rule naming the whole command exactly allows it"),
+                "{cmd}: {e}"
+            );
+        }
+        assert_eq!(
+            tier(&g, &f, "python3 check.py"),
+            Ok(Tier::Allow),
+            "named exactly"
+        );
+        assert_eq!(tier(&g, &f, "find . -name x"), Ok(Tier::Allow));
+        assert_eq!(tier(&g, &f, "git status"), Ok(Tier::Allow));
+    }
+
+    #[test]
+    fn chaining_characters_are_plain_arguments() {
+        let f = fixture();
+        let g = grants(&f, &["echo"], &[], &[]);
+        assert_eq!(
+            g.check(
+                &["echo".into(), "a && rm -rf / ; $(id) `id` | sh\nid".into()],
+                &f.root,
+                &f.env,
+                &[]
+            )
+            .unwrap()
+            .tier,
+            Tier::Allow
+        );
+        assert!(tier(&g, &f, "echo;rm").unwrap_err().contains("not found"));
+    }
+
+    #[test]
+    fn nothing_is_allowed_by_default_and_the_message_says_how() {
+        let f = fixture();
+        let g = grants(&f, &[], &[], &[]);
+        assert_eq!(
+            tier(&g, &f, "ls -la").unwrap_err(),
+            "`ls -la` is not allowed: no rule in `shell.allow` matches; to allow it add [\"ls\", \"-la\"] to `shell.allow` in loopbox.toml"
+        );
+        assert!(
+            check_script(&ShellConfig::default(), "ls")
+                .unwrap_err()
+                .contains("shell.scripts = true")
+        );
+    }
+
+    #[test]
+    fn policy_env_needs_a_grant() {
+        let f = fixture();
+        let g = grants(&f, &["ls"], &[], &[]);
+        let env = [("LD_PRELOAD".to_string(), "/x.so".to_string())];
+        match g.check(&argv("ls"), &f.root, &f.env, &env) {
+            Err(Refusal::Denied(m)) => assert!(m.contains("shell.pass_env_from_policy")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn cli_rules_are_named_by_their_flag() {
+        let f = fixture();
+        let extra = ExtraRules {
+            allow: vec![parse_cli_rule("ls  -l").unwrap()],
+            ..ExtraRules::default()
+        };
+        let g = ShellGrants::new(&ShellConfig::default(), &extra, &f.env);
+        assert_eq!(
+            g.check(&argv("ls -l"), &f.root, &f.env, &[]).unwrap().rule,
+            "--allow (ls -l)"
+        );
+        assert!(parse_cli_rule("  ").is_err());
+    }
+
+    #[test]
+    fn shown_argv_is_quoted_and_sanitized() {
+        assert_eq!(
+            show_argv(&["echo".into(), "a b".into(), "\x1b[2J".into()]),
+            "echo 'a b' '\u{FFFD}[2J'"
+        );
+    }
+}

@@ -1,0 +1,11 @@
+//! Running programs for a policy: the grant check on a command, the person
+//! asked about an ask-tier one, the environment a child may see, the OS
+//! sandbox around it, the spawn itself, and the agent CLIs behind a template.
+
+pub(crate) mod agent;
+pub mod child_env;
+pub mod confirm;
+pub mod grants;
+pub(crate) mod process;
+pub mod sandbox;
+pub(crate) mod spawn;

@@ -1,0 +1,450 @@
+//! Running a child process for an action: a cleared environment, its own
+//! process group, stdin closed unless given, stdout and stderr read
+//! concurrently and kept only up to a cap (the rest is drained and dropped),
+//! and a timeout that terminates the whole group (SIGTERM, then SIGKILL).
+//! The child is started by [`crate::exec::spawn`], without forking loopbox.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+
+use crate::config::Rlimits;
+use crate::exec::sandbox::Confinement;
+use crate::exec::spawn;
+
+/// How long a timed-out group gets between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long output pipes may stay open after the leader exits (held by its children).
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+#[derive(Debug)]
+pub struct Spec {
+    pub program: PathBuf,
+    /// `argv[0]` as the caller wrote it (None: the program's path).
+    pub arg0: Option<String>,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    /// The child's whole environment.
+    pub env: Vec<(String, String)>,
+    pub stdin: Option<String>,
+    pub timeout: Duration,
+    /// Bytes kept of stdout, and of stderr.
+    pub output_cap: usize,
+    /// Resource limits set in the child before it executes (None: inherit).
+    pub rlimits: Option<Rlimits>,
+    /// Landlock and seccomp restrictions applied in the child before it executes.
+    pub confinement: Option<Confinement>,
+    /// A descriptor handed to the child as fd 3 (bwrap's seccomp filter).
+    pub pass_fd: Option<OwnedFd>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub duration: Duration,
+    pub timed_out: bool,
+    pub truncated: bool,
+}
+
+pub async fn run(spec: Spec) -> std::io::Result<Finished> {
+    let started = Instant::now();
+    // Every descriptor is close-on-exec here; the child's dup2 onto 0, 1 and 2
+    // clears that for its own copies only, so no other child inherits a pipe.
+    let (stdin_child, stdin_parent) = match spec.stdin {
+        Some(_) => {
+            let (r, w) = above_stdio(spawn::pipe()?)?;
+            (r, Some(w))
+        }
+        None => (above_stdio_one(dev_null()?)?, None),
+    };
+    let (out_r, out_w) = above_stdio(spawn::pipe()?)?;
+    let (err_r, err_w) = above_stdio(spawn::pipe()?)?;
+    let rlimits = spec.rlimits.as_ref().map(clamped).unwrap_or_default();
+    let pass_fd = spec.pass_fd.map(above_stdio_one).transpose()?;
+    let pid = spawn::spawn(&spawn::Launch {
+        program: &spec.program,
+        arg0: spec.arg0.as_deref(),
+        args: &spec.args,
+        env: &spec.env,
+        cwd: &spec.cwd,
+        stdin: stdin_child.as_raw_fd(),
+        stdout: out_w.as_raw_fd(),
+        stderr: err_w.as_raw_fd(),
+        rlimits: &rlimits,
+        confinement: spec.confinement.as_ref(),
+        pass_fd: pass_fd.as_ref().map(|f| f.as_raw_fd()),
+    })?;
+    drop((stdin_child, out_w, err_w, pass_fd));
+    // The child leads its own group (pgid = pid); whatever happens to this
+    // future, the group does not outlive it.
+    let group = Group(pid);
+    let mut exited = tokio::task::spawn_blocking(move || spawn::reap(pid));
+
+    if let (Some(text), Some(w)) = (spec.stdin, stdin_parent) {
+        let mut stdin = pipe::Sender::from_owned_fd(w)?;
+        // A child that does not read its stdin must not block us: write in the background.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(text.as_bytes()).await;
+        });
+    }
+    let out = tokio::spawn(read_capped(
+        pipe::Receiver::from_owned_fd(out_r)?,
+        spec.output_cap,
+    ));
+    let err = tokio::spawn(read_capped(
+        pipe::Receiver::from_owned_fd(err_r)?,
+        spec.output_cap,
+    ));
+
+    let wait = |r: Result<std::io::Result<i32>, tokio::task::JoinError>| {
+        r.map_err(std::io::Error::other).and_then(|s| s)
+    };
+    let (status, timed_out) = match tokio::time::timeout(spec.timeout, &mut exited).await {
+        Ok(r) => (wait(r)?, false),
+        Err(_) => {
+            group.signal(libc::SIGTERM);
+            let status = match tokio::time::timeout(KILL_GRACE, &mut exited).await {
+                Ok(r) => wait(r)?,
+                Err(_) => {
+                    group.signal(libc::SIGKILL);
+                    wait(exited.await)?
+                }
+            };
+            (status, true)
+        }
+    };
+    // Whatever the leader left behind in its group goes with it.
+    drop(group);
+
+    let collect = |h: tokio::task::JoinHandle<std::io::Result<(Vec<u8>, bool)>>| async move {
+        match tokio::time::timeout(DRAIN_GRACE, h).await {
+            Ok(Ok(Ok(v))) => v,
+            _ => (Vec::new(), false),
+        }
+    };
+    let (stdout, cut_out) = collect(out).await;
+    let (stderr, cut_err) = collect(err).await;
+
+    Ok(Finished {
+        // A signal death (including our own kill on timeout) has no exit code.
+        exit_code: if timed_out || !libc::WIFEXITED(status) {
+            None
+        } else {
+            Some(libc::WEXITSTATUS(status))
+        },
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        duration: started.elapsed(),
+        timed_out,
+        truncated: cut_out || cut_err,
+    })
+}
+
+/// A child's process group: SIGKILLed when dropped.
+struct Group(libc::pid_t);
+
+impl Group {
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) with a negative pid signals the group we created for this child.
+        unsafe {
+            libc::kill(-self.0, signal);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+}
+
+fn dev_null() -> std::io::Result<OwnedFd> {
+    Ok(std::fs::File::open("/dev/null")?.into())
+}
+
+/// Keep our descriptors off 0, 1 and 2 (free when our own stdio is closed), so
+/// the child's dup2 onto them cannot overwrite one it still needs.
+fn above_stdio_one(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: duplicates a descriptor we own onto a fresh close-on-exec one at 3 or above.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if moved < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `moved` is fresh and ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+}
+
+fn above_stdio((a, b): (OwnedFd, OwnedFd)) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    Ok((above_stdio_one(a)?, above_stdio_one(b)?))
+}
+
+/// The limits to set in the child: the non-zero ones, each no higher than our
+/// own hard limit (a child may only tighten them).
+fn clamped(l: &Rlimits) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
+    rlimit_table(l)
+        .into_iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(resource, value)| {
+            let mut own = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            let mut v = value as libc::rlim_t;
+            // SAFETY: getrlimit fills a local struct.
+            if unsafe { libc::getrlimit(resource, &mut own) } == 0 {
+                v = v.min(own.rlim_max);
+            }
+            (resource, v)
+        })
+        .collect()
+}
+
+/// `(resource, value)` pairs; a value of 0 leaves that resource alone.
+fn rlimit_table(l: &Rlimits) -> [(libc::__rlimit_resource_t, u64); 5] {
+    [
+        (libc::RLIMIT_CPU, l.cpu_seconds),
+        (libc::RLIMIT_AS, l.address_space_bytes),
+        (libc::RLIMIT_NPROC, l.processes),
+        (libc::RLIMIT_FSIZE, l.file_size_bytes),
+        (libc::RLIMIT_NOFILE, l.open_files),
+    ]
+}
+
+/// Read everything, keeping the first `cap` bytes; true when more was dropped.
+async fn read_capped(
+    mut r: impl AsyncRead + Unpin,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut kept = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut cut = false;
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((kept, cut));
+        }
+        let room = cap.saturating_sub(kept.len());
+        kept.extend_from_slice(&buf[..n.min(room)]);
+        cut |= n > room;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(program: &str, args: &[&str]) -> Spec {
+        Spec {
+            program: program.into(),
+            arg0: None,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            cwd: std::env::temp_dir(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            stdin: None,
+            timeout: Duration::from_secs(20),
+            output_cap: 1 << 20,
+            rlimits: None,
+            confinement: None,
+            pass_fd: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_or_bad_directory_is_an_error_not_a_hang() {
+        let e = run(spec("/nonexistent/program", &[])).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        let mut s = spec("/bin/true", &[]);
+        s.cwd = "/nonexistent/dir".into();
+        assert_eq!(
+            run(s).await.unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let not_executable = dir.path().join("data");
+        std::fs::write(&not_executable, "x").unwrap();
+        let e = run(spec(not_executable.to_str().unwrap(), &[]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    }
+
+    #[tokio::test]
+    async fn the_child_runs_in_its_own_group_with_default_signals() {
+        // SIGPIPE is ignored in Rust programs; a child must get the default back.
+        // With SIGPIPE ignored, `yes` would print "Broken pipe" and go on failing writes.
+        let f = run(spec(
+            "/bin/sh",
+            &[
+                "-c",
+                "echo $$ $(ps -o pgid= -p $$); yes | head -1 >/dev/null; echo ok",
+            ],
+        ))
+        .await
+        .unwrap();
+        assert_eq!(f.stderr, "", "{f:?}");
+        let mut parts = f.stdout.split_whitespace();
+        let (pid, pgid) = (parts.next().unwrap(), parts.next().unwrap());
+        assert_eq!(pid, pgid, "{}", f.stdout);
+        assert!(f.stdout.ends_with("ok\n"), "{f:?}");
+    }
+
+    #[tokio::test]
+    async fn a_signal_the_user_ignored_stays_ignored_in_the_child() {
+        // As under `nohup loopbox ...`: SIGHUP is ignored, and exec keeps it so.
+        // SAFETY: ignoring SIGHUP in the test process harms no other test.
+        unsafe {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        }
+        let f = run(spec("/bin/sh", &["-c", "kill -HUP $$; echo alive"]))
+            .await
+            .unwrap();
+        assert_eq!((f.exit_code, f.stdout.as_str()), (Some(0), "alive\n"));
+    }
+
+    #[tokio::test]
+    async fn many_children_at_once_each_get_only_their_own_output() {
+        let runs = (0..40).map(|i| {
+            run(spec(
+                "/bin/sh",
+                &["-c", &format!("sleep 0.0{}; echo {i}", i % 7)],
+            ))
+        });
+        let outs = futures_join(runs).await;
+        for (i, f) in outs.into_iter().enumerate() {
+            assert_eq!(f.unwrap().stdout, format!("{i}\n"));
+        }
+    }
+
+    async fn futures_join<F>(fs: impl Iterator<Item = F>) -> Vec<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handles: Vec<_> = fs.map(tokio::spawn).collect();
+        let mut out = Vec::new();
+        for h in handles {
+            out.push(h.await.unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn argv0_is_as_written_and_a_passed_fd_arrives_as_3() {
+        let mut s = spec("/bin/sh", &["-c", "echo $0; cat <&3"]);
+        s.arg0 = Some("as-written".into());
+        let (r, w) = spawn::pipe().unwrap();
+        std::io::Write::write_all(&mut std::fs::File::from(w), b"passed").unwrap();
+        s.pass_fd = Some(r);
+        assert_eq!(run(s).await.unwrap().stdout, "as-written\npassed");
+    }
+
+    #[tokio::test]
+    async fn captures_exit_code_and_output() {
+        let f = run(spec("/bin/sh", &["-c", "echo out; echo err >&2; exit 3"]))
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                f.exit_code,
+                f.stdout.as_str(),
+                f.stderr.as_str(),
+                f.timed_out
+            ),
+            (Some(3), "out\n", "err\n", false)
+        );
+    }
+
+    #[tokio::test]
+    async fn environment_is_cleared() {
+        // SAFETY: tests in this module do not read this variable concurrently.
+        unsafe { std::env::set_var("LOOPBOX_SECRET_TEST", "leak") };
+        let f = run(spec("/usr/bin/env", &[])).await.unwrap();
+        assert!(!f.stdout.contains("LOOPBOX_SECRET_TEST"));
+        assert_eq!(f.stdout, "PATH=/usr/bin:/bin\n");
+    }
+
+    #[tokio::test]
+    async fn output_past_the_cap_is_dropped_not_kept() {
+        let mut s = spec("/bin/sh", &["-c", "head -c 5000000 /dev/zero"]);
+        s.output_cap = 1000;
+        let f = run(s).await.unwrap();
+        assert_eq!(
+            (f.stdout.len(), f.truncated, f.exit_code),
+            (1000, true, Some(0))
+        );
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let mut s = spec("/bin/sh", &["-c", "sleep 30 & sleep 30; echo never"]);
+        s.timeout = Duration::from_millis(300);
+        let f = run(s).await.unwrap();
+        assert!(f.timed_out);
+        assert_eq!(f.exit_code, None);
+        assert!(f.duration < Duration::from_secs(10), "{:?}", f.duration);
+    }
+
+    #[tokio::test]
+    async fn rlimits_apply_to_the_child() {
+        let mut s = spec("/bin/sh", &["-c", "ulimit -n; ulimit -f; ulimit -t"]);
+        s.rlimits = Some(Rlimits {
+            cpu_seconds: 7,
+            address_space_bytes: 0,
+            processes: 0,
+            file_size_bytes: 1 << 20,
+            open_files: 64,
+        });
+        // sh reports the file size limit in 512-byte blocks.
+        assert_eq!(run(s).await.unwrap().stdout, "64\n2048\n7\n");
+    }
+
+    #[tokio::test]
+    async fn a_child_past_its_cpu_limit_is_killed() {
+        let mut s = spec("/bin/sh", &["-c", "while :; do :; done"]);
+        s.rlimits = Some(Rlimits {
+            cpu_seconds: 1,
+            ..Rlimits::default()
+        });
+        let f = run(s).await.unwrap();
+        assert_eq!(
+            (f.exit_code, f.timed_out),
+            (None, false),
+            "killed by SIGXCPU, not the timeout"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_child_ignoring_sigterm_is_killed() {
+        let mut s = spec(
+            "/bin/sh",
+            &["-c", "trap '' TERM; while :; do sleep 1; done"],
+        );
+        s.timeout = Duration::from_millis(300);
+        let f = run(s).await.unwrap();
+        assert!(f.timed_out && f.duration < Duration::from_secs(10), "{f:?}");
+    }
+
+    #[tokio::test]
+    async fn a_grandchild_holding_the_pipe_does_not_hang_the_host() {
+        let s = spec("/bin/sh", &["-c", "sleep 60 & echo started"]);
+        let f = run(s).await.unwrap();
+        assert_eq!((f.exit_code, f.stdout.as_str()), (Some(0), "started\n"));
+        assert!(f.duration < Duration::from_secs(10), "{f:?}");
+    }
+
+    #[tokio::test]
+    async fn stdin_is_delivered_or_closed() {
+        let mut s = spec("/bin/cat", &[]);
+        s.stdin = Some("hello".into());
+        assert_eq!(run(s).await.unwrap().stdout, "hello");
+        assert_eq!(run(spec("/bin/cat", &[])).await.unwrap().stdout, "");
+    }
+}

@@ -1,0 +1,471 @@
+//! The OS sandbox under every command a policy runs and under the agent
+//! (`[shell] sandbox`).
+//!
+//! The contract: the child may write only to the workspace and a private temp
+//! dir (and the agent to its own state); the protected paths ([`protect`]:
+//! git's config and hooks, agent and editor settings, the store, the config, the
+//! policy, the agent program) are neither writable nor creatable; the network
+//! is denied unless granted; sockets are limited by a seccomp filter
+//! (`seccomp.rs`). A sandbox that cannot enforce all of it refuses the action and
+//! says why: never a silent fallback.
+//!
+//! - `bwrap`: bubblewrap (`bwrap.rs`), the enforcing default. Missing protected
+//!   names are held by placeholders ([`placeholder`]).
+//! - `landlock`: Landlock ABI 3 or later (`landlock.rs`), the fallback where
+//!   namespaces are not allowed. It cannot keep a missing name from being
+//!   created, so children cannot create entries in the workspace root at all.
+//! - `auto` (the default): bwrap when it works here, else Landlock when the
+//!   kernel supports it, else none (shown in the run's banner; scripts are refused).
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+mod bwrap;
+mod landlock;
+pub mod placeholder;
+pub mod protect;
+mod seccomp;
+
+pub use protect::{Kind, Protected};
+
+/// `shell.sandbox` in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxChoice {
+    #[default]
+    Auto,
+    Landlock,
+    Bwrap,
+    None,
+}
+
+impl SandboxChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            SandboxChoice::Auto => "auto",
+            SandboxChoice::Landlock => "landlock",
+            SandboxChoice::Bwrap => "bwrap",
+            SandboxChoice::None => "none",
+        }
+    }
+}
+
+/// What this machine supports, probed once per process.
+#[derive(Debug, Clone)]
+pub struct Support {
+    /// The Landlock ABI version, or why there is none.
+    pub landlock: Result<i32, String>,
+    /// bubblewrap's path, or why it cannot be used.
+    pub bwrap: Result<PathBuf, String>,
+}
+
+/// Landlock ABI that covers truncation (3); earlier ones cannot protect files fully.
+pub const MIN_LANDLOCK_ABI: i32 = 3;
+
+impl Support {
+    /// The Landlock ABI when it is new enough to enforce loopbox's sandbox, or why not.
+    pub fn landlock_usable(&self) -> Result<i32, String> {
+        match &self.landlock {
+            Ok(abi) if *abi >= MIN_LANDLOCK_ABI => Ok(*abi),
+            Ok(abi) => Err(format!(
+                "Landlock ABI {abi} is older than {MIN_LANDLOCK_ABI}, which cannot stop a child truncating protected files"
+            )),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
+/// The sandbox decision for a run, made when first needed: probing bubblewrap
+/// costs a process spawn, which a run that never executes a command (a Stop hook) skips.
+pub struct LazySandbox {
+    choice: SandboxChoice,
+    support: Option<Support>,
+    decided: OnceLock<Sandbox>,
+}
+
+impl LazySandbox {
+    /// `support` overrides what this machine supports (None: probe it).
+    pub fn new(choice: SandboxChoice, support: Option<Support>) -> LazySandbox {
+        LazySandbox {
+            choice,
+            support,
+            decided: OnceLock::new(),
+        }
+    }
+
+    pub fn get(&self) -> &Sandbox {
+        self.decided.get_or_init(|| {
+            Sandbox::decide(
+                self.choice,
+                self.support.as_ref().unwrap_or_else(|| support()),
+            )
+        })
+    }
+}
+
+pub fn support() -> &'static Support {
+    static SUPPORT: OnceLock<Support> = OnceLock::new();
+    SUPPORT.get_or_init(|| Support {
+        landlock: landlock_abi(),
+        bwrap: find_bwrap(),
+    })
+}
+
+fn landlock_abi() -> Result<i32, String> {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only returns the ABI.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    if abi < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOSYS) => "this kernel has no Landlock (Linux 5.13+ built with CONFIG_SECURITY_LANDLOCK)".into(),
+            Some(libc::EOPNOTSUPP) => "Landlock is built in but disabled (add `landlock` to the kernel's `lsm=` boot parameter)".into(),
+            _ => format!("Landlock is unavailable: {e}"),
+        });
+    }
+    Ok(abi as i32)
+}
+
+fn find_bwrap() -> Result<PathBuf, String> {
+    let path = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")?;
+    // Namespaces may be forbidden (some containers): try it once.
+    let out = std::process::Command::new(&path)
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--unshare-net",
+            "--unshare-pid",
+            "--die-with-parent",
+            "true",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{} cannot be run: {e}", path.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} cannot create namespaces here: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(path)
+}
+
+/// The sandbox a run uses, decided once from the choice and this machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sandbox {
+    Bwrap(PathBuf),
+    Landlock(i32),
+    /// No sandbox: explicitly chosen, or nothing is available under `auto`.
+    None {
+        why: String,
+    },
+    /// The chosen sandbox cannot be enforced here: every action is refused with this.
+    Unavailable(String),
+}
+
+impl Sandbox {
+    pub fn decide(choice: SandboxChoice, support: &Support) -> Sandbox {
+        let landlock = support.landlock_usable();
+        match choice {
+            SandboxChoice::None => Sandbox::None {
+                why: "shell.sandbox = \"none\"".into(),
+            },
+            SandboxChoice::Bwrap => support.bwrap.clone().map_or_else(
+                |e| {
+                    Sandbox::Unavailable(format!(
+                        "shell.sandbox = \"bwrap\" cannot be enforced: {e}"
+                    ))
+                },
+                Sandbox::Bwrap,
+            ),
+            SandboxChoice::Landlock => landlock.map_or_else(
+                |e| {
+                    Sandbox::Unavailable(format!(
+                        "shell.sandbox = \"landlock\" cannot be enforced: {e}"
+                    ))
+                },
+                Sandbox::Landlock,
+            ),
+            SandboxChoice::Auto => match (&support.bwrap, landlock) {
+                (Ok(p), _) => Sandbox::Bwrap(p.clone()),
+                (Err(_), Ok(abi)) => Sandbox::Landlock(abi),
+                (Err(b), Err(l)) => Sandbox::None {
+                    why: format!("no sandbox is available here ({b}; {l})"),
+                },
+            },
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Sandbox::Bwrap(_) => "bwrap".into(),
+            Sandbox::Landlock(abi) => format!("landlock (ABI {abi})"),
+            Sandbox::None { .. } => "none".into(),
+            Sandbox::Unavailable(_) => "unavailable".into(),
+        }
+    }
+
+    pub fn is_enforced(&self) -> bool {
+        matches!(self, Sandbox::Bwrap(_) | Sandbox::Landlock(_))
+    }
+}
+
+/// What the sandbox must allow and protect for one child.
+#[derive(Debug, Clone)]
+pub struct Confines {
+    pub workspace: PathBuf,
+    /// Paths the child may neither write nor create: in the workspace, and for the
+    /// agent its own settings.
+    pub protected: Vec<Protected>,
+    pub network: bool,
+    /// Let the child create UNIX sockets (`shell.unix_sockets`): it could then
+    /// reach daemons outside the workspace unless Landlock ABI 9 confines them.
+    pub unix_sockets: bool,
+    /// Paths outside the workspace the child may write (the agent's own state).
+    pub writable_outside: Vec<PathBuf>,
+}
+
+/// A command prepared to run inside the sandbox.
+pub struct Prepared {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// `argv[0]` for the program when it differs from `program` (None: the path).
+    pub arg0: Option<String>,
+    /// Extra variables for the child (TMPDIR).
+    pub env: Vec<(String, String)>,
+    /// Applied in the child between fork and exec (Landlock and seccomp).
+    pub confinement: Option<Confinement>,
+    /// A descriptor the child gets as fd 3 (bwrap's `--seccomp 3`).
+    pub pass_fd: Option<OwnedFd>,
+    /// The private temp dir, removed when this is dropped.
+    pub _tmp: Option<tempfile::TempDir>,
+    /// The placeholders of missing protected names, kept while the child runs.
+    pub _hold: Option<placeholder::Hold>,
+}
+
+impl Prepared {
+    /// A command run as it is, with no sandbox around it.
+    pub fn unconfined(program: PathBuf, arg0: Option<String>, args: Vec<String>) -> Prepared {
+        Prepared {
+            program,
+            args,
+            arg0,
+            env: Vec::new(),
+            confinement: None,
+            pass_fd: None,
+            _tmp: None,
+            _hold: None,
+        }
+    }
+}
+
+impl Confines {
+    fn is_protected(&self, path: &Path) -> bool {
+        self.protected.iter().any(|p| p.path == path)
+    }
+
+    fn holds_protected(&self, dir: &Path) -> bool {
+        self.protected.iter().any(|p| p.path.starts_with(dir))
+    }
+
+    fn sockets(&self, unix_confined: bool) -> seccomp::Sockets {
+        seccomp::Sockets {
+            network: self.network,
+            unix: self.unix_sockets || unix_confined,
+        }
+    }
+
+    /// Wrap `program args` (to run in `cwd`, with `arg0` as its `argv[0]`) in `sandbox`.
+    pub fn prepare(
+        &self,
+        sandbox: &Sandbox,
+        program: PathBuf,
+        arg0: Option<String>,
+        args: Vec<String>,
+        cwd: &Path,
+    ) -> Result<Prepared, String> {
+        match sandbox {
+            Sandbox::Unavailable(why) => Err(why.clone()),
+            Sandbox::None { .. } => Ok(Prepared::unconfined(program, arg0, args)),
+            Sandbox::Bwrap(bwrap) => {
+                for p in &self.protected {
+                    if std::fs::symlink_metadata(&p.path).is_ok_and(|m| m.file_type().is_symlink())
+                    {
+                        return Err(format!(
+                            "the protected path `{}` is a symbolic link, which bwrap cannot keep read-only; replace the link with what it points to, or use shell.sandbox = \"landlock\"",
+                            p.path.display()
+                        ));
+                    }
+                }
+                let hold = placeholder::hold(&self.workspace, &self.protected)?;
+                let filter = seccomp::filter(self.sockets(false))?;
+                let (read, write) = crate::exec::spawn::pipe()
+                    .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
+                std::fs::File::from(write)
+                    .write_all(&seccomp::to_bytes(&filter))
+                    .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
+                Ok(Prepared {
+                    program: bwrap.clone(),
+                    args: bwrap::args(self, &program, args, cwd, Some(PASSED_FD)),
+                    arg0: None,
+                    env: vec![("TMPDIR".into(), "/tmp".into())],
+                    confinement: None,
+                    pass_fd: Some(read),
+                    _tmp: None,
+                    _hold: Some(hold),
+                })
+            }
+            Sandbox::Landlock(abi) => {
+                let tmp = tempfile::Builder::new()
+                    .prefix("loopbox-child-")
+                    .tempdir()
+                    .map_err(|e| format!("cannot create the child's private temp dir: {e}"))?;
+                let ruleset = landlock::ruleset(*abi, self, tmp.path())
+                    .map_err(|e| format!("the Landlock sandbox cannot be set up: {e}"))?;
+                let seccomp = seccomp::filter(self.sockets(landlock::confines_unix_sockets(*abi)))?;
+                let env = vec![("TMPDIR".into(), tmp.path().to_string_lossy().into_owned())];
+                let confinement = Some(Confinement { ruleset, seccomp });
+                Ok(Prepared {
+                    program,
+                    args,
+                    arg0,
+                    env,
+                    confinement,
+                    pass_fd: None,
+                    _tmp: Some(tmp),
+                    _hold: None,
+                })
+            }
+        }
+    }
+}
+
+/// The descriptor number the child gets [`Prepared::pass_fd`] as.
+pub const PASSED_FD: i32 = 3;
+
+/// Kernel-side restrictions made in the parent, applied in the child before exec.
+#[derive(Debug)]
+pub struct Confinement {
+    ruleset: OwnedFd,
+    seccomp: seccompiler::BpfProgram,
+}
+
+impl Confinement {
+    /// In the child, after clone and before exec: only system calls.
+    pub fn apply_in_child(&self) -> std::io::Result<()> {
+        // SAFETY: both only make system calls on data prepared in the parent.
+        unsafe {
+            landlock::restrict_self(&self.ruleset)?;
+            seccomp::install(&self.seccomp)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn support(landlock: Result<i32, String>, bwrap: Result<PathBuf, String>) -> Support {
+        Support { landlock, bwrap }
+    }
+
+    #[test]
+    fn auto_prefers_bwrap_then_landlock_then_none() {
+        let both = support(Ok(7), Ok("/usr/bin/bwrap".into()));
+        assert_eq!(
+            Sandbox::decide(SandboxChoice::Auto, &both),
+            Sandbox::Bwrap("/usr/bin/bwrap".into())
+        );
+        let landlock_only = support(Ok(7), Err("no bwrap".into()));
+        assert_eq!(
+            Sandbox::decide(SandboxChoice::Auto, &landlock_only),
+            Sandbox::Landlock(7)
+        );
+        let old = support(Ok(2), Err("no bwrap".into()));
+        assert!(
+            matches!(Sandbox::decide(SandboxChoice::Auto, &old), Sandbox::None { why } if why.contains("ABI 2"))
+        );
+    }
+
+    #[test]
+    fn an_explicit_choice_that_cannot_be_enforced_is_unavailable_not_none() {
+        let nothing = support(Err("no landlock".into()), Err("no bwrap".into()));
+        assert!(
+            matches!(Sandbox::decide(SandboxChoice::Bwrap, &nothing), Sandbox::Unavailable(m) if m.contains("no bwrap"))
+        );
+        assert!(
+            matches!(Sandbox::decide(SandboxChoice::Landlock, &nothing), Sandbox::Unavailable(m) if m.contains("no landlock"))
+        );
+        let c = Confines {
+            workspace: "/w".into(),
+            protected: vec![],
+            network: false,
+            unix_sockets: false,
+            writable_outside: vec![],
+        };
+        assert!(
+            c.prepare(
+                &Sandbox::Unavailable("x".into()),
+                "/bin/true".into(),
+                None,
+                vec![],
+                Path::new("/w")
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn bwrap_arguments_protect_and_isolate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().to_path_buf();
+        std::fs::create_dir(ws.join(".loopbox")).unwrap();
+        let protected = [".loopbox", "missing.toml"]
+            .map(|n| Protected {
+                path: ws.join(n),
+                kind: Kind::File,
+            })
+            .to_vec();
+        let c = Confines {
+            workspace: ws.clone(),
+            protected,
+            network: false,
+            unix_sockets: false,
+            writable_outside: vec!["/nonexistent/agent-home".into()],
+        };
+        let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, Some(3)).join(" ");
+        let w = ws.display();
+        assert!(
+            a.contains(&format!(
+                "--bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --unshare-net"
+            )),
+            "{a}"
+        );
+        assert!(
+            !a.contains("missing.toml") && !a.contains("agent-home"),
+            "only what exists is bound: {a}"
+        );
+        assert!(
+            a.ends_with(&format!("--seccomp 3 --chdir {w} -- /bin/echo hi")),
+            "{a}"
+        );
+    }
+}

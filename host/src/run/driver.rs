@@ -1,0 +1,488 @@
+//! The standalone driver behind `loopbox run` and `loopbox runs resume`:
+//! delivers events and acts on each decision until the run ends. `inject` goes
+//! to the configured agent and its reply comes back as `turn-complete`; `ask`
+//! goes to a person on a terminal or parks the run; a turn budget stops any
+//! policy that never ends.
+//!
+//! Every step leaves the store able to say where the run stands, and
+//! [`resume_point`] reads it back: an event a crash interrupted is delivered
+//! again from its journal; a committed decision is acted on; an agent turn is
+//! journaled like an action, so a finished turn is not sent twice.
+
+use std::collections::VecDeque;
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use crate::db::{Budget, Db, JournalRow, RunRecord};
+use crate::exec::agent::AgentRequest;
+use crate::run::RunContext;
+use crate::run::record::parse_decision;
+use crate::run::stop::StopReason;
+use crate::wasm::bindings::{Decision, Event, Outcome, Turn};
+use crate::wasm::fault::PolicyFault;
+use crate::wasm::policy::Policy;
+
+/// How a run ended (or stopped for now).
+#[derive(Debug, Clone)]
+pub enum RunEnd {
+    /// The policy finished with this outcome.
+    Done(Outcome),
+    /// After a turn, the policy let the agent stop.
+    Stopped { turns: u32 },
+    /// The policy handed the run to a person.
+    Escalated(String),
+    /// The policy refused to continue.
+    Blocked(String),
+    /// The run is parked until something arrives (an answer, a tick).
+    Waiting(String),
+    /// The policy failed: a trap, a limit, an error, a malformed decision, non-determinism.
+    Fault(PolicyFault),
+    /// The run used its turns (`run.max_turns`).
+    TurnBudget(u32),
+    /// The agent could not be reached or failed.
+    Agent(String),
+    /// `loopbox runs cancel` stopped the run.
+    Cancelled,
+    /// SIGINT or SIGTERM stopped the run where it stood; it can be resumed.
+    Interrupted,
+    /// Agent turn N was being sent when the run stopped: whether the agent
+    /// acted on it cannot be known, so a person decides whether to send it again.
+    TurnUnknown(u32),
+}
+
+impl RunEnd {
+    /// The status stored for the run.
+    pub fn status(&self) -> &'static str {
+        match self {
+            RunEnd::Done(o) if o.success => "done",
+            RunEnd::Stopped { .. } => "done",
+            RunEnd::Escalated(_) => "escalated",
+            RunEnd::Waiting(_) => "waiting",
+            RunEnd::Cancelled => "cancelled",
+            RunEnd::TurnUnknown(_) | RunEnd::Interrupted => "interrupted",
+            _ => "failed",
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        match self {
+            RunEnd::Done(o) => o.summary.clone(),
+            RunEnd::Stopped { turns } => {
+                format!("the policy let the agent stop after {turns} turn(s)")
+            }
+            RunEnd::Escalated(r) => r.clone(),
+            RunEnd::Blocked(r) => format!("blocked: {r}"),
+            RunEnd::Waiting(w) => w.clone(),
+            RunEnd::Fault(f) => f.to_string(),
+            RunEnd::TurnBudget(n) => format!(
+                "the run used all {n} of its turns (run.max_turns) without the policy finishing"
+            ),
+            RunEnd::Agent(e) => e.clone(),
+            RunEnd::Cancelled => "the run was cancelled".into(),
+            RunEnd::Interrupted => {
+                "loopbox was interrupted (SIGINT or SIGTERM); the run stopped where it stood".into()
+            }
+            RunEnd::TurnUnknown(n) => format!(
+                "agent turn {n} was being sent when the run stopped, so whether the agent acted on it is unknown; \
+                 check the workspace, then resume with --resend-turn to send it again, or cancel the run"
+            ),
+        }
+    }
+}
+
+/// Where a run picks up.
+#[derive(Debug, Clone)]
+pub enum Next {
+    /// Deliver a new event.
+    Deliver(Event),
+    /// Deliver again event `seq` (its stored JSON), which a crash interrupted.
+    Redeliver { seq: i64, event: String },
+    /// Act on the decision event `seq` got.
+    Act {
+        seq: i64,
+        decision: Decision,
+        after_turn: bool,
+    },
+    /// Nothing to do: the run ended like this.
+    Ended(RunEnd),
+}
+
+/// Where the run stands, read from the store.
+pub fn resume_point(db: &Db, run: &RunRecord) -> Result<Next> {
+    let Some(last) = db.last_event(&run.id)? else {
+        return Ok(Next::Deliver(Event::Start(run.input.clone())));
+    };
+    if last.pending {
+        return Ok(Next::Redeliver {
+            seq: last.seq,
+            event: last.event,
+        });
+    }
+    if let Some(error) = last.error {
+        let message = serde_json::from_str::<Value>(&error)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(String::from))
+            .unwrap_or(error);
+        return Ok(Next::Ended(RunEnd::Fault(PolicyFault::Recorded(message))));
+    }
+    let text = last
+        .decision
+        .context("the last event has neither a decision nor an error")?;
+    let decision = parse_decision(&text).with_context(|| {
+        format!(
+            "the stored decision of event {} cannot be read back",
+            last.seq
+        )
+    })?;
+    let after_turn =
+        serde_json::from_str::<Value>(&last.event).is_ok_and(|v| v["type"] == "turn-complete");
+    Ok(Next::Act {
+        seq: last.seq,
+        decision,
+        after_turn,
+    })
+}
+
+/// Where `ask` questions go.
+pub trait Asker {
+    /// The person's answer, or None when nobody can be asked.
+    fn ask(&self, question: &str) -> Option<String>;
+}
+
+/// Nobody to ask: every `ask` parks the run.
+pub struct NoAsker;
+
+impl Asker for NoAsker {
+    fn ask(&self, _: &str) -> Option<String> {
+        None
+    }
+}
+
+pub struct DriveOptions<'a> {
+    pub max_turns: u32,
+    pub asker: &'a dyn Asker,
+    /// Ticks delivered, in order, whenever the policy passes outside a turn.
+    pub ticks: VecDeque<String>,
+    /// Send again an agent turn whose outcome a crash left unknown.
+    pub resend_turn: bool,
+}
+
+/// Run `policy` from `next` until it ends or parks.
+pub async fn drive(
+    ctx: &RunContext,
+    policy: &Policy,
+    next: Next,
+    mut opts: DriveOptions<'_>,
+) -> Result<RunEnd> {
+    let mut turns = ctx.db.existing_run(&ctx.id)?.turns;
+    let mut session = last_session(&ctx.db, &ctx.id)?;
+    let mut next = next;
+    loop {
+        if matches!(next, Next::Deliver(_) | Next::Redeliver { .. })
+            && let Some(end) = stopped(ctx)?
+        {
+            return Ok(end);
+        }
+        let (seq, decision, after_turn) = match next {
+            Next::Ended(end) => return Ok(end),
+            Next::Act {
+                seq,
+                decision,
+                after_turn,
+            } => (seq, decision, after_turn),
+            Next::Deliver(event) => {
+                let after_turn = matches!(event, Event::TurnComplete(_));
+                match ctx.deliver_numbered(policy, &event).await? {
+                    (seq, Ok(d)) => (seq, d, after_turn),
+                    (_, Err(f)) => return Ok(fault_end(f)),
+                }
+            }
+            Next::Redeliver { seq, event } => {
+                let after_turn = serde_json::from_str::<Value>(&event)
+                    .is_ok_and(|v| v["type"] == "turn-complete");
+                match ctx.redeliver(policy, seq, event).await? {
+                    Ok(d) => (seq, d, after_turn),
+                    Err(f) => return Ok(fault_end(f)),
+                }
+            }
+        };
+        if let Some(end) = stopped(ctx)? {
+            return Ok(end);
+        }
+        next = match decision {
+            Decision::Done(o) => return Ok(RunEnd::Done(o)),
+            Decision::Escalate(r) => return Ok(RunEnd::Escalated(r)),
+            Decision::Block(r) => return Ok(RunEnd::Blocked(r)),
+            Decision::Rewrite(_) => {
+                return Ok(RunEnd::Fault(PolicyFault::Malformed(
+                    "`rewrite` answers a tool-call event, and a standalone run has none".into(),
+                )));
+            }
+            // Queued ticks are delivered whenever the policy has nothing to add.
+            Decision::Pass => match opts.ticks.pop_front() {
+                Some(tick) => Next::Deliver(Event::Tick(tick)),
+                None if after_turn => return Ok(RunEnd::Stopped { turns }),
+                None => {
+                    return Ok(RunEnd::Waiting(format!(
+                        "the policy is waiting for events and none are queued; deliver one with `loopbox runs tick {} JSON`",
+                        ctx.id
+                    )));
+                }
+            },
+            Decision::Ask(q) => match opts.asker.ask(&q) {
+                Some(answer) => Next::Deliver(Event::UserInput(answer)),
+                None => {
+                    return Ok(RunEnd::Waiting(format!(
+                        "the policy asks: {}",
+                        crate::ui::sanitize(&q)
+                    )));
+                }
+            },
+            Decision::Inject(message) => match agent_turn(
+                ctx,
+                seq,
+                &message,
+                (&mut turns, &mut session),
+                after_turn,
+                &opts,
+            )
+            .await?
+            {
+                Ok(turn) => Next::Deliver(Event::TurnComplete(turn)),
+                Err(end) => return Ok(end),
+            },
+        };
+        opts.resend_turn = false;
+        tokio::task::yield_now().await;
+    }
+}
+
+/// How the run ends when it was asked to stop (a signal or `runs cancel`), if it was.
+fn stopped(ctx: &RunContext) -> Result<Option<RunEnd>> {
+    if ctx.db.cancel_requested(&ctx.id)? {
+        ctx.stop().request(StopReason::Cancelled);
+    }
+    Ok(ctx.stop().requested().map(stop_end))
+}
+
+fn stop_end(reason: StopReason) -> RunEnd {
+    match reason {
+        StopReason::Cancelled => RunEnd::Cancelled,
+        StopReason::Interrupted => RunEnd::Interrupted,
+    }
+}
+
+/// How a failed event ends the run: a stop request is not the policy's fault.
+fn fault_end(f: PolicyFault) -> RunEnd {
+    match f {
+        PolicyFault::Stopped(reason) => stop_end(reason),
+        f => RunEnd::Fault(f),
+    }
+}
+
+/// What an agent turn returned, as journaled.
+struct TurnReply {
+    text: String,
+    session: Option<String>,
+}
+
+/// Send `message` to the agent as the turn after event `seq`'s `inject`, and
+/// journal it; a turn already journaled is not sent again.
+async fn agent_turn(
+    ctx: &RunContext,
+    seq: i64,
+    message: &str,
+    (turns, session): (&mut u32, &mut Option<String>),
+    continuation: bool,
+    opts: &DriveOptions<'_>,
+) -> Result<Result<Turn, RunEnd>> {
+    let journaled = ctx.config.run.journal;
+    let recorded = if journaled {
+        ctx.db
+            .journal(&ctx.id, seq)?
+            .into_iter()
+            .find(|r| r.seq == 0)
+    } else {
+        None
+    };
+    let request = json!({"message": message, "session": session}).to_string();
+    let reply = match recorded {
+        Some(JournalRow {
+            result: Some(result),
+            ..
+        }) => {
+            ctx.log.host("info", format!("agent turn {turns} was answered before the run stopped; using the journaled reply"));
+            match parse_turn(&result) {
+                Ok(r) => r,
+                Err(e) => return Ok(Err(RunEnd::Agent(e))),
+            }
+        }
+        Some(JournalRow { result: None, .. }) if !opts.resend_turn => {
+            return Ok(Err(RunEnd::TurnUnknown(*turns)));
+        }
+        recorded => {
+            let resend = recorded.is_some();
+            if !resend {
+                if *turns >= opts.max_turns {
+                    return Ok(Err(RunEnd::TurnBudget(opts.max_turns)));
+                }
+                let Some(agent) = ctx.agent() else {
+                    return Ok(Err(RunEnd::Agent(
+                        "the policy sent a message to the agent, but no agent is configured: add an `[agent]` section with `command = [...]` to loopbox.toml"
+                            .into(),
+                    )));
+                };
+                // An `inject` is a message from the policy like a `prompt` action: the same tier governs it.
+                if let Err(why) = ctx
+                    .allow_message(
+                        agent.config().tier,
+                        &format!(
+                            "agent turn {}: `{}`",
+                            *turns + 1,
+                            crate::ui::shorten(&crate::ui::sanitize(message), 60)
+                        ),
+                    )
+                    .await
+                {
+                    return Ok(Err(RunEnd::Agent(why)));
+                }
+                if journaled {
+                    let row = JournalRow {
+                        seq: 0,
+                        kind: "turn".into(),
+                        request: request.clone(),
+                        result: None,
+                    };
+                    ctx.db
+                        .journal_intent(
+                            &ctx.id,
+                            (Some(seq), ""),
+                            &[],
+                            &row,
+                            &Budget {
+                                turn: true,
+                                ..Default::default()
+                            },
+                        )?
+                        .ok();
+                    *turns += 1;
+                } else {
+                    *turns = ctx.db.add_turn(&ctx.id)?;
+                }
+                crate::run::crashpoint::hit("turn-started");
+            } else {
+                ctx.log.host(
+                    "warn",
+                    format!("sending agent turn {turns} again (--resend-turn)"),
+                );
+            }
+            // Stopped mid-turn, the turn's outcome is unknown, as after a crash.
+            let result = match ctx
+                .until_stopped(send_turn(ctx, message, session.as_deref(), *turns))
+                .await
+            {
+                Ok(r) => r,
+                Err(reason) => return Ok(Err(stop_end(reason))),
+            };
+            crate::run::crashpoint::hit("turn-finished");
+            if journaled {
+                ctx.db
+                    .journal_result(&ctx.id, seq, 0, &turn_json(&result))?;
+                crate::run::crashpoint::hit("turn-recorded");
+            }
+            match result {
+                Ok(r) => r,
+                Err(e) => return Ok(Err(RunEnd::Agent(e))),
+            }
+        }
+    };
+    if reply.session.is_some() {
+        *session = reply.session;
+    }
+    Ok(Ok(Turn {
+        session_id: session.clone().unwrap_or_else(|| ctx.id.clone()),
+        response: reply.text,
+        index: *turns,
+        continuation,
+        origin: None,
+    }))
+}
+
+async fn send_turn(
+    ctx: &RunContext,
+    message: &str,
+    session: Option<&str>,
+    turn: u32,
+) -> Result<TurnReply, String> {
+    let agent = ctx.agent().ok_or("no agent is configured")?;
+    ctx.log
+        .ui()
+        .status(format!("turn {turn}: waiting for the agent"));
+    let reply = agent
+        .send(AgentRequest {
+            text: message,
+            session,
+            timeout: None,
+            model: None,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let p = &reply.process;
+    if p.timed_out || p.exit_code != Some(0) {
+        let why = if p.timed_out {
+            "timed out (agent.timeout_ms)".to_string()
+        } else {
+            format!("exited with {:?}", p.exit_code)
+        };
+        let stderr = crate::ui::shorten(p.stderr.trim(), 400);
+        return Err(format!("the agent {why} on turn {turn}: {stderr}"));
+    }
+    ctx.log.host(
+        "info",
+        format!(
+            "agent turn {turn} finished in {:.1}s",
+            p.duration.as_secs_f64()
+        ),
+    );
+    Ok(TurnReply {
+        text: reply.text,
+        session: reply.session,
+    })
+}
+
+fn turn_json(r: &Result<TurnReply, String>) -> String {
+    match r {
+        Ok(t) => json!({"ok": {"text": t.text, "session": t.session}}),
+        Err(e) => json!({"err": e}),
+    }
+    .to_string()
+}
+
+fn parse_turn(text: &str) -> Result<TurnReply, String> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| format!("the journaled agent turn cannot be read back: {e}"))?;
+    if let Some(e) = v["err"].as_str() {
+        return Err(e.to_string());
+    }
+    let ok = &v["ok"];
+    Ok(TurnReply {
+        text: ok["text"].as_str().unwrap_or_default().to_string(),
+        session: ok["session"].as_str().map(String::from),
+    })
+}
+
+/// The agent conversation the run's last answered turn reported.
+fn last_session(db: &Db, run: &str) -> Result<Option<String>> {
+    let turns = db.journal_of_run(run)?;
+    Ok(turns
+        .iter()
+        .rev()
+        .filter(|(_, r)| r.kind == "turn")
+        .find_map(|(_, r)| {
+            r.result
+                .as_deref()
+                .and_then(|t| parse_turn(t).ok())
+                .and_then(|t| t.session)
+        }))
+}

@@ -1,0 +1,509 @@
+//! One run's context: its id, its grants, its store and log. Delivering an
+//! event is a transaction: a fresh instance handles it, and its state writes,
+//! log lines, journal and decision are committed together; a failed event
+//! commits its log and the failure, and none of its state writes. An event a
+//! crash interrupted is delivered again with [`RunContext::redeliver`], its
+//! host calls answered from the journal.
+//!
+//! Beside it: [`driver`], the standalone loop behind `loopbox run`; [`record`],
+//! events and decisions as JSON; [`pin`], the grants a run keeps for its life;
+//! [`stop`], cancel and signals; [`crashpoint`], fault injection for tests.
+
+pub(crate) mod crashpoint;
+pub mod driver;
+pub mod pin;
+pub mod record;
+pub mod stop;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+
+use crate::caps::actions::{ActionGrants, ActionsHost};
+use crate::caps::log::LogHost;
+use crate::caps::state::StateHost;
+use crate::caps::wasi::{CapturedOutput, empty_ctx};
+use crate::caps::workspace::WorkspaceHost;
+use crate::config::Config;
+use crate::db::{Db, EventCommit};
+use crate::exec::agent::AgentRunner;
+use crate::exec::child_env::ChildEnv;
+use crate::exec::confirm::{Confirm, NoOneToAsk};
+use crate::exec::grants::{ExtraRules, ShellGrants};
+use crate::exec::sandbox::{Confines, LazySandbox, Sandbox};
+use crate::journal::{Journal, JournalBudget};
+use crate::run::record::{
+    decision_json, describe_decision, event_json, parse_event, validate_decision,
+};
+use crate::run::stop::{Stop, StopReason};
+use crate::runlog::{RunLog, Source};
+use crate::ui::Ui;
+use crate::wasm::bindings::{Decision, Event, PolicyInfo};
+use crate::wasm::fault::PolicyFault;
+use crate::wasm::instance::{InstanceState, Limiter};
+use crate::wasm::meter::Meter;
+use crate::wasm::policy::{Call, Policy, Returned};
+
+/// What the front end adds to a run's grants.
+pub struct Access {
+    /// Rules from the command line.
+    pub rules: ExtraRules,
+    /// Who approves ask-tier actions.
+    pub confirm: Arc<dyn Confirm>,
+    /// Files the sandbox keeps read-only besides the store and `loopbox.toml`
+    /// (the config file in use, the policy file).
+    pub protected: Vec<PathBuf>,
+    /// What the machine supports; probed when None (tests pass a machine without sandboxes).
+    pub support: Option<crate::exec::sandbox::Support>,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Access {
+            rules: ExtraRules::default(),
+            confirm: Arc::new(NoOneToAsk("no one can be asked here")),
+            protected: Vec::new(),
+            support: None,
+        }
+    }
+}
+
+pub struct RunContext {
+    pub id: String,
+    pub config: Arc<Config>,
+    pub db: Db,
+    pub log: RunLog,
+    root: PathBuf,
+    dir: Arc<Dir>,
+    grants: Arc<ActionGrants>,
+    /// The run's random seed, read from the store at the first event.
+    seed: std::sync::OnceLock<String>,
+    /// Raised by a cancel request (polled from the store) or a signal.
+    stop: Arc<Stop>,
+}
+
+/// How often a running event looks in the store for `loopbox runs cancel`.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `~/x` under `$HOME`; absolute paths as they are.
+fn expand_home(p: &str) -> Option<PathBuf> {
+    match p.strip_prefix("~/") {
+        Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
+        None => Some(PathBuf::from(p)),
+    }
+}
+
+/// A fresh run id: short, sortable by creation time, unique enough per store.
+pub fn new_run_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let salt = blake3::hash(
+        &[
+            now.as_nanos().to_le_bytes().as_slice(),
+            &std::process::id().to_le_bytes(),
+        ]
+        .concat(),
+    );
+    format!("r{:x}{}", now.as_secs(), &salt.to_hex()[..6])
+}
+
+impl RunContext {
+    /// `root` is the workspace: the store lives under it, actions run in it.
+    /// Only the config's rules apply, and ask-tier actions are declined.
+    pub fn new(id: String, config: Arc<Config>, db: Db, root: &Path, ui: Ui) -> Result<RunContext> {
+        RunContext::with_access(id, config, db, root, ui, Access::default())
+    }
+
+    /// As [`RunContext::new`], with rules from the command line, a way to ask a
+    /// person, and the files the sandbox must keep read-only.
+    pub fn with_access(
+        id: String,
+        config: Arc<Config>,
+        db: Db,
+        root: &Path,
+        ui: Ui,
+        access: Access,
+    ) -> Result<RunContext> {
+        let root = root
+            .canonicalize()
+            .with_context(|| format!("workspace `{}` cannot be used", root.display()))?;
+        let sandbox = LazySandbox::new(config.shell.sandbox, access.support.clone());
+        // A PATH entry the policy's commands can write would let them plant a program
+        // under an allowed name.
+        for dir in config.shell.path.split(':').filter(|d| !d.is_empty()) {
+            let real = Path::new(dir)
+                .canonicalize()
+                .unwrap_or_else(|_| root.join(dir));
+            if real.starts_with(&root) {
+                bail!(
+                    "shell.path contains `{dir}`, which is inside the workspace: a command could plant a program there under an allowed name; remove it from shell.path"
+                );
+            }
+        }
+        let dir = Dir::open_ambient_dir(&root, ambient_authority())
+            .with_context(|| format!("failed to open workspace `{}`", root.display()))?;
+        let env = ChildEnv::new(&config.shell, &root);
+        let rules = ShellGrants::new(&config.shell, &access.rules, &env);
+        // Everything loopbox will run or read again is protected: the config and
+        // policy files, the agent program, and programs the rules name.
+        let mut extra: Vec<PathBuf> = access.protected.clone();
+        let programs = config
+            .agent
+            .iter()
+            .filter(|a| a.runner != crate::config::RunnerKind::Openai)
+            .map(|a| a.command[0].as_str());
+        for name in programs.chain(
+            rules
+                .rules()
+                .iter()
+                .filter(|r| r.tier != crate::exec::grants::Tier::Deny)
+                .map(|r| r.argv[0].as_str()),
+        ) {
+            extra.extend(env.resolve_program(name, &root));
+        }
+        let protected = crate::exec::sandbox::protect::paths(&root, &config.shell.writable, &extra);
+        let confines = Confines {
+            workspace: root.clone(),
+            protected: protected.clone(),
+            network: config.shell.network,
+            unix_sockets: config.shell.unix_sockets,
+            writable_outside: Vec::new(),
+        };
+        let agent = config.agent.clone().map(|a| {
+            let writable_outside: Vec<PathBuf> = a
+                .writable
+                .iter()
+                .flatten()
+                .filter_map(|p| expand_home(p))
+                .collect();
+            // The agent's own settings (hooks, MCP servers) stay read-only though its state is writable.
+            let mut protected = protected.clone();
+            protected.extend(crate::exec::sandbox::protect::agent_settings(
+                &writable_outside,
+            ));
+            let confines = Confines {
+                workspace: root.clone(),
+                protected,
+                network: true,
+                unix_sockets: false,
+                writable_outside,
+            };
+            let sandbox = crate::exec::agent::AgentSandbox {
+                sandbox: LazySandbox::new(config.shell.sandbox, access.support.clone()),
+                confines,
+            };
+            AgentRunner::new(
+                a,
+                env.clone(),
+                config.limits.output_bytes as usize,
+                db.clone(),
+                Some(sandbox),
+            )
+        });
+        let grants = Arc::new(ActionGrants {
+            shell: config.shell.clone(),
+            rules,
+            env,
+            agent,
+            confirm: access.confirm,
+            sandbox,
+            confines,
+        });
+        Ok(RunContext {
+            id,
+            config,
+            db,
+            log: RunLog::new(ui),
+            root,
+            dir: Arc::new(dir),
+            grants,
+            seed: Default::default(),
+            stop: Arc::new(Stop::new()),
+        })
+    }
+
+    /// The run's stop request: raise it to end the event in progress (see [`crate::run::stop`]).
+    pub fn stop(&self) -> &Arc<Stop> {
+        &self.stop
+    }
+
+    /// Raise the stop request when `loopbox runs cancel` (another process) leaves one
+    /// in the store. Never resolves.
+    async fn poll_cancel(&self) {
+        loop {
+            tokio::time::sleep(CANCEL_POLL).await;
+            if self.db.cancel_requested(&self.id).unwrap_or(false) {
+                self.stop.request(StopReason::Cancelled);
+            }
+        }
+    }
+
+    /// Run `work` (an agent turn, say) until it ends or the run is asked to stop;
+    /// on a stop `work` is dropped (a child process with it).
+    pub async fn until_stopped<T>(
+        &self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, StopReason> {
+        tokio::select! {
+            r = work => Ok(r),
+            reason = self.stop.wait() => Err(reason),
+            _ = self.poll_cancel() => unreachable!("the cancel poll never ends"),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The OS sandbox this run's commands run in (decided on first use).
+    pub fn sandbox(&self) -> &Sandbox {
+        self.grants.sandbox.get()
+    }
+
+    pub fn agent(&self) -> Option<&AgentRunner> {
+        self.grants.agent.as_ref()
+    }
+
+    /// Whether the agent tier lets a message from the policy through (see
+    /// [`ActionGrants::message_allowed`]); `Err` says why not.
+    pub async fn allow_message(
+        &self,
+        tier: crate::config::PromptTier,
+        what: &str,
+    ) -> Result<(), String> {
+        use crate::wasm::bindings::actions::ActionError;
+        self.grants
+            .message_allowed(&self.log, tier, what)
+            .await
+            .map_err(|e| match e {
+                ActionError::Denied(why) => format!("{why} ({what})"),
+                ActionError::Declined(why) => why,
+                other => other.to_string(),
+            })
+    }
+
+    /// The data for one instance's Store; `event` is the number of the event it handles.
+    pub fn instance_state(
+        &self,
+        meter: Arc<Meter>,
+        journal: &Journal,
+        event: i64,
+    ) -> Result<InstanceState> {
+        let limits = &self.config.limits;
+        let out = CapturedOutput::new(limits.log_bytes_per_event as usize);
+        let err = CapturedOutput::new(limits.log_bytes_per_event as usize);
+        let seed = match self.seed.get() {
+            Some(s) => s,
+            None => {
+                let run = self.db.existing_run(&self.id)?;
+                self.seed.get_or_init(|| run.seed)
+            }
+        };
+        let (wasi, table) = empty_ctx(&out, &err, journal, &meter, seed, event);
+        Ok(InstanceState {
+            wasi,
+            table,
+            limiter: Limiter::new(limits),
+            actions: ActionsHost::new(
+                self.grants.clone(),
+                self.db.clone(),
+                self.id.clone(),
+                meter.clone(),
+                self.log.clone(),
+                journal.clone(),
+                limits,
+            ),
+            state: StateHost::new(self.db.clone(), self.id.clone(), meter.clone(), limits),
+            workspace: WorkspaceHost::new(
+                self.dir.clone(),
+                meter.clone(),
+                limits.read_bytes,
+                journal.clone(),
+            ),
+            log: LogHost::new(self.log.clone(), meter, limits.log_bytes_per_event),
+            stdout: out,
+            stderr: err,
+        })
+    }
+
+    async fn call(
+        &self,
+        policy: &Policy,
+        call: Call<'_>,
+        journal: &Journal,
+        event: i64,
+    ) -> Result<(Result<Returned, PolicyFault>, InstanceState)> {
+        let meter = Arc::new(Meter::with_stop(&self.config.limits, self.stop.clone()));
+        let data = self.instance_state(meter.clone(), journal, event)?;
+        // The call ends itself on a stop request (its meter and watchdog see it);
+        // this only raises the request when `runs cancel` leaves one in the store.
+        let (mut result, mut data) = tokio::select! {
+            r = policy.call(data, meter, &self.config.limits, call) => r,
+            _ = self.poll_cancel() => unreachable!("the cancel poll never ends"),
+        };
+        // What the guest printed goes to the run log, within the event's log budget.
+        for (source, captured) in [
+            (Source::Stdout, &data.stdout),
+            (Source::Stderr, &data.stderr),
+        ] {
+            let (text, dropped) = captured.take();
+            // A trap's one-line error quotes the guest's last words on stderr.
+            if let (Source::Stderr, Err(f)) = (source, &mut result) {
+                *f = f.clone().with_stderr(&text);
+            }
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                data.log.write("info", source, line);
+            }
+            if dropped > 0 {
+                self.log.host("warn", format!("{dropped} bytes of the policy's {} past limits.log_bytes_per_event were dropped", source.as_str()));
+            }
+        }
+        Ok((result, data))
+    }
+
+    /// Ask the policy to describe itself (nothing is committed or journaled).
+    pub async fn info(&self, policy: &Policy) -> Result<PolicyInfo, PolicyFault> {
+        let journal = Journal::live(self.db.clone(), &self.id, String::new(), false);
+        match self.call(policy, Call::Info, &journal, 0).await {
+            Ok((Ok(Returned::Info(i)), _)) => Ok(i),
+            Ok((Ok(Returned::Decision(_)), _)) => unreachable!("info returns info"),
+            Ok((Err(f), _)) => Err(f),
+            Err(e) => Err(PolicyFault::Host(format!("{e:#}"))),
+        }
+    }
+
+    /// Deliver a new event and commit its outcome. `Err` when loopbox itself
+    /// failed (the store, the disk): then nothing of the event is committed.
+    pub async fn deliver(
+        &self,
+        policy: &Policy,
+        event: &Event,
+    ) -> Result<Result<Decision, PolicyFault>> {
+        Ok(self.deliver_numbered(policy, event).await?.1)
+    }
+
+    /// As [`RunContext::deliver`], with the number the event was stored under.
+    pub async fn deliver_numbered(
+        &self,
+        policy: &Policy,
+        event: &Event,
+    ) -> Result<(i64, Result<Decision, PolicyFault>)> {
+        let json = event_json(event).to_string();
+        let journal = Journal::live(
+            self.db.clone(),
+            &self.id,
+            json.clone(),
+            self.config.run.journal,
+        )
+        .limited(JournalBudget::of(&self.config.limits))?;
+        let nominal = self.db.next_event_seq(&self.id)?;
+        self.handle(policy, event, json, journal, nominal).await
+    }
+
+    /// Deliver again the event numbered `seq` that a crash interrupted,
+    /// answering the calls it made from the journal.
+    pub async fn redeliver(
+        &self,
+        policy: &Policy,
+        seq: i64,
+        json: String,
+    ) -> Result<Result<Decision, PolicyFault>> {
+        let event = parse_event(&json)
+            .with_context(|| format!("the stored event {seq} cannot be read back"))?;
+        let journal = Journal::replay(self.db.clone(), &self.id, seq, json.clone())?
+            .limited(JournalBudget::of(&self.config.limits))?;
+        self.log.host(
+            "info",
+            format!(
+                "resuming event {seq} ({}) from the journal",
+                event_type(&event)
+            ),
+        );
+        Ok(self.handle(policy, &event, json, journal, seq).await?.1)
+    }
+
+    async fn handle(
+        &self,
+        policy: &Policy,
+        event: &Event,
+        json: String,
+        journal: Journal,
+        nominal: i64,
+    ) -> Result<(i64, Result<Decision, PolicyFault>)> {
+        let (result, mut data) = self
+            .call(policy, Call::Handle(event), &journal, nominal)
+            .await?;
+        let mut result = match result {
+            Ok(Returned::Decision(d)) => validate_decision(&d, self.config.limits.max_string_bytes)
+                .map(|_| d)
+                .map_err(PolicyFault::Malformed),
+            Ok(Returned::Info(_)) => unreachable!("handle returns a decision"),
+            Err(f) => Err(f),
+        };
+        let finished = journal.finish_event();
+        // A mismatch with the journal outranks whatever the guest did after it.
+        if let Some(nd) = finished.failure {
+            result = Err(PolicyFault::NonDeterminism(nd.0));
+        }
+        if let Err(PolicyFault::Host(why)) = &result {
+            self.log.host(
+                "error",
+                format!("loopbox failed while the policy handled the event: {why}"),
+            );
+            let _ = self.db.append_log(&self.id, &self.log.take());
+            anyhow::bail!("{why}");
+        }
+        // A stopped event is left as a crash would leave it: what its actions journaled
+        // stays, and a resume delivers it again.
+        if let Err(PolicyFault::Stopped(reason)) = &result {
+            self.log
+                .host("warn", format!("the event was stopped: {reason}"));
+            self.db
+                .append_log(&self.id, &self.log.take())
+                .context("failed to record the run log in the store")?;
+            return Ok((finished.seq.unwrap_or(nominal), result));
+        }
+        let mut commit = EventCommit {
+            seq: finished.seq,
+            event: json,
+            journal: finished.rows,
+            ..Default::default()
+        };
+        match &result {
+            Ok(d) => {
+                self.log
+                    .host("info", format!("decision: {}", describe_decision(d)));
+                commit.decision = Some(decision_json(d).to_string());
+                commit.state_writes = data.state.take_writes();
+            }
+            Err(f) => {
+                self.log.host("error", f.to_string());
+                commit.error = Some(
+                    serde_json::json!({"kind": f.kind(), "message": f.to_string()}).to_string(),
+                );
+            }
+        }
+        commit.log = self.log.take();
+        let seq = self
+            .db
+            .commit_event(&self.id, &commit)
+            .context("failed to record the event in the store")?;
+        crate::run::crashpoint::hit("event-committed");
+        Ok((seq, result))
+    }
+}
+
+fn event_type(e: &Event) -> &'static str {
+    match e {
+        Event::Start(_) => "start",
+        Event::TurnComplete(_) => "turn-complete",
+        Event::ToolCall(_) => "tool-call",
+        Event::Tick(_) => "tick",
+        Event::UserInput(_) => "user-input",
+        Event::Custom(_) => "custom",
+    }
+}

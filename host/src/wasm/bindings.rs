@@ -1,0 +1,16 @@
+//! The host's one `bindgen!` over `wit/`: Rust types and traits for the
+//! `loopbox:policy` contract. A `decider` component imports a subset of
+//! `loop-policy`'s interfaces and exports the same `policy`, so one set of
+//! bindings serves both worlds.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "loop-policy",
+    imports: { default: async | trappable },
+    exports: { default: async },
+    additional_derives: [PartialEq],
+});
+
+pub use self::loopbox::policy::actions;
+pub use self::loopbox::policy::types::{Decision, Event, Origin, Outcome, ToolCall, Turn};
+pub use exports::loopbox::policy::policy::PolicyInfo;

@@ -1,0 +1,134 @@
+//! What `loopbox inspect` reports about a component: its world, the
+//! capabilities it could ask for, its exports, its own `info()`, its size and
+//! the toolchain that produced it (from the producers custom sections).
+
+use serde::Serialize;
+
+use crate::wasm::policy::{PACKAGE, Policy};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Inspection {
+    pub policy: String,
+    pub world: &'static str,
+    pub size_bytes: usize,
+    pub digest: String,
+    /// loopbox capabilities the component imports: what it could ask for.
+    pub capabilities: Vec<String>,
+    /// Every import, WASI included.
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    pub info: Option<Info>,
+    pub info_error: Option<String>,
+    /// Source languages named in producers sections (`Rust`, `Python`, ...).
+    pub languages: Vec<String>,
+    /// `name version` of each tool that processed it.
+    pub processed_by: Vec<String>,
+    pub cached: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Info {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+}
+
+pub fn capabilities(policy: &Policy) -> Vec<String> {
+    let prefix = format!("{PACKAGE}/");
+    policy
+        .interface
+        .imports
+        .iter()
+        .filter_map(|i| i.strip_prefix(&prefix))
+        .map(|i| i.split('@').next().unwrap_or(i).to_string())
+        .filter(|i| i != "types")
+        .collect()
+}
+
+/// `(languages, processed-by)` from every producers section in the binary, deduplicated.
+pub fn producers(wasm: &[u8]) -> (Vec<String>, Vec<String>) {
+    let mut languages = Vec::new();
+    let mut tools = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        let Ok(wasmparser::Payload::CustomSection(section)) = payload else {
+            continue;
+        };
+        let wasmparser::KnownCustom::Producers(reader) = section.as_known() else {
+            continue;
+        };
+        for field in reader.into_iter().flatten() {
+            for value in field.values.into_iter().flatten() {
+                let entry = if value.version.is_empty() {
+                    value.name.to_string()
+                } else {
+                    format!("{} {}", value.name, value.version)
+                };
+                let list = match field.name {
+                    "language" => &mut languages,
+                    "processed-by" => &mut tools,
+                    _ => continue,
+                };
+                if !list.contains(&entry) {
+                    list.push(entry);
+                }
+            }
+        }
+    }
+    (languages, tools)
+}
+
+impl Inspection {
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let mut line = |k: &str, v: String| s.push_str(&format!("{k:<13}{v}\n"));
+        line("policy", self.policy.clone());
+        match &self.info {
+            Some(i) => line(
+                "info",
+                format!(
+                    "{} {}: {}",
+                    i.name,
+                    i.version,
+                    crate::ui::sanitize(&i.description)
+                ),
+            ),
+            None => line(
+                "info",
+                format!(
+                    "unavailable ({})",
+                    self.info_error.as_deref().unwrap_or("?")
+                ),
+            ),
+        }
+        line("world", format!("loopbox:policy/{}", self.world));
+        line(
+            "capabilities",
+            if self.capabilities.is_empty() {
+                "none".into()
+            } else {
+                self.capabilities.join(", ")
+            },
+        );
+        line("exports", self.exports.join(", "));
+        line("size", format!("{} bytes", self.size_bytes));
+        line(
+            "language",
+            if self.languages.is_empty() {
+                "unknown".into()
+            } else {
+                self.languages.join(", ")
+            },
+        );
+        line(
+            "built with",
+            if self.processed_by.is_empty() {
+                "unknown".into()
+            } else {
+                self.processed_by.join(", ")
+            },
+        );
+        line("digest", format!("blake3:{}", self.digest));
+        line("imports", self.imports.join("\n             "));
+        s
+    }
+}

@@ -1,0 +1,15 @@
+//! The Wasm side: the process's one engine, the compiled-component cache, a
+//! loaded policy and the store data of one instance, the limits a guest runs
+//! under and how a failed call is told apart (a limit, a trap, the host).
+
+pub mod bindings;
+pub(crate) mod builtin;
+pub mod cache;
+pub(crate) mod engine;
+pub mod fault;
+pub mod inspect;
+pub(crate) mod instance;
+pub mod limits;
+pub mod meter;
+pub mod policy;
+pub mod runtime;

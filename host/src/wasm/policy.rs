@@ -1,0 +1,336 @@
+//! A loaded policy: its source, its compiled and pre-linked form, the world it
+//! targets. Loading checks everything that can be checked before running:
+//! that the file is a component (not a core module), that it exports the
+//! `loopbox:policy/policy` interface, and that it imports only what loopbox provides.
+//! [`Policy::call`] runs one call on a fresh instance in a fresh Store.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use wasmtime::component::Component;
+use wasmtime::{Engine, Store, UpdateDeadline};
+
+use crate::wasm::bindings::{Decision, Event, LoopPolicyPre, PolicyInfo};
+use crate::wasm::builtin;
+use crate::wasm::cache::CacheOutcome;
+use crate::wasm::engine::ticks;
+use crate::wasm::fault::PolicyFault;
+use crate::wasm::instance::InstanceState;
+use crate::wasm::limits::{Limit, LimitExceeded, Limits};
+use crate::wasm::meter::Meter;
+
+pub const PACKAGE: &str = "loopbox:policy";
+pub const VERSION: &str = "0.1.0";
+
+/// Longest stretch a guest runs before yielding to other tasks.
+const SLICE: Duration = Duration::from_millis(20);
+
+/// Where a policy comes from: `builtin:NAME` or a path to a `.wasm` component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicySource {
+    Builtin(String),
+    Path(PathBuf),
+}
+
+impl PolicySource {
+    pub fn parse(s: &str) -> PolicySource {
+        match s.strip_prefix("builtin:") {
+            Some(name) => PolicySource::Builtin(name.to_string()),
+            None => PolicySource::Path(PathBuf::from(s)),
+        }
+    }
+
+    /// The file, for a policy loaded from one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            PolicySource::Path(p) => Some(p),
+            PolicySource::Builtin(_) => None,
+        }
+    }
+
+    pub fn read(&self) -> Result<Cow<'static, [u8]>> {
+        match self {
+            PolicySource::Builtin(name) => {
+                builtin::get(name).map(Cow::Borrowed).with_context(|| {
+                    format!(
+                        "there is no builtin policy `{name}`; builtins are: {}",
+                        builtin::names()
+                            .iter()
+                            .map(|n| format!("builtin:{n}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+            }
+            PolicySource::Path(p) => {
+                crate::files::read_capped(p, crate::files::MAX_COMPONENT_BYTES)
+                    .map(Cow::Owned)
+                    .with_context(|| {
+                        format!(
+                            "cannot read `{}`: give a path to a .wasm component or builtin:NAME",
+                            p.display()
+                        )
+                    })
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for PolicySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicySource::Builtin(n) => write!(f, "builtin:{n}"),
+            PolicySource::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// The world a component targets, told by what it imports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum World {
+    /// May run commands, prompt agents and read the workspace.
+    LoopPolicy,
+    /// State and log only.
+    Decider,
+}
+
+impl World {
+    pub fn name(self) -> &'static str {
+        match self {
+            World::LoopPolicy => "loop-policy",
+            World::Decider => "decider",
+        }
+    }
+}
+
+/// What a component imports and exports, by name.
+#[derive(Debug, Clone)]
+pub struct Interface {
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+pub struct Policy {
+    pub source: PolicySource,
+    pub digest: String,
+    pub size: usize,
+    pub world: World,
+    pub interface: Interface,
+    pub cache: CacheOutcome,
+    pub wasm: Arc<[u8]>,
+    engine: Engine,
+    pre: LoopPolicyPre<InstanceState>,
+}
+
+/// One call into a policy.
+pub enum Call<'a> {
+    Info,
+    Handle(&'a Event),
+}
+
+/// A call's return value.
+pub enum Returned {
+    Info(PolicyInfo),
+    Decision(Decision),
+}
+
+/// The WASI packages linked (with an empty context, see `caps::wasi`). Others,
+/// `wasi:http` above all, would be a way out of the sandbox and are not provided.
+const WASI_PACKAGES: [&str; 6] = [
+    "wasi:io/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:cli/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+];
+
+/// The interface names loopbox provides, for import checks.
+fn provided(name: &str) -> bool {
+    let ours = ["types", "actions", "state", "workspace", "log"]
+        .iter()
+        .any(|i| name == format!("{PACKAGE}/{i}@{VERSION}"));
+    ours || WASI_PACKAGES.iter().any(|p| name.starts_with(p))
+}
+
+/// The world of a component with these imports and exports, or why it is not a policy.
+pub fn classify(interface: &Interface) -> Result<World> {
+    let export = format!("{PACKAGE}/policy@{VERSION}");
+    if !interface.exports.contains(&export) {
+        bail!(
+            "it is a component of another world: it does not export `{export}` (its exports: {}); build it against world `loop-policy` or `decider` in loopbox's wit/",
+            list_or_none(&interface.exports)
+        );
+    }
+    let foreign: Vec<&String> = interface.imports.iter().filter(|i| !provided(i)).collect();
+    if !foreign.is_empty() {
+        let names = foreign
+            .iter()
+            .map(|i| format!("`{i}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let hint = if foreign.iter().any(|i| i.starts_with("wasi:http/")) {
+            " (a policy reaches the network only through loopbox's actions; with componentize-js, build with `disableFeatures: ['http', 'fetch-event']`, as `loopbox build` does)"
+        } else {
+            ""
+        };
+        bail!(
+            "it imports {names}, which loopbox does not provide: a policy may import only loopbox:policy's interfaces and basic WASI{hint}"
+        );
+    }
+    let acts = ["actions", "workspace"].iter().any(|i| {
+        interface
+            .imports
+            .iter()
+            .any(|n| *n == format!("{PACKAGE}/{i}@{VERSION}"))
+    });
+    Ok(if acts {
+        World::LoopPolicy
+    } else {
+        World::Decider
+    })
+}
+
+fn list_or_none(v: &[String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// Refuse what is not a component before compiling it, with an error that says what it is.
+pub fn check_component_bytes(bytes: &[u8]) -> Result<()> {
+    if wasmparser::Parser::is_component(bytes) {
+        return Ok(());
+    }
+    if wasmparser::Parser::is_core_wasm(bytes) {
+        bail!(
+            "it is a core WebAssembly module, not a component: build it for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)"
+        );
+    }
+    bail!("it is not a WebAssembly component (no `\\0asm` header)");
+}
+
+impl Policy {
+    pub(crate) fn new(
+        source: PolicySource,
+        wasm: Arc<[u8]>,
+        engine: &Engine,
+        component: &Component,
+        cache: CacheOutcome,
+        linker: &wasmtime::component::Linker<InstanceState>,
+    ) -> Result<Policy> {
+        let ty = component.component_type();
+        let interface = Interface {
+            imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
+            exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
+        };
+        let world = classify(&interface)?;
+        let pre = linker
+            .instantiate_pre(component)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("it cannot be linked")?;
+        let pre = LoopPolicyPre::new(pre)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("its `policy` export does not match loopbox's contract (was it built from another version of wit/?)")?;
+        Ok(Policy {
+            source,
+            digest: blake3::hash(&wasm).to_hex().to_string(),
+            size: wasm.len(),
+            world,
+            interface,
+            cache,
+            wasm,
+            engine: engine.clone(),
+            pre,
+        })
+    }
+
+    /// Run one call on a fresh instance; returns the result and the instance's state
+    /// (its buffered state writes and captured output) for the caller to commit or drop.
+    pub async fn call(
+        &self,
+        data: InstanceState,
+        meter: Arc<Meter>,
+        limits: &Limits,
+        call: Call<'_>,
+    ) -> (Result<Returned, PolicyFault>, InstanceState) {
+        let mut store = Store::new(&self.engine, data);
+        store.limiter(|s| &mut s.limiter);
+        if let Err(e) = store.set_fuel(limits.fuel_per_event) {
+            return (
+                Err(PolicyFault::Instantiate(e.to_string())),
+                store.into_data(),
+            );
+        }
+        store.set_hostcall_fuel(limits.hostcall_bytes as usize);
+        let budget = meter.cpu_budget();
+        let cpu_ms = limits.cpu_ms_per_event;
+        let m = meter.clone();
+        store.epoch_deadline_callback(move |_| {
+            // A limit hit where it could not be raised (a clock read), or a stop request.
+            m.check()?;
+            let used = m.guest_time();
+            if used >= budget {
+                return Err(LimitExceeded::new(Limit::CpuTime, cpu_ms).into());
+            }
+            Ok(UpdateDeadline::Yield(ticks((budget - used).min(SLICE))))
+        });
+        store.set_epoch_deadline(ticks(budget.min(SLICE)));
+
+        // The epoch callback runs only while the guest runs wasm; the watchdog also
+        // covers a guest waiting in the host (a WASI sleep, a pollable that never
+        // fires). Whichever ends first drops the other: a call cut short drops its
+        // instance, and an action in progress kills its process group.
+        let result = tokio::select! {
+            r = self.call_in(&mut store, call) => r.and_then(|r| meter.check_limits().map(|()| r).map_err(Into::into)),
+            halt = watchdog(&meter, limits.wall_ms_per_event) => Err(halt),
+        };
+        let result = match result {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(msg)) => Err(PolicyFault::Error(msg)),
+            Err(e) => Err(PolicyFault::from_wasm(&e, limits)),
+        };
+        // The Store is dropped here whatever happened: nothing of a trapped instance is reused.
+        (result, store.into_data())
+    }
+}
+
+/// Resolves with the error that ends the call: its wall time is used, or a stop was requested.
+async fn watchdog(meter: &Meter, wall_ms: u64) -> wasmtime::Error {
+    let budget = meter.wall_budget();
+    loop {
+        let used = meter.guest_time();
+        if used >= budget {
+            return LimitExceeded::new(Limit::WallTime, wall_ms).into();
+        }
+        // Host calls pause the guest's clock, so waking finds less used than asked for; check again.
+        let nap = (budget - used).max(Duration::from_millis(1));
+        tokio::select! {
+            reason = meter.stop().wait() => return crate::run::stop::Stopped(reason).into(),
+            () = tokio::time::sleep(nap) => {}
+        }
+    }
+}
+
+impl Policy {
+    async fn call_in(
+        &self,
+        store: &mut Store<InstanceState>,
+        call: Call<'_>,
+    ) -> wasmtime::Result<Result<Returned, String>> {
+        let instance = self.pre.instantiate_async(&mut *store).await?;
+        let policy = instance.loopbox_policy_policy();
+        match call {
+            Call::Info => Ok(Ok(Returned::Info(policy.call_info(&mut *store).await?))),
+            Call::Handle(event) => Ok(policy
+                .call_handle(&mut *store, event)
+                .await?
+                .map(Returned::Decision)),
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! The runtime: the process's one engine, the linker with every capability,
+//! and the compiled-component cache. [`Runtime::load`] turns a policy source
+//! into a ready [`Policy`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
+use crate::wasm::cache::ComponentCache;
+use crate::wasm::engine::{self, EpochTicker};
+use crate::wasm::instance::InstanceState;
+use crate::wasm::policy::{Policy, PolicySource, check_component_bytes};
+
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<InstanceState>,
+    cache: ComponentCache,
+    _ticker: EpochTicker,
+}
+
+impl Runtime {
+    pub fn new(cache_dir: PathBuf) -> Result<Runtime> {
+        Runtime::with_pool(cache_dir, engine::DEFAULT_POOL_INSTANCES)
+    }
+
+    /// A runtime whose instance pool holds `pool_instances` instances at once.
+    pub fn with_pool(cache_dir: PathBuf, pool_instances: u32) -> Result<Runtime> {
+        let engine = Engine::new(&engine::config(pool_instances))
+            .map_err(crate::wasm_err)
+            .context("failed to create the Wasm engine")?;
+        let mut linker = Linker::new(&engine);
+        crate::wasm::instance::add_to_linker(&mut linker)
+            .context("failed to link loopbox's capabilities")?;
+        let ticker = EpochTicker::start(&engine)?;
+        Ok(Runtime {
+            engine,
+            linker,
+            cache: ComponentCache::new(cache_dir),
+            _ticker: ticker,
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn cache(&self) -> &ComponentCache {
+        &self.cache
+    }
+
+    /// Read, check, compile (or load from the cache) and pre-link a policy.
+    pub fn load(&self, source: &PolicySource) -> Result<Policy> {
+        self.load_inner(source)
+            .with_context(|| format!("failed to load policy `{source}`"))
+    }
+
+    fn load_inner(&self, source: &PolicySource) -> Result<Policy> {
+        let bytes = source.read()?;
+        check_component_bytes(&bytes)?;
+        let (component, outcome) = self
+            .cache
+            .load(&self.engine, &bytes)
+            .context("it is not a valid component")?;
+        let wasm: Arc<[u8]> = Arc::from(bytes.into_owned());
+        Policy::new(
+            source.clone(),
+            wasm,
+            &self.engine,
+            &component,
+            outcome,
+            &self.linker,
+        )
+    }
+}
