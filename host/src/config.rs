@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::wasm::limits::Limits;
 
-/// The file loopbox reads from the workspace root when `--config` is not given.
-pub const CONFIG_FILE: &str = "loopbox.toml";
+pub use crate::files::CONFIG_FILE;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -86,6 +85,13 @@ pub struct ShellConfig {
     /// Resource limits set on every child (0 leaves one unlimited).
     #[serde(default)]
     pub rlimits: Rlimits,
+}
+
+impl ShellConfig {
+    /// What a child of this workspace may see under these grants.
+    pub fn child_env(&self, root: &std::path::Path) -> crate::exec::child_env::ChildEnv {
+        crate::exec::child_env::ChildEnv::new(&self.path, &self.pass_env, root)
+    }
 }
 
 /// `[shell.rlimits]`: setrlimit(2) values for every command a policy runs.

@@ -12,6 +12,9 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+/// The file loopbox reads from the workspace root when `--config` is not given.
+pub const CONFIG_FILE: &str = "loopbox.toml";
+
 /// `loopbox.toml` and `--config` files.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// `--input @FILE` and `--tick @FILE`.

@@ -476,7 +476,7 @@ mod tests {
         let db = Db::open(std::path::Path::new(":memory:")).unwrap();
         AgentRunner::new(
             config.agent.unwrap(),
-            ChildEnv::new(&Default::default(), std::path::Path::new("/")),
+            crate::config::ShellConfig::default().child_env(std::path::Path::new("/")),
             100,
             db,
             None,

@@ -4,8 +4,6 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::config::ShellConfig;
-
 #[derive(Debug, Clone)]
 pub struct ChildEnv {
     root: PathBuf,
@@ -14,17 +12,17 @@ pub struct ChildEnv {
 }
 
 impl ChildEnv {
-    /// `root` must be canonical (the workspace root).
-    pub fn new(shell: &ShellConfig, root: &Path) -> ChildEnv {
-        let passed = shell
-            .pass_env
+    /// `PATH` is `path`; of the host's variables, those named in `pass_env`
+    /// (never `PATH`). `root` must be canonical (the workspace root).
+    pub fn new(path: &str, pass_env: &[String], root: &Path) -> ChildEnv {
+        let passed = pass_env
             .iter()
             .filter(|k| *k != "PATH")
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
             .collect();
         ChildEnv {
             root: root.to_path_buf(),
-            path: shell.path.clone(),
+            path: path.to_string(),
             passed,
         }
     }
@@ -263,13 +261,8 @@ mod tests {
     use super::*;
 
     fn env(root: &Path) -> ChildEnv {
-        ChildEnv::new(
-            &ShellConfig {
-                pass_env: vec![],
-                ..ShellConfig::default()
-            },
-            root,
-        )
+        let path = crate::config::ShellConfig::default().path;
+        ChildEnv::new(&path, &[], root)
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub(crate) mod agent;
 pub mod child_env;
 pub mod confirm;
+pub(crate) mod fd;
 pub mod grants;
 pub(crate) mod process;
 pub mod sandbox;

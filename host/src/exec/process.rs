@@ -57,13 +57,13 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
     // clears that for its own copies only, so no other child inherits a pipe.
     let (stdin_child, stdin_parent) = match spec.stdin {
         Some(_) => {
-            let (r, w) = above_stdio(spawn::pipe()?)?;
+            let (r, w) = above_stdio(crate::exec::fd::pipe()?)?;
             (r, Some(w))
         }
         None => (above_stdio_one(dev_null()?)?, None),
     };
-    let (out_r, out_w) = above_stdio(spawn::pipe()?)?;
-    let (err_r, err_w) = above_stdio(spawn::pipe()?)?;
+    let (out_r, out_w) = above_stdio(crate::exec::fd::pipe()?)?;
+    let (err_r, err_w) = above_stdio(crate::exec::fd::pipe()?)?;
     let rlimits = spec.rlimits.as_ref().map(clamped).unwrap_or_default();
     let pass_fd = spec.pass_fd.map(above_stdio_one).transpose()?;
     let pid = spawn::spawn(&spawn::Launch {
@@ -340,7 +340,7 @@ mod tests {
     async fn argv0_is_as_written_and_a_passed_fd_arrives_as_3() {
         let mut s = spec("/bin/sh", &["-c", "echo $0; cat <&3"]);
         s.arg0 = Some("as-written".into());
-        let (r, w) = spawn::pipe().unwrap();
+        let (r, w) = crate::exec::fd::pipe().unwrap();
         std::io::Write::write_all(&mut std::fs::File::from(w), b"passed").unwrap();
         s.pass_fd = Some(r);
         assert_eq!(run(s).await.unwrap().stdout, "as-written\npassed");

@@ -11,7 +11,7 @@
 
 use std::ffi::{CString, c_int, c_void};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 use crate::exec::sandbox::Confinement;
@@ -81,7 +81,7 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
-    let (report_r, report_w) = pipe()?;
+    let (report_r, report_w) = crate::exec::fd::pipe()?;
     let prepared = Prepared {
         program,
         argv,
@@ -160,17 +160,6 @@ pub fn reap(pid: libc::pid_t) -> io::Result<c_int> {
             return Err(e);
         }
     }
-}
-
-/// A close-on-exec pipe: (read end, write end).
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills the two descriptors, which we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are fresh and ours.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// The child: system calls only, then exec; on failure, report errno and exit.

@@ -30,7 +30,6 @@ use crate::caps::workspace::WorkspaceHost;
 use crate::config::Config;
 use crate::db::{Db, EventCommit};
 use crate::exec::agent::AgentRunner;
-use crate::exec::child_env::ChildEnv;
 use crate::exec::confirm::{Confirm, NoOneToAsk};
 use crate::exec::grants::{ExtraRules, ShellGrants};
 use crate::exec::sandbox::{Confines, LazySandbox, Sandbox};
@@ -146,7 +145,7 @@ impl RunContext {
         }
         let dir = Dir::open_ambient_dir(&root, ambient_authority())
             .with_context(|| format!("failed to open workspace `{}`", root.display()))?;
-        let env = ChildEnv::new(&config.shell, &root);
+        let env = config.shell.child_env(&root);
         let rules = ShellGrants::new(&config.shell, &access.rules, &env);
         // Everything loopbox will run or read again is protected: the config and
         // policy files, the agent program, and programs the rules name.

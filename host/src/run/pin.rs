@@ -21,7 +21,9 @@ pub fn pin(config: &Config, workspace: &Path) -> Value {
         .as_ref()
         .filter(|a| a.runner != RunnerKind::Openai)
         .and_then(|a| {
-            crate::exec::child_env::ChildEnv::new(&config.shell, workspace)
+            config
+                .shell
+                .child_env(workspace)
                 .resolve_program(&a.command[0], workspace)
         })
         .and_then(|p| crate::exec::agent::program_identity(&p));

@@ -442,13 +442,7 @@ mod tests {
     fn fixture() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let env = ChildEnv::new(
-            &ShellConfig {
-                pass_env: vec![],
-                ..ShellConfig::default()
-            },
-            &root,
-        );
+        let env = ChildEnv::new(&ShellConfig::default().path, &[], &root);
         Fixture {
             _dir: dir,
             root,

@@ -317,7 +317,7 @@ impl Confines {
                 }
                 let hold = placeholder::hold(&self.workspace, &self.protected)?;
                 let filter = seccomp::filter(self.sockets(false))?;
-                let (read, write) = crate::exec::spawn::pipe()
+                let (read, write) = crate::exec::fd::pipe()
                     .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
                 std::fs::File::from(write)
                     .write_all(&seccomp::to_bytes(&filter))

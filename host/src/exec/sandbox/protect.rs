@@ -49,7 +49,7 @@ pub const NAMES: &[(&str, Kind)] = &[
     (".lefthook.yml", Kind::File),
     ("lefthook-local.yml", Kind::File),
     (crate::db::STORE_DIR, Kind::Dir),
-    (crate::config::CONFIG_FILE, Kind::File),
+    (crate::files::CONFIG_FILE, Kind::File),
 ];
 
 /// What an agent keeps in its own state directory that runs code or steers it
@@ -92,7 +92,7 @@ pub fn agent_settings(writable: &[PathBuf]) -> Vec<Protected> {
 }
 
 /// Names `shell.writable` can never open: loopbox's own integrity.
-pub const NEVER_WRITABLE: &[&str] = &[crate::db::STORE_DIR, crate::config::CONFIG_FILE];
+pub const NEVER_WRITABLE: &[&str] = &[crate::db::STORE_DIR, crate::files::CONFIG_FILE];
 
 /// Why `name` may not appear in `shell.writable`, if it may not.
 pub fn check_writable(name: &str) -> Result<(), String> {

@@ -9,7 +9,6 @@ use serde_json::json;
 
 use super::{Failure, exit};
 use loopbox::config::Config;
-use loopbox::exec::child_env::ChildEnv;
 use loopbox::exec::sandbox::{Sandbox, support};
 
 #[derive(Debug, Args)]
@@ -48,7 +47,11 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
     let agent = match &config.agent {
         None => "none configured ([agent] in loopbox.toml)".to_string(),
         Some(a) => {
-            match ChildEnv::new(&config.shell, &root).resolve_program(&a.command[0], &root) {
+            match config
+                .shell
+                .child_env(&root)
+                .resolve_program(&a.command[0], &root)
+            {
                 Some(p) => format!("{} ({})", a.command[0], p.display()),
                 None => format!(
                     "{} NOT FOUND on shell.path = `{}`",
