@@ -163,6 +163,26 @@ fn ralph_blocks_each_stop_until_the_promise() {
         statuses,
         [("done", "turn-complete", 3), ("failed", "turn-complete", 4)]
     );
+
+    // A session whose run the user cancelled stops steering the agent.
+    let (_, out, _) = hook(d, "builtin:ralph", stop(d, "s3", Some("no"), false));
+    assert_eq!(out["decision"], "block");
+    let o = run(d, &["runs", "--json"], "");
+    let runs: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s3 = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["status"] == "running")
+        .expect("the s3 session's run");
+    let id = s3["id"].as_str().unwrap();
+    let o = run(d, &["runs", "cancel", id, "--json"], "");
+    let cancelled: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(
+        hook(d, "builtin:ralph", stop(d, "s3", Some("no"), true)),
+        (0, Value::Null, String::new())
+    );
 }
 
 #[test]

@@ -24,7 +24,7 @@ use rusqlite::{Connection, ErrorCode};
 
 pub use events::{EventCommit, EventRecord, LogRecord};
 pub use journal::{Budget, JournalRow, Spent};
-pub use runs::{FINAL, RunOptions, RunRecord};
+pub use runs::{RunOptions, RunRecord, RunStatus};
 
 /// Directory under the workspace that holds the store.
 pub const STORE_DIR: &str = ".loopbox";
@@ -389,6 +389,39 @@ mod tests {
     }
 
     #[test]
+    fn every_run_status_round_trips_through_the_store_and_a_strange_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("s.db")).unwrap();
+        db.create_run("r", "p", "d", "{}").unwrap();
+        assert_eq!(db.run("r").unwrap().unwrap().status, RunStatus::Running);
+        for status in RunStatus::ALL {
+            db.set_status("r", status, None).unwrap();
+            let stored = db.run("r").unwrap().unwrap().status;
+            assert_eq!(
+                (stored, stored.to_string()),
+                (status, status.as_str().to_string())
+            );
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+        }
+        let finals: Vec<_> = RunStatus::ALL
+            .into_iter()
+            .filter(|s| s.is_final())
+            .collect();
+        assert_eq!(
+            finals.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            ["done", "failed", "escalated", "cancelled"]
+        );
+        db.conn()
+            .execute("UPDATE runs SET status = 'blocked'", [])
+            .unwrap();
+        let e = db.run("r").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("`blocked` is not a run status"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
     fn a_schema_1_store_is_upgraded_in_place() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
@@ -402,7 +435,7 @@ mod tests {
         .unwrap();
         drop(c);
         let db = Db::open(&path).unwrap();
-        assert_eq!(db.run("old").unwrap().unwrap().status, "done");
+        assert_eq!(db.run("old").unwrap().unwrap().status, RunStatus::Done);
         let prompts = Budget {
             prompts: Some(1),
             ..Default::default()
@@ -519,9 +552,12 @@ mod tests {
             found.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
             ["r1"]
         );
-        assert_eq!(db.run("r1").unwrap().unwrap().status, "interrupted");
+        assert_eq!(
+            db.run("r1").unwrap().unwrap().status,
+            RunStatus::Interrupted
+        );
         assert_eq!(db.acquire("r1").unwrap(), Ok(()));
-        assert_eq!(db.run("r1").unwrap().unwrap().status, "running");
+        assert_eq!(db.run("r1").unwrap().unwrap().status, RunStatus::Running);
         assert!(db.find_interrupted().unwrap().is_empty());
     }
 

@@ -16,7 +16,7 @@ pub struct RunRecord {
     pub policy: String,
     pub policy_digest: String,
     pub input: String,
-    pub status: String,
+    pub status: RunStatus,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     pub turns: u32,
@@ -77,8 +77,88 @@ fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     })
 }
 
-/// Statuses a run never leaves.
-pub const FINAL: [&str; 5] = ["done", "failed", "escalated", "cancelled", "blocked"];
+/// Where a run stands; stored as its lower-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// A driver (or a hook session) is handling it.
+    Running,
+    /// Parked until an answer or events arrive (`runs answer`, `runs tick`).
+    Waiting,
+    /// Stopped mid-run (a crash, a signal, an agent turn in flight): `runs resume` goes on.
+    Interrupted,
+    /// The policy finished with success, or let the agent stop.
+    Done,
+    /// The policy finished with a failure, blocked, or the run failed (a fault, a budget, the agent).
+    Failed,
+    /// The policy handed the run to a person.
+    Escalated,
+    /// `loopbox runs cancel`.
+    Cancelled,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Running,
+        RunStatus::Waiting,
+        RunStatus::Interrupted,
+        RunStatus::Done,
+        RunStatus::Failed,
+        RunStatus::Escalated,
+        RunStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Done => "done",
+            RunStatus::Failed => "failed",
+            RunStatus::Escalated => "escalated",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// A final run takes no more events: it is never resumed, answered or cancelled.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Done | RunStatus::Failed | RunStatus::Escalated | RunStatus::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<RunStatus, String> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("`{s}` is not a run status"))
+    }
+}
+
+impl rusqlite::ToSql for RunStatus {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl rusqlite::types::FromSql for RunStatus {
+    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        v.as_str()?
+            .parse()
+            .map_err(|e: String| rusqlite::types::FromSqlError::Other(e.into()))
+    }
+}
 
 impl Db {
     /// A run driven by no process (tests).
@@ -145,14 +225,14 @@ impl Db {
         self.write("record the new run", |tx| {
             tx.exec(
                 "INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at, seed, options, lease)
-                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5, ?6, ?7, ?8)",
-                params![id, policy, digest, input, now_ms(), seed, options, lease],
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9)",
+                params![id, policy, digest, input, RunStatus::Running, now_ms(), seed, options, lease],
             )?;
             Ok(())
         })
     }
 
-    pub fn set_status(&self, id: &str, status: &str, outcome: Option<&str>) -> Result<()> {
+    pub fn set_status(&self, id: &str, status: RunStatus, outcome: Option<&str>) -> Result<()> {
         self.write("update the run's status", |tx| {
             tx.exec("UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4 WHERE id = ?1", params![id, status, outcome, now_ms()])?;
             Ok(())
@@ -160,7 +240,7 @@ impl Db {
     }
 
     /// Set the status the driver ends with, and give up the lease.
-    pub fn finish_driving(&self, id: &str, status: &str, outcome: Option<&str>) -> Result<()> {
+    pub fn finish_driving(&self, id: &str, status: RunStatus, outcome: Option<&str>) -> Result<()> {
         self.write("record how the run ended", |tx| {
             tx.exec(
                 "UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, lease = NULL WHERE id = ?1",
@@ -227,8 +307,8 @@ impl Db {
                 return Ok(Err(holder));
             }
             tx.exec(
-                "UPDATE runs SET lease = ?2, status = 'running', updated_at = ?3 WHERE id = ?1",
-                params![id, me.to_string(), now_ms()],
+                "UPDATE runs SET lease = ?2, status = ?3, updated_at = ?4 WHERE id = ?1",
+                params![id, me.to_string(), RunStatus::Running, now_ms()],
             )?;
             Ok(Ok(()))
         })
@@ -240,7 +320,7 @@ impl Db {
             .list_runs()?
             .into_iter()
             .map(|(r, _)| r)
-            .filter(|r| r.status == "running")
+            .filter(|r| r.status == RunStatus::Running)
             .collect();
         let dead: Vec<RunRecord> = running
             .into_iter()
@@ -249,8 +329,13 @@ impl Db {
         for r in &dead {
             self.write("mark the run interrupted", |tx| {
                 tx.exec(
-                    "UPDATE runs SET status = 'interrupted' WHERE id = ?1 AND status = 'running' AND lease = ?2",
-                    params![r.id, r.lease.as_ref().map(Owner::to_string)],
+                    "UPDATE runs SET status = ?3 WHERE id = ?1 AND status = ?4 AND lease = ?2",
+                    params![
+                        r.id,
+                        r.lease.as_ref().map(Owner::to_string),
+                        RunStatus::Interrupted,
+                        RunStatus::Running
+                    ],
                 )?;
                 Ok(())
             })?;
@@ -258,7 +343,7 @@ impl Db {
         Ok(dead
             .into_iter()
             .map(|r| RunRecord {
-                status: "interrupted".into(),
+                status: RunStatus::Interrupted,
                 ..r
             })
             .collect())

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 
 use crate::config::Config;
-use crate::db::{Db, lock};
+use crate::db::{Db, RunStatus, lock};
 use crate::hook::agents::{Agent, Kind};
 use crate::hook::input::HookInput;
 use crate::hook::render::{HookOutput, render};
@@ -32,11 +32,6 @@ use crate::wasm::policy::{Policy, PolicySource};
 pub fn session_run_id(agent: Agent, source: &PolicySource, session: &str) -> String {
     let h = blake3::hash(format!("{source}\0{session}").as_bytes());
     format!("{}-{}", agent.run_prefix(), &h.to_hex()[..16])
-}
-
-/// Statuses after which a session's run takes no more events.
-fn finished(status: &str) -> bool {
-    matches!(status, "done" | "failed" | "escalated")
 }
 
 /// How long a hook waits for the hooks of its session before it that are still running.
@@ -57,7 +52,7 @@ pub async fn answer(
     let store_dir = db.path().parent().unwrap_or(workspace);
     let _session = lock::acquire(&lock::path(store_dir, &id), SESSION_WAIT).await?;
     let existing = db.run(&id)?;
-    if existing.as_ref().is_some_and(|r| finished(&r.status)) {
+    if existing.as_ref().is_some_and(|r| r.status.is_final()) {
         return Ok(HookOutput::nothing());
     }
     let grants = crate::run::pin::pin(&config, workspace);
@@ -132,12 +127,16 @@ pub async fn answer(
     match &decision {
         Decision::Done(o) => db.set_status(
             &id,
-            if o.success { "done" } else { "failed" },
+            if o.success {
+                RunStatus::Done
+            } else {
+                RunStatus::Failed
+            },
             Some(&decision_json(&decision).to_string()),
         )?,
         Decision::Escalate(_) => db.set_status(
             &id,
-            "escalated",
+            RunStatus::Escalated,
             Some(&decision_json(&decision).to_string()),
         )?,
         _ => {}

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use crate::db::{Budget, Db, JournalRow, RunRecord};
+use crate::db::{Budget, Db, JournalRow, RunRecord, RunStatus};
 use crate::exec::agent::AgentRequest;
 use crate::run::RunContext;
 use crate::run::record::parse_decision;
@@ -53,15 +53,19 @@ pub enum RunEnd {
 
 impl RunEnd {
     /// The status stored for the run.
-    pub fn status(&self) -> &'static str {
+    pub fn status(&self) -> RunStatus {
         match self {
-            RunEnd::Done(o) if o.success => "done",
-            RunEnd::Stopped { .. } => "done",
-            RunEnd::Escalated(_) => "escalated",
-            RunEnd::Waiting(_) => "waiting",
-            RunEnd::Cancelled => "cancelled",
-            RunEnd::TurnUnknown(_) | RunEnd::Interrupted => "interrupted",
-            _ => "failed",
+            RunEnd::Done(o) if o.success => RunStatus::Done,
+            RunEnd::Stopped { .. } => RunStatus::Done,
+            RunEnd::Escalated(_) => RunStatus::Escalated,
+            RunEnd::Waiting(_) => RunStatus::Waiting,
+            RunEnd::Cancelled => RunStatus::Cancelled,
+            RunEnd::TurnUnknown(_) | RunEnd::Interrupted => RunStatus::Interrupted,
+            RunEnd::Done(_)
+            | RunEnd::Blocked(_)
+            | RunEnd::Fault(_)
+            | RunEnd::TurnBudget(_)
+            | RunEnd::Agent(_) => RunStatus::Failed,
         }
     }
 

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::super::{Failure, exit};
 use super::open_store;
+use loopbox::db::RunStatus;
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
@@ -25,7 +26,7 @@ pub struct CancelArgs {
 pub fn execute(args: CancelArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
     let db = open_store(workspace)?;
     let run = db.existing_run(&args.id).map_err(Failure::lookup)?;
-    if loopbox::db::FINAL.contains(&run.status.as_str()) {
+    if run.status.is_final() {
         return Err(Failure {
             code: exit::FAILURE,
             error: anyhow::anyhow!(
@@ -39,9 +40,9 @@ pub fn execute(args: CancelArgs, json: bool, workspace: &Path) -> Result<i32, Fa
     let driver = run.lease.filter(|o| o.is_alive());
     let status = match &driver {
         None => {
-            db.finish_driving(&run.id, "cancelled", None)
+            db.finish_driving(&run.id, RunStatus::Cancelled, None)
                 .map_err(Failure::internal)?;
-            "cancelled".to_string()
+            RunStatus::Cancelled
         }
         Some(o) => {
             if !json {
@@ -63,7 +64,7 @@ pub fn execute(args: CancelArgs, json: bool, workspace: &Path) -> Result<i32, Fa
     };
     if json {
         loopbox::outln!("{}", json!({"run_id": run.id, "status": status}));
-    } else if status == "cancelled" {
+    } else if status == RunStatus::Cancelled {
         loopbox::outln!("cancelled: run {}", run.id);
     } else {
         loopbox::outln!(

@@ -76,7 +76,7 @@ fn load(
     let db = open_store(workspace)?;
     db.find_interrupted().map_err(Failure::internal)?;
     let run = db.existing_run(id).map_err(Failure::lookup)?;
-    if loopbox::db::FINAL.contains(&run.status.as_str()) {
+    if run.status.is_final() {
         return Err(Failure {
             code: exit::FAILURE,
             error: anyhow::anyhow!(
