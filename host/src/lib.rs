@@ -30,14 +30,3 @@ pub mod wasm;
 pub fn wasm_err(e: wasmtime::Error) -> anyhow::Error {
     anyhow::Error::from(e)
 }
-
-/// A failure of loopbox itself (the store, the file system) while serving a guest's call.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct HostError(pub String);
-
-/// A host failure as a wasmtime error: it stops the guest, and the run stops
-/// with it without blaming the policy (see [`fault::PolicyFault::Host`]).
-pub fn host_err(e: impl std::fmt::Display) -> wasmtime::Error {
-    wasmtime::Error::new(HostError(format!("{e:#}")))
-}

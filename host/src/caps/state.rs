@@ -47,7 +47,10 @@ impl StateHost {
     fn get(&self, key: &str) -> wasmtime::Result<Option<String>> {
         match self.overlay.get(key) {
             Some(v) => Ok(v.clone()),
-            None => self.db.state_get(&self.run, key).map_err(crate::host_err),
+            None => self
+                .db
+                .state_get(&self.run, key)
+                .map_err(crate::wasm::fault::host_err),
         }
     }
 
@@ -57,7 +60,10 @@ impl StateHost {
             Some(t) => Ok(t),
             None => {
                 // The overlay is empty until the first write, which is when this runs.
-                let t = self.db.state_total(&self.run).map_err(crate::host_err)?;
+                let t = self
+                    .db
+                    .state_total(&self.run)
+                    .map_err(crate::wasm::fault::host_err)?;
                 self.total = Some(t);
                 Ok(t)
             }
@@ -71,7 +77,7 @@ impl StateHost {
             None => self
                 .db
                 .state_entry_size(&self.run, key)
-                .map_err(crate::host_err),
+                .map_err(crate::wasm::fault::host_err),
         }
     }
 }
@@ -131,7 +137,7 @@ impl state::Host for StateHost {
         let mut keys: std::collections::BTreeSet<String> = self
             .db
             .state_keys(&self.run, &prefix)
-            .map_err(crate::host_err)?
+            .map_err(crate::wasm::fault::host_err)?
             .into_iter()
             .collect();
         for (k, v) in self

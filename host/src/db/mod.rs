@@ -262,15 +262,55 @@ fn file_identity(path: &Path) -> Result<(u64, u64)> {
     Ok((m.dev(), m.ino()))
 }
 
-/// As [`explain`], for a store error that reached the command line without it.
+/// What a user can do about a store failure: attached to the error (as its
+/// context) by [`explain`], found again by type wherever the error travels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreAdvice {
+    pub problem: StoreProblem,
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreProblem {
+    /// Not a database, or a corrupt one.
+    Damaged,
+    DiskFull,
+    /// An I/O error on write (a failing disk, a file size limit).
+    WriteFailed,
+    /// Read-only, or the file or its directory cannot be opened.
+    NotWritable,
+}
+
+impl std::fmt::Display for StoreAdvice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = self.path.display();
+        match self.problem {
+            StoreProblem::Damaged => write!(
+                f,
+                "the store is damaged and loopbox will not guess at its contents: move it aside (`mv {path} {path}.damaged`) to start a fresh one, \
+                 or try to salvage it with `sqlite3 {path} .recover`"
+            ),
+            StoreProblem::DiskFull => write!(
+                f,
+                "the disk holding `{path}` is full (or a file size limit was reached), so this step was not recorded; free some space, then resume the run"
+            ),
+            StoreProblem::WriteFailed => write!(
+                f,
+                "`{path}` could not be written (the disk may be full or failing, or a file size limit was reached), so this step was not recorded; \
+                 free some space, then resume the run"
+            ),
+            StoreProblem::NotWritable => write!(
+                f,
+                "`{path}` cannot be written: check the permissions of the file and of its directory"
+            ),
+        }
+    }
+}
+
+/// As [`explain`], for a store error that reached the command line without it
+/// (a read, or a failure inside a guest's call).
 pub fn advise(e: anyhow::Error) -> anyhow::Error {
-    let advised = e.chain().any(|c| {
-        let t = c.to_string();
-        t.contains("the store is damaged")
-            || t.contains("free some space")
-            || t.contains("cannot be written: check")
-    });
-    if advised {
+    if crate::wasm::fault::find::<StoreAdvice>(&e).is_some() {
         e
     } else {
         explain(Path::new(".loopbox/loopbox.db"), e)
@@ -279,38 +319,28 @@ pub fn advise(e: anyhow::Error) -> anyhow::Error {
 
 /// Whether `e` came from the store (rather than, say, a missing run).
 pub fn is_store_error(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.downcast_ref::<rusqlite::Error>().is_some())
+    crate::wasm::fault::find::<rusqlite::Error>(e).is_some()
 }
 
 /// Add what to do to the errors a user can act on: a damaged store, a full disk.
 fn explain(path: &Path, e: anyhow::Error) -> anyhow::Error {
-    let code = e
-        .chain()
-        .find_map(|c| match c.downcast_ref::<rusqlite::Error>() {
-            Some(rusqlite::Error::SqliteFailure(f, _)) => Some(f.code),
-            _ => None,
-        });
-    match code {
-        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => e.context(format!(
-            "the store is damaged and loopbox will not guess at its contents: move it aside (`mv {0} {0}.damaged`) to start a fresh one, \
-             or try to salvage it with `sqlite3 {0} .recover`",
-            path.display()
-        )),
-        Some(ErrorCode::DiskFull) => e.context(format!(
-            "the disk holding `{}` is full (or a file size limit was reached), so this step was not recorded; free some space, then resume the run",
-            path.display()
-        )),
-        Some(ErrorCode::SystemIoFailure) => e.context(format!(
-            "`{}` could not be written (the disk may be full or failing, or a file size limit was reached), so this step was not recorded; \
-             free some space, then resume the run",
-            path.display()
-        )),
+    let code = crate::wasm::fault::find::<rusqlite::Error>(&e).and_then(|e| match e {
+        rusqlite::Error::SqliteFailure(f, _) => Some(f.code),
+        _ => None,
+    });
+    let problem = match code {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => StoreProblem::Damaged,
+        Some(ErrorCode::DiskFull) => StoreProblem::DiskFull,
+        Some(ErrorCode::SystemIoFailure) => StoreProblem::WriteFailed,
         Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
-            e.context(format!("`{}` cannot be written: check the permissions of the file and of its directory", path.display()))
+            StoreProblem::NotWritable
         }
-        _ => e,
-    }
+        _ => return e,
+    };
+    e.context(StoreAdvice {
+        problem,
+        path: path.to_path_buf(),
+    })
 }
 
 #[cfg(test)]
@@ -419,6 +449,56 @@ mod tests {
             format!("{e:#}").contains("`blocked` is not a run status"),
             "{e:#}"
         );
+    }
+
+    #[test]
+    fn store_advice_is_found_by_type_through_a_guest_call_and_given_once() {
+        use crate::wasm::fault::{PolicyFault, find, host_err};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+        let damaged = || Db::open(&path).unwrap_err();
+        let e = damaged();
+        assert_eq!(
+            find::<StoreAdvice>(&e).map(|a| a.problem),
+            Some(StoreProblem::Damaged)
+        );
+        let text = format!("{:#}", advise(e));
+        assert_eq!(text.matches("the store is damaged").count(), 1, "{text}");
+
+        // A store failure inside a guest's host call travels as a wasmtime error,
+        // then a fault, then the run's error: the advice is still found by type.
+        let w = host_err(damaged());
+        let fault = PolicyFault::from_wasm(&w, &crate::wasm::limits::Limits::default());
+        drop(w);
+        let PolicyFault::Host(h) = fault else {
+            panic!("not a host fault: {fault:?}")
+        };
+        let back = h.into_error();
+        assert!(is_store_error(&back) && find::<StoreAdvice>(&back).is_some());
+        let text = format!("{:#}", advise(back));
+        assert_eq!(text.matches("the store is damaged").count(), 1, "{text}");
+
+        // A store error nobody explained (a read) is explained at the command line, once.
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        );
+        let shared = PolicyFault::Host(crate::wasm::fault::HostError::new(full.into()));
+        let kept = shared.clone();
+        let PolicyFault::Host(h) = shared else {
+            unreachable!()
+        };
+        // Still shared with `kept`, so it comes back wrapped; the advice is found inside.
+        let back = h.into_error();
+        assert!(is_store_error(&back), "{back:#}");
+        let text = format!("{:#}", advise(back));
+        assert_eq!(text.matches("free some space").count(), 1, "{text}");
+        assert_eq!(
+            format!("{:#}", advise(anyhow::anyhow!("no run r9"))),
+            "no run r9"
+        );
+        drop(kept);
     }
 
     #[test]

@@ -41,7 +41,7 @@ use crate::run::stop::{Stop, StopReason};
 use crate::runlog::{RunLog, Source};
 use crate::ui::Ui;
 use crate::wasm::bindings::{Decision, Event, PolicyInfo};
-use crate::wasm::fault::PolicyFault;
+use crate::wasm::fault::{HostError, PolicyFault};
 use crate::wasm::instance::{InstanceState, Limiter};
 use crate::wasm::meter::Meter;
 use crate::wasm::policy::{Call, Policy, Returned};
@@ -371,7 +371,7 @@ impl RunContext {
             Ok((Ok(Returned::Info(i)), _)) => Ok(i),
             Ok((Ok(Returned::Decision(_)), _)) => unreachable!("info returns info"),
             Ok((Err(f), _)) => Err(f),
-            Err(e) => Err(PolicyFault::Host(format!("{e:#}"))),
+            Err(e) => Err(PolicyFault::Host(HostError::new(e))),
         }
     }
 
@@ -448,14 +448,17 @@ impl RunContext {
         if let Some(nd) = finished.failure {
             result = Err(PolicyFault::NonDeterminism(nd.0));
         }
-        if let Err(PolicyFault::Host(why)) = &result {
-            self.log.host(
-                "error",
-                format!("loopbox failed while the policy handled the event: {why}"),
-            );
-            let _ = self.db.append_log(&self.id, &self.log.take());
-            anyhow::bail!("{why}");
-        }
+        let result = match result {
+            Err(PolicyFault::Host(why)) => {
+                self.log.host(
+                    "error",
+                    format!("loopbox failed while the policy handled the event: {why}"),
+                );
+                let _ = self.db.append_log(&self.id, &self.log.take());
+                return Err(why.into_error());
+            }
+            other => other,
+        };
         // A stopped event is left as a crash would leave it: what its actions journaled
         // stays, and a resume delivers it again.
         if let Err(PolicyFault::Stopped(reason)) = &result {
