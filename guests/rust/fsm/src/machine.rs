@@ -132,125 +132,187 @@ impl Scope for Run<'_> {
 pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Ending {
     let mut context = lp.context.clone();
     context.extend(input.clone());
-    let mut r = Run {
-        lp,
-        context,
-        captured: Map::new(),
-        prev: None,
-        iterations: BTreeMap::new(),
-        last_metric: BTreeMap::new(),
-        state: lp.initial.state.clone(),
-        step: 0,
+    let mut m = Machine {
+        r: Run {
+            lp,
+            context,
+            captured: Map::new(),
+            prev: None,
+            iterations: BTreeMap::new(),
+            last_metric: BTreeMap::new(),
+            state: lp.initial.state.clone(),
+            step: 0,
+        },
+        started: world.now_ms(),
+        path: Vec::new(),
+        out_of_steps: false,
+        streak: 0,
     };
-    let started = world.now_ms();
-    let mut path = Vec::new();
-    let mut out_of_steps = false;
-    let mut streak = 0u32;
-    let end = |r: &Run, path: &Vec<String>, success: bool, summary: String| Ending {
-        success,
-        summary,
-        state: r.state.clone(),
-        steps: r.step,
-        path: path.clone(),
+    let finish = loop {
+        if let Err(finish) = m.step(world) {
+            break finish;
+        }
     };
+    Ending {
+        success: finish.success,
+        summary: finish.summary,
+        state: m.r.state,
+        steps: m.r.step,
+        path: m.path,
+    }
+}
 
-    loop {
-        if let Some(t) = lp.timeout_s
-            && world.now_ms().saturating_sub(started) >= t * 1000
-        {
-            return end(
-                &r,
-                &path,
-                false,
-                format!(
-                    "the loop's timeout of {t}s ran out in state `{}` after {} steps",
-                    r.state, r.step
-                ),
-            );
+/// How a step ended the loop.
+struct Finish {
+    success: bool,
+    summary: String,
+}
+
+fn failed(summary: String) -> Finish {
+    Finish {
+        success: false,
+        summary,
+    }
+}
+
+/// A run in progress, with what the loop keeps between steps.
+struct Machine<'a> {
+    r: Run<'a>,
+    started: u64,
+    /// States entered, in order (the first [`PATH_KEPT`]).
+    path: Vec<String>,
+    /// `on_max_steps` was taken already.
+    out_of_steps: bool,
+    /// Consecutive re-entries of the current state (`max_retries`).
+    streak: u32,
+}
+
+impl<'a> Machine<'a> {
+    /// One state: enter it, run its action, then end the loop or route onward.
+    fn step(&mut self, world: &mut dyn World) -> Result<(), Finish> {
+        self.check_budgets(world)?;
+        let state = self.enter(world)?;
+        let result = self.act(state, world)?;
+        let record = self.observe(state, &result, world)?;
+        if state.terminal {
+            return Err(self.terminal(state));
         }
-        if r.step >= lp.max_steps {
-            match &lp.on_max_steps {
-                Some(t) if !out_of_steps => {
-                    out_of_steps = true;
-                    world.log(
-                        Level::Warn,
-                        &format!(
-                            "max_steps {} reached in `{}`; going to `{}`",
-                            lp.max_steps, r.state, t.state
-                        ),
-                    );
-                    r.state = t.state.clone();
-                }
-                _ => {
-                    return end(
-                        &r,
-                        &path,
-                        false,
-                        format!(
-                            "max_steps {} reached in state `{}` before a terminal state",
-                            lp.max_steps, r.state
-                        ),
-                    );
-                }
-            }
-        }
-        let Some(state) = lp.states.iter().find(|s| s.name == r.state) else {
-            return end(
-                &r,
-                &path,
-                false,
-                format!("state `{}` is not defined", r.state),
-            );
+        let (verdict, next) = self.decide(state, result.as_ref(), world)?;
+        self.r.prev = Some(record);
+        let next = self.retry_limit(state, next, world);
+        let because = match &verdict {
+            Some(v) => format!("{} ({})", v.verdict, v.detail),
+            None => "next".to_string(),
         };
-        r.step += 1;
-        *r.iterations.entry(state.name.clone()).or_default() += 1;
-        if path.len() < PATH_KEPT {
-            path.push(state.name.clone());
+        world.log(
+            Level::Info,
+            &format!(
+                "step {} `{}`: {because} -> `{next}`",
+                self.r.step, state.name
+            ),
+        );
+        self.r.state = next;
+        Ok(())
+    }
+
+    /// The loop's timeout and `max_steps` (which may send it to `on_max_steps` once).
+    fn check_budgets(&mut self, world: &mut dyn World) -> Result<(), Finish> {
+        let (lp, r) = (self.r.lp, &mut self.r);
+        if let Some(t) = lp.timeout_s
+            && world.now_ms().saturating_sub(self.started) >= t * 1000
+        {
+            return Err(failed(format!(
+                "the loop's timeout of {t}s ran out in state `{}` after {} steps",
+                r.state, r.step
+            )));
+        }
+        if r.step < lp.max_steps {
+            return Ok(());
+        }
+        match &lp.on_max_steps {
+            Some(t) if !self.out_of_steps => {
+                self.out_of_steps = true;
+                world.log(
+                    Level::Warn,
+                    &format!(
+                        "max_steps {} reached in `{}`; going to `{}`",
+                        lp.max_steps, r.state, t.state
+                    ),
+                );
+                r.state = t.state.clone();
+                Ok(())
+            }
+            _ => Err(failed(format!(
+                "max_steps {} reached in state `{}` before a terminal state",
+                lp.max_steps, r.state
+            ))),
+        }
+    }
+
+    /// Find the current state and count the visit.
+    fn enter(&mut self, world: &mut dyn World) -> Result<&'a State, Finish> {
+        let lp = self.r.lp;
+        let Some(state) = lp.states.iter().find(|s| s.name == self.r.state) else {
+            return Err(failed(format!("state `{}` is not defined", self.r.state)));
+        };
+        self.r.step += 1;
+        *self.r.iterations.entry(state.name.clone()).or_default() += 1;
+        if self.path.len() < PATH_KEPT {
+            self.path.push(state.name.clone());
         }
         world.progress(&format!(
             "{} · {} · step {}/{}",
-            lp.name, state.name, r.step, lp.max_steps
+            lp.name, state.name, self.r.step, lp.max_steps
         ));
+        Ok(state)
+    }
 
-        // The action, if any.
-        let result = match &state.action {
-            None => None,
-            Some(action) => match request(&r, state, action, world, started) {
-                Err(e) => return end(&r, &path, false, format!("state `{}`: {e}", state.name)),
-                Ok(req) => Some(world.act(req)),
-            },
+    /// The state's action, if it has one: `Err` inside is the host's refusal.
+    fn act(
+        &self,
+        state: &State,
+        world: &mut dyn World,
+    ) -> Result<Option<Result<Out, String>>, Finish> {
+        let Some(action) = &state.action else {
+            return Ok(None);
         };
-        let output = match &result {
+        match request(&self.r, state, action, world, self.started) {
+            Err(e) => Err(failed(format!("state `{}`: {e}", state.name))),
+            Ok(req) => Ok(Some(world.act(req))),
+        }
+    }
+
+    /// Read what the action did: its stop markers, its record (for `prev` and
+    /// `capture`), and a line in the log when it failed.
+    fn observe(
+        &mut self,
+        state: &State,
+        result: &Option<Result<Out, String>>,
+        world: &mut dyn World,
+    ) -> Result<Value, Finish> {
+        let output = match result {
             Some(Ok(out)) => out.stdout.clone(),
             Some(Err(e)) => e.clone(),
             None => String::new(),
         };
-        let action_result = markers::action_result(&output);
-        if let Some(Ok(out)) = &result {
+        if let Some(Ok(out)) = result {
             match markers::signal(&out.stdout) {
                 Some(Signal::Stop(why)) => {
-                    return end(
-                        &r,
-                        &path,
-                        true,
-                        format!("LOOP_STOP in `{}`: {why}", state.name),
-                    );
+                    return Err(Finish {
+                        success: true,
+                        summary: format!("LOOP_STOP in `{}`: {why}", state.name),
+                    });
                 }
                 Some(Signal::Fatal(why)) => {
-                    return end(
-                        &r,
-                        &path,
-                        false,
-                        format!("FATAL_ERROR in `{}`: {why}", state.name),
-                    );
+                    return Err(failed(format!("FATAL_ERROR in `{}`: {why}", state.name)));
                 }
                 None => {}
             }
         }
-        let record = match &result {
+        let record = match result {
             Some(Ok(out)) => json!({
                 "output": out.stdout, "stderr": out.stderr, "exit_code": out.exit_code, "duration_ms": out.duration_ms,
-                "state": state.name, "result": action_result,
+                "state": state.name, "result": markers::action_result(&output),
             }),
             Some(Err(e)) => {
                 json!({"output": "", "stderr": e, "exit_code": null, "duration_ms": 0, "state": state.name, "error": e})
@@ -260,79 +322,81 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
             }
         };
         if let Some(name) = &state.capture {
-            match &result {
-                Some(Err(_)) => world.log(
-                    Level::Info,
-                    &format!("captured `{name}`: the action failed, so there is no output"),
+            let line = match result {
+                Some(Err(_)) => {
+                    format!("captured `{name}`: the action failed, so there is no output")
+                }
+                _ => format!(
+                    "captured `{name}`: exit {}, {} bytes of output",
+                    exit_text(&record),
+                    output.len()
                 ),
-                _ => world.log(
-                    Level::Info,
-                    &format!(
-                        "captured `{name}`: exit {}, {} bytes of output",
-                        exit_text(&record),
-                        output.len()
-                    ),
-                ),
-            }
-            r.captured.insert(name.clone(), record.clone());
+            };
+            world.log(Level::Info, &line);
+            self.r.captured.insert(name.clone(), record.clone());
         }
-        if let Some(Err(e)) = &result {
+        if let Some(Err(e)) = result {
             world.log(
                 Level::Warn,
                 &format!("`{}`: the action failed: {e}", state.name),
             );
         }
+        Ok(record)
+    }
 
-        if state.terminal {
-            let how = if state.failure {
-                ", a failure state,"
-            } else {
-                ""
-            };
-            return end(
-                &r,
-                &path,
-                !state.failure,
-                format!(
-                    "reached `{}`{how} after {} steps ({})",
-                    state.name,
-                    r.step,
-                    trail(&path)
-                ),
-            );
-        }
-
-        // Evaluate and route. A `next` state still takes its error route when the host refused its action.
-        let refused = matches!(result, Some(Err(_)));
-        let (verdict, next) = if let (Some(next), false) =
-            (&state.routes.next, refused && state.routes.error.is_some())
-        {
-            (None, crate::route::resolve(state, next))
+    fn terminal(&self, state: &State) -> Finish {
+        let how = if state.failure {
+            ", a failure state,"
         } else {
-            let v = match evaluate(&mut r, state, result.as_ref(), world) {
-                Ok(v) => v,
-                Err(e) => return end(&r, &path, false, format!("state `{}`: {e}", state.name)),
-            };
-            match route(state, &v.verdict) {
-                Ok(next) => (Some(v), next),
-                Err(e) => {
-                    world.log(
-                        Level::Warn,
-                        &format!("`{}`: {} ({})", state.name, v.verdict, v.detail),
-                    );
-                    return end(&r, &path, false, e);
-                }
-            }
+            ""
         };
-        r.prev = Some(record);
+        Finish {
+            success: !state.failure,
+            summary: format!(
+                "reached `{}`{how} after {} steps ({})",
+                state.name,
+                self.r.step,
+                trail(&self.path)
+            ),
+        }
+    }
 
-        // max_retries: consecutive re-entries of the same state.
-        let mut next = next;
-        if next == state.name {
-            streak += 1;
-            if let (Some(max), Some(exhausted)) = (state.max_retries, &state.on_retry_exhausted)
-                && streak > max
-            {
+    /// The verdict and the next state. A `next` state still takes its error
+    /// route when the host refused its action.
+    fn decide(
+        &mut self,
+        state: &State,
+        result: Option<&Result<Out, String>>,
+        world: &mut dyn World,
+    ) -> Result<(Option<Verdict>, String), Finish> {
+        let refused = matches!(result, Some(Err(_)));
+        if let (Some(next), false) = (&state.routes.next, refused && state.routes.error.is_some()) {
+            return Ok((None, crate::route::resolve(state, next)));
+        }
+        let v = evaluate(&mut self.r, state, result, world)
+            .map_err(|e| failed(format!("state `{}`: {e}", state.name)))?;
+        match route(state, &v.verdict) {
+            Ok(next) => Ok((Some(v), next)),
+            Err(e) => {
+                world.log(
+                    Level::Warn,
+                    &format!("`{}`: {} ({})", state.name, v.verdict, v.detail),
+                );
+                Err(failed(e))
+            }
+        }
+    }
+
+    /// `max_retries`: past that many consecutive re-entries of a state, go to
+    /// its `on_retry_exhausted`.
+    fn retry_limit(&mut self, state: &State, next: String, world: &mut dyn World) -> String {
+        if next != state.name {
+            self.streak = 0;
+            return next;
+        }
+        self.streak += 1;
+        match (state.max_retries, &state.on_retry_exhausted) {
+            (Some(max), Some(exhausted)) if self.streak > max => {
                 world.log(
                     Level::Warn,
                     &format!(
@@ -340,21 +404,11 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
                         state.name, exhausted.state
                     ),
                 );
-                next = exhausted.state.clone();
-                streak = 0;
+                self.streak = 0;
+                exhausted.state.clone()
             }
-        } else {
-            streak = 0;
+            _ => next,
         }
-        let because = match &verdict {
-            Some(v) => format!("{} ({})", v.verdict, v.detail),
-            None => "next".to_string(),
-        };
-        world.log(
-            Level::Info,
-            &format!("step {} `{}`: {because} -> `{next}`", r.step, state.name),
-        );
-        r.state = next;
     }
 }
 

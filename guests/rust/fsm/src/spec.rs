@@ -816,11 +816,75 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     let action_line = value_line(entries, "action")
         .or_else(|| value_line(entries, "exec"))
         .unwrap_or(key.line);
-    let action_text = f.string(p, "action", &what);
-    let exec = f.take("exec").and_then(|n| read_exec(n, &what, p));
+    let action = read_action(&mut f, entries, key, &what, p);
+    let evaluate_node = f.take("evaluate");
+    let evaluate = evaluate_node.and_then(|n| read_evaluate(n, &what, p));
+    let evaluate_invalid = evaluate_node.is_some() && evaluate.is_none();
+    let mut routes = Routes {
+        next: f.target(p, "next", &what),
+        ..Routes::default()
+    };
+    if let Some(node) = f.take("route") {
+        read_route_table(node, &what, &mut routes, p);
+    }
+    let terminal = f.boolean(p, "terminal", &what).unwrap_or(false);
+    let failure_line = key_line(entries, "failure");
+    let failure = f.boolean(p, "failure", &what).unwrap_or(false);
+    let capture = f.string(p, "capture", &what);
+    if let Some(c) = &capture
+        && !valid_name(c)
+    {
+        p.at(
+            key.line,
+            format!("{what}`capture: {c}` must be a name of letters, digits, `_` and `-`"),
+        );
+    }
+    let timeout_s = f.positive(p, "timeout", &what);
+    let model = f.string(p, "model", &what);
+    let max_retries = f
+        .uint(p, "max_retries", &what)
+        .map(|n| n.min(u32::MAX as u64) as u32);
+    let on_retry_exhausted = f.target(p, "on_retry_exhausted", &what);
+
+    read_shorthand_routes(&mut f, &mut routes, &what, p);
+    for (k, _) in f.unused() {
+        unknown(p, k, &what, REFUSED_STATE_FIELDS, STATE_FIELDS);
+    }
+
+    let state = State {
+        name,
+        line: key.line,
+        file: p.file.clone(),
+        action,
+        action_line,
+        evaluate,
+        evaluate_invalid,
+        routes,
+        terminal,
+        failure,
+        capture,
+        timeout_s,
+        model,
+        max_retries,
+        on_retry_exhausted,
+    };
+    check_state(&state, key, failure_line, &what, p);
+    Some(state)
+}
+
+/// `action` (with `action_type`) or `exec`: what the state does, if anything.
+fn read_action(
+    f: &mut Fields,
+    entries: &[(Key, Node)],
+    key: &Key,
+    what: &str,
+    p: &mut Problems,
+) -> Option<Action> {
+    let action_text = f.string(p, "action", what);
+    let exec = f.take("exec").and_then(|n| read_exec(n, what, p));
     let action_type_line = value_line(entries, "action_type").unwrap_or(key.line);
-    let action_type = f.string(p, "action_type", &what);
-    let action = match (action_text, exec) {
+    let action_type = f.string(p, "action_type", what);
+    match (action_text, exec) {
         (Some(_), Some(_)) => {
             p.at(key.line, format!("{what}has both `action` and `exec`; keep one (`exec` runs a program without a shell)"));
             None
@@ -864,37 +928,11 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
             }
             None
         }
-    };
-    let evaluate_node = f.take("evaluate");
-    let evaluate = evaluate_node.and_then(|n| read_evaluate(n, &what, p));
-    let evaluate_invalid = evaluate_node.is_some() && evaluate.is_none();
-    let mut routes = Routes {
-        next: f.target(p, "next", &what),
-        ..Routes::default()
-    };
-    if let Some(node) = f.take("route") {
-        read_route_table(node, &what, &mut routes, p);
     }
-    let terminal = f.boolean(p, "terminal", &what).unwrap_or(false);
-    let failure_line = key_line(entries, "failure");
-    let failure = f.boolean(p, "failure", &what).unwrap_or(false);
-    let capture = f.string(p, "capture", &what);
-    if let Some(c) = &capture
-        && !valid_name(c)
-    {
-        p.at(
-            key.line,
-            format!("{what}`capture: {c}` must be a name of letters, digits, `_` and `-`"),
-        );
-    }
-    let timeout_s = f.positive(p, "timeout", &what);
-    let model = f.string(p, "model", &what);
-    let max_retries = f
-        .uint(p, "max_retries", &what)
-        .map(|n| n.min(u32::MAX as u64) as u32);
-    let on_retry_exhausted = f.target(p, "on_retry_exhausted", &what);
+}
 
-    // Shorthand routes: on_yes / on_success, on_no / on_failure, on_error, on_<verdict>.
+/// Shorthand routes: on_yes / on_success, on_no / on_failure, on_error, on_<verdict>.
+fn read_shorthand_routes(f: &mut Fields, routes: &mut Routes, what: &str, p: &mut Problems) {
     let shorthand: Vec<Key> = f
         .unused()
         .filter(|(k, _)| k.name.starts_with("on_"))
@@ -904,7 +942,7 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         if REFUSED_STATE_FIELDS.iter().any(|(n, _)| *n == k.name) {
             continue;
         }
-        let Some(target) = f.target(p, &k.name, &what) else {
+        let Some(target) = f.target(p, &k.name, what) else {
             continue;
         };
         let verdict = canonical_verdict(&k.name[3..]);
@@ -913,7 +951,7 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
             continue;
         }
         if verdict == "error" {
-            put_route(&mut routes.error, target, &what, "on_error", p);
+            put_route(&mut routes.error, target, what, "on_error", p);
         } else if let Some(old) = routes.by_verdict.get(&verdict) {
             p.at(
                 k.line,
@@ -926,10 +964,21 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
             routes.by_verdict.insert(verdict, target);
         }
     }
-    for (k, _) in f.unused() {
-        unknown(p, k, &what, REFUSED_STATE_FIELDS, STATE_FIELDS);
-    }
+}
 
+/// What makes a state's fields contradict each other, or leave it with nothing to do.
+fn check_state(state: &State, key: &Key, failure_line: Option<u32>, what: &str, p: &mut Problems) {
+    let State {
+        action,
+        evaluate,
+        routes,
+        terminal,
+        failure,
+        max_retries,
+        on_retry_exhausted,
+        ..
+    } = state;
+    let (terminal, failure) = (*terminal, *failure);
     if failure && !terminal {
         p.at(
             failure_line.unwrap_or(key.line),
@@ -977,23 +1026,6 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     if !terminal && routes.is_empty() && action.is_some() {
         p.at(key.line, format!("{what}has no routes: add `next`, `on_yes`/`on_no`, a `route` table, or `terminal: true`"));
     }
-    Some(State {
-        name,
-        line: key.line,
-        file: p.file.clone(),
-        action,
-        action_line,
-        evaluate,
-        evaluate_invalid,
-        routes,
-        terminal,
-        failure,
-        capture,
-        timeout_s,
-        model,
-        max_retries,
-        on_retry_exhausted,
-    })
 }
 
 fn put_route(slot: &mut Option<Target>, target: Target, what: &str, name: &str, p: &mut Problems) {
@@ -1116,132 +1148,13 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
         return None;
     };
     let source = f.string(p, "source", &w);
-    let op = |f: &mut Fields, p: &mut Problems| {
-        let line = value_line(f.entries, "operator").unwrap_or(node.line);
-        match f.string(p, "operator", &w) {
-            None => Some(Op::Eq),
-            Some(s) => Op::parse(&s).or_else(|| {
-                p.at(
-                    line,
-                    format!("{w}`operator` must be one of eq, ne, lt, le, gt, ge, not `{s}`"),
-                );
-                None
-            }),
-        }
-    };
     let kind = match ty.as_str() {
         "exit_code" => Some(EvalKind::ExitCode),
-        "output_contains" => {
-            let pattern = f.string(p, "pattern", &w);
-            let negate = f.boolean(p, "negate", &w).unwrap_or(false);
-            let error_patterns = match f.take("error_patterns") {
-                None => Vec::new(),
-                Some(n) => match &n.value {
-                    Value::Seq(items) => items
-                        .iter()
-                        .filter_map(|i| i.as_str().map(str::to_string))
-                        .collect(),
-                    _ => {
-                        p.at(
-                            n.line,
-                            format!("{w}`error_patterns` must be a list of patterns"),
-                        );
-                        Vec::new()
-                    }
-                },
-            };
-            match pattern {
-                Some(pattern) => Some(EvalKind::OutputContains {
-                    pattern,
-                    negate,
-                    error_patterns,
-                }),
-                None => {
-                    p.at(node.line, format!("{w}`output_contains` needs a `pattern`"));
-                    None
-                }
-            }
-        }
-        "output_numeric" => {
-            let op = op(&mut f, p);
-            let target = f.number(p, "target", &w);
-            if target.is_none() && !entries.iter().any(|(k, _)| k.name == "target") {
-                p.at(node.line, format!("{w}`output_numeric` needs a `target`"));
-            }
-            Some(EvalKind::OutputNumeric {
-                op: op?,
-                target: target?,
-            })
-        }
-        "output_json" => {
-            let path = f.string(p, "path", &w);
-            let op = op(&mut f, p);
-            let target = f.take("target").map(Node::to_json);
-            if path.is_none() {
-                p.at(
-                    node.line,
-                    format!("{w}`output_json` needs a `path` (like `.summary.failed`)"),
-                );
-            }
-            if target.is_none() {
-                p.at(node.line, format!("{w}`output_json` needs a `target`"));
-            }
-            Some(EvalKind::OutputJson {
-                path: path?,
-                op: op?,
-                target: target?,
-            })
-        }
-        "convergence" => {
-            let target = f.number(p, "target", &w);
-            if target.is_none() && !entries.iter().any(|(k, _)| k.name == "target") {
-                p.at(node.line, format!("{w}`convergence` needs a `target`"));
-            }
-            let tolerance = f.number(p, "tolerance", &w).unwrap_or(Number::Value(0.0));
-            let direction_line = value_line(entries, "direction").unwrap_or(node.line);
-            let direction = match f.string(p, "direction", &w).as_deref() {
-                None | Some("minimize") => Some(Direction::Minimize),
-                Some("maximize") => Some(Direction::Maximize),
-                Some(other) => {
-                    p.at(
-                        direction_line,
-                        format!("{w}`direction` must be `minimize` or `maximize`, not `{other}`"),
-                    );
-                    None
-                }
-            };
-            let previous = f.string(p, "previous", &w);
-            Some(EvalKind::Convergence {
-                target: target?,
-                tolerance,
-                direction: direction?,
-                previous,
-            })
-        }
-        "llm_structured" => {
-            let prompt = f.string(p, "prompt", &w);
-            let mc_line = value_line(entries, "min_confidence").unwrap_or(node.line);
-            let min_confidence = match f.number(p, "min_confidence", &w) {
-                None => 0.5,
-                Some(Number::Value(v)) if (0.0..=1.0).contains(&v) => v,
-                Some(_) => {
-                    p.at(
-                        mc_line,
-                        format!("{w}`min_confidence` must be a number from 0 to 1"),
-                    );
-                    0.5
-                }
-            };
-            let uncertain_suffix = f.boolean(p, "uncertain_suffix", &w).unwrap_or(false);
-            if let Some(n) = f.take("schema") {
-                p.at(n.line, format!("{w}`schema` is not supported by loopbox: the verdict reply is always {{verdict, confidence, reason}}"));
-            }
-            Some(EvalKind::LlmStructured {
-                prompt,
-                min_confidence,
-                uncertain_suffix,
-            })
-        }
+        "output_contains" => read_output_contains(&mut f, node, &w, p),
+        "output_numeric" => read_output_numeric(&mut f, node, &w, p),
+        "output_json" => read_output_json(&mut f, node, &w, p),
+        "convergence" => read_convergence(&mut f, node, &w, p),
+        "llm_structured" => read_llm_structured(&mut f, node, &w, p),
         other => {
             match REFUSED_EVALUATORS.iter().find(|(n, _)| *n == other) {
                 Some((_, why)) => p.at(
@@ -1274,4 +1187,145 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
         source,
         line: node.line,
     })
+}
+
+/// `output_contains`: a pattern in the output (or not), and patterns that mean an error.
+fn read_output_contains(
+    f: &mut Fields,
+    node: &Node,
+    w: &str,
+    p: &mut Problems,
+) -> Option<EvalKind> {
+    let pattern = f.string(p, "pattern", w);
+    let negate = f.boolean(p, "negate", w).unwrap_or(false);
+    let error_patterns = match f.take("error_patterns") {
+        None => Vec::new(),
+        Some(n) => match &n.value {
+            Value::Seq(items) => items
+                .iter()
+                .filter_map(|i| i.as_str().map(str::to_string))
+                .collect(),
+            _ => {
+                p.at(
+                    n.line,
+                    format!("{w}`error_patterns` must be a list of patterns"),
+                );
+                Vec::new()
+            }
+        },
+    };
+    match pattern {
+        Some(pattern) => Some(EvalKind::OutputContains {
+            pattern,
+            negate,
+            error_patterns,
+        }),
+        None => {
+            p.at(node.line, format!("{w}`output_contains` needs a `pattern`"));
+            None
+        }
+    }
+}
+
+/// `output_numeric`: the output as a number, compared with a target.
+fn read_output_numeric(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -> Option<EvalKind> {
+    let op = read_operator(f, node, w, p);
+    let target = f.number(p, "target", w);
+    if target.is_none() && !f.entries.iter().any(|(k, _)| k.name == "target") {
+        p.at(node.line, format!("{w}`output_numeric` needs a `target`"));
+    }
+    Some(EvalKind::OutputNumeric {
+        op: op?,
+        target: target?,
+    })
+}
+
+/// `output_json`: a value at a path of the output's JSON, compared with a target.
+fn read_output_json(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -> Option<EvalKind> {
+    let path = f.string(p, "path", w);
+    let op = read_operator(f, node, w, p);
+    let target = f.take("target").map(Node::to_json);
+    if path.is_none() {
+        p.at(
+            node.line,
+            format!("{w}`output_json` needs a `path` (like `.summary.failed`)"),
+        );
+    }
+    if target.is_none() {
+        p.at(node.line, format!("{w}`output_json` needs a `target`"));
+    }
+    Some(EvalKind::OutputJson {
+        path: path?,
+        op: op?,
+        target: target?,
+    })
+}
+
+/// `convergence`: a metric moving toward a target, within a tolerance.
+fn read_convergence(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -> Option<EvalKind> {
+    let target = f.number(p, "target", w);
+    if target.is_none() && !f.entries.iter().any(|(k, _)| k.name == "target") {
+        p.at(node.line, format!("{w}`convergence` needs a `target`"));
+    }
+    let tolerance = f.number(p, "tolerance", w).unwrap_or(Number::Value(0.0));
+    let direction_line = value_line(f.entries, "direction").unwrap_or(node.line);
+    let direction = match f.string(p, "direction", w).as_deref() {
+        None | Some("minimize") => Some(Direction::Minimize),
+        Some("maximize") => Some(Direction::Maximize),
+        Some(other) => {
+            p.at(
+                direction_line,
+                format!("{w}`direction` must be `minimize` or `maximize`, not `{other}`"),
+            );
+            None
+        }
+    };
+    let previous = f.string(p, "previous", w);
+    Some(EvalKind::Convergence {
+        target: target?,
+        tolerance,
+        direction: direction?,
+        previous,
+    })
+}
+
+/// `llm_structured`: the agent's verdict on the output, with its confidence.
+fn read_llm_structured(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -> Option<EvalKind> {
+    let prompt = f.string(p, "prompt", w);
+    let mc_line = value_line(f.entries, "min_confidence").unwrap_or(node.line);
+    let min_confidence = match f.number(p, "min_confidence", w) {
+        None => 0.5,
+        Some(Number::Value(v)) if (0.0..=1.0).contains(&v) => v,
+        Some(_) => {
+            p.at(
+                mc_line,
+                format!("{w}`min_confidence` must be a number from 0 to 1"),
+            );
+            0.5
+        }
+    };
+    let uncertain_suffix = f.boolean(p, "uncertain_suffix", w).unwrap_or(false);
+    if let Some(n) = f.take("schema") {
+        p.at(n.line, format!("{w}`schema` is not supported by loopbox: the verdict reply is always {{verdict, confidence, reason}}"));
+    }
+    Some(EvalKind::LlmStructured {
+        prompt,
+        min_confidence,
+        uncertain_suffix,
+    })
+}
+
+/// `operator`: how a value compares with its target (`eq` when absent).
+fn read_operator(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -> Option<Op> {
+    let line = value_line(f.entries, "operator").unwrap_or(node.line);
+    match f.string(p, "operator", w) {
+        None => Some(Op::Eq),
+        Some(s) => Op::parse(&s).or_else(|| {
+            p.at(
+                line,
+                format!("{w}`operator` must be one of eq, ne, lt, le, gt, ge, not `{s}`"),
+            );
+            None
+        }),
+    }
 }
