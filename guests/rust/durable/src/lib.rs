@@ -38,7 +38,7 @@ mod component {
     use std::hash::{BuildHasher, RandomState};
     use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-    use loopbox_guest::{ActionError, Decision, Event, Info, Policy, done_with, shell, state};
+    use loopbox_guest::{ActionError, Decision, Event, Info, Policy, done_with, exec, state};
 
     use super::{Config, Progress, action_id};
 
@@ -78,10 +78,8 @@ mod component {
                     started.elapsed().as_nanos() > 0
                 );
                 let run = match &config.command {
-                    Some(argv) => shell(argv.iter().map(String::as_str)).run(),
-                    None => shell(["tee", "-a", config.file.as_str()])
-                        .stdin(&line)
-                        .run(),
+                    Some(argv) => exec(argv.iter().map(String::as_str)).run(),
+                    None => exec(["tee", "-a", config.file.as_str()]).stdin(&line).run(),
                 };
                 match run {
                     Ok(o) if o.exit_code == Some(0) => p.done.push(id),

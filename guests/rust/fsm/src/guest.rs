@@ -70,7 +70,7 @@ impl World for Host {
         let result: Result<Output, ActionError> = match req {
             Request::Script { source, timeout_ms } => loopbox_guest::script(&source, timeout_ms),
             Request::Exec { argv, timeout_ms } => {
-                let mut cmd = loopbox_guest::shell(argv);
+                let mut cmd = loopbox_guest::exec(argv);
                 if let Some(ms) = timeout_ms {
                     cmd = cmd.timeout_ms(ms);
                 }

@@ -7,7 +7,7 @@
 //! [`ActionError`] to handle, never a crash.
 //!
 //! ```no_run
-//! use loopbox_guest::{Decision, Event, Info, Policy, done, log, shell, state};
+//! use loopbox_guest::{Decision, Event, Info, Policy, done, exec, log, state};
 //!
 //! struct GreenTests;
 //!
@@ -18,7 +18,7 @@
 //!
 //!     fn handle(event: Event) -> Result<Decision, String> {
 //!         let tries: u32 = state::get("tries")?.unwrap_or(0);
-//!         match shell(["cargo", "test"]).timeout_ms(600_000).run() {
+//!         match exec(["cargo", "test"]).timeout_ms(600_000).run() {
 //!             Ok(out) if out.exit_code == Some(0) => Ok(done(true, "the tests pass")),
 //!             Ok(_) if tries + 1 >= 3 => Ok(done(false, "the tests still fail after 3 tries")),
 //!             Ok(out) => {
@@ -209,12 +209,13 @@ pub mod workspace {
     }
 }
 
-/// A command to run, built up then [`Exec::run`]: `shell(["cargo", "test"]).run()`.
+/// A command to run, built up then [`Exec::run`]: `exec(["cargo", "test"]).run()`.
 #[derive(Debug, Clone)]
 pub struct Exec(Command);
 
-/// A program with its arguments, run directly (no shell).
-pub fn shell<I, S>(argv: I) -> Exec
+/// A program with its arguments, executed directly: no shell reads them, so
+/// nothing in an argument is expanded or split. For shell text, see [`script`].
+pub fn exec<I, S>(argv: I) -> Exec
 where
     I: IntoIterator<Item = S>,
     S: Into<String>,

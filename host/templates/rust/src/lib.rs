@@ -4,7 +4,7 @@
 //! Input (`loopbox run {{name}}.wasm --input '{...}'`):
 //!   {"check": ["make", "test"], "max_tries": 3}
 
-use loopbox_guest::{Decision, Event, Info, Output, Policy, done, log, shell, state};
+use loopbox_guest::{Decision, Event, Info, Output, Policy, done, exec, log, state};
 use serde::{Deserialize, Serialize};
 
 #[derive(Deserialize, Serialize)]
@@ -54,7 +54,7 @@ impl Policy for {{type}} {
 
 fn check(mut p: Progress) -> Result<Decision, String> {
     let command = p.config.check.join(" ");
-    let out = match shell(p.config.check.clone()).run() {
+    let out = match exec(p.config.check.clone()).run() {
         Ok(out) => out,
         // A refusal is an answer, not a crash: say what is missing and hand over.
         Err(e) => return Ok(Decision::Escalate(format!("cannot run `{command}`: {}", e.describe()))),
