@@ -16,7 +16,6 @@ pub const COMPONENTIZE_PY: &str = "0.25.1";
 pub const JS_PACKAGES: &[(&str, &str)] = &[
     ("@bytecodealliance/componentize-js", "0.23.0"),
     ("@bytecodealliance/jco", "1.35.0"),
-    ("@bytecodealliance/preview2-shim", "0.25.0"),
 ];
 
 /// The Node script that turns one JavaScript module into a component, run with
