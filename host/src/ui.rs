@@ -122,8 +122,8 @@ impl Ui {
     }
 }
 
-/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC.
-pub fn utc(ms: i64) -> String {
+/// Year, month, day, hour, minute, second and millisecond (UTC) of a Unix time in ms.
+fn civil(ms: i64) -> (i64, i64, i64, i64, i64, i64, i64) {
     let secs = ms.div_euclid(1000);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -136,12 +136,20 @@ pub fn utc(ms: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60, ms.rem_euclid(1000))
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC.
+pub fn utc(ms: i64) -> String {
+    let (y, m, d, h, min, s, _) = civil(ms);
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{s:02}")
+}
+
+/// A Unix time in ms as RFC 3339 in UTC, to the millisecond, for `--json`:
+/// `2026-11-21T05:33:28.120Z`.
+pub fn rfc3339(ms: i64) -> String {
+    let (y, m, d, h, min, s, milli) = civil(ms);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
 }
 
 /// Policy text shown on a terminal: control characters and escape sequences
@@ -174,6 +182,9 @@ mod tests {
         assert_eq!(super::utc(0), "1970-01-01 00:00:00");
         assert_eq!(super::utc(1_795_239_208_000), "2026-11-21 05:33:28");
         assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(super::rfc3339(1_795_239_208_120), "2026-11-21T05:33:28.120Z");
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::rfc3339(-1), "1969-12-31T23:59:59.999Z");
     }
 
     #[test]

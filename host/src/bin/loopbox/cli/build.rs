@@ -21,7 +21,7 @@ pub struct BuildArgs {
     dir: Option<PathBuf>,
     /// Print one JSON object on stdout
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 pub fn execute(args: BuildArgs, workspace: &Path) -> Result<i32, Failure> {

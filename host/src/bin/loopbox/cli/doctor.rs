@@ -18,7 +18,7 @@ pub struct DoctorArgs {
     config: Option<std::path::PathBuf>,
     /// Print one JSON object
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {

@@ -19,7 +19,7 @@ pub struct InspectArgs {
     policy: String,
     /// Print one JSON object
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {

@@ -125,6 +125,14 @@ pub fn main() -> i32 {
             Some(agent) if e.use_stderr() => {
                 return hook::answer_broken_command(agent, &e.to_string());
             }
+            // With --json, a script reads the failure from stdout like any other answer.
+            _ if e.use_stderr() && wants_json(std::env::args_os()) => {
+                let message = e.render().to_string();
+                let first = message.lines().next().unwrap_or_default();
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                print_json_error(first, &[first.to_string()], exit::USAGE);
+                e.exit()
+            }
             _ => e.exit(),
         },
     };
@@ -138,7 +146,36 @@ pub fn main() -> i32 {
     }
 }
 
+/// Whether the command line asks for JSON output (before any `--`).
+fn wants_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.skip(1).take_while(|a| a != "--").any(|a| a == "--json")
+}
+
+/// A failure as one JSON object on stdout, for scripts that asked for `--json`:
+/// `{"error": "...", "causes": [...], "exit_code": N}`. The same words go to stderr.
+fn print_json_error(message: &str, causes: &[String], code: i32) {
+    let object = serde_json::json!({"error": message, "causes": causes, "exit_code": code});
+    loopbox::outln!("{object}");
+}
+
+impl Command {
+    /// Whether the user asked for JSON (`--json`): a failure is then printed as JSON too.
+    fn json(&self) -> bool {
+        match self {
+            Command::Run(a) => a.json,
+            Command::Validate(a) => a.json,
+            Command::Inspect(a) => a.json,
+            Command::Runs(a) => a.json,
+            Command::Doctor(a) => a.json,
+            Command::Build(a) => a.json,
+            // A hook answers in its agent's protocol; `new` prints no JSON.
+            Command::Hook(_) | Command::New(_) => false,
+        }
+    }
+}
+
 fn main_with(cli: Cli) -> i32 {
+    let json = cli.command.json();
     // A workspace is used, never created: a mistyped -C must not make a directory.
     // (A hook checks its own workspace, to answer in its agent's protocol.)
     if let Some(dir) = &cli.workspace
@@ -150,10 +187,14 @@ fn main_with(cli: Cli) -> i32 {
         } else {
             "does not exist"
         };
-        loopbox::errln!(
-            "error: workspace `{}` (-C) {why}; give the directory of an existing project",
+        let message = format!(
+            "workspace `{}` (-C) {why}; give the directory of an existing project",
             dir.display()
         );
+        loopbox::errln!("error: {message}");
+        if json {
+            print_json_error(&message, &[message.clone()], exit::USAGE);
+        }
         return exit::USAGE;
     }
     let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
@@ -171,6 +212,10 @@ fn main_with(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(f) => {
             loopbox::errln!("error: {:#}", f.error);
+            if json {
+                let causes: Vec<String> = f.error.chain().map(|c| c.to_string()).collect();
+                print_json_error(&format!("{:#}", f.error), &causes, f.code);
+            }
             f.code
         }
     }

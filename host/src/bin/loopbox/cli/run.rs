@@ -44,7 +44,7 @@ pub struct RunArgs {
     yes: bool,
     /// Print the result as one JSON object on stdout (and no progress)
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {

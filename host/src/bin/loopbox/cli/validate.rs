@@ -18,7 +18,7 @@ pub struct ValidateArgs {
     config: Option<PathBuf>,
     /// Print the result as one JSON object on stdout
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {

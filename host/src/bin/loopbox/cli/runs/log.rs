@@ -10,7 +10,7 @@ use serde_json::json;
 use super::super::{Failure, exit};
 use super::open_store;
 use loopbox::db::LogRecord;
-use loopbox::ui::{sanitize, utc};
+use loopbox::ui::{rfc3339, sanitize, utc};
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
@@ -25,7 +25,7 @@ fn print(l: &LogRecord, json: bool) {
     if json {
         loopbox::outln!(
             "{}",
-            json!({"at": utc(l.at_ms), "level": l.level, "source": l.source, "message": l.message})
+            json!({"at": rfc3339(l.at_ms), "level": l.level, "source": l.source, "message": l.message})
         );
     } else {
         loopbox::outln!(

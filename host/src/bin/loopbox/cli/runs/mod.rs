@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::{Failure, exit};
 use loopbox::db::{Db, STORE_DIR, STORE_FILE};
-use loopbox::ui::utc;
+use loopbox::ui::{rfc3339, utc};
 
 #[derive(Debug, Args)]
 pub struct RunsArgs {
@@ -22,7 +22,7 @@ pub struct RunsArgs {
     command: Option<RunsCommand>,
     /// Print JSON (one array for the list)
     #[arg(long, global = true)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,8 +85,8 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
             .iter()
             .map(|(r, last)| {
                 json!({
-                    "id": r.id, "policy": r.policy, "status": r.status, "started": utc(r.created_at_ms),
-                    "updated": utc(r.updated_at_ms), "last_event": last, "turns": r.turns, "actions": r.actions,
+                    "id": r.id, "policy": r.policy, "status": r.status, "started": rfc3339(r.created_at_ms),
+                    "updated": rfc3339(r.updated_at_ms), "last_event": last, "turns": r.turns, "actions": r.actions,
                 })
             })
             .collect();

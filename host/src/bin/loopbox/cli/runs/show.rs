@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::super::{Failure, exit};
 use super::open_store;
 use loopbox::db::JournalRow;
-use loopbox::ui::{sanitize, shorten, utc};
+use loopbox::ui::{rfc3339, sanitize, shorten, utc};
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
@@ -53,13 +53,13 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         };
         let out = json!({
             "id": run.id, "policy": run.policy, "policy_digest": run.policy_digest, "status": run.status,
-            "started": utc(run.created_at_ms), "updated": utc(run.updated_at_ms),
+            "started": rfc3339(run.created_at_ms), "updated": rfc3339(run.updated_at_ms),
             "turns": run.turns, "actions": run.actions, "prompts": run.prompts,
             "outcome": parse(&run.outcome), "input": parse(&Some(run.input.clone())),
             "driver": run.lease.as_ref().map(|o| json!({"pid": o.pid, "host": o.host, "alive": o.is_alive()})),
             "cancel_requested": run.cancel_requested,
             "events": events.iter().map(|e| json!({
-                "seq": e.seq, "at": utc(e.at_ms), "event": parse(&Some(e.event.clone())),
+                "seq": e.seq, "at": rfc3339(e.at_ms), "event": parse(&Some(e.event.clone())),
                 "decision": parse(&e.decision), "error": parse(&e.error), "pending": e.pending,
             })).collect::<Vec<_>>(),
             "journal": actions.iter().map(|(event, r)| json!({
