@@ -136,7 +136,15 @@ fn civil(ms: i64) -> (i64, i64, i64, i64, i64, i64, i64) {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60, ms.rem_euclid(1000))
+    (
+        y,
+        m,
+        d,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms.rem_euclid(1000),
+    )
 }
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC.
@@ -182,7 +190,10 @@ mod tests {
         assert_eq!(super::utc(0), "1970-01-01 00:00:00");
         assert_eq!(super::utc(1_795_239_208_000), "2026-11-21 05:33:28");
         assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00");
-        assert_eq!(super::rfc3339(1_795_239_208_120), "2026-11-21T05:33:28.120Z");
+        assert_eq!(
+            super::rfc3339(1_795_239_208_120),
+            "2026-11-21T05:33:28.120Z"
+        );
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(super::rfc3339(-1), "1969-12-31T23:59:59.999Z");
     }

@@ -255,28 +255,68 @@ fn is_rfc3339(v: &serde_json::Value) -> bool {
 fn json_output_has_rfc3339_times_and_json_errors() {
     let p = project();
     let d = p.path();
-    let o = loopbox(d, &["run", "builtin:ralph", "--input", "@ralph.json", "--json"]);
+    let o = loopbox(
+        d,
+        &["run", "builtin:ralph", "--input", "@ralph.json", "--json"],
+    );
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
-    let list: serde_json::Value = serde_json::from_slice(&loopbox(d, &["runs", "--json"]).stdout).unwrap();
+    let list: serde_json::Value =
+        serde_json::from_slice(&loopbox(d, &["runs", "--json"]).stdout).unwrap();
     let run = &list[0];
-    assert!(is_rfc3339(&run["started"]) && is_rfc3339(&run["updated"]), "{run}");
+    assert!(
+        is_rfc3339(&run["started"]) && is_rfc3339(&run["updated"]),
+        "{run}"
+    );
     let id = run["id"].as_str().unwrap();
-    let show: serde_json::Value = serde_json::from_slice(&loopbox(d, &["runs", "show", id, "--json"]).stdout).unwrap();
+    let show: serde_json::Value =
+        serde_json::from_slice(&loopbox(d, &["runs", "show", id, "--json"]).stdout).unwrap();
     assert!(is_rfc3339(&show["started"]), "{show}");
-    assert!(show["events"].as_array().unwrap().iter().all(|e| is_rfc3339(&e["at"])), "{show}");
+    assert!(
+        show["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| is_rfc3339(&e["at"])),
+        "{show}"
+    );
     let log = loopbox(d, &["runs", "log", id, "--json"]);
-    let first: serde_json::Value = serde_json::from_slice(log.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let first: serde_json::Value =
+        serde_json::from_slice(log.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
     assert!(is_rfc3339(&first["at"]), "{first}");
 
     // A failure with --json: one JSON object on stdout, the same words on stderr, the same exit code.
     let cases: [(&[&str], i32, &str); 4] = [
-        (&["runs", "show", "r0000000000000000", "--json"], 2, "there is no run `r0000000000000000`"),
-        (&["run", "missing.wasm", "--json"], 2, "failed to load policy `missing.wasm`"),
-        (&["-C", "gone", "runs", "--json"], 2, "workspace `gone` (-C) does not exist"),
-        (&["runs", "show", "--json"], 2, "the following required arguments were not provided"),
+        (
+            &["runs", "show", "r0000000000000000", "--json"],
+            2,
+            "there is no run `r0000000000000000`",
+        ),
+        (
+            &["run", "missing.wasm", "--json"],
+            2,
+            "failed to load policy `missing.wasm`",
+        ),
+        (
+            &["-C", "gone", "runs", "--json"],
+            2,
+            "workspace `gone` (-C) does not exist",
+        ),
+        (
+            &["runs", "show", "--json"],
+            2,
+            "the following required arguments were not provided",
+        ),
     ];
     for (args, exit, words) in cases {
-        let o = loopbox(d, args);
+        let o = match args {
+            ["-C", rest @ ..] => Command::new(BIN)
+                .args(["-C", rest[0]])
+                .args(&rest[1..])
+                .current_dir(d)
+                .output()
+                .unwrap(),
+            _ => loopbox(d, args),
+        };
         let stdout = String::from_utf8_lossy(&o.stdout);
         let err: serde_json::Value = serde_json::from_str(&stdout)
             .unwrap_or_else(|e| panic!("{args:?}: stdout is not one JSON object ({e}): {stdout}"));
@@ -285,7 +325,10 @@ fn json_output_has_rfc3339_times_and_json_errors() {
         let message = err["error"].as_str().unwrap();
         assert!(message.contains(words), "{args:?}: {err}");
         assert!(!err["causes"].as_array().unwrap().is_empty(), "{err}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains(words), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(words),
+            "{args:?}"
+        );
     }
     // Without --json, stdout stays empty.
     let o = loopbox(d, &["runs", "show", "r0000000000000000"]);

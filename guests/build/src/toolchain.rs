@@ -16,6 +16,9 @@ pub const COMPONENTIZE_PY: &str = "0.25.1";
 pub const JS_PACKAGES: &[(&str, &str)] = &[
     ("@bytecodealliance/componentize-js", "0.23.0"),
     ("@bytecodealliance/jco", "1.35.0"),
+    // componentize-js imports it (lib/spidermonkey-embedding-splicer.js) without
+    // declaring it; without this pin its import fails with ERR_MODULE_NOT_FOUND.
+    ("@bytecodealliance/preview2-shim", "0.25.0"),
 ];
 
 /// The Node script that turns one JavaScript module into a component, run with

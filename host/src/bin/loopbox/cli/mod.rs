@@ -148,7 +148,9 @@ pub fn main() -> i32 {
 
 /// Whether the command line asks for JSON output (before any `--`).
 fn wants_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
-    args.skip(1).take_while(|a| a != "--").any(|a| a == "--json")
+    args.skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
 }
 
 /// A failure as one JSON object on stdout, for scripts that asked for `--json`:
@@ -193,7 +195,7 @@ fn main_with(cli: Cli) -> i32 {
         );
         loopbox::errln!("error: {message}");
         if json {
-            print_json_error(&message, &[message.clone()], exit::USAGE);
+            print_json_error(&message, std::slice::from_ref(&message), exit::USAGE);
         }
         return exit::USAGE;
     }
