@@ -177,7 +177,7 @@ impl ActionsHost {
         if self
             .db
             .cancel_requested(&self.run)
-            .map_err(crate::wasm::fault::host_err)?
+            .map_err(crate::error::host_err)?
         {
             return Ok(Err(ActionError::Declined(
                 "the run is being cancelled (`loopbox runs cancel`)".into(),
@@ -192,7 +192,7 @@ impl ActionsHost {
         match self
             .journal
             .intent(slot.seq, slot.kind, slot.request, &budget)
-            .map_err(crate::wasm::fault::host_err)?
+            .map_err(crate::error::host_err)?
         {
             Ok(()) => Ok(Ok(())),
             Err(spent) => {
@@ -219,7 +219,7 @@ impl ActionsHost {
         if started || slot.rerun {
             self.journal
                 .finish(slot.seq, &text)
-                .map_err(crate::wasm::fault::host_err)
+                .map_err(crate::error::host_err)
         } else {
             self.journal.note(slot.seq, slot.kind, slot.request, &text);
             Ok(())
@@ -236,7 +236,7 @@ impl ActionsHost {
         match self.journal.step(kind, request) {
             Ok(Step::Replayed(text)) => {
                 let r = codec::parse_action_result(&text).ok_or_else(|| {
-                    crate::wasm::fault::host_err(anyhow::anyhow!(
+                    crate::error::host_err(anyhow::anyhow!(
                         "the journal's result for {} is damaged: {text}",
                         what()
                     ))

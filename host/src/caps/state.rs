@@ -50,7 +50,7 @@ impl StateHost {
             None => self
                 .db
                 .state_get(&self.run, key)
-                .map_err(crate::wasm::fault::host_err),
+                .map_err(crate::error::host_err),
         }
     }
 
@@ -63,7 +63,7 @@ impl StateHost {
                 let t = self
                     .db
                     .state_total(&self.run)
-                    .map_err(crate::wasm::fault::host_err)?;
+                    .map_err(crate::error::host_err)?;
                 self.total = Some(t);
                 Ok(t)
             }
@@ -77,7 +77,7 @@ impl StateHost {
             None => self
                 .db
                 .state_entry_size(&self.run, key)
-                .map_err(crate::wasm::fault::host_err),
+                .map_err(crate::error::host_err),
         }
     }
 }
@@ -137,7 +137,7 @@ impl state::Host for StateHost {
         let mut keys: std::collections::BTreeSet<String> = self
             .db
             .state_keys(&self.run, &prefix)
-            .map_err(crate::wasm::fault::host_err)?
+            .map_err(crate::error::host_err)?
             .into_iter()
             .collect();
         for (k, v) in self

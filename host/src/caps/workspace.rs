@@ -60,11 +60,11 @@ impl WorkspaceHost {
             .map_err(crate::journal::StepError::into_wasm)?
         {
             Step::Replayed(text) => codec::parse_text_result(&text).ok_or_else(|| {
-                crate::wasm::fault::host_err(anyhow::anyhow!(
+                crate::error::host_err(anyhow::anyhow!(
                     "the journal's result for {kind} `{request}` is damaged"
                 ))
             }),
-            Step::InFlight(seq) => Err(crate::wasm::fault::host_err(anyhow::anyhow!(
+            Step::InFlight(seq) => Err(crate::error::host_err(anyhow::anyhow!(
                 "call {seq} ({kind} `{request}`) has no result in the journal"
             ))),
             Step::Live(seq) => {
@@ -160,7 +160,7 @@ impl WorkspaceHost {
         };
         let mut names = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(crate::wasm::fault::host_err)?;
+            let entry = entry.map_err(crate::error::host_err)?;
             let mut name = entry.file_name().to_string_lossy().into_owned();
             if rel.as_os_str().is_empty() && name == STORE_DIR {
                 continue;

@@ -310,7 +310,7 @@ impl std::fmt::Display for StoreAdvice {
 /// As [`explain`], for a store error that reached the command line without it
 /// (a read, or a failure inside a guest's call).
 pub fn advise(e: anyhow::Error) -> anyhow::Error {
-    if crate::wasm::fault::find::<StoreAdvice>(&e).is_some() {
+    if crate::error::find::<StoreAdvice>(&e).is_some() {
         e
     } else {
         explain(Path::new(".loopbox/loopbox.db"), e)
@@ -319,12 +319,12 @@ pub fn advise(e: anyhow::Error) -> anyhow::Error {
 
 /// Whether `e` came from the store (rather than, say, a missing run).
 pub fn is_store_error(e: &anyhow::Error) -> bool {
-    crate::wasm::fault::find::<rusqlite::Error>(e).is_some()
+    crate::error::find::<rusqlite::Error>(e).is_some()
 }
 
 /// Add what to do to the errors a user can act on: a damaged store, a full disk.
 fn explain(path: &Path, e: anyhow::Error) -> anyhow::Error {
-    let code = crate::wasm::fault::find::<rusqlite::Error>(&e).and_then(|e| match e {
+    let code = crate::error::find::<rusqlite::Error>(&e).and_then(|e| match e {
         rusqlite::Error::SqliteFailure(f, _) => Some(f.code),
         _ => None,
     });
@@ -453,7 +453,8 @@ mod tests {
 
     #[test]
     fn store_advice_is_found_by_type_through_a_guest_call_and_given_once() {
-        use crate::wasm::fault::{PolicyFault, find, host_err};
+        use crate::error::{find, host_err};
+        use crate::wasm::fault::PolicyFault;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         std::fs::write(&path, vec![b'x'; 8192]).unwrap();
@@ -484,7 +485,7 @@ mod tests {
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
             None,
         );
-        let shared = PolicyFault::Host(crate::wasm::fault::HostError::new(full.into()));
+        let shared = PolicyFault::Host(crate::error::HostError::new(full.into()));
         let kept = shared.clone();
         let PolicyFault::Host(h) = shared else {
             unreachable!()

@@ -63,7 +63,7 @@ impl StepError {
     /// reported from the journal when the event ends.
     pub fn into_wasm(self) -> wasmtime::Error {
         match self {
-            StepError::Mismatch(nd) => crate::wasm::fault::host_err(nd),
+            StepError::Mismatch(nd) => crate::error::host_err(nd),
             StepError::Full(l) => l.into(),
         }
     }

@@ -2,10 +2,9 @@
 //! malformed decision. Built from whatever wasmtime or the host raised, so
 //! every failure reaches the user as one clear line naming its cause.
 
-use std::sync::Arc;
-
 use wasmtime::Trap;
 
+use crate::error::HostError;
 use crate::wasm::limits::{Limit, LimitExceeded, Limits};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -34,62 +33,6 @@ pub enum PolicyFault {
     /// not the policy's doing; nothing of the event is committed.
     #[error("{0}")]
     Stopped(crate::run::stop::StopReason),
-}
-
-/// A failure of loopbox itself (the store, the file system) while serving a
-/// guest's call. It keeps the error whole, types and all, so what the store
-/// said about it (a [`crate::db::StoreAdvice`]) reaches the user unchanged.
-#[derive(Debug, Clone)]
-pub struct HostError(Arc<anyhow::Error>);
-
-impl HostError {
-    pub fn new(error: anyhow::Error) -> HostError {
-        HostError(Arc::new(error))
-    }
-
-    pub fn error(&self) -> &anyhow::Error {
-        &self.0
-    }
-
-    /// The error itself when this is its last holder (as it is once the guest's
-    /// call has returned), else this wrapper around it.
-    pub fn into_error(self) -> anyhow::Error {
-        Arc::try_unwrap(self.0).unwrap_or_else(|shared| anyhow::Error::new(HostError(shared)))
-    }
-}
-
-impl std::fmt::Display for HostError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
-    }
-}
-
-impl std::error::Error for HostError {}
-
-/// Two host failures are the same when they say the same (faults compare by what they report).
-impl PartialEq for HostError {
-    fn eq(&self, other: &HostError) -> bool {
-        self.to_string() == other.to_string()
-    }
-}
-
-/// A host failure as a wasmtime error: it stops the guest, and the run stops
-/// with it without blaming the policy (see [`PolicyFault::Host`]).
-pub fn host_err(e: impl Into<anyhow::Error>) -> wasmtime::Error {
-    wasmtime::Error::new(HostError::new(e.into()))
-}
-
-/// The `T` in `e`: the error it wraps or a context on it (as anyhow finds
-/// them), or the same inside a [`HostError`] anywhere in its chain.
-pub fn find<T>(e: &anyhow::Error) -> Option<&T>
-where
-    T: std::fmt::Display + std::fmt::Debug + Send + Sync + 'static,
-{
-    e.downcast_ref::<T>().or_else(|| {
-        e.chain()
-            .find_map(|c| c.downcast_ref::<HostError>())
-            .and_then(|h| find::<T>(h.error()))
-    })
 }
 
 /// How a guest that panicked or aborted (wasm `unreachable`) is described.
