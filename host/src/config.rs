@@ -26,6 +26,27 @@ pub struct Config {
     pub run: RunConfig,
     #[serde(default)]
     pub engine: EngineConfig,
+    /// `[policies.NAME]`: policies the user installed, each with its own grants.
+    #[serde(default)]
+    pub policies: std::collections::BTreeMap<String, PolicyEntry>,
+}
+
+/// `[policies.NAME]`: one policy and the grants it alone runs under. `loopbox run
+/// NAME` runs it with these `shell` and `agent` sections instead of the top-level
+/// ones (which stay the grants of policies named by path); everything absent
+/// grants nothing. `limits`, `run` and `engine` are shared.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEntry {
+    /// Where the component is: a path (relative to the workspace) or `builtin:NAME`.
+    pub source: String,
+    /// `blake3:HEX` (as `loopbox inspect` prints it): the component must be exactly this.
+    #[serde(default)]
+    pub digest: Option<String>,
+    #[serde(default)]
+    pub shell: ShellConfig,
+    #[serde(default)]
+    pub agent: Option<AgentConfig>,
 }
 
 /// `[shell]`: which commands a policy may run, and how children are set up.
@@ -85,9 +106,18 @@ pub struct ShellConfig {
     /// Resource limits set on every child (0 leaves one unlimited).
     #[serde(default)]
     pub rlimits: Rlimits,
+    /// Where these grants are written (`shell`, or `policies.NAME.shell`), so a
+    /// refusal tells the user which section to edit. Not read from the file.
+    #[serde(skip)]
+    pub section: Option<String>,
 }
 
 impl ShellConfig {
+    /// The config key of this section: `shell` or `policies.NAME.shell`.
+    pub fn section(&self) -> &str {
+        self.section.as_deref().unwrap_or("shell")
+    }
+
     /// What a child of this workspace may see under these grants.
     pub fn child_env(&self, root: &std::path::Path) -> crate::exec::child_env::ChildEnv {
         crate::exec::child_env::ChildEnv::new(&self.path, &self.pass_env, root)
@@ -154,6 +184,7 @@ impl Default for ShellConfig {
             default_timeout_ms: default_timeout_ms(),
             max_timeout_ms: default_max_timeout_ms(),
             rlimits: Rlimits::default(),
+            section: None,
         }
     }
 }
@@ -402,7 +433,13 @@ impl Config {
         let mut config: Config = toml::from_str(text)
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
             .with_context(|| format!("invalid config `{}`", origin.display()))?;
-        if let Some(agent) = config.agent.as_mut() {
+        let agents = config.agent.iter_mut().chain(
+            config
+                .policies
+                .values_mut()
+                .filter_map(|p| p.agent.as_mut()),
+        );
+        for agent in agents {
             agent
                 .apply_preset()
                 .with_context(|| format!("invalid config `{}`", origin.display()))?;
@@ -450,7 +487,60 @@ impl Config {
         }
     }
 
+    /// The config a policy installed as `[policies.NAME]` runs under: its own
+    /// `shell` and `agent`, the shared `limits`, `run` and `engine`, and its entry
+    /// (for its digest) as the only one in `policies`.
+    pub fn scoped(&self, name: &str) -> Result<Config> {
+        let Some(entry) = self.policies.get(name) else {
+            bail!("there is no [policies.{name}] in the config");
+        };
+        let shell = ShellConfig {
+            section: Some(format!("policies.{name}.shell")),
+            ..entry.shell.clone()
+        };
+        Ok(Config {
+            limits: self.limits.clone(),
+            shell,
+            agent: entry.agent.clone(),
+            run: self.run.clone(),
+            engine: self.engine.clone(),
+            policies: [(name.to_string(), entry.clone())].into(),
+        })
+    }
+
     fn validate(&self) -> Result<()> {
+        for (name, entry) in &self.policies {
+            let ok = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+            if !ok {
+                bail!(
+                    "[policies.{name}]: a policy's name is 1 to 64 lower-case letters, digits, `-` and `_`"
+                );
+            }
+            if let Some(d) = &entry.digest {
+                let hex = d.strip_prefix("blake3:").unwrap_or("");
+                if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    bail!(
+                        "policies.{name}.digest: `{d}` is not a digest; copy it from `loopbox inspect {}` (blake3: and 64 hex digits)",
+                        entry.source
+                    );
+                }
+            }
+            if entry.source.trim().is_empty() {
+                bail!("policies.{name}.source: give a path to a .wasm component or builtin:NAME");
+            }
+            self.scoped(name)?
+                .validate_grants()
+                .with_context(|| format!("in [policies.{name}]"))?;
+        }
+        self.validate_grants()
+    }
+
+    /// The checks of `shell`, `agent` and `limits`, for the top level or one policy.
+    fn validate_grants(&self) -> Result<()> {
         self.limits.validate()?;
         for (key, rules) in [
             ("allow", &self.shell.allow),

@@ -51,6 +51,9 @@ pub struct RunOptions {
     /// The grants the run started with (see [`crate::run::pin`]); a later process
     /// continuing the run refuses a config that differs from them.
     pub grants: Option<serde_json::Value>,
+    /// The `[policies.NAME]` the run was started as: its grants are that section's,
+    /// on resume too. `None`: a policy named by path, under the top-level grants.
+    pub policy_name: Option<String>,
 }
 
 const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel";

@@ -95,6 +95,8 @@ pub enum Refusal {
 pub struct ShellGrants {
     rules: Vec<Rule>,
     pass_env_from_policy: Vec<String>,
+    /// `shell` or `policies.NAME.shell`, named in refusals.
+    section: String,
 }
 
 impl ShellGrants {
@@ -127,6 +129,7 @@ impl ShellGrants {
         ShellGrants {
             rules,
             pass_env_from_policy: shell.pass_env_from_policy.clone(),
+            section: shell.section().to_string(),
         }
     }
 
@@ -145,7 +148,8 @@ impl ShellGrants {
         for (name, _) in env {
             if !self.pass_env_from_policy.iter().any(|n| n == name) {
                 return Err(Refusal::Denied(format!(
-                    "the policy may not set environment variable `{name}`: add \"{name}\" to `shell.pass_env_from_policy` in loopbox.toml to allow it"
+                    "the policy may not set environment variable `{name}`: add \"{name}\" to `{}.pass_env_from_policy` in loopbox.toml to allow it",
+                    self.section
                 )));
             }
         }
@@ -232,14 +236,16 @@ impl ShellGrants {
         }
         Err(Refusal::Denied(match risky {
             Some(why) => format!(
-                "`{}` is not allowed: {why}, so only a rule naming the whole command exactly allows it; to allow exactly this, add {} to `shell.allow` in loopbox.toml",
+                "`{}` is not allowed: {why}, so only a rule naming the whole command exactly allows it; to allow exactly this, add {} to `{}.allow` in loopbox.toml",
                 show_argv(argv),
-                toml_rule(argv, argv.len())
+                toml_rule(argv, argv.len()),
+                self.section
             ),
             None => format!(
-                "`{}` is not allowed: no rule in `shell.allow` matches; to allow it add {} to `shell.allow` in loopbox.toml",
+                "`{}` is not allowed: no rule in `{section}.allow` matches; to allow it add {} to `{section}.allow` in loopbox.toml",
                 show_argv(argv),
-                toml_rule(argv, 2)
+                toml_rule(argv, 2),
+                section = self.section
             ),
         }))
     }
@@ -381,8 +387,9 @@ pub fn check_script(shell: &ShellConfig, source: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "shell text is not allowed (`{}`): set `shell.scripts = true` in loopbox.toml to let policies run scripts with `sh -c`, or have the policy use `exec` with an argv",
-            shorten(source, 80)
+            "shell text is not allowed (`{}`): set `{}.scripts = true` in loopbox.toml to let policies run scripts with `sh -c`, or have the policy use `exec` with an argv",
+            shorten(source, 80),
+            shell.section()
         ))
     }
 }

@@ -27,8 +27,17 @@ pub fn config_for(
     options: &RunOptions,
     workspace: &Path,
 ) -> Result<(Config, Option<PathBuf>), Failure> {
-    let (mut config, path) =
+    let (config, path) =
         Config::discover(options.config.as_deref(), workspace).map_err(Failure::usage)?;
+    let mut config = match &options.policy_name {
+        None => config,
+        Some(name) => config.scoped(name).map_err(|_| {
+            Failure::usage(anyhow::anyhow!(
+                "the run was started as policy `{name}`, under the grants of [policies.{name}], which the config no longer has; \
+                 restore that section, or cancel the run"
+            ))
+        })?,
+    };
     if let Some(n) = options.max_turns {
         if n == 0 {
             return Err(Failure::usage(anyhow::anyhow!(
@@ -54,6 +63,38 @@ pub fn cli_rules(options: &RunOptions) -> Result<ExtraRules, Failure> {
         ask: parse("ask", &options.ask)?,
         deny: parse("deny", &options.deny)?,
     })
+}
+
+/// The grants a run's config gives, named for the banner and `runs show`.
+pub fn grant_set(options: &RunOptions) -> String {
+    match &options.policy_name {
+        Some(name) => format!("[policies.{name}]"),
+        None => "the top-level sections".to_string(),
+    }
+}
+
+/// Refuse a policy installed as `[policies.NAME]` whose component is not the one
+/// its `digest` pins.
+pub fn check_pinned_digest(
+    config: &Config,
+    options: &RunOptions,
+    policy: &Policy,
+) -> Result<(), Failure> {
+    let Some(name) = &options.policy_name else {
+        return Ok(());
+    };
+    let Some(want) = config.policies.get(name).and_then(|e| e.digest.as_deref()) else {
+        return Ok(());
+    };
+    let have = format!("blake3:{}", policy.digest);
+    if have != want {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "policy `{name}` is not the component [policies.{name}] pins: its digest is {have}, the config says {want}; \
+             the file changed since you pinned it. Inspect it (`loopbox inspect {}`), then update `digest` if you trust it",
+            policy.source
+        )));
+    }
+    Ok(())
 }
 
 /// The policy a run was started with: its recorded path, else its source text.
@@ -129,6 +170,7 @@ impl Drive<'_> {
             ui.line(grants_banner(
                 &run.id,
                 &source,
+                run.options.policy_name.as_deref(),
                 policy.world.name(),
                 &config,
                 &extra,
@@ -319,9 +361,11 @@ fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
 }
 
 /// The first line of a run: what runs, and everything it is granted.
+#[allow(clippy::too_many_arguments)]
 fn grants_banner(
     id: &str,
     source: &PolicySource,
+    name: Option<&str>,
     world: &str,
     config: &Config,
     extra: &ExtraRules,
@@ -341,7 +385,9 @@ fn grants_banner(
         .as_ref()
         .map_or("none".to_string(), |a| a.command[0].clone());
     let mut line = format!(
-        "loopbox: run {id} of {source} (world {world}); grants: exec [{}], scripts {}, agent {agent}",
+        "loopbox: run {id} of {source} (world {world}); grants{}: exec [{}], scripts {}, agent {agent}",
+        name.map(|n| format!(" of [policies.{n}]"))
+            .unwrap_or_default(),
         list(&config.shell.allow, &extra.allow),
         if config.shell.scripts {
             "ALLOWED"

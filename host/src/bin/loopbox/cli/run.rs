@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::drive::{Drive, config_for, note_interrupted};
+use super::drive::{Drive, check_pinned_digest, config_for, note_interrupted};
 use super::{Failure, json_arg};
 use loopbox::db::{Db, RunOptions};
 use loopbox::loops;
@@ -15,7 +15,8 @@ use loopbox::wasm::policy::PolicySource;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The policy: a path to a .wasm component, builtin:NAME (ralph, todo-enforcer, fix-forward, fsm), or a YAML loop (LOOP.yaml)
+    /// The policy: the NAME of a [policies.NAME] section (run under its grants), a path to a
+    /// .wasm component, builtin:NAME (ralph, todo-enforcer, fix-forward, fsm), or a YAML loop (LOOP.yaml)
     policy: String,
     /// Config file (default: loopbox.toml in the workspace, if present)
     #[arg(long, value_name = "FILE")]
@@ -49,15 +50,28 @@ pub struct RunArgs {
 
 pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     let loop_file = loops::loop_path(&args.policy, &args.input);
-    let source = PolicySource::parse(if loop_file.is_some() {
-        loops::FSM
-    } else {
-        &args.policy
-    });
     let absolute = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let config_file = args.config.as_deref().map(absolute);
+    // A name the config installs as [policies.NAME] runs that component under that
+    // section's grants; anything else is a path or builtin under the top-level ones.
+    let (all, _) = loopbox::config::Config::discover(config_file.as_deref(), workspace)
+        .map_err(Failure::usage)?;
+    let entry = all
+        .policies
+        .get(&args.policy)
+        .filter(|_| loop_file.is_none());
+    let source = match entry {
+        Some(e) => match PolicySource::parse(&e.source) {
+            PolicySource::Path(p) if p.is_relative() => PolicySource::Path(workspace.join(p)),
+            other => other,
+        },
+        None if loop_file.is_some() => PolicySource::parse(loops::FSM),
+        None => PolicySource::parse(&args.policy),
+    };
     let options = RunOptions {
         policy_path: source.path().map(absolute),
-        config: args.config.as_deref().map(absolute),
+        config: config_file,
+        policy_name: entry.map(|_| args.policy.clone()),
         allow: args.allow,
         ask: args.ask,
         deny: args.deny,
@@ -101,6 +115,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
 
     let runtime = super::runtime(&config, workspace)?;
     let policy = runtime.load(&source).map_err(Failure::usage)?;
+    check_pinned_digest(&config, &options, &policy)?;
     let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
     note_interrupted(&db);
     let id = new_run_id();

@@ -53,6 +53,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         };
         let out = json!({
             "id": run.id, "policy": run.policy, "policy_digest": run.policy_digest, "status": run.status,
+            "policy_name": run.options.policy_name, "grants": super::super::drive::grant_set(&run.options),
             "started": rfc3339(run.created_at_ms), "updated": rfc3339(run.updated_at_ms),
             "turns": run.turns, "actions": run.actions, "prompts": run.prompts,
             "outcome": parse(&run.outcome), "input": parse(&Some(run.input.clone())),
@@ -79,6 +80,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         .and_then(|o| o["summary"].as_str().map(|s| format!(": {}", sanitize(s))))
         .unwrap_or_default();
     loopbox::outln!("status:   {}{outcome_line}", run.status);
+    loopbox::outln!("grants:   {}", super::super::drive::grant_set(&run.options));
     loopbox::outln!(
         "started:  {} UTC; last change {} UTC",
         utc(run.created_at_ms),
