@@ -107,6 +107,8 @@ pub fn policy_source(run: &RunRecord) -> PolicySource {
 
 /// One process driving one run.
 pub struct Drive<'a> {
+    /// Listening for SIGINT and SIGTERM since before the run was marked running.
+    pub signals: Signals,
     pub workspace: &'a Path,
     pub db: Db,
     pub run: RunRecord,
@@ -123,6 +125,7 @@ impl Drive<'_> {
     /// Drive the run from `next`, record how it ended, print it; the exit code.
     pub fn until_it_stops(self, next: Next) -> Result<i32, Failure> {
         let Drive {
+            signals,
             workspace,
             db,
             run,
@@ -199,8 +202,10 @@ impl Drive<'_> {
             ticks,
             resend_turn,
         };
-        let end = super::tokio()?.block_on(async {
-            let signals = tokio::spawn(watch_signals(ctx.stop().clone(), run.id.clone()));
+        let Signals { runtime, int, term } = signals;
+        let end = runtime.block_on(async {
+            let signals =
+                tokio::spawn(watch_signals(int, term, ctx.stop().clone(), run.id.clone()));
             let end = driver::drive(&ctx, &policy, next, opts).await;
             signals.abort();
             end
@@ -213,16 +218,36 @@ impl Drive<'_> {
     }
 }
 
+/// The runtime a run is driven on, with SIGINT and SIGTERM already caught. Made
+/// before the run is marked running, so a signal that comes as soon as it is
+/// (`runs` shows it) stops the run instead of killing loopbox.
+pub struct Signals {
+    runtime: tokio::runtime::Runtime,
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+pub fn catch_signals() -> Result<Signals, Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = super::tokio()?;
+    let _in = runtime.enter();
+    let caught =
+        signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+    let (int, term) = caught.map_err(|e| {
+        Failure::internal(anyhow::Error::from(e).context("failed to catch SIGINT and SIGTERM"))
+    })?;
+    drop(_in);
+    Ok(Signals { runtime, int, term })
+}
+
 /// The first SIGINT or SIGTERM stops the run where it stands (it can be resumed);
 /// a second one ends loopbox at once, as a crash would.
-async fn watch_signals(stop: Arc<Stop>, id: String) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return;
-    };
+async fn watch_signals(
+    mut int: tokio::signal::unix::Signal,
+    mut term: tokio::signal::unix::Signal,
+    stop: Arc<Stop>,
+    id: String,
+) {
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}

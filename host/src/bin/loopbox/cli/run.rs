@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::drive::{Drive, check_pinned_digest, config_for, note_interrupted};
+use super::drive::{Drive, catch_signals, check_pinned_digest, config_for, note_interrupted};
 use super::{Failure, json_arg};
 use loopbox::db::{Db, RunOptions};
 use loopbox::loops;
@@ -118,11 +118,13 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     check_pinned_digest(&config, &options, &policy)?;
     let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
     note_interrupted(&db);
+    let signals = catch_signals()?;
     let id = new_run_id();
     db.create_driven_run(&id, &source.to_string(), &policy.digest, &input, &options)
         .map_err(Failure::internal)?;
     let run = db.existing_run(&id).map_err(Failure::internal)?;
     let drive = Drive {
+        signals,
         workspace,
         db,
         run,

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::super::drive::{Drive, acquire, check_pinned_digest, config_for, policy_source};
+use super::super::drive::{
+    Drive, acquire, catch_signals, check_pinned_digest, config_for, policy_source,
+};
 use super::super::{Failure, exit, json_arg};
 use super::open_store;
 use loopbox::config::Config;
@@ -148,8 +150,10 @@ fn drive(
     resend_turn: bool,
     next: Next,
 ) -> Result<i32, Failure> {
+    let signals = catch_signals()?;
     acquire(&l.db, &l.run.id)?;
     let drive = Drive {
+        signals,
         workspace,
         db: l.db,
         run: l.run,
