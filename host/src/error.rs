@@ -49,14 +49,17 @@ pub fn host_err(e: impl Into<anyhow::Error>) -> wasmtime::Error {
 }
 
 /// The `T` in `e`: the error it wraps or a context on it (as anyhow finds
-/// them), or the same inside a [`HostError`] anywhere in its chain.
+/// them), a source anywhere in its chain, or the same inside a [`HostError`]
+/// in that chain.
 pub fn find<T>(e: &anyhow::Error) -> Option<&T>
 where
-    T: std::fmt::Display + std::fmt::Debug + Send + Sync + 'static,
+    T: std::error::Error + Send + Sync + 'static,
 {
-    e.downcast_ref::<T>().or_else(|| {
-        e.chain()
-            .find_map(|c| c.downcast_ref::<HostError>())
-            .and_then(|h| find::<T>(h.error()))
-    })
+    e.downcast_ref::<T>()
+        .or_else(|| e.chain().find_map(|c| c.downcast_ref::<T>()))
+        .or_else(|| {
+            e.chain()
+                .find_map(|c| c.downcast_ref::<HostError>())
+                .and_then(|h| find::<T>(h.error()))
+        })
 }

@@ -307,6 +307,8 @@ impl std::fmt::Display for StoreAdvice {
     }
 }
 
+impl std::error::Error for StoreAdvice {}
+
 /// As [`explain`], for a store error that reached the command line without it
 /// (a read, or a failure inside a guest's call).
 pub fn advise(e: anyhow::Error) -> anyhow::Error {
@@ -500,6 +502,19 @@ mod tests {
             "no run r9"
         );
         drop(kept);
+
+        // A SQLite error that is the source of another error is found in the chain.
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped")]
+        struct Wrapped(#[source] rusqlite::Error);
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        );
+        let wrapped = anyhow::Error::new(Wrapped(full));
+        assert!(is_store_error(&wrapped));
+        let text = format!("{:#}", advise(wrapped));
+        assert_eq!(text.matches("free some space").count(), 1, "{text}");
     }
 
     #[test]
