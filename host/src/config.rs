@@ -509,6 +509,18 @@ impl Config {
     }
 
     fn validate(&self) -> Result<()> {
+        // The shared sections, once; then the grants of the top level and of each policy.
+        self.limits.validate()?;
+        if !(1..=10_000).contains(&self.engine.pool_instances) {
+            bail!(
+                "engine.pool_instances = {} is out of range: give 1 to 10000",
+                self.engine.pool_instances
+            );
+        }
+        if self.run.max_turns == 0 {
+            bail!("run.max_turns must be at least 1");
+        }
+        self.validate_grants()?;
         for (name, entry) in &self.policies {
             let ok = !name.is_empty()
                 && name.len() <= 64
@@ -536,12 +548,11 @@ impl Config {
                 .validate_grants()
                 .with_context(|| format!("in [policies.{name}]"))?;
         }
-        self.validate_grants()
+        Ok(())
     }
 
-    /// The checks of `shell`, `agent` and `limits`, for the top level or one policy.
+    /// The checks of `shell` and `agent`, for the top level or one policy.
     fn validate_grants(&self) -> Result<()> {
-        self.limits.validate()?;
         for (key, rules) in [
             ("allow", &self.shell.allow),
             ("ask", &self.shell.ask),
@@ -654,15 +665,6 @@ impl Config {
             if agent.timeout_ms == 0 {
                 bail!("agent.timeout_ms must be greater than 0");
             }
-        }
-        if !(1..=10_000).contains(&self.engine.pool_instances) {
-            bail!(
-                "engine.pool_instances = {} is out of range: give 1 to 10000",
-                self.engine.pool_instances
-            );
-        }
-        if self.run.max_turns == 0 {
-            bail!("run.max_turns must be at least 1");
         }
         Ok(())
     }

@@ -22,13 +22,19 @@ use loopbox::run::{Access, RunContext};
 use loopbox::ui::{Ui, sanitize};
 use loopbox::wasm::policy::{Policy, PolicySource};
 
-/// The config a run's options name, with `--max-turns` applied.
+/// The config a run's options name, as the run sees it (see [`for_run`]).
 pub fn config_for(
     options: &RunOptions,
     workspace: &Path,
 ) -> Result<(Config, Option<PathBuf>), Failure> {
     let (config, path) =
         Config::discover(options.config.as_deref(), workspace).map_err(Failure::usage)?;
+    Ok((for_run(config, options)?, path))
+}
+
+/// `config` as a run with these options sees it: scoped to its `[policies.NAME]`
+/// when it has one, with `--max-turns` applied.
+pub fn for_run(config: Config, options: &RunOptions) -> Result<Config, Failure> {
     let mut config = match &options.policy_name {
         None => config,
         Some(name) => config.scoped(name).map_err(|_| {
@@ -46,7 +52,7 @@ pub fn config_for(
         }
         config.run.max_turns = n;
     }
-    Ok((config, path))
+    Ok(config)
 }
 
 pub fn cli_rules(options: &RunOptions) -> Result<ExtraRules, Failure> {
@@ -230,13 +236,13 @@ pub struct Signals {
 pub fn catch_signals() -> Result<Signals, Failure> {
     use tokio::signal::unix::{SignalKind, signal};
     let runtime = super::tokio()?;
-    let _in = runtime.enter();
-    let caught =
-        signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+    let caught = {
+        let _in_runtime = runtime.enter();
+        signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
+    };
     let (int, term) = caught.map_err(|e| {
         Failure::internal(anyhow::Error::from(e).context("failed to catch SIGINT and SIGTERM"))
     })?;
-    drop(_in);
     Ok(Signals { runtime, int, term })
 }
 

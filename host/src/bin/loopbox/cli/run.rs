@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::drive::{Drive, catch_signals, check_pinned_digest, config_for, note_interrupted};
+use super::drive::{Drive, catch_signals, check_pinned_digest, for_run, note_interrupted};
 use super::{Failure, json_arg};
 use loopbox::db::{Db, RunOptions};
 use loopbox::loops;
@@ -54,13 +54,14 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     let config_file = args.config.as_deref().map(absolute);
     // A name the config installs as [policies.NAME] runs that component under that
     // section's grants; anything else is a path or builtin under the top-level ones.
-    let (all, _) = loopbox::config::Config::discover(config_file.as_deref(), workspace)
+    let (all, config_path) = loopbox::config::Config::discover(config_file.as_deref(), workspace)
         .map_err(Failure::usage)?;
     let entry = all
         .policies
         .get(&args.policy)
-        .filter(|_| loop_file.is_none());
-    let source = match entry {
+        .filter(|_| loop_file.is_none())
+        .cloned();
+    let source = match &entry {
         Some(e) => match PolicySource::parse(&e.source) {
             PolicySource::Path(p) if p.is_relative() => PolicySource::Path(workspace.join(p)),
             other => other,
@@ -85,7 +86,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
         hook: false,
         grants: None,
     };
-    let (config, config_path) = config_for(&options, workspace)?;
+    let config = for_run(all, &options)?;
     super::drive::cli_rules(&options)?;
     let mut options = options;
     options.grants = Some(loopbox::run::pin::pin(&config, workspace));
