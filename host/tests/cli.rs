@@ -2,7 +2,6 @@
 //! project, with stdout, stderr and exit codes checked. Run ids and timings
 //! are normalized before comparing.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
@@ -390,15 +389,6 @@ fn help_documents_the_exit_codes() {
     ] {
         assert!(out.contains(line), "{out}");
     }
-}
-
-/// The probe test guest, built from source (once per test process).
-fn probe() -> &'static Path {
-    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PROBE.get_or_init(|| {
-        let built = loopbox_guest_build::Repo::containing(&repo()).build_rust_guests(&["probe"]);
-        built.into_iter().next().unwrap().1
-    })
 }
 
 #[test]

@@ -4,25 +4,16 @@
 //! `uninstall` against existing settings files.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
+mod common;
+
+use common::{BIN, probe};
 const RALPH_INPUT: &str =
     r#"{"prompt": "Fix the build.", "completion_promise": "DONE", "max_iterations": 4}"#;
-
-fn probe() -> &'static Path {
-    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PROBE.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        loopbox_guest_build::Repo::containing(root)
-            .build_rust_guests(&["probe"])
-            .remove(0)
-            .1
-    })
-}
 
 fn run(dir: &Path, args: &[&str], stdin: &str) -> Output {
     run_env(dir, args, stdin, &[])

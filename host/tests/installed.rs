@@ -2,20 +2,12 @@
 //! its own grants and never the top-level ones, pinned to a digest, and resumed
 //! under the same section. The real binary, the real probe component.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 mod common;
 
 use common::*;
 use serde_json::Value;
-
-fn probe() -> &'static Path {
-    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PROBE.get_or_init(|| {
-        let built = loopbox_guest_build::Repo::containing(&repo()).build_rust_guests(&["probe"]);
-        built.into_iter().next().unwrap().1
-    })
-}
 
 /// A workspace whose config lets path-named policies run `cat` and installs the
 /// probe as `lister`, which may run `ls` only.

@@ -7,18 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{BIN, code, example, loopbox, normalize, repo};
+use common::{BIN, code, example, loopbox, normalize, probe};
 use serde_json::json;
-
-fn probe() -> &'static Path {
-    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PROBE.get_or_init(|| {
-        loopbox_guest_build::Repo::containing(&repo())
-            .build_rust_guests(&["probe"])
-            .remove(0)
-            .1
-    })
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -7,6 +7,17 @@ use std::process::{Command, Output};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
 
+/// The probe guest (`guests/rust/probe`), built once per test binary.
+pub fn probe() -> &'static Path {
+    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| {
+        loopbox_guest_build::Repo::containing(&repo())
+            .build_rust_guests(&["probe"])
+            .remove(0)
+            .1
+    })
+}
+
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
