@@ -7,7 +7,8 @@
 # 1. the pinned Rust toolchain (rust-toolchain.toml) and its wasm32-wasip2 target
 #    (and wasm32-unknown-unknown, for the Extism plugin the comparison bench runs),
 #    componentize-py for the Python guests, Node.js (when missing) and the npm
-#    packages for the JavaScript guests, and bubblewrap for the sandbox tests
+#    packages for the JavaScript guests, bubblewrap for the sandbox tests, and
+#    docker-registry (the CNCF distribution registry) for the registry tests
 # 2. house habits: rustfmt's formatting, and clippy clean with -D warnings and every
 #    unsafe block explained (clippy::undocumented_unsafe_blocks)
 # 3. host unit tests, guests built from source by build scripts, integration and
@@ -42,7 +43,8 @@ fi
 
 
 # Debian packages: bubblewrap for the OS sandbox tests (Landlock comes with the
-# kernel), and Node.js with npm for the JavaScript guests when they are missing.
+# kernel), Node.js with npm for the JavaScript guests when they are missing, and
+# an OCI registry for host/tests/registry.rs, which starts it on loopback.
 apt_install() {
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq "$@"
@@ -52,6 +54,7 @@ apt_install() {
 }
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then apt_install nodejs npm; fi
 if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
+if ! [ -x /usr/bin/docker-registry ]; then apt_install docker-registry; fi
 
 # JavaScript guests are built with the componentize-js pinned in the lockfile. Not
 # `npm ci`: it rejects lockfiles written on one platform that lack other platforms'

@@ -29,6 +29,28 @@ pub struct Config {
     /// `[policies.NAME]`: policies the user installed, each with its own grants.
     #[serde(default)]
     pub policies: std::collections::BTreeMap<String, PolicyEntry>,
+    /// `[trust]`: whose signatures installed policies may carry.
+    #[serde(default)]
+    pub trust: TrustConfig,
+}
+
+/// `[trust]`: the keys whose signature lets an installed policy run.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustConfig {
+    /// `NAME = "ed25519:..."`: a signer you trust, by a name of your choosing.
+    #[serde(default)]
+    pub keys: std::collections::BTreeMap<String, String>,
+}
+
+impl TrustConfig {
+    /// The name `[trust.keys]` gives this public key, if it lists it.
+    pub fn name_of(&self, key: &str) -> Option<&str> {
+        self.keys
+            .iter()
+            .find(|(_, k)| k.as_str() == key)
+            .map(|(n, _)| n.as_str())
+    }
 }
 
 /// `[policies.NAME]`: one policy and the grants it alone runs under. `loopbox run
@@ -38,11 +60,16 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyEntry {
-    /// Where the component is: a path (relative to the workspace) or `builtin:NAME`.
+    /// Where the component is: a path (relative to the workspace), `builtin:NAME`,
+    /// or a registry reference `oci://REGISTRY/REPOSITORY:TAG` (pinned in `loopbox.lock`).
     pub source: String,
     /// `blake3:HEX` (as `loopbox inspect` prints it): the component must be exactly this.
     #[serde(default)]
     pub digest: Option<String>,
+    /// Run it though it is unsigned, or signed by a key `[trust.keys]` does not list.
+    /// A signature that does not verify is refused all the same.
+    #[serde(default)]
+    pub unsigned: bool,
     #[serde(default)]
     pub shell: ShellConfig,
     #[serde(default)]
@@ -116,6 +143,18 @@ impl ShellConfig {
     /// The config key of this section: `shell` or `policies.NAME.shell`.
     pub fn section(&self) -> &str {
         self.section.as_deref().unwrap_or("shell")
+    }
+
+    /// The agent section beside this one: `agent` or `policies.NAME.agent`.
+    pub fn agent_section(&self) -> String {
+        match self
+            .section
+            .as_deref()
+            .and_then(|s| s.strip_suffix(".shell"))
+        {
+            Some(policy) => format!("{policy}.agent"),
+            None => "agent".into(),
+        }
     }
 
     /// What a child of this workspace may see under these grants.
@@ -505,6 +544,7 @@ impl Config {
             run: self.run.clone(),
             engine: self.engine.clone(),
             policies: [(name.to_string(), entry.clone())].into(),
+            trust: self.trust.clone(),
         })
     }
 
@@ -521,6 +561,9 @@ impl Config {
             bail!("run.max_turns must be at least 1");
         }
         self.validate_grants()?;
+        for (name, key) in &self.trust.keys {
+            crate::dist::sign::parse_public(key).with_context(|| format!("trust.keys.{name}"))?;
+        }
         for (name, entry) in &self.policies {
             let ok = !name.is_empty()
                 && name.len() <= 64
@@ -542,7 +585,13 @@ impl Config {
                 }
             }
             if entry.source.trim().is_empty() {
-                bail!("policies.{name}.source: give a path to a .wasm component or builtin:NAME");
+                bail!(
+                    "policies.{name}.source: give a path to a .wasm component, builtin:NAME or oci://REGISTRY/REPOSITORY:TAG"
+                );
+            }
+            if entry.source.starts_with(crate::dist::reference::SCHEME) {
+                crate::dist::reference::Reference::parse(&entry.source)
+                    .with_context(|| format!("policies.{name}.source"))?;
             }
             self.scoped(name)?
                 .validate_grants()

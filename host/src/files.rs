@@ -14,6 +14,8 @@ use std::path::Path;
 
 /// The file loopbox reads from the workspace root when `--config` is not given.
 pub const CONFIG_FILE: &str = "loopbox.toml";
+/// The pins of registry policies, beside the config (see `dist::lock`).
+pub const LOCK_FILE: &str = "loopbox.lock";
 
 /// `loopbox.toml` and `--config` files.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -23,6 +25,31 @@ pub const MAX_INPUT_BYTES: u64 = 16 << 20;
 pub const MAX_COMPONENT_BYTES: u64 = 256 << 20;
 /// An agent's session transcript.
 pub const MAX_TRANSCRIPT_BYTES: u64 = 256 << 20;
+
+/// Replace `path` with `bytes` whole: written to a temporary file beside it, then
+/// renamed over it, keeping the old file's permissions (0644 for a new one).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write in `{}`", dir.display()))?;
+    tmp.write_all(bytes)
+        .and_then(|_| {
+            tmp.as_file()
+                .set_permissions(std::fs::Permissions::from_mode(mode))
+        })
+        .and_then(|_| tmp.as_file().sync_all())
+        .with_context(|| format!("cannot write `{}`", path.display()))?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot write `{}`", path.display()))?;
+    Ok(())
+}
 
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]

@@ -14,6 +14,7 @@
 pub(crate) mod caps;
 pub mod config;
 pub mod db;
+pub mod dist;
 pub mod error;
 pub mod exec;
 pub mod files;

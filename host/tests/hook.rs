@@ -1232,3 +1232,102 @@ fn install_writes_each_agent_and_scope_with_portable_commands() {
     let out: Value = serde_json::from_slice(&child.wait_with_output().unwrap().stdout).unwrap();
     assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "deny");
 }
+
+#[test]
+fn a_hook_names_an_installed_policy_and_runs_it_only_as_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(probe(), d.join("probe.wasm")).unwrap();
+    std::fs::write(
+        d.join("loopbox.toml"),
+        "[policies.loop]\nsource = \"builtin:ralph\"\n\n[policies.gate]\nsource = \"probe.wasm\"\n",
+    )
+    .unwrap();
+    // By name, the builtin runs as itself (a builtin needs no signature).
+    let (code, out, err) = answer_of(&run(
+        d,
+        &[
+            "hook",
+            "claude-code",
+            "--policy",
+            "loop",
+            "--input",
+            RALPH_INPUT,
+        ],
+        &stop(d, "s1", Some("I started."), false).to_string(),
+    ));
+    assert_eq!((code, &out["decision"]), (0, &json!("block")), "{err}");
+    // An unsigned component without `unsigned = true` is refused, and the gate fails closed.
+    let pre = json!({"session_id": "g", "cwd": d, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"op": "echo"}});
+    let (code, out, err) = answer_of(&run(
+        d,
+        &[
+            "hook",
+            "claude-code",
+            "--policy",
+            "gate",
+            "--input",
+            r#"{"op": "echo"}"#,
+        ],
+        &pre.to_string(),
+    ));
+    assert_eq!(
+        (
+            code,
+            out["hookSpecificOutput"]["permissionDecision"].as_str()
+        ),
+        (0, Some("deny")),
+        "{err}"
+    );
+    assert!(err.contains("policy `gate` is unsigned"), "{err}");
+    // Accepted as unsigned, it answers.
+    let config = std::fs::read_to_string(d.join("loopbox.toml")).unwrap();
+    std::fs::write(
+        d.join("loopbox.toml"),
+        config.replace(
+            "source = \"probe.wasm\"\n",
+            "source = \"probe.wasm\"\nunsigned = true\n",
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = answer_of(&run(
+        d,
+        &[
+            "hook",
+            "claude-code",
+            "--policy",
+            "gate",
+            "--input",
+            r#"{"op": "echo"}"#,
+        ],
+        &pre.to_string(),
+    ));
+    assert!(
+        code == 0 && out["hookSpecificOutput"]["permissionDecision"] != "deny",
+        "{out} {err}"
+    );
+    // `hook install` writes the name as it is: the hook resolves it from the config.
+    let o = run(
+        d,
+        &[
+            "hook",
+            "install",
+            "claude-code",
+            "--policy",
+            "gate",
+            "--event",
+            "PreToolUse",
+            "--scope",
+            "local",
+        ],
+        "",
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let settings = std::fs::read_to_string(d.join(".claude/settings.local.json")).unwrap();
+    assert!(settings.contains("--policy gate"), "{settings}");
+}

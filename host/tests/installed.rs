@@ -25,6 +25,7 @@ sandbox = "none"
 
 [policies.lister]
 source = "probe.wasm"
+unsigned = true
 {digest}
 
 [policies.lister.shell]
@@ -71,6 +72,22 @@ fn an_installed_policy_runs_under_its_own_grants_and_never_the_top_level_ones() 
         out.to_string().contains("no rule in `policies.lister.shell.allow` matches; to allow it add [\\\"cat\\\", \\\"notes.txt\\\"] to `policies.lister.shell.allow`"),
         "the refusal names the section to edit: {out}"
     );
+    // A prompt with no agent in its section names that section, not the top-level [agent].
+    let o = loopbox(
+        d,
+        &[
+            "run",
+            "lister",
+            "--input",
+            r#"{"op":"prompt","text":"hi"}"#,
+            "--json",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("no agent is configured: add an `[policies.lister.agent]` section"),
+        "{out}"
+    );
     // By path, the same component runs under the top-level grants.
     let (_, out, _) = exec(d, "probe.wasm", &["cat", "notes.txt"]);
     assert!(ran(&out), "{out}");
@@ -96,6 +113,7 @@ fn an_installed_policy_runs_under_its_own_grants_and_never_the_top_level_ones() 
     assert_eq!(
         seen,
         [
+            ("[policies.lister]".to_string(), Value::from("lister")),
             ("[policies.lister]".to_string(), Value::from("lister")),
             ("[policies.lister]".to_string(), Value::from("lister")),
             ("the top-level sections".to_string(), Value::Null),

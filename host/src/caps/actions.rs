@@ -123,14 +123,19 @@ impl ActionGrants {
         match tier {
             PromptTier::Allow => Ok(()),
             PromptTier::Deny => {
-                let why =
-                    "messages to the agent are denied by agent.tier = \"deny\" in loopbox.toml"
-                        .to_string();
+                let why = format!(
+                    "messages to the agent are denied by {}.tier = \"deny\" in loopbox.toml",
+                    self.shell.agent_section()
+                );
                 log.host("warn", format!("denied {what}: {why}"));
                 Err(ActionError::Denied(why))
             }
             PromptTier::Ask => self
-                .confirm(log, what, "agent.tier = \"ask\"")
+                .confirm(
+                    log,
+                    what,
+                    &format!("{}.tier = \"ask\"", self.shell.agent_section()),
+                )
                 .await
                 .map_err(ActionError::Declined),
         }
@@ -466,8 +471,13 @@ impl ActionsHost {
                         self.grants.env.path_var()
                     )));
                 };
-                self.log
-                    .host("info", format!("{label} allowed by shell.scripts = true"));
+                self.log.host(
+                    "info",
+                    format!(
+                        "{label} allowed by {}.scripts = true",
+                        self.grants.shell.section()
+                    ),
+                );
                 let exec = Exec {
                     label,
                     program: sh,
@@ -521,8 +531,10 @@ impl ActionsHost {
         let Some(agent) = &grants.agent else {
             return refused(self.deny(
                 "prompt",
-                "no agent is configured: add an `[agent]` section with `command = [\"claude\", \"-p\", \"{prompt}\"]` (or your agent's CLI) to loopbox.toml"
-                    .into(),
+                format!(
+                    "no agent is configured: add an `[{}]` section with `command = [\"claude\", \"-p\", \"{{prompt}}\"]` (or your agent's CLI) to loopbox.toml",
+                    self.grants.shell.agent_section()
+                ),
             ));
         };
         let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));

@@ -48,6 +48,9 @@ pub struct Manifest {
     pub language: Language,
     #[serde(default = "default_world")]
     pub world: String,
+    /// `[needs]`: the grants the policy asks for, embedded in what `loopbox publish` pushes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<crate::dist::needs::Needs>,
 }
 
 fn default_world() -> String {
@@ -104,6 +107,7 @@ impl Manifest {
             name,
             language,
             world: default_world(),
+            needs: None,
         })
     }
 }
@@ -178,7 +182,8 @@ mod tests {
             Manifest {
                 name: "my-gate".into(),
                 language: Language::Rust,
-                world: "loop-policy".into()
+                world: "loop-policy".into(),
+                needs: None,
             }
         );
         std::fs::write(

@@ -332,10 +332,10 @@ async fn agent_turn(
                     return Ok(Err(RunEnd::TurnBudget(opts.max_turns)));
                 }
                 let Some(agent) = ctx.agent() else {
-                    return Ok(Err(RunEnd::Agent(
-                        "the policy sent a message to the agent, but no agent is configured: add an `[agent]` section with `command = [...]` to loopbox.toml"
-                            .into(),
-                    )));
+                    return Ok(Err(RunEnd::Agent(format!(
+                        "the policy sent a message to the agent, but no agent is configured: add an `[{}]` section with `command = [...]` to loopbox.toml",
+                        ctx.config.shell.agent_section()
+                    ))));
                 };
                 // An `inject` is a message from the policy like a `prompt` action: the same tier governs it.
                 if let Err(why) = ctx

@@ -24,6 +24,27 @@ pub struct Inspection {
     /// `name version` of each tool that processed it.
     pub processed_by: Vec<String>,
     pub cached: bool,
+    /// What it declares it needs (`loopbox-needs`), if it declares anything.
+    pub needs: Option<crate::dist::needs::Needs>,
+    /// Who signed it: `unsigned`, `signed by KEY`, or why its signature is bad.
+    pub signature: String,
+    /// When inspected by name: how `[policies.NAME]` installs it.
+    pub installed: Option<InstalledReport>,
+}
+
+/// An installed policy's grants beside what it imports and asks for.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstalledReport {
+    pub name: String,
+    pub source: String,
+    /// `[policies.NAME]`'s grants, in one line.
+    pub grants: String,
+    /// What its needs ask beyond those grants (empty when covered).
+    pub beyond_grants: Vec<String>,
+    /// Whether a run would admit it, and why (or why not).
+    pub admission: String,
+    /// The manifest digest `loopbox.lock` pins, for a registry policy.
+    pub manifest: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -128,6 +149,27 @@ impl Inspection {
             },
         );
         line("digest", format!("blake3:{}", self.digest));
+        line("signature", self.signature.clone());
+        line(
+            "asks for",
+            self.needs
+                .as_ref()
+                .map_or("nothing declared".into(), |n| n.summary()),
+        );
+        if let Some(i) = &self.installed {
+            line(
+                "installed",
+                format!("[policies.{}] from {}", i.name, i.source),
+            );
+            if let Some(m) = &i.manifest {
+                line("locked", m.clone());
+            }
+            line("granted", i.grants.clone());
+            if !i.beyond_grants.is_empty() {
+                line("not granted", i.beyond_grants.join("; "));
+            }
+            line("admission", i.admission.clone());
+        }
         line("imports", self.imports.join("\n             "));
         s
     }

@@ -53,12 +53,28 @@ impl Runtime {
 
     /// Read, check, compile (or load from the cache) and pre-link a policy.
     pub fn load(&self, source: &PolicySource) -> Result<Policy> {
-        self.load_inner(source)
+        self.load_inner(source, |_| Ok(()))
             .with_context(|| format!("failed to load policy `{source}`"))
     }
 
-    fn load_inner(&self, source: &PolicySource) -> Result<Policy> {
+    /// [`Runtime::load`], after `admit` accepted the bytes: a refused component
+    /// is never compiled.
+    pub fn load_admitted(
+        &self,
+        source: &PolicySource,
+        admit: impl FnOnce(&[u8]) -> Result<()>,
+    ) -> Result<Policy> {
+        self.load_inner(source, admit)
+            .with_context(|| format!("failed to load policy `{source}`"))
+    }
+
+    fn load_inner(
+        &self,
+        source: &PolicySource,
+        admit: impl FnOnce(&[u8]) -> Result<()>,
+    ) -> Result<Policy> {
         let bytes = source.read()?;
+        admit(&bytes)?;
         check_component_bytes(&bytes)?;
         let (component, outcome) = self
             .cache

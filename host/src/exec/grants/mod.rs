@@ -113,7 +113,7 @@ impl ShellGrants {
                 rules.push(Rule {
                     tier,
                     argv: argv.clone(),
-                    origin: format!("shell.{}[{i}]", tier.key()),
+                    origin: format!("{}.{}[{i}]", shell.section(), tier.key()),
                     program: resolve(env, &argv[0], env.root()).map(|(_, real)| real),
                 });
             }

@@ -7,7 +7,7 @@
 //!   agents' and editors' settings (`.claude`, `.codex`, `.gemini`, `.mcp.json`,
 //!   `.vscode`, `.idea`, `.cursor`, `.zed`, `.dir-locals.el`, `.exrc`,
 //!   `.nvim.lua`), what runs on `cd` (direnv's `.envrc`, mise's config).
-//! - loopbox's own: the store (`.loopbox`), `loopbox.toml`, the `--config`
+//! - loopbox's own: the store (`.loopbox`), `loopbox.toml`, `loopbox.lock`, the `--config`
 //!   file, the policy file, the agent program, and programs the rules name.
 //!
 //! `shell.writable` opens a name of the first group on purpose; loopbox's own
@@ -50,6 +50,7 @@ pub const NAMES: &[(&str, Kind)] = &[
     ("lefthook-local.yml", Kind::File),
     (crate::db::STORE_DIR, Kind::Dir),
     (crate::files::CONFIG_FILE, Kind::File),
+    (crate::files::LOCK_FILE, Kind::File),
 ];
 
 /// What an agent keeps in its own state directory that runs code or steers it
@@ -92,7 +93,11 @@ pub fn agent_settings(writable: &[PathBuf]) -> Vec<Protected> {
 }
 
 /// Names `shell.writable` can never open: loopbox's own integrity.
-pub const NEVER_WRITABLE: &[&str] = &[crate::db::STORE_DIR, crate::files::CONFIG_FILE];
+pub const NEVER_WRITABLE: &[&str] = &[
+    crate::db::STORE_DIR,
+    crate::files::CONFIG_FILE,
+    crate::files::LOCK_FILE,
+];
 
 /// Why `name` may not appear in `shell.writable`, if it may not.
 pub fn check_writable(name: &str) -> Result<(), String> {

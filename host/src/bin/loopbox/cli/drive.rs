@@ -12,6 +12,7 @@ use serde_json::json;
 use super::{Failure, exit};
 use loopbox::config::Config;
 use loopbox::db::{Db, RunOptions, RunRecord};
+use loopbox::dist::installed::Installed;
 use loopbox::exec::confirm::{ApproveAll, Confirm, NoOneToAsk};
 use loopbox::exec::grants::{ExtraRules, parse_cli_rule};
 use loopbox::exec::sandbox::Sandbox;
@@ -79,28 +80,32 @@ pub fn grant_set(options: &RunOptions) -> String {
     }
 }
 
-/// Refuse a policy installed as `[policies.NAME]` whose component is not the one
-/// its `digest` pins.
-pub fn check_pinned_digest(
+/// Load the policy of a run: one started by name is resolved again from its
+/// `[policies.NAME]` and admitted (digests, signature) before it compiles;
+/// any other loads from `source`.
+pub fn load_policy(
+    runtime: &loopbox::wasm::runtime::Runtime,
     config: &Config,
+    config_path: Option<&Path>,
+    workspace: &Path,
     options: &RunOptions,
-    policy: &Policy,
-) -> Result<(), Failure> {
+    source: &PolicySource,
+) -> Result<Policy, Failure> {
     let Some(name) = &options.policy_name else {
-        return Ok(());
+        return runtime.load(source).map_err(Failure::usage);
     };
-    let Some(want) = config.policies.get(name).and_then(|e| e.digest.as_deref()) else {
-        return Ok(());
-    };
-    let have = format!("blake3:{}", policy.digest);
-    if have != want {
-        return Err(Failure::usage(anyhow::anyhow!(
-            "policy `{name}` is not the component [policies.{name}] pins: its digest is {have}, the config says {want}; \
-             the file changed since you pinned it. Inspect it (`loopbox inspect {}`), then update `digest` if you trust it",
-            policy.source
-        )));
-    }
-    Ok(())
+    let installed = Installed::resolve(config, config_path, workspace, name)
+        .map_err(Failure::usage)?
+        .ok_or_else(|| {
+            Failure::usage(anyhow::anyhow!(
+                "there is no [policies.{name}] in the config"
+            ))
+        })?;
+    runtime
+        .load_admitted(&installed.source, |b| {
+            installed.admit(config, b).map(|_| ())
+        })
+        .map_err(Failure::usage)
 }
 
 /// The policy a run was started with: its recorded path, else its source text.
@@ -157,6 +162,7 @@ impl Drive<'_> {
         let source = policy.source.clone();
         let protected = config_path
             .into_iter()
+            .flat_map(|c| [c.with_file_name(loopbox::files::LOCK_FILE), c])
             .chain(source.path().map(Path::to_path_buf))
             .collect();
         let access = Access {
@@ -178,7 +184,7 @@ impl Drive<'_> {
         if banner {
             ui.line(grants_banner(
                 &run.id,
-                &source,
+                &run.policy,
                 run.options.policy_name.as_deref(),
                 policy.world.name(),
                 &config,
@@ -188,8 +194,9 @@ impl Drive<'_> {
             ));
         } else {
             ui.line(format!(
-                "loopbox: resuming run {} of {source} (world {}); sandbox {}",
+                "loopbox: resuming run {} of {} (world {}); sandbox {}",
                 run.id,
+                run.policy,
                 policy.world.name(),
                 ctx.sandbox().name()
             ));
@@ -377,7 +384,7 @@ impl Asker for TerminalAsker {
 
 /// Show `message` and read one line from the person at the terminal; None without one
 /// (stdin not a terminal, or `CI` set), or when reading fails.
-fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
+pub fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
     if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
         return None;
     }
@@ -395,7 +402,7 @@ fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
 #[allow(clippy::too_many_arguments)]
 fn grants_banner(
     id: &str,
-    source: &PolicySource,
+    source: &str,
     name: Option<&str>,
     world: &str,
     config: &Config,

@@ -21,6 +21,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use super::{Failure, exit, json_arg};
 use loopbox::config::Config;
 use loopbox::db::STORE_DIR;
+use loopbox::dist::installed::Installed;
 use loopbox::exec::confirm::NoOneToAsk;
 use loopbox::exec::grants::shell_quote;
 use loopbox::hook::agents::{Agent, EventSpec};
@@ -69,7 +70,7 @@ enum AgentEntry {
 
 #[derive(Debug, Args)]
 struct AnswerArgs {
-    /// The policy: a .wasm component (relative to the workspace), or builtin:NAME
+    /// The policy: the NAME of a [policies.NAME] section (run under its grants), a .wasm component (relative to the workspace), or builtin:NAME
     #[arg(long)]
     policy: String,
     /// Input delivered with `start` the first time a session is seen: JSON or @FILE
@@ -102,7 +103,7 @@ enum Scope {
 
 #[derive(Debug, Args)]
 struct EntryArgs {
-    /// The policy the hook runs: a path to a .wasm component, or builtin:NAME
+    /// The policy the hook runs: the NAME of a [policies.NAME] section, a path to a .wasm component, or builtin:NAME
     #[arg(long)]
     policy: String,
     /// The hook event (Stop, PreToolUse, PermissionRequest, AfterAgent, BeforeTool, ...; see `loopbox hook install AGENT --help`)
@@ -340,11 +341,24 @@ fn answer_input(
     let (config, config_path) = Config::discover(config_file.as_deref(), workspace)?;
     let start = json_arg("--input", start).map_err(|f| f.error)?;
     let runtime = super::runtime(&config, workspace).map_err(|f| f.error)?;
-    let source = match PolicySource::parse(policy) {
-        PolicySource::Path(p) => PolicySource::Path(in_workspace(workspace, &p)),
-        builtin => builtin,
-    };
-    let policy = runtime.load(&source)?;
+    // A name the config installs runs under its own section, admitted like `loopbox run NAME`.
+    let (config, source, policy) =
+        match Installed::resolve(&config, config_path.as_deref(), workspace, policy)? {
+            Some(i) => {
+                let scoped = config.scoped(&i.name)?;
+                let loaded =
+                    runtime.load_admitted(&i.source, |b| i.admit(&scoped, b).map(|_| ()))?;
+                (scoped, i.source, loaded)
+            }
+            None => {
+                let source = match PolicySource::parse(policy) {
+                    PolicySource::Path(p) => PolicySource::Path(in_workspace(workspace, &p)),
+                    builtin => builtin,
+                };
+                let loaded = runtime.load(&source)?;
+                (config, source, loaded)
+            }
+        };
     // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.
     let access = Access {
         confirm: Arc::new(NoOneToAsk(
@@ -352,6 +366,7 @@ fn answer_input(
         )),
         protected: config_path
             .into_iter()
+            .flat_map(|c| [c.with_file_name(loopbox::files::LOCK_FILE), c])
             .chain(source.path().map(Path::to_path_buf))
             .collect(),
         ..Access::default()
@@ -457,7 +472,14 @@ fn program() -> Result<(String, bool)> {
 /// The command line the agent runs for this entry, and whether it names only what every machine has.
 fn hook_command(agent: Agent, e: &EntryArgs, workspace: &Path) -> Result<(String, bool)> {
     let (program, on_path) = program()?;
+    let config_file = e.config.as_ref().map(|c| in_workspace(workspace, c));
+    let installed = Config::discover(config_file.as_deref(), workspace)?
+        .0
+        .policies
+        .contains_key(&e.policy);
     let policy = match PolicySource::parse(&e.policy) {
+        // An installed name travels as itself: the hook resolves it from the config.
+        _ if installed => e.policy.clone(),
         PolicySource::Builtin(_) => e.policy.clone(),
         PolicySource::Path(p) => portable(workspace, &p, "policy")?,
     };

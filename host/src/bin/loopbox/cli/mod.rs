@@ -1,12 +1,16 @@
 //! The command line: clap derive, one file per subcommand. Exit codes are
 //! documented in the README and in `loopbox --help`.
 
+mod add;
 mod build;
 mod doctor;
 mod drive;
 mod hook;
 mod inspect;
+mod key;
 mod new;
+mod publish;
+mod pull;
 mod run;
 mod runs;
 mod validate;
@@ -82,6 +86,14 @@ enum Command {
     New(new::NewArgs),
     /// Build a policy project into a component (NAME.wasm)
     Build(build::BuildArgs),
+    /// Install a policy (from a registry or a file) under grants of its own, after you review them
+    Add(add::AddArgs),
+    /// Fetch the registry policies loopbox.lock pins, for offline runs
+    Pull(pull::PullArgs),
+    /// Push a policy to an OCI registry, with its needs embedded and signed
+    Publish(publish::PublishArgs),
+    /// Make or show a signing key
+    Key(key::KeyArgs),
 }
 
 /// A failure with the exit code it should end the process with.
@@ -170,6 +182,10 @@ impl Command {
             Command::Runs(a) => a.json,
             Command::Doctor(a) => a.json,
             Command::Build(a) => a.json,
+            Command::Add(a) => a.json,
+            Command::Pull(a) => a.json,
+            Command::Publish(a) => a.json,
+            Command::Key(_) => false,
             // A hook answers in its agent's protocol; `new` prints no JSON.
             Command::Hook(_) | Command::New(_) => false,
         }
@@ -209,6 +225,10 @@ fn main_with(cli: Cli) -> i32 {
         Command::Doctor(args) => doctor::execute(args, &workspace),
         Command::New(args) => new::execute(args, &workspace),
         Command::Build(args) => build::execute(args, &workspace),
+        Command::Add(args) => add::execute(args, &workspace),
+        Command::Pull(args) => pull::execute(args, &workspace),
+        Command::Publish(args) => publish::execute(args, &workspace),
+        Command::Key(args) => key::execute(args),
     };
     match result {
         Ok(code) => code,

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::drive::{Drive, catch_signals, check_pinned_digest, for_run, note_interrupted};
+use super::drive::{Drive, catch_signals, for_run, note_interrupted};
 use super::{Failure, json_arg};
 use loopbox::db::{Db, RunOptions};
+use loopbox::dist::installed::Installed;
 use loopbox::loops;
 use loopbox::run::driver::Next;
 use loopbox::run::new_run_id;
@@ -56,23 +57,20 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     // section's grants; anything else is a path or builtin under the top-level ones.
     let (all, config_path) = loopbox::config::Config::discover(config_file.as_deref(), workspace)
         .map_err(Failure::usage)?;
-    let entry = all
-        .policies
-        .get(&args.policy)
-        .filter(|_| loop_file.is_none())
-        .cloned();
-    let source = match &entry {
-        Some(e) => match PolicySource::parse(&e.source) {
-            PolicySource::Path(p) if p.is_relative() => PolicySource::Path(workspace.join(p)),
-            other => other,
-        },
+    let installed = match loop_file {
+        None => Installed::resolve(&all, config_path.as_deref(), workspace, &args.policy)
+            .map_err(Failure::usage)?,
+        Some(_) => None,
+    };
+    let source = match &installed {
+        Some(i) => i.source.clone(),
         None if loop_file.is_some() => PolicySource::parse(loops::FSM),
         None => PolicySource::parse(&args.policy),
     };
     let options = RunOptions {
         policy_path: source.path().map(absolute),
         config: config_file,
-        policy_name: entry.map(|_| args.policy.clone()),
+        policy_name: installed.as_ref().map(|i| i.name.clone()),
         allow: args.allow,
         ask: args.ask,
         deny: args.deny,
@@ -115,13 +113,19 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     };
 
     let runtime = super::runtime(&config, workspace)?;
-    let policy = runtime.load(&source).map_err(Failure::usage)?;
-    check_pinned_digest(&config, &options, &policy)?;
+    let policy = match &installed {
+        Some(i) => runtime.load_admitted(&i.source, |b| i.admit(&config, b).map(|_| ())),
+        None => runtime.load(&source),
+    }
+    .map_err(Failure::usage)?;
     let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
     note_interrupted(&db);
     let signals = catch_signals()?;
     let id = new_run_id();
-    db.create_driven_run(&id, &source.to_string(), &policy.digest, &input, &options)
+    let shown = installed
+        .as_ref()
+        .map_or(source.to_string(), Installed::display);
+    db.create_driven_run(&id, &shown, &policy.digest, &input, &options)
         .map_err(Failure::internal)?;
     let run = db.existing_run(&id).map_err(Failure::internal)?;
     let drive = Drive {

@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::super::drive::{
-    Drive, acquire, catch_signals, check_pinned_digest, config_for, policy_source,
-};
+use super::super::drive::{Drive, acquire, catch_signals, config_for, load_policy, policy_source};
 use super::super::{Failure, exit, json_arg};
 use super::open_store;
 use loopbox::config::Config;
@@ -113,8 +111,14 @@ fn load(
     }
     let runtime = super::super::runtime(&config, workspace)?;
     let source = policy_source(&run);
-    let policy = runtime.load(&source).map_err(Failure::usage)?;
-    check_pinned_digest(&config, &run.options, &policy)?;
+    let policy = load_policy(
+        &runtime,
+        &config,
+        config_path.as_deref(),
+        workspace,
+        &run.options,
+        &source,
+    )?;
     if policy.digest != run.policy_digest {
         if !allow_policy_change {
             return Err(Failure::usage(anyhow::anyhow!(

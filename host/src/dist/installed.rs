@@ -1,0 +1,117 @@
+//! A policy installed as `[policies.NAME]`, resolved to the component it runs:
+//! a path in the workspace, a builtin, or (from a registry) the stored copy
+//! `loopbox.lock` pins. Every way of running one by name (`run`, `runs
+//! resume`, `hook --policy`, `inspect`) resolves it here, and admits its bytes
+//! with [`super::admit`] before they compile.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+
+use super::admit::{Admitted, admit};
+use super::lock::{Lock, Locked, path_for};
+use super::reference::SCHEME;
+use super::store::Store;
+use crate::config::{Config, PolicyEntry};
+use crate::wasm::cache::ComponentCache;
+use crate::wasm::policy::PolicySource;
+
+pub struct Installed {
+    pub name: String,
+    pub entry: PolicyEntry,
+    /// The component to read.
+    pub source: PolicySource,
+    /// Its `loopbox.lock` entry, for a registry policy.
+    pub locked: Option<Locked>,
+}
+
+/// Whether `source` (a `[policies.NAME].source`) names a registry policy.
+pub fn is_registry(source: &str) -> bool {
+    source.starts_with(SCHEME)
+}
+
+/// The component store of a config (under its cache directory).
+pub fn store(config: &Config) -> Store {
+    Store::new(&ComponentCache::default_dir(
+        config.engine.cache_dir.as_deref(),
+    ))
+}
+
+impl Installed {
+    /// `[policies.NAME]` of `config`, or None when it installs no such name.
+    pub fn resolve(
+        config: &Config,
+        config_path: Option<&Path>,
+        workspace: &Path,
+        name: &str,
+    ) -> Result<Option<Installed>> {
+        let Some(entry) = config.policies.get(name) else {
+            return Ok(None);
+        };
+        let mut locked = None;
+        let source = if is_registry(&entry.source) {
+            let lock_path = path_for(config_path, workspace);
+            let lock = Lock::read(&lock_path)?;
+            let Some(l) = lock.policies.get(name) else {
+                bail!(
+                    "policy `{name}` comes from {}, but {} does not pin it: `loopbox add {} --name {name}` reviews and pins it",
+                    entry.source,
+                    lock_path.display(),
+                    entry.source
+                );
+            };
+            if l.source != entry.source {
+                bail!(
+                    "{} pins `{name}` as {}, but the config now says {}: `loopbox add {} --name {name}` reviews the new one",
+                    lock_path.display(),
+                    l.source,
+                    entry.source,
+                    entry.source
+                );
+            }
+            let path = store(config).path(&l.component)?;
+            if !path.is_file() {
+                bail!(
+                    "policy `{name}` ({}) is not fetched on this machine yet: `loopbox pull` fetches what loopbox.lock pins",
+                    l.source
+                );
+            }
+            locked = Some(l.clone());
+            PolicySource::Path(path)
+        } else {
+            match PolicySource::parse(&entry.source) {
+                PolicySource::Path(p) if p.is_relative() => PolicySource::Path(workspace.join(p)),
+                other => other,
+            }
+        };
+        Ok(Some(Installed {
+            name: name.to_string(),
+            entry: entry.clone(),
+            source,
+            locked,
+        }))
+    }
+
+    /// Admit `bytes` as this policy's component (digests, then signature).
+    pub fn admit(&self, config: &Config, bytes: &[u8]) -> Result<Admitted> {
+        admit(
+            &self.name,
+            &self.entry,
+            self.locked.as_ref(),
+            &config.trust,
+            bytes,
+        )
+    }
+
+    /// How runs and reports name it: its registry reference, else its source.
+    pub fn display(&self) -> String {
+        match &self.locked {
+            Some(l) => format!("{}@{}", l.source, l.manifest),
+            None => self.source.to_string(),
+        }
+    }
+
+    pub fn path(&self) -> Option<PathBuf> {
+        self.source.path().map(Path::to_path_buf)
+    }
+}
