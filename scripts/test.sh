@@ -8,7 +8,8 @@
 #    (and wasm32-unknown-unknown, for the Extism plugin the comparison bench runs),
 #    componentize-py for the Python guests, Node.js (when missing) and the npm
 #    packages for the JavaScript guests, bubblewrap for the sandbox tests, and
-#    docker-registry (the CNCF distribution registry) for the registry tests
+#    docker-registry (the CNCF distribution registry) and skopeo (another OCI
+#    client) for the registry tests
 # 2. house habits: rustfmt's formatting, and clippy clean with -D warnings and every
 #    unsafe block explained (clippy::undocumented_unsafe_blocks)
 # 3. host unit tests, guests built from source by build scripts, integration and
@@ -55,6 +56,7 @@ apt_install() {
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then apt_install nodejs npm; fi
 if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
 if ! [ -x /usr/bin/docker-registry ]; then apt_install docker-registry; fi
+if ! command -v skopeo >/dev/null; then apt_install skopeo; fi
 
 # JavaScript guests are built with the componentize-js pinned in the lockfile. Not
 # `npm ci`: it rejects lockfiles written on one platform that lack other platforms'

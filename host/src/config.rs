@@ -32,6 +32,36 @@ pub struct Config {
     /// `[trust]`: whose signatures installed policies may carry.
     #[serde(default)]
     pub trust: TrustConfig,
+    /// `[workspace]`: what policies named by path may read (all of it when absent).
+    #[serde(default)]
+    pub workspace: WorkspaceConfig,
+}
+
+/// `[workspace]` (or `[policies.NAME.workspace]`): which workspace files a policy
+/// may read and list through the `workspace` capability.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceConfig {
+    /// Paths relative to the workspace root, each with everything under it; `"."`
+    /// is all of it. A section that leaves `read` out grants no reads.
+    #[serde(default)]
+    pub read: Vec<String>,
+}
+
+impl Default for WorkspaceConfig {
+    /// The top level without a `[workspace]` section: the whole workspace.
+    fn default() -> Self {
+        WorkspaceConfig {
+            read: vec![".".into()],
+        }
+    }
+}
+
+impl WorkspaceConfig {
+    /// An installed policy without a `[policies.NAME.workspace]` section: nothing.
+    pub fn nothing() -> Self {
+        WorkspaceConfig { read: Vec::new() }
+    }
 }
 
 /// `[trust]`: the keys whose signature lets an installed policy run.
@@ -74,6 +104,9 @@ pub struct PolicyEntry {
     pub shell: ShellConfig,
     #[serde(default)]
     pub agent: Option<AgentConfig>,
+    /// What it may read of the workspace: nothing unless this section says.
+    #[serde(default = "WorkspaceConfig::nothing")]
+    pub workspace: WorkspaceConfig,
 }
 
 /// `[shell]`: which commands a policy may run, and how children are set up.
@@ -147,13 +180,18 @@ impl ShellConfig {
 
     /// The agent section beside this one: `agent` or `policies.NAME.agent`.
     pub fn agent_section(&self) -> String {
+        self.sibling("agent")
+    }
+
+    /// The section `key` beside this one: `key` or `policies.NAME.key`.
+    pub fn sibling(&self, key: &str) -> String {
         match self
             .section
             .as_deref()
             .and_then(|s| s.strip_suffix(".shell"))
         {
-            Some(policy) => format!("{policy}.agent"),
-            None => "agent".into(),
+            Some(policy) => format!("{policy}.{key}"),
+            None => key.into(),
         }
     }
 
@@ -545,6 +583,7 @@ impl Config {
             engine: self.engine.clone(),
             policies: [(name.to_string(), entry.clone())].into(),
             trust: self.trust.clone(),
+            workspace: entry.workspace.clone(),
         })
     }
 
@@ -602,6 +641,17 @@ impl Config {
 
     /// The checks of `shell` and `agent`, for the top level or one policy.
     fn validate_grants(&self) -> Result<()> {
+        for (i, path) in self.workspace.read.iter().enumerate() {
+            crate::caps::workspace::check_path(path)
+                .and_then(|_| {
+                    if path.is_empty() {
+                        Err("it is empty; `.` is the whole workspace".into())
+                    } else {
+                        Ok(())
+                    }
+                })
+                .map_err(|e| anyhow::anyhow!("workspace.read[{i}]: {e}"))?;
+        }
         for (key, rules) in [
             ("allow", &self.shell.allow),
             ("ask", &self.shell.ask),

@@ -1259,18 +1259,21 @@ fn a_hook_names_an_installed_policy_and_runs_it_only_as_admitted() {
     assert_eq!((code, &out["decision"]), (0, &json!("block")), "{err}");
     // An unsigned component without `unsigned = true` is refused, and the gate fails closed.
     let pre = json!({"session_id": "g", "cwd": d, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"op": "echo"}});
-    let (code, out, err) = answer_of(&run(
-        d,
-        &[
-            "hook",
-            "claude-code",
-            "--policy",
-            "gate",
-            "--input",
-            r#"{"op": "echo"}"#,
-        ],
-        &pre.to_string(),
-    ));
+    let gate = || {
+        answer_of(&run(
+            d,
+            &[
+                "hook",
+                "claude-code",
+                "--policy",
+                "gate",
+                "--input",
+                r#"{"op": "echo"}"#,
+            ],
+            &pre.to_string(),
+        ))
+    };
+    let (code, out, err) = gate();
     assert_eq!(
         (
             code,
@@ -1290,18 +1293,7 @@ fn a_hook_names_an_installed_policy_and_runs_it_only_as_admitted() {
         ),
     )
     .unwrap();
-    let (code, out, err) = answer_of(&run(
-        d,
-        &[
-            "hook",
-            "claude-code",
-            "--policy",
-            "gate",
-            "--input",
-            r#"{"op": "echo"}"#,
-        ],
-        &pre.to_string(),
-    ));
+    let (code, out, err) = gate();
     assert!(
         code == 0 && out["hookSpecificOutput"]["permissionDecision"] != "deny",
         "{out} {err}"

@@ -88,6 +88,35 @@ fn an_installed_policy_runs_under_its_own_grants_and_never_the_top_level_ones() 
         out.contains("no agent is configured: add an `[policies.lister.agent]` section"),
         "{out}"
     );
+    // Its section grants no workspace reads; by path the top level grants them all.
+    let read = |policy: &str| {
+        let o = loopbox(
+            d,
+            &[
+                "run",
+                policy,
+                "--input",
+                r#"{"op":"read","path":"notes.txt"}"#,
+                "--json",
+            ],
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = read("lister");
+    assert!(
+        out.contains("reading `notes.txt` is not granted: no path in `policies.lister.workspace.read` covers it")
+            && !out.contains("hello"),
+        "{out}"
+    );
+    assert!(read("probe.wasm").contains("hello"));
+    let config = std::fs::read_to_string(d.join("loopbox.toml")).unwrap();
+    std::fs::write(
+        d.join("loopbox.toml"),
+        format!("{config}\n[policies.lister.workspace]\nread = [\"notes.txt\"]\n"),
+    )
+    .unwrap();
+    assert!(read("lister").contains("hello"));
+    std::fs::write(d.join("loopbox.toml"), &config).unwrap();
     // By path, the same component runs under the top-level grants.
     let (_, out, _) = exec(d, "probe.wasm", &["cat", "notes.txt"]);
     assert!(ran(&out), "{out}");
@@ -116,6 +145,9 @@ fn an_installed_policy_runs_under_its_own_grants_and_never_the_top_level_ones() 
             ("[policies.lister]".to_string(), Value::from("lister")),
             ("[policies.lister]".to_string(), Value::from("lister")),
             ("[policies.lister]".to_string(), Value::from("lister")),
+            ("[policies.lister]".to_string(), Value::from("lister")),
+            ("[policies.lister]".to_string(), Value::from("lister")),
+            ("the top-level sections".to_string(), Value::Null),
             ("the top-level sections".to_string(), Value::Null),
             ("the top-level sections".to_string(), Value::Null),
         ]

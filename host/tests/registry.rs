@@ -265,7 +265,7 @@ fn a_published_policy_is_added_reviewed_run_upgraded_and_refused_when_tampered()
     assert_eq!(report["capabilities"][0], "actions");
     assert_eq!(
         report["installed"]["grants"],
-        "exec [ls]; scripts no; network no; agent none"
+        "exec [ls]; read [none]; scripts no; network no; agent none"
     );
     assert!(
         report["installed"]["admission"]
@@ -464,7 +464,7 @@ fn needs_cannot_ask_for_what_only_the_user_decides() {
     for (needs, why) in [
         (
             r#"{"exec":[["ls"]],"writable":[".git"]}"#,
-            "it may only ask for exec, scripts, network and prompts",
+            "it may only ask for exec, scripts, network, prompts and read",
         ),
         (r#"{"sandbox":"none"}"#, "it may only ask for"),
         (
@@ -628,4 +628,45 @@ fn a_hostile_registry_cannot_grow_memory_or_swap_what_it_serves() {
     }
     assert!(!ws.store().exists(), "something was stored");
     assert!(!ws.path().join("loopbox.lock").exists());
+}
+
+/// Another OCI client reads what `loopbox publish` pushed as a Wasm component
+/// artifact: skopeo (containers/image), which knows nothing of loopbox. (wkg 0.16.1
+/// was checked by hand both ways; see the README.)
+#[test]
+fn what_loopbox_publishes_is_a_wasm_artifact_other_clients_read() {
+    let registry = Registry::start();
+    let ws = Ws::new("");
+    let reference = registry.reference("acme/lister:2");
+    let report = publish(&ws, &reference, "exec = [[\"ls\"]]\n", &["--unsigned"]);
+    let docker = format!("docker://{}", reference.trim_start_matches("oci://"));
+    let skopeo = |args: &[&str]| {
+        let o = Command::new("skopeo").args(args).output().expect(
+            "these tests need skopeo: `apt-get install skopeo` (scripts/test.sh installs it)",
+        );
+        assert!(o.status.success(), "skopeo {args:?}: {}", err(&o));
+        o.stdout
+    };
+    let raw = skopeo(&["inspect", "--tls-verify=false", "--raw", &docker]);
+    assert_eq!(
+        loopbox::dist::registry::sha256(&raw),
+        report["manifest"].as_str().unwrap(),
+        "skopeo saw another manifest"
+    );
+    let manifest: Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
+    assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
+    let out = tempfile::tempdir().unwrap();
+    let dest = format!("dir:{}", out.path().join("copy").display());
+    skopeo(&["copy", "--src-tls-verify=false", &docker, &dest]);
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap();
+    let bytes = std::fs::read(out.path().join("copy").join(&layer[7..])).unwrap();
+    assert_eq!(
+        format!("blake3:{}", blake3::hash(&bytes).to_hex()),
+        report["digest"].as_str().unwrap(),
+        "the component skopeo fetched is not the one published"
+    );
 }

@@ -22,8 +22,42 @@ use crate::wasm::bindings::loopbox::policy::workspace;
 use crate::wasm::limits::{Limit, LimitExceeded};
 use crate::wasm::meter::Meter;
 
+/// Which paths a run's policy may read and list: its `workspace.read`, normalized.
+pub struct ReadGrant {
+    prefixes: Vec<std::path::PathBuf>,
+    /// `workspace` or `policies.NAME.workspace`, named in refusals.
+    section: String,
+}
+
+impl ReadGrant {
+    pub fn new(read: &[String], section: String) -> ReadGrant {
+        // The config was validated: a path that does not check grants nothing.
+        let prefixes = read.iter().filter_map(|p| check_path(p).ok()).collect();
+        ReadGrant { prefixes, section }
+    }
+
+    /// Whether the normalized path `rel` (which the policy wrote as `path`) is granted.
+    pub fn check(&self, rel: &Path, path: &str) -> Result<(), String> {
+        if self.prefixes.iter().any(|p| rel.starts_with(p)) {
+            return Ok(());
+        }
+        let want = if rel.as_os_str().is_empty() {
+            ".".to_string()
+        } else {
+            rel.to_string_lossy().into_owned()
+        };
+        Err(format!(
+            "reading `{}` is not granted: no path in `{section}.read` covers it; to allow it add {:?} to `{section}.read` in loopbox.toml",
+            crate::ui::sanitize(path),
+            crate::ui::sanitize(&want),
+            section = self.section
+        ))
+    }
+}
+
 pub struct WorkspaceHost {
     dir: Arc<Dir>,
+    reads: Arc<ReadGrant>,
     meter: Arc<Meter>,
     read_limit: u64,
     journal: Journal,
@@ -32,12 +66,14 @@ pub struct WorkspaceHost {
 impl WorkspaceHost {
     pub fn new(
         dir: Arc<Dir>,
+        reads: Arc<ReadGrant>,
         meter: Arc<Meter>,
         read_limit: u64,
         journal: Journal,
     ) -> WorkspaceHost {
         WorkspaceHost {
             dir,
+            reads,
             meter,
             read_limit,
             journal,
@@ -141,11 +177,14 @@ pub fn read_text(dir: &Dir, path: &str, limit: u64) -> Result<String, String> {
 
 impl WorkspaceHost {
     fn read_live(&self, path: &str) -> wasmtime::Result<Result<String, String>> {
+        if let Err(e) = check_path(path).and_then(|rel| self.reads.check(&rel, path)) {
+            return Ok(Err(e));
+        }
         Ok(read_text(&self.dir, path, self.read_limit))
     }
 
     fn list_live(&self, dir: &str) -> wasmtime::Result<Result<Vec<String>, String>> {
-        let rel = match check_path(dir) {
+        let rel = match check_path(dir).and_then(|rel| self.reads.check(&rel, dir).map(|_| rel)) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
@@ -199,7 +238,28 @@ pub fn add_to_linker<T: Send + 'static>(
 
 #[cfg(test)]
 mod tests {
-    use super::check_path;
+    use super::{ReadGrant, check_path};
+
+    #[test]
+    fn reads_are_granted_by_whole_path_components() {
+        let g = ReadGrant::new(
+            &["src".into(), "./README.md".into()],
+            "policies.x.workspace".into(),
+        );
+        let ok = |p: &str| g.check(&check_path(p).unwrap(), p).is_ok();
+        assert!(ok("src") && ok("src/lib.rs") && ok("src/../src/a") && ok("README.md"));
+        assert!(!ok("srcx/a") && !ok(".env") && !ok("") && !ok("README.md.bak"));
+        let e = g.check(&check_path(".env").unwrap(), ".env").unwrap_err();
+        assert!(
+            e.contains("add \".env\" to `policies.x.workspace.read`"),
+            "{e}"
+        );
+        let all = ReadGrant::new(&[".".into()], "workspace".into());
+        assert!(all.check(&check_path("").unwrap(), "").is_ok());
+        assert!(all.check(&check_path("a/b").unwrap(), "a/b").is_ok());
+        let none = ReadGrant::new(&[], "workspace".into());
+        assert!(none.check(&check_path("a").unwrap(), "a").is_err());
+    }
 
     #[test]
     fn paths_are_checked_before_use() {

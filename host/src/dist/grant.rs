@@ -54,17 +54,10 @@ pub fn apply(text: &str, grant: &Grant) -> Result<String> {
     }
 
     let needs = &grant.approved;
+    let name = &grant.name;
     if !needs.exec.is_empty() || needs.scripts || needs.network {
-        let shell = entry
-            .entry("shell")
-            .or_insert_with(|| Item::Table(Table::new()))
-            .as_table_mut()
-            .with_context(|| format!("`policies.{}.shell` is not a table", grant.name))?;
-        let allow = shell
-            .entry("allow")
-            .or_insert_with(|| value(Array::new()))
-            .as_array_mut()
-            .with_context(|| format!("`policies.{}.shell.allow` is not an array", grant.name))?;
+        let shell = table(entry, "shell", name)?;
+        let allow = array(shell, "allow", &format!("policies.{name}.shell"))?;
         for rule in &needs.exec {
             let have = allow.iter().any(|v| {
                 v.as_array().is_some_and(|a| {
@@ -84,6 +77,15 @@ pub fn apply(text: &str, grant: &Grant) -> Result<String> {
             shell.insert("network", value(true));
         }
     }
+    if !needs.read.is_empty() {
+        let workspace = table(entry, "workspace", name)?;
+        let read = array(workspace, "read", &format!("policies.{name}.workspace"))?;
+        for path in &needs.read {
+            if !read.iter().any(|v| v.as_str() == Some(path)) {
+                read.push(path.as_str());
+            }
+        }
+    }
     if needs.prompts && !entry.contains_key("agent") {
         let Some(agent) = top_agent else {
             bail!(
@@ -94,6 +96,24 @@ pub fn apply(text: &str, grant: &Grant) -> Result<String> {
         entry.insert("agent", agent);
     }
     Ok(doc.to_string())
+}
+
+/// The table `key` of a policy's entry, made when missing.
+fn table<'a>(entry: &'a mut Table, key: &str, name: &str) -> Result<&'a mut Table> {
+    entry
+        .entry(key)
+        .or_insert_with(|| Item::Table(Table::new()))
+        .as_table_mut()
+        .with_context(|| format!("`policies.{name}.{key}` in the config is not a table"))
+}
+
+/// The array `key` of `table` (called `section` in messages), made when missing.
+fn array<'a>(table: &'a mut Table, key: &str, section: &str) -> Result<&'a mut Array> {
+    table
+        .entry(key)
+        .or_insert_with(|| value(Array::new()))
+        .as_array_mut()
+        .with_context(|| format!("`{section}.{key}` in the config is not an array"))
 }
 
 #[cfg(test)]
@@ -145,6 +165,7 @@ mod tests {
             &grant(Needs {
                 exec: vec![vec!["cat".into(), "README.md".into()], vec!["wc".into()]],
                 scripts: true,
+                read: vec!["README.md".into()],
                 ..Needs::default()
             }),
         )
@@ -155,6 +176,7 @@ mod tests {
             .clone();
         assert_eq!(e.shell.allow.len(), 2, "{second}");
         assert!(e.shell.scripts);
+        assert_eq!(e.workspace.read, vec!["README.md".to_string()]);
     }
 
     #[test]

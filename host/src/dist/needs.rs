@@ -5,7 +5,7 @@
 //! Needs are a request, never a grant: they reach `loopbox.toml` only through
 //! `loopbox add` after the user said yes, and they can only name what a
 //! policy's grant section may hold for it (argv prefixes, scripts, network,
-//! prompts). Sandbox choice, writable paths and environment are the user's alone.
+//! prompts, workspace reads). Sandbox choice, writable paths and environment are the user's alone.
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,9 @@ pub struct Needs {
     /// Messages to the agent (`prompt` actions and `inject` decisions).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prompts: bool,
+    /// Workspace paths it reads (each with everything under it; `.` is all of it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
 }
 
 impl Needs {
@@ -51,7 +54,7 @@ impl Needs {
         let needs: Needs = serde_json::from_slice(payload).with_context(|| {
             format!(
                 "its `{}` section is not a needs document loopbox understands \
-                 (it may only ask for exec, scripts, network and prompts)",
+                 (it may only ask for exec, scripts, network, prompts and read)",
                 sections::NEEDS
             )
         })?;
@@ -88,13 +91,37 @@ impl Needs {
                 );
             }
         }
+        if self.read.len() > MAX_RULES {
+            bail!(
+                "it asks to read {} paths; at most {MAX_RULES}",
+                self.read.len()
+            );
+        }
+        for path in &self.read {
+            crate::caps::workspace::check_path(path)
+                .map_err(|e| anyhow::anyhow!("a path it asks to read is refused: {e}"))?;
+            if path.is_empty() || path.chars().any(char::is_control) {
+                bail!("a path it asks to read is empty or has a control character");
+            }
+        }
         Ok(())
     }
 
     /// What these needs ask for beyond `shell` (and, for prompts, an agent
     /// section): all default when the grants already cover them.
-    pub fn beyond(&self, shell: &ShellConfig, has_agent: bool) -> Needs {
+    pub fn beyond(&self, shell: &ShellConfig, has_agent: bool, reads: &[String]) -> Needs {
+        let granted = crate::caps::workspace::ReadGrant::new(reads, String::new());
         Needs {
+            read: self
+                .read
+                .iter()
+                .filter(|p| {
+                    crate::caps::workspace::check_path(p)
+                        .and_then(|rel| granted.check(&rel, p))
+                        .is_err()
+                })
+                .cloned()
+                .collect(),
             exec: self
                 .exec
                 .iter()
@@ -114,15 +141,7 @@ impl Needs {
             .iter()
             .map(|r| format!("exec {}", show_rule(r)))
             .collect();
-        for (on, what) in [
-            (self.scripts, "scripts (shell text run by sh -c)"),
-            (self.network, "network for its commands"),
-            (self.prompts, "prompts to the agent"),
-        ] {
-            if on {
-                out.push(what.to_string());
-            }
-        }
+        out.extend(self.others(true));
         out
     }
 
@@ -133,21 +152,36 @@ impl Needs {
             let rules: Vec<String> = self.exec.iter().map(|r| show_rule(r)).collect();
             parts.push(format!("exec {}", rules.join(", ")));
         }
-        for (on, what) in [
-            (self.scripts, "scripts"),
-            (self.network, "network"),
-            (self.prompts, "prompts"),
-        ] {
-            if on {
-                parts.push(what.to_string());
-            }
-        }
+        parts.extend(self.others(false));
         if parts.is_empty() {
             "nothing".into()
         } else {
             parts.join("; ")
         }
     }
+
+    /// What it asks besides `exec`, each said at length (`long`) or in a word.
+    fn others(&self, long: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.read.is_empty() {
+            out.push(format!("read {}", show_paths(&self.read)));
+        }
+        for (on, word, at_length) in [
+            (self.scripts, "scripts", "scripts (shell text run by sh -c)"),
+            (self.network, "network", "network for its commands"),
+            (self.prompts, "prompts", "prompts to the agent"),
+        ] {
+            if on {
+                out.push(if long { at_length } else { word }.to_string());
+            }
+        }
+        out
+    }
+}
+
+/// `[src, README.md]`.
+fn show_paths(paths: &[String]) -> String {
+    format!("[{}]", crate::ui::sanitize(&paths.join(", ")))
 }
 
 /// `[cargo test]`, with anything a terminal would act on made visible.
@@ -184,6 +218,8 @@ mod tests {
         assert!(format!("{e:#}").contains("sandbox"), "{e:#}");
         let e = Needs::read(&with(r#"{"exec":[["ls","\u001b[2J"]]}"#)).unwrap_err();
         assert!(e.to_string().contains("control character"), "{e}");
+        let e = Needs::read(&with(r#"{"read":["../home"]}"#)).unwrap_err();
+        assert!(e.to_string().contains("leaves the workspace"), "{e}");
         let e = Needs::read(&with(r#"{"exec":[[]]}"#)).unwrap_err();
         assert!(e.to_string().contains("empty"), "{e}");
         let big = format!(r#"{{"exec":[["{}"]]}}"#, "a".repeat(MAX_NEEDS_BYTES));
@@ -205,19 +241,30 @@ mod tests {
             scripts: true,
             network: false,
             prompts: true,
+            read: vec!["src".into(), "notes/todo.md".into()],
         };
         let shell = ShellConfig {
             allow: vec![vec!["cargo".into()]],
             ..ShellConfig::default()
         };
         assert_eq!(
-            needs.beyond(&shell, true).lines(),
+            needs
+                .beyond(&shell, true, &["src".into(), "notes".into()])
+                .lines(),
             vec![
                 "exec [git diff]".to_string(),
                 "scripts (shell text run by sh -c)".to_string()
             ]
         );
-        assert_eq!(needs.beyond(&shell, false).lines().len(), 3);
+        assert_eq!(
+            needs.beyond(&shell, false, &["src".into()]).lines(),
+            vec![
+                "exec [git diff]".to_string(),
+                "read [notes/todo.md]".to_string(),
+                "scripts (shell text run by sh -c)".to_string(),
+                "prompts to the agent".to_string()
+            ]
+        );
         assert_eq!(
             needs.beyond(
                 &ShellConfig {
@@ -225,13 +272,14 @@ mod tests {
                     scripts: true,
                     ..ShellConfig::default()
                 },
-                true
+                true,
+                &[".".into()]
             ),
             Needs::default()
         );
         assert_eq!(
             needs.summary(),
-            "exec [cargo test], [git diff]; scripts; prompts"
+            "exec [cargo test], [git diff]; read [src, notes/todo.md]; scripts; prompts"
         );
     }
 }

@@ -8,9 +8,11 @@
 //! [`MAX_MANIFEST_BYTES`], a component at most `files::MAX_COMPONENT_BYTES`
 //! and exactly its declared size, and every blob must hash to its digest,
 //! so a registry cannot grow loopbox's memory or swap what it serves.
-//! Each request has [`TIMEOUT`] in all. Credentials come from
-//! `LOOPBOX_REGISTRY_USER` and `LOOPBOX_REGISTRY_PASSWORD` when set; otherwise
-//! requests are anonymous (with the bearer-token dance public registries use).
+//! Each request has [`TIMEOUT`] in all. A login comes from
+//! `LOOPBOX_REGISTRY_USER` and `LOOPBOX_REGISTRY_PASSWORD`, and goes only to the
+//! registry `LOOPBOX_REGISTRY_HOST` names (and its token service over HTTPS), so
+//! adding a policy from another registry never hands it over; otherwise requests
+//! are anonymous (with the bearer-token dance public registries use).
 
 use std::time::Duration;
 
@@ -92,6 +94,23 @@ pub struct Registry {
     agent: ureq::Agent,
     base: String,
     token: Option<String>,
+    /// `user:password` in base64, for this registry only.
+    login: Option<String>,
+    loopback: bool,
+}
+
+const LOGIN_HINT: &str = "set LOOPBOX_REGISTRY_HOST (this registry's host[:port]), LOOPBOX_REGISTRY_USER and LOOPBOX_REGISTRY_PASSWORD";
+
+/// The login for `registry` from `env`: only when `LOOPBOX_REGISTRY_HOST` names it.
+pub fn login_for(registry: &str, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if env("LOOPBOX_REGISTRY_HOST")? != registry {
+        return None;
+    }
+    let (user, password) = (
+        env("LOOPBOX_REGISTRY_USER")?,
+        env("LOOPBOX_REGISTRY_PASSWORD")?,
+    );
+    Some(base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
 }
 
 impl Registry {
@@ -107,6 +126,8 @@ impl Registry {
             agent,
             base: format!("{}://{}", reference.scheme(), reference.registry),
             token: None,
+            login: login_for(&reference.registry, |k| std::env::var(k).ok()),
+            loopback: reference.scheme() == "http",
         }
     }
 
@@ -332,20 +353,12 @@ impl Registry {
 
     /// An `Authorization` value for a `WWW-Authenticate` challenge.
     fn authorize(&self, challenge: &str, repository: &str, actions: &str) -> Result<String> {
-        let creds = match (
-            std::env::var("LOOPBOX_REGISTRY_USER"),
-            std::env::var("LOOPBOX_REGISTRY_PASSWORD"),
-        ) {
-            (Ok(u), Ok(p)) => {
-                Some(base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}")))
-            }
-            _ => None,
-        };
+        let creds = self.login.as_ref();
         let (scheme, params) = parse_challenge(challenge);
         if scheme.eq_ignore_ascii_case("basic") {
             return creds
                 .map(|c| format!("Basic {c}"))
-                .context("the registry wants a login: set LOOPBOX_REGISTRY_USER and LOOPBOX_REGISTRY_PASSWORD");
+                .with_context(|| format!("the registry wants a login: {LOGIN_HINT}"));
         }
         if !scheme.eq_ignore_ascii_case("bearer") {
             bail!(
@@ -359,8 +372,14 @@ impl Registry {
         if let Some(service) = params.get("service") {
             url.push_str(&format!("&service={service}"));
         }
+        if !(realm.starts_with("https://") || (self.loopback && realm.starts_with("http://"))) {
+            bail!(
+                "the registry's token service `{realm}` is not an HTTPS URL; loopbox does not use it"
+            );
+        }
         let mut req = Request::builder().method(Method::GET).uri(&url);
-        if let Some(c) = &creds {
+        // The login goes to the token service only over HTTPS (or on this machine).
+        if let Some(c) = creds {
             req = req.header("Authorization", format!("Basic {c}"));
         }
         let mut resp = self
@@ -372,7 +391,7 @@ impl Registry {
             .map_err(|e| anyhow::anyhow!("GET {url}: {e}"))?;
         if resp.status() != StatusCode::OK {
             bail!(
-                "the registry's token service at {realm} answered {}: log in with LOOPBOX_REGISTRY_USER and LOOPBOX_REGISTRY_PASSWORD",
+                "the registry's token service at {realm} answered {}: {LOGIN_HINT}",
                 resp.status()
             );
         }
@@ -429,9 +448,9 @@ fn expect(resp: &Response<ureq::Body>, ok: &[StatusCode], url: &str, r: &Referen
     }
     match status {
         StatusCode::NOT_FOUND => bail!("`{r}` is not in the registry ({url} answered 404)"),
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => bail!(
-            "the registry refused access to `{r}` ({status}): set LOOPBOX_REGISTRY_USER and LOOPBOX_REGISTRY_PASSWORD"
-        ),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            bail!("the registry refused access to `{r}` ({status}): {LOGIN_HINT}")
+        }
         _ => bail!("{url} answered {status}"),
     }
 }
@@ -465,6 +484,24 @@ mod tests {
         assert_eq!(p["service"], "ghcr.io");
         assert_eq!(p["scope"], "repository:a/b:pull");
         assert_eq!(parse_challenge("Basic realm=\"Registry\"").0, "Basic");
+    }
+
+    #[test]
+    fn a_login_goes_only_to_the_registry_it_names() {
+        let env = |host: &'static str| {
+            move |k: &str| match k {
+                "LOOPBOX_REGISTRY_HOST" => Some(host.to_string()),
+                "LOOPBOX_REGISTRY_USER" => Some("me".to_string()),
+                "LOOPBOX_REGISTRY_PASSWORD" => Some("pw".to_string()),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            login_for("ghcr.io", env("ghcr.io")).as_deref(),
+            Some("bWU6cHc=")
+        );
+        assert_eq!(login_for("evil.example", env("ghcr.io")), None);
+        assert_eq!(login_for("ghcr.io", |_| None), None);
     }
 
     #[test]

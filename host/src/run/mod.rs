@@ -26,7 +26,7 @@ use crate::caps::actions::{ActionGrants, ActionsHost};
 use crate::caps::log::LogHost;
 use crate::caps::state::StateHost;
 use crate::caps::wasi::{CapturedOutput, empty_ctx};
-use crate::caps::workspace::WorkspaceHost;
+use crate::caps::workspace::{ReadGrant, WorkspaceHost};
 use crate::config::Config;
 use crate::db::{Db, EventCommit};
 use crate::error::HostError;
@@ -79,6 +79,8 @@ pub struct RunContext {
     root: PathBuf,
     dir: Arc<Dir>,
     grants: Arc<ActionGrants>,
+    /// What the policy may read of the workspace (`workspace.read`).
+    reads: Arc<ReadGrant>,
     /// The run's random seed, read from the store at the first event.
     seed: std::sync::OnceLock<String>,
     /// Raised by a cancel request (polled from the store) or a signal.
@@ -213,6 +215,10 @@ impl RunContext {
             sandbox,
             confines,
         });
+        let reads = Arc::new(ReadGrant::new(
+            &config.workspace.read,
+            config.shell.sibling("workspace"),
+        ));
         Ok(RunContext {
             id,
             config,
@@ -220,6 +226,7 @@ impl RunContext {
             log: RunLog::new(ui),
             root,
             dir: Arc::new(dir),
+            reads,
             grants,
             seed: Default::default(),
             stop: Arc::new(Stop::new()),
@@ -320,6 +327,7 @@ impl RunContext {
             state: StateHost::new(self.db.clone(), self.id.clone(), meter.clone(), limits),
             workspace: WorkspaceHost::new(
                 self.dir.clone(),
+                self.reads.clone(),
                 meter.clone(),
                 limits.read_bytes,
                 journal.clone(),

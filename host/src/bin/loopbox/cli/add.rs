@@ -118,7 +118,10 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
     // What to approve: everything it asks for, or on an upgrade what it asks beyond the grants it has.
     let (asked, upgrade) = match &current {
         None => (needs.clone(), false),
-        Some(c) => (needs.beyond(&c.shell, c.agent.is_some()), true),
+        Some(c) => (
+            needs.beyond(&c.shell, c.agent.is_some(), &c.workspace.read),
+            true,
+        ),
     };
     let mut review = vec![
         format!("{:<12}{name}", "policy"),

@@ -440,6 +440,9 @@ fn grants_banner(
             if yes { " (all approved by --yes)" } else { "" }
         ));
     }
+    if config.workspace.read != [".".to_string()] {
+        line.push_str(&format!("; read [{}]", config.workspace.read.join(", ")));
+    }
     if !config.shell.deny.is_empty() || !extra.deny.is_empty() {
         line.push_str(&format!(
             "; deny [{}]",

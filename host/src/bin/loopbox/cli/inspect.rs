@@ -72,7 +72,14 @@ pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
             let scoped = config.scoped(&i.name).map_err(Failure::usage)?;
             let beyond = needs
                 .as_ref()
-                .map(|n| n.beyond(&scoped.shell, scoped.agent.is_some()).lines())
+                .map(|n| {
+                    n.beyond(
+                        &scoped.shell,
+                        scoped.agent.is_some(),
+                        &scoped.workspace.read,
+                    )
+                    .lines()
+                })
                 .unwrap_or_default();
             Some(InstalledReport {
                 name: i.name.clone(),
@@ -143,7 +150,12 @@ fn grants_line(config: &Config) -> String {
         line.push_str(&format!("; ask [{}]", list(&config.shell.ask)));
     }
     line.push_str(&format!(
-        "; scripts {}; network {}; agent {}",
+        "; read [{}]; scripts {}; network {}; agent {}",
+        if config.workspace.read.is_empty() {
+            "none".to_string()
+        } else {
+            loopbox::ui::sanitize(&config.workspace.read.join(", "))
+        },
         yes_no(config.shell.scripts),
         yes_no(config.shell.network),
         config.agent.as_ref().map_or("none", |a| a
