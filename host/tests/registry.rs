@@ -413,6 +413,34 @@ fn signatures_decide_what_runs() {
         c == 2 && why.contains(&format!("policy `theirs` is signed by {mallory}")),
         "{why}"
     );
+    // `inspect` shows the same verdict without running it.
+    let o = ws.lb(&["inspect", "theirs"]);
+    assert!(
+        out(&o).contains("admission    REFUSED: policy `theirs` is signed by"),
+        "{}",
+        out(&o)
+    );
+
+    // A registry policy in the config that the lock does not pin is never fetched
+    // or run: `loopbox add` has to show it first.
+    let ghost = registry.reference("acme/ghost:1");
+    std::fs::write(
+        ws.path().join("loopbox.toml"),
+        format!("{config}\n[policies.ghost]\nsource = \"{ghost}\"\n"),
+    )
+    .unwrap();
+    let o = ws.lb(&["pull"]);
+    assert!(
+        code(&o) == 2 && err(&o).contains("`ghost` in the config but not in loopbox.lock"),
+        "{}",
+        err(&o)
+    );
+    let (c, _, why) = ws.exec("ghost", &["ls"]);
+    assert!(
+        c == 2 && why.contains("does not pin it: `loopbox add"),
+        "{why}"
+    );
+    std::fs::write(ws.path().join("loopbox.toml"), &config).unwrap();
 
     // Local files: a signature that no longer verifies is refused, even with --allow-unsigned.
     let signed = registry.reference("acme/good:1");
