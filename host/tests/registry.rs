@@ -130,6 +130,14 @@ impl Ws {
         std::fs::read_to_string(self.path().join(name)).unwrap_or_default()
     }
 
+    /// `loopbox.lock`'s entry for `name`, as loopbox reads it.
+    fn locked(&self, name: &str) -> loopbox::dist::lock::Locked {
+        loopbox::dist::lock::Lock::read(&self.path().join("loopbox.lock"))
+            .unwrap()
+            .policies[name]
+            .clone()
+    }
+
     fn store(&self) -> PathBuf {
         self.cache.path().join("components/sha256")
     }
@@ -324,13 +332,7 @@ fn a_published_policy_is_added_reviewed_run_upgraded_and_refused_when_tampered()
     );
 
     // A tampered blob in the registry: `pull` refuses it and stores nothing.
-    let layer = ws.read("loopbox.lock");
-    let layer = layer
-        .lines()
-        .find_map(|l| l.strip_prefix("component = \""))
-        .unwrap()
-        .trim_end_matches('"')
-        .to_string();
+    let layer = ws.locked("lister").component;
     let blob = registry.blob(&layer);
     let original = std::fs::read(&blob).unwrap();
     flip_a_byte(&blob);
@@ -447,16 +449,7 @@ fn signatures_decide_what_runs() {
     let report = publish(&ws, &signed, "exec = [[\"ls\"]]\n", &["--key", &alice_key]);
     let o = ws.lb(&["add", &signed, "--yes", "--name", "good"]);
     assert_eq!(code(&o), 0, "{}", err(&o));
-    let lock = ws.read("loopbox.lock");
-    let layer = lock
-        .split("[policies.good]")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("component = \"sha256:"))
-        .unwrap()
-        .trim_end_matches('"')
-        .to_string();
+    let layer = ws.locked("good").component[7..].to_string();
     let good = std::fs::read(ws.store().join(format!("{layer}.wasm"))).unwrap();
     assert_eq!(
         format!("blake3:{}", blake3::hash(&good).to_hex()),

@@ -69,22 +69,44 @@ pub fn admit(
         return Ok(Admitted::Builtin);
     }
     let signature = sign::verify(bytes).with_context(|| format!("policy `{name}` is refused"))?;
+    judge(signature, trust, entry.unsigned).map_err(|refused| match refused {
+        Refused::Untrusted(key) => anyhow::anyhow!(
+            "policy `{name}` is signed by {key}, a key [trust.keys] does not list: if you trust its author, \
+             add `AUTHOR = \"{key}\"` under [trust.keys] in loopbox.toml"
+        ),
+        Refused::Unsigned => anyhow::anyhow!(
+            "policy `{name}` is unsigned, and [policies.{name}] does not accept unsigned components: \
+             ask its author for a signed build, or add `unsigned = true` to [policies.{name}] if you trust it as it is"
+        ),
+    })
+}
+
+/// Why a sound signature (or none) does not let a component in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Signed by this key, which `[trust.keys]` does not list.
+    Untrusted(String),
+    Unsigned,
+}
+
+/// The trust rule, in one place for runs, `add` and `inspect`: a component signed
+/// by a key `[trust.keys]` lists is trusted; anything else only when unsigned
+/// components are accepted (`accept_unsigned`).
+pub fn judge(
+    signature: Signature,
+    trust: &TrustConfig,
+    accept_unsigned: bool,
+) -> std::result::Result<Admitted, Refused> {
     match signature {
         Signature::SignedBy(key) => match trust.name_of(&key) {
             Some(n) => Ok(Admitted::Trusted {
                 name: n.to_string(),
                 key,
             }),
-            None if entry.unsigned => Ok(Admitted::Unsigned { signer: Some(key) }),
-            None => bail!(
-                "policy `{name}` is signed by {key}, a key [trust.keys] does not list: if you trust its author, \
-                 add `AUTHOR = \"{key}\"` under [trust.keys] in loopbox.toml"
-            ),
+            None if accept_unsigned => Ok(Admitted::Unsigned { signer: Some(key) }),
+            None => Err(Refused::Untrusted(key)),
         },
-        Signature::Unsigned if entry.unsigned => Ok(Admitted::Unsigned { signer: None }),
-        Signature::Unsigned => bail!(
-            "policy `{name}` is unsigned, and [policies.{name}] does not accept unsigned components: \
-             ask its author for a signed build, or add `unsigned = true` to [policies.{name}] if you trust it as it is"
-        ),
+        Signature::Unsigned if accept_unsigned => Ok(Admitted::Unsigned { signer: None }),
+        Signature::Unsigned => Err(Refused::Unsigned),
     }
 }

@@ -4,7 +4,7 @@
 //! resume`, `hook --policy`, `inspect`) resolves it here, and admits its bytes
 //! with [`super::admit`] before they compile.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Result, bail};
 
@@ -14,7 +14,8 @@ use super::reference::SCHEME;
 use super::store::Store;
 use crate::config::{Config, PolicyEntry};
 use crate::wasm::cache::ComponentCache;
-use crate::wasm::policy::PolicySource;
+use crate::wasm::policy::{Policy, PolicySource};
+use crate::wasm::runtime::Runtime;
 
 pub struct Installed {
     pub name: String,
@@ -103,15 +104,16 @@ impl Installed {
         )
     }
 
+    /// Load its component, admitted by `config`'s trust before it is compiled.
+    pub fn load(&self, runtime: &Runtime, config: &Config) -> Result<Policy> {
+        runtime.load_admitted(&self.source, |b| self.admit(config, b).map(|_| ()))
+    }
+
     /// How runs and reports name it: its registry reference, else its source.
     pub fn display(&self) -> String {
         match &self.locked {
             Some(l) => format!("{}@{}", l.source, l.manifest),
             None => self.source.to_string(),
         }
-    }
-
-    pub fn path(&self) -> Option<PathBuf> {
-        self.source.path().map(Path::to_path_buf)
     }
 }

@@ -95,14 +95,6 @@ impl Reference {
         }
     }
 
-    /// The same reference pinned to a manifest digest.
-    pub fn pinned(&self, digest: &str) -> Reference {
-        Reference {
-            digest: Some(digest.to_string()),
-            ..self.clone()
-        }
-    }
-
     /// The last path segment: a default name for `[policies.NAME]`.
     pub fn short_name(&self) -> &str {
         self.repository

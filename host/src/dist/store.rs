@@ -29,10 +29,6 @@ impl Store {
             .join(format!("{}.wasm", &digest["sha256:".len()..])))
     }
 
-    pub fn has(&self, digest: &str) -> bool {
-        self.path(digest).is_ok_and(|p| p.is_file())
-    }
-
     /// Keep `bytes` as the component `digest` (written whole, then renamed into place).
     pub fn put(&self, digest: &str, bytes: &[u8]) -> Result<PathBuf> {
         let path = self.path(digest)?;

@@ -45,7 +45,7 @@ use crate::wasm::bindings::{Decision, Event, PolicyInfo};
 use crate::wasm::fault::PolicyFault;
 use crate::wasm::instance::{InstanceState, Limiter};
 use crate::wasm::meter::Meter;
-use crate::wasm::policy::{Call, Policy, Returned};
+use crate::wasm::policy::{Call, Policy, PolicySource, Returned};
 
 /// What the front end adds to a run's grants.
 pub struct Access {
@@ -96,6 +96,16 @@ fn expand_home(p: &str) -> Option<PathBuf> {
         Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
         None => Some(PathBuf::from(p)),
     }
+}
+
+/// Files of loopbox's own outside the protected names, for [`Access::protected`]:
+/// the config file in use, the `loopbox.lock` beside it, and the policy file.
+pub fn own_files(config_path: Option<PathBuf>, policy: &PolicySource) -> Vec<PathBuf> {
+    config_path
+        .into_iter()
+        .flat_map(|c| [c.with_file_name(crate::files::LOCK_FILE), c])
+        .chain(policy.path().map(Path::to_path_buf))
+        .collect()
 }
 
 /// A fresh run id: short, sortable by creation time, unique enough per store.

@@ -15,14 +15,14 @@ use serde_json::json;
 use super::drive::read_answer;
 use super::{Failure, exit};
 use loopbox::config::{CONFIG_FILE, Config};
-use loopbox::dist::admit::digest;
+use loopbox::dist::admit::{Admitted, Refused, digest, judge};
 use loopbox::dist::grant::{Grant, apply};
 use loopbox::dist::installed::store;
 use loopbox::dist::lock::{Lock, Locked, path_for};
 use loopbox::dist::needs::Needs;
 use loopbox::dist::reference::{Reference, SCHEME};
 use loopbox::dist::registry::Registry;
-use loopbox::dist::sign::{Signature, verify};
+use loopbox::dist::sign::verify;
 use loopbox::ui::Ui;
 use loopbox::wasm::inspect::capabilities;
 use loopbox::wasm::policy::PolicySource;
@@ -79,32 +79,35 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
     // Who signed it, before anything is compiled.
     let signature = verify(&fetched.bytes)
         .map_err(|e| Failure::usage(e.context(format!("{label} is refused"))))?;
-    let trusted = match &signature {
-        Signature::SignedBy(k) => config.trust.name_of(k).map(|n| format!("`{n}` ({k})")),
-        Signature::Unsigned => None,
-    };
     let unsigned_ok = args.allow_unsigned || current.as_ref().is_some_and(|c| c.unsigned);
-    let signed_line = match (&signature, &trusted) {
-        (_, Some(who)) => format!("signed by {who}"),
-        (Signature::SignedBy(k), None) if unsigned_ok => {
-            format!("signed by {k}, which [trust.keys] does not list (accepted: --allow-unsigned)")
-        }
-        (Signature::SignedBy(k), None) => {
-            return Err(Failure::usage(anyhow::anyhow!(
+    let admitted = judge(signature, &config.trust, unsigned_ok).map_err(|refused| {
+        Failure::usage(match refused {
+            Refused::Untrusted(k) => anyhow::anyhow!(
                 "{label} is signed by {k}, a key [trust.keys] does not list; nothing was changed. \
                  If you trust its author, add `AUTHOR = \"{k}\"` under [trust.keys] in loopbox.toml, or pass --allow-unsigned"
-            )));
-        }
-        (Signature::Unsigned, None) if unsigned_ok => {
-            "unsigned (accepted: --allow-unsigned)".to_string()
-        }
-        (Signature::Unsigned, None) => {
-            return Err(Failure::usage(anyhow::anyhow!(
+            ),
+            Refused::Unsigned => anyhow::anyhow!(
                 "{label} is unsigned; nothing was changed. Ask its author for a signed build, \
                  or pass --allow-unsigned if you trust it as it is"
-            )));
+            ),
+        })
+    })?;
+    let signed_line = match &admitted {
+        Admitted::Unsigned { signer: Some(k) } => {
+            format!("signed by {k}, which [trust.keys] does not list (accepted: --allow-unsigned)")
         }
+        Admitted::Unsigned { signer: None } => "unsigned (accepted: --allow-unsigned)".to_string(),
+        trusted => trusted.describe(),
     };
+    let trusted_key = match &admitted {
+        Admitted::Trusted { key, .. } => Some(key.clone()),
+        _ => None,
+    };
+    let signer = match &admitted {
+        Admitted::Trusted { key, .. } | Admitted::Unsigned { signer: Some(key) } => Some(key),
+        _ => None,
+    };
+    let digest = digest(&fetched.bytes);
 
     let needs = Needs::read(&fetched.bytes)
         .map_err(|e| Failure::usage(e.context(format!("{label} is refused"))))?
@@ -126,7 +129,7 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
     let mut review = vec![
         format!("{:<12}{name}", "policy"),
         format!("{:<12}{}", "source", fetched.source),
-        format!("{:<12}{}", "digest", digest(&fetched.bytes)),
+        format!("{:<12}{digest}", "digest"),
         format!("{:<12}{signed_line}", "signature"),
         format!("{:<12}loopbox:policy/{}", "world", policy.world.name()),
         format!(
@@ -173,20 +176,17 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
     }
 
     // Write the config (checked before it replaces the old one), then the lock.
-    let old =
-        match loopbox::files::read_text(&config_file, loopbox::files::MAX_CONFIG_BYTES, "config") {
-            Ok(t) => t,
-            Err(e) if !config_file.exists() => {
-                let _ = e;
-                String::new()
-            }
-            Err(e) => return Err(Failure::usage(e)),
-        };
+    let old = if config_file.exists() {
+        loopbox::files::read_text(&config_file, loopbox::files::MAX_CONFIG_BYTES, "config")
+            .map_err(Failure::usage)?
+    } else {
+        String::new()
+    };
     let grant = Grant {
         name: name.clone(),
         source: fetched.source.clone(),
-        digest: fetched.locked.is_none().then(|| digest(&fetched.bytes)),
-        unsigned: trusted.is_none(),
+        digest: fetched.locked.is_none().then(|| digest.clone()),
+        unsigned: trusted_key.is_none(),
         approved: asked.clone(),
     };
     let text = apply(&old, &grant)
@@ -203,10 +203,7 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
         lock.policies.insert(
             name.clone(),
             Locked {
-                signed_by: match &signature {
-                    Signature::SignedBy(k) if trusted.is_some() => Some(k.clone()),
-                    _ => None,
-                },
+                signed_by: trusted_key.clone(),
                 ..locked.clone()
             },
         );
@@ -216,10 +213,10 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
 
     if args.json {
         let report = json!({
-            "name": name, "source": fetched.source, "digest": digest(&fetched.bytes),
+            "name": name, "source": fetched.source, "digest": digest,
             "manifest": fetched.locked.as_ref().map(|l| &l.manifest),
-            "signed_by": match &signature { Signature::SignedBy(k) => Some(k), _ => None },
-            "trusted": trusted.is_some(), "needs": needs, "approved": asked, "upgraded": upgrade,
+            "signed_by": signer, "trusted": trusted_key.is_some(),
+            "needs": needs, "approved": asked, "upgraded": upgrade,
         });
         loopbox::outln!("{report}");
     } else {

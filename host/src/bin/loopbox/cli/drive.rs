@@ -101,11 +101,7 @@ pub fn load_policy(
                 "there is no [policies.{name}] in the config"
             ))
         })?;
-    runtime
-        .load_admitted(&installed.source, |b| {
-            installed.admit(config, b).map(|_| ())
-        })
-        .map_err(Failure::usage)
+    installed.load(runtime, config).map_err(Failure::usage)
 }
 
 /// The policy a run was started with: its recorded path, else its source text.
@@ -160,11 +156,7 @@ impl Drive<'_> {
             Arc::new(TerminalConfirm { ui: ui.clone() })
         };
         let source = policy.source.clone();
-        let protected = config_path
-            .into_iter()
-            .flat_map(|c| [c.with_file_name(loopbox::files::LOCK_FILE), c])
-            .chain(source.path().map(Path::to_path_buf))
-            .collect();
+        let protected = loopbox::run::own_files(config_path, &source);
         let access = Access {
             rules: extra.clone(),
             confirm,

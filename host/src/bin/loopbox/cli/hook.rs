@@ -346,8 +346,7 @@ fn answer_input(
         match Installed::resolve(&config, config_path.as_deref(), workspace, policy)? {
             Some(i) => {
                 let scoped = config.scoped(&i.name)?;
-                let loaded =
-                    runtime.load_admitted(&i.source, |b| i.admit(&scoped, b).map(|_| ()))?;
+                let loaded = i.load(&runtime, &scoped)?;
                 (scoped, i.source, loaded)
             }
             None => {
@@ -364,11 +363,7 @@ fn answer_input(
         confirm: Arc::new(NoOneToAsk(
             "a hook cannot ask anyone (its stdin is the hook input); approve it with an allow rule instead",
         )),
-        protected: config_path
-            .into_iter()
-            .flat_map(|c| [c.with_file_name(loopbox::files::LOCK_FILE), c])
-            .chain(source.path().map(Path::to_path_buf))
-            .collect(),
+        protected: loopbox::run::own_files(config_path, &source),
         ..Access::default()
     };
     let tokio = tokio::runtime::Builder::new_current_thread()

@@ -9,9 +9,10 @@ use clap::Args;
 use super::Failure;
 use loopbox::config::Config;
 use loopbox::db::Db;
+use loopbox::dist::admit::{Admitted, Refused, judge};
 use loopbox::dist::installed::Installed;
 use loopbox::dist::needs::Needs;
-use loopbox::dist::sign::{Signature, verify};
+use loopbox::dist::sign::verify;
 use loopbox::run::RunContext;
 use loopbox::ui::Ui;
 use loopbox::wasm::inspect::{Info, Inspection, InstalledReport, capabilities, producers};
@@ -59,12 +60,14 @@ pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
         loopbox::errln!("warning: {e:#}");
         None
     });
-    let signature = match verify(&policy.wasm) {
-        Ok(Signature::Unsigned) => "unsigned".to_string(),
-        Ok(Signature::SignedBy(k)) => match config.trust.name_of(&k) {
-            Some(n) => format!("signed by `{n}` ({k}), listed in [trust.keys]"),
-            None => format!("signed by {k}, a key [trust.keys] does not list"),
-        },
+    let signature = match verify(&policy.wasm).map(|s| judge(s, &config.trust, false)) {
+        Ok(Ok(Admitted::Trusted { name, key })) => {
+            format!("signed by `{name}` ({key}), listed in [trust.keys]")
+        }
+        Ok(Err(Refused::Untrusted(k))) => {
+            format!("signed by {k}, a key [trust.keys] does not list")
+        }
+        Ok(_) => "unsigned".to_string(),
         Err(e) => format!("BAD: {e}"),
     };
     let installed = match installed {

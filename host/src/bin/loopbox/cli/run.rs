@@ -114,7 +114,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
 
     let runtime = super::runtime(&config, workspace)?;
     let policy = match &installed {
-        Some(i) => runtime.load_admitted(&i.source, |b| i.admit(&config, b).map(|_| ())),
+        Some(i) => i.load(&runtime, &config),
         None => runtime.load(&source),
     }
     .map_err(Failure::usage)?;
