@@ -220,6 +220,14 @@ mod tests {
         assert!(e.to_string().contains("control character"), "{e}");
         let e = Needs::read(&with(r#"{"read":["../home"]}"#)).unwrap_err();
         assert!(e.to_string().contains("leaves the workspace"), "{e}");
+        let many = |key: &str, item: &str| {
+            let items = vec![item; MAX_RULES + 1].join(",");
+            with(&format!(r#"{{"{key}":[{items}]}}"#))
+        };
+        let e = Needs::read(&many("exec", r#"["ls"]"#)).unwrap_err();
+        assert!(e.to_string().contains("257 exec rules; at most 256"), "{e}");
+        let e = Needs::read(&many("read", r#""src""#)).unwrap_err();
+        assert!(e.to_string().contains("257 paths; at most 256"), "{e}");
         let e = Needs::read(&with(r#"{"exec":[[]]}"#)).unwrap_err();
         assert!(e.to_string().contains("empty"), "{e}");
         let big = format!(r#"{{"exec":[["{}"]]}}"#, "a".repeat(MAX_NEEDS_BYTES));
