@@ -14,6 +14,7 @@
 #    unsafe block explained (clippy::undocumented_unsafe_blocks)
 # 3. host unit tests, guests built from source by build scripts, integration and
 #    CLI tests, and the benchmarks run once as smoke tests (cargo test --all-targets)
+#    and little-loops' shipped loops validated (tests/conformance/corpus.py)
 # 4. the guests' own native unit tests (Rust, and the Python CCW logic)
 # 5. the benchmarks built in release mode (cargo bench --no-run), as they run for BENCHMARKS.md
 set -euo pipefail
@@ -68,6 +69,9 @@ cargo fmt --all --check
 (cd guests/rust && cargo fmt --all --check)
 cargo clippy --workspace --all-targets --locked -- -D warnings -W clippy::undocumented_unsafe_blocks
 cargo test --workspace --all-targets --locked
+# little-loops' own loops (its 1.156.0 wheel, fetched from PyPI): at least 87 of the
+# 103 it ships must validate (the rest need what a sandbox does not give; README).
+python3 tests/conformance/corpus.py --loopbox "${CARGO_TARGET_DIR:-target}/debug/loopbox" --min 87
 (cd guests/rust && cargo test --locked --target-dir ../../target/guests-native)
 (cd guests/python/ccw && python3 -B -m unittest -q)
 cargo bench --workspace --no-run --locked

@@ -210,6 +210,14 @@ async fn state_value_and_total_sizes_are_limited() {
         .await
         .unwrap();
     assert!(data.as_object().unwrap().is_empty(), "{data}");
+    // Writing back a value read in the same event counts the stored size once.
+    let data = probe(
+        &ctx,
+        json!({"op": "state", "read_first": ["c"], "set": {"c": big}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(data, json!({"before:c": true}), "{data}");
     // Full again; a removal in the same event makes room for a new value.
     let data = probe(&ctx, json!({"op": "state", "set": {"d": big}}))
         .await
@@ -299,4 +307,61 @@ async fn instance_and_table_limits_are_named() {
     let ctx = ws.run(&load("probe"), "[limits]\ntable_elements = 2");
     let f = probe(&ctx, json!({"op": "echo"})).await.unwrap_err();
     assert_eq!(limit_key(&f), Some("limits.table_elements"), "{f}");
+}
+
+/// Each event runs on a fresh instance: what one event wrote into its memory (a
+/// static in the data segment, a heap block) is gone when the next one runs,
+/// however the pool resets its slots (madvise, or the pagemap scan that keeps
+/// pages resident).
+#[tokio::test]
+async fn nothing_an_event_writes_in_guest_memory_reaches_the_next() {
+    if std::env::var_os("LOOPBOX_NO_PAGEMAP_SCAN").is_some() {
+        assert!(
+            !loopbox::wasm::pagemap_scan(),
+            "the switch turns the scan off"
+        );
+    }
+    let ws = Workspace::new();
+    let ctx = ws.run(&load("probe"), "");
+    // Within one instance, the probe does see what it left.
+    let again = probe(&ctx, json!({"op": "remember", "times": 2}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            again["static_before"].as_u64(),
+            again["zeroed_leftover"].as_u64()
+        ),
+        (Some(0x5EED), Some(1 << 20)),
+        "{again}"
+    );
+    for round in 0..4 {
+        let seen = probe(&ctx, json!({"op": "remember"})).await.unwrap();
+        assert_eq!(
+            seen,
+            json!({"static_before": 0, "zeroed_leftover": 0, "heap_leftover": 0}),
+            "event {round} saw what an earlier one left"
+        );
+    }
+}
+
+/// The same with the pagemap scan off (the path of kernels before 6.7): this
+/// test binary runs the test above again in a process of its own.
+#[test]
+fn nothing_reaches_the_next_event_without_the_pagemap_scan_either() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "nothing_an_event_writes_in_guest_memory_reaches_the_next",
+            "--test-threads=1",
+        ])
+        .env("LOOPBOX_NO_PAGEMAP_SCAN", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -24,7 +24,9 @@ use loopbox_bench::{Variant, full_run, interleave, table};
 
 fn spin(steps: u32) -> String {
     format!(
-        "name: spin\ninitial: step\nmax_steps: {steps}\non_max_steps: done\nstates:\n  step:\n    exec: [\"true\"]\n    on_yes: $current\n    on_no: done\n  done:\n    terminal: true\n"
+        "name: spin\ninitial: step\nmax_steps: {cap}\nmax_edge_revisits: {cap}\nstates:\n  step:\n    exec: [\"true\"]\n    on_yes: $current\n    on_no: done\n    max_retries: {retries}\n    on_retry_exhausted: done\n    throttle:\n      hard_max: {cap}\n  done:\n    terminal: true\n",
+        cap = steps + 1,
+        retries = steps - 1
     )
 }
 
@@ -76,14 +78,12 @@ fn main() {
     let ws = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(std::env::temp_dir().join("loopbox-bench-cache")).unwrap();
     let policy = runtime.load(&PolicySource::parse("builtin:fsm")).unwrap();
-    let input = payload(
-        &LoopFile {
-            path: "spin.yaml".into(),
-            text: spin(steps),
-        },
-        "{}",
-    )
-    .unwrap();
+    let file = LoopFile {
+        path: "spin.yaml".into(),
+        text: spin(steps),
+    };
+    let lp = loopbox::loops::load(ws.path(), &file, 1 << 20).unwrap();
+    let input = payload(&lp, &file, "{}", ".loops/runs/bench/", ws.path()).unwrap();
     let fsm = |journal: bool, sandbox: &str| Fsm {
         tokio: tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -105,16 +105,16 @@ fn active(ws: &Path, concurrent: usize, runs_each: usize, steps: u32) {
     );
     let policy: Arc<Policy> = Arc::new(runtime.load(&PolicySource::parse("builtin:fsm")).unwrap());
     let text = format!(
-        "name: short\ninitial: step\nmax_steps: {steps}\non_max_steps: done\nstates:\n  step:\n    exec: [\"true\"]\n    on_yes: $current\n    on_no: done\n  done:\n    terminal: true\n"
+        "name: short\ninitial: step\nmax_steps: {cap}\nmax_edge_revisits: {cap}\nstates:\n  step:\n    exec: [\"true\"]\n    on_yes: $current\n    on_no: done\n    max_retries: {retries}\n    on_retry_exhausted: done\n    throttle:\n      hard_max: {cap}\n  done:\n    terminal: true\n",
+        cap = steps + 1,
+        retries = steps - 1
     );
-    let input = payload(
-        &LoopFile {
-            path: "short.yaml".into(),
-            text,
-        },
-        "{}",
-    )
-    .unwrap();
+    let file = LoopFile {
+        path: "short.yaml".into(),
+        text,
+    };
+    let lp = loopbox::loops::load(ws, &file, 1 << 20).unwrap();
+    let input = payload(&lp, &file, "{}", ".loops/runs/bench/", ws).unwrap();
     let config =
         Arc::new(Config::parse("[shell]\nallow = [[\"true\"]]\nsandbox = \"none\"\n[limits]\nactions_per_run = 100000\n", Path::new("bench.toml")).unwrap());
     let db = Db::open(&ws.join("active.db")).unwrap();

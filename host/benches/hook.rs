@@ -5,7 +5,9 @@
 //! `cargo bench -p loopbox --bench hook` prints one table, samples interleaved
 //! so machine noise hits every row alike: spawning `true` (the floor of any
 //! hook), `loopbox --version` (process start), and a Ralph turn hook under
-//! each agent's adapter (Claude Code and Codex `Stop`, Gemini CLI `AfterAgent`).
+//! each agent's adapter (Claude Code and Codex `Stop`, Gemini CLI `AfterAgent`),
+//! and the Claude Code hook again with pool slots reset without the pagemap
+//! scan (`LOOPBOX_NO_PAGEMAP_SCAN`), which is what a kernel before 6.7 gets.
 
 use std::io::Write;
 use std::path::Path;
@@ -78,7 +80,7 @@ fn main() {
         time(hook_cmd(agent, &ws, &cache), Some(&input(agent)));
     }
 
-    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); 2 + AGENTS.len()];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); 3 + AGENTS.len()];
     for _ in 0..n {
         samples[0].push(time(Command::new("true"), None));
         let mut version = Command::new(BIN);
@@ -87,6 +89,9 @@ fn main() {
         for (i, agent) in AGENTS.iter().enumerate() {
             samples[2 + i].push(time(hook_cmd(agent, &ws, &cache), Some(&input(agent))));
         }
+        let mut unscanned = hook_cmd("claude-code", &ws, &cache);
+        unscanned.env("LOOPBOX_NO_PAGEMAP_SCAN", "1");
+        samples[2 + AGENTS.len()].push(time(unscanned, Some(&input("claude-code"))));
     }
     let pct = |s: &mut Vec<Duration>, p: f64| {
         s.sort();
@@ -105,6 +110,7 @@ fn main() {
         "loopbox hook claude-code (Ralph Stop)",
         "loopbox hook codex (Ralph Stop)",
         "loopbox hook gemini (Ralph AfterAgent)",
+        "loopbox hook claude-code, no pagemap scan",
     ];
     for (name, s) in names.iter().zip(samples.iter_mut()) {
         let (p50, p99) = (pct(s, 0.5), pct(s, 0.99));

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use loopbox_fsm::spec::Loop;
@@ -70,18 +70,51 @@ pub fn load(workspace: &Path, file: &LoopFile, read_limit: u64) -> Result<Loop, 
     )
 }
 
-/// The `start` payload for `builtin:fsm`: the loop and the `--input` object,
-/// which replaces `context` values.
-pub fn payload(file: &LoopFile, input: &str) -> Result<String> {
-    let context = match serde_json::from_str::<serde_json::Value>(input)
-        .context("--input is not JSON")?
-    {
-        serde_json::Value::Object(m) => m,
-        other => bail!(
-            "--input for a YAML loop must be a JSON object of context values, like {{\"target\": \"src\"}}, not {other}"
-        ),
+/// Where a run of a YAML loop keeps its files (`${context.run_dir}`), as
+/// little-loops does: `.loops/runs/RUN_ID/`. Not under `.loopbox/`, which
+/// sandboxed commands may never write.
+pub fn run_dir(run_id: &str) -> String {
+    format!(".loops/runs/{run_id}/")
+}
+
+/// Create the run's directory inside the workspace. Through a capability on
+/// the workspace, so a `.loops` that a sandboxed command replaced with a link
+/// to elsewhere is refused rather than followed out of the workspace.
+pub fn create_run_dir(workspace: &Path, run_dir: &str) -> Result<()> {
+    let dir = Dir::open_ambient_dir(workspace, ambient_authority())
+        .with_context(|| format!("cannot open the workspace {}", workspace.display()))?;
+    dir.create_dir_all(run_dir.trim_end_matches('/')).with_context(|| {
+        format!(
+            "cannot create the run's directory {run_dir} in the workspace (is `.loops` a link out of it?)"
+        )
+    })
+}
+
+/// The `start` payload for `builtin:fsm`: the loop, the `--input` text (a
+/// JSON object of context values, or any text, which becomes the loop's
+/// `input_key` value) and the run's directory. The loop's own rules are
+/// checked here too (a required input that is missing), so a run that
+/// cannot start is refused before it is created.
+pub fn payload(
+    lp: &Loop,
+    file: &LoopFile,
+    input: &str,
+    run_dir: &str,
+    workspace: &Path,
+) -> Result<String> {
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let start = loopbox_fsm::start::Start {
+        path: file.path.clone(),
+        yaml: file.text.clone(),
+        context: Default::default(),
+        input: Some(input.to_string()),
+        run_dir: Some(run_dir.to_string()),
+        workspace: Some(workspace.to_string_lossy().into_owned()),
     };
-    Ok(loopbox_fsm::start::payload(&file.path, &file.text, &context).to_string())
+    loopbox_fsm::start::context(lp, &start).map_err(anyhow::Error::msg)?;
+    Ok(start.to_json().to_string())
 }
 
 /// `LOOP.yaml` as typed, or the file behind `builtin:fsm --input @LOOP.yaml`.
@@ -112,21 +145,42 @@ mod tests {
 
     #[test]
     fn the_input_becomes_context() {
+        let text =
+            "name: l\ninitial: a\nrequired_inputs: [issue]\nstates:\n  a:\n    terminal: true\n";
         let file = LoopFile {
             path: "l.yaml".into(),
-            text: "name: l".into(),
+            text: text.into(),
         };
-        let p: serde_json::Value =
-            serde_json::from_str(&payload(&file, r#"{"n": 1}"#).unwrap()).unwrap();
+        let lp = loopbox_fsm::load(
+            "l.yaml",
+            text,
+            &mut WorkspaceFiles {
+                dir: None,
+                limit: 0,
+            },
+        )
+        .unwrap();
+        let p: serde_json::Value = serde_json::from_str(
+            &payload(
+                &lp,
+                &file,
+                r#"{"issue": "BUG-1"}"#,
+                ".loops/runs/r1/",
+                Path::new("/"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             p,
-            serde_json::json!({"path": "l.yaml", "yaml": "name: l", "context": {"n": 1}})
+            serde_json::json!({"path": "l.yaml", "yaml": text, "input": "{\"issue\": \"BUG-1\"}", "run_dir": ".loops/runs/r1/", "workspace": "/"})
         );
+        let refused = payload(&lp, &file, "{}", ".loops/runs/r1/", Path::new("/"))
+            .unwrap_err()
+            .to_string();
         assert!(
-            payload(&file, "[1]")
-                .unwrap_err()
-                .to_string()
-                .contains("must be a JSON object of context values")
+            refused.contains("requires input `issue` but none was given"),
+            "{refused}"
         );
     }
 }

@@ -24,6 +24,9 @@ pub struct StateHost {
     /// Bytes the run's state holds with the overlay applied; read from the store at
     /// the event's first write, then kept up to date, so each write costs one lookup.
     total: Option<u64>,
+    /// Bytes of entries read from the store this event (0: absent), so writing
+    /// back a key just read needs no second lookup of its size.
+    stored_sizes: BTreeMap<String, u64>,
 }
 
 impl StateHost {
@@ -36,6 +39,7 @@ impl StateHost {
             total_limit: limits.state_total_bytes,
             overlay: BTreeMap::new(),
             total: None,
+            stored_sizes: BTreeMap::new(),
         }
     }
 
@@ -44,14 +48,17 @@ impl StateHost {
         std::mem::take(&mut self.overlay).into_iter().collect()
     }
 
-    fn get(&self, key: &str) -> wasmtime::Result<Option<String>> {
-        match self.overlay.get(key) {
-            Some(v) => Ok(v.clone()),
-            None => self
-                .db
-                .state_get(&self.run, key)
-                .map_err(crate::error::host_err),
+    fn get(&mut self, key: &str) -> wasmtime::Result<Option<String>> {
+        if let Some(v) = self.overlay.get(key) {
+            return Ok(v.clone());
         }
+        let v = self
+            .db
+            .state_get(&self.run, key)
+            .map_err(crate::error::host_err)?;
+        self.stored_sizes
+            .insert(key.to_string(), entry_bytes(key, v.as_deref()));
+        Ok(v)
     }
 
     /// Bytes of keys and values the run holds, counting this event's writes.
@@ -72,8 +79,11 @@ impl StateHost {
 
     /// Bytes `key` and its current value take (0 when absent), counting this event's writes.
     fn entry_size(&self, key: &str) -> wasmtime::Result<u64> {
-        match self.overlay.get(key) {
-            Some(v) => Ok(v.as_ref().map_or(0, |v| (key.len() + v.len()) as u64)),
+        if let Some(v) = self.overlay.get(key) {
+            return Ok(entry_bytes(key, v.as_deref()));
+        }
+        match self.stored_sizes.get(key) {
+            Some(&size) => Ok(size),
             None => self
                 .db
                 .state_entry_size(&self.run, key)
@@ -82,9 +92,15 @@ impl StateHost {
     }
 }
 
+/// Bytes an entry takes against the state limits, as the store counts them (0: absent).
+fn entry_bytes(key: &str, value: Option<&str>) -> u64 {
+    value.map_or(0, |v| (key.len() + v.len()) as u64)
+}
+
 impl state::Host for StateHost {
     async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        let _call = self.meter.call()?;
+        let meter = self.meter.clone();
+        let _call = meter.call()?;
         self.meter.check_str(&key)?;
         StateHost::get(self, &key)
     }
@@ -99,7 +115,7 @@ impl state::Host for StateHost {
         {
             return Ok(Err(e.to_string()));
         }
-        let size = (key.len() + value.len()) as u64;
+        let size = entry_bytes(&key, Some(&value));
         if size > self.value_limit {
             return Ok(Err(LimitExceeded::new(Limit::StateValue, self.value_limit)
                 .attempted(size)

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use anyhow::Result;
 use tokio::io::AsyncWrite;
-use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::component::Linker;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiView};
 
@@ -24,35 +24,76 @@ pub fn add_to_linker<T: WasiView + 'static>(linker: &mut Linker<T>) -> Result<()
     wasmtime_wasi::p2::add_to_linker_async(linker).map_err(crate::wasm_err)
 }
 
-/// The empty context, with stdout and stderr going to `out` and `err`, clocks
-/// through `journal`, and random numbers for event `event` of the run seeded `seed`.
-pub fn empty_ctx(
-    out: &CapturedOutput,
-    err: &CapturedOutput,
-    journal: &Journal,
-    meter: &Arc<Meter>,
-    seed: &str,
+/// What the empty context is built from. The context itself is built the first
+/// time the guest calls into WASI: a component that imports none of it (the
+/// builtin Rust policies) never pays for its clocks, random generators and streams.
+pub struct LazyWasi {
+    ctx: Option<WasiCtx>,
+    setup: Setup,
+}
+
+struct Setup {
+    out: CapturedOutput,
+    err: CapturedOutput,
+    journal: Journal,
+    meter: Arc<Meter>,
+    seed: String,
     event: i64,
-) -> (WasiCtx, ResourceTable) {
-    let mut b = WasiCtx::builder();
-    b.stdout(out.clone())
-        .stderr(err.clone())
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false);
-    // Clock reads are host calls, counted (and journaled when the journal is on).
-    b.wall_clock(JournalClock::new(journal.clone(), meter.clone()))
-        .monotonic_clock(JournalClock::new(journal.clone(), meter.clone()));
-    if journal.enabled() {
-        b.secure_random(event_rng(seed, event, "secure"))
-            .insecure_random(event_rng(seed, event, "insecure"))
-            .insecure_random_seed(u128::from_le_bytes(
-                blake3::hash(format!("{seed}/{event}/seed").as_bytes()).as_bytes()[..16]
-                    .try_into()
-                    .unwrap_or_default(),
-            ));
+}
+
+impl LazyWasi {
+    /// The empty context, with stdout and stderr going to `out` and `err`, clocks
+    /// through `journal`, and random numbers for event `event` of the run seeded `seed`.
+    pub fn new(
+        out: &CapturedOutput,
+        err: &CapturedOutput,
+        journal: &Journal,
+        meter: &Arc<Meter>,
+        seed: &str,
+        event: i64,
+    ) -> LazyWasi {
+        LazyWasi {
+            ctx: None,
+            setup: Setup {
+                out: out.clone(),
+                err: err.clone(),
+                journal: journal.clone(),
+                meter: meter.clone(),
+                seed: seed.to_string(),
+                event,
+            },
+        }
     }
-    (b.build(), ResourceTable::new())
+
+    pub fn ctx(&mut self) -> &mut WasiCtx {
+        let setup = &self.setup;
+        self.ctx.get_or_insert_with(|| setup.build())
+    }
+}
+
+impl Setup {
+    fn build(&self) -> WasiCtx {
+        let mut b = WasiCtx::builder();
+        b.stdout(self.out.clone())
+            .stderr(self.err.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        // Clock reads are host calls, counted (and journaled when the journal is on).
+        b.wall_clock(JournalClock::new(self.journal.clone(), self.meter.clone()))
+            .monotonic_clock(JournalClock::new(self.journal.clone(), self.meter.clone()));
+        if self.journal.enabled() {
+            let (seed, event) = (&self.seed, self.event);
+            b.secure_random(event_rng(seed, event, "secure"))
+                .insecure_random(event_rng(seed, event, "insecure"))
+                .insecure_random_seed(u128::from_le_bytes(
+                    blake3::hash(format!("{seed}/{event}/seed").as_bytes()).as_bytes()[..16]
+                        .try_into()
+                        .unwrap_or_default(),
+                ));
+        }
+        b.build()
+    }
 }
 
 /// A stdout/stderr sink that keeps the first `cap` bytes and drops the rest.

@@ -21,11 +21,12 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
+use wasmtime::component::ResourceTable;
 
 use crate::caps::actions::{ActionGrants, ActionsHost};
 use crate::caps::log::LogHost;
 use crate::caps::state::StateHost;
-use crate::caps::wasi::{CapturedOutput, empty_ctx};
+use crate::caps::wasi::{CapturedOutput, LazyWasi};
 use crate::caps::workspace::{ReadGrant, WorkspaceHost};
 use crate::config::Config;
 use crate::db::{Db, EventCommit};
@@ -320,10 +321,9 @@ impl RunContext {
                 self.seed.get_or_init(|| run.seed)
             }
         };
-        let (wasi, table) = empty_ctx(&out, &err, journal, &meter, seed, event);
         Ok(InstanceState {
-            wasi,
-            table,
+            wasi: LazyWasi::new(&out, &err, journal, &meter, seed, event),
+            table: ResourceTable::new(),
             limiter: Limiter::new(limits),
             actions: ActionsHost::new(
                 self.grants.clone(),

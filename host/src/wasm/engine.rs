@@ -49,12 +49,41 @@ pub fn config(pool_instances: u32) -> Config {
         .max_core_instance_size(1 << 20)
         // Keep a few slots warm so back-to-back events reuse initialized memory.
         .max_unused_warm_slots(16)
-        // What stays resident is zeroed on every deallocation: 1 MiB made that memset
-        // the largest cost of a small policy's event (BENCHMARKS.md, section 1).
-        .linear_memory_keep_resident(64 << 10)
+        .linear_memory_keep_resident(memory_keep_resident())
         .table_keep_resident(1 << 16);
+    if pagemap_scan() {
+        pool.pagemap_scan(wasmtime::Enabled::Yes);
+    }
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config
+}
+
+/// Bytes of each memory slot kept resident between instances when the kernel
+/// can tell which pages an instance wrote (`PAGEMAP_SCAN`, Linux 6.7): only
+/// those are reset, by copying the image or zeroing, so the next instance takes
+/// no page faults and the slot needs no `madvise`. Covers a Rust policy's
+/// stack, data and heap (BENCHMARKS.md, section 1).
+const KEEP_RESIDENT_SCANNED: usize = 2 << 20;
+
+/// Without the scan, what stays resident is zeroed whole on every reset: 1 MiB
+/// made that memset the largest cost of a small policy's event.
+const KEEP_RESIDENT_UNSCANNED: usize = 64 << 10;
+
+/// Whether slots are reset by scanning for written pages.
+pub fn pagemap_scan() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        std::env::var_os("LOOPBOX_NO_PAGEMAP_SCAN").is_none()
+            && PoolingAllocationConfig::is_pagemap_scan_available()
+    })
+}
+
+fn memory_keep_resident() -> usize {
+    if pagemap_scan() {
+        KEEP_RESIDENT_SCANNED
+    } else {
+        KEEP_RESIDENT_UNSCANNED
+    }
 }
 
 /// A thread advancing the engine's epoch every [`EPOCH_TICK`]; stops when dropped.

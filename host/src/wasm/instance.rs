@@ -6,17 +6,21 @@
 use anyhow::Result;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtxView, WasiView};
 
 use crate::caps::{
-    self, actions::ActionsHost, log::LogHost, state::StateHost, wasi::CapturedOutput,
+    self,
+    actions::ActionsHost,
+    log::LogHost,
+    state::StateHost,
+    wasi::{CapturedOutput, LazyWasi},
     workspace::WorkspaceHost,
 };
 use crate::wasm::bindings::loopbox::policy::types;
 use crate::wasm::limits::{Limit, LimitExceeded, Limits};
 
 pub struct InstanceState {
-    pub wasi: WasiCtx,
+    pub wasi: LazyWasi,
     pub table: ResourceTable,
     pub limiter: Limiter,
     pub actions: ActionsHost,
@@ -44,7 +48,7 @@ impl types::Host for InstanceState {}
 impl WasiView for InstanceState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: self.wasi.ctx(),
             table: &mut self.table,
         }
     }

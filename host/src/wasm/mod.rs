@@ -6,6 +6,7 @@ pub mod bindings;
 pub(crate) mod builtin;
 pub mod cache;
 pub(crate) mod engine;
+pub use engine::pagemap_scan;
 pub mod fault;
 pub mod inspect;
 pub(crate) mod instance;

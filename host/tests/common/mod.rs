@@ -49,6 +49,17 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// A scratch workspace with the conformance loops (`tests/conformance/loops`)
+/// in `.loops/`, where little-loops keeps loops, and shell text granted.
+pub fn conformance_workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let loops = dir.path().join(".loops");
+    std::fs::create_dir_all(&loops).unwrap();
+    copy_dir(&repo().join("tests/conformance/loops"), &loops);
+    std::fs::write(dir.path().join("loopbox.toml"), "[shell]\nscripts = true\n").unwrap();
+    dir
+}
+
 /// `loopbox -C DIR ARGS...` run in DIR, without a terminal, with a shared component cache.
 pub fn loopbox(dir: &Path, args: &[&str]) -> Output {
     Command::new(BIN)

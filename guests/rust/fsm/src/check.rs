@@ -9,16 +9,29 @@ use crate::interp;
 use crate::problem::Problem;
 use crate::spec::{Action, CURRENT, EvalKind, Loop, Number, State, Target};
 
-pub fn check(lp: &Loop) -> Vec<Problem> {
+/// Context values a run gets without the loop declaring them: those
+/// `ll-loop run` injects, which `loopbox run` fills in the same way.
+pub const INJECTED_CONTEXT: &[&str] = &[
+    "run_dir",
+    "input_hash",
+    "max_steps",
+    "max_iterations",
+    "readiness_threshold",
+    "outcome_threshold",
+    "design_tokens_context",
+];
+
+/// Problems that stop the loop, and `notes` for what runs but may surprise.
+pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
     let mut out = Vec::new();
-    let main_file = lp.file.clone();
     let names: BTreeSet<&str> = lp.states.iter().map(|s| s.name.as_str()).collect();
     let list = names.iter().copied().collect::<Vec<_>>().join(", ");
     let known = |t: &Target| names.contains(t.state.as_str());
 
-    if !lp.initial.state.is_empty() && !known(&lp.initial) {
+    // With no states at all, the loader has said so; naming the initial one adds nothing.
+    if !lp.initial.state.is_empty() && !lp.states.is_empty() && !known(&lp.initial) {
         out.push(at(
-            &main_file,
+            &lp.files,
             lp.initial.line,
             format!(
                 "initial state `{}` is not defined (states: {list})",
@@ -26,32 +39,57 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
             ),
         ));
     }
+    if let Some(t) = lp.circuit.as_ref().and_then(|c| c.on_repeated.as_ref())
+        && !known(t)
+    {
+        out.push(at(
+            &lp.files,
+            t.line,
+            format!(
+                "`circuit.repeated_failure.on_repeated_failure` names `{}`, which is not defined (states: {list}); `abort` ends the loop",
+                t.state
+            ),
+        ));
+    }
     if let Some(t) = &lp.on_max_steps
         && !known(t)
     {
         out.push(at(
-            &main_file,
+            &lp.files,
             t.line,
             format!(
                 "`on_max_steps` names `{}`, which is not defined (states: {list})",
                 t.state
             ),
         ));
-    } else if let Some(t) = &lp.on_max_steps
-        && lp.states.iter().any(|s| s.name == t.state && !s.terminal)
-    {
-        out.push(at(&main_file, t.line, format!("`on_max_steps` must name a terminal state: the loop has no steps left to route on from `{}`", t.state)));
     }
+    // A sub-loop state given `with:` or `context_passthrough` keeps the
+    // child's captures under its own name.
     let captures: BTreeSet<&str> = lp
         .states
         .iter()
         .filter_map(|s| s.capture.as_deref())
+        .chain(
+            lp.states
+                .iter()
+                .filter(|s| {
+                    s.sub
+                        .as_ref()
+                        .is_some_and(|l| l.with.is_some() || l.passthrough)
+                })
+                .map(|s| s.name.as_str()),
+        )
         .collect();
     for s in &lp.states {
-        for t in s.routes.targets().chain(s.on_retry_exhausted.iter()) {
+        for t in s
+            .routes
+            .targets()
+            .chain(s.on_retry_exhausted.iter())
+            .chain(s.on_throttle_hard.iter())
+        {
             if t.state != CURRENT && !known(t) {
                 out.push(at(
-                    &s.file,
+                    &lp.files,
                     t.line,
                     format!(
                         "state `{}`: routes to `{}`, which is not defined (states: {list})",
@@ -60,8 +98,8 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
                 ));
             }
         }
-        unrouted_verdicts(s, &mut out);
-        references(lp, &captures, s, &mut out);
+        unrouted_verdicts(lp, s, &mut out);
+        references(lp, &captures, s, &mut out, notes);
     }
     if !known(&lp.initial) {
         return out;
@@ -79,17 +117,24 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
         let Some(s) = lp.states.iter().find(|s| s.name == name) else {
             continue;
         };
-        for t in s.routes.targets().chain(s.on_retry_exhausted.iter()) {
+        for t in s
+            .routes
+            .targets()
+            .chain(s.on_retry_exhausted.iter())
+            .chain(s.on_throttle_hard.iter())
+            .chain(lp.circuit.iter().filter_map(|c| c.on_repeated.as_ref()))
+        {
             if names.contains(t.state.as_str()) && reached.insert(t.state.as_str()) {
                 queue.push_back(t.state.as_str());
             }
         }
     }
-    // Imported files are libraries of states: only the loop's own must be reachable.
+    // Imported files are libraries of states: only the loop's own are
+    // looked at. An unreachable state runs never; little-loops accepts it.
     for s in lp.states.iter().filter(|s| s.file == lp.file) {
         if !reached.contains(s.name.as_str()) {
-            out.push(at(
-                &s.file,
+            notes.push(at(
+                &lp.files,
                 s.line,
                 format!(
                     "state `{}` is unreachable: no route from `{}` leads to it",
@@ -104,7 +149,7 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
         .any(|s| s.terminal && reached.contains(s.name.as_str()))
     {
         out.push(at(
-            &main_file,
+            &lp.files,
             lp.initial.line,
             format!("no terminal state can be reached from `{}`: the loop could only stop at max_steps; add a state with `terminal: true`", lp.initial.state),
         ));
@@ -112,16 +157,12 @@ pub fn check(lp: &Loop) -> Vec<Problem> {
     out
 }
 
-fn at(file: &str, line: u32, message: String) -> Problem {
-    Problem {
-        file: file.to_string(),
-        line,
-        message,
-    }
+fn at(files: &[String], line: u32, message: String) -> Problem {
+    Problem::at(files, line, message)
 }
 
 /// Verdicts a deterministic evaluator always may produce must go somewhere.
-fn unrouted_verdicts(s: &State, out: &mut Vec<Problem>) {
+fn unrouted_verdicts(lp: &Loop, s: &State, out: &mut Vec<Problem>) {
     if s.terminal || s.routes.next.is_some() || s.routes.default.is_some() || s.evaluate_invalid {
         return;
     }
@@ -131,6 +172,8 @@ fn unrouted_verdicts(s: &State, out: &mut Vec<Problem>) {
         _ => return,
     };
     let verdicts: &[&str] = match kind {
+        // Its verdict is whatever the output says.
+        EvalKind::Classify { .. } => return,
         EvalKind::LlmStructured { .. } => &["yes"],
         EvalKind::Convergence { .. } => &["target", "progress", "stall"],
         _ => &["yes", "no"],
@@ -146,7 +189,7 @@ fn unrouted_verdicts(s: &State, out: &mut Vec<Problem>) {
                 other => format!("`on_{other}`"),
             };
             out.push(at(
-                &s.file,
+                &lp.files,
                 s.line,
                 format!("state `{}`: verdict `{v}` of `{}` goes nowhere; add {hint}, or `_` in a `route` table", s.name, kind.name()),
             ));
@@ -166,6 +209,17 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
             out.extend(argv.iter().map(|a| ("exec", a.clone(), s.action_line)))
         }
         None => {}
+    }
+    if let Some(sub) = &s.sub {
+        out.push(("loop", sub.name.clone(), sub.line));
+        for v in sub.with.iter().flat_map(|w| w.values()) {
+            strings(v, &mut |t| out.push(("with", t.to_string(), sub.line)));
+        }
+    }
+    if let Some(f) = &s.fragment {
+        for v in f.bindings.values() {
+            strings(v, &mut |t| out.push(("with", t.to_string(), s.line)));
+        }
     }
     if let Some(e) = &s.evaluate {
         let mut add = |what, t: &String| out.push((what, t.clone(), e.line));
@@ -199,14 +253,20 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
 }
 
 /// `captures`: every capture name in the loop.
-fn references(lp: &Loop, captures: &BTreeSet<&str>, s: &State, out: &mut Vec<Problem>) {
+fn references(
+    lp: &Loop,
+    captures: &BTreeSet<&str>,
+    s: &State,
+    out: &mut Vec<Problem>,
+    notes: &mut Vec<Problem>,
+) {
     for (field, template, line) in templates(s) {
         for r in interp::refs(&template) {
             let r = match r {
                 Ok(r) => r,
                 Err(e) => {
                     out.push(at(
-                        &s.file,
+                        &lp.files,
                         line,
                         format!("state `{}`: {field}: {e}", s.name),
                     ));
@@ -216,10 +276,39 @@ fn references(lp: &Loop, captures: &BTreeSet<&str>, s: &State, out: &mut Vec<Pro
             if r.default.is_some() || r.optional {
                 continue;
             }
+            let key = r.path[1].as_str();
+            if r.path[0] == "context"
+                && !lp.context.contains_key(key)
+                && !INJECTED_CONTEXT.contains(&key)
+                && lp.input_key != key
+            {
+                let given = if lp.required_inputs.iter().any(|k| k == key) {
+                    "a required input: `loopbox run` refuses to start without it"
+                } else if lp.parameters.iter().any(|p| p.name == key) {
+                    "a parameter: a parent loop's `with:` binds it"
+                } else {
+                    "not declared: it must come from --input, or the run stops at this state"
+                };
+                let note = at(
+                    &lp.files,
+                    line,
+                    format!("state `{}`: {field}: `{}` is {given}", s.name, r.raw),
+                );
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
+                continue;
+            }
+            let param_known = |name: &str| {
+                s.fragment.as_ref().is_some_and(|f| {
+                    f.bindings.contains_key(name) || f.parameters.iter().any(|p| p.name == name)
+                })
+            };
             let problem = match r.path[0].as_str() {
-                "context" if !lp.context.contains_key(&r.path[1]) => Some(format!(
-                    "`{}`: `context` has no `{}`; declare it under `context` (a run's --input can replace it)",
-                    r.raw, r.path[1]
+                "env" => None,
+                "param" if !param_known(key) => Some(format!(
+                    "`{}`: `param` is what a fragment's `with:` binds, and this state binds no `{key}`",
+                    r.raw
                 )),
                 "captured" if !captures.contains(r.path[1].as_str()) => {
                     let have = if captures.is_empty() {
@@ -232,15 +321,19 @@ fn references(lp: &Loop, captures: &BTreeSet<&str>, s: &State, out: &mut Vec<Pro
                         r.raw, r.path[1]
                     ))
                 }
-                "captured" if r.path.len() < 3 => Some(format!(
-                    "`{}`: name a field, like `captured.{}.output`",
-                    r.raw, r.path[1]
-                )),
                 "state" if !matches!(r.path[1].as_str(), "name" | "iteration") => {
                     Some(format!("`{}`: `state` has `name` and `iteration`", r.raw))
                 }
-                "loop" if !matches!(r.path[1].as_str(), "name" | "step") => {
-                    Some(format!("`{}`: `loop` has `name` and `step`", r.raw))
+                "loop"
+                    if !matches!(
+                        key,
+                        "name" | "step" | "started_at" | "elapsed_ms" | "elapsed"
+                    ) =>
+                {
+                    Some(format!(
+                        "`{}`: `loop` has name, step, started_at, elapsed_ms and elapsed",
+                        r.raw
+                    ))
                 }
                 "prev"
                     if !matches!(
@@ -256,12 +349,27 @@ fn references(lp: &Loop, captures: &BTreeSet<&str>, s: &State, out: &mut Vec<Pro
                 _ => None,
             };
             if let Some(message) = problem {
-                out.push(at(
-                    &s.file,
+                let p = at(
+                    &lp.files,
                     line,
                     format!("state `{}`: {field}: {message}", s.name),
-                ));
+                );
+                // little-loops finds these only when the state runs, and so
+                // does loopbox: the loop stops there, naming the reference.
+                if !notes.contains(&p) {
+                    notes.push(p);
+                }
             }
         }
+    }
+}
+
+/// Every string inside a JSON value.
+fn strings(v: &serde_json::Value, f: &mut dyn FnMut(&str)) {
+    match v {
+        serde_json::Value::String(t) => f(t),
+        serde_json::Value::Array(items) => items.iter().for_each(|i| strings(i, f)),
+        serde_json::Value::Object(m) => m.values().for_each(|i| strings(i, f)),
+        _ => {}
     }
 }

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::spec::{Direction, Op, canonical_verdict};
+use crate::spec::{Direction, Op, Pick, canonical_verdict};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
@@ -28,49 +28,78 @@ fn yes_no(ok: bool, detail: String) -> Verdict {
     v(if ok { "yes" } else { "no" }, detail)
 }
 
-/// 0 is `yes`, 1 is `no`, anything else (or no code: killed, timed out) is `error`.
-pub fn exit_code(code: Option<i32>, timed_out: bool) -> Verdict {
+/// 0 is `yes`, 1 is `no`, anything else is `error` (124 is a timeout, a
+/// negative code a process killed by a signal, as little-loops counts them).
+pub fn exit_code(code: i32) -> Verdict {
     match code {
-        _ if timed_out => v("error", "timed out"),
-        Some(0) => v("yes", "exit 0"),
-        Some(1) => v("no", "exit 1"),
-        Some(c) => v("error", format!("exit {c}")),
-        None => v("error", "killed by a signal"),
+        0 => v("yes", "exit 0"),
+        1 => v("no", "exit 1"),
+        124 => v("error", "timed out"),
+        c if c < 0 => v("error", "killed by a signal"),
+        c => v("error", format!("exit {c}")),
     }
 }
 
 /// A regular expression, or plain text when the pattern does not compile.
+/// As in Python's `re.search`, `$` also matches before a final newline.
 fn matches(pattern: &str, text: &str) -> bool {
     match regex_lite::Regex::new(pattern) {
-        Ok(re) => re.is_match(text),
+        Ok(re) => {
+            re.is_match(text)
+                || text
+                    .strip_suffix('\n')
+                    .is_some_and(|t| pattern.contains('$') && re.is_match(t))
+        }
         Err(_) => text.contains(pattern),
     }
 }
 
+/// `pattern` found (`yes`) or not (`no`), `negate` turning it round. When it
+/// is not found, an `error_patterns` entry in the output (as plain text)
+/// makes it `error`, as little-loops checks them.
 pub fn output_contains(
     output: &str,
     pattern: &str,
     negate: bool,
     error_patterns: &[String],
 ) -> Verdict {
-    if let Some(p) = error_patterns.iter().find(|p| matches(p, output)) {
-        return v("error", format!("output matches error pattern `{p}`"));
-    }
     let found = matches(pattern, output);
+    if !found
+        && !negate
+        && let Some(p) = error_patterns.iter().find(|p| output.contains(p.as_str()))
+    {
+        return v(
+            "error",
+            format!("`{pattern}` not found, and error pattern `{p}` is"),
+        );
+    }
     let detail = format!("`{pattern}` {}", if found { "found" } else { "not found" });
     yes_no(found != negate, detail)
 }
 
-/// The output as a number: all of it, or else its last non-empty line.
+/// The whole output as a number, as Python's `float(output.strip())` reads it.
 pub fn number_in(output: &str) -> Option<f64> {
-    let parse = |s: &str| s.trim().parse::<f64>().ok().filter(|f| f.is_finite());
-    parse(output).or_else(|| {
-        output
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .and_then(parse)
-    })
+    let t = output.trim();
+    match t.to_ascii_lowercase().trim_start_matches(['+', '-']) {
+        "inf" | "infinity" | "nan" => return t.replace('_', "").parse::<f64>().ok(),
+        _ => {}
+    }
+    if t.contains("__") || t.starts_with('_') || t.ends_with('_') {
+        return None;
+    }
+    t.replace('_', "").parse::<f64>().ok()
+}
+
+/// The last `KEY=NUMBER` in the output (`output_numeric`'s `key`).
+fn keyed_number(output: &str, key: &str) -> Option<f64> {
+    let re = regex_lite::Regex::new(&format!(
+        r"{}\s*=\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)",
+        regex_lite::escape(key)
+    ))
+    .ok()?;
+    re.captures_iter(output)
+        .last()
+        .and_then(|c| c[1].parse::<f64>().ok())
 }
 
 fn compare(a: f64, op: Op, b: f64) -> bool {
@@ -84,13 +113,17 @@ fn compare(a: f64, op: Op, b: f64) -> bool {
     }
 }
 
-pub fn output_numeric(output: &str, op: Op, target: f64) -> Verdict {
-    match number_in(output) {
-        None => v(
-            "error",
-            format!("the output is not a number: `{}`", preview(output)),
-        ),
-        Some(n) => yes_no(
+pub fn output_numeric(output: &str, op: Op, target: f64, key: Option<&str>) -> Verdict {
+    let n = match key {
+        Some(k) => {
+            keyed_number(output, k).ok_or_else(|| format!("`{k}=NUMBER` is not in the output"))
+        }
+        None => number_in(output)
+            .ok_or_else(|| format!("the output is not a number: `{}`", preview(output))),
+    };
+    match n {
+        Err(why) => v("error", why),
+        Ok(n) => yes_no(
             compare(n, op, target),
             format!("{} {} {}", fmt(n), op.name(), fmt(target)),
         ),
@@ -139,17 +172,14 @@ pub fn convergence(
     target: f64,
     tolerance: f64,
     direction: Direction,
-) -> (Verdict, Option<f64>) {
+) -> Verdict {
     let Some(current) = number_in(output) else {
-        return (
-            v(
-                "error",
-                format!("the output is not a number: `{}`", preview(output)),
-            ),
-            None,
+        return v(
+            "error",
+            format!("the output is not a number: `{}`", preview(output)),
         );
     };
-    let verdict = if (current - target).abs() <= tolerance {
+    if (current - target).abs() <= tolerance {
         v(
             "target",
             format!(
@@ -176,8 +206,113 @@ pub fn convergence(
                 )
             }
         }
+    }
+}
+
+/// `diff_stall` / `action_stall`: `current` the same as last time counts a
+/// stall; `max` of them in a row is `no`. `last` keeps the value and the
+/// count between calls (little-loops keeps them in `.loops/tmp`; loopbox in
+/// the run, so two runs do not share them).
+pub fn repeat_stall(
+    last: &mut Option<(String, u32)>,
+    current: String,
+    max: u32,
+    what: &str,
+) -> Verdict {
+    match last {
+        Some((seen, count)) if *seen == current => {
+            *count += 1;
+            let count = *count;
+            yes_no(
+                count < max,
+                format!("{what} unchanged {count} time(s) (stall at {max})"),
+            )
+        }
+        _ => {
+            let first = last.is_none();
+            *last = Some((current, 0));
+            v(
+                "yes",
+                if first {
+                    format!("first {what}")
+                } else {
+                    format!("{what} changed")
+                },
+            )
+        }
+    }
+}
+
+/// `score_stall` (higher is better) / `open_question_stall` (lower is
+/// better) over a history file of one number a line: `no` once the best so
+/// far has not improved by more than `epsilon` for `max` rounds.
+pub fn history_stall(history: &str, max: u32, epsilon: f64, lower_is_better: bool) -> Verdict {
+    let values: Vec<f64> = history
+        .lines()
+        .filter_map(|l| l.trim().parse::<f64>().ok())
+        .collect();
+    if values.len() < 2 {
+        return v("yes", format!("{} round(s) of history", values.len()));
+    }
+    let better = |a: f64, b: f64| if lower_is_better { a < b } else { a > b };
+    let (mut best, mut stall) = (values[0], 0u32);
+    for &x in &values[1..] {
+        let beyond = if lower_is_better {
+            best - epsilon
+        } else {
+            best + epsilon
+        };
+        if better(x, beyond) {
+            best = x;
+            stall = 0;
+        } else {
+            if better(x, best) {
+                best = x;
+            }
+            stall += 1;
+        }
+    }
+    yes_no(
+        stall < max,
+        format!(
+            "best {} after {} rounds, {stall} without progress (stall at {max})",
+            fmt(best),
+            values.len()
+        ),
+    )
+}
+
+/// `harbor_scorer`: a scorer that fails is `no`; one that prints a number `yes`.
+pub fn harbor_scorer(output: &str, code: i32) -> Verdict {
+    if code != 0 {
+        return v("no", format!("the scorer exited {code}"));
+    }
+    match number_in(output) {
+        Some(score) => v("yes", format!("score {}", fmt(score))),
+        None => v(
+            "error",
+            format!("the scorer printed no number: `{}`", preview(output)),
+        ),
+    }
+}
+
+/// `classify`: a line of the output, trimmed, is the verdict.
+pub fn classify(output: &str, pick: Pick) -> Verdict {
+    let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+    let chosen = match pick {
+        Pick::First => lines.first(),
+        Pick::Last => lines.last(),
+        Pick::Index(i) if i < 0 => lines
+            .len()
+            .checked_sub(i.unsigned_abs() as usize)
+            .and_then(|j| lines.get(j)),
+        Pick::Index(i) => lines.get(i as usize),
     };
-    (verdict, Some(current))
+    let token = chosen.map(|l| l.trim()).unwrap_or("");
+    Verdict {
+        verdict: token.to_string(),
+        detail: format!("the output says `{}`", preview(token)),
+    }
 }
 
 /// The question sent to the agent for an `llm_structured` verdict.
@@ -294,14 +429,14 @@ mod tests {
     fn exit_code_table() {
         verdicts(
             &[
-                ((Some(0), false), "yes"),
-                ((Some(1), false), "no"),
-                ((Some(2), false), "error"),
-                ((Some(127), false), "error"),
-                ((None, false), "error"),
-                ((Some(0), true), "error"),
+                (0, "yes"),
+                (1, "no"),
+                (2, "error"),
+                (127, "error"),
+                (-9, "error"),
+                (124, "error"),
             ],
-            |(c, t)| exit_code(*c, *t),
+            |c| exit_code(*c),
         );
     }
 
@@ -321,6 +456,7 @@ mod tests {
                 (("all clear", "TODO", true, no_errors), "yes"),
                 // An invalid regex falls back to plain text.
                 (("a (b", "(b", false, no_errors), "yes"),
+                // Error patterns are read only when the pattern is not found.
                 (
                     (
                         "thread panicked; result: ok",
@@ -328,8 +464,13 @@ mod tests {
                         false,
                         &errs[..],
                     ),
-                    "error",
+                    "yes",
                 ),
+                (("thread panicked", "result: ok", false, &errs[..]), "error"),
+                (("thread panicked", "result: ok", true, &errs[..]), "yes"),
+                // Python's `$` matches before a final newline.
+                (("done\n", "^done$", false, no_errors), "yes"),
+                (("done\n\n", "^done$", false, no_errors), "no"),
             ],
             |(out, pat, neg, errs)| output_contains(out, pat, *neg, errs),
         );
@@ -345,11 +486,20 @@ mod tests {
                 (("3", Le, 3.0), "yes"),
                 (("4", Gt, 3.0), "yes"),
                 (("2", Ge, 3.0), "no"),
-                (("counting...\n7\n", Eq, 7.0), "yes"),
+                // The whole output, as Python's float() reads it.
+                (("counting...\n7\n", Eq, 7.0), "error"),
+                ((" 1_000 ", Eq, 1000.0), "yes"),
                 (("seven", Eq, 7.0), "error"),
                 (("", Eq, 0.0), "error"),
             ],
-            |(out, op, t)| output_numeric(out, *op, *t),
+            |(out, op, t)| output_numeric(out, *op, *t, None),
+        );
+        verdicts(
+            &[
+                (("score=3\nscore = 8\n", Eq, 8.0), "yes"),
+                (("nothing", Eq, 8.0), "error"),
+            ],
+            |(out, op, t)| output_numeric(out, *op, *t, Some("score")),
         );
     }
 
@@ -386,7 +536,7 @@ mod tests {
         ];
         for ((out, prev, target, tol, dir), want) in cases {
             assert_eq!(
-                convergence(out, prev, target, tol, dir).0.verdict,
+                convergence(out, prev, target, tol, dir).verdict,
                 want,
                 "{out} {prev:?}"
             );

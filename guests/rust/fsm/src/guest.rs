@@ -40,7 +40,17 @@ impl Policy for Fsm {
                 );
             }
         };
-        let end = machine::run(&lp, &start.context, &mut Host);
+        let context = match crate::start::context(&lp, &start) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error(&e);
+                return loopbox_guest::done_with(false, e, &serde_json::json!({"loop": lp.name}));
+            }
+        };
+        for note in &lp.notes {
+            log::info(&format!("note: {note}"));
+        }
+        let end = machine::run_in(&lp, &context, start.workspace.as_deref(), &mut Host);
         loopbox_guest::done_with(end.success, end.summary.clone(), &end.data(&lp))
     }
 }
@@ -108,6 +118,10 @@ impl World for Host {
 
     fn progress(&mut self, message: &str) {
         log::progress(message)
+    }
+
+    fn read(&mut self, path: &str) -> Result<String, String> {
+        workspace::read(path)
     }
 
     fn now_ms(&mut self) -> u64 {

@@ -3,13 +3,19 @@
 //! Namespaces: `context.*`, `captured.NAME.*` (`output`, `exit_code`,
 //! `stderr`, `duration_ms`, `result.*` from an ACTION_RESULT block), `prev.*`
 //! (the previous state's `output`, `exit_code`, `stderr`, `state`, `result`),
-//! `state.name`, `state.iteration`, `loop.name`, `loop.step`. Suffixes:
-//! `:default=TEXT` and `?` (missing is empty). `$${` is a literal `${`.
-//! A missing reference without a suffix is an error that names it.
+//! `state.name`, `state.iteration`, `loop.name`, `loop.step`,
+//! `loop.elapsed_ms`, `loop.elapsed`, `param.*` (a fragment's `with:`
+//! bindings) and `env.PWD` (the workspace directory; no other variable). Suffixes, one at a time as in little-loops: `:default=TEXT`,
+//! `?` (missing is empty) and `:shell` (quoted as one shell word, like
+//! Python's `shlex.quote`). `$${` is a literal `${`. A missing reference
+//! without a suffix is an error that names it. Values read as little-loops'
+//! Python `str()` writes them: `True`, `3.0`, `['a', 'b']`.
 
 use serde_json::Value;
 
-pub const NAMESPACES: &[&str] = &["context", "captured", "prev", "state", "loop"];
+pub const NAMESPACES: &[&str] = &[
+    "context", "captured", "prev", "state", "loop", "param", "env",
+];
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Piece {
@@ -23,6 +29,8 @@ pub struct Ref {
     pub path: Vec<String>,
     pub default: Option<String>,
     pub optional: bool,
+    /// `:shell`: the value quoted as one shell word.
+    pub shell: bool,
     /// The reference as written, `${...}` included.
     pub raw: String,
 }
@@ -68,14 +76,19 @@ fn scan(template: &str) -> Vec<Result<Piece, String>> {
 }
 
 fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
-    let (expr, default) = match body.split_once(":default=") {
-        Some((e, d)) => (e, Some(d.to_string())),
-        None => (body, None),
-    };
-    let (expr, optional) = match expr.strip_suffix('?') {
-        Some(e) => (e, true),
-        None => (expr, false),
-    };
+    let (mut expr, mut default, mut optional, mut shell) = (body, None, false, false);
+    if let Some((e, d)) = body.split_once(":default=") {
+        if e.ends_with('?') || e.ends_with(":shell") {
+            return Err(format!(
+                "`{raw}`: `:default=`, `?` and `:shell` cannot be combined"
+            ));
+        }
+        (expr, default) = (e, Some(d.to_string()));
+    } else if let Some(e) = body.strip_suffix('?') {
+        (expr, optional) = (e, true);
+    } else if let Some(e) = body.strip_suffix(":shell") {
+        (expr, shell) = (e, true);
+    }
     let expr = expr.trim();
     if expr.is_empty() {
         return Err(format!(
@@ -87,9 +100,9 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
         return Err(format!("`{raw}` has an empty part in its path"));
     }
     let ns = path[0].as_str();
-    if ns == "env" {
+    if ns == "env" && path[1..] != ["PWD".to_string()] {
         return Err(format!(
-            "`{raw}`: a sandboxed loop has no environment; put the value in `context` (a run's --input can set it)"
+            "`{raw}`: a sandboxed loop has no environment (only `env.PWD`, the workspace directory); put the value in `context` (a run's --input can set it)"
         ));
     }
     if !NAMESPACES.contains(&ns) {
@@ -108,6 +121,7 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
         path,
         default,
         optional,
+        shell,
         raw,
     })
 }
@@ -150,6 +164,7 @@ pub fn render(template: &str, scope: &dyn Scope) -> Result<String, String> {
         match piece {
             Piece::Text(t) => out.push_str(&t),
             Piece::Ref(r) => match scope.lookup(&r.path)? {
+                Some(v) if r.shell => out.push_str(&shell_quote(&as_text(&v))),
                 Some(v) => out.push_str(&as_text(&v)),
                 None if r.default.is_some() => {
                     out.push_str(r.default.as_deref().unwrap_or_default())
@@ -180,17 +195,84 @@ fn missing_hint(path: &[String]) -> String {
     }
 }
 
-/// How a value reads inside text: strings as they are, JSON for the rest.
+/// How a value reads inside text, as little-loops' Python `str()` writes
+/// it: strings as they are, null as nothing, `True`/`False`, whole floats
+/// with `.0`, lists and mappings as Python literals.
 pub fn as_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => number_text(f),
-            _ => n.to_string(),
-        },
-        other => other.to_string(),
+        other => python_repr(other),
     }
+}
+
+fn python_repr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or_default();
+            if f.fract() == 0.0 && f.abs() < 1e16 {
+                format!("{f:.1}")
+            } else {
+                format!("{f}")
+            }
+        }
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => {
+            // Python quotes with ' unless the text has ' and no ".
+            let q = if s.contains('\'') && !s.contains('"') {
+                '"'
+            } else {
+                '\''
+            };
+            let mut out = String::from(q);
+            for c in s.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\t' => out.push_str("\\t"),
+                    '\r' => out.push_str("\\r"),
+                    c if c == q => {
+                        out.push('\\');
+                        out.push(c)
+                    }
+                    c => out.push(c),
+                }
+            }
+            out.push(q);
+            out
+        }
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(python_repr).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, v)| format!(
+                    "{}: {}",
+                    python_repr(&Value::String(k.clone())),
+                    python_repr(v)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `s` as one shell word, as Python's `shlex.quote` writes it: unchanged when
+/// it is only safe characters, else in single quotes with each `'` as `'"'"'`.
+pub fn shell_quote(s: &str) -> String {
+    if s.is_empty() {
+        return "''".into();
+    }
+    let safe = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./-_".contains(c);
+    if s.chars().all(safe) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\"'\"'"))
 }
 
 /// A number as text: whole numbers without a fraction (`3`, not `3.0`).
@@ -252,7 +334,7 @@ mod tests {
                 "fix#2 of fix-tests",
             ),
             ("${context.nested.list.1}", "b"),
-            ("${context.nested.list}", "[\"a\",\"b\"]"),
+            ("${context.nested.list}", "['a', 'b']"),
             ("cost: $5 and $${literal}", "cost: $5 and ${literal}"),
             ("${context.missing:default=none}", "none"),
             ("[${context.missing?}]", "[]"),
@@ -291,5 +373,37 @@ mod tests {
             let err = render(template, &scope()).unwrap_err();
             assert!(err.starts_with(want), "{template}: {err}");
         }
+    }
+
+    #[test]
+    fn shell_quoting_and_python_text_match_little_loops() {
+        let s = Json(json!({"context": {
+            "plain": "src/main.rs", "odd": "it's $(rm -rf ~); `x`", "empty": "",
+            "flag": true, "ratio": 3.0, "n": 3, "list": ["a", "b'c"], "map": {"k": null},
+        }}));
+        let cases = [
+            ("${context.plain:shell}", "src/main.rs"),
+            ("${context.odd:shell}", "'it'\"'\"'s $(rm -rf ~); `x`'"),
+            ("${context.empty:shell}", "''"),
+            ("${context.flag}", "True"),
+            ("${context.ratio}", "3.0"),
+            ("${context.n}", "3"),
+            ("${context.list}", "['a', \"b'c\"]"),
+            ("${context.map}", "{'k': None}"),
+        ];
+        for (t, want) in cases {
+            assert_eq!(render(t, &s).unwrap(), want, "{t}");
+        }
+        // As in little-loops, the suffixes do not combine.
+        assert!(
+            parse("${context.odd:shell:default=x}")
+                .unwrap_err()
+                .contains("cannot be combined")
+        );
+        assert!(
+            parse("${context.odd?:default=x}")
+                .unwrap_err()
+                .contains("cannot be combined")
+        );
     }
 }

@@ -11,6 +11,7 @@ pub mod load;
 pub mod machine;
 pub mod markers;
 pub mod problem;
+pub mod resolve;
 pub mod route;
 pub mod spec;
 pub mod start;

@@ -1,7 +1,19 @@
-//! Running a loop: enter a state, run its action through the [`World`],
-//! look for markers, capture, evaluate, route; until a terminal state, a
-//! marker, the step cap or the timeout ends it. The world is the host inside
-//! the sandbox and a scripted double in tests.
+//! Running a loop as little-loops' executor does: enter a state, run its
+//! action (or its sub-loop) through the [`World`], look for markers,
+//! capture, evaluate, route; until a terminal state, a marker, the step cap
+//! or the timeout ends it. The world is the host inside the sandbox and a
+//! scripted double in tests.
+//!
+//! Where little-loops' documentation and its code disagree, this follows
+//! the code (`little_loops/fsm/executor.py`, 1.156):
+//! - a terminal state ends the loop on entry; its action never runs (but
+//!   `on_max_steps`'s state runs its action, and the loop then ends as out
+//!   of steps);
+//! - the step cap is checked before each state, a terminal one included;
+//! - `next` skips evaluation; a failing action (non-zero exit) takes
+//!   `on_error` when the state has one;
+//! - a state with neither action nor evaluator is a `yes`;
+//! - an action the host refuses takes `on_error`, or ends the loop.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +23,7 @@ use crate::eval::{self, Verdict, preview};
 use crate::interp::{self, Scope};
 use crate::markers::{self, Signal};
 use crate::route::route;
-use crate::spec::{Action, EvalKind, Loop, Number, State};
+use crate::spec::{Action, EvalKind, Loop, Number, Param, State, SubLoop};
 
 /// What an action produced.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -21,6 +33,18 @@ pub struct Out {
     pub stderr: String,
     pub duration_ms: u64,
     pub timed_out: bool,
+}
+
+impl Out {
+    /// The exit code as little-loops sees it: 124 for a timeout, -1 for a
+    /// process killed by a signal.
+    pub fn code(&self) -> i32 {
+        if self.timed_out {
+            124
+        } else {
+            self.exit_code.unwrap_or(-1)
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +81,37 @@ pub trait World {
     fn progress(&mut self, message: &str);
     /// Milliseconds on a clock that only moves forward.
     fn now_ms(&mut self) -> u64;
+    /// A workspace file: the loop a sub-loop state names.
+    fn read(&mut self, path: &str) -> Result<String, String>;
+}
+
+/// Why a loop ended, in little-loops' words (`terminated_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Terminal,
+    MaxSteps,
+    Timeout,
+    Error,
+    /// `LOOP_STOP:` in an action's output.
+    Stopped,
+    /// One route taken more than `max_edge_revisits` times.
+    CycleDetected,
+    /// The `circuit` stall detector, set to abort.
+    StallDetected,
+}
+
+impl End {
+    pub fn name(self) -> &'static str {
+        match self {
+            End::Terminal => "terminal",
+            End::MaxSteps => "max_steps",
+            End::Timeout => "timeout",
+            End::Error => "error",
+            End::Stopped => "stopped",
+            End::CycleDetected => "cycle_detected",
+            End::StallDetected => "stall_detected",
+        }
+    }
 }
 
 /// How the loop ended.
@@ -64,18 +119,24 @@ pub trait World {
 pub struct Ending {
     pub success: bool,
     pub summary: String,
+    pub end: End,
     /// The state the loop ended in.
     pub state: String,
     pub steps: u32,
-    /// States entered, in order (the first [`PATH_KEPT`]).
+    /// States entered, in order, and the terminal state it ended in (the first [`PATH_KEPT`]).
     pub path: Vec<String>,
+    /// What the loop captured (a sub-loop's parent keeps it).
+    pub captured: Map<String, Value>,
 }
 
 pub const PATH_KEPT: usize = 1000;
 
 impl Ending {
     pub fn data(&self, lp: &Loop) -> Value {
-        json!({"loop": lp.name, "state": self.state, "steps": self.steps, "path": self.path})
+        json!({
+            "loop": lp.name, "state": self.state, "steps": self.steps, "path": self.path,
+            "terminated_by": self.end.name(),
+        })
     }
 }
 
@@ -84,11 +145,16 @@ struct Run<'a> {
     context: Map<String, Value>,
     captured: Map<String, Value>,
     prev: Option<Value>,
-    iterations: BTreeMap<String, u32>,
-    /// Last value each convergence state saw.
-    last_metric: BTreeMap<String, f64>,
+    /// `${param.*}`: the current state's fragment bindings.
+    param: Map<String, Value>,
     state: String,
     step: u32,
+    started: u64,
+    now: u64,
+    /// `diff_stall` / `action_stall`: the last value and its repeat count, by key.
+    stalls: BTreeMap<String, Option<(String, u32)>>,
+    /// `${env.PWD}`.
+    workspace: Option<String>,
 }
 
 impl Scope for Run<'_> {
@@ -110,67 +176,127 @@ impl Scope for Run<'_> {
                 .as_ref()
                 .and_then(|p| interp::walk(p, rest))
                 .cloned(),
+            "env" => self.workspace.clone().map(Value::String),
+            "param" => self
+                .param
+                .get(&rest[0])
+                .and_then(|c| interp::walk(c, &rest[1..]))
+                .cloned(),
             "state" => match rest[0].as_str() {
                 "name" => Some(json!(self.state)),
-                "iteration" => Some(json!(
-                    self.iterations.get(&self.state).copied().unwrap_or(0)
-                )),
+                // little-loops: the loop's step count, not visits to this state.
+                "iteration" => Some(json!(self.step)),
                 _ => None,
             },
-            "loop" => match rest[0].as_str() {
-                "name" => Some(json!(self.lp.name)),
-                "step" => Some(json!(self.step)),
-                _ => None,
-            },
+            "loop" => {
+                let elapsed = self.now.saturating_sub(self.started);
+                match rest[0].as_str() {
+                    "name" => Some(json!(self.lp.name)),
+                    "step" => Some(json!(self.step)),
+                    "started_at" => Some(json!(self.started)),
+                    "elapsed_ms" => Some(json!(elapsed)),
+                    "elapsed" => Some(json!(duration_text(elapsed))),
+                    _ => None,
+                }
+            }
             _ => None,
         };
         Ok(found)
     }
 }
 
-/// Run `lp` to its end. `input` (the run's `--input` object) replaces `context` values.
+/// `500ms`, `30s`, `2m 15s`, as little-loops writes `${loop.elapsed}`.
+fn duration_text(ms: u64) -> String {
+    let s = ms / 1000;
+    match (ms, s / 60, s % 60) {
+        (ms, _, _) if ms < 1000 => format!("{ms}ms"),
+        (_, 0, s) => format!("{s}s"),
+        (_, m, 0) => format!("{m}m"),
+        (_, m, s) => format!("{m}m {s}s"),
+    }
+}
+
+/// Run `lp` to its end. `input` replaces `context` values (the guest passes
+/// the whole starting context, see [`crate::start::context`]).
 pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Ending {
+    run_in(lp, input, None, world)
+}
+
+/// [`run`], with the workspace directory `${env.PWD}` names.
+pub fn run_in(
+    lp: &Loop,
+    input: &Map<String, Value>,
+    workspace: Option<&str>,
+    world: &mut dyn World,
+) -> Ending {
+    run_at(lp, input, workspace.map(str::to_string), world, 0)
+}
+
+fn run_at(
+    lp: &Loop,
+    input: &Map<String, Value>,
+    workspace: Option<String>,
+    world: &mut dyn World,
+    depth: usize,
+) -> Ending {
     let mut context = lp.context.clone();
     context.extend(input.clone());
+    let started = world.now_ms();
     let mut m = Machine {
         r: Run {
             lp,
             context,
             captured: Map::new(),
             prev: None,
-            iterations: BTreeMap::new(),
-            last_metric: BTreeMap::new(),
+            param: Map::new(),
             state: lp.initial.state.clone(),
             step: 0,
+            started,
+            now: started,
+            stalls: BTreeMap::new(),
+            workspace,
         },
-        started: world.now_ms(),
         path: Vec::new(),
-        out_of_steps: false,
-        streak: 0,
+        summary_ran: false,
+        retries: BTreeMap::new(),
+        throttle: BTreeMap::new(),
+        recent: Default::default(),
+        seen: BTreeMap::new(),
+        fingerprints: BTreeMap::new(),
+        edges: BTreeMap::new(),
+        came_from: None,
+        depth,
     };
     let finish = loop {
         if let Err(finish) = m.step(world) {
             break finish;
         }
     };
+    if finish.end == End::Terminal && m.path.len() < PATH_KEPT {
+        m.path.push(m.r.state.clone());
+    }
     Ending {
         success: finish.success,
         summary: finish.summary,
+        end: finish.end,
         state: m.r.state,
         steps: m.r.step,
         path: m.path,
+        captured: m.r.captured,
     }
 }
 
 /// How a step ended the loop.
 struct Finish {
     success: bool,
+    end: End,
     summary: String,
 }
 
-fn failed(summary: String) -> Finish {
+fn failed(end: End, summary: String) -> Finish {
     Finish {
         success: false,
+        end,
         summary,
     }
 }
@@ -178,32 +304,425 @@ fn failed(summary: String) -> Finish {
 /// A run in progress, with what the loop keeps between steps.
 struct Machine<'a> {
     r: Run<'a>,
-    started: u64,
     /// States entered, in order (the first [`PATH_KEPT`]).
     path: Vec<String>,
     /// `on_max_steps` was taken already.
-    out_of_steps: bool,
-    /// Consecutive re-entries of the current state (`max_retries`).
-    streak: u32,
+    summary_ran: bool,
+    /// Consecutive re-entries of each state (`max_retries`).
+    retries: BTreeMap<String, u32>,
+    /// Consecutive runs of each state's action (`throttle`).
+    throttle: BTreeMap<String, u32>,
+    /// The stall detector's recent (state, exit code, verdict) steps, all
+    /// counts of each, and each state's last progress fingerprint.
+    recent: std::collections::VecDeque<(String, i32, String)>,
+    seen: BTreeMap<(String, i32, String), u32>,
+    fingerprints: BTreeMap<String, String>,
+    /// Times each route (`from`, `to`) was taken.
+    edges: BTreeMap<(String, String), u32>,
+    /// The state the last step was in.
+    came_from: Option<String>,
+    /// How many sub-loops this one runs inside.
+    depth: usize,
+}
+
+/// What running a state's action gave.
+enum Acted {
+    /// No action.
+    Nothing,
+    Ran(Out),
+    /// The host refused it (or the request could not be built).
+    Refused(String),
+}
+
+impl Acted {
+    /// What the action produced, when it ran.
+    fn out(&self) -> Option<&Out> {
+        match self {
+            Acted::Ran(out) => Some(out),
+            _ => None,
+        }
+    }
 }
 
 impl<'a> Machine<'a> {
-    /// One state: enter it, run its action, then end the loop or route onward.
+    /// One turn of little-loops' main loop: the caps, then one state.
     fn step(&mut self, world: &mut dyn World) -> Result<(), Finish> {
-        self.check_budgets(world)?;
-        let state = self.enter(world)?;
-        let result = self.act(state, world)?;
-        let record = self.observe(state, &result, world)?;
-        if state.terminal {
-            return Err(self.terminal(state));
+        let lp = self.r.lp;
+        if self.r.step >= lp.max_steps {
+            match &lp.on_max_steps {
+                Some(t) if !self.summary_ran => {
+                    self.summary_ran = true;
+                    world.log(
+                        Level::Warn,
+                        &format!(
+                            "max_steps {} reached in `{}`; going to `{}`",
+                            lp.max_steps, self.r.state, t.state
+                        ),
+                    );
+                    self.r.state = t.state.clone();
+                }
+                _ => return Err(self.out_of_steps()),
+            }
         }
-        let (verdict, next) = self.decide(state, result.as_ref(), world)?;
-        self.r.prev = Some(record);
-        let next = self.retry_limit(state, next, world);
-        let because = match &verdict {
-            Some(v) => format!("{} ({})", v.verdict, v.detail),
-            None => "next".to_string(),
+        self.r.now = world.now_ms();
+        if let Some(t) = lp.timeout_s
+            && self.r.now.saturating_sub(self.r.started) > t * 1000
+        {
+            return Err(failed(
+                End::Timeout,
+                format!(
+                    "the loop's timeout of {t}s ran out in state `{}` after {} steps",
+                    self.r.state, self.r.step
+                ),
+            ));
+        }
+        let Some(state) = lp.states.iter().find(|s| s.name == self.r.state) else {
+            return Err(failed(
+                End::Error,
+                format!("state `{}` is not defined", self.r.state),
+            ));
         };
+        match self.came_from.take() {
+            Some(prev) if prev == state.name => *self.retries.entry(prev).or_default() += 1,
+            Some(prev) => {
+                self.retries.remove(&prev);
+                self.throttle.remove(&prev);
+            }
+            None => {}
+        }
+        if state.terminal {
+            let is_summary = lp
+                .on_max_steps
+                .as_ref()
+                .is_some_and(|t| t.state == state.name);
+            if !(self.summary_ran && is_summary) {
+                return Err(if self.summary_ran {
+                    self.out_of_steps()
+                } else {
+                    self.terminal(state)
+                });
+            }
+        }
+        if let (Some(max), Some(exhausted)) = (state.max_retries, &state.on_retry_exhausted) {
+            let count = self.retries.get(&state.name).copied().unwrap_or(0);
+            if count > max {
+                world.log(
+                    Level::Warn,
+                    &format!(
+                        "`{}` retried {max} times; going to `{}`",
+                        state.name, exhausted.state
+                    ),
+                );
+                self.retries.remove(&state.name);
+                self.came_from = Some(state.name.clone());
+                self.r.state = exhausted.state.clone();
+                return Ok(());
+            }
+        }
+        self.enter(state, world);
+        let next = self.execute(state, world)?;
+        let next = match next {
+            Some(n) => n,
+            None if self.summary_ran => return Err(self.out_of_steps()),
+            None => {
+                return Err(failed(
+                    End::Error,
+                    format!("state `{}` has no valid transition", state.name),
+                ));
+            }
+        };
+        let taken = self
+            .edges
+            .entry((state.name.clone(), next.clone()))
+            .or_default();
+        *taken += 1;
+        if *taken > self.r.lp.max_edge_revisits {
+            return Err(failed(
+                End::CycleDetected,
+                format!(
+                    "cycle detected: `{}` -> `{next}` taken {taken} times (max_edge_revisits {})",
+                    state.name, self.r.lp.max_edge_revisits
+                ),
+            ));
+        }
+        self.came_from = Some(state.name.clone());
+        self.r.state = next;
+        Ok(())
+    }
+
+    fn out_of_steps(&self) -> Finish {
+        failed(
+            End::MaxSteps,
+            format!(
+                "max_steps {} reached in state `{}` before a terminal state",
+                self.r.lp.max_steps, self.r.state
+            ),
+        )
+    }
+
+    /// Count the step and show it.
+    fn enter(&mut self, state: &State, world: &mut dyn World) {
+        let lp = self.r.lp;
+        self.r.step += 1;
+        if self.path.len() < PATH_KEPT {
+            self.path.push(state.name.clone());
+        }
+        let nest = "  ".repeat(self.depth);
+        world.progress(&format!(
+            "{nest}{} · {} · step {}/{}",
+            lp.name, state.name, self.r.step, lp.max_steps
+        ));
+    }
+
+    /// Run the state and choose the next one: `None` when nothing routes.
+    fn execute(&mut self, state: &State, world: &mut dyn World) -> Result<Option<String>, Finish> {
+        self.r.param = self
+            .params(state)
+            .map_err(|e| failed(End::Error, format!("state `{}`: {e}", state.name)))?;
+        if let Some(sub) = &state.sub {
+            return self.sub_loop(state, sub, world);
+        }
+        let acted = self.act(state, world);
+        self.observe(state, &acted, world)?;
+        if let Acted::Refused(e) = &acted {
+            world.log(
+                Level::Warn,
+                &format!("`{}`: the action failed: {e}", state.name),
+            );
+            return match crate::route::on_error(state) {
+                Some(next) => {
+                    self.log_step(state, &format!("error ({})", preview(e)), &next, world);
+                    Ok(Some(next))
+                }
+                None => Err(failed(End::Error, format!("state `{}`: {e}", state.name))),
+            };
+        }
+        let out = acted.out();
+        if out.is_some()
+            && let Some(next) = self.throttled(state, world)?
+        {
+            return Ok(Some(next));
+        }
+        // `${prev.*}` is this state's result from the next state on.
+        let prev = prev_record(state, &acted);
+        if let Some(next) = &state.routes.next {
+            self.r.prev = Some(prev);
+            let next = match (out, crate::route::on_error(state)) {
+                (Some(o), Some(err)) if o.code() != 0 => {
+                    let err = self.not_retryable(state, o.code()).unwrap_or(err);
+                    self.log_step(
+                        state,
+                        &format!("exit {} with `next`", o.code()),
+                        &err,
+                        world,
+                    );
+                    err
+                }
+                (Some(o), None) if o.code() < 0 => {
+                    return Err(failed(
+                        End::Error,
+                        format!("state `{}`: the action was killed by a signal", state.name),
+                    ));
+                }
+                _ => {
+                    let next = crate::route::resolve(state, next);
+                    self.log_step(state, "next", &next, world);
+                    next
+                }
+            };
+            return Ok(Some(next));
+        }
+        let verdict = match (&state.evaluate, out) {
+            (None, None) => Verdict {
+                verdict: "yes".into(),
+                detail: "no action".into(),
+            },
+            _ => evaluate(&mut self.r, state, out, world)
+                .map_err(|e| failed(End::Error, format!("state `{}`: {e}", state.name)))?,
+        };
+        self.r.prev = Some(prev);
+        if let Some(c) = &state.capture
+            && let Some(Value::Object(rec)) = self.r.captured.get_mut(c)
+        {
+            rec.insert("verdict".into(), json!(verdict.verdict));
+        }
+        let code = out.map_or(0, Out::code);
+        if let Some(next) = self.stalled(state, code, &verdict.verdict, world)? {
+            self.log_step(
+                state,
+                &format!("{} again: the circuit opens", verdict.verdict),
+                &next,
+                world,
+            );
+            return Ok(Some(next));
+        }
+        if verdict.verdict == "error"
+            && out.is_some()
+            && let Some(next) = self.not_retryable(state, code)
+        {
+            self.log_step(
+                state,
+                &format!("error (exit {code} is not retryable)"),
+                &next,
+                world,
+            );
+            return Ok(Some(next));
+        }
+        match route(state, &verdict.verdict) {
+            Ok(next) => {
+                self.log_step(
+                    state,
+                    &format!("{} ({})", verdict.verdict, verdict.detail),
+                    &next,
+                    world,
+                );
+                Ok(Some(next))
+            }
+            Err(e) => {
+                world.log(
+                    Level::Warn,
+                    &format!(
+                        "`{}`: {} ({}): {e}",
+                        state.name, verdict.verdict, verdict.detail
+                    ),
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Count a run of the state's action: the `hard_max`-th in a row goes to
+    /// `on_throttle_hard` (or `on_error`); past it the loop stops.
+    fn throttled(
+        &mut self,
+        state: &State,
+        world: &mut dyn World,
+    ) -> Result<Option<String>, Finish> {
+        let count = self.throttle.entry(state.name.clone()).or_default();
+        *count += 1;
+        let (count, max) = (*count, state.throttle_hard_max);
+        if state.throttle_exempt {
+            return Ok(None);
+        }
+        if count == max {
+            let target = state
+                .on_throttle_hard
+                .as_ref()
+                .or(state.routes.error.as_ref());
+            if let Some(next) = crate::route::to(state, target) {
+                self.log_step(
+                    state,
+                    &format!("throttled ({count} runs in a row)"),
+                    &next,
+                    world,
+                );
+                return Ok(Some(next));
+            }
+        }
+        if count > max {
+            return Err(failed(
+                End::Error,
+                format!(
+                    "state `{}` ran {count} times in a row, past its throttle hard_max of {max}",
+                    state.name
+                ),
+            ));
+        }
+        Ok(None)
+    }
+
+    /// `retryable_exit_codes`: an exit code not in the list skips retrying,
+    /// to `on_retry_exhausted` or else `on_error`.
+    fn not_retryable(&self, state: &State, code: i32) -> Option<String> {
+        let codes = state.retryable_exit_codes.as_ref()?;
+        if codes.contains(&code) {
+            return None;
+        }
+        let target = state
+            .on_retry_exhausted
+            .as_ref()
+            .or(state.routes.error.as_ref());
+        crate::route::to(state, target)
+    }
+
+    /// The stall detector (`circuit.repeated_failure`): the same
+    /// (state, exit code, verdict) `window` times in a row, or
+    /// `recurrent_window` times in all, goes to `on_repeated_failure`, or
+    /// ends the loop. A change in a progress file resets the window.
+    fn stalled(
+        &mut self,
+        state: &State,
+        code: i32,
+        verdict: &str,
+        world: &mut dyn World,
+    ) -> Result<Option<String>, Finish> {
+        let Some(c) = &self.r.lp.circuit else {
+            return Ok(None);
+        };
+        if let Some(fp) = self.fingerprint(c, world) {
+            let changed = self
+                .fingerprints
+                .get(&state.name)
+                .is_some_and(|old| *old != fp);
+            if changed {
+                self.recent.clear();
+                self.fingerprints.clear();
+            }
+            self.fingerprints.insert(state.name.clone(), fp);
+        }
+        let triple = (state.name.clone(), code, verdict.to_string());
+        self.recent.push_back(triple.clone());
+        while self.recent.len() > c.window as usize {
+            self.recent.pop_front();
+        }
+        let consecutive =
+            self.recent.len() == c.window as usize && self.recent.iter().all(|t| *t == triple);
+        let total = self.seen.entry(triple).or_default();
+        *total += 1;
+        let recurrent = c.recurrent_window.is_some_and(|w| *total >= w);
+        if !(consecutive || recurrent) {
+            return Ok(None);
+        }
+        let why = format!(
+            "state `{}` gave exit {code} and `{verdict}` {} times{}",
+            state.name,
+            if consecutive { c.window } else { *total },
+            if consecutive { " in a row" } else { "" }
+        );
+        match &c.on_repeated {
+            Some(t) => {
+                world.log(
+                    Level::Warn,
+                    &format!("stall: {why}; going to `{}`", t.state),
+                );
+                Ok(Some(t.state.clone()))
+            }
+            None => Err(failed(End::StallDetected, format!("stall detected: {why}"))),
+        }
+    }
+
+    /// What the progress files hold now, or `None` when there are none.
+    fn fingerprint(&self, c: &crate::spec::Circuit, world: &mut dyn World) -> Option<String> {
+        let excluded: Vec<String> = c
+            .exclude_paths
+            .iter()
+            .filter_map(|t| interp::render(t, &self.r).ok())
+            .collect();
+        let mut parts = Vec::new();
+        for t in &c.progress_paths {
+            let Ok(path) = interp::render(t, &self.r) else {
+                continue;
+            };
+            if excluded.contains(&path) {
+                continue;
+            }
+            let text = world.read(&path).unwrap_or_default();
+            parts.push(crate::start::sha256_hex(text.as_bytes()));
+        }
+        (!parts.is_empty()).then(|| parts.join(" "))
+    }
+
+    fn log_step(&self, state: &State, because: &str, next: &str, world: &mut dyn World) {
         world.log(
             Level::Info,
             &format!(
@@ -211,137 +730,84 @@ impl<'a> Machine<'a> {
                 self.r.step, state.name
             ),
         );
-        self.r.state = next;
-        Ok(())
     }
 
-    /// The loop's timeout and `max_steps` (which may send it to `on_max_steps` once).
-    fn check_budgets(&mut self, world: &mut dyn World) -> Result<(), Finish> {
-        let (lp, r) = (self.r.lp, &mut self.r);
-        if let Some(t) = lp.timeout_s
-            && world.now_ms().saturating_sub(self.started) >= t * 1000
-        {
-            return Err(failed(format!(
-                "the loop's timeout of {t}s ran out in state `{}` after {} steps",
-                r.state, r.step
-            )));
-        }
-        if r.step < lp.max_steps {
-            return Ok(());
-        }
-        match &lp.on_max_steps {
-            Some(t) if !self.out_of_steps => {
-                self.out_of_steps = true;
-                world.log(
-                    Level::Warn,
-                    &format!(
-                        "max_steps {} reached in `{}`; going to `{}`",
-                        lp.max_steps, r.state, t.state
-                    ),
-                );
-                r.state = t.state.clone();
-                Ok(())
-            }
-            _ => Err(failed(format!(
-                "max_steps {} reached in state `{}` before a terminal state",
-                lp.max_steps, r.state
-            ))),
-        }
-    }
-
-    /// Find the current state and count the visit.
-    fn enter(&mut self, world: &mut dyn World) -> Result<&'a State, Finish> {
-        let lp = self.r.lp;
-        let Some(state) = lp.states.iter().find(|s| s.name == self.r.state) else {
-            return Err(failed(format!("state `{}` is not defined", self.r.state)));
+    /// A fragment state's `${param.*}`: its `with:` values, interpolated, and
+    /// the defaults of parameters it does not bind.
+    fn params(&self, state: &State) -> Result<Map<String, Value>, String> {
+        let Some(f) = &state.fragment else {
+            return Ok(Map::new());
         };
-        self.r.step += 1;
-        *self.r.iterations.entry(state.name.clone()).or_default() += 1;
-        if self.path.len() < PATH_KEPT {
-            self.path.push(state.name.clone());
+        let mut out = render_json_map(&f.bindings, &self.r).map_err(|e| format!("with: {e}"))?;
+        if let Err(p) = Param::bind(&f.parameters, &mut out) {
+            return Err(format!(
+                "fragment `{}` requires parameter `{}` but it is not bound in `with`",
+                f.name, p.name
+            ));
         }
-        world.progress(&format!(
-            "{} · {} · step {}/{}",
-            lp.name, state.name, self.r.step, lp.max_steps
-        ));
-        Ok(state)
+        Ok(out)
     }
 
-    /// The state's action, if it has one: `Err` inside is the host's refusal.
-    fn act(
-        &self,
-        state: &State,
-        world: &mut dyn World,
-    ) -> Result<Option<Result<Out, String>>, Finish> {
+    /// The state's action, if it has one.
+    fn act(&self, state: &State, world: &mut dyn World) -> Acted {
         let Some(action) = &state.action else {
-            return Ok(None);
+            return Acted::Nothing;
         };
-        match request(&self.r, state, action, world, self.started) {
-            Err(e) => Err(failed(format!("state `{}`: {e}", state.name))),
-            Ok(req) => Ok(Some(world.act(req))),
+        match request(&self.r, state, action, world) {
+            Err(e) => Acted::Refused(e),
+            Ok(req) => match world.act(req) {
+                Ok(out) => Acted::Ran(out),
+                Err(e) => Acted::Refused(e),
+            },
         }
     }
 
-    /// Read what the action did: its stop markers, its record (for `prev` and
-    /// `capture`), and a line in the log when it failed.
+    /// Read what the action did: its stop markers, and its `capture`.
     fn observe(
         &mut self,
         state: &State,
-        result: &Option<Result<Out, String>>,
+        acted: &Acted,
         world: &mut dyn World,
-    ) -> Result<Value, Finish> {
-        let output = match result {
-            Some(Ok(out)) => out.stdout.clone(),
-            Some(Err(e)) => e.clone(),
-            None => String::new(),
+    ) -> Result<(), Finish> {
+        let Acted::Ran(out) = acted else {
+            return Ok(());
         };
-        if let Some(Ok(out)) = result {
-            match markers::signal(&out.stdout) {
-                Some(Signal::Stop(why)) => {
-                    return Err(Finish {
-                        success: true,
-                        summary: format!("LOOP_STOP in `{}`: {why}", state.name),
-                    });
-                }
-                Some(Signal::Fatal(why)) => {
-                    return Err(failed(format!("FATAL_ERROR in `{}`: {why}", state.name)));
-                }
-                None => {}
+        match markers::signal(&out.stdout) {
+            Some(Signal::Stop(why)) => {
+                return Err(Finish {
+                    success: true,
+                    end: End::Stopped,
+                    summary: format!("LOOP_STOP in `{}`: {why}", state.name),
+                });
             }
+            Some(Signal::Fatal(why)) => {
+                return Err(failed(
+                    End::Error,
+                    format!("FATAL_ERROR in `{}`: {why}", state.name),
+                ));
+            }
+            None => {}
         }
-        let record = match result {
-            Some(Ok(out)) => json!({
-                "output": out.stdout, "stderr": out.stderr, "exit_code": out.exit_code, "duration_ms": out.duration_ms,
-                "state": state.name, "result": markers::action_result(&output),
-            }),
-            Some(Err(e)) => {
-                json!({"output": "", "stderr": e, "exit_code": null, "duration_ms": 0, "state": state.name, "error": e})
-            }
-            None => {
-                json!({"output": "", "stderr": "", "exit_code": null, "duration_ms": 0, "state": state.name})
-            }
-        };
         if let Some(name) = &state.capture {
-            let line = match result {
-                Some(Err(_)) => {
-                    format!("captured `{name}`: the action failed, so there is no output")
-                }
-                _ => format!(
-                    "captured `{name}`: exit {}, {} bytes of output",
-                    exit_text(&record),
-                    output.len()
-                ),
-            };
-            world.log(Level::Info, &line);
-            self.r.captured.insert(name.clone(), record.clone());
-        }
-        if let Some(Err(e)) = result {
             world.log(
-                Level::Warn,
-                &format!("`{}`: the action failed: {e}", state.name),
+                Level::Info,
+                &format!(
+                    "captured `{name}`: exit {}, {} bytes of output",
+                    out.code(),
+                    out.stdout.len()
+                ),
+            );
+            // little-loops strips the trailing newline of what it captures.
+            let output = out.stdout.trim_end_matches(['\n', '\r']);
+            self.r.captured.insert(
+                name.clone(),
+                json!({
+                    "output": output, "stderr": out.stderr, "exit_code": out.code(),
+                    "duration_ms": out.duration_ms, "result": markers::action_result(&out.stdout),
+                }),
             );
         }
-        Ok(record)
+        Ok(())
     }
 
     fn terminal(&self, state: &State) -> Finish {
@@ -350,66 +816,223 @@ impl<'a> Machine<'a> {
         } else {
             ""
         };
+        let mut path = self.path.clone();
+        path.push(state.name.clone());
         Finish {
             success: !state.failure,
+            end: End::Terminal,
             summary: format!(
                 "reached `{}`{how} after {} steps ({})",
                 state.name,
                 self.r.step,
-                trail(&self.path)
+                trail(&path)
             ),
         }
     }
 
-    /// The verdict and the next state. A `next` state still takes its error
-    /// route when the host refused its action.
-    fn decide(
+    /// A `loop:` state: the named loop runs here, in the same sandbox, as a
+    /// child with its own context; its ending picks the route (`on_yes` for
+    /// a success terminal, `on_no` for a failure one, `on_error` for an
+    /// error, `on_timeout` when it ran out of time or steps).
+    fn sub_loop(
         &mut self,
         state: &State,
-        result: Option<&Result<Out, String>>,
+        sub: &SubLoop,
         world: &mut dyn World,
-    ) -> Result<(Option<Verdict>, String), Finish> {
-        let refused = matches!(result, Some(Err(_)));
-        if let (Some(next), false) = (&state.routes.next, refused && state.routes.error.is_some()) {
-            return Ok((None, crate::route::resolve(state, next)));
-        }
-        let v = evaluate(&mut self.r, state, result, world)
-            .map_err(|e| failed(format!("state `{}`: {e}", state.name)))?;
-        match route(state, &v.verdict) {
-            Ok(next) => Ok((Some(v), next)),
+    ) -> Result<Option<String>, Finish> {
+        let to = |v: &str| crate::route::to(state, state.routes.by_verdict.get(v));
+        let on_error = || crate::route::on_error(state);
+        let child = match self.load_child(sub, world) {
+            Ok(child) => child,
             Err(e) => {
-                world.log(
-                    Level::Warn,
-                    &format!("`{}`: {} ({})", state.name, v.verdict, v.detail),
+                world.log(Level::Warn, &format!("`{}`: {e}", state.name));
+                return match on_error() {
+                    Some(next) => Ok(Some(next)),
+                    None => Err(failed(End::Error, format!("state `{}`: {e}", state.name))),
+                };
+            }
+        };
+        let mut context = child.context.clone();
+        if let Some(with) = &sub.with {
+            let bound = render_json_map(with, &self.r)
+                .map_err(|e| failed(End::Error, format!("state `{}`: with: {e}", state.name)))?;
+            context.extend(bound);
+            if let Err(p) = Param::bind(&child.parameters, &mut context) {
+                let e = format!(
+                    "sub-loop `{}` requires parameter `{}` but it is not bound in `with`",
+                    sub.name, p.name
                 );
-                Err(failed(e))
+                return match on_error() {
+                    Some(next) => Ok(Some(next)),
+                    None => Err(failed(End::Error, format!("state `{}`: {e}", state.name))),
+                };
+            }
+        } else if sub.passthrough {
+            let mut merged = self.r.context.clone();
+            for (k, v) in &self.r.captured {
+                let v = match v {
+                    Value::Object(m) if m.contains_key("exit_code") => {
+                        m.get("output").cloned().unwrap_or(Value::Null)
+                    }
+                    other => other.clone(),
+                };
+                merged.insert(k.clone(), v);
+            }
+            merged.extend(context);
+            context = merged;
+        }
+        for key in [
+            "run_dir",
+            "readiness_threshold",
+            "outcome_threshold",
+            "design_tokens_context",
+        ] {
+            if let (false, Some(v)) = (context.contains_key(key), self.r.context.get(key)) {
+                context.insert(key.into(), v.clone());
             }
         }
+        context.entry("max_steps").or_insert(json!(child.max_steps));
+        // The child has what is left of this loop's time, and this state's limit.
+        let mut child = child;
+        let left = self.r.lp.timeout_s.map(|t| {
+            let used = world.now_ms().saturating_sub(self.r.started) / 1000;
+            t.saturating_sub(used).max(1)
+        });
+        let cap = match (state.timeout_s, left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(cap) = cap
+            && child.timeout_s.is_none_or(|t| t > cap)
+        {
+            child.timeout_s = Some(cap);
+        }
+        world.log(
+            Level::Info,
+            &format!("`{}`: sub-loop `{}` starts", state.name, child.name),
+        );
+        let mut ending = run_at(
+            &child,
+            &context,
+            self.r.workspace.clone(),
+            world,
+            self.depth + 1,
+        );
+        world.log(
+            Level::Info,
+            &format!(
+                "`{}`: sub-loop `{}` ended: {}",
+                state.name, child.name, ending.summary
+            ),
+        );
+        let verdict = match ending.end {
+            End::Terminal if ending.success => "yes",
+            End::Terminal => "no",
+            End::Error => "error",
+            _ => "no",
+        };
+        if let Some(c) = &state.capture {
+            self.r.captured.insert(
+                c.clone(),
+                json!({"output": ending.summary, "exit_code": null, "verdict": verdict}),
+            );
+        }
+        if (sub.with.is_some() || sub.passthrough) && !ending.captured.is_empty() {
+            let captured = std::mem::take(&mut ending.captured);
+            self.r
+                .captured
+                .insert(state.name.clone(), Value::Object(captured));
+        }
+        if let Value::Object(m) = self
+            .r
+            .captured
+            .entry(state.name.clone())
+            .or_insert_with(|| json!({}))
+        {
+            m.insert("terminated_by".into(), json!(ending.end.name()));
+            if ending.end == End::Error {
+                m.insert("error".into(), json!(ending.summary));
+            }
+        }
+        let next = match ending.end {
+            End::Terminal if ending.success => to("yes"),
+            End::Terminal => to("no"),
+            End::Error => on_error().or_else(|| to("no")),
+            End::Timeout | End::MaxSteps => to("timeout").or_else(|| to("no")),
+            End::Stopped | End::CycleDetected | End::StallDetected => to("no"),
+        };
+        if let Some(n) = &next {
+            self.log_step(
+                state,
+                &format!("sub-loop {} ({})", ending.end.name(), verdict),
+                n,
+                world,
+            );
+        }
+        Ok(next)
     }
 
-    /// `max_retries`: past that many consecutive re-entries of a state, go to
-    /// its `on_retry_exhausted`.
-    fn retry_limit(&mut self, state: &State, next: String, world: &mut dyn World) -> String {
-        if next != state.name {
-            self.streak = 0;
-            return next;
+    /// Find, read and check the loop a sub-loop state names.
+    fn load_child(&self, sub: &SubLoop, world: &mut dyn World) -> Result<Loop, String> {
+        if self.depth + 1 > crate::load::MAX_SUB_LOOP_DEPTH {
+            return Err(format!(
+                "sub-loops nest deeper than {}",
+                crate::load::MAX_SUB_LOOP_DEPTH
+            ));
         }
-        self.streak += 1;
-        match (state.max_retries, &state.on_retry_exhausted) {
-            (Some(max), Some(exhausted)) if self.streak > max => {
-                world.log(
-                    Level::Warn,
-                    &format!(
-                        "`{}` retried {max} times; going to `{}`",
-                        state.name, exhausted.state
-                    ),
-                );
-                self.streak = 0;
-                exhausted.state.clone()
-            }
-            _ => next,
-        }
+        let name = interp::render(&sub.name, &self.r).map_err(|e| format!("loop: {e}"))?;
+        let mut files = WorldFiles(world);
+        let candidates = crate::resolve::loop_candidates(&self.r.lp.file, name.trim());
+        let (path, text) = crate::resolve::read_first(&mut files, &candidates)
+            .map_err(|e| format!("sub-loop `{name}` cannot be read ({e})"))?;
+        crate::load::load_child(&path, &text, &mut files).map_err(|problems| {
+            format!(
+                "sub-loop `{name}` ({path}) has problems:\n{}",
+                crate::render(&problems)
+            )
+        })
     }
+}
+
+/// What `${prev.*}` reads after a state ran.
+fn prev_record(state: &State, acted: &Acted) -> Value {
+    match acted {
+        Acted::Ran(out) => json!({
+            "output": out.stdout, "exit_code": out.code(), "state": state.name,
+            "stderr": out.stderr, "duration_ms": out.duration_ms,
+            "result": markers::action_result(&out.stdout),
+        }),
+        _ => json!({"output": "", "exit_code": 0, "state": state.name}),
+    }
+}
+
+/// The world's workspace reads, as the loader wants them.
+struct WorldFiles<'w>(&'w mut dyn World);
+
+impl crate::Files for WorldFiles<'_> {
+    fn read(&mut self, path: &str) -> Result<String, String> {
+        self.0.read(path)
+    }
+}
+
+/// Interpolate every string in a `with:` mapping.
+fn render_json_map(m: &Map<String, Value>, r: &Run) -> Result<Map<String, Value>, String> {
+    fn render(v: &Value, r: &Run) -> Result<Value, String> {
+        Ok(match v {
+            Value::String(t) => Value::String(interp::render(t, r)?),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|i| render(i, r))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Object(m) => Value::Object(render_json_map(m, r)?),
+            other => other.clone(),
+        })
+    }
+    m.iter()
+        .map(|(k, v)| Ok((k.clone(), render(v, r)?)))
+        .collect()
 }
 
 /// The path for a summary line: all of it when short, its ends when long.
@@ -424,26 +1047,18 @@ fn trail(path: &[String]) -> String {
     )
 }
 
-fn exit_text(record: &Value) -> String {
-    match record.get("exit_code") {
-        Some(Value::Number(n)) => n.to_string(),
-        _ => "none".into(),
-    }
-}
-
 /// The state's action as a host request, its text interpolated.
 fn request(
     r: &Run,
     state: &State,
     action: &Action,
     world: &mut dyn World,
-    started: u64,
 ) -> Result<Request, String> {
     let render = |t: &str| interp::render(t, r).map_err(|e| format!("action: {e}"));
     let mut timeout_ms = state.timeout_s.or(r.lp.default_timeout_s).map(|s| s * 1000);
     if let Some(t) = r.lp.timeout_s {
         let left = (t * 1000)
-            .saturating_sub(world.now_ms().saturating_sub(started))
+            .saturating_sub(world.now_ms().saturating_sub(r.started))
             .max(1);
         timeout_ms = Some(timeout_ms.map_or(left, |ms| ms.min(left)));
     }
@@ -483,20 +1098,14 @@ fn number(n: &Number, r: &Run, what: &str) -> Result<f64, String> {
     }
 }
 
-/// The state's verdict. An action the host refused is an `error` verdict.
+/// The state's verdict on its action's result (`out` is `None` when the
+/// state has no action: an exit code of 0 and no output, as little-loops).
 fn evaluate(
     r: &mut Run,
     state: &State,
-    result: Option<&Result<Out, String>>,
+    out: Option<&Out>,
     world: &mut dyn World,
 ) -> Result<Verdict, String> {
-    if let Some(Err(e)) = result {
-        return Ok(Verdict {
-            verdict: "error".into(),
-            detail: preview(e),
-        });
-    }
-    let out = result.and_then(|r| r.as_ref().ok());
     let default_kind;
     let kind = match (&state.evaluate, &state.action) {
         (Some(e), _) => &e.kind,
@@ -510,18 +1119,40 @@ fn evaluate(
         }
         _ => &EvalKind::ExitCode,
     };
+    let code = out.map_or(0, Out::code);
     let text = match state.evaluate.as_ref().and_then(|e| e.source.as_ref()) {
-        Some(source) => interp::render(source, r).map_err(|e| format!("evaluate.source: {e}"))?,
+        // little-loops: a source that cannot be filled in falls back to the output.
+        Some(source) => interp::render(source, r)
+            .unwrap_or_else(|_| out.map(|o| o.stdout.clone()).unwrap_or_default()),
         None => out.map(|o| o.stdout.clone()).unwrap_or_default(),
     };
-    Ok(match kind {
-        EvalKind::ExitCode => match out {
-            Some(o) => eval::exit_code(o.exit_code, o.timed_out),
-            None => Verdict {
+    if state.evaluate.is_some() {
+        // little-loops: a timed-out action is an error whatever the evaluator;
+        // a failed one is for evaluators that do not read exit codes themselves.
+        if code == 124 {
+            return Ok(Verdict {
                 verdict: "error".into(),
-                detail: "no action ran, so there is no exit code".into(),
-            },
-        },
+                detail: "the action timed out".into(),
+            });
+        }
+        let reads_exit_code = matches!(
+            kind,
+            EvalKind::ExitCode
+                | EvalKind::LlmStructured { .. }
+                | EvalKind::DiffStall { .. }
+                | EvalKind::HistoryStall { .. }
+                | EvalKind::ActionStall { .. }
+                | EvalKind::HarborScorer
+        );
+        if code != 0 && !reads_exit_code {
+            return Ok(Verdict {
+                verdict: "error".into(),
+                detail: format!("the action exited with code {code}"),
+            });
+        }
+    }
+    Ok(match kind {
+        EvalKind::ExitCode => eval::exit_code(code),
         EvalKind::OutputContains {
             pattern,
             negate,
@@ -531,8 +1162,8 @@ fn evaluate(
                 interp::render(pattern, r).map_err(|e| format!("evaluate.pattern: {e}"))?;
             eval::output_contains(&text, &pattern, *negate, error_patterns)
         }
-        EvalKind::OutputNumeric { op, target } => {
-            eval::output_numeric(&text, *op, number(target, r, "target")?)
+        EvalKind::OutputNumeric { op, target, key } => {
+            eval::output_numeric(&text, *op, number(target, r, "target")?, key.as_deref())
         }
         EvalKind::OutputJson { path, op, target } => eval::output_json(&text, path, *op, target),
         EvalKind::Convergence {
@@ -543,18 +1174,82 @@ fn evaluate(
         } => {
             let target = number(target, r, "target")?;
             let tolerance = number(tolerance, r, "tolerance")?;
-            let previous = match previous {
-                Some(t) => interp::render(t, r)
+            // little-loops compares with `previous:` only; without it there is
+            // no earlier reading, so the verdict is `target` or `progress`.
+            let previous = previous.as_ref().and_then(|t| {
+                interp::render(t, r)
                     .ok()
-                    .and_then(|s| s.trim().parse::<f64>().ok()),
-                None => r.last_metric.get(&state.name).copied(),
-            };
-            let (verdict, current) =
-                eval::convergence(&text, previous, target, tolerance, *direction);
-            if let Some(c) = current {
-                r.last_metric.insert(state.name.clone(), c);
+                    .and_then(|s| s.trim().parse::<f64>().ok())
+            });
+            eval::convergence(&text, previous, target, tolerance, *direction)
+        }
+        EvalKind::Classify { line } => eval::classify(&text, *line),
+        EvalKind::HarborScorer => eval::harbor_scorer(&text, code),
+        EvalKind::DiffStall { scope, max_stall } => {
+            let mut argv: Vec<String> = ["git", "diff", "--stat"].map(String::from).to_vec();
+            if !scope.is_empty() {
+                argv.push("--".into());
+                argv.extend(scope.iter().cloned());
             }
-            verdict
+            let key = format!("diff:{}", scope.join("|"));
+            match world.act(Request::Exec {
+                argv,
+                timeout_ms: Some(30_000),
+            }) {
+                Ok(o) if o.code() == 0 => {
+                    let last = r.stalls.entry(key).or_default();
+                    eval::repeat_stall(last, o.stdout, *max_stall, "git diff --stat")
+                }
+                Ok(o) => Verdict {
+                    verdict: "error".into(),
+                    detail: format!("git diff failed: {}", preview(&o.stderr)),
+                },
+                Err(e) => Verdict {
+                    verdict: "error".into(),
+                    detail: format!("git diff: {}", preview(&e)),
+                },
+            }
+        }
+        EvalKind::HistoryStall {
+            history_file,
+            max_stall,
+            epsilon,
+            lower_is_better,
+        } => {
+            let default = if *lower_is_better {
+                "${context.run_dir}/.open_questions_history"
+            } else {
+                "${context.run_dir}/.score_history"
+            };
+            let template = history_file.as_deref().unwrap_or(default);
+            let path = interp::render(template, r).unwrap_or_else(|_| template.to_string());
+            let path = crate::load::resolve_path("x", &path).unwrap_or(path);
+            // A history that is not there yet is an empty one.
+            let history = world.read(&path).unwrap_or_default();
+            eval::history_stall(&history, *max_stall, *epsilon, *lower_is_better)
+        }
+        EvalKind::ActionStall { track, max_repeat } => {
+            let parts: Vec<String> = track
+                .iter()
+                .map(|key| {
+                    let value = if key.contains('.') {
+                        interp::render(&format!("${{{key}}}"), r).unwrap_or_default()
+                    } else {
+                        ["context", "captured", "prev"]
+                            .iter()
+                            .find_map(|ns| interp::render(&format!("${{{ns}.{key}}}"), r).ok())
+                            .unwrap_or_default()
+                    };
+                    format!("{key}={value}")
+                })
+                .collect();
+            let mut sorted = track.clone();
+            sorted.sort();
+            let last = r
+                .stalls
+                .entry(format!("action:{}", sorted.join("|")))
+                .or_default();
+            eval::repeat_stall(last, parts.join("|"), *max_repeat, "tracked values")
         }
         EvalKind::LlmStructured {
             prompt,
@@ -569,7 +1264,7 @@ fn evaluate(
             let req = Request::Prompt {
                 text: eval::llm_prompt(question.as_deref(), &text, r.lp.llm.max_tokens),
                 slash: false,
-                model: r.lp.llm.model.clone(),
+                model: state.model.clone().or_else(|| r.lp.llm.model.clone()),
                 timeout_ms: r.lp.llm.timeout_s.map(|s| s * 1000),
             };
             match world.act(req) {
@@ -598,6 +1293,7 @@ mod tests {
         progress: Vec<String>,
         clock: u64,
         tick_ms: u64,
+        files: std::collections::BTreeMap<String, String>,
     }
 
     impl Scripted {
@@ -625,6 +1321,12 @@ mod tests {
         fn now_ms(&mut self) -> u64 {
             self.clock += self.tick_ms;
             self.clock
+        }
+        fn read(&mut self, path: &str) -> Result<String, String> {
+            self.files
+                .get(path)
+                .cloned()
+                .ok_or_else(|| format!("{path}: no such file"))
         }
     }
 
@@ -677,7 +1379,7 @@ states:
         assert!(end.success, "{end:?}");
         assert_eq!(
             end.summary,
-            "reached `done` after 4 steps (test → fix → test → done)"
+            "reached `done` after 3 steps (test → fix → test → done)"
         );
         assert_eq!(
             w.asked[1],
@@ -769,20 +1471,25 @@ states:
     }
 
     #[test]
-    fn a_next_state_takes_its_error_route_only_when_its_action_is_refused() {
+    fn a_next_state_takes_on_error_when_its_action_fails_or_is_refused() {
         let yaml = "name: n\ninitial: a\nstates:\n  a:\n    action: x\n    next: done\n    on_error: blocked\n  done:\n    terminal: true\n  blocked:\n    terminal: true\n    failure: true\n";
+        let ends = |yaml: &str, reply: Result<Out, String>| {
+            run(&lp(yaml), &Map::new(), &mut Scripted::new(vec![reply])).state
+        };
+        assert_eq!(ends(yaml, exit(0, "")), "done");
+        assert_eq!(ends(yaml, exit(3, "")), "blocked");
+        assert_eq!(ends(yaml, exit(1, "")), "blocked");
+        assert_eq!(ends(yaml, Err("denied: no".into())), "blocked");
+        // Without `on_error`, `next` is taken whatever the exit code.
+        let plain = yaml.replace("    on_error: blocked\n", "");
+        assert_eq!(ends(&plain, exit(3, "")), "done");
+        // A refusal with nowhere to go ends the loop.
         let end = run(
-            &lp(yaml),
-            &Map::new(),
-            &mut Scripted::new(vec![exit(3, "")]),
-        );
-        assert_eq!(end.state, "done");
-        let end = run(
-            &lp(yaml),
+            &lp(&plain),
             &Map::new(),
             &mut Scripted::new(vec![Err("denied: no".into())]),
         );
-        assert_eq!(end.state, "blocked");
+        assert_eq!((end.success, end.end), (false, End::Error), "{end:?}");
     }
 
     #[test]
@@ -832,18 +1539,28 @@ states:
     #[test]
     fn convergence_tracks_its_metric_between_visits() {
         let yaml = "name: c\ninitial: measure\nstates:\n  measure:\n    exec: [count-todos]\n    evaluate:\n      type: convergence\n      target: 0\n    route:\n      target: done\n      progress: work\n      stall: stuck\n  work:\n    action: reduce\n    next: measure\n  done:\n    terminal: true\n  stuck:\n    terminal: true\n    failure: true\n";
+        // Without `previous:` there is no earlier reading (little-loops):
+        // an unchanged value is still `progress`.
         let replies = vec![
             exit(0, "5"),
             exit(0, ""),
-            exit(0, "3"),
+            exit(0, "5"),
             exit(0, ""),
-            exit(0, "3"),
+            exit(0, "0"),
         ];
         let end = run(&lp(yaml), &Map::new(), &mut Scripted::new(replies));
         assert_eq!(
             end.path,
-            ["measure", "work", "measure", "work", "measure", "stuck"]
+            ["measure", "work", "measure", "work", "measure", "done"]
         );
+        // With `previous:` (here the `work` state prints the last value) it can stall.
+        let with_prev = yaml.replace(
+            "      target: 0\n",
+            "      target: 0\n      previous: '${prev.output}'\n",
+        );
+        let replies = vec![exit(0, "5"), exit(0, "5"), exit(0, "5")];
+        let end = run(&lp(&with_prev), &Map::new(), &mut Scripted::new(replies));
+        assert_eq!(end.path, ["measure", "work", "measure", "stuck"]);
         let replies = vec![exit(0, "2"), exit(0, ""), exit(0, "0")];
         assert_eq!(
             run(&lp(yaml), &Map::new(), &mut Scripted::new(replies)).state,
@@ -871,7 +1588,7 @@ states:
         assert_eq!(
             w.asked[1],
             Request::Script {
-                source: "echo 0 built build 1".into(),
+                source: "echo 0 built build 2".into(),
                 timeout_ms: None
             }
         );
@@ -919,5 +1636,185 @@ states:
         assert!(
             matches!(&w.asked[0], Request::Prompt { slash: true, text, .. } if text == "/review")
         );
+    }
+
+    fn lp_with(path: &str, yaml: &str, files: &[(&str, &str)]) -> Loop {
+        struct Files(std::collections::BTreeMap<String, String>);
+        impl crate::Files for Files {
+            fn read(&mut self, p: &str) -> Result<String, String> {
+                self.0.get(p).cloned().ok_or_else(|| "no such file".into())
+            }
+        }
+        let files = Files(
+            files
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        let mut files = files;
+        crate::load(path, yaml, &mut files).unwrap_or_else(|p| panic!("{}", crate::render(&p)))
+    }
+
+    #[test]
+    fn a_sub_loop_runs_in_the_same_world_and_its_ending_picks_the_route() {
+        let child = "name: child\ninitial: check\nparameters:\n  word:\n    required: true\nstates:\n  check:\n    action: test ${context.word} = hi\n    capture: seen\n    on_yes: done\n    on_no: failed\n  done:\n    terminal: true\n  failed:\n    terminal: true\n";
+        let main = "name: parent\ninitial: call\nstates:\n  call:\n    loop: child\n    with:\n      word: '${context.w}'\n    on_yes: good\n    on_no: bad\n  good:\n    action: echo ${captured.call.seen.exit_code}\n    next: done\n  bad:\n    terminal: true\n    failure: true\n  done:\n    terminal: true\n";
+        let lp = lp_with("loops/parent.yaml", main, &[("loops/child.yaml", child)]);
+        let mut ctx = Map::new();
+        ctx.insert("w".into(), json!("hi"));
+        let mut w = Scripted::new(vec![exit(0, ""), exit(0, "")]);
+        w.files.insert("loops/child.yaml".into(), child.into());
+        let end = run(&lp, &ctx, &mut w);
+        assert_eq!(end.path, ["call", "good", "done"], "{end:?}");
+        assert_eq!(
+            w.asked,
+            [
+                Request::Script {
+                    source: "test hi = hi".into(),
+                    timeout_ms: None
+                },
+                Request::Script {
+                    source: "echo 0".into(),
+                    timeout_ms: None
+                },
+            ]
+        );
+        // The child's failure terminal routes `on_no`.
+        ctx.insert("w".into(), json!("no"));
+        let mut w = Scripted::new(vec![exit(1, "")]);
+        w.files.insert("loops/child.yaml".into(), child.into());
+        assert_eq!(run(&lp, &ctx, &mut w).path, ["call", "bad"]);
+    }
+
+    #[test]
+    fn a_sub_loop_that_calls_itself_stops_at_the_depth_limit() {
+        let me = "name: me\ninitial: again\nstates:\n  again:\n    loop: me\n    on_yes: done\n    on_no: done\n    on_error: failed\n  done:\n    terminal: true\n  failed:\n    terminal: true\n";
+        let lp = lp_with("me.yaml", me, &[("me.yaml", me)]);
+        let mut w = Scripted::new(vec![]);
+        w.files.insert("me.yaml".into(), me.into());
+        let end = run(&lp, &Map::new(), &mut w);
+        // Each level but the deepest ends `failed` by its error route; the top routes `on_no`.
+        assert_eq!(end.path, ["again", "done"], "{end:?}");
+        assert!(
+            w.logs
+                .iter()
+                .any(|l| l.contains("sub-loops nest deeper than 8")),
+            "{:?}",
+            w.logs
+        );
+    }
+
+    #[test]
+    fn terminal_actions_never_run_and_the_cap_comes_before_a_terminal() {
+        let yaml = "name: t\ninitial: a\nmax_steps: 1\nstates:\n  a:\n    action: one\n    next: b\n  b:\n    action: never\n    terminal: true\n";
+        let mut w = Scripted::new(vec![exit(0, "")]);
+        let end = run(&lp(yaml), &Map::new(), &mut w);
+        assert_eq!(
+            (end.end, end.path.clone()),
+            (End::MaxSteps, vec!["a".to_string()])
+        );
+        let mut w = Scripted::new(vec![exit(0, "")]);
+        let end = run(
+            &lp(&yaml.replace("max_steps: 1", "max_steps: 2")),
+            &Map::new(),
+            &mut w,
+        );
+        assert_eq!(
+            (end.end, end.success, end.path.len()),
+            (End::Terminal, true, 2)
+        );
+        assert_eq!(w.asked.len(), 1, "the terminal state's action did not run");
+    }
+
+    #[test]
+    fn on_max_steps_runs_its_state_then_ends_out_of_steps() {
+        let yaml = "name: t\ninitial: spin\nmax_steps: 2\non_max_steps: report\nstates:\n  spin:\n    action: 'false'\n    on_yes: done\n    on_no: spin\n  report:\n    action: report\n    next: done\n  done:\n    terminal: true\n";
+        let mut w = Scripted::new(vec![exit(1, ""), exit(1, ""), exit(0, "")]);
+        let end = run(&lp(yaml), &Map::new(), &mut w);
+        assert_eq!((end.end, end.success), (End::MaxSteps, false));
+        assert_eq!(end.path, ["spin", "spin", "report"]);
+    }
+
+    #[test]
+    fn throttle_circuit_and_retryable_exit_codes_redirect() {
+        let yaml = "name: t\ninitial: spin\nmax_steps: 40\nstates:\n  spin:\n    action: x\n    on_yes: done\n    on_no: spin\n    throttle:\n      hard_max: 3\n    on_throttle_hard: stopped\n  stopped:\n    terminal: true\n  done:\n    terminal: true\n";
+        let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+        assert_eq!(
+            run(&lp(yaml), &Map::new(), &mut w).path,
+            ["spin", "spin", "spin", "stopped"]
+        );
+        // `type: learning` (no `learning:` block) is exempt, as in little-loops.
+        let exempt = yaml.replace("    throttle:\n", "    type: learning\n    throttle:\n");
+        let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+        let end = run(
+            &lp(&exempt.replace("max_steps: 40", "max_steps: 5")),
+            &Map::new(),
+            &mut w,
+        );
+        assert_eq!((end.end, end.path.len()), (End::MaxSteps, 5), "{end:?}");
+        // Past hard_max with nowhere to go, the loop stops.
+        let yaml2 = yaml.replace("    on_throttle_hard: stopped\n", "");
+        let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+        let end = run(&lp(&yaml2), &Map::new(), &mut w);
+        assert_eq!((end.end, end.path.len()), (End::Error, 4), "{end:?}");
+
+        let circuit = "name: c\ninitial: try\nmax_steps: 40\ncircuit:\n  repeated_failure:\n    window: 2\nstates:\n  try:\n    action: x\n    on_yes: done\n    on_no: try\n  done:\n    terminal: true\n";
+        let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+        let end = run(&lp(circuit), &Map::new(), &mut w);
+        assert_eq!(
+            (end.end, end.path.len()),
+            (End::StallDetected, 2),
+            "{end:?}"
+        );
+        assert!(end.summary.contains("stall detected"), "{}", end.summary);
+
+        let cycle = "name: y\ninitial: a\nmax_steps: 40\nmax_edge_revisits: 2\nstates:\n  a:\n    action: x\n    next: b\n  b:\n    action: x\n    on_yes: a\n    on_no: done\n  done:\n    terminal: true\n";
+        let mut w = Scripted::new((0..10).map(|_| exit(0, "")).collect());
+        let end = run(&lp(cycle), &Map::new(), &mut w);
+        assert_eq!(
+            (end.end, end.path.len()),
+            (End::CycleDetected, 5),
+            "{end:?}"
+        );
+
+        let retry = "name: r\ninitial: a\nmax_steps: 40\nstates:\n  a:\n    action: x\n    on_yes: done\n    on_error: a\n    max_retries: 5\n    on_retry_exhausted: gave_up\n    retryable_exit_codes: [75]\n  gave_up:\n    terminal: true\n  done:\n    terminal: true\n";
+        let mut w = Scripted::new(vec![exit(75, ""), exit(2, "")]);
+        assert_eq!(
+            run(&lp(retry), &Map::new(), &mut w).path,
+            ["a", "a", "gave_up"]
+        );
+    }
+
+    #[test]
+    fn stall_evaluators_keep_their_state_in_the_run() {
+        let yaml = "name: d\ninitial: work\nmax_steps: 20\nstates:\n  work:\n    action: x\n    next: check\n  check:\n    evaluate:\n      type: diff_stall\n      max_stall: 2\n    on_yes: work\n    on_no: stuck\n  stuck:\n    terminal: true\n";
+        let diff = |s: &str| exit(0, s);
+        let mut w = Scripted::new(vec![
+            exit(0, ""),
+            diff("a | 1"),
+            exit(0, ""),
+            diff("a | 2"),
+            exit(0, ""),
+            diff("a | 2"),
+            exit(0, ""),
+            diff("a | 2"),
+        ]);
+        let end = run(&lp(yaml), &Map::new(), &mut w);
+        assert_eq!(end.state, "stuck", "{end:?}");
+        assert_eq!(
+            w.asked[1],
+            Request::Exec {
+                argv: vec!["git".into(), "diff".into(), "--stat".into()],
+                timeout_ms: Some(30_000)
+            }
+        );
+
+        let score = "name: s\ninitial: check\nstates:\n  check:\n    evaluate:\n      type: score_stall\n      history_file: scores.txt\n      max_stall: 2\n    on_yes: more\n    on_no: plateau\n  more:\n    terminal: true\n  plateau:\n    terminal: true\n";
+        let mut w = Scripted::new(vec![]);
+        w.files
+            .insert("scores.txt".into(), "5\n7\n7.2\n7.4\n".into());
+        assert_eq!(run(&lp(score), &Map::new(), &mut w).state, "plateau");
+        w.files.insert("scores.txt".into(), "5\n7\n9\n".into());
+        assert_eq!(run(&lp(score), &Map::new(), &mut w).state, "more");
     }
 }

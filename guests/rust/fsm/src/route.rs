@@ -1,11 +1,11 @@
-//! Where a verdict leads, first match wins:
-//! 1. `next` (the state was not evaluated), unless the host refused the
-//!    action and the state has an error route;
-//! 2. the verdict's own route: `route: {VERDICT: ...}` or `on_VERDICT`
-//!    (`success`/`failure` are `yes`/`no`; `error` is `_error`/`on_error`);
-//! 3. a `no` with no route of its own goes to the error route;
-//! 4. `_`, the table's default, for any other verdict;
-//! 5. nothing: the loop fails, naming the verdict and the routes it has.
+//! Where a verdict leads, as little-loops' `_route` decides (a `next`
+//! state is not evaluated, so never gets here):
+//! - with a `route:` table, the table alone: the verdict's own entry, else
+//!   `_` (its default), else for `error` or `no` the table's `_error`;
+//! - without one, the shorthands: `on_yes`, `on_no` (a `no` with no `on_no`
+//!   takes `on_error`), `on_error`, any `on_VERDICT` (`success`/`failure`
+//!   are `yes`/`no`);
+//! - nothing: the loop ends, naming the verdict and the routes it has.
 //!
 //! `$current` stays in the state.
 
@@ -20,30 +20,38 @@ pub fn resolve(state: &State, target: &Target) -> String {
     }
 }
 
+/// Where `target`, when there is one, leads from `state`.
+pub fn to(state: &State, target: Option<&Target>) -> Option<String> {
+    target.map(|t| resolve(state, t))
+}
+
+/// Where the state's error route (`on_error`, or a table's `_error`) leads.
+pub fn on_error(state: &State) -> Option<String> {
+    to(state, state.routes.error.as_ref())
+}
+
 /// The next state's name, or why there is none.
 pub fn route(state: &State, verdict: &str) -> Result<String, String> {
     let r: &Routes = &state.routes;
-    let next = if verdict == "error" && r.error.is_some() {
-        None
-    } else {
-        r.next.as_ref()
+    let fallback = || {
+        if verdict == "error" || verdict == "no" {
+            r.error.as_ref()
+        } else {
+            None
+        }
     };
-    let target = next
-        .or_else(|| {
-            if verdict == "error" {
-                r.error.as_ref()
-            } else {
-                r.by_verdict.get(verdict)
-            }
-        })
-        .or_else(|| {
-            if verdict == "no" {
-                r.error.as_ref()
-            } else {
-                None
-            }
-        })
-        .or(r.default.as_ref());
+    let target = if r.table {
+        let own = if verdict == "error" {
+            r.error.as_ref()
+        } else {
+            r.by_verdict.get(verdict)
+        };
+        own.or(r.default.as_ref()).or_else(fallback)
+    } else if verdict == "error" {
+        r.error.as_ref()
+    } else {
+        r.by_verdict.get(verdict).or_else(fallback)
+    };
     match target {
         Some(t) => Ok(resolve(state, t)),
         None => {
@@ -86,10 +94,6 @@ mod tests {
     #[test]
     fn every_routing_rule() {
         let cases: &[(&str, &str, Result<&str, &str>)] = &[
-            // next wins over everything, and is taken without a verdict.
-            ("action: x\nnext: b", "no", Ok("b")),
-            ("action: x\nnext: b\non_error: e", "error", Ok("e")),
-            ("action: x\nnext: b", "error", Ok("b")),
             // Shorthands and their aliases.
             ("action: x\non_yes: a\non_no: b", "yes", Ok("a")),
             ("action: x\non_success: a\non_failure: b", "yes", Ok("a")),
@@ -108,10 +112,20 @@ mod tests {
                 Ok("a"),
             ),
             ("action: x\nroute:\n  yes: a\n  _error: e", "error", Ok("e")),
+            // In a table, `_` comes before `_error` (little-loops' order).
             (
                 "action: x\nroute:\n  yes: a\n  _error: e\n  _: d",
                 "no",
-                Ok("e"),
+                Ok("d"),
+            ),
+            ("action: x\nroute:\n  yes: a\n  _error: e", "no", Ok("e")),
+            // A table ignores `on_*` beside it.
+            (
+                "action: x\nroute:\n  yes: a\non_error: e",
+                "error",
+                Err(
+                    "state `s` has no route for verdict `error` (it routes: yes); add `on_error` or `_` in a `route` table",
+                ),
             ),
             (
                 "action: x\nroute:\n  target: done\n  progress: s\n  stall: give-up",

@@ -4,11 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::problem::Problems;
+use crate::problem::{Problem, Problems};
 use crate::yaml::{Key, Node, Value};
 
 /// The default cap on state executions.
 pub const DEFAULT_MAX_STEPS: u32 = 50;
+/// little-loops' default cap on taking one route (`a -> b`) again.
+pub const DEFAULT_MAX_EDGE_REVISITS: u32 = 100;
 /// The target that re-runs the state it appears in.
 pub const CURRENT: &str = "$current";
 
@@ -29,8 +31,88 @@ pub struct Loop {
     /// Per-action limit when a state gives none, in seconds.
     pub default_timeout_s: Option<u64>,
     pub llm: Llm,
-    /// `import:` entries, as written, with their lines.
-    pub imports: Vec<(String, u32)>,
+    /// Where `--input` text that is not a JSON object goes (`input_key`, default `input`).
+    pub input_key: String,
+    /// Context values a run must be given, non-empty, before it starts.
+    pub required_inputs: Vec<String>,
+    /// What a parent's `with:` may bind when this loop runs as a sub-loop.
+    pub parameters: Vec<Param>,
+    /// `circuit.repeated_failure`: the stall detector.
+    pub circuit: Option<Circuit>,
+    /// How often one route (`a -> b`) may be taken before the loop ends as a cycle.
+    pub max_edge_revisits: u32,
+    /// The files the loop was put together from; tagged lines index it.
+    pub files: Vec<String>,
+    /// What loopbox reads but does not act on; the loop runs anyway.
+    pub notes: Vec<Problem>,
+}
+
+/// little-loops' stall detector: the same (state, exit code, verdict) for
+/// `window` evaluated steps in a row (or `recurrent_window` times in all)
+/// ends the loop, or goes to `on_repeated_failure`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Circuit {
+    pub window: u32,
+    /// `None`: abort the loop.
+    pub on_repeated: Option<Target>,
+    pub recurrent_window: Option<u32>,
+    /// Files whose change between visits counts as progress (reset the window).
+    pub progress_paths: Vec<String>,
+    pub exclude_paths: Vec<String>,
+}
+
+/// Per-state tool-call throttling: the `hard_max`-th consecutive run of a
+/// state goes to `on_throttle_hard` (or `on_error`); one more stops the loop.
+pub const DEFAULT_THROTTLE_HARD_MAX: u32 = 12;
+
+/// A declared parameter (a loop's, for sub-loop calls, or a fragment's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    pub name: String,
+    pub required: bool,
+    pub default: Option<serde_json::Value>,
+}
+
+impl Param {
+    /// Fill in the defaults of `params` that `values` does not bind; the
+    /// first required one still unbound is the error.
+    pub fn bind<'a>(
+        params: &'a [Param],
+        values: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), &'a Param> {
+        for p in params {
+            if let (false, Some(d)) = (values.contains_key(&p.name), &p.default) {
+                values.insert(p.name.clone(), d.clone());
+            }
+        }
+        match params
+            .iter()
+            .find(|p| p.required && !values.contains_key(&p.name))
+        {
+            Some(missing) => Err(missing),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `loop:`: run another loop as this state's action.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubLoop {
+    /// The loop's name or file, interpolated when the state runs.
+    pub name: String,
+    /// `with:` values, interpolated, laid over the child's `context`.
+    pub with: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `context_passthrough: true`: the child sees this loop's context and captures.
+    pub passthrough: bool,
+    pub line: u32,
+}
+
+/// `fragment:` the state was built from, and what its `with:` binds for `${param.*}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FragmentUse {
+    pub name: String,
+    pub bindings: serde_json::Map<String, serde_json::Value>,
+    pub parameters: Vec<Param>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -67,6 +149,17 @@ pub struct State {
     pub model: Option<String>,
     pub max_retries: Option<u32>,
     pub on_retry_exhausted: Option<Target>,
+    pub sub: Option<SubLoop>,
+    pub fragment: Option<FragmentUse>,
+    /// Consecutive runs before `on_throttle_hard` (little-loops' default 12).
+    pub throttle_hard_max: u32,
+    /// `type: learning` without a `learning:` block: little-loops' hint that
+    /// the state makes many calls, which exempts it from the throttle's stops.
+    pub throttle_exempt: bool,
+    pub on_throttle_hard: Option<Target>,
+    /// Exit codes an `error` may retry with; any other goes to
+    /// `on_retry_exhausted` (or `on_error`) at once.
+    pub retryable_exit_codes: Option<Vec<i32>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -96,6 +189,8 @@ pub struct Routes {
     pub error: Option<Target>,
     /// `next`: unconditional; the state is not evaluated.
     pub next: Option<Target>,
+    /// A `route:` table was given: it alone decides (`on_*` beside it are ignored).
+    pub table: bool,
 }
 
 impl Routes {
@@ -179,6 +274,8 @@ pub enum EvalKind {
     OutputNumeric {
         op: Op,
         target: Number,
+        /// Read the last `KEY=NUMBER` instead of the whole output.
+        key: Option<String>,
     },
     OutputJson {
         path: String,
@@ -196,6 +293,40 @@ pub enum EvalKind {
         min_confidence: f64,
         uncertain_suffix: bool,
     },
+    /// `git diff --stat` (run through the host, under the user's exec grant)
+    /// unchanged `max_stall` times in a row is `no`.
+    DiffStall {
+        scope: Vec<String>,
+        max_stall: u32,
+    },
+    /// The numbers in a history file (one per line) stopped improving by more
+    /// than `epsilon` for `max_stall` rounds: `no`. `score_stall` wants them
+    /// higher, `open_question_stall` lower.
+    HistoryStall {
+        history_file: Option<String>,
+        max_stall: u32,
+        epsilon: f64,
+        lower_is_better: bool,
+    },
+    /// The tracked values unchanged `max_repeat` times in a row: `no`.
+    ActionStall {
+        track: Vec<String>,
+        max_repeat: u32,
+    },
+    /// One line of the output is the verdict (`first`, `last`, or an index).
+    Classify {
+        line: Pick,
+    },
+    /// A scorer's exit 0 and a number is `yes`; a failing exit `no`.
+    HarborScorer,
+}
+
+/// Which output line `classify` reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pick {
+    First,
+    Last,
+    Index(i64),
 }
 
 impl EvalKind {
@@ -207,6 +338,15 @@ impl EvalKind {
             EvalKind::OutputJson { .. } => "output_json",
             EvalKind::Convergence { .. } => "convergence",
             EvalKind::LlmStructured { .. } => "llm_structured",
+            EvalKind::DiffStall { .. } => "diff_stall",
+            EvalKind::HistoryStall {
+                lower_is_better: false,
+                ..
+            } => "score_stall",
+            EvalKind::HistoryStall { .. } => "open_question_stall",
+            EvalKind::ActionStall { .. } => "action_stall",
+            EvalKind::Classify { .. } => "classify",
+            EvalKind::HarborScorer => "harbor_scorer",
         }
     }
 }
@@ -224,19 +364,6 @@ pub fn canonical_verdict(v: &str) -> String {
 // unknown is reported as unknown, with the fields that are supported.
 const REFUSED_LOOP_FIELDS: &[(&str, &str)] = &[
     (
-        "parameters",
-        "sub-loop parameters need little-loops' sub-loop runner; put values in `context` (or pass them with --input)",
-    ),
-    (
-        "required_inputs",
-        "put the values in `context` and pass overrides with --input",
-    ),
-    ("input_key", "a loop's input is merged into `context`"),
-    (
-        "scope",
-        "concurrency control is the host's: runs hold a lease on their own store",
-    ),
-    (
         "backoff",
         "a policy cannot sleep between steps; add a state that runs `sleep N` if you need a pause",
     ),
@@ -246,14 +373,6 @@ const REFUSED_LOOP_FIELDS: &[(&str, &str)] = &[
     ),
     ("on_max_iterations", "use `max_steps` and `on_max_steps`"),
     (
-        "max_edge_revisits",
-        "use `max_steps`, or `max_retries` on the state",
-    ),
-    (
-        "on_handoff",
-        "context handoff needs the little-loops session runner",
-    ),
-    (
         "config",
         "ll-config overrides do not apply; limits live under [limits] in loopbox.toml",
     ),
@@ -262,18 +381,30 @@ const REFUSED_LOOP_FIELDS: &[(&str, &str)] = &[
         "little-loops target file specs are not supported",
     ),
     (
-        "circuit",
-        "the stall detector is not supported; use `max_retries`, `max_steps` or a `convergence` evaluator",
-    ),
-    (
         "host_guard",
         "memory and process limits are the host's ([limits] in loopbox.toml)",
     ),
     (
-        "artifact_versioning",
-        "artifact versioning is not supported",
+        "tamper_guard",
+        "it restores test files from git outside the sandbox; keep tests out of the loop's writable paths instead",
     ),
-    ("fragments", "fragments are not supported; use `import`"),
+];
+// Fields little-loops acts on that loopbox reads and leaves alone, with what
+// the user should know; the loop runs.
+const NOTED_LOOP_FIELDS: &[(&str, &str)] = &[
+    (
+        "scope",
+        "little-loops' path locks are not taken; a loopbox run holds a lease on its own store, and two runs on one workspace are the user's choice",
+    ),
+    (
+        "on_handoff",
+        "loopbox has no context handoff: each prompt is its own agent turn, so a full context never stops the loop",
+    ),
+    (
+        "artifact_versioning",
+        "files the loop writes are not versioned per run",
+    ),
+    ("singleton", "a second run of the loop is not refused"),
 ];
 const IGNORED_LOOP_FIELDS: &[&str] = &["category", "labels", "visibility", "commands", "version"];
 const LOOP_FIELDS: &[&str] = &[
@@ -289,17 +420,19 @@ const LOOP_FIELDS: &[&str] = &[
     "default_timeout",
     "llm",
     "import",
+    "input_key",
+    "required_inputs",
+    "parameters",
+    "circuit",
+    "max_edge_revisits",
 ];
 
 const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[
     ("params", "MCP tools are not reachable from the sandbox"),
     (
-        "loop",
-        "sub-loops are not supported; run the other loop as its own `loopbox run`, or `import` its states",
+        "worktree",
+        "a sub-loop in its own git worktree needs git outside the sandbox",
     ),
-    ("with", "sub-loops and fragments are not supported"),
-    ("context_passthrough", "sub-loops are not supported"),
-    ("fragment", "fragments are not supported; use `import`"),
     (
         "agent",
         "the agent is the user's choice, set under [agent] in loopbox.toml",
@@ -314,34 +447,42 @@ const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[
     ),
     ("on_maintain", "`maintain` is not supported"),
     (
-        "retryable_exit_codes",
-        "route the exit code with `route` or `on_error` instead",
+        "learning",
+        "a learning state reads little-loops' learning-test registry through its Python package, outside the sandbox; write the `/ll:explore-api TARGET` step as a prompt state instead",
     ),
     (
+        "prepatch_check",
+        "it forks git worktrees outside the sandbox",
+    ),
+];
+const NOTED_STATE_FIELDS: &[(&str, &str)] = &[
+    (
         "max_rate_limit_retries",
-        "rate-limit retries are the agent runner's job",
+        "rate-limit retries are the agent runner's; a rate-limited turn is an `error` verdict",
     ),
     (
         "on_rate_limit_exhausted",
-        "rate-limit retries are the agent runner's job",
+        "rate-limit retries are the agent runner's; a rate-limited turn is an `error` verdict",
     ),
     (
         "rate_limit_backoff_base_seconds",
-        "rate-limit retries are the agent runner's job",
+        "rate-limit retries are the agent runner's",
     ),
     (
         "rate_limit_max_wait_seconds",
-        "rate-limit retries are the agent runner's job",
+        "rate-limit retries are the agent runner's",
     ),
     (
         "rate_limit_long_wait_ladder",
-        "rate-limit retries are the agent runner's job",
+        "rate-limit retries are the agent runner's",
     ),
-    ("throttle", "tool-call throttling is not supported"),
-    ("on_throttle_hard", "tool-call throttling is not supported"),
-    ("learning", "learning states are not supported"),
-    ("type", "typed states (learning) are not supported"),
+    (
+        "pruning_profile",
+        "context pruning is the agent's; each prompt is its own turn",
+    ),
+    ("session_mode", "each prompt is its own agent turn"),
 ];
+const IGNORED_STATE_FIELDS: &[&str] = &["description", "fragment_name"];
 const STATE_FIELDS: &[&str] = &[
     "action",
     "exec",
@@ -356,22 +497,22 @@ const STATE_FIELDS: &[&str] = &[
     "model",
     "max_retries",
     "on_retry_exhausted",
+    "loop",
+    "with",
+    "context_passthrough",
+    "fragment",
+    "description",
+    "throttle",
+    "retryable_exit_codes",
+    "type",
     "on_<verdict>",
 ];
 pub const ACTION_TYPES: &[&str] = &["shell", "prompt", "slash_command"];
 
 const REFUSED_EVALUATORS: &[(&str, &str)] = &[
-    (
-        "diff_stall",
-        "it reads git history outside the sandbox; use a shell state that runs `git diff --stat` and `output_contains`",
-    ),
-    ("score_stall", "it keeps a history file; use `convergence`"),
-    ("action_stall", "use `max_retries` on the state"),
     ("mcp_result", "MCP tools are not reachable from the sandbox"),
-    ("harbor_scorer", "not supported"),
     ("comparator", "it writes baseline files; not supported"),
     ("contract", "not supported"),
-    ("classify", "use `output_contains` or `output_json`"),
 ];
 pub const EVALUATORS: &[&str] = &[
     "exit_code",
@@ -380,6 +521,12 @@ pub const EVALUATORS: &[&str] = &[
     "output_json",
     "convergence",
     "llm_structured",
+    "diff_stall",
+    "score_stall",
+    "open_question_stall",
+    "action_stall",
+    "classify",
+    "harbor_scorer",
 ];
 const EVAL_FIELDS: &[&str] = &[
     "type",
@@ -396,6 +543,14 @@ const EVAL_FIELDS: &[&str] = &[
     "previous",
     "direction",
     "error_patterns",
+    "key",
+    "scope",
+    "max_stall",
+    "history_file",
+    "epsilon",
+    "track",
+    "max_repeat",
+    "line",
 ];
 
 /// Reads one mapping's fields, remembering which were used.
@@ -511,7 +666,10 @@ impl<'a> Fields<'a> {
         match &node.value {
             Value::Int(i) => Some(Number::Value(*i as f64)),
             Value::Float(f) => Some(Number::Value(*f)),
-            Value::Str(s) if s.contains("${") => Some(Number::Expr(s.clone())),
+            // little-loops reads text as a number when the state runs (`"3"`, `${context.n}`).
+            Value::Str(s) if s.contains("${") || s.trim().parse::<f64>().is_ok() => {
+                Some(Number::Expr(s.clone()))
+            }
             _ => {
                 p.at(
                     node.line,
@@ -549,6 +707,58 @@ fn describe(node: &Node) -> String {
         Value::Float(f) => f.to_string(),
         Value::Bool(b) => b.to_string(),
         _ => node.kind().to_string(),
+    }
+}
+
+/// What a loop or a state may hold besides the fields loopbox reads.
+struct FieldSets {
+    /// Read by nobody, said nothing about (labels and the like).
+    ignored: &'static [&'static str],
+    /// little-loops acts on them, loopbox does not: a note each.
+    noted: &'static [(&'static str, &'static str)],
+    /// Needs what the sandbox does not give: a problem each, with why.
+    refused: &'static [(&'static str, &'static str)],
+    /// The fields loopbox reads, for messages.
+    known: &'static [&'static str],
+}
+
+const LOOP_FIELD_SETS: FieldSets = FieldSets {
+    ignored: IGNORED_LOOP_FIELDS,
+    noted: NOTED_LOOP_FIELDS,
+    refused: REFUSED_LOOP_FIELDS,
+    known: LOOP_FIELDS,
+};
+
+const STATE_FIELD_SETS: FieldSets = FieldSets {
+    ignored: IGNORED_STATE_FIELDS,
+    noted: NOTED_STATE_FIELDS,
+    refused: REFUSED_STATE_FIELDS,
+    known: STATE_FIELDS,
+};
+
+/// A field no reader took: ignored, noted, refused with its reason, or
+/// unknown, which little-loops ignores (warning at the top level) and so
+/// does loopbox, with a note naming the fields it knows.
+fn leftover(p: &mut Problems, key: &Key, what: &str, sets: &FieldSets) {
+    let name = key.name.as_str();
+    if sets.ignored.contains(&name) {
+        return;
+    }
+    if let Some((_, note)) = sets.noted.iter().find(|(n, _)| *n == name) {
+        p.note(
+            key.line,
+            format!("{what}`{name}` is read and not acted on: {note}"),
+        );
+    } else if sets.refused.iter().any(|(n, _)| *n == name) {
+        unknown(p, key, what, sets.refused, sets.known);
+    } else {
+        p.note(
+            key.line,
+            format!(
+                "{what}unknown field `{name}` is ignored (fields: {})",
+                sets.known.join(", ")
+            ),
+        );
     }
 }
 
@@ -600,12 +810,26 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
     let timeout_s = f.positive(p, "timeout", "");
     let default_timeout_s = f.positive(p, "default_timeout", "");
     let llm = f.take("llm").map(|n| read_llm(n, p)).unwrap_or_default();
-    let imports = read_imports(f.take("import"), p);
+    let _ = f.take("import"); // read by the loader, which merges what it names
+    let input_key = f
+        .string(p, "input_key", "")
+        .unwrap_or_else(|| "input".into());
+    let required_inputs = f
+        .take("required_inputs")
+        .map(|n| read_names(n, "required_inputs", p))
+        .unwrap_or_default();
+    let parameters = f
+        .take("parameters")
+        .map(|n| read_params(n, "", p))
+        .unwrap_or_default();
+    let circuit = f.take("circuit").and_then(|n| read_circuit(n, p));
+    let max_edge_revisits = f
+        .positive(p, "max_edge_revisits", "")
+        .map_or(DEFAULT_MAX_EDGE_REVISITS, |n| n.min(u32::MAX as u64) as u32);
     for (key, _) in f.unused() {
-        if IGNORED_LOOP_FIELDS.contains(&key.name.as_str()) || key.name.ends_with("_ok") {
-            continue;
+        if !key.name.ends_with("_ok") {
+            leftover(p, key, "", &LOOP_FIELD_SETS);
         }
-        unknown(p, key, "", REFUSED_LOOP_FIELDS, LOOP_FIELDS);
     }
     let name = match name {
         Some(n) if !n.trim().is_empty() => n,
@@ -630,7 +854,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         .map(|n| n.min(u32::MAX as u64) as u32)
         .unwrap_or(DEFAULT_MAX_STEPS);
     Some(Loop {
-        file: p.file.clone(),
+        file: p.files[0].clone(),
         name,
         description,
         initial,
@@ -641,8 +865,147 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         timeout_s,
         default_timeout_s,
         llm,
-        imports,
+        input_key,
+        required_inputs,
+        parameters,
+        circuit,
+        max_edge_revisits,
+        files: Vec::new(),
+        notes: Vec::new(),
     })
+}
+
+/// `circuit: {repeated_failure: {window, on_repeated_failure, ...}}`.
+fn read_circuit(node: &Node, p: &mut Problems) -> Option<Circuit> {
+    let Some(entries) = node.as_map() else {
+        p.at(
+            node.line,
+            "`circuit` must be a mapping with `repeated_failure`",
+        );
+        return None;
+    };
+    let mut f = Fields::new(entries);
+    let rf = f.take("repeated_failure");
+    for (key, _) in f.unused() {
+        unknown(p, key, "circuit: ", &[], &["repeated_failure"]);
+    }
+    let rf = rf?;
+    let Some(entries) = rf.as_map() else {
+        p.at(
+            rf.line,
+            "`circuit.repeated_failure` must be a mapping (window, on_repeated_failure, ...)",
+        );
+        return None;
+    };
+    let w = "circuit.repeated_failure: ";
+    let mut f = Fields::new(entries);
+    let window = read_count(&mut f, "window", 3, w, p);
+    let on_repeated = f
+        .target(p, "on_repeated_failure", w)
+        .filter(|t| t.state != "abort");
+    let recurrent_window = f
+        .positive(p, "recurrent_window", w)
+        .map(|n| n.min(u32::MAX as u64) as u32);
+    let progress_paths = read_strings(&mut f, "progress_paths", w, p);
+    let exclude_paths = read_strings(&mut f, "exclude_paths", w, p);
+    for (key, _) in f.unused() {
+        unknown(
+            p,
+            key,
+            w,
+            &[],
+            &[
+                "window",
+                "on_repeated_failure",
+                "recurrent_window",
+                "progress_paths",
+                "exclude_paths",
+            ],
+        );
+    }
+    Some(Circuit {
+        window,
+        on_repeated,
+        recurrent_window,
+        progress_paths,
+        exclude_paths,
+    })
+}
+
+/// A list of names (`required_inputs`).
+fn read_names(node: &Node, what: &str, p: &mut Problems) -> Vec<String> {
+    let Value::Seq(items) = &node.value else {
+        p.at(
+            node.line,
+            format!("`{what}` must be a list of names, not {}", node.kind()),
+        );
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|i| match i.as_str() {
+            Some(s) => Some(s.to_string()),
+            None => {
+                p.at(
+                    i.line,
+                    format!("`{what}` entries must be names, not {}", i.kind()),
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+/// `parameters: {NAME: {type, required, default, description}}`.
+fn read_params(node: &Node, what: &str, p: &mut Problems) -> Vec<Param> {
+    let Some(entries) = node.as_map() else {
+        p.at(
+            node.line,
+            format!(
+                "{what}`parameters` must map names to their specs, not {}",
+                node.kind()
+            ),
+        );
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in entries {
+        let empty = [];
+        let fields: &[(Key, Node)] = match &v.value {
+            Value::Map(m) => m,
+            Value::Null => &empty,
+            _ => {
+                p.at(
+                    v.line,
+                    format!(
+                        "{what}parameter `{}` must be a mapping (type, required, default)",
+                        k.name
+                    ),
+                );
+                continue;
+            }
+        };
+        let mut f = Fields::new(fields);
+        let required = f.boolean(p, "required", what).unwrap_or(false);
+        let default = f.take("default").map(Node::to_json);
+        let _ = f.take("type");
+        let _ = f.take("description");
+        for (key, _) in f.unused() {
+            unknown(
+                p,
+                key,
+                &format!("{what}parameter `{}`: ", k.name),
+                &[],
+                &["type", "required", "default", "description"],
+            );
+        }
+        out.push(Param {
+            name: k.name.clone(),
+            required,
+            default,
+        });
+    }
+    out
 }
 
 /// What an imported file contributes.
@@ -650,8 +1013,6 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
 pub struct Imported {
     pub states: Vec<State>,
     pub context: serde_json::Map<String, serde_json::Value>,
-    /// Its own `import:` entries, with their lines.
-    pub imports: Vec<(String, u32)>,
 }
 
 /// An imported file: only `states`, `context` and `import` (a name is allowed).
@@ -674,18 +1035,18 @@ pub fn read_import(root: &Node, p: &mut Problems) -> Imported {
         .map(|n| read_states(n, p))
         .unwrap_or_default();
     let context = read_context(f.take("context"), p);
-    let imports = read_imports(f.take("import"), p);
+    let _ = f.take("import"); // read by the loader
+    let _ = f.take("fragments"); // collected by the loader
     for (key, _) in f.unused() {
-        p.at(key.line, format!("`{}` has no effect in an imported file: only `states`, `context` and `import` are merged", key.name));
+        if IGNORED_LOOP_FIELDS.contains(&key.name.as_str()) {
+            continue;
+        }
+        p.at(key.line, format!("`{}` has no effect in an imported file: only `fragments`, `states`, `context` and `import` are merged", key.name));
     }
-    Imported {
-        states,
-        context,
-        imports,
-    }
+    Imported { states, context }
 }
 
-fn read_imports(node: Option<&Node>, p: &mut Problems) -> Vec<(String, u32)> {
+pub fn read_imports(node: Option<&Node>, p: &mut Problems) -> Vec<(String, u32)> {
     let Some(node) = node else { return Vec::new() };
     let items: Vec<&Node> = match &node.value {
         Value::Str(_) => vec![node],
@@ -793,10 +1154,10 @@ fn read_states(node: &Node, p: &mut Problems) -> Vec<State> {
 fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     let name = key.name.clone();
     let what = format!("state `{name}`: ");
-    if name.is_empty() || name == CURRENT || name.starts_with('_') {
+    if name.is_empty() || name == CURRENT {
         p.at(
             key.line,
-            format!("`{name}` cannot name a state (it is empty, `$current` or starts with `_`)"),
+            format!("`{name}` cannot name a state (it is empty or `$current`)"),
         );
         return None;
     }
@@ -826,10 +1187,63 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     };
     if let Some(node) = f.take("route") {
         read_route_table(node, &what, &mut routes, p);
+        routes.table = true;
     }
     let terminal = f.boolean(p, "terminal", &what).unwrap_or(false);
     let failure_line = key_line(entries, "failure");
-    let failure = f.boolean(p, "failure", &what).unwrap_or(false);
+    // little-loops: a terminal state named like a failure is one unless it says otherwise.
+    let failure = f
+        .boolean(p, "failure", &what)
+        .unwrap_or(terminal && FAILURE_NAMES.contains(&name.as_str()));
+    let throttle_hard_max = f
+        .take("throttle")
+        .map(|n| read_throttle(n, &what, p))
+        .unwrap_or(DEFAULT_THROTTLE_HARD_MAX);
+    let on_throttle_hard = f.target(p, "on_throttle_hard", &what);
+    let type_line = value_line(entries, "type");
+    let throttle_exempt = match f.string(p, "type", &what) {
+        None => false,
+        // With a `learning:` block the state is a learning state, refused below.
+        Some(t) if t == "learning" => {
+            if !entries.iter().any(|(k, _)| k.name == "learning") {
+                p.note(
+                    type_line.unwrap_or(key.line),
+                    format!("{what}`type: learning` without `learning:` marks a busy state: the throttle does not stop it (as in little-loops)"),
+                );
+            }
+            true
+        }
+        Some(t) => {
+            p.note(
+                type_line.unwrap_or(key.line),
+                format!("{what}`type: {t}` has no meaning here and is ignored"),
+            );
+            false
+        }
+    };
+    let retryable_exit_codes = f.take("retryable_exit_codes").and_then(|n| match &n.value {
+        Value::Seq(items) => Some(
+            items
+                .iter()
+                .filter_map(|i| match i.value {
+                    Value::Int(c) => Some(c as i32),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => {
+            p.at(
+                n.line,
+                format!("{what}`retryable_exit_codes` must be a list of exit codes"),
+            );
+            None
+        }
+    });
+    let sub = read_sub_loop(&mut f, entries, &what, p);
+    let fragment = read_fragment_use(&mut f, key.line, &what, p);
+    if let (None, Some(with)) = (&sub, f.take("with")) {
+        p.at(with.line, format!("{what}`with` binds a sub-loop's parameters (`loop:`) or a fragment's (`fragment:`); this state has neither"));
+    }
     let capture = f.string(p, "capture", &what);
     if let Some(c) = &capture
         && !valid_name(c)
@@ -846,15 +1260,24 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         .map(|n| n.min(u32::MAX as u64) as u32);
     let on_retry_exhausted = f.target(p, "on_retry_exhausted", &what);
 
-    read_shorthand_routes(&mut f, &mut routes, &what, p);
+    if routes.table {
+        // little-loops: a `route` table decides alone; `on_*` beside it are never read.
+        let mut ignored = Routes::default();
+        read_shorthand_routes(&mut f, &mut ignored, &what, p);
+        if let Some(t) = ignored.targets().next() {
+            p.note(t.line, format!("{what}`on_*` routes beside a `route` table are ignored (as in little-loops); put them in the table (`_error`, `_`)"));
+        }
+    } else {
+        read_shorthand_routes(&mut f, &mut routes, &what, p);
+    }
     for (k, _) in f.unused() {
-        unknown(p, k, &what, REFUSED_STATE_FIELDS, STATE_FIELDS);
+        leftover(p, k, &what, &STATE_FIELD_SETS);
     }
 
     let state = State {
         name,
         line: key.line,
-        file: p.file.clone(),
+        file: p.file(key.line).to_string(),
         action,
         action_line,
         evaluate,
@@ -867,9 +1290,115 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         model,
         max_retries,
         on_retry_exhausted,
+        sub,
+        fragment,
+        throttle_hard_max,
+        throttle_exempt,
+        on_throttle_hard,
+        retryable_exit_codes,
     };
     check_state(&state, key, failure_line, &what, p);
     Some(state)
+}
+
+/// `throttle: {normal_max, warn_max, hard_max}`: only `hard_max` changes where the loop goes.
+fn read_throttle(node: &Node, what: &str, p: &mut Problems) -> u32 {
+    let Some(entries) = node.as_map() else {
+        p.at(
+            node.line,
+            format!("{what}`throttle` must be a mapping (normal_max, warn_max, hard_max)"),
+        );
+        return DEFAULT_THROTTLE_HARD_MAX;
+    };
+    let w = format!("{what}throttle: ");
+    let mut f = Fields::new(entries);
+    let _ = f.take("normal_max");
+    let _ = f.take("warn_max");
+    let hard = read_count(&mut f, "hard_max", DEFAULT_THROTTLE_HARD_MAX, &w, p);
+    for (key, _) in f.unused() {
+        unknown(p, key, &w, &[], &["normal_max", "warn_max", "hard_max"]);
+    }
+    hard
+}
+
+/// Terminal states little-loops counts as failures when `failure` is not given.
+pub const FAILURE_NAMES: &[&str] = &["failed", "error", "aborted", "finalize_aborted"];
+
+/// `loop:` with `with:` / `context_passthrough:`.
+fn read_sub_loop(
+    f: &mut Fields,
+    entries: &[(Key, Node)],
+    what: &str,
+    p: &mut Problems,
+) -> Option<SubLoop> {
+    let line = value_line(entries, "loop")?;
+    let name = f.string(p, "loop", what)?;
+    let with = match f.take("with") {
+        None => None,
+        Some(n) => match n.to_json() {
+            serde_json::Value::Object(m) => Some(m),
+            serde_json::Value::Null => Some(serde_json::Map::new()),
+            _ => {
+                p.at(
+                    n.line,
+                    format!("{what}`with` must map the sub-loop's parameters to values"),
+                );
+                None
+            }
+        },
+    };
+    let passthrough = f.boolean(p, "context_passthrough", what).unwrap_or(false);
+    Some(SubLoop {
+        name,
+        with,
+        passthrough,
+        line,
+    })
+}
+
+/// What the loader left of a `fragment:` reference (see [`crate::resolve`]).
+fn read_fragment_use(
+    f: &mut Fields,
+    line: u32,
+    what: &str,
+    p: &mut Problems,
+) -> Option<FragmentUse> {
+    let bindings = f.take("fragment_bindings")?;
+    let name = f
+        .take("fragment_name")
+        .and_then(|n| n.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let bindings = match bindings.to_json() {
+        serde_json::Value::Object(m) => m,
+        serde_json::Value::Null => serde_json::Map::new(),
+        _ => {
+            p.at(
+                bindings.line,
+                format!("{what}`with` must map the fragment's parameters to values"),
+            );
+            serde_json::Map::new()
+        }
+    };
+    let parameters = f
+        .take("fragment_parameters")
+        .map(|n| read_params(n, &format!("{what}fragment `{name}`: "), p))
+        .unwrap_or_default();
+    for param in &parameters {
+        if param.required && !bindings.contains_key(&param.name) {
+            p.at(
+                line,
+                format!(
+                    "{what}fragment `{name}` needs parameter `{}`: bind it under `with:`",
+                    param.name
+                ),
+            );
+        }
+    }
+    Some(FragmentUse {
+        name,
+        bindings,
+        parameters,
+    })
 }
 
 /// `action` (with `action_type`) or `exec`: what the state does, if anything.
@@ -985,6 +1514,12 @@ fn check_state(state: &State, key: &Key, failure_line: Option<u32>, what: &str, 
             format!("{what}`failure: true` marks how a terminal state ends; add `terminal: true`"),
         );
     }
+    if terminal && (action.is_some() || state.sub.is_some()) {
+        p.note(state.action_line, format!("{what}a terminal state's action never runs (as in little-loops): the loop ends on entering it"));
+    }
+    if state.sub.is_some() && action.is_some() {
+        p.at(key.line, format!("{what}give `loop` or `action`, not both"));
+    }
     if max_retries.is_some() != on_retry_exhausted.is_some() {
         p.at(
             key.line,
@@ -992,9 +1527,9 @@ fn check_state(state: &State, key: &Key, failure_line: Option<u32>, what: &str, 
         );
     }
     if terminal && !routes.is_empty() {
-        p.at(
+        p.note(
             key.line,
-            format!("{what}a terminal state ends the loop, so its routes would never be used"),
+            format!("{what}a terminal state ends the loop, so its routes are never used"),
         );
     }
     if let Some(next) = &routes.next {
@@ -1005,25 +1540,16 @@ fn check_state(state: &State, key: &Key, failure_line: Option<u32>, what: &str, 
             .next()
             .is_some()
         {
-            p.at(next.line, format!("{what}`next` is unconditional, so its verdict routes would never be used; keep `next` or the routes"));
+            p.note(next.line, format!("{what}`next` is unconditional, so its verdict routes are never used (only `on_error`, when the action fails)"));
         }
         if evaluate.is_some() {
-            p.at(next.line, format!("{what}`next` is unconditional, so `evaluate` would never be used; route the verdicts instead"));
+            p.note(
+                next.line,
+                format!("{what}`next` is unconditional, so `evaluate` is never used"),
+            );
         }
     }
-    if action.is_none()
-        && !terminal
-        && evaluate.as_ref().is_none_or(|e| e.source.is_none())
-        && routes.next.is_none()
-    {
-        p.at(
-            key.line,
-            format!(
-                "{what}has no `action`, no `next` and is not `terminal`: give it something to do"
-            ),
-        );
-    }
-    if !terminal && routes.is_empty() && action.is_some() {
+    if !terminal && routes.is_empty() {
         p.at(key.line, format!("{what}has no routes: add `next`, `on_yes`/`on_no`, a `route` table, or `terminal: true`"));
     }
 }
@@ -1155,6 +1681,39 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
         "output_json" => read_output_json(&mut f, node, &w, p),
         "convergence" => read_convergence(&mut f, node, &w, p),
         "llm_structured" => read_llm_structured(&mut f, node, &w, p),
+        "diff_stall" => Some(EvalKind::DiffStall {
+            scope: read_strings(&mut f, "scope", &w, p),
+            max_stall: read_count(&mut f, "max_stall", 1, &w, p),
+        }),
+        "score_stall" | "open_question_stall" => Some(EvalKind::HistoryStall {
+            history_file: f.string(p, "history_file", &w),
+            max_stall: read_count(&mut f, "max_stall", 1, &w, p),
+            epsilon: match f.number(p, "epsilon", &w) {
+                Some(Number::Value(e)) => e,
+                _ => 0.5,
+            },
+            lower_is_better: ty == "open_question_stall",
+        }),
+        "action_stall" => Some(EvalKind::ActionStall {
+            track: {
+                let t = read_strings(&mut f, "track", &w, p);
+                if t.is_empty() {
+                    vec!["action".to_string()]
+                } else {
+                    t
+                }
+            },
+            max_repeat: read_count(&mut f, "max_repeat", 2, &w, p),
+        }),
+        "harbor_scorer" => Some(EvalKind::HarborScorer),
+        "classify" => Some(EvalKind::Classify {
+            line: match f.take("line").map(|n| &n.value) {
+                None => Pick::Last,
+                Some(Value::Int(i)) => Pick::Index(*i),
+                Some(Value::Str(s)) if s == "first" => Pick::First,
+                Some(_) => Pick::Last,
+            },
+        }),
         other => {
             match REFUSED_EVALUATORS.iter().find(|(n, _)| *n == other) {
                 Some((_, why)) => p.at(
@@ -1174,9 +1733,9 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
     };
     for (key, _) in f.unused() {
         if EVAL_FIELDS.contains(&key.name.as_str()) {
-            p.at(
+            p.note(
                 key.line,
-                format!("{w}`{}` has no meaning for `{ty}`", key.name),
+                format!("{w}`{}` has no meaning for `{ty}` and is ignored", key.name),
             );
         } else {
             unknown(p, key, &w, &[], EVAL_FIELDS);
@@ -1187,6 +1746,31 @@ fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> 
         source,
         line: node.line,
     })
+}
+
+/// A list of text values (`scope`, `track`); one value alone is a list of one.
+fn read_strings(f: &mut Fields, name: &str, w: &str, p: &mut Problems) -> Vec<String> {
+    let Some(node) = f.take(name) else {
+        return Vec::new();
+    };
+    match &node.value {
+        Value::Str(s) => vec![s.clone()],
+        Value::Seq(items) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        _ => {
+            p.at(node.line, format!("{w}`{name}` must be a list of text"));
+            Vec::new()
+        }
+    }
+}
+
+/// A count of 1 or more, `default` when absent.
+fn read_count(f: &mut Fields, name: &str, default: u32, w: &str, p: &mut Problems) -> u32 {
+    f.positive(p, name, w)
+        .map(|n| n.min(u32::MAX as u64) as u32)
+        .unwrap_or(default)
 }
 
 /// `output_contains`: a pattern in the output (or not), and patterns that mean an error.
@@ -1234,9 +1818,11 @@ fn read_output_numeric(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -
     if target.is_none() && !f.entries.iter().any(|(k, _)| k.name == "target") {
         p.at(node.line, format!("{w}`output_numeric` needs a `target`"));
     }
+    let key = f.string(p, "key", w);
     Some(EvalKind::OutputNumeric {
         op: op?,
         target: target?,
+        key,
     })
 }
 

@@ -1,20 +1,50 @@
 //! The `start` payload of a `builtin:fsm` run: the loop's text, where it
-//! lives in the workspace (for imports and messages), and context values.
+//! lives in the workspace (for the files it names and for messages), its
+//! input, and the run's directory; and the context a run starts with.
 //!
-//! `{"path": "loops/fix.yaml", "yaml": "name: ...", "context": {...}}`; a bare
-//! JSON string is taken as the YAML text of a loop at the workspace root.
+//! `{"path": "loops/fix.yaml", "yaml": "name: ...", "context": {...},
+//! "input": "TEXT", "run_dir": ".loops/runs/ID/", "workspace": "/abs"}`; a bare JSON string is
+//! taken as the YAML text of a loop at the workspace root.
 
 use serde_json::{Map, Value, json};
 
-#[derive(Debug, Clone, PartialEq)]
+use crate::check::INJECTED_CONTEXT;
+use crate::spec::Loop;
+
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Start {
     pub path: String,
     pub yaml: String,
+    /// Values that replace `context` values, as given.
     pub context: Map<String, Value>,
+    /// The run's input as typed (`loopbox run LOOP.yaml --input TEXT`).
+    pub input: Option<String>,
+    /// Where the loop keeps its files, `${context.run_dir}`.
+    pub run_dir: Option<String>,
+    /// The workspace directory as commands and the agent see it, `${env.PWD}`.
+    pub workspace: Option<String>,
 }
 
-pub fn payload(path: &str, yaml: &str, context: &Map<String, Value>) -> Value {
-    json!({"path": path, "yaml": yaml, "context": context})
+impl Start {
+    /// The payload as JSON, what [`parse`] reads: only the fields that are set.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("path".into(), json!(self.path));
+        m.insert("yaml".into(), json!(self.yaml));
+        if !self.context.is_empty() {
+            m.insert("context".into(), Value::Object(self.context.clone()));
+        }
+        for (name, value) in [
+            ("input", &self.input),
+            ("run_dir", &self.run_dir),
+            ("workspace", &self.workspace),
+        ] {
+            if let Some(v) = value {
+                m.insert(name.into(), json!(v));
+            }
+        }
+        Value::Object(m)
+    }
 }
 
 pub fn parse(input: &str) -> Result<Start, String> {
@@ -24,7 +54,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
         Value::String(yaml) => Ok(Start {
             path: "loop.yaml".into(),
             yaml,
-            context: Map::new(),
+            ..Default::default()
         }),
         Value::Object(mut m) => {
             let Some(Value::String(yaml)) = m.remove("yaml") else {
@@ -33,11 +63,15 @@ pub fn parse(input: &str) -> Result<Start, String> {
                         .into(),
                 );
             };
-            let path = match m.remove("path") {
-                None => "loop.yaml".to_string(),
-                Some(Value::String(p)) => p,
-                Some(_) => return Err("`path` in the input must be text".into()),
+            let text = |m: &mut Map<String, Value>, name: &str| match m.remove(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(p)) => Ok(Some(p)),
+                Some(_) => Err(format!("`{name}` in the input must be text")),
             };
+            let path = text(&mut m, "path")?.unwrap_or_else(|| "loop.yaml".into());
+            let input = text(&mut m, "input")?;
+            let run_dir = text(&mut m, "run_dir")?;
+            let workspace = text(&mut m, "workspace")?;
             let context = match m.remove("context") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(c)) => c,
@@ -45,19 +79,106 @@ pub fn parse(input: &str) -> Result<Start, String> {
             };
             if let Some(k) = m.keys().next() {
                 return Err(format!(
-                    "unknown input field `{k}` (fields: path, yaml, context)"
+                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace)"
                 ));
             }
             Ok(Start {
                 path,
                 yaml,
                 context,
+                input,
+                run_dir,
+                workspace,
             })
         }
         _ => Err(
             "the input must be the loop's YAML text, or {\"path\", \"yaml\", \"context\"}".into(),
         ),
     }
+}
+
+/// Readiness and outcome thresholds little-loops seeds from its config
+/// defaults when a loop does not set them.
+const THRESHOLDS: &[(&str, i64)] = &[("readiness_threshold", 85), ("outcome_threshold", 65)];
+
+/// The context a run starts with, as `ll-loop run` builds it: the loop's
+/// `context`, the input, then the values little-loops injects (`run_dir`,
+/// `input_hash`, `max_steps`, the thresholds), each only where the loop or
+/// the input did not set it. A required input that is missing or empty stops
+/// the run before it starts.
+///
+/// The input: a JSON object naming at least one value the loop knows
+/// (declared, required, a parameter or injected) sets those values; any
+/// other text, or an object naming none of them, becomes the `input_key`
+/// value (`input` unless the loop says otherwise).
+pub fn context(lp: &Loop, start: &Start) -> Result<Map<String, Value>, String> {
+    let mut ctx = lp.context.clone();
+    ctx.extend(start.context.clone());
+    if let Some(raw) = &start.input {
+        let known = |k: &str| {
+            ctx.contains_key(k)
+                || lp.required_inputs.iter().any(|r| r == k)
+                || lp.parameters.iter().any(|p| p.name == k)
+                || INJECTED_CONTEXT.contains(&k)
+                || k == lp.input_key
+        };
+        match serde_json::from_str::<Value>(raw) {
+            Ok(Value::Object(m)) if m.is_empty() => {}
+            Ok(Value::Object(m)) if m.keys().any(|k| known(k)) => ctx.extend(m),
+            _ => {
+                ctx.insert(lp.input_key.clone(), Value::String(raw.clone()));
+            }
+        }
+    }
+    // A top-level run fills in parameter defaults; a missing required one is
+    // only an error for a sub-loop call, as in little-loops.
+    let _ = crate::spec::Param::bind(&lp.parameters, &mut ctx);
+    let run_dir = start
+        .run_dir
+        .clone()
+        .unwrap_or_else(|| format!(".loops/runs/{}/", lp.name));
+    ctx.entry("run_dir").or_insert(Value::String(run_dir));
+    if let (false, Some(Value::String(input))) = (ctx.contains_key("input_hash"), ctx.get("input"))
+    {
+        let hash = sha256_hex(input.as_bytes());
+        ctx.insert("input_hash".into(), Value::String(hash[..12].to_string()));
+    }
+    ctx.entry("max_steps").or_insert(json!(lp.max_steps));
+    for (k, v) in THRESHOLDS {
+        ctx.entry(*k).or_insert(json!(v));
+    }
+    ctx.entry("design_tokens_context").or_insert(json!(""));
+    for key in &lp.required_inputs {
+        let empty = match ctx.get(key) {
+            None | Some(Value::Null) => true,
+            Some(Value::String(s)) => s.is_empty(),
+            Some(Value::Bool(b)) => !b,
+            Some(Value::Number(n)) => n.as_f64() == Some(0.0),
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+        };
+        if empty {
+            let how = if *key == lp.input_key {
+                "--input TEXT".to_string()
+            } else {
+                format!("--input '{{\"{key}\": ...}}'")
+            };
+            return Err(format!(
+                "loop `{}` requires input `{key}` but none was given: pass it with {how}",
+                lp.name
+            ));
+        }
+    }
+    Ok(ctx)
+}
+
+/// SHA-256 as hex, for `input_hash` (little-loops keeps its first 12 digits).
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -68,15 +189,15 @@ mod tests {
     fn payloads_round_trip_and_bad_ones_say_why() {
         let mut ctx = Map::new();
         ctx.insert("n".into(), json!(2));
-        let p = payload("loops/a.yaml", "name: a", &ctx).to_string();
-        assert_eq!(
-            parse(&p),
-            Ok(Start {
-                path: "loops/a.yaml".into(),
-                yaml: "name: a".into(),
-                context: ctx
-            })
-        );
+        let start = Start {
+            path: "loops/a.yaml".into(),
+            yaml: "name: a".into(),
+            context: ctx,
+            input: Some("fix it".into()),
+            run_dir: Some(".loops/runs/r1/".into()),
+            workspace: None,
+        };
+        assert_eq!(parse(&start.to_json().to_string()), Ok(start));
         assert_eq!(parse("\"name: b\"").unwrap().path, "loop.yaml");
         assert!(parse("{}").unwrap_err().contains("needs `yaml`"));
         assert!(
@@ -89,5 +210,87 @@ mod tests {
                 .unwrap_err()
                 .contains("must be the loop's YAML text")
         );
+    }
+
+    #[test]
+    fn sha256_matches_known_digests() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            sha256_hex(&[b'a'; 200]),
+            "c2a908d98f5df987ade41b5fce213067efbcc21ef2240212a41e54b5e7c28ae5"
+        );
+    }
+
+    fn lp(yaml: &str) -> Loop {
+        struct NoFiles;
+        impl crate::Files for NoFiles {
+            fn read(&mut self, _: &str) -> Result<String, String> {
+                Err("no files".into())
+            }
+        }
+        crate::load("l.yaml", yaml, &mut NoFiles).unwrap()
+    }
+
+    #[test]
+    fn the_starting_context_follows_ll_loop_run() {
+        let l =
+            lp("name: l\ninitial: a\ncontext:\n  target: x\nstates:\n  a:\n    terminal: true\n");
+        let start = |input: &str| Start {
+            input: Some(input.into()),
+            run_dir: Some(".loops/runs/r1/".into()),
+            ..Default::default()
+        };
+        // An object naming a known value sets it.
+        let c = context(&l, &start(r#"{"target": "y"}"#)).unwrap();
+        assert_eq!((c["target"].clone(), c.get("input")), (json!("y"), None));
+        // One naming none, or any other text, lands in `input`, with its hash.
+        let c = context(&l, &start(r#"{"other": 1}"#)).unwrap();
+        assert_eq!(c["input"], json!(r#"{"other": 1}"#));
+        let c = context(&l, &start("fix the bug")).unwrap();
+        assert_eq!(c["input"], json!("fix the bug"));
+        assert_eq!(
+            c["input_hash"],
+            json!(sha256_hex(b"fix the bug")[..12].to_string())
+        );
+        assert_eq!(c["run_dir"], json!(".loops/runs/r1/"));
+        assert_eq!(
+            (c["max_steps"].clone(), c["readiness_threshold"].clone()),
+            (json!(50), json!(85))
+        );
+        // `{}` is no input at all.
+        assert_eq!(context(&l, &start("{}")).unwrap().get("input"), None);
+    }
+
+    #[test]
+    fn required_inputs_and_input_key_are_honoured() {
+        let l = lp(
+            "name: l\ninitial: a\ninput_key: issue\nrequired_inputs: [issue]\nstates:\n  a:\n    terminal: true\n",
+        );
+        let e = context(&l, &Start::default()).unwrap_err();
+        assert_eq!(
+            e,
+            "loop `l` requires input `issue` but none was given: pass it with --input TEXT"
+        );
+        let c = context(
+            &l,
+            &Start {
+                input: Some("BUG-7".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c["issue"], json!("BUG-7"));
+        let e = context(
+            &l,
+            &Start {
+                input: Some("".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("requires input `issue`"), "{e}");
     }
 }

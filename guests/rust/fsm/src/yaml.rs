@@ -93,6 +93,35 @@ impl Node {
     }
 }
 
+/// Mark every line of a tree as read from file `index` of the load (see
+/// [`crate::problem::LINE_BITS`]). Index 0, the loop itself, changes nothing.
+pub fn tag(node: &mut Node, index: u32) {
+    if index == 0 {
+        return;
+    }
+    let bits = index << crate::problem::LINE_BITS;
+    fn walk(n: &mut Node, bits: u32) {
+        n.line = crate::problem::line_of(n.line) | bits;
+        match &mut n.value {
+            Value::Seq(items) => items.iter_mut().for_each(|i| walk(i, bits)),
+            Value::Map(entries) => entries.iter_mut().for_each(|(k, v)| {
+                k.line = crate::problem::line_of(k.line) | bits;
+                walk(v, bits)
+            }),
+            _ => {}
+        }
+    }
+    walk(node, bits);
+}
+
+/// The value at `name` in a mapping node.
+pub fn get<'a>(node: &'a Node, name: &str) -> Option<&'a Node> {
+    node.as_map()?
+        .iter()
+        .find(|(k, _)| k.name == name)
+        .map(|(_, v)| v)
+}
+
 /// Parse one YAML document. An empty text is a null node.
 pub fn parse(text: &str) -> Result<Node, SyntaxError> {
     if text.len() > MAX_TEXT_BYTES {
@@ -217,7 +246,7 @@ impl Builder {
     }
 }
 
-fn size(node: &Node) -> usize {
+pub fn size(node: &Node) -> usize {
     match &node.value {
         Value::Seq(items) => 1 + items.iter().map(size).sum::<usize>(),
         Value::Map(entries) => 1 + entries.iter().map(|(_, v)| 1 + size(v)).sum::<usize>(),

@@ -77,6 +77,42 @@ mod component {
                 }
                 json!({"grew_mb": chunks.len()})
             }
+            // What was left in this module's memory before: a static in the data
+            // segment, a 1 MiB zeroed static and a 1 MiB heap block (leaked, so a
+            // fresh instance, taking the same steps, gets the same block). `times`
+            // > 1 repeats it in one instance, showing that the statics see leftovers.
+            "remember" => {
+                use std::sync::atomic::{AtomicU64, Ordering};
+                const PATTERN: u8 = 0xA5;
+                const SIZE: usize = 1 << 20;
+                static MARK: AtomicU64 = AtomicU64::new(0);
+                static mut ZEROED: [u8; SIZE] = [0; SIZE];
+                // SAFETY: `block` points at SIZE bytes, read and written through raw pointers only.
+                unsafe fn leftover(block: *mut u8) -> usize {
+                    let found = (0..SIZE)
+                        .filter(|&i| unsafe { std::ptr::read_volatile(block.add(i)) } == PATTERN)
+                        .count();
+                    unsafe { std::ptr::write_bytes(block, PATTERN, SIZE) };
+                    found
+                }
+                let mut seen = json!(null);
+                for _ in 0..op["times"].as_u64().unwrap_or(1) {
+                    let layout = std::alloc::Layout::from_size_align(SIZE, 4096).unwrap();
+                    // SAFETY: one thread; the heap block is never freed.
+                    let (zeroed, heap) = unsafe {
+                        (
+                            leftover((&raw mut ZEROED).cast()),
+                            leftover(std::alloc::alloc(layout)),
+                        )
+                    };
+                    seen = json!({
+                        "static_before": MARK.swap(0x5EED, Ordering::Relaxed),
+                        "zeroed_leftover": zeroed,
+                        "heap_leftover": heap,
+                    });
+                }
+                seen
+            }
             "recurse" => {
                 let mut sink = [0u64; 64];
                 json!({"depth": recurse(0, &mut sink)})
@@ -122,6 +158,9 @@ mod component {
             }
             "state" => {
                 let mut got = serde_json::Map::new();
+                for k in strs(op, "read_first") {
+                    got.insert(format!("before:{k}"), json!(state::get(&k).is_some()));
+                }
                 for k in strs(op, "remove") {
                     state::remove(&k);
                 }

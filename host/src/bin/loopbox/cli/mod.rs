@@ -263,16 +263,21 @@ pub(crate) fn tokio() -> Result<tokio::runtime::Runtime, Failure> {
 }
 
 /// `--input` / `--tick` values: inline JSON, or `@file` to read it from a file.
-pub(crate) fn json_arg(flag: &str, value: &str) -> Result<String, Failure> {
-    let text = match value.strip_prefix('@') {
+/// An argument as text, or the text of the file `@FILE` names.
+pub(crate) fn text_arg(flag: &str, value: &str) -> Result<String, Failure> {
+    match value.strip_prefix('@') {
         Some(path) => loopbox::files::read_text(
             std::path::Path::new(path),
             loopbox::files::MAX_INPUT_BYTES,
             &format!("{flag} @"),
         )
-        .map_err(|e| Failure::usage(anyhow::anyhow!("{e}")))?,
-        None => value.to_string(),
-    };
+        .map_err(|e| Failure::usage(anyhow::anyhow!("{e}"))),
+        None => Ok(value.to_string()),
+    }
+}
+
+pub(crate) fn json_arg(flag: &str, value: &str) -> Result<String, Failure> {
+    let text = text_arg(flag, value)?;
     serde_json::from_str::<serde::de::IgnoredAny>(&text)
         .map_err(|e| Failure::usage(anyhow::anyhow!("{flag} is not valid JSON: {e}")))?;
     Ok(text)

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::drive::{Drive, catch_signals, for_run, note_interrupted};
-use super::{Failure, json_arg};
+use super::{Failure, json_arg, text_arg};
 use loopbox::db::{Db, RunOptions};
 use loopbox::dist::installed::Installed;
 use loopbox::loops;
@@ -23,7 +23,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// The run's input, delivered with `start`: JSON, or @FILE to read it from a file.
-    /// For a YAML loop: a JSON object whose values replace the loop's `context`
+    /// For a YAML loop: a JSON object of `context` values, or any text, which becomes
+    /// `context.input` (the loop's `input_key`)
     #[arg(long, value_name = "JSON|@FILE", default_value = "{}")]
     input: String,
     /// A tick to deliver when the policy waits for events (repeatable, in order): JSON or @FILE
@@ -88,26 +89,31 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     super::drive::cli_rules(&options)?;
     let mut options = options;
     options.grants = Some(loopbox::run::pin::pin(&config, workspace));
+    let id = new_run_id();
     let input = match &loop_file {
         // A YAML loop is checked here, before anything runs, and travels as the input.
         Some(path) => {
             let file = loops::read(workspace, path).map_err(Failure::usage)?;
-            if let Err(problems) = loops::load(workspace, &file, config.limits.read_bytes) {
-                return Err(Failure::usage(anyhow::anyhow!(
+            let lp = loops::load(workspace, &file, config.limits.read_bytes).map_err(|problems| {
+                Failure::usage(anyhow::anyhow!(
                     "the loop has {} problem(s):\n{}\n(`loopbox validate {}` checks a loop without running it)",
                     problems.len(),
                     loopbox_fsm::render(&problems),
                     path.display()
-                )));
-            }
+                ))
+            })?;
             // With `builtin:fsm --input @LOOP.yaml` the input is the loop itself; with
-            // `run LOOP.yaml`, --input (inline or @FILE) holds the context values.
-            let context = if loops::is_loop_file(&args.policy) {
-                json_arg("--input", &args.input)?
+            // `run LOOP.yaml`, --input (inline or @FILE) is the loop's input.
+            let text = if loops::is_loop_file(&args.policy) {
+                text_arg("--input", &args.input)?
             } else {
                 "{}".to_string()
             };
-            loops::payload(&file, &context).map_err(Failure::usage)?
+            let run_dir = loops::run_dir(&id);
+            let payload =
+                loops::payload(&lp, &file, &text, &run_dir, workspace).map_err(Failure::usage)?;
+            loops::create_run_dir(workspace, &run_dir).map_err(Failure::usage)?;
+            payload
         }
         None => json_arg("--input", &args.input)?,
     };
@@ -121,7 +127,6 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
     note_interrupted(&db);
     let signals = catch_signals()?;
-    let id = new_run_id();
     let shown = installed
         .as_ref()
         .map_or(source.to_string(), Installed::display);

@@ -1,5 +1,7 @@
 //! `loopbox validate LOOP.yaml`: the static checks of a YAML loop, without
-//! running it. Every problem is printed as `FILE:LINE: message`.
+//! running it. Every problem is printed as `FILE:LINE: message`; notes (what
+//! loopbox reads and leaves alone, or what the loop needs at run time) as
+//! `note: FILE:LINE: message`, on stderr, and do not fail the check.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +32,7 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
         let value = match &result {
             Ok(lp) => json!({
                 "file": file.path, "valid": true, "problems": [],
+                "notes": lp.notes.iter().map(|p| json!({"file": p.file, "line": p.line, "message": p.message})).collect::<Vec<_>>(),
                 "loop": {
                     "name": lp.name, "initial": lp.initial.state, "max_steps": lp.max_steps,
                     "states": lp.states.iter().map(|s| &s.name).collect::<Vec<_>>(),
@@ -68,6 +71,9 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
                     .join(" or "),
                 lp.max_steps
             );
+            for note in &lp.notes {
+                loopbox::errln!("note: {note}");
+            }
             Ok(exit::OK)
         }
         Err(problems) => {

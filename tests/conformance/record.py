@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Record how little-loops runs the conformance loops: the states each run
+enters, how it ends and its exit code, into traces.json.
+
+    python3 -m venv /tmp/ll && /tmp/ll/bin/pip install little-loops==1.156.0
+    tests/conformance/record.py /tmp/ll/bin/ll-loop
+
+Each case runs in a fresh scratch directory holding a copy of loops/, with
+`ll-loop run LOOP.yaml [INPUT] --no-llm --no-lock`; the path is read from
+the run's events (`state_enter` at the top level, then the terminal state).
+Nothing of little-loops is kept: only what it did.
+"""
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+# (loop, input or None)
+CASES = [
+    ("next-on-error.yaml", None),
+    ("check-terminal-action.yaml", None),
+    ("failing-exit-evaluator.yaml", None),
+    ("error-patterns.yaml", None),
+    ("anchors-and-captures.yaml", None),
+    ("iteration.yaml", None),
+    ("convergence.yaml", None),
+    ("route-table.yaml", None),
+    ("failed-by-name.yaml", None),
+    ("text-input.yaml", "it's a \"test\"; $HOME"),
+    ("text-input.yaml", None),
+    ("object-input.yaml", '{"target": "given"}'),
+    ("object-input.yaml", '{"unknown": 1}'),
+    ("step-cap.yaml", None),
+    ("on-max-steps.yaml", None),
+    ("max-retries.yaml", None),
+    ("throttle.yaml", None),
+    ("circuit.yaml", None),
+    ("fragments.yaml", None),
+    ("inherit-child.yaml", None),
+    ("sub-loop.yaml", None),
+    ("flow.yaml", None),
+    ("no-action.yaml", None),
+    ("numeric-and-classify.yaml", None),
+    ("loop-stop.yaml", None),
+    ("fatal-error.yaml", None),
+    ("action-timeout.yaml", None),
+    ("passthrough.yaml", None),
+    ("cycle.yaml", None),
+    ("circuit-abort.yaml", None),
+]
+
+
+def run(ll_loop: str, loop: str, given: str | None) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = pathlib.Path(tmp)
+        # Loops live in .loops/, where ll-loop looks for the sub-loops they name.
+        shutil.copytree(HERE / "loops", work / ".loops")
+        subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+        argv = [ll_loop, "run", loop.removesuffix(".yaml")]
+        if given is not None:
+            argv.append(given)
+        argv += ["--no-llm", "--no-lock", "--quiet"]
+        done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
+        events = sorted((work / ".loops" / ".history").glob("*/events.jsonl"))
+        events = [e for e in events if f"-{loop.removesuffix('.yaml')}" in e.parent.name] or events
+        path, ending = [], {}
+        if events:
+            # The top-level run is the one whose loop_start came first.
+            lines = [json.loads(l) for l in events[0].read_text().splitlines() if l.strip()]
+            for e in lines:
+                if e.get("depth"):
+                    continue
+                if e["event"] == "state_enter":
+                    path.append(e["state"])
+                elif e["event"] == "loop_complete":
+                    ending = e
+        if ending.get("terminated_by") == "terminal":
+            path.append(ending["final_state"])
+        return {
+            "loop": loop,
+            "input": given,
+            "path": path,
+            "terminated_by": ending.get("terminated_by", "refused"),
+            "exit_code": done.returncode,
+        }
+
+
+def main() -> None:
+    ll_loop = sys.argv[1] if len(sys.argv) > 1 else "ll-loop"
+    version = subprocess.run(
+        [str(pathlib.Path(ll_loop).with_name("python")), "-c",
+         "import importlib.metadata as m; print(m.version('little-loops'))"],
+        capture_output=True, text=True,
+    ).stdout.strip() or "unknown"
+    traces = [run(ll_loop, loop, given) for loop, given in CASES]
+    out = {"little_loops": version, "traces": traces}
+    (HERE / "traces.json").write_text(json.dumps(out, indent=2) + "\n")
+    for t in traces:
+        print(f"{t['loop']:32} exit {t['exit_code']:3} {t['terminated_by']:10} {' > '.join(t['path'])}")
+
+
+if __name__ == "__main__":
+    main()
