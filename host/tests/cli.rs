@@ -51,6 +51,72 @@ fn ralph_runs_the_example_to_its_promise() {
     assert_eq!(turns.len(), 1);
 }
 
+/// The README's first commands on a machine without bubblewrap: under Landlock
+/// alone a command cannot create entries in the workspace root, so the examples'
+/// agents and tools write only into entries that ship with them.
+#[test]
+fn the_first_commands_work_under_landlock_alone() {
+    if let Err(why) = loopbox::exec::sandbox::support().landlock_usable() {
+        eprintln!("skipped: no usable Landlock here ({why})");
+        return;
+    }
+    let landlock_only = |dir: &std::path::Path| {
+        let config = dir.join("loopbox.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(text.contains("\n[shell]\n"), "{text}");
+        let text = text.replace("\n[shell]\n", "\n[shell]\nsandbox = \"landlock\"\n");
+        std::fs::write(&config, text).unwrap();
+    };
+    let p = project();
+    landlock_only(p.path());
+    let o = loopbox(
+        p.path(),
+        &["run", "builtin:ralph", "--input", "@ralph.json"],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(&o), 0, "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .next()
+            .unwrap()
+            .contains("; sandbox landlock (ABI "),
+        "{stderr}"
+    );
+    assert_eq!(
+        normalize(&o.stdout),
+        "done: completion promise found after 3 iteration(s)\n"
+    );
+
+    let l = example("loops");
+    landlock_only(l.path());
+    let o = loopbox(l.path(), &["run", "fix-the-tests.yaml"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        normalize(&o.stdout),
+        "done: reached `done` after 3 steps (test → fix → test → done)\n"
+    );
+    let calc = std::fs::read_to_string(l.path().join("calc.sh")).unwrap();
+    assert!(calc.contains("$1 + $2"), "{calc}");
+
+    // Without its state dir the agent cannot make one; the failure says why and what to do.
+    let p = project();
+    landlock_only(p.path());
+    std::fs::remove_dir_all(p.path().join(".scripted-agent")).unwrap();
+    let o = loopbox(
+        p.path(),
+        &["run", "builtin:ralph", "--input", "@ralph.json"],
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_ne!(code(&o), 0, "{stdout}");
+    assert!(
+        stdout.contains("the agent exited with code 1 on turn 1: mkdir: cannot create directory")
+            && stdout.contains("cannot create new entries in the workspace root, only write to existing ones: install bubblewrap"),
+        "{stdout}"
+    );
+    assert!(!p.path().join(".scripted-agent").exists());
+}
+
 #[test]
 fn ralph_fails_when_iterations_run_out() {
     let p = project();

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::db::{Budget, Db, JournalRow, RunRecord, RunStatus};
 use crate::exec::agent::AgentRequest;
+use crate::exec::sandbox::Sandbox;
 use crate::run::RunContext;
 use crate::run::record::parse_decision;
 use crate::run::stop::StopReason;
@@ -413,6 +414,9 @@ async fn agent_turn(
     }))
 }
 
+/// Added to an agent failure that reads like a refused write under Landlock alone.
+const LANDLOCK_ROOT_HINT: &str = " (under the Landlock sandbox a command cannot create new entries in the workspace root, only write to existing ones: install bubblewrap for `sandbox = \"bwrap\"`, or create the entry before the run)";
+
 async fn send_turn(
     ctx: &RunContext,
     message: &str,
@@ -434,13 +438,17 @@ async fn send_turn(
         .map_err(|e| e.to_string())?;
     let p = &reply.process;
     if p.timed_out || p.exit_code != Some(0) {
-        let why = if p.timed_out {
-            "timed out (agent.timeout_ms)".to_string()
-        } else {
-            format!("exited with {:?}", p.exit_code)
+        let why = match p.exit_code {
+            _ if p.timed_out => "timed out (agent.timeout_ms)".to_string(),
+            Some(code) => format!("exited with code {code}"),
+            None => "was killed by a signal".to_string(),
         };
         let stderr = crate::ui::shorten(p.stderr.trim(), 400);
-        return Err(format!("the agent {why} on turn {turn}: {stderr}"));
+        let mut msg = format!("the agent {why} on turn {turn}: {stderr}");
+        if matches!(ctx.sandbox(), Sandbox::Landlock(_)) && p.stderr.contains("Permission denied") {
+            msg.push_str(LANDLOCK_ROOT_HINT);
+        }
+        return Err(msg);
     }
     ctx.log.host(
         "info",

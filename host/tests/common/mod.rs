@@ -36,10 +36,17 @@ pub fn copy_dir(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name();
-        if name == ".loopbox" || name == ".scripted-agent" || name == ".fix-agent" {
+        if name == ".loopbox" {
             continue;
         }
         let target = to.join(&name);
+        // The agents' state dirs ship holding only their `.gitignore`; what a local
+        // run of the examples left in them is not copied.
+        if name == ".scripted-agent" || name == ".fix-agent" {
+            std::fs::create_dir_all(&target).unwrap();
+            std::fs::copy(entry.path().join(".gitignore"), target.join(".gitignore")).unwrap();
+            continue;
+        }
         if entry.file_type().unwrap().is_dir() {
             std::fs::create_dir_all(&target).unwrap();
             copy_dir(&entry.path(), &target);
