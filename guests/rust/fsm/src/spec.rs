@@ -970,20 +970,15 @@ fn read_params(node: &Node, what: &str, p: &mut Problems) -> Vec<Param> {
     };
     let mut out = Vec::new();
     for (k, v) in entries {
-        let empty = [];
-        let fields: &[(Key, Node)] = match &v.value {
-            Value::Map(m) => m,
-            Value::Null => &empty,
-            _ => {
-                p.at(
-                    v.line,
-                    format!(
-                        "{what}parameter `{}` must be a mapping (type, required, default)",
-                        k.name
-                    ),
-                );
-                continue;
-            }
+        let Some(fields) = v.as_fields() else {
+            p.at(
+                v.line,
+                format!(
+                    "{what}parameter `{}` must be a mapping (type, required, default)",
+                    k.name
+                ),
+            );
+            continue;
         };
         let mut f = Fields::new(fields);
         let required = f.boolean(p, "required", what).unwrap_or(false);
@@ -1161,17 +1156,12 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         );
         return None;
     }
-    let empty = [];
-    let entries: &[(Key, Node)] = match &body.value {
-        Value::Map(m) => m,
-        Value::Null => &empty,
-        _ => {
-            p.at(
-                body.line,
-                format!("{what}must be a mapping of fields, not {}", body.kind()),
-            );
-            return None;
-        }
+    let Some(entries) = body.as_fields() else {
+        p.at(
+            body.line,
+            format!("{what}must be a mapping of fields, not {}", body.kind()),
+        );
+        return None;
     };
     let mut f = Fields::new(entries);
     let action_line = value_line(entries, "action")

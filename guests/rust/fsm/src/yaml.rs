@@ -71,6 +71,16 @@ impl Node {
         }
     }
 
+    /// A mapping's entries, where an empty value (`name:` with nothing after it)
+    /// counts as a mapping with none: a state or a parameter with no fields.
+    pub fn as_fields(&self) -> Option<&[(Key, Node)]> {
+        match &self.value {
+            Value::Map(m) => Some(m),
+            Value::Null => Some(&[]),
+            _ => None,
+        }
+    }
+
     /// The value as JSON (for `context` values and `output_json` targets).
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::Value as J;
