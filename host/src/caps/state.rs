@@ -21,8 +21,8 @@ pub struct StateHost {
     total_limit: u64,
     /// Uncommitted writes: `Some` sets, `None` removes.
     overlay: BTreeMap<String, Option<String>>,
-    /// Bytes the run's state holds with the overlay applied; read from the store at
-    /// the event's first write, then kept up to date, so each write costs one lookup.
+    /// Bytes the run's state holds with the overlay applied; read from the store with
+    /// the event's first lookup or write, then kept up to date.
     total: Option<u64>,
     /// Bytes of entries read from the store this event (0: absent), so writing
     /// back a key just read needs no second lookup of its size.
@@ -52,10 +52,19 @@ impl StateHost {
         if let Some(v) = self.overlay.get(key) {
             return Ok(v.clone());
         }
-        let v = self
-            .db
-            .state_get(&self.run, key)
-            .map_err(crate::error::host_err)?;
+        // The event's first lookup brings the run's total along: a policy that
+        // reads its state usually writes it back, and the write needs the total.
+        let v = match self.total {
+            Some(_) => self.db.state_get(&self.run, key),
+            None => self
+                .db
+                .state_get_and_total(&self.run, key)
+                .map(|(v, total)| {
+                    self.total = Some(total);
+                    v
+                }),
+        }
+        .map_err(crate::error::host_err)?;
         self.stored_sizes
             .insert(key.to_string(), entry_bytes(key, v.as_deref()));
         Ok(v)
@@ -66,7 +75,8 @@ impl StateHost {
         match self.total {
             Some(t) => Ok(t),
             None => {
-                // The overlay is empty until the first write, which is when this runs.
+                // The overlay is empty until the first write, which is when this runs
+                // (if no read came first).
                 let t = self
                     .db
                     .state_total(&self.run)

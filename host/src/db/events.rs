@@ -6,7 +6,7 @@
 
 use crate::db::Cached;
 use anyhow::Result;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::journal::{Budget, JournalRow, Spent, SpentError, insert_rows, spend};
 use super::{Db, now_ms};
@@ -128,14 +128,27 @@ impl Db {
                 }
             };
             insert_rows(tx, run, seq, &commit.journal)?;
+            let mut grown: i64 = 0;
             for (key, value) in &commit.state_writes {
+                grown -= entry_size(tx, run, key)?;
                 match value {
-                    Some(v) => tx.exec(
-                        "INSERT INTO state (run_id, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value",
-                        params![run, key, v],
-                    )?,
-                    None => tx.exec("DELETE FROM state WHERE run_id = ?1 AND key = ?2", params![run, key])?,
+                    Some(v) => {
+                        tx.exec(
+                            "INSERT INTO state (run_id, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value",
+                            params![run, key, v],
+                        )?;
+                        grown += (key.len() + v.len()) as i64;
+                    }
+                    None => {
+                        tx.exec("DELETE FROM state WHERE run_id = ?1 AND key = ?2", params![run, key])?;
+                    }
                 };
+            }
+            if grown != 0 {
+                tx.exec(
+                    "UPDATE runs SET state_bytes = state_bytes + ?2 WHERE id = ?1",
+                    params![run, grown],
+                )?;
             }
             append_log(tx, run, &commit.log)?;
             tx.exec("UPDATE runs SET updated_at = ?2 WHERE id = ?1", params![run, now])?;
@@ -199,6 +212,15 @@ impl Db {
             .optional()?)
     }
 
+    /// [`Db::state_get`], with the bytes the run's state holds, in one lookup.
+    pub fn state_get_and_total(&self, run: &str, key: &str) -> Result<(Option<String>, u64)> {
+        Ok(self.conn().row(
+            "SELECT (SELECT value FROM state WHERE run_id = ?1 AND key = ?2), state_bytes FROM runs WHERE id = ?1",
+            [run, key],
+            |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)),
+        )?)
+    }
+
     /// Keys of the run starting with `prefix`, sorted.
     pub fn state_keys(&self, run: &str, prefix: &str) -> Result<Vec<String>> {
         let c = self.conn();
@@ -209,20 +231,18 @@ impl Db {
         Ok(keys)
     }
 
-    /// Bytes of keys and values the run holds.
+    /// Bytes of keys and values the run holds (kept by each commit).
     pub fn state_total(&self, run: &str) -> Result<u64> {
-        Ok(self.conn().row("SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1", [run], |r| {
-            r.get::<_, i64>(0)
-        })? as u64)
+        Ok(self
+            .conn()
+            .row("SELECT state_bytes FROM runs WHERE id = ?1", [run], |r| {
+                r.get::<_, i64>(0)
+            })? as u64)
     }
 
     /// The size of one stored entry, 0 when absent.
     pub fn state_entry_size(&self, run: &str, key: &str) -> Result<u64> {
-        Ok(self
-            .conn()
-            .row("SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2", [run, key], |r| r.get::<_, i64>(0))
-            .optional()?
-            .unwrap_or(0) as u64)
+        Ok(entry_size(&self.conn(), run, key)? as u64)
     }
 
     /// Log lines that belong to no event (the driver's own).
@@ -257,6 +277,17 @@ impl Db {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
+}
+
+/// Bytes `key` and its value take in the run's state, 0 when absent.
+fn entry_size(c: &Connection, run: &str, key: &str) -> rusqlite::Result<i64> {
+    Ok(c.row(
+        "SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2",
+        [run, key],
+        |r| r.get(0),
+    )
+    .optional()?
+    .unwrap_or(0))
 }
 
 fn append_log(tx: &rusqlite::Transaction<'_>, run: &str, lines: &[LogRecord]) -> Result<()> {

@@ -405,6 +405,85 @@ mod tests {
         assert_eq!(db.commit_event("r1", &EventCommit::default()).unwrap(), 2);
     }
 
+    /// What the run's state holds, summed from its rows.
+    fn summed(db: &Db, run: &str) -> u64 {
+        db.conn()
+            .query_row(
+                "SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1",
+                [run],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap() as u64
+    }
+
+    #[test]
+    fn the_state_total_follows_every_commit() {
+        let (_d, db) = db();
+        db.create_run("r2", "p", "d", "{}").unwrap();
+        let commit = |run: &str, writes: &[(&str, Option<&str>)]| {
+            let c = EventCommit {
+                state_writes: writes
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.map(String::from)))
+                    .collect(),
+                ..Default::default()
+            };
+            db.commit_event(run, &c).unwrap();
+        };
+        let steps: [&[(&str, Option<&str>)]; 6] = [
+            &[("a", Some("1")), ("é", Some("\"ü\""))],
+            &[("a", Some("12345"))],
+            &[("a", Some("1")), ("b", Some("[]"))],
+            &[("missing", None)],
+            &[("é", None), ("a", None), ("a", Some("7"))],
+            &[],
+        ];
+        for writes in steps {
+            commit("r1", writes);
+            assert_eq!(
+                db.state_total("r1").unwrap(),
+                summed(&db, "r1"),
+                "{writes:?}"
+            );
+        }
+        assert_eq!(db.state_total("r1").unwrap(), 2 + 3);
+        commit("r2", &[("x", Some("1"))]);
+        assert_eq!(db.state_total("r1").unwrap(), 5);
+        assert_eq!(db.state_total("r2").unwrap(), 2);
+        assert_eq!(
+            db.state_get_and_total("r1", "a").unwrap(),
+            (Some("7".into()), 5)
+        );
+        assert_eq!(db.state_get_and_total("r1", "zz").unwrap(), (None, 5));
+    }
+
+    #[test]
+    fn a_schema_4_store_gets_its_state_totals_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v4.db");
+        {
+            let db = Db::open(&path).unwrap();
+            db.create_run("r", "p", "d", "{}").unwrap();
+            db.create_run("empty", "p", "d", "{}").unwrap();
+            let c = EventCommit {
+                state_writes: vec![
+                    ("k".into(), Some("\"ünï\"".into())),
+                    ("n".into(), Some("10".into())),
+                ],
+                ..Default::default()
+            };
+            db.commit_event("r", &c).unwrap();
+            // Back to schema 4: no state_bytes column.
+            db.conn()
+                .execute_batch("ALTER TABLE runs DROP COLUMN state_bytes; PRAGMA user_version = 4;")
+                .unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.state_total("r").unwrap(), summed(&db, "r"));
+        assert_eq!(db.state_total("r").unwrap(), 1 + 7 + 1 + 2);
+        assert_eq!(db.state_total("empty").unwrap(), 0);
+    }
+
     #[test]
     fn state_is_per_run_and_prefix_is_literal() {
         let (_d, db) = db();

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS journal (
 ";
 
 /// Columns added after schema 1, each with the version that added it.
-const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
     ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
@@ -77,7 +77,16 @@ const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
     ("events", "pending", "INTEGER NOT NULL DEFAULT 0"),
     // Schema 4: bytes of journal the run has recorded (limits.journal_bytes_per_run).
     ("runs", "journal_bytes", "INTEGER NOT NULL DEFAULT 0"),
+    // Schema 5: bytes of keys and values in the run's state (limits.state_total_bytes),
+    // kept by each commit so a write is checked without summing the state.
+    ("runs", "state_bytes", "INTEGER NOT NULL DEFAULT 0"),
 ];
+
+/// Counts a new column starts from, for a store that already has rows.
+const BACKFILLS: [(&str, &str); 1] = [(
+    "state_bytes",
+    "UPDATE runs SET state_bytes = (SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE state.run_id = runs.id)",
+)];
 
 /// Bring the store to [`SCHEMA_VERSION`]. The upgrade runs under an exclusive
 /// lock and looks at the version again inside it, so processes opening an old
@@ -125,6 +134,10 @@ fn upgrade(conn: &Connection) -> Result<()> {
         if !present {
             conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
                 .with_context(|| format!("failed to add {table}.{column}"))?;
+            for (_, sql) in BACKFILLS.iter().filter(|(c, _)| *c == column) {
+                conn.execute_batch(sql)
+                    .with_context(|| format!("failed to fill {table}.{column}"))?;
+            }
         }
     }
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, TypedFunc};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
-use crate::wasm::bindings::{Decision, Event, LoopPolicyPre, PolicyInfo};
+use crate::wasm::bindings::{Decision, Event, PolicyInfo};
 use crate::wasm::builtin;
 use crate::wasm::cache::CacheOutcome;
 use crate::wasm::engine::ticks;
@@ -122,7 +123,44 @@ pub struct Policy {
     pub cache: CacheOutcome,
     pub wasm: Arc<[u8]>,
     engine: Engine,
-    pre: LoopPolicyPre<InstanceState>,
+    pre: InstancePre<InstanceState>,
+    exports: Exports,
+}
+
+/// The `policy` export's functions, found and type-checked once at load. The
+/// bindings' own `instantiate` would type-check both again for every instance
+/// (about 3% of a Rust decision, BENCHMARKS.md).
+#[derive(Clone, Copy)]
+struct Exports {
+    info: ComponentExportIndex,
+    handle: ComponentExportIndex,
+}
+
+type InfoFn = TypedFunc<(), (PolicyInfo,)>;
+type HandleFn<'a> = TypedFunc<(&'a Event,), (Result<Decision, String>,)>;
+
+impl Exports {
+    fn find(pre: &InstancePre<InstanceState>) -> Result<Exports> {
+        let component = pre.component();
+        let name = format!("{PACKAGE}/policy@{VERSION}");
+        let iface = component
+            .get_export_index(None, &name)
+            .with_context(|| format!("it does not export `{name}`"))?;
+        let ty = pre.instance_type();
+        let func = |name: &str| match component.get_export(Some(&iface), name) {
+            Some((ComponentItem::ComponentFunc(f), index)) => Ok((f, index)),
+            _ => Err(anyhow::anyhow!("it has no function `{name}`")),
+        };
+        let (f, info) = func("info")?;
+        f.typecheck::<(), (PolicyInfo,)>(&ty)
+            .map_err(crate::wasm_err)
+            .context("`info`")?;
+        let (f, handle) = func("handle")?;
+        f.typecheck::<(&Event,), (Result<Decision, String>,)>(&ty)
+            .map_err(crate::wasm_err)
+            .context("`handle`")?;
+        Ok(Exports { info, handle })
+    }
 }
 
 /// One call into a policy.
@@ -234,9 +272,9 @@ impl Policy {
             .instantiate_pre(component)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("it cannot be linked")?;
-        let pre = LoopPolicyPre::new(pre)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .context("its `policy` export does not match loopbox's contract (was it built from another version of wit/?)")?;
+        let exports = Exports::find(&pre).context(
+            "its `policy` export does not match loopbox's contract (was it built from another version of wit/?)",
+        )?;
         Ok(Policy {
             source,
             digest: blake3::hash(&wasm).to_hex().to_string(),
@@ -247,6 +285,7 @@ impl Policy {
             wasm,
             engine: engine.clone(),
             pre,
+            exports,
         })
     }
 
@@ -286,7 +325,10 @@ impl Policy {
         // covers a guest waiting in the host (a WASI sleep, a pollable that never
         // fires). Whichever ends first drops the other: a call cut short drops its
         // instance, and an action in progress kills its process group.
+        // Biased: the call is polled first, so one that finishes without waiting
+        // (most do) never arms the watchdog's timer.
         let result = tokio::select! {
+            biased;
             r = self.call_in(&mut store, call) => r.and_then(|r| meter.check_limits().map(|()| r).map_err(Into::into)),
             halt = watchdog(&meter, limits.wall_ms_per_event) => Err(halt),
         };
@@ -324,13 +366,91 @@ impl Policy {
         call: Call<'_>,
     ) -> wasmtime::Result<Result<Returned, String>> {
         let instance = self.pre.instantiate_async(&mut *store).await?;
-        let policy = instance.loopbox_policy_policy();
+        let func = |store: &mut Store<InstanceState>, index| {
+            instance
+                .get_func(store, index)
+                .ok_or_else(|| wasmtime::format_err!("the policy's export is gone"))
+        };
         match call {
-            Call::Info => Ok(Ok(Returned::Info(policy.call_info(&mut *store).await?))),
-            Call::Handle(event) => Ok(policy
-                .call_handle(&mut *store, event)
-                .await?
-                .map(Returned::Decision)),
+            Call::Info => {
+                // SAFETY: `Exports::find` type-checked this export against this
+                // signature for the component `pre` instantiates.
+                let f = unsafe { InfoFn::new_unchecked(func(store, &self.exports.info)?) };
+                let (info,) = f.call_async(&mut *store, ()).await?;
+                Ok(Ok(Returned::Info(info)))
+            }
+            Call::Handle(event) => {
+                // SAFETY: as above, for `handle`.
+                let f = unsafe { HandleFn::new_unchecked(func(store, &self.exports.handle)?) };
+                let (decision,) = f.call_async(&mut *store, (event,)).await?;
+                Ok(decision.map(Returned::Decision))
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wasm::runtime::Runtime;
+
+    /// A component exporting `loopbox:policy/policy` with `info` and `handle` of
+    /// the given types; their bodies trap, since loading never runs them.
+    fn exporting(info: &str, handle: &str) -> Vec<u8> {
+        wat::parse_str(format!(
+            r#"(component
+                (core module $m
+                  (memory (export "memory") 1)
+                  (func (export "realloc") (param i32 i32 i32 i32) (result i32) unreachable)
+                  (func (export "info") (result i32) unreachable)
+                  (func (export "handle") (param i32) (result i32) unreachable))
+                (core instance $i (instantiate $m))
+                (alias core export $i "memory" (core memory $mem))
+                (alias core export $i "realloc" (core func $realloc))
+                (alias core export $i "info" (core func $info))
+                (alias core export $i "handle" (core func $handle))
+                (type $pi' (record (field "name" string) (field "version" string) (field "description" string)))
+                (export $pi "policy-info" (type $pi'))
+                (func $info {info} (canon lift (core func $info) (memory $mem) (realloc $realloc)))
+                (func $handle {handle} (canon lift (core func $handle) (memory $mem) (realloc $realloc)))
+                (instance $p (export "policy-info" (type $pi)) (export "info" (func $info)) (export "handle" (func $handle)))
+                (export "{PACKAGE}/policy@{VERSION}" (instance $p)))"#
+        ))
+        .unwrap()
+    }
+
+    fn load(wasm: &[u8]) -> Result<Policy> {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.wasm");
+        std::fs::write(&path, wasm).unwrap();
+        Runtime::new(cache.path().to_path_buf())
+            .unwrap()
+            .load(&PolicySource::Path(path))
+    }
+
+    #[test]
+    fn exports_of_another_type_are_refused_at_load() {
+        let cases = [
+            (
+                "(result string)",
+                "(param \"x\" u32) (result u32)",
+                "`info`",
+            ),
+            ("(result u32)", "(param \"x\" u32) (result u32)", "`info`"),
+            ("(result $pi)", "(param \"x\" u32) (result u32)", "`handle`"),
+        ];
+        for (info, handle, names) in cases {
+            let err = format!("{:#}", load(&exporting(info, handle)).err().unwrap());
+            assert!(err.contains("does not match loopbox's contract"), "{err}");
+            assert!(err.contains(names), "{err}");
+        }
+        let err = format!(
+            "{:#}",
+            load(&exporting("(result $pi)", "(param \"x\" u32) (result u32)"))
+                .err()
+                .unwrap()
+        );
+        assert!(!err.contains("`info`"), "{err}");
     }
 }
