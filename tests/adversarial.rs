@@ -367,6 +367,75 @@ async fn the_agent_cannot_plant_hooks_in_its_own_settings() {
     }
 }
 
+/// Secrets outside the workspace: a granted `cat` reads anything `/` holds, so
+/// the credential stores, the agents' state and `shell.hide` are hidden from a
+/// policy's commands (the agent keeps its own state), and what sits beside them
+/// stays readable.
+#[tokio::test]
+async fn secrets_outside_the_workspace_are_hidden_from_commands() {
+    const SECRET: &str = "SECRET-7f3a";
+    for kind in KINDS {
+        let ws = Workspace::new();
+        // Not under /tmp, which bwrap replaces with a private one.
+        let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let h = home.path();
+        for f in ["keys/id_ed25519", "token", ".my-agent/credentials.json"] {
+            std::fs::create_dir_all(h.join(f).parent().unwrap()).unwrap();
+            std::fs::write(h.join(f), SECRET).unwrap();
+        }
+        std::fs::write(h.join("notes.txt"), "visible").unwrap();
+        std::fs::write(ws.root().join(".env"), SECRET).unwrap();
+        std::fs::write(ws.root().join("README"), "readme").unwrap();
+        let agent = format!(
+            "#!/bin/sh\nprintf '{{\"result\": \"%s|%s\"}}' \"$(cat {h}/.my-agent/credentials.json)\" \"$(cat {h}/keys/id_ed25519 2>/dev/null)\"\n",
+            h = h.display()
+        );
+        executable(&ws.root().join("agent/a"), &agent);
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\nscripts = true\nallow = [[\"cat\"]]\nhide = [\"{h}/keys\", \"{h}/token\", \".env\"]\n\
+             [agent]\ncommand = [\"./agent/a\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\nwritable = [\"{h}/.my-agent\"]\n",
+            h = h.display()
+        );
+        let ctx = ws.run(&load("probe"), &config);
+        for f in ["keys/id_ed25519", "token", ".my-agent/credentials.json"] {
+            let v = exec(&ctx, json!(["cat", h.join(f)])).await;
+            assert!(!v.to_string().contains(SECRET), "{kind} {f}: {v}");
+        }
+        let v = exec(&ctx, json!(["cat", ".env"])).await;
+        assert!(!v.to_string().contains(SECRET), "{kind} .env: {v}");
+        let v = exec(&ctx, json!(["cat", h.join("notes.txt"), "README"])).await;
+        assert_eq!(
+            v["ok"]["stdout"], "visiblereadme",
+            "{kind}: the rest stays readable: {v}"
+        );
+
+        // A script copying them into the workspace, for the policy to read later,
+        // or reaching them through a hard or symbolic link made there.
+        std::fs::create_dir(ws.root().join("sub")).unwrap();
+        let v = script(
+            &ctx,
+            &format!(
+                "cat {h}/keys/id_ed25519 {h}/token {h}/.my-agent/credentials.json .env > sub/loot 2>/dev/null; cp -r {h}/keys sub/stolen 2>/dev/null; \
+                 ln {h}/token sub/hard 2>/dev/null; ln -s {h}/token sub/soft; cat sub/hard sub/soft > sub/linked 2>/dev/null; true",
+                h = h.display()
+            ),
+        )
+        .await;
+        assert_eq!(exit_code(&v), Some(0), "{kind}: {v}");
+        for f in ["sub/loot", "sub/stolen/id_ed25519", "sub/linked"] {
+            let got = std::fs::read_to_string(ws.root().join(f)).unwrap_or_default();
+            assert!(!got.contains(SECRET), "{kind} {f}: {got}");
+        }
+
+        // The agent reads its own state, not the other secrets.
+        let v = probe(&ctx, json!({"op": "prompt", "text": "go"}))
+            .await
+            .unwrap();
+        assert_eq!(v["ok"]["stdout"], format!("{SECRET}|"), "{kind}: {v}");
+        assert_eq!(std::fs::read_to_string(h.join("token")).unwrap(), SECRET);
+    }
+}
+
 /// A multi-call program (one file, many names) outside the workspace.
 struct MultiCall {
     dir: tempfile::TempDir,

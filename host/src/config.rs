@@ -144,6 +144,14 @@ pub struct ShellConfig {
     /// write after all. `.loopbox` and `loopbox.toml` never open.
     #[serde(default)]
     pub writable: Vec<String>,
+    /// More paths no sandboxed command or agent may read (`~/secrets`, `/opt/keys`,
+    /// `.env` in the workspace), besides the credential stores hidden always.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<String>,
+    /// Paths hidden by default that sandboxed commands and the agent may read after
+    /// all (`~/.ssh` for an agent that pushes over SSH).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reveal: Vec<String>,
     /// Variables that can make a program load code (`NODE_OPTIONS`, `BASH_ENV`, ...)
     /// that `pass_env` or `pass_env_from_policy` may carry anyway, named one by one.
     #[serde(default)]
@@ -254,6 +262,8 @@ impl Default for ShellConfig {
             network: false,
             unix_sockets: false,
             writable: Vec::new(),
+            hide: Vec::new(),
+            reveal: Vec::new(),
             unsafe_env: Vec::new(),
             path: default_path(),
             pass_env: default_pass_env(),
@@ -697,6 +707,21 @@ impl Config {
             crate::exec::sandbox::protect::check_writable(name)
                 .map_err(|e| anyhow::anyhow!("shell.writable: {e}"))?;
         }
+        for (key, paths) in [("hide", &self.shell.hide), ("reveal", &self.shell.reveal)] {
+            for p in paths {
+                if p.is_empty()
+                    || p.contains('\0')
+                    || Path::new(p)
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir)
+                {
+                    bail!(
+                        "shell.{key}: `{}` is not a path loopbox can hide: give `~/...`, an absolute path, or one inside the workspace without `..`",
+                        p.escape_debug()
+                    );
+                }
+            }
+        }
         if self.shell.default_timeout_ms == 0 || self.shell.max_timeout_ms == 0 {
             bail!("shell.default_timeout_ms and shell.max_timeout_ms must be greater than 0");
         }
@@ -779,6 +804,30 @@ mod tests {
 
     fn err(text: &str) -> String {
         format!("{:#}", parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn hide_and_reveal_take_paths_and_stay_out_of_an_older_pin() {
+        let c = parse(
+            "[shell]\nhide = [\"~/secrets\", \"/opt/keys\", \".env\"]\nreveal = [\"~/.ssh\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.shell.hide, ["~/secrets", "/opt/keys", ".env"]);
+        assert_eq!(c.shell.reveal, ["~/.ssh"]);
+        for bad in [
+            "hide = [\"../x\"]",
+            "reveal = [\"\"]",
+            "hide = [\"/a/../b\"]",
+        ] {
+            let e = err(&format!("[shell]\n{bad}\n"));
+            assert!(e.contains("is not a path loopbox can hide"), "{e}");
+        }
+        // A run pinned before these keys existed compares equal when they are unset.
+        let shell = serde_json::to_value(&parse("").unwrap().shell).unwrap();
+        assert!(
+            shell.get("hide").is_none() && shell.get("reveal").is_none(),
+            "{shell}"
+        );
     }
 
     #[test]

@@ -585,7 +585,14 @@ fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
         .lines()
         .map(|l| l.split_whitespace().next().unwrap_or(""))
         .collect();
-    let mut expected = vec!["landlock", "bubblewrap", "sandbox", "network", "protected"];
+    let mut expected = vec![
+        "landlock",
+        "bubblewrap",
+        "sandbox",
+        "network",
+        "protected",
+        "hidden",
+    ];
     // Landlock's limits are stated where it is the fallback.
     if loopbox::exec::sandbox::support().landlock_usable().is_ok() {
         expected.push("landlock");

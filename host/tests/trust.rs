@@ -189,3 +189,79 @@ fn a_component_cache_a_command_could_write_is_refused() {
         "nothing was written there"
     );
 }
+
+/// The credential stores in the home directory are hidden from a policy's
+/// commands by default, under every sandbox that can enforce it here, while the
+/// rest of the home directory stays readable.
+#[test]
+fn the_credential_stores_in_home_are_hidden_by_default() {
+    let support = loopbox::exec::sandbox::support();
+    let kinds: Vec<&str> = [
+        ("bwrap", support.bwrap.is_ok()),
+        ("landlock", support.landlock_usable().is_ok()),
+    ]
+    .into_iter()
+    .filter_map(|(k, ok)| ok.then_some(k))
+    .collect();
+    if kinds.is_empty() {
+        eprintln!("skipped: neither bwrap nor Landlock can be used here");
+        return;
+    }
+    // Not under /tmp, which bwrap replaces with a private one.
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let h = home.path().canonicalize().unwrap();
+    let secrets = [
+        ".ssh/id_ed25519",
+        ".aws/credentials",
+        ".config/gh/hosts.yml",
+        ".netrc",
+        ".claude/.credentials.json",
+        ".codex/auth.json",
+    ];
+    for f in secrets {
+        std::fs::create_dir_all(h.join(f).parent().unwrap()).unwrap();
+        std::fs::write(h.join(f), "SECRET\n").unwrap();
+    }
+    std::fs::write(h.join("notes.txt"), "visible\n").unwrap();
+    let files: Vec<String> = secrets
+        .iter()
+        .map(|f| h.join(f).display().to_string())
+        .collect();
+    for kind in kinds {
+        let dir = tempfile::tempdir().unwrap();
+        // Made beforehand: under Landlock a command cannot create root entries.
+        std::fs::write(dir.path().join("loot"), "").unwrap();
+        std::fs::write(
+            dir.path().join("loopbox.toml"),
+            format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("leak.yaml"),
+            format!(
+                "name: leak\ninitial: steal\nstates:\n  steal:\n    action: \"cat {} > loot 2>/dev/null; cat {}/notes.txt >> loot\"\n    next: done\n  done:\n    terminal: true\n",
+                files.join(" "),
+                h.display()
+            ),
+        )
+        .unwrap();
+        let o = Command::new(BIN)
+            .args(["-C", &dir.path().to_string_lossy(), "run", "leak.yaml"])
+            .current_dir(dir.path())
+            .env("HOME", &h)
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-cli-test-cache"),
+            )
+            .env("CI", "true")
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{kind}: {}", text(&o.stderr));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("loot"))
+                .unwrap_or_else(|e| panic!("{kind}: {e}: {}", text(&o.stderr))),
+            "visible\n",
+            "{kind}"
+        );
+    }
+}

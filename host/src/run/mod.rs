@@ -91,14 +91,6 @@ pub struct RunContext {
 /// How often a running event looks in the store for `loopbox runs cancel`.
 const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// `~/x` under `$HOME`; absolute paths as they are.
-fn expand_home(p: &str) -> Option<PathBuf> {
-    match p.strip_prefix("~/") {
-        Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
-        None => Some(PathBuf::from(p)),
-    }
-}
-
 /// Files of loopbox's own outside the protected names, for [`Access::protected`]:
 /// the config file in use, the `loopbox.lock` beside it, and the policy file.
 pub fn own_files(config_path: Option<PathBuf>, policy: &PolicySource) -> Vec<PathBuf> {
@@ -179,20 +171,18 @@ impl RunContext {
             extra.extend(env.resolve_program(name, &root));
         }
         let protected = crate::exec::sandbox::protect::paths(&root, &config.shell.writable, &extra);
+        let hidden = crate::exec::sandbox::hide::Hidden::new(&config.shell, &root);
+        let agent_state = hidden.agent_state(config.agent.as_ref());
         let confines = Confines {
             workspace: root.clone(),
             protected: protected.clone(),
             network: config.shell.network,
             unix_sockets: config.shell.unix_sockets,
             writable_outside: Vec::new(),
+            hidden: hidden.for_commands(&agent_state),
         };
         let agent = config.agent.clone().map(|a| {
-            let writable_outside: Vec<PathBuf> = a
-                .writable
-                .iter()
-                .flatten()
-                .filter_map(|p| expand_home(p))
-                .collect();
+            let writable_outside = agent_state.clone();
             // The agent's own settings (hooks, MCP servers) stay read-only though its state is writable.
             let mut protected = protected.clone();
             protected.extend(crate::exec::sandbox::protect::agent_settings(
@@ -203,6 +193,7 @@ impl RunContext {
                 protected,
                 network: true,
                 unix_sockets: false,
+                hidden: hidden.for_agent(&writable_outside),
                 writable_outside,
             };
             let sandbox = crate::exec::agent::AgentSandbox {

@@ -1,11 +1,12 @@
-//! bubblewrap's command line for one child: `/` read-only, the workspace bound
-//! read-write with every protected path bound read-only over it (placeholders
-//! stand in for missing ones, see [`super::placeholder`]), the agent's own state
-//! outside the workspace writable, a private `/tmp`, new PID, IPC and UTS
+//! bubblewrap's command line for one child: `/` read-only, the hidden paths
+//! covered (an empty read-only directory, or `/dev/null` for a file), the
+//! workspace bound read-write with every protected path bound read-only over it
+//! (placeholders stand in for missing ones, see [`super::placeholder`]), the
+//! agent's own state outside the workspace writable, a private `/tmp`, new PID, IPC and UTS
 //! namespaces (and network, unless granted), a new session, killed with its
 //! parent, and the seccomp filter read from a passed descriptor.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::Confines;
 
@@ -30,12 +31,24 @@ pub fn args(
     ]
     .map(String::from)
     .into();
+    // Hidden paths outside the workspace are covered before the binds below, so
+    // a workspace or agent state inside one is mounted back over the cover;
+    // those inside the workspace after its bind. Covers are made read-only
+    // last, since bwrap creates later mount points in them.
+    let (inside, outside): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        c.hidden.iter().partition(|h| h.starts_with(&c.workspace));
+    let mut covered = Vec::new();
+    cover(&mut a, &outside, &mut covered);
     for p in c.writable_outside.iter().filter(|p| p.exists()) {
         a.extend(["--bind".into(), s(p), s(p)]);
     }
     a.extend(["--bind".into(), s(&c.workspace), s(&c.workspace)]);
     for p in c.protected.iter().filter(|p| p.path.exists()) {
         a.extend(["--ro-bind".into(), s(&p.path), s(&p.path)]);
+    }
+    cover(&mut a, &inside, &mut covered);
+    for h in covered {
+        a.extend(["--remount-ro".into(), s(h)]);
     }
     if !c.network {
         a.push("--unshare-net".into());
@@ -56,4 +69,20 @@ pub fn args(
     a.extend(["--chdir".into(), s(cwd), "--".into(), s(program)]);
     a.extend(args);
     a
+}
+
+/// Cover each hidden path: an empty tmpfs over a directory (noted in `dirs`, to
+/// be made read-only), `/dev/null` over anything else.
+fn cover<'a>(a: &mut Vec<String>, hidden: &[&'a PathBuf], dirs: &mut Vec<&'a PathBuf>) {
+    for h in hidden {
+        let path = h.to_string_lossy().into_owned();
+        match std::fs::metadata(h) {
+            Ok(m) if m.is_dir() => {
+                a.extend(["--tmpfs".into(), path]);
+                dirs.push(h);
+            }
+            Ok(_) => a.extend(["--ro-bind".into(), "/dev/null".into(), path]),
+            Err(_) => {}
+        }
+    }
 }

@@ -8,6 +8,10 @@
 //! write access is given to each existing entry of the workspace except the
 //! protected ones (directories holding a protected path are walked into). A
 //! child can therefore not create new entries directly in the workspace root.
+//! Read access is given the same way: to `/` whole unless a hidden path lies
+//! under it, else to each entry but the hidden ones, walking into those that
+//! hold one. Directories on the way stay listable, and so the names inside a
+//! hidden directory can be listed, not read.
 //!
 //! - ABI 4+: TCP bind and connect are handled (denied unless the network is granted).
 //! - ABI 6+: the abstract UNIX socket and signal scopes: no connecting to
@@ -16,7 +20,7 @@
 //!   workspace and the private temp dir.
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
@@ -62,16 +66,55 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|err| format!("{}: {err}", path.display()))
     };
-    created = add(created, Path::new("/"), AccessFs::from_read(abi))?;
+    let read = AccessFs::from_read(abi);
+    let mut dirs = vec![PathBuf::from("/")];
+    while let Some(dir) = dirs.pop() {
+        if !confines.holds_hidden(&dir) {
+            created = add(created, &dir, read)?;
+            continue;
+        }
+        // Listing stays (a rule is for everything beneath, so the names in a
+        // hidden directory can be listed too, though not read).
+        created = add(created, &dir, AccessFs::ReadDir.into())?;
+        // A directory that cannot be listed gets no access beneath it.
+        for path in std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+        {
+            if confines.is_hidden(&path) {
+                continue;
+            }
+            // A symbolic link needs no rule: what it points at has its own.
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => dirs.push(path),
+                Ok(m) if m.is_file() => created = add(created, &path, read & file)?,
+                _ => {}
+            }
+        }
+    }
     for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
         created = add(created, Path::new(dev), file)?;
+    }
+    // A workspace inside a hidden directory still lists its own root; its
+    // entries get their rules below.
+    if confines
+        .hidden
+        .iter()
+        .any(|h| confines.workspace.starts_with(h))
+    {
+        created = add(created, &confines.workspace, AccessFs::ReadDir.into())?;
     }
     created = add(created, tmp, all)?;
     // Trees holding a protected path are walked entry by entry, as the workspace is.
     let mut dirs = vec![confines.workspace.clone()];
     for outside in &confines.writable_outside {
         match std::fs::metadata(outside) {
-            Ok(meta) if meta.is_dir() && confines.holds_protected(outside) => {
+            Ok(meta)
+                if meta.is_dir()
+                    && (confines.holds_protected(outside) || confines.holds_hidden(outside)) =>
+            {
                 dirs.push(outside.clone())
             }
             Ok(meta) => created = add(created, outside, if meta.is_dir() { all } else { file })?,
@@ -84,12 +127,12 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
             let path = entry
                 .map_err(|err| format!("{}: {err}", dir.display()))?
                 .path();
-            if confines.is_protected(&path) {
+            if confines.is_protected(&path) || confines.is_hidden(&path) {
                 continue;
             }
             let meta = std::fs::symlink_metadata(&path)
                 .map_err(|err| format!("{}: {err}", path.display()))?;
-            if meta.is_dir() && confines.holds_protected(&path) {
+            if meta.is_dir() && (confines.holds_protected(&path) || confines.holds_hidden(&path)) {
                 dirs.push(path);
             } else if meta.is_dir() {
                 created = add(created, &path, all)?;

@@ -4,7 +4,9 @@
 //! The contract: the child may write only to the workspace and a private temp
 //! dir (and the agent to its own state); the protected paths ([`protect`]:
 //! git's config and hooks, agent and editor settings, the store, the config, the
-//! policy, the agent program) are neither writable nor creatable; the network
+//! policy, the agent program) are neither writable nor creatable; the hidden
+//! paths ([`hide`]: credential stores, and the agents' state for a policy's
+//! commands) cannot be read; the network
 //! is denied unless granted; sockets are limited by a seccomp filter
 //! (`seccomp.rs`). A sandbox that cannot enforce all of it refuses the action and
 //! says why: never a silent fallback.
@@ -25,6 +27,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 mod bwrap;
+pub mod hide;
 mod landlock;
 pub mod placeholder;
 pub mod protect;
@@ -241,6 +244,10 @@ pub struct Confines {
     pub unix_sockets: bool,
     /// Paths outside the workspace the child may write (the agent's own state).
     pub writable_outside: Vec<PathBuf>,
+    /// Existing paths the child may not read ([`hide::paths`]): secrets outside
+    /// the workspace. The workspace and `writable_outside` stay usable even
+    /// where one of these holds them.
+    pub hidden: Vec<PathBuf>,
 }
 
 /// A command prepared to run inside the sandbox.
@@ -284,6 +291,14 @@ impl Confines {
 
     fn holds_protected(&self, dir: &Path) -> bool {
         self.protected.iter().any(|p| p.path.starts_with(dir))
+    }
+
+    fn is_hidden(&self, path: &Path) -> bool {
+        self.hidden.iter().any(|h| h == path)
+    }
+
+    fn holds_hidden(&self, dir: &Path) -> bool {
+        self.hidden.iter().any(|h| h.starts_with(dir))
     }
 
     fn sockets(&self, unix_confined: bool) -> seccomp::Sockets {
@@ -420,6 +435,7 @@ mod tests {
             network: false,
             unix_sockets: false,
             writable_outside: vec![],
+            hidden: vec![],
         };
         assert!(
             c.prepare(
@@ -450,6 +466,7 @@ mod tests {
             network: false,
             unix_sockets: false,
             writable_outside: vec!["/nonexistent/agent-home".into()],
+            hidden: vec![],
         };
         let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, Some(3)).join(" ");
         let w = ws.display();
@@ -467,5 +484,30 @@ mod tests {
             a.ends_with(&format!("--seccomp 3 --chdir {w} -- /bin/echo hi")),
             "{a}"
         );
+
+        // Hidden paths: outside the workspace covered before its bind (so a
+        // workspace inside one comes back), inside it after; covers read-only last.
+        let out = tempfile::tempdir().unwrap();
+        let o = out.path().display();
+        std::fs::create_dir(out.path().join("keys")).unwrap();
+        std::fs::write(out.path().join("token"), "t").unwrap();
+        std::fs::write(ws.join(".env"), "e").unwrap();
+        let c = Confines {
+            hidden: vec![
+                out.path().join("keys"),
+                out.path().join("token"),
+                ws.join(".env"),
+                out.path().join("gone"),
+            ],
+            ..c
+        };
+        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, None).join(" ");
+        assert!(
+            a.contains(&format!(
+                "--tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --remount-ro {o}/keys --unshare-net"
+            )),
+            "{a}"
+        );
+        assert!(!a.contains("gone"), "{a}");
     }
 }

@@ -1,6 +1,6 @@
 //! `loopbox doctor`: what this machine and workspace support, and what
-//! `loopbox run` would use: the OS sandboxes, the configured sandbox, the
-//! compiled-component cache, the store, the agent.
+//! `loopbox run` would use: the OS sandboxes, the configured sandbox, what it
+//! protects and hides, the compiled-component cache, the store, the agent.
 
 use std::path::Path;
 
@@ -82,6 +82,15 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         .filter(|n| !config.shell.writable.iter().any(|w| w == n))
         .collect::<Vec<_>>()
         .join(" ");
+    let hidden = loopbox::exec::sandbox::hide::Hidden::new(&config.shell, &root);
+    let hidden_now = hidden.for_commands(&hidden.agent_state(config.agent.as_ref()));
+    let hidden_line = if hidden_now.is_empty() {
+        "nothing here yet (credential stores in ~ and shell.hide, unreadable in the sandbox)"
+            .to_string()
+    } else {
+        let shown: Vec<String> = hidden_now.iter().map(|p| hidden.show(p)).collect();
+        format!("{} (unreadable in the sandbox)", shown.join(" "))
+    };
     let config_line = config_path
         .as_ref()
         .map_or("none (defaults: nothing granted)".to_string(), |p| {
@@ -94,6 +103,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             "sandbox": sandbox.name(), "sandbox_enforced": sandbox.is_enforced(), "sandbox_note": chosen,
             "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
             "landlock_limits": landlock_limits, "protected": protected, "unix_sockets": config.shell.unix_sockets,
+            "hidden": hidden_now,
         });
         loopbox::outln!(
             "{}",
@@ -124,6 +134,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
                 "{protected}, the config, the policy, the agent program (read-only in the sandbox)"
             ),
         );
+        line("hidden", &hidden_line);
         if s.landlock_usable().is_ok() {
             line("landlock limits", &landlock_limits);
         }
