@@ -436,6 +436,37 @@ async fn secrets_outside_the_workspace_are_hidden_from_commands() {
     }
 }
 
+/// bubblewrap's private `/tmp` is a tmpfs, memory: a command filling it stops
+/// at `shell.tmp_bytes` (1 GiB by default), not at half the machine's memory.
+#[tokio::test]
+async fn a_command_cannot_fill_memory_through_its_tmp() {
+    let fill = "head -c 3000000 /dev/zero > /tmp/fill; echo rc=$?; df -B1 /tmp | tail -1";
+    let ws = Workspace::new();
+    let config = "[shell]\nsandbox = \"bwrap\"\nscripts = true\ntmp_bytes = 1048576\n";
+    let ctx = ws.run(&load("probe"), config);
+    let v = script(&ctx, fill).await;
+    let out = v["ok"]["stdout"].as_str().unwrap_or_default();
+    assert!(out.starts_with("rc=1\n"), "{v}");
+    assert!(out.contains(" 1048576 "), "the tmpfs's size: {v}");
+    assert!(
+        v["ok"]["stderr"]
+            .to_string()
+            .contains("No space left on device"),
+        "{v}"
+    );
+    // The default is larger, and the same write fits.
+    let ctx = ws.run(
+        &load("probe"),
+        "[shell]\nsandbox = \"bwrap\"\nscripts = true\n",
+    );
+    let v = script(&ctx, fill).await;
+    let out = v["ok"]["stdout"].as_str().unwrap_or_default();
+    assert!(
+        out.starts_with("rc=0\n") && out.contains(" 1073741824 "),
+        "{v}"
+    );
+}
+
 /// A multi-call program (one file, many names) outside the workspace.
 struct MultiCall {
     dir: tempfile::TempDir,

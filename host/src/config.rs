@@ -152,6 +152,14 @@ pub struct ShellConfig {
     /// all (`~/.ssh` for an agent that pushes over SSH).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reveal: Vec<String>,
+    /// Size of the private `/tmp` bubblewrap gives each child, in bytes: a tmpfs,
+    /// so memory, which a command filling it would otherwise take up to half of.
+    /// 0 leaves it at the kernel's default.
+    #[serde(
+        default = "default_tmp_bytes",
+        skip_serializing_if = "is_default_tmp_bytes"
+    )]
+    pub tmp_bytes: u64,
     /// Variables that can make a program load code (`NODE_OPTIONS`, `BASH_ENV`, ...)
     /// that `pass_env` or `pass_env_from_policy` may carry anyway, named one by one.
     #[serde(default)]
@@ -246,6 +254,14 @@ fn default_pass_env() -> Vec<String> {
 fn default_timeout_ms() -> u64 {
     120_000
 }
+fn default_tmp_bytes() -> u64 {
+    1 << 30
+}
+/// Left out of a run's pin at its default, so runs pinned before the key existed
+/// resume unchanged.
+fn is_default_tmp_bytes(n: &u64) -> bool {
+    *n == default_tmp_bytes()
+}
 fn default_max_timeout_ms() -> u64 {
     1_800_000
 }
@@ -264,6 +280,7 @@ impl Default for ShellConfig {
             writable: Vec::new(),
             hide: Vec::new(),
             reveal: Vec::new(),
+            tmp_bytes: default_tmp_bytes(),
             unsafe_env: Vec::new(),
             path: default_path(),
             pass_env: default_pass_env(),
@@ -807,7 +824,7 @@ mod tests {
     }
 
     #[test]
-    fn hide_and_reveal_take_paths_and_stay_out_of_an_older_pin() {
+    fn hide_reveal_and_tmp_bytes_stay_out_of_an_older_pin() {
         let c = parse(
             "[shell]\nhide = [\"~/secrets\", \"/opt/keys\", \".env\"]\nreveal = [\"~/.ssh\"]\n",
         )
@@ -824,10 +841,12 @@ mod tests {
         }
         // A run pinned before these keys existed compares equal when they are unset.
         let shell = serde_json::to_value(&parse("").unwrap().shell).unwrap();
-        assert!(
-            shell.get("hide").is_none() && shell.get("reveal").is_none(),
-            "{shell}"
-        );
+        for key in ["hide", "reveal", "tmp_bytes"] {
+            assert!(shell.get(key).is_none(), "{key}: {shell}");
+        }
+        let shell =
+            serde_json::to_value(&parse("[shell]\ntmp_bytes = 5\n").unwrap().shell).unwrap();
+        assert_eq!(shell["tmp_bytes"], 5);
     }
 
     #[test]

@@ -180,6 +180,7 @@ impl RunContext {
             unix_sockets: config.shell.unix_sockets,
             writable_outside: Vec::new(),
             hidden: hidden.for_commands(&agent_state),
+            tmp_bytes: config.shell.tmp_bytes,
         };
         let agent = config.agent.clone().map(|a| {
             let writable_outside = agent_state.clone();
@@ -195,6 +196,7 @@ impl RunContext {
                 unix_sockets: false,
                 hidden: hidden.for_agent(&writable_outside),
                 writable_outside,
+                tmp_bytes: config.shell.tmp_bytes,
             };
             let sandbox = crate::exec::agent::AgentSandbox {
                 sandbox: LazySandbox::new(config.shell.sandbox, access.support.clone()),

@@ -2,7 +2,8 @@
 //! covered (an empty read-only directory, or `/dev/null` for a file), the
 //! workspace bound read-write with every protected path bound read-only over it
 //! (placeholders stand in for missing ones, see [`super::placeholder`]), the
-//! agent's own state outside the workspace writable, a private `/tmp`, new PID, IPC and UTS
+//! agent's own state outside the workspace writable, a private `/tmp` of
+//! `shell.tmp_bytes` (a tmpfs, so memory), new PID, IPC and UTS
 //! namespaces (and network, unless granted), a new session, killed with its
 //! parent, and the seccomp filter read from a passed descriptor.
 
@@ -18,19 +19,13 @@ pub fn args(
     seccomp_fd: Option<i32>,
 ) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    let mut a: Vec<String> = [
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-    ]
-    .map(String::from)
-    .into();
+    let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        .map(String::from)
+        .into();
+    if c.tmp_bytes > 0 {
+        a.extend(["--size".into(), c.tmp_bytes.to_string()]);
+    }
+    a.extend(["--tmpfs".into(), "/tmp".into()]);
     // Hidden paths outside the workspace are covered before the binds below, so
     // a workspace or agent state inside one is mounted back over the cover;
     // those inside the workspace after its bind. Covers are made read-only

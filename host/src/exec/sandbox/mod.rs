@@ -248,6 +248,8 @@ pub struct Confines {
     /// the workspace. The workspace and `writable_outside` stay usable even
     /// where one of these holds them.
     pub hidden: Vec<PathBuf>,
+    /// Size of bwrap's private `/tmp` (a tmpfs) in bytes; 0: the kernel's default.
+    pub tmp_bytes: u64,
 }
 
 /// A command prepared to run inside the sandbox.
@@ -436,6 +438,7 @@ mod tests {
             unix_sockets: false,
             writable_outside: vec![],
             hidden: vec![],
+            tmp_bytes: 0,
         };
         assert!(
             c.prepare(
@@ -467,6 +470,7 @@ mod tests {
             unix_sockets: false,
             writable_outside: vec!["/nonexistent/agent-home".into()],
             hidden: vec![],
+            tmp_bytes: 1 << 20,
         };
         let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, Some(3)).join(" ");
         let w = ws.display();
@@ -482,6 +486,10 @@ mod tests {
         );
         assert!(
             a.ends_with(&format!("--seccomp 3 --chdir {w} -- /bin/echo hi")),
+            "{a}"
+        );
+        assert!(
+            a.contains("--proc /proc --size 1048576 --tmpfs /tmp "),
             "{a}"
         );
 
@@ -504,7 +512,7 @@ mod tests {
         let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, None).join(" ");
         assert!(
             a.contains(&format!(
-                "--tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --remount-ro {o}/keys --unshare-net"
+                "--size 1048576 --tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --remount-ro {o}/keys --unshare-net"
             )),
             "{a}"
         );
