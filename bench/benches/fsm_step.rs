@@ -82,7 +82,7 @@ fn main() {
         path: "spin.yaml".into(),
         text: spin(steps),
     };
-    let lp = loopbox::loops::load(ws.path(), &file, 1 << 20).unwrap();
+    let lp = loopbox::loops::load(ws.path(), &file, &Config::default()).unwrap();
     let input = payload(&lp, &file, "{}", ".loops/runs/bench/", ws.path()).unwrap();
     let fsm = |journal: bool, sandbox: &str| Fsm {
         tokio: tokio::runtime::Builder::new_current_thread()

@@ -11,6 +11,8 @@ use cap_std::fs::Dir;
 use loopbox_fsm::spec::Loop;
 use loopbox_fsm::{Files, Problem};
 
+use crate::caps::workspace::Withheld;
+
 /// The policy that runs YAML loops.
 pub const FSM: &str = "builtin:fsm";
 
@@ -43,29 +45,42 @@ pub fn read(workspace: &Path, file: &Path) -> Result<LoopFile> {
 }
 
 /// Workspace files, read as `workspace.read` reads them.
-struct WorkspaceFiles {
+struct WorkspaceFiles<'a> {
     dir: Option<Dir>,
+    withheld: &'a Withheld,
     limit: u64,
 }
 
-impl Files for WorkspaceFiles {
+impl Files for WorkspaceFiles<'_> {
     fn read(&mut self, path: &str) -> Result<String, String> {
         match &self.dir {
-            Some(dir) => crate::caps::workspace::read_text(dir, path, self.limit),
+            Some(dir) => crate::caps::workspace::read_text(dir, self.withheld, path, self.limit),
             None => Err("the workspace cannot be opened".into()),
         }
     }
 }
 
-/// Parse, import and check the loop. Problems come back all together.
-pub fn load(workspace: &Path, file: &LoopFile, read_limit: u64) -> Result<Loop, Vec<Problem>> {
+/// Parse, import and check the loop under `config` (its read limit, and what
+/// it hides). Problems come back all together.
+pub fn load(
+    workspace: &Path,
+    file: &LoopFile,
+    config: &crate::config::Config,
+) -> Result<Loop, Vec<Problem>> {
     let dir = Dir::open_ambient_dir(workspace, ambient_authority()).ok();
+    // What the run's policy could not read, it cannot import either.
+    let root = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let hidden = crate::exec::sandbox::hide::Hidden::new(&config.shell, &root).for_commands(&[]);
+    let withheld = Withheld::new(&root, &hidden);
     loopbox_fsm::load(
         &file.path,
         &file.text,
         &mut WorkspaceFiles {
             dir,
-            limit: read_limit,
+            withheld: &withheld,
+            limit: config.limits.read_bytes,
         },
     )
 }
@@ -156,6 +171,7 @@ mod tests {
             text,
             &mut WorkspaceFiles {
                 dir: None,
+                withheld: &Withheld::new(Path::new("/"), &[]),
                 limit: 0,
             },
         )

@@ -635,6 +635,46 @@ fn names_a_loop_controls_cannot_leave_the_workspace() {
     );
 }
 
+/// A loop cannot import from loopbox's store or a path `shell.hide` names, by
+/// name or through a symbolic link a sandboxed command could have planted.
+#[test]
+fn imports_do_not_reach_the_store_or_hidden_paths() {
+    let p = example("loops");
+    let toml =
+        read(p.path(), "loopbox.toml").replacen("[shell]\n", "[shell]\nhide = [\"vault\"]\n", 1);
+    std::fs::write(p.path().join("loopbox.toml"), toml).unwrap();
+    std::fs::create_dir_all(p.path().join(".loopbox")).unwrap();
+    std::fs::create_dir_all(p.path().join("vault")).unwrap();
+    for f in [".loopbox/lib.yaml", "vault/lib.yaml"] {
+        std::fs::copy(p.path().join("common.yaml"), p.path().join(f)).unwrap();
+    }
+    std::os::unix::fs::symlink(".loopbox/lib.yaml", p.path().join("store-lib.yaml")).unwrap();
+    std::os::unix::fs::symlink("vault", p.path().join("shelf")).unwrap();
+    for import in ["store-lib.yaml", "shelf/lib.yaml", "vault/lib.yaml"] {
+        std::fs::write(
+            p.path().join("l.yaml"),
+            format!("name: l\ninitial: a\nimport: [{import}]\nstates:\n  a:\n    next: done\n"),
+        )
+        .unwrap();
+        let o = loopbox(p.path(), &["validate", "l.yaml"]);
+        assert_eq!(code(&o), 2, "{import}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(&format!("`{import}` is hidden from policies")),
+            "{import}: {}",
+            text(&o.stderr)
+        );
+    }
+    // The same library, not hidden, imports.
+    std::os::unix::fs::symlink("common.yaml", p.path().join("plain-lib.yaml")).unwrap();
+    std::fs::write(
+        p.path().join("l.yaml"),
+        "name: l\ninitial: a\nimport: [plain-lib.yaml]\nstates:\n  a:\n    next: done\n",
+    )
+    .unwrap();
+    let o = loopbox(p.path(), &["validate", "l.yaml"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+}
+
 #[test]
 fn the_little_loops_corpus_shapes_validate_with_notes() {
     // A loop shaped like little-loops' own: metadata, a fragment library, a

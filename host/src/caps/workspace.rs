@@ -1,12 +1,14 @@
 //! `workspace`: read-only access to the workspace's files through a cap-std
 //! directory handle. `..` that climbs out, absolute paths and symlinks leading
-//! outside are refused by the handle itself; the store directory `.loopbox/`
-//! is hidden from policies.
+//! outside are refused by the handle itself. What the sandbox hides inside the
+//! workspace (the store `.loopbox/`, `shell.hide` paths) is [`Withheld`]: refused
+//! by name, and by where the opened file really is, so a symbolic link a
+//! command planted (`notes -> .loopbox`) does not lead there either.
 //!
 //! Each read goes into the event's journal with what it returned, so a resumed
 //! run replays what the policy saw even if the files changed since.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -55,8 +57,72 @@ impl ReadGrant {
     }
 }
 
+/// What workspace reads never reach, wherever a name or a symbolic link leads:
+/// the store, and the hidden paths that lie in the workspace.
+pub struct Withheld {
+    /// The canonical workspace root.
+    root: PathBuf,
+    /// Relative to `root`, symbolic links resolved.
+    paths: Vec<PathBuf>,
+}
+
+impl Withheld {
+    /// For the workspace `root`, given what the sandbox hides from commands
+    /// (absolute paths; those outside the workspace are not reachable here anyway).
+    pub fn new(root: &Path, hidden: &[PathBuf]) -> Withheld {
+        let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        let mut paths = vec![PathBuf::from(STORE_DIR)];
+        for rel in hidden.iter().filter_map(|h| h.strip_prefix(&root).ok()) {
+            if !rel.as_os_str().is_empty() && !paths.iter().any(|p| p == rel) {
+                paths.push(rel.to_path_buf());
+            }
+        }
+        Withheld { root, paths }
+    }
+
+    fn covers(&self, rel: &Path) -> bool {
+        self.paths.iter().any(|p| rel.starts_with(p))
+    }
+
+    /// Refuse `rel` (as the policy named it) when it is withheld.
+    fn check_name(&self, rel: &Path, path: &str) -> Result<(), String> {
+        if self.covers(rel) {
+            return Err(hidden_message(path));
+        }
+        Ok(())
+    }
+
+    /// Where the opened `file` really is, relative to the root; refused when
+    /// withheld, or when that cannot be told.
+    fn locate(&self, file: &impl std::os::fd::AsFd, path: &str) -> Result<PathBuf, String> {
+        use std::os::fd::AsRawFd;
+        // The kernel's name for the open file: what every link on the way resolved to.
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_fd().as_raw_fd()))
+            .map_err(|e| format!("`{path}` cannot be read: cannot tell where it leads ({e})"))?;
+        let real = match real.to_str().and_then(|r| r.strip_suffix(" (deleted)")) {
+            Some(r) => PathBuf::from(r),
+            None => real,
+        };
+        let rel = real.strip_prefix(&self.root).map_err(|_| {
+            format!("`{path}` leads outside the workspace (through a symlink) or is not readable")
+        })?;
+        if self.covers(rel) {
+            return Err(hidden_message(path));
+        }
+        Ok(rel.to_path_buf())
+    }
+}
+
+fn hidden_message(path: &str) -> String {
+    format!(
+        "`{}` is hidden from policies (loopbox's store, or a path in `shell.hide`), also through a symlink",
+        crate::ui::sanitize(path)
+    )
+}
+
 pub struct WorkspaceHost {
     dir: Arc<Dir>,
+    withheld: Arc<Withheld>,
     reads: Arc<ReadGrant>,
     meter: Arc<Meter>,
     read_limit: u64,
@@ -66,6 +132,7 @@ pub struct WorkspaceHost {
 impl WorkspaceHost {
     pub fn new(
         dir: Arc<Dir>,
+        withheld: Arc<Withheld>,
         reads: Arc<ReadGrant>,
         meter: Arc<Meter>,
         read_limit: u64,
@@ -73,6 +140,7 @@ impl WorkspaceHost {
     ) -> WorkspaceHost {
         WorkspaceHost {
             dir,
+            withheld,
             reads,
             meter,
             read_limit,
@@ -152,10 +220,12 @@ fn io_message(path: &str, e: std::io::Error) -> String {
 
 /// A workspace file as UTF-8 text, at most `limit` bytes; the error says why not.
 /// Shared by the policy's `workspace.read` and the host's own reads of loop files.
-pub fn read_text(dir: &Dir, path: &str, limit: u64) -> Result<String, String> {
+pub fn read_text(dir: &Dir, withheld: &Withheld, path: &str, limit: u64) -> Result<String, String> {
     let rel = check_path(path)?;
+    withheld.check_name(&rel, path)?;
     // Non-blocking: a FIFO a command planted in the workspace must not stall the open.
     let file = crate::files::open_nonblocking_in(dir, &rel).map_err(|e| io_message(path, e))?;
+    withheld.locate(&file, path)?;
     let bytes = match crate::files::read_opened(file, limit) {
         Ok(b) => b,
         Err(ReadError::NotRegular("a directory")) => {
@@ -180,20 +250,33 @@ impl WorkspaceHost {
         if let Err(e) = check_path(path).and_then(|rel| self.reads.check(&rel, path)) {
             return Ok(Err(e));
         }
-        Ok(read_text(&self.dir, path, self.read_limit))
+        Ok(read_text(&self.dir, &self.withheld, path, self.read_limit))
     }
 
     fn list_live(&self, dir: &str) -> wasmtime::Result<Result<Vec<String>, String>> {
-        let rel = match check_path(dir).and_then(|rel| self.reads.check(&rel, dir).map(|_| rel)) {
+        let rel = match check_path(dir)
+            .and_then(|rel| self.reads.check(&rel, dir).map(|_| rel))
+            .and_then(|rel| self.withheld.check_name(&rel, dir).map(|_| rel))
+        {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
-        let entries = if rel.as_os_str().is_empty() {
-            self.dir.entries()
+        let opened = if rel.as_os_str().is_empty() {
+            self.dir.try_clone()
         } else {
-            self.dir.read_dir(&rel)
+            self.dir.open_dir(&rel)
         };
-        let entries = match entries {
+        let opened = match opened {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(io_message(dir, e))),
+        };
+        // Where the directory really is: a link may lead into a withheld one,
+        // and withheld names inside it are left out of the listing.
+        let real = match self.withheld.locate(&opened, dir) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        let entries = match opened.entries() {
             Ok(e) => e,
             Err(e) => return Ok(Err(io_message(dir, e))),
         };
@@ -201,7 +284,7 @@ impl WorkspaceHost {
         for entry in entries {
             let entry = entry.map_err(crate::error::host_err)?;
             let mut name = entry.file_name().to_string_lossy().into_owned();
-            if rel.as_os_str().is_empty() && name == STORE_DIR {
+            if self.withheld.covers(&real.join(entry.file_name())) {
                 continue;
             }
             if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
@@ -238,7 +321,49 @@ pub fn add_to_linker<T: Send + 'static>(
 
 #[cfg(test)]
 mod tests {
-    use super::{ReadGrant, check_path};
+    use super::{ReadGrant, Withheld, check_path, read_text};
+    use std::path::PathBuf;
+
+    #[test]
+    fn withheld_paths_are_refused_by_name_and_through_links() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join(".loopbox")).unwrap();
+        std::fs::create_dir_all(root.join("keys")).unwrap();
+        for (f, text) in [
+            (".loopbox/log", "s"),
+            (".env", "s"),
+            ("keys/k", "s"),
+            ("a.txt", "a"),
+        ] {
+            std::fs::write(root.join(f), text).unwrap();
+        }
+        for (link, to) in [
+            ("l1", ".loopbox/log"),
+            ("l2", ".env"),
+            ("l3", "keys"),
+            ("l4", "a.txt"),
+        ] {
+            std::os::unix::fs::symlink(to, root.join(link)).unwrap();
+        }
+        let dir = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority()).unwrap();
+        let w = Withheld::new(
+            &root,
+            &[
+                root.join(".env"),
+                root.join("keys"),
+                PathBuf::from("/elsewhere"),
+            ],
+        );
+        for p in [".env", "keys/k", "l1", "l2", "l3/k"] {
+            let e = read_text(&dir, &w, p, 100).unwrap_err();
+            assert!(e.contains("hidden from policies"), "{p}: {e}");
+        }
+        let e = read_text(&dir, &w, ".loopbox/log", 100).unwrap_err();
+        assert!(e.contains("inside loopbox's store"), "{e}");
+        assert_eq!(read_text(&dir, &w, "l4", 100).unwrap(), "a");
+        assert_eq!(read_text(&dir, &w, "a.txt", 100).unwrap(), "a");
+    }
 
     #[test]
     fn reads_are_granted_by_whole_path_components() {

@@ -27,7 +27,7 @@ use crate::caps::actions::{ActionGrants, ActionsHost};
 use crate::caps::log::LogHost;
 use crate::caps::state::StateHost;
 use crate::caps::wasi::{CapturedOutput, LazyWasi};
-use crate::caps::workspace::{ReadGrant, WorkspaceHost};
+use crate::caps::workspace::{ReadGrant, Withheld, WorkspaceHost};
 use crate::config::Config;
 use crate::db::{Db, EventCommit};
 use crate::error::HostError;
@@ -79,6 +79,8 @@ pub struct RunContext {
     pub log: RunLog,
     root: PathBuf,
     dir: Arc<Dir>,
+    /// What the policy's workspace reads never reach (the store, hidden paths).
+    withheld: Arc<Withheld>,
     grants: Arc<ActionGrants>,
     /// What the policy may read of the workspace (`workspace.read`).
     reads: Arc<ReadGrant>,
@@ -219,6 +221,7 @@ impl RunContext {
             sandbox,
             confines,
         });
+        let withheld = Arc::new(Withheld::new(&root, &grants.confines.hidden));
         let reads = Arc::new(ReadGrant::new(
             &config.workspace.read,
             config.shell.sibling("workspace"),
@@ -230,6 +233,7 @@ impl RunContext {
             log: RunLog::new(ui),
             root,
             dir: Arc::new(dir),
+            withheld,
             reads,
             grants,
             seed: Default::default(),
@@ -330,6 +334,7 @@ impl RunContext {
             state: StateHost::new(self.db.clone(), self.id.clone(), meter.clone(), limits),
             workspace: WorkspaceHost::new(
                 self.dir.clone(),
+                self.withheld.clone(),
                 self.reads.clone(),
                 meter.clone(),
                 limits.read_bytes,

@@ -154,7 +154,7 @@ fn read_imports(
         }
         let (target, text) = match resolve::read_first(files, &candidates) {
             Ok(found) => found,
-            Err(_) => {
+            Err(e) if resolve::is_missing(&e) => {
                 p.at(
                     line,
                     format!(
@@ -162,6 +162,10 @@ fn read_imports(
                         candidates.join(" or ")
                     ),
                 );
+                continue;
+            }
+            Err(e) => {
+                p.at(line, format!("cannot import `{import}`: {e}"));
                 continue;
             }
         };
@@ -289,7 +293,7 @@ mod tests {
             self.0
                 .get(path)
                 .map(|s| s.to_string())
-                .ok_or_else(|| "no such file".into())
+                .ok_or_else(|| format!("`{path}` does not exist in the workspace"))
         }
     }
 
@@ -498,7 +502,7 @@ mod tests {
                 self.0
                     .get(path)
                     .cloned()
-                    .ok_or_else(|| "no such file".into())
+                    .ok_or_else(|| format!("`{path}` does not exist in the workspace"))
             }
         }
         let level = |i: usize| {

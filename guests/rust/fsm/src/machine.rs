@@ -1642,7 +1642,10 @@ states:
         struct Files(std::collections::BTreeMap<String, String>);
         impl crate::Files for Files {
             fn read(&mut self, p: &str) -> Result<String, String> {
-                self.0.get(p).cloned().ok_or_else(|| "no such file".into())
+                self.0
+                    .get(p)
+                    .cloned()
+                    .ok_or_else(|| format!("`{p}` does not exist in the workspace"))
             }
         }
         let files = Files(

@@ -106,13 +106,21 @@ pub fn read_first(
     candidates: &[String],
 ) -> Result<(String, String), String> {
     let mut last = String::from("the name leaves the workspace");
+    let mut refused = None;
     for c in candidates {
         match files.read(c) {
             Ok(text) => return Ok((c.clone(), text)),
+            // A file that is there but refused says more than the names that are not.
+            Err(e) if !is_missing(&e) => refused = refused.or(Some(format!("{c}: {e}"))),
             Err(e) => last = format!("{c}: {e}"),
         }
     }
-    Err(last)
+    Err(refused.unwrap_or(last))
+}
+
+/// Whether a workspace read failed only because nothing has that name.
+pub fn is_missing(error: &str) -> bool {
+    error.contains("does not exist")
 }
 
 /// Parse a file of the load, its lines tagged with its index.

@@ -1,6 +1,7 @@
 //! bubblewrap's command line for one child: `/` read-only, the hidden paths
-//! covered (an empty read-only directory, or `/dev/null` for a file), the
-//! workspace bound read-write with every protected path bound read-only over it
+//! and loopbox's store covered (an empty read-only directory, or `/dev/null`
+//! for a file), the workspace bound read-write with every protected path bound
+//! read-only over it
 //! (placeholders stand in for missing ones, see [`super::placeholder`]), the
 //! agent's own state outside the workspace writable, a private `/tmp` of
 //! `shell.tmp_bytes` (a tmpfs, so memory), new PID, IPC and UTS
@@ -30,8 +31,15 @@ pub fn args(
     // a workspace or agent state inside one is mounted back over the cover;
     // those inside the workspace after its bind. Covers are made read-only
     // last, since bwrap creates later mount points in them.
-    let (inside, outside): (Vec<&PathBuf>, Vec<&PathBuf>) =
+    let (mut inside, outside): (Vec<&PathBuf>, Vec<&PathBuf>) =
         c.hidden.iter().partition(|h| h.starts_with(&c.workspace));
+    // The store too (every run's journal and state). Only here: under Landlock,
+    // hiding it would grant every directory above the workspace entry by entry,
+    // tens of milliseconds per command beside a large /tmp.
+    let store = c.workspace.join(crate::db::STORE_DIR);
+    if !inside.contains(&&store) {
+        inside.push(&store);
+    }
     let mut covered = Vec::new();
     cover(&mut a, &outside, &mut covered);
     for p in c.writable_outside.iter().filter(|p| p.exists()) {

@@ -476,9 +476,10 @@ mod tests {
         let w = ws.display();
         assert!(
             a.contains(&format!(
-                "--bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --unshare-net"
+                "--bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox \
+                 --tmpfs {w}/.loopbox --remount-ro {w}/.loopbox --unshare-net"
             )),
-            "{a}"
+            "the store is bound read-only, then covered: {a}"
         );
         assert!(
             !a.contains("missing.toml") && !a.contains("agent-home"),
@@ -512,7 +513,7 @@ mod tests {
         let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, None).join(" ");
         assert!(
             a.contains(&format!(
-                "--size 1048576 --tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --remount-ro {o}/keys --unshare-net"
+                "--size 1048576 --tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --tmpfs {w}/.loopbox --remount-ro {o}/keys --remount-ro {w}/.loopbox --unshare-net"
             )),
             "{a}"
         );

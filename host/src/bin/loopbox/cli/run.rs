@@ -94,7 +94,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
         // A YAML loop is checked here, before anything runs, and travels as the input.
         Some(path) => {
             let file = loops::read(workspace, path).map_err(Failure::usage)?;
-            let lp = loops::load(workspace, &file, config.limits.read_bytes).map_err(|problems| {
+            let lp = loops::load(workspace, &file, &config).map_err(|problems| {
                 Failure::usage(anyhow::anyhow!(
                     "the loop has {} problem(s):\n{}\n(`loopbox validate {}` checks a loop without running it)",
                     problems.len(),

@@ -27,7 +27,7 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
     let (config, _) = loopbox::config::Config::discover(args.config.as_deref(), workspace)
         .map_err(Failure::usage)?;
     let file = loops::read(workspace, &args.file).map_err(Failure::usage)?;
-    let result = loops::load(workspace, &file, config.limits.read_bytes);
+    let result = loops::load(workspace, &file, &config);
     if args.json {
         let value = match &result {
             Ok(lp) => json!({
