@@ -67,17 +67,20 @@ pub struct Withheld {
 }
 
 impl Withheld {
-    /// For the workspace `root`, given what the sandbox hides from commands
-    /// (absolute paths; those outside the workspace are not reachable here anyway).
+    /// For the canonical workspace `root`, given what the sandbox hides from
+    /// commands (absolute paths; those outside the workspace are not reachable
+    /// here anyway).
     pub fn new(root: &Path, hidden: &[PathBuf]) -> Withheld {
-        let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
         let mut paths = vec![PathBuf::from(STORE_DIR)];
-        for rel in hidden.iter().filter_map(|h| h.strip_prefix(&root).ok()) {
+        for rel in hidden.iter().filter_map(|h| h.strip_prefix(root).ok()) {
             if !rel.as_os_str().is_empty() && !paths.iter().any(|p| p == rel) {
                 paths.push(rel.to_path_buf());
             }
         }
-        Withheld { root, paths }
+        Withheld {
+            root: root.to_path_buf(),
+            paths,
+        }
     }
 
     fn covers(&self, rel: &Path) -> bool {

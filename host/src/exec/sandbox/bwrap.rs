@@ -1,12 +1,11 @@
 //! bubblewrap's command line for one child: `/` read-only, the hidden paths
 //! and loopbox's store covered (an empty read-only directory, or `/dev/null`
 //! for a file), the workspace bound read-write with every protected path bound
-//! read-only over it
-//! (placeholders stand in for missing ones, see [`super::placeholder`]), the
-//! agent's own state outside the workspace writable, a private `/tmp` of
-//! `shell.tmp_bytes` (a tmpfs, so memory), new PID, IPC and UTS
-//! namespaces (and network, unless granted), a new session, killed with its
-//! parent, and the seccomp filter read from a passed descriptor.
+//! read-only over it (placeholders stand in for missing ones, see
+//! [`super::placeholder`]), the agent's own state outside the workspace
+//! writable, a private `/tmp` of `shell.tmp_bytes` (a tmpfs, so memory), new
+//! PID, IPC and UTS namespaces (and network, unless granted), a new session,
+//! killed with its parent, and the seccomp filter read from a passed descriptor.
 
 use std::path::{Path, PathBuf};
 
