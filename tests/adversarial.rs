@@ -784,3 +784,102 @@ async fn host_sockets_and_processes_are_out_of_reach() {
     }
     assert!(listener.accept().is_err(), "nothing connected");
 }
+
+/// Whether this process runs as root (the attacks below need it to mean anything).
+fn is_root() -> bool {
+    // /proc/self belongs to the effective uid.
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
+}
+
+/// Python's ctypes making the calls a root-owned sandboxed program would use
+/// to reach the host (issue 31, section 1); each prints `ok` or the error.
+const ROOT_ATTACKS: &str = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+sc = libc.syscall
+sc.restype = ctypes.c_long
+def call(*args):
+    ctypes.set_errno(0)
+    r = sc(*[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+attr = (ctypes.c_char * 128)(); attr[0] = 1; attr[4] = 128  # PERF_TYPE_SOFTWARE, CPU clock
+bpf_attr = (ctypes.c_uint32 * 8)(2, 4, 4, 1)
+print("mknod:", call(259, -100, b"sub/dev-null", 0o020000 | 0o666, (1 << 8) | 3))
+print("reboot:", call(169, 0xfee1dead, 672274793, 0, 0))
+print("bpf:", call(321, 0, bpf_attr, 32))
+print("perf_event_open:", call(298, attr, -1, 0, -1, 0))
+"#;
+
+/// Issue 31 section 1: run as root, a granted script and the agent kept every
+/// capability. Now both have empty capability sets (bounding included) and
+/// no_new_privs under bwrap and Landlock, and the attacks that root made
+/// from inside fail: remounting `/` read-write, a character device made and
+/// written in the workspace, reboot(CAD_OFF), bpf(BPF_MAP_CREATE) and a
+/// system-wide perf_event_open.
+#[tokio::test]
+async fn commands_and_the_agent_have_no_capabilities_even_as_root() {
+    if !is_root() {
+        eprintln!("skipped: the test runs the attacks root could make; run it as root (CI does)");
+        return;
+    }
+    let caps = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status";
+    let empty = "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n\
+                 CapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n";
+    for kind in KINDS {
+        let ws = Workspace::new();
+        executable(
+            &ws.root().join("agent/a"),
+            &format!(
+                "#!/bin/sh\nprintf '{{\"result\": \"%s\"}}' \"$({caps} | tr '\\t\\n' ' ;')\"\n"
+            ),
+        );
+        let config = format!(
+            "[shell]\nsandbox = \"{kind}\"\nscripts = true\n\
+             [agent]\ncommand = [\"./agent/a\", \"--\", \"{{prompt}}\"]\noutput = \"json\"\n"
+        );
+        let ctx = ws.run(&load("probe"), &config);
+        let v = script(&ctx, caps).await;
+        assert_eq!(
+            v["ok"]["stdout"], empty,
+            "{kind}: a command's capabilities: {v}"
+        );
+        let v = probe(&ctx, json!({"op": "prompt", "text": "go"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            v["ok"]["stdout"],
+            empty.replace(['\t'], " ").replace('\n', ";"),
+            "{kind}: the agent's capabilities: {v}"
+        );
+
+        let v = script(
+            &ctx,
+            "mount -o remount,bind,rw / && touch /loopbox-remounted && echo remounted",
+        )
+        .await;
+        assert_ne!(exit_code(&v), Some(0), "{kind}: {v}");
+        assert!(!Path::new("/loopbox-remounted").exists(), "{kind}: {v}");
+
+        // Not in the workspace root, where Landlock lets nothing be created.
+        std::fs::create_dir(ws.root().join("sub")).unwrap();
+        let v = script(
+            &ctx,
+            &format!(
+                "python3 - <<'PY'\n{ROOT_ATTACKS}\nPY\necho written > sub/dev-null && echo wrote"
+            ),
+        )
+        .await;
+        let out = v["ok"]["stdout"].as_str().unwrap_or_default();
+        for call in ["mknod", "reboot", "bpf", "perf_event_open"] {
+            assert!(
+                out.contains(&format!("{call}: ")) && !out.contains(&format!("{call}: ok")),
+                "{kind}: {call} succeeded: {v}"
+            );
+        }
+        let node = std::fs::symlink_metadata(ws.root().join("sub/dev-null"));
+        assert!(
+            !node.is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type())),
+            "{kind}: a device node was made: {v}"
+        );
+    }
+}

@@ -107,6 +107,17 @@ async fn nothing_outside_the_workspace_is_writable_and_temp_is_private() {
         )
         .await;
         assert_eq!(v["ok"]["stdout"], "t\n", "{kind}: {v}");
+        // Landlock's temp dir lies in the shared one: only its owner may enter it
+        // (bwrap's is a tmpfs of the child's own).
+        if kind == "landlock" {
+            let v = probe(
+                &ctx,
+                json!({"op": "script", "source": "stat -c %a \"$TMPDIR\""}),
+            )
+            .await
+            .unwrap();
+            assert_eq!(v["ok"]["stdout"], "700\n", "{kind}: {v}");
+        }
         let v = probe(
             &ctx,
             json!({"op": "script", "source": "echo x > $HOME/.loopbox-escape-test"}),

@@ -86,7 +86,8 @@ impl TrustConfig {
 /// `[policies.NAME]`: one policy and the grants it alone runs under. `loopbox run
 /// NAME` runs it with these `shell` and `agent` sections instead of the top-level
 /// ones (which stay the grants of policies named by path); everything absent
-/// grants nothing. `limits`, `run` and `engine` are shared.
+/// grants nothing. `limits`, `run` and `engine` are shared, and the top level's
+/// safety settings bind it too (see [`Config::scoped`]).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyEntry {
@@ -107,6 +108,11 @@ pub struct PolicyEntry {
     /// What it may read of the workspace: nothing unless this section says.
     #[serde(default = "WorkspaceConfig::nothing")]
     pub workspace: WorkspaceConfig,
+    /// The keys its `shell` section sets (`sandbox`, `rlimits.cpu_seconds`, ...),
+    /// so a key it leaves out takes the top level's value, not the default.
+    /// Filled in by [`Config::parse`]; not read from the file.
+    #[serde(skip)]
+    pub shell_keys: std::collections::BTreeSet<String>,
 }
 
 /// `[shell]`: which commands a policy may run, and how children are set up.
@@ -392,6 +398,12 @@ pub struct AgentConfig {
     /// Prompt actions one run may take.
     #[serde(default = "default_max_prompts")]
     pub max_prompts: u64,
+    /// Host environment variables passed to the agent (besides `PATH`), and to it
+    /// alone: its API key, say. When absent the agent gets `shell.pass_env`, as
+    /// before this key existed, with a warning; a later release drops that.
+    /// Left out of a run's pin when absent, so runs pinned before it resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass_env: Option<Vec<String>>,
     /// `[agent.openai]`, for `runner = "openai"`.
     #[serde(default)]
     pub openai: Option<OpenAiConfig>,
@@ -531,12 +543,135 @@ impl Default for EngineConfig {
     }
 }
 
+/// The blake3 of a config's bytes, as the trust store records approvals.
+pub fn digest(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+/// What [`Config::discover_hashed`] found: the config, its file (None: no file,
+/// the defaults) and the blake3 of the bytes parsed.
+#[derive(Debug, Clone)]
+pub struct Discovered {
+    pub config: Config,
+    pub path: Option<PathBuf>,
+    pub blake3: Option<String>,
+}
+
+/// How strong a sandbox choice is: `none` < `landlock` < `auto` (bubblewrap
+/// where it works, else Landlock) < `bwrap`.
+fn sandbox_strength(c: crate::exec::sandbox::SandboxChoice) -> u8 {
+    use crate::exec::sandbox::SandboxChoice as S;
+    match c {
+        S::None => 0,
+        S::Landlock => 1,
+        S::Auto => 2,
+        S::Bwrap => 3,
+    }
+}
+
+/// The smaller of two limits where 0 means none.
+fn min_limit(top: u64, policy: u64) -> u64 {
+    match (top, policy) {
+        (0, p) => p,
+        (t, 0) => t,
+        (t, p) => t.min(p),
+    }
+}
+
+/// `[policies.NAME].shell` under the top level's safety settings (`top`); see
+/// [`Config::scoped`].
+fn bound_by(top: &ShellConfig, entry: &PolicyEntry, name: &str) -> Result<ShellConfig> {
+    let own = &entry.shell;
+    let set = |key: &str| entry.shell_keys.contains(key);
+    let key = |k: &str| format!("policies.{name}.shell.{k}");
+    let widen = "a policy's section can narrow the top level's safety settings, never widen them";
+    let mut shell = ShellConfig {
+        section: Some(format!("policies.{name}.shell")),
+        ..own.clone()
+    };
+    shell.sandbox = if !set("sandbox") {
+        top.sandbox
+    } else if sandbox_strength(own.sandbox) < sandbox_strength(top.sandbox) {
+        bail!(
+            "{} = \"{}\" is weaker than the top-level shell.sandbox = \"{}\": {widen}; remove it, or choose one at least as strong",
+            key("sandbox"),
+            own.sandbox.name(),
+            top.sandbox.name()
+        );
+    } else {
+        own.sandbox
+    };
+    if own.unix_sockets && !top.unix_sockets {
+        bail!(
+            "{} = true, but the top-level [shell] has unix_sockets off: {widen}; remove it, or turn unix_sockets on at the top level",
+            key("unix_sockets")
+        );
+    }
+    if let Some(p) = own.reveal.iter().find(|p| !top.reveal.contains(p)) {
+        bail!(
+            "{}: `{}` is not in the top-level shell.reveal: {widen}; remove it, or reveal it at the top level",
+            key("reveal"),
+            p.escape_debug()
+        );
+    }
+    for rule in &top.deny {
+        if !shell.deny.contains(rule) {
+            shell.deny.push(rule.clone());
+        }
+    }
+    for path in &top.hide {
+        if !shell.hide.contains(path) {
+            shell.hide.push(path.clone());
+        }
+    }
+    let bound = |k: &str, top: u64, own: u64| if set(k) { min_limit(top, own) } else { top };
+    shell.tmp_bytes = bound("tmp_bytes", top.tmp_bytes, own.tmp_bytes);
+    shell.max_timeout_ms = if set("max_timeout_ms") {
+        top.max_timeout_ms.min(own.max_timeout_ms)
+    } else {
+        top.max_timeout_ms
+    };
+    shell.default_timeout_ms = shell.default_timeout_ms.min(shell.max_timeout_ms);
+    let (t, o, r) = (&top.rlimits, &own.rlimits, &mut shell.rlimits);
+    r.cpu_seconds = bound("rlimits.cpu_seconds", t.cpu_seconds, o.cpu_seconds);
+    r.address_space_bytes = bound(
+        "rlimits.address_space_bytes",
+        t.address_space_bytes,
+        o.address_space_bytes,
+    );
+    r.processes = bound("rlimits.processes", t.processes, o.processes);
+    r.file_size_bytes = bound(
+        "rlimits.file_size_bytes",
+        t.file_size_bytes,
+        o.file_size_bytes,
+    );
+    r.open_files = bound("rlimits.open_files", t.open_files, o.open_files);
+    Ok(shell)
+}
+
 impl Config {
     /// Parse `text` (the contents of `origin`), then check what serde cannot.
     pub fn parse(text: &str, origin: &Path) -> Result<Config> {
         let mut config: Config = toml::from_str(text)
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
             .with_context(|| format!("invalid config `{}`", origin.display()))?;
+        // Which keys each policy's shell section sets: what it leaves out comes from the top level.
+        if let Ok(raw) = text.parse::<toml::Table>()
+            && let Some(policies) = raw.get("policies").and_then(toml::Value::as_table)
+        {
+            for (name, entry) in config.policies.iter_mut() {
+                let shell = policies
+                    .get(name)
+                    .and_then(|p| p.get("shell"))
+                    .and_then(toml::Value::as_table);
+                for (key, value) in shell.into_iter().flatten() {
+                    entry.shell_keys.insert(key.clone());
+                    for sub in value.as_table().into_iter().flat_map(|t| t.keys()) {
+                        entry.shell_keys.insert(format!("{key}.{sub}"));
+                    }
+                }
+            }
+        }
         let agents = config.agent.iter_mut().chain(
             config
                 .policies
@@ -565,15 +700,34 @@ impl Config {
         explicit: Option<&Path>,
         workspace: &Path,
     ) -> Result<(Config, Option<PathBuf>)> {
+        let found = Config::discover_hashed(explicit, workspace)?;
+        Ok((found.config, found.path))
+    }
+
+    /// As [`Config::discover`], with the blake3 of the exact bytes parsed, which
+    /// the trust store checks before a run or a hook obeys the file.
+    pub fn discover_hashed(explicit: Option<&Path>, workspace: &Path) -> Result<Discovered> {
+        let read = |path: &Path| -> Result<Discovered> {
+            let text = crate::files::read_text(path, crate::files::MAX_CONFIG_BYTES, "config")?;
+            Ok(Discovered {
+                config: Config::parse(&text, path)?,
+                path: Some(path.to_path_buf()),
+                blake3: Some(digest(text.as_bytes())),
+            })
+        };
         if let Some(path) = explicit {
-            return Ok((Config::load(path)?, Some(path.to_path_buf())));
+            return read(path);
         }
         let path = workspace.join(CONFIG_FILE);
         // Absent means defaults; anything else that is not a readable regular file
         // (a directory, a FIFO, a device, a dangling symlink) is an error, never
         // silently the defaults.
         match std::fs::symlink_metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Config::default(), None)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Discovered {
+                config: Config::default(),
+                path: None,
+                blake3: None,
+            }),
             Err(e) => Err(anyhow::anyhow!(
                 "config `{}` cannot be read: {e}",
                 path.display()
@@ -587,21 +741,25 @@ impl Config {
                         .unwrap_or_default()
                 ))
             }
-            Ok(_) => Ok((Config::load(&path)?, Some(path))),
+            Ok(_) => read(&path),
         }
     }
 
     /// The config a policy installed as `[policies.NAME]` runs under: its own
     /// `shell` and `agent`, the shared `limits`, `run` and `engine`, and its entry
     /// (for its digest) as the only one in `policies`.
+    ///
+    /// The top level's safety settings bind it: its `hide` and `deny` are added to
+    /// the section's; the section's `sandbox` may be stronger, never weaker (left
+    /// out, it is the top level's); `rlimits`, `tmp_bytes` and `max_timeout_ms` are
+    /// the smaller of the two (left out, the top level's); `reveal` may name only
+    /// what the top level reveals, and `unix_sockets` only where the top level has
+    /// them on. A section that tries to widen one of these is refused, naming the key.
     pub fn scoped(&self, name: &str) -> Result<Config> {
         let Some(entry) = self.policies.get(name) else {
             bail!("there is no [policies.{name}] in the config");
         };
-        let shell = ShellConfig {
-            section: Some(format!("policies.{name}.shell")),
-            ..entry.shell.clone()
-        };
+        let shell = bound_by(&self.shell, entry, name)?;
         Ok(Config {
             limits: self.limits.clone(),
             shell,
@@ -806,6 +964,21 @@ impl Config {
             if agent.timeout_ms == 0 {
                 bail!("agent.timeout_ms must be greater than 0");
             }
+            for name in agent.pass_env.iter().flatten() {
+                if name.is_empty() || name.contains('=') || name.contains('\0') {
+                    bail!("agent.pass_env: `{name}` is not an environment variable name");
+                }
+                let exempt = name == "PATH"
+                    || self.shell.unsafe_env.contains(name)
+                    || crate::exec::child_env::SAFE_FROM_HOST.contains(&name.as_str());
+                if let Some(why) =
+                    crate::exec::child_env::dangerous_variable(name).filter(|_| !exempt)
+                {
+                    bail!(
+                        "agent.pass_env: `{name}` {why}, so the agent could be made to run code it was not asked to; remove it, or name it in `shell.unsafe_env` to accept that"
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -847,6 +1020,38 @@ mod tests {
         let shell =
             serde_json::to_value(&parse("[shell]\ntmp_bytes = 5\n").unwrap().shell).unwrap();
         assert_eq!(shell["tmp_bytes"], 5);
+    }
+
+    #[test]
+    fn a_policy_section_is_bound_by_the_top_levels_safety_settings() {
+        let c = parse(
+            "[shell]\nsandbox = \"bwrap\"\ntmp_bytes = 1000\nhide = [\".env\"]\ndeny = [[\"rm\"]]\nmax_timeout_ms = 5000\n\
+             [shell.rlimits]\ncpu_seconds = 10\nfile_size_bytes = 0\n\
+             [policies.p]\nsource = \"p.wasm\"\n\
+             [policies.p.shell]\ntmp_bytes = 5000\nhide = [\"~/k\"]\nmax_timeout_ms = 9000\n\
+             [policies.p.shell.rlimits]\nfile_size_bytes = 77\n",
+        )
+        .unwrap();
+        let s = c.scoped("p").unwrap().shell;
+        // Left out of the section: the top level's, not the default.
+        assert_eq!(s.sandbox, crate::exec::sandbox::SandboxChoice::Bwrap);
+        assert_eq!(s.rlimits.cpu_seconds, 10);
+        // Set in both: the smaller (0 is no limit).
+        assert_eq!(s.tmp_bytes, 1000);
+        assert_eq!(s.max_timeout_ms, 5000);
+        assert_eq!(s.rlimits.file_size_bytes, 77);
+        // Added to the section's.
+        assert_eq!(s.hide, ["~/k", ".env"]);
+        assert_eq!(s.deny, [["rm"]]);
+        assert_eq!(s.section(), "policies.p.shell");
+        // A stronger sandbox in the section stands.
+        let c =
+            parse("[policies.p]\nsource = \"p.wasm\"\n[policies.p.shell]\nsandbox = \"bwrap\"\n")
+                .unwrap();
+        assert_eq!(
+            c.scoped("p").unwrap().shell.sandbox,
+            crate::exec::sandbox::SandboxChoice::Bwrap
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod out;
 pub mod project;
 pub mod run;
 pub(crate) mod runlog;
+pub mod trust;
 pub mod ui;
 pub mod wasm;
 

@@ -52,9 +52,9 @@ impl Ui {
         }
     }
 
-    /// What is happening now (the current action).
+    /// What is happening now (the current action), on one line.
     pub fn status(&self, msg: impl Into<String>) {
-        let msg = msg.into();
+        let msg = one_line(&msg.into());
         match &*self.inner {
             Inner::Spinner(pb) => {
                 let stage = self.stage.lock().map(|s| s.clone()).unwrap_or_default();
@@ -72,7 +72,7 @@ impl Ui {
     /// The policy's status line: kept in front of the spinner's message, or
     /// printed once per change when there is no terminal.
     pub fn stage(&self, msg: &str) {
-        let msg = sanitize(msg).replace('\n', " ");
+        let msg = one_line(msg);
         let changed = match self.stage.lock() {
             Ok(mut s) if *s != msg => {
                 *s = msg.clone();
@@ -87,22 +87,26 @@ impl Ui {
         }
     }
 
-    /// A line that stays.
+    /// A line that stays. It may quote a policy's words, so it is shown as
+    /// [`Untrusted`] text: escaped, and any line after the first indented.
     pub fn line(&self, msg: impl AsRef<str>) {
+        let msg = Untrusted(msg.as_ref());
         match &*self.inner {
-            Inner::Spinner(pb) => pb.println(msg.as_ref()),
-            Inner::Plain => crate::errln!("{}", msg.as_ref()),
+            Inner::Spinner(pb) => pb.println(msg.to_string()),
+            Inner::Plain => crate::errln!("{msg}"),
             Inner::Quiet => {}
         }
     }
 
+    /// A run log line: `  [SOURCE] LEVEL: MESSAGE`, the message's own lines
+    /// indented under it (see [`Untrusted`]).
     pub fn log(&self, r: &LogRecord) {
         if !matches!(*self.inner, Inner::Quiet) {
             self.line(format!(
                 "  [{}] {}: {}",
-                r.source,
-                r.level,
-                sanitize(&r.message)
+                one_line(&r.source),
+                one_line(&r.level),
+                r.message
             ));
         }
     }
@@ -160,18 +164,107 @@ pub fn rfc3339(ms: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
 }
 
-/// Policy text shown on a terminal: control characters and escape sequences
-/// removed, so a policy cannot rewrite what the user sees.
-pub fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c == '\n' || c == '\t' || !c.is_control() {
-                c
-            } else {
-                '\u{FFFD}'
+/// What starts each continuation line of [`Untrusted`] text: an indent and a
+/// bar, so a line of someone else's text never starts where a line of loopbox's does.
+pub const CONTINUED: &str = "  │ ";
+
+/// Text loopbox did not write (a policy's name, log line, summary or error; a
+/// registry's answer; a loop file's words; an agent's output), as shown on a
+/// terminal. This is the one output layer all such text goes through:
+///
+/// - C0 and C1 control characters, DEL, and the Unicode controls that reorder or
+///   hide text (bidi embeddings, overrides and isolates, the marks, line and
+///   paragraph separators, zero-width and tag characters) are shown as escapes
+///   (`\x1b`, `\u{202e}`), so nothing reaches the terminal as a command: no
+///   title, no clipboard write, no cleared screen, no text reversed;
+/// - each line after the first starts with [`CONTINUED`], so a newline cannot
+///   forge a line that looks like loopbox's own (`[host] ...`, `done: ...`).
+///
+/// Trailing newlines are dropped. `--json` output needs none of this: serde_json
+/// escapes control characters itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Untrusted<'a>(pub &'a str);
+
+impl std::fmt::Display for Untrusted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.trim_end_matches(['\n', '\r']);
+        for (i, line) in text.split('\n').enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+                // No trailing blank after the bar on an empty line.
+                f.write_str(if line.is_empty() {
+                    CONTINUED.trim_end()
+                } else {
+                    CONTINUED
+                })?;
             }
-        })
-        .collect()
+            write_escaped(f, line)?;
+        }
+        Ok(())
+    }
+}
+
+/// [`Untrusted`] as a `String`: escaped, continuation lines indented.
+pub fn shown(s: &str) -> String {
+    Untrusted(s).to_string()
+}
+
+/// Untrusted text kept to one line (a spinner, a table cell): escaped as
+/// [`Untrusted`] is, with a newline shown as `\n`.
+pub fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let _ = write_escaped(&mut out, s);
+    out
+}
+
+/// Untrusted text escaped as [`Untrusted`] does, newlines kept as they are: for
+/// text that is put into a longer message, which then goes out through
+/// [`Untrusted`] (or [`Ui`]) as a whole. Escaping twice changes nothing.
+pub fn sanitize(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, line) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = write_escaped(&mut out, line);
+    }
+    out
+}
+
+/// Whether `c` is shown as an escape: a control character, or a Unicode format
+/// character that reorders, hides or breaks text on a terminal.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{061C}'                      // Arabic letter mark
+            | '\u{200B}'                    // zero-width space
+            | '\u{200E}' | '\u{200F}'        // left-to-right and right-to-left marks
+            | '\u{2028}'..='\u{202E}'        // line and paragraph separators; bidi embeddings and overrides
+            | '\u{2060}'..='\u{2069}'        // word joiner, invisible operators; bidi isolates
+            | '\u{FEFF}'                    // zero-width no-break space (byte order mark)
+            | '\u{FFF9}'..='\u{FFFB}'        // interlinear annotations
+            | '\u{E0000}'..='\u{E007F}'      // tag characters (invisible text)
+        )
+}
+
+/// `s` with every [`is_hidden`] character written as an escape.
+fn write_escaped(out: &mut impl std::fmt::Write, s: &str) -> std::fmt::Result {
+    let mut rest = s;
+    while let Some(at) = rest.find(is_hidden) {
+        out.write_str(&rest[..at])?;
+        let Some(c) = rest[at..].chars().next() else {
+            break;
+        };
+        match c {
+            '\n' => out.write_str("\\n")?,
+            '\r' => out.write_str("\\r")?,
+            '\t' => out.write_str("\\t")?,
+            c if (c as u32) < 0x80 => write!(out, "\\x{:02x}", c as u32)?,
+            c => write!(out, "\\u{{{:x}}}", c as u32)?,
+        }
+        rest = &rest[at + c.len_utf8()..];
+    }
+    out.write_str(rest)
 }
 
 /// `s` cut to `max` characters, saying how long it was.
@@ -200,9 +293,54 @@ mod tests {
 
     #[test]
     fn escapes_are_neutralized() {
+        assert_eq!(super::sanitize("a\x1b[2Kb\rc\nd"), "a\\x1b[2Kb\\rc\nd");
+    }
+
+    #[test]
+    fn untrusted_text_is_shown_escaped_with_its_lines_indented() {
+        use super::{Untrusted, one_line, sanitize, shown};
+        // OSC title, OSC 52 clipboard write, clear screen, C1 CSI, DEL, tab.
         assert_eq!(
-            super::sanitize("a\x1b[2Kb\rc\nd"),
-            "a\u{FFFD}[2Kb\u{FFFD}c\nd"
+            shown("\x1b]0;owned\x07\x1b]52;c;ZWNobw==\x07\x1b[2J\u{9b}2J\x7f\t."),
+            "\\x1b]0;owned\\x07\\x1b]52;c;ZWNobw==\\x07\\x1b[2J\\u{9b}2J\\x7f\\t."
         );
+        // Every bidi control, the marks, and invisible characters.
+        for c in [
+            '\u{202A}',
+            '\u{202B}',
+            '\u{202C}',
+            '\u{202D}',
+            '\u{202E}',
+            '\u{2066}',
+            '\u{2067}',
+            '\u{2068}',
+            '\u{2069}',
+            '\u{200E}',
+            '\u{200F}',
+            '\u{061C}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{200B}',
+            '\u{FEFF}',
+            '\u{E0041}',
+        ] {
+            let text = format!("a{c}b");
+            let want = format!("a\\u{{{:x}}}b", c as u32);
+            assert_eq!(shown(&text), want);
+            assert_eq!(one_line(&text), want);
+            assert_eq!(sanitize(&text), want);
+        }
+        // A newline cannot start a line of loopbox's own.
+        assert_eq!(
+            format!("done: {}", Untrusted("ok\ndone: forged\r\n\n[host] x\n\n")),
+            "done: ok\n  │ done: forged\\r\n  │\n  │ [host] x"
+        );
+        assert_eq!(one_line("a\nb\r"), "a\\nb\\r");
+        // Text that is fine stays as it is; escaping twice changes nothing.
+        let plain = "naïve café — 日本語 ✓ \\ 'quoted' \u{200D}";
+        assert_eq!(shown(plain), plain);
+        let once = sanitize("\x1b[31m\u{202e}x\ny");
+        assert_eq!(sanitize(&once), once);
+        assert_eq!(shown(&once), shown("\x1b[31m\u{202e}x\ny"));
     }
 }

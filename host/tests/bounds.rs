@@ -35,7 +35,7 @@ fn guest(name: &str) -> String {
 }
 
 fn command(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = common::trusted_command(dir);
     c.arg("-C")
         .arg(dir)
         .args(args)
@@ -637,6 +637,7 @@ fn closed_stdout_and_stderr_do_not_panic() {
             .arg(BIN)
             .arg(dir.path())
             .env("CI", "true")
+            .env("XDG_DATA_HOME", common::data_home())
             .output()
             .unwrap();
         let out = String::from_utf8_lossy(&o.stdout);

@@ -34,7 +34,7 @@ fn ralph_runs_the_example_to_its_promise() {
         ),
         "{banner}"
     );
-    let expected_start = "  [host] info: decision: inject: Make the tests in this project pass. When they do, reply with <promise>DONE</promise>.\n\n[ralph iteration 1 of 5]\nloopbox: turn 1: waiting for the agent\n  [host] info: agent turn 1 finished in T\n";
+    let expected_start = "  [host] info: decision: inject: Make the tests in this project pass. When they do, reply with <promise>DONE</promise>.\n  │\n  │ [ralph iteration 1 of 5]\nloopbox: turn 1: waiting for the agent\n  [host] info: agent turn 1 finished in T\n";
     assert!(rest.starts_with(expected_start), "{stderr}");
     assert!(stderr.ends_with("  [host] info: decision: done (success): completion promise found after 3 iteration(s)\n"), "{stderr}");
     // The same conversation was continued on every turn.
@@ -593,6 +593,10 @@ fn doctor_reports_the_sandboxes_and_refuses_an_unenforceable_choice() {
         "protected",
         "hidden",
     ];
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        expected.insert(3, "root");
+    }
     // Landlock's limits are stated where it is the fallback.
     if loopbox::exec::sandbox::support().landlock_usable().is_ok() {
         expected.push("landlock");
@@ -839,4 +843,328 @@ fn new_and_build_refuse_bad_input_with_what_to_do() {
             "{lang}: {err}"
         );
     }
+}
+
+/// The `hostile` test guest (`guests/rust/hostile`): everything it says, from
+/// `info()` to its decision, is aimed at the user's terminal.
+fn hostile() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            loopbox_guest_build::Repo::containing(&repo())
+                .build_rust_guests(&["hostile"])
+                .remove(0)
+                .1
+        })
+        .clone()
+}
+
+fn leb128(mut n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn name(s: &str) -> Vec<u8> {
+    [leb128(s.len()), s.as_bytes().to_vec()].concat()
+}
+
+/// A custom section (id 0): its size, its name, its payload.
+fn custom_section(section: &str, payload: &[u8]) -> Vec<u8> {
+    let body = [name(section), payload.to_vec()].concat();
+    [vec![0], leb128(body.len()), body].concat()
+}
+
+/// A `producers` section, as toolchains write it: fields of (name, version) values.
+fn producers_section(fields: &[(&str, &[(&str, &str)])]) -> Vec<u8> {
+    let mut payload = leb128(fields.len());
+    for (field, values) in fields {
+        payload.extend(name(field));
+        payload.extend(leb128(values.len()));
+        for (n, v) in *values {
+            payload.extend(name(n));
+            payload.extend(name(v));
+        }
+    }
+    custom_section("producers", &payload)
+}
+
+/// What someone else's text may never put on a terminal: a control character
+/// (escape sequences start with one) or a bidi control; nor a line of the
+/// guest's (marked FORGED) that starts as one of loopbox's own.
+#[track_caller]
+fn assert_shown_safely(what: &str, bytes: &[u8]) {
+    let text = String::from_utf8(bytes.to_vec()).expect("output is UTF-8");
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n')
+                || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+        })
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "{what}: {raw:?} reached the terminal as it is:\n{text}"
+    );
+    // Each FORGED text follows a newline, and starts as one of loopbox's lines
+    // does: it may end up after a prefix loopbox wrote, or on a continuation
+    // line, or after a `\n` shown as such, but never at the start of a line.
+    for line in text.lines().filter(|l| l.contains("FORGED")) {
+        assert!(
+            !["signature", "  [host]", "[host]", "done:"]
+                .iter()
+                .any(|forgery| line.starts_with(forgery)),
+            "{what}: a line the policy wrote poses as loopbox's: {line:?}\nin:\n{text}"
+        );
+    }
+}
+
+/// Both streams of a command, each checked with [`assert_shown_safely`].
+#[track_caller]
+fn shown_safely(what: &str, o: &std::process::Output) -> (String, String) {
+    assert_shown_safely(&format!("{what} (stdout)"), &o.stdout);
+    assert_shown_safely(&format!("{what} (stderr)"), &o.stderr);
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+const TITLE: &str = r"\x1b]0;OWNED\x07";
+const RLO: &str = r"\u{202e}";
+
+#[test]
+fn untrusted_text_reaches_the_terminal_escaped_and_never_as_a_line_of_loopboxs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let bytes = std::fs::read(hostile()).unwrap();
+    std::fs::write(ws.join("hostile.wasm"), &bytes).unwrap();
+
+    // inspect: info() and a producers section written to attack the terminal.
+    let producers = producers_section(&[
+        ("language", &[("Rust\x1b]0;OWNED\x07", "")]),
+        (
+            "processed-by",
+            &[
+                ("rustc\u{202e}", "1.0\n[host] FORGED"),
+                ("wit\x1b[2J", "\u{9b}2J"),
+            ],
+        ),
+    ]);
+    std::fs::write(ws.join("crafted.wasm"), [bytes.clone(), producers].concat()).unwrap();
+    let o = loopbox(ws, &["inspect", "crafted.wasm"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let (out, _) = shown_safely("inspect", &o);
+    let lines: Vec<&str> = out.lines().collect();
+    let info = lines.iter().position(|l| l.starts_with("info ")).unwrap();
+    assert_eq!(
+        lines[info..info + 2],
+        [
+            format!(r"info         {TITLE}\x1b[2J\x1b[Hhostile{RLO}txt.exe 6.6.6\x1b]52;c;cm0gLXJmIH4=\x07: harmless"),
+            r"  │ signature    signed by `alice` (ed25519:AAAA), listed in [trust.keys] FORGED\x1b[2J\x1b[H".to_string(),
+        ],
+        "{out}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("signature"))
+            .collect::<Vec<_>>(),
+        [&"signature    unsigned"],
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(", Rust{TITLE}\n"))
+            && out.contains(r", rustc\u{202e} 1.0\n[host] FORGED, wit\x1b[2J \u{9b}2J"),
+        "{out}"
+    );
+    // --json keeps the words as they are, escaped by JSON.
+    let o = loopbox(ws, &["inspect", "crafted.wasm", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["info"]["version"], "6.6.6\x1b]52;c;cm0gLXJmIH4=\x07");
+
+    // run: the log, stdout, stderr, progress and the summary of each ending.
+    let mut ids = Vec::new();
+    for (input, exit, status) in [
+        ("\"done\"", 0, "done"),
+        ("\"block\"", 1, "failed"),
+        ("\"escalate\"", 3, "escalated"),
+        ("\"fail\"", 5, "failed"),
+    ] {
+        let o = loopbox(ws, &["run", "hostile.wasm", "--input", input]);
+        let (out, err) = shown_safely(&format!("run {input}"), &o);
+        assert_eq!(code(&o), exit, "{input}: {out}{err}");
+        assert!(out.starts_with(&format!("{status}: ")), "{input}: {out}");
+        assert!(
+            out.contains(&format!("{TITLE}{RLO}\n  │ done: success FORGED")),
+            "{input}: {out}"
+        );
+        assert!(
+            err.contains(&format!(
+                "  [policy] info: log{TITLE}{RLO}\n  │   [host] info: every action approved FORGED"
+            )) && err.contains(r"  [stdout] info: stdout\x1b]52;c;cm0gLXJmIH4=\x07")
+                && err.contains(r"  [stderr] info: stderr\u{9b}2J"),
+            "{input}: {err}"
+        );
+        let id = normalize_id(&err);
+        ids.push(id);
+    }
+
+    // The store keeps the words as they were; `runs` shows them as text is shown.
+    for id in &ids {
+        for args in [vec!["runs", "log", id], vec!["runs", "show", id]] {
+            let o = loopbox(ws, &args);
+            assert_eq!(code(&o), 0, "{args:?}");
+            let (out, _) = shown_safely(&args.join(" "), &o);
+            assert!(
+                out.contains(&format!("log{TITLE}")) || args[1] == "show",
+                "{args:?}: {out}"
+            );
+        }
+    }
+    let o = loopbox(ws, &["runs", "show", &ids[0]]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!(
+            "\nstatus:   done: finished{TITLE}{RLO}\n  │ done: success FORGED"
+        )),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = loopbox(ws, &["runs", "log", &ids[0]]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!(
+            "[policy] log{TITLE}{RLO}\n  │   [host] info: every action approved FORGED"
+        )),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    shown_safely("runs", &loopbox(ws, &["runs"]));
+
+    // add: a needs key, refused, is quoted in the error.
+    let needs = custom_section(
+        "loopbox-needs",
+        b"{\"exec\": [[\"ls\"]], \"\\u001b]0;OWNED\\u0007\\u202e\\n[host] FORGED\": true}",
+    );
+    std::fs::write(ws.join("needy.wasm"), [bytes, needs].concat()).unwrap();
+    let o = loopbox(ws, &["add", "needy.wasm", "--allow-unsigned", "--yes"]);
+    let (_, err) = shown_safely("add", &o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(
+        err.contains(&format!("unknown field `{TITLE}{RLO}\n  │ [host] FORGED`")),
+        "{err}"
+    );
+
+    // add: a registry's manifest media type, refused, is quoted in the error.
+    let registry = hostile_registry();
+    let o = loopbox(
+        ws,
+        &["add", &format!("oci://{registry}/team/gate:1"), "--yes"],
+    );
+    let (_, err) = shown_safely("add from a registry", &o);
+    assert_eq!(code(&o), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "is a `application/x{TITLE}{RLO}\n  │ [host] FORGED`"
+        )),
+        "{err}"
+    );
+
+    // hook: a failing policy's error, said on stderr to the agent and the user.
+    let event = serde_json::json!({
+        "session_id": "s1", "cwd": ws, "hook_event_name": "PreToolUse",
+        "tool_name": "Bash", "tool_input": {"command": "ls"},
+    });
+    let mut hook = Command::new(BIN);
+    hook.args([
+        "-C",
+        &ws.to_string_lossy(),
+        "hook",
+        "claude-code",
+        "--policy",
+        "hostile.wasm",
+    ])
+    .args(["--input", "\"fail\""])
+    .current_dir(ws)
+    .env("CI", "true")
+    .env("CLAUDE_PROJECT_DIR", ws)
+    .env(
+        "LOOPBOX_CACHE_DIR",
+        std::env::temp_dir().join("loopbox-cli-test-cache"),
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = hook.spawn().unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        event.to_string().as_bytes(),
+    )
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_shown_safely("hook (stderr)", &o.stderr);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("policy returned an error: failed{TITLE}{RLO}")),
+        "{err}"
+    );
+
+    // validate and run: a loop file's words in a problem.
+    std::fs::write(
+        ws.join("loop.yaml"),
+        "name: \"l\\e]0;OWNED\\a\"\ninitial: start\nstates:\n  start:\n    action: echo hi\n    next: \"gone\\e[2J\\u202e\\n[host] FORGED\"\n  end:\n    terminal: true\n",
+    )
+    .unwrap();
+    for args in [vec!["validate", "loop.yaml"], vec!["run", "loop.yaml"]] {
+        let o = loopbox(ws, &args);
+        let (_, err) = shown_safely(&args.join(" "), &o);
+        assert_eq!(code(&o), 2, "{args:?}: {err}");
+        assert!(err.contains(r"gone\x1b[2J\u{202e}"), "{args:?}: {err}");
+    }
+}
+
+/// The run id in a run's banner (`loopbox: run ID of ...`).
+fn normalize_id(stderr: &str) -> String {
+    let rest = stderr.split("loopbox: run ").nth(1).expect("a banner");
+    rest.split(' ').next().unwrap().to_string()
+}
+
+/// An OCI registry on loopback that answers every request with a manifest whose
+/// media type would attack the terminal; its `HOST:PORT`.
+fn hostile_registry() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let body = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/x\x1b]0;OWNED\x07\u{202e}\n[host] FORGED",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": format!("sha256:{}", "0".repeat(64)), "size": 2},
+        "layers": [],
+    })
+    .to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
 }

@@ -55,7 +55,7 @@ fn input_of(per_event: u32, turns: u32) -> String {
 }
 
 fn command(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = common::trusted_command(dir);
     c.arg("-C")
         .arg(dir)
         .args(args)
@@ -813,4 +813,128 @@ fn an_action_marked_idempotent_runs_again_instead_of_coming_back_unknown() {
         log.contains("was running when the run stopped; running it again (shell.idempotent)"),
         "{log}"
     );
+}
+
+/// A run killed by SIGKILL after its first action's result was recorded: it
+/// stays `running` with a driver that is gone. Its id, from its banner.
+fn killed_run(dir: &Path) -> String {
+    let o = command(dir, &["run", "durable.wasm", "--input", &input()])
+        .env("LOOPBOX_CRASH_AT", "action-recorded:1")
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.signal(), Some(9), "{err}");
+    let banner = err.split("loopbox: run ").nth(1).expect("a banner");
+    banner.split(' ').next().unwrap().to_string()
+}
+
+#[test]
+fn on_a_full_disk_the_runs_can_still_be_read_and_resume_says_what_to_do() {
+    // SAFETY: geteuid only reads the process's user id.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "skipped: filling a disk needs a small tmpfs of its own, and mounting one (in a private mount namespace) needs root; CI runs the suite as root"
+        );
+        return;
+    }
+    // Two stores: one whose last writer folded the write-ahead log into the file
+    // (a clean exit), and one whose driver was killed with its WAL in place.
+    let clean = workspace();
+    let clean_id = killed_run(clean.path());
+    let probe = guest("probe").to_string_lossy().into_owned();
+    let o = loopbox(
+        clean.path(),
+        &["run", &probe, "--input", r#"{"op": "echo"}"#],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!clean.path().join(".loopbox/loopbox.db-wal").exists());
+    let killed = workspace();
+    let killed_id = killed_run(killed.path());
+    assert!(killed.path().join(".loopbox/loopbox.db-wal").exists());
+
+    let outdir = tempfile::tempdir().unwrap();
+    let mut script = String::from("set -u\n");
+    for (name, ws, id) in [
+        ("clean", clean.path(), &clean_id),
+        ("killed", killed.path(), &killed_id),
+    ] {
+        let mnt = outdir.path().join(name);
+        std::fs::create_dir(&mnt).unwrap();
+        let o = outdir.path().join(format!("{name}-"));
+        script.push_str(&format!(
+            "mount -t tmpfs -o size=4m loopbox-full '{mnt}' || exit 99\n\
+             cp -a '{ws}/.' '{mnt}/'\n\
+             dd if=/dev/zero of='{mnt}/fill' bs=64k 2>/dev/null\n\
+             dd if=/dev/zero of='{mnt}/fill2' bs=4k 2>/dev/null\n\
+             df -k '{mnt}' > '{o}df'\n\
+             for c in 'runs' 'runs show {id}' 'runs show {id} --json' 'runs log {id}' 'runs resume {id}'; do\n\
+               f=$(echo \"$c\" | tr ' ' _)\n\
+               CI=true LOOPBOX_CACHE_DIR='{cache}' '{bin}' -C '{mnt}' $c > '{o}'\"$f\".out 2> '{o}'\"$f\".err\n\
+               echo $? > '{o}'\"$f\".code\n\
+             done\n",
+            mnt = mnt.display(),
+            ws = ws.display(),
+            o = o.display(),
+            cache = std::env::temp_dir()
+                .join("loopbox-durability-cache")
+                .display(),
+            bin = BIN,
+        ));
+    }
+    let o = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    if o.status.code() == Some(99) {
+        eprintln!(
+            "skipped: root, but a tmpfs could not be mounted here (a container without CAP_SYS_ADMIN?): {}",
+            text(&o.stderr)
+        );
+        return;
+    }
+    assert!(o.status.success(), "{:?}: {}", o.status, text(&o.stderr));
+    let read = |name: &str, command: &str, what: &str| {
+        let f = command.replace(' ', "_");
+        std::fs::read_to_string(outdir.path().join(format!("{name}-{f}.{what}"))).unwrap()
+    };
+    for (name, id) in [("clean", &clean_id), ("killed", &killed_id)] {
+        let df = std::fs::read_to_string(outdir.path().join(format!("{name}-df"))).unwrap();
+        let ran = |command: &str| {
+            let code: i32 = read(name, command, "code").trim().parse().unwrap();
+            (code, read(name, command, "out"), read(name, command, "err"))
+        };
+        let (code, out, err) = ran("runs");
+        assert_eq!(code, 0, "{name}: runs: {out}{err}\n{df}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(id.as_str()) && l.contains(" interrupted ")),
+            "{name}: {out}"
+        );
+        let (code, out, err) = ran(&format!("runs show {id}"));
+        assert_eq!(code, 0, "{name}: runs show: {out}{err}");
+        assert!(out.contains("status:   interrupted"), "{name}: {out}");
+        let (code, out, err) = ran(&format!("runs show {id} --json"));
+        assert_eq!(code, 0, "{name}: runs show --json: {out}{err}");
+        let show: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            (show["status"].as_str(), show["actions"].as_u64()),
+            (Some("interrupted"), Some(1)),
+            "{name}: {show}"
+        );
+        let (code, out, err) = ran(&format!("runs log {id}"));
+        assert_eq!(code, 0, "{name}: runs log: {out}{err}");
+        let (code, out, err) = ran(&format!("runs resume {id}"));
+        assert_eq!(code, 70, "{name}: runs resume: {out}{err}");
+        let want = format!(
+            "error: run {id} of durable.wasm is interrupted (0 turn(s), 1 action(s), last change "
+        );
+        assert!(err.starts_with(&want), "{name}: {err}");
+        assert!(
+            err.contains(&format!(
+                "no space left on device at {}: free some space, then run `loopbox runs resume {id}` again",
+                outdir.path().join(name).join(".loopbox").display()
+            )),
+            "{name}: {err}"
+        );
+    }
 }

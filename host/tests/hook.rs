@@ -19,10 +19,19 @@ fn run(dir: &Path, args: &[&str], stdin: &str) -> Output {
     run_env(dir, args, stdin, &[])
 }
 
-/// `run` with extra environment variables.
+/// `run` with extra environment variables, the config in `dir` approved as a user would.
 fn run_env(dir: &Path, args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> Output {
+    common::trust(&dir.join("loopbox.toml"));
+    run_bytes(dir, args, stdin.as_bytes(), env)
+}
+
+/// The binary in `dir` with `stdin` as its input, trusting nothing the test did not
+/// trust itself (this process's own data directory). A child that stops reading
+/// (an input over the limit) ends the write, not the test.
+fn run_bytes(dir: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &Path)]) -> Output {
     let mut child = Command::new(BIN)
         .args(args)
+        .env("XDG_DATA_HOME", common::data_home())
         .current_dir(dir)
         .env(
             "LOOPBOX_CACHE_DIR",
@@ -34,13 +43,14 @@ fn run_env(dir: &Path, args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> Out
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    let mut pipe = child.stdin.take().unwrap();
+    let bytes = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&bytes);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
 }
 
 /// (exit code, stdout JSON or Null, stderr) of a hook process.
@@ -495,7 +505,8 @@ fn install_and_uninstall_keep_other_hooks_byte_for_byte() {
         .unwrap();
     assert!(
         command.ends_with(&format!(
-            "hook claude-code --policy builtin:ralph --input '{RALPH_INPUT}'"
+            "hook claude-code --policy builtin:ralph --event Stop --root {} --input '{RALPH_INPUT}'",
+            d.canonicalize().unwrap().display()
         )),
         "{command}"
     );
@@ -1111,12 +1122,22 @@ fn install_writes_each_agent_and_scope_with_portable_commands() {
         let v = read(&file);
         let group = &v["hooks"][event][0];
         let hook = &group["hooks"][0];
-        // Portable: `loopbox` from PATH and the policy relative to the project, quoted for the shell.
-        assert_eq!(
-            hook["command"],
-            format!("loopbox hook {agent} --policy 'policies/gate policy.wasm' --timeout 20"),
-            "{agent} {scope}"
-        );
+        // `loopbox` from PATH, quoted for the shell; pinned: the event, the workspace
+        // (project and local scopes, with the policy relative to it) and the component.
+        let root = d.canonicalize().unwrap();
+        let digest = blake3::hash(&std::fs::read(probe()).unwrap()).to_hex();
+        let expected = if scope == "user" {
+            format!(
+                "loopbox hook {agent} --policy '{}' --event {event} --digest {digest} --timeout 20",
+                root.join("policies/gate policy.wasm").display()
+            )
+        } else {
+            format!(
+                "loopbox hook {agent} --policy 'policies/gate policy.wasm' --event {event} --root {} --digest {digest} --timeout 20",
+                root.display()
+            )
+        };
+        assert_eq!(hook["command"], expected, "{agent} {scope}");
         assert_eq!(
             hook["timeout"],
             if agent == "gemini" { 20_000 } else { 20 },
@@ -1322,4 +1343,671 @@ fn a_hook_names_an_installed_policy_and_runs_it_only_as_admitted() {
     );
     let settings = std::fs::read_to_string(d.join(".claude/settings.local.json")).unwrap();
     assert!(settings.contains("--policy gate"), "{settings}");
+}
+
+/// What a sandboxed command can leave in a workspace to be obeyed by the next hook
+/// (issue 31, section 2): `sub/loopbox.toml` with no sandbox and `touch` granted,
+/// and `sub/policies/gate.wasm`. The planted policy here is the probe, steered by
+/// the tool call to `touch` a file outside the workspace.
+fn plant(dir: &Path, outside: &Path) {
+    std::fs::create_dir_all(dir.join("policies")).unwrap();
+    std::fs::write(
+        dir.join("loopbox.toml"),
+        "[shell]\nsandbox = \"none\"\nallow = [[\"touch\"]]\n",
+    )
+    .unwrap();
+    std::fs::copy(probe(), dir.join("policies/gate.wasm")).unwrap();
+    assert!(!outside.exists());
+}
+
+/// A PreToolUse event of `agent` whose tool call asks the probe to touch `outside`.
+fn touch_call(agent: &str, session: &str, cwd: &Path, outside: &Path) -> Value {
+    json!({"session_id": session, "cwd": cwd, "hook_event_name": if agent == "gemini" { "BeforeTool" } else { "PreToolUse" },
+           "tool_name": "mcp__x__y", "tool_input": {"op": "exec", "argv": ["touch", outside]}})
+}
+
+/// The hook command `hook install` wrote for `event`, split into words (for checks only).
+fn installed_command(settings: &Path, event: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(settings).unwrap()).unwrap();
+    vec![
+        v["hooks"][event][0]["hooks"][0]["command"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    ]
+}
+
+/// Run a hook command as the agent does (through `sh -c`) in `cwd` with `input`.
+/// `words` is one shell command line, or the words of one.
+fn run_installed(cwd: &Path, words: &[String], input: &Value, env: &[(&str, &Path)]) -> Output {
+    let line = if words.len() == 1 {
+        words[0].clone()
+    } else {
+        words
+            .iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replacen("'loopbox'", BIN, 1)
+    };
+    let mut child = Command::new("sh")
+        .args(["-c", &line])
+        .current_dir(cwd)
+        .env("XDG_DATA_HOME", common::data_home())
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-hook-test-cache"),
+        )
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Section 2, attack (a): a Codex event whose `cwd` is a subfolder where a
+/// sandboxed command planted a config and a policy. Before: `sub/` was taken as
+/// the workspace and the planted policy ran under `sandbox = "none"`, touching a
+/// file outside the workspace. Now the installed command pins the workspace, and
+/// a hand-written command (no pin) finds the planted config untrusted: either
+/// way the gate refuses and nothing outside is touched.
+#[test]
+fn a_config_and_policy_planted_in_a_subfolder_are_never_obeyed() {
+    let top = tempfile::tempdir().unwrap();
+    let t = top.path().canonicalize().unwrap();
+    let d = t.join("ws");
+    let outside = t.join("touched-outside");
+    std::fs::create_dir_all(d.join("policies")).unwrap();
+    std::fs::create_dir(d.join(".git")).unwrap();
+    std::fs::copy(probe(), d.join("policies/gate.wasm")).unwrap();
+    let o = run(
+        &d,
+        &[
+            "hook",
+            "install",
+            "codex",
+            "--policy",
+            "policies/gate.wasm",
+            "--event",
+            "PreToolUse",
+            "--input",
+            r#"{"op":"echo","then":"pass"}"#,
+        ],
+        "",
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let words = installed_command(&d.join(".codex/hooks.json"), "PreToolUse");
+    assert!(words[0].contains(" --root "), "{words:?}");
+    plant(&d.join("sub"), &outside);
+
+    // The installed command: the workspace is the pinned root; the planted folder is not adopted.
+    let (code, out, err) = answer_of(&run_installed(
+        &d.join("sub"),
+        &words,
+        &touch_call("codex", "a1", &d.join("sub"), &outside),
+        &[],
+    ));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !outside.exists(),
+        "the planted config was obeyed: {out} {err}"
+    );
+    assert!(!d.join("sub/.loopbox").exists() && d.join(".loopbox").exists());
+    // An event from outside the pinned root is refused (a gate: denied).
+    let (code, out, err) = answer_of(&run_installed(
+        &t,
+        &words,
+        &touch_call("codex", "a2", &t, &outside),
+        &[],
+    ));
+    assert_eq!(
+        (
+            code,
+            out["hookSpecificOutput"]["permissionDecision"].as_str()
+        ),
+        (0, Some("deny")),
+        "{err}"
+    );
+    assert!(
+        err.contains("is outside") && err.contains("hook install"),
+        "{err}"
+    );
+    // Another component in the policy's place (here: one more custom section) is not the one pinned.
+    let pinned = std::fs::read(d.join("policies/gate.wasm")).unwrap();
+    let mut other = pinned.clone();
+    other.extend([0u8, 4, 3, b'a', b'b', b'c']);
+    std::fs::write(d.join("policies/gate.wasm"), &other).unwrap();
+    let (code, out, err) = answer_of(&run_installed(
+        &d,
+        &words,
+        &touch_call("codex", "a4", &d, &outside),
+        &[],
+    ));
+    assert_eq!(
+        (
+            code,
+            out["hookSpecificOutput"]["permissionDecision"].as_str()
+        ),
+        (0, Some("deny")),
+        "{err}"
+    );
+    assert!(
+        err.contains("is not the component `hook install` pinned"),
+        "{err}"
+    );
+    std::fs::write(d.join("policies/gate.wasm"), &pinned).unwrap();
+
+    // A hand-written command pins nothing: `sub/` becomes the workspace, and its config is not trusted.
+    let (code, out, err) = answer_of(&run_bytes(
+        &d.join("sub"),
+        &[
+            "hook",
+            "codex",
+            "--policy",
+            "policies/gate.wasm",
+            "--input",
+            r#"{"op":"echo","then":"pass"}"#,
+        ],
+        touch_call("codex", "a3", &d.join("sub"), &outside)
+            .to_string()
+            .as_bytes(),
+        &[],
+    ));
+    let reason = out["hookSpecificOutput"]["permissionDecisionReason"]
+        .as_str()
+        .unwrap_or_default();
+    let config = d.join("sub/loopbox.toml");
+    assert_eq!(
+        (
+            code,
+            out["hookSpecificOutput"]["permissionDecision"].as_str()
+        ),
+        (0, Some("deny")),
+        "{err}"
+    );
+    assert_eq!(
+        reason,
+        format!(
+            "loopbox: `{}` is not trusted yet (new, or changed since you trusted it): review it, then run `loopbox trust {}`",
+            config.display(),
+            config.display()
+        )
+    );
+    assert!(!outside.exists(), "the planted config was obeyed");
+}
+
+/// Section 2, attack (b): a user-wide hook in a freshly cloned hostile
+/// repository, which holds its own `loopbox.toml` (`sandbox = "none"`) and its own
+/// policy. Before: both were obeyed. Now the config is not obeyed until approved
+/// with `loopbox trust`: gates refuse and say that command, a Stop keeps the agent
+/// from stopping on it, other events do nothing (and log); once trusted it is
+/// obeyed, and changed it is refused again.
+#[test]
+fn a_cloned_repository_s_config_is_obeyed_only_once_trusted_and_until_it_changes() {
+    let top = tempfile::tempdir().unwrap();
+    let t = top.path().canonicalize().unwrap();
+    let (home, mine, clone) = (t.join("home"), t.join("mine"), t.join("clone"));
+    let outside = t.join("touched-outside");
+    for dir in [&home, &mine, &clone] {
+        std::fs::create_dir_all(dir.join(".git")).unwrap();
+    }
+    std::fs::create_dir_all(mine.join("policies")).unwrap();
+    std::fs::copy(probe(), mine.join("policies/gate.wasm")).unwrap();
+    plant(&clone, &outside);
+    let o = Command::new(BIN)
+        .args([
+            "hook",
+            "install",
+            "claude-code",
+            "--scope",
+            "user",
+            "--policy",
+            "policies/gate.wasm",
+            "--event",
+            "PreToolUse",
+            "--input",
+            r#"{"op":"echo","then":"pass"}"#,
+        ])
+        .current_dir(&mine)
+        .env("HOME", &home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let words = installed_command(&home.join(".claude/settings.json"), "PreToolUse");
+    assert!(!words[0].contains(" --root "), "{words:?}");
+    let project = [("CLAUDE_PROJECT_DIR", clone.as_path())];
+    let config = clone.join("loopbox.toml");
+    let untrusted = format!(
+        "loopbox: `{}` is not trusted yet (new, or changed since you trusted it): review it, then run `loopbox trust {}`",
+        config.display(),
+        config.display()
+    );
+    let gate = |session: &str, words: &[String]| {
+        answer_of(&run_installed(
+            &clone,
+            words,
+            &touch_call("claude-code", session, &clone, &outside),
+            &project,
+        ))
+    };
+    let (code, out, err) = gate("b1", &words);
+    assert_eq!(
+        (
+            code,
+            &out["hookSpecificOutput"]["permissionDecision"],
+            &out["hookSpecificOutput"]["permissionDecisionReason"]
+        ),
+        (0, &json!("deny"), &json!(untrusted)),
+        "{err}"
+    );
+    // The command as users wrote it before (the repository's own policy by a relative path): the same.
+    let legacy: Vec<String> = [
+        "loopbox",
+        "hook",
+        "claude-code",
+        "--policy",
+        "policies/gate.wasm",
+        "--input",
+        r#"{"op":"echo","then":"pass"}"#,
+    ]
+    .map(String::from)
+    .to_vec();
+    let (code, out, _) = gate("b2", &legacy);
+    assert_eq!(
+        (code, &out["hookSpecificOutput"]["permissionDecision"]),
+        (0, &json!("deny"))
+    );
+    assert!(!outside.exists(), "the clone's config was obeyed");
+    // A Stop is refused too (the agent keeps working, told the command), even with --on-error allow.
+    let stop_in = |session: &str| {
+        let mut input = stop(&clone, session, Some("done"), false);
+        input["cwd"] = json!(clone);
+        run_bytes(
+            &clone,
+            &[
+                "hook",
+                "claude-code",
+                "--policy",
+                "builtin:ralph",
+                "--input",
+                RALPH_INPUT,
+                "--on-error",
+                "allow",
+            ],
+            input.to_string().as_bytes(),
+            &project,
+        )
+    };
+    let o = stop_in("b3");
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&o.stderr), format!("{untrusted}\n"));
+    assert!(o.stdout.is_empty());
+    // An event that cannot be refused does nothing, and the log says why.
+    let start = json!({"session_id": "b4", "cwd": clone, "hook_event_name": "SessionStart", "source": "startup"});
+    let o = run_bytes(
+        &clone,
+        &[
+            "hook",
+            "claude-code",
+            "--policy",
+            "builtin:ralph",
+            "--input",
+            RALPH_INPUT,
+        ],
+        start.to_string().as_bytes(),
+        &project,
+    );
+    assert_eq!(
+        (o.status.code(), o.stdout.as_slice(), o.stderr.as_slice()),
+        (Some(0), &b""[..], &b""[..])
+    );
+    let log = std::fs::read_to_string(clone.join(".loopbox/hook.log")).unwrap();
+    assert!(log.contains("is not trusted yet"), "{log}");
+
+    // Approved, it is obeyed (the user chose `sandbox = "none"` and `touch`).
+    let o = run_bytes(&clone, &["trust", "--json"], b"", &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(shown["path"], json!(config));
+    assert!(shown["grants"].to_string().contains("NONE"), "{shown}");
+    let (code, out, err) = gate("b5", &words);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(outside.exists(), "a trusted config is obeyed: {out} {err}");
+    std::fs::remove_file(&outside).unwrap();
+    // Changed, it is refused again.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("# one more line\n");
+    std::fs::write(&config, text).unwrap();
+    let (_, out, _) = gate("b6", &words);
+    assert_eq!(
+        out["hookSpecificOutput"]["permissionDecisionReason"],
+        json!(untrusted)
+    );
+    assert!(!outside.exists());
+    let list: Value =
+        serde_json::from_slice(&run_bytes(&clone, &["trust", "--list", "--json"], b"", &[]).stdout)
+            .unwrap();
+    let entry = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == json!(config))
+        .unwrap()
+        .clone();
+    assert_eq!(entry["status"], "changed since");
+    let o = run_bytes(
+        &clone,
+        &["trust", "--revoke", &config.to_string_lossy()],
+        b"",
+        &[],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("`{}` is no longer trusted\n", config.display())
+    );
+}
+
+/// `loopbox run` obeys a config only once trusted: without a terminal it refuses
+/// with exit 2 and the command that approves it; `loopbox trust` approves it; a
+/// changed config is refused again.
+#[test]
+fn run_refuses_an_untrusted_config_without_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let config = d.join("loopbox.toml");
+    std::fs::write(&config, "[shell]\nallow = [[\"true\"]]\n").unwrap();
+    let run_it = || {
+        Command::new(BIN)
+            .args([
+                "run",
+                "builtin:ralph",
+                "--input",
+                r#"{"prompt": "x", "max_iterations": 1}"#,
+            ])
+            .current_dir(&d)
+            .env("XDG_DATA_HOME", common::data_home())
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-hook-test-cache"),
+            )
+            .env("CI", "true")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let refused = format!(
+        "error: `{}` is not trusted yet (new, or changed since you trusted it): review it, then run `loopbox trust {}`\n",
+        config.display(),
+        config.display()
+    );
+    let o = run_it();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&o.stderr), refused);
+    let o = run_bytes(&d, &["trust"], b"", &[]);
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        shown.contains("exec [true]") && shown.contains(&format!("trusted `{}`", config.display())),
+        "{shown}"
+    );
+    let o = run_it();
+    assert_ne!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::write(&config, "[shell]\nallow = [[\"true\"], [\"rm\"]]\n").unwrap();
+    let o = run_it();
+    assert_eq!(
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned()
+        ),
+        (Some(2), refused)
+    );
+}
+
+/// Section 3: input loopbox cannot read, to each agent's gate. Before, every
+/// one exited 1 ("the agent goes on"), `--on-error block` too. Now the installed
+/// command names its event: each is refused in the agent's own deny form (one
+/// line of JSON, exit 0), and a command without `--event` under `--on-error
+/// block` exits 2. A deep but valid tool input reaches the policy.
+#[test]
+fn a_gate_refuses_input_it_cannot_read_and_reads_deep_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let probe = probe().to_string_lossy().into_owned();
+    // A standing answer: every event after start is blocked by the policy itself.
+    let start =
+        json!({"op": "state", "set": {"answer": {"op": "echo", "then": "block"}}, "then": "pass"})
+            .to_string();
+    let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    for (agent, event) in [
+        ("claude-code", "PreToolUse"),
+        ("codex", "PreToolUse"),
+        ("gemini", "BeforeTool"),
+    ] {
+        let input = |session: &str, tool_input: &str| {
+            format!(
+                r#"{{"session_id": "{agent}-{session}", "cwd": "{}", "hook_event_name": "{event}", "tool_name": "mcp__srv__t", "tool_input": {tool_input}}}"#,
+                d.display()
+            )
+        };
+        let deep = input("deep", &format!(r#"{{"a": {}}}"#, nest(130)));
+        assert!(deep.len() < 500, "a small input: {}", deep.len());
+        let huge = input(
+            "huge",
+            &format!(r#"{{"a": "{}"}}"#, "x".repeat((16 << 20) + 10)),
+        )
+        .into_bytes();
+        let mut bad_utf8 = input("utf8", r#"{"a": "XX"}"#).into_bytes();
+        let at = bad_utf8.windows(2).position(|w| w == b"XX").unwrap();
+        bad_utf8[at] = 0xff;
+        let truncated = input("cut", r#"{"a": [1, 2"#);
+        let truncated = truncated.as_bytes()[..truncated.len() - 1].to_vec();
+        let base = ["hook", agent, "--policy", &probe, "--input", &start];
+        for on_error in [None, Some("block")] {
+            let mut args = base.to_vec();
+            args.extend(["--event", event]);
+            if let Some(o) = on_error {
+                args.extend(["--on-error", o]);
+            }
+            // Deep but valid: the policy answers (its own block), not loopbox's failure.
+            let o = run_bytes(&d, &args, deep.as_bytes(), &[]);
+            let (code, out, err) = answer_of(&o);
+            let (decision, reason) = if agent == "gemini" {
+                (&out["decision"], &out["reason"])
+            } else {
+                (
+                    &out["hookSpecificOutput"]["permissionDecision"],
+                    &out["hookSpecificOutput"]["permissionDecisionReason"],
+                )
+            };
+            assert_eq!(
+                (code, decision, reason),
+                (0, &json!("deny"), &json!("probe blocks")),
+                "{agent} deep: {err}"
+            );
+            for (what, bytes, why) in [
+                (
+                    "over 16 MiB",
+                    huge.clone(),
+                    "hook input is over 16777216 bytes",
+                ),
+                (
+                    "invalid UTF-8",
+                    bad_utf8.clone(),
+                    "cannot read the hook input from stdin",
+                ),
+                ("truncated", truncated.clone(), "hook input is not JSON"),
+            ] {
+                let o = run_bytes(&d, &args, &bytes, &[]);
+                let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+                assert_eq!(
+                    o.status.code(),
+                    Some(0),
+                    "{agent} {what} {on_error:?}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                assert!(
+                    stdout.ends_with("}\n") && stdout.lines().count() == 1,
+                    "{agent} {what}: {stdout:?}"
+                );
+                let out: Value = serde_json::from_str(&stdout).unwrap();
+                let prefix = "loopbox: the hook failed, so this is refused (--on-error block): ";
+                let reason = if agent == "gemini" {
+                    assert_eq!(
+                        out.as_object().unwrap().keys().collect::<Vec<_>>(),
+                        ["decision", "reason"],
+                        "{agent} {what}"
+                    );
+                    assert_eq!(out["decision"], "deny", "{agent} {what}");
+                    out["reason"].as_str().unwrap().to_string()
+                } else {
+                    let h = &out["hookSpecificOutput"];
+                    assert_eq!(out.as_object().unwrap().len(), 1, "{agent} {what}");
+                    assert_eq!(
+                        (&h["hookEventName"], &h["permissionDecision"]),
+                        (&json!("PreToolUse"), &json!("deny")),
+                        "{agent} {what}"
+                    );
+                    h["permissionDecisionReason"].as_str().unwrap().to_string()
+                };
+                assert!(
+                    reason.starts_with(prefix) && reason.contains(why),
+                    "{agent} {what}: {reason}"
+                );
+            }
+        }
+        // A command without --event does not know the gate; --on-error block still blocks (exit 2).
+        let mut args = base.to_vec();
+        args.extend(["--on-error", "block"]);
+        for bytes in [huge.clone(), bad_utf8.clone(), truncated.clone()] {
+            let o = run_bytes(&d, &args, &bytes, &[]);
+            assert_eq!(
+                (o.status.code(), o.stdout.as_slice()),
+                (Some(2), &b""[..]),
+                "{agent}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+}
+
+/// Section 8 item 1: a hook killed mid-event (here with SIGKILL, after its turn
+/// was numbered and before the event committed: what an agent's timeout does)
+/// left a phantom turn, so every later turn of the session was numbered one too
+/// high. The turn is now numbered from the turns the session has committed.
+#[test]
+fn a_hook_killed_mid_event_leaves_no_phantom_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let probe = probe().to_string_lossy().into_owned();
+    let args = [
+        "hook",
+        "claude-code",
+        "--policy",
+        &probe,
+        "--input",
+        r#"{"op": "echo", "then": "pass"}"#,
+    ];
+    let input = stop(d, "killed", Some("working"), false).to_string();
+    let crash = Path::new("hook-event:1");
+    let o = run_bytes(d, &args, input.as_bytes(), &[("LOOPBOX_CRASH_AT", crash)]);
+    assert_eq!(
+        o.status.code(),
+        None,
+        "killed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (code, out, err) = answer_of(&run(d, &args, &input));
+    assert_eq!(
+        (code, &out["systemMessage"]),
+        (0, &json!("loopbox: turn 1")),
+        "{err}"
+    );
+}
+
+/// On a terminal, `loopbox run` shows what an untrusted config grants and asks
+/// once: yes records the approval and runs, anything else runs nothing (exit 2).
+#[test]
+fn run_asks_once_on_a_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: util-linux `script` (a terminal for the test) is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let config = d.join("loopbox.toml");
+    std::fs::write(&config, "[shell]\nallow = [[\"true\"]]\n").unwrap();
+    let on_terminal = |answer: &str| {
+        let line = format!(
+            "'{BIN}' run builtin:ralph --input '{{\"prompt\": \"x\", \"max_iterations\": 1}}'"
+        );
+        let mut child = Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .current_dir(&d)
+            .env("XDG_DATA_HOME", common::data_home())
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-hook-test-cache"),
+            )
+            .env_remove("CI")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(answer.as_bytes());
+        let out = child.wait_with_output().unwrap();
+        drop(stdin);
+        out
+    };
+    let o = on_terminal("n\n");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("new to loopbox; it grants:")
+            && text.contains("exec [true]")
+            && text.contains("[y/N]"),
+        "{text}"
+    );
+    assert!(text.contains("declined, nothing ran"), "{text}");
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    let o = on_terminal("y\n");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("[y/N]") && !text.contains("declined"),
+        "{text}"
+    );
+    let list = run_bytes(&d, &["trust", "--list"], b"", &[]);
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains(&format!("{}  ", config.display())),
+        "{}",
+        String::from_utf8_lossy(&list.stdout)
+    );
 }

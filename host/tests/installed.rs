@@ -285,3 +285,256 @@ fn a_parked_run_resumes_under_its_section_or_not_at_all() {
         "{err}"
     );
 }
+
+/// A workspace with `top` as the top-level sections and the probe installed as
+/// `p` with `section` as its `[policies.p.shell]`, reading the whole workspace,
+/// and a secret in `.env`.
+fn bound_workspace(top: &str, section: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(probe(), dir.path().join("probe.wasm")).unwrap();
+    std::fs::write(dir.path().join(".env"), "API_KEY=SECRET-7f3a\n").unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        format!(
+            "{top}\n[policies.p]\nsource = \"probe.wasm\"\nunsigned = true\n\n[policies.p.shell]\n{section}\n\n[policies.p.workspace]\nread = [\".\"]\n"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn the_top_levels_hidden_paths_bind_an_installed_policy() {
+    let dir = bound_workspace("[shell]\nhide = [\".env\"]\n", "allow = [[\"cat\"]]");
+    let d = dir.path();
+    // Its own command: the sandbox hides `.env` from it.
+    let (c, cat, err) = exec(d, "p", &["cat", ".env"]);
+    assert_eq!(c, 0, "{cat} {err}");
+    // Its own read: refused by name.
+    let o = loopbox(
+        d,
+        &[
+            "run",
+            "p",
+            "--input",
+            r#"{"op":"read","path":".env"}"#,
+            "--json",
+        ],
+    );
+    let read = String::from_utf8_lossy(&o.stdout);
+    let mut leaks = Vec::new();
+    if cat.to_string().contains("SECRET-7f3a") {
+        leaks.push(format!("its `cat` read the hidden .env: {cat}"));
+    }
+    if read.contains("SECRET-7f3a") || !read.contains("hidden") {
+        leaks.push(format!(
+            "its workspace.read returned the hidden .env: {read}"
+        ));
+    }
+    assert!(leaks.is_empty(), "an installed policy: {leaks:#?}");
+}
+
+#[test]
+fn a_policy_section_cannot_widen_the_top_levels_safety_settings() {
+    let mut widened = Vec::new();
+    // Keys a section may not widen: refused at load, naming the key.
+    for (top, section, words) in [
+        (
+            "[shell]\nsandbox = \"bwrap\"\n",
+            "sandbox = \"none\"",
+            "policies.p.shell.sandbox = \"none\" is weaker than the top-level shell.sandbox = \"bwrap\"",
+        ),
+        (
+            "[shell]\nsandbox = \"auto\"\n",
+            "sandbox = \"landlock\"",
+            "policies.p.shell.sandbox = \"landlock\" is weaker",
+        ),
+        (
+            "",
+            "unix_sockets = true",
+            "policies.p.shell.unix_sockets = true, but the top-level [shell] has unix_sockets off",
+        ),
+        (
+            "[shell]\nreveal = [\"~/.aws\"]\n",
+            "reveal = [\"~/.ssh\"]",
+            "policies.p.shell.reveal: `~/.ssh` is not in the top-level shell.reveal",
+        ),
+    ] {
+        let dir = bound_workspace(top, section);
+        let o = loopbox(dir.path(), &["run", "p", "--input", r#"{"op":"echo"}"#]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        if code(&o) != 2 || !err.contains(words) || !err.contains("never widen them") {
+            widened.push(format!("{section} (exit {}): {err}", code(&o)));
+        }
+    }
+
+    // Keys a section narrows: the top level's deny rules hold, and limits are the smaller.
+    let dir = bound_workspace(
+        "[shell]\ndeny = [[\"ls\"]]\n[shell.rlimits]\nfile_size_bytes = 1000\n",
+        "allow = [[\"ls\"], [\"truncate\"]]\n[policies.p.shell.rlimits]\nfile_size_bytes = 1000000",
+    );
+    let d = dir.path();
+    let (_, out, _) = exec(d, "p", &["ls"]);
+    if ran(&out) || !out.to_string().contains("is denied by") {
+        widened.push(format!("the top-level deny did not bind it: {out}"));
+    }
+    let exit_code = |out: &Value| out["outcome"]["data"]["ok"]["exit_code"].as_i64();
+    let (_, out, _) = exec(d, "p", &["truncate", "-s", "5000", "big"]);
+    let size = std::fs::metadata(d.join("big")).map(|m| m.len()).ok();
+    if exit_code(&out).is_none_or(|c| c == 0) || size.is_some_and(|s| s > 1000) {
+        widened.push(format!(
+            "the section's larger file size limit won: {size:?} {out}"
+        ));
+    }
+    let (_, out, _) = exec(d, "p", &["truncate", "-s", "900", "small"]);
+    assert_eq!(exit_code(&out), Some(0), "{out}");
+    assert!(widened.is_empty(), "a policy section widened: {widened:#?}");
+}
+
+/// `loopbox ARGS` in `dir` with `env` added to its environment.
+fn loopbox_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    trusted_command(dir)
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
+        .env("CI", "true")
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_agents_variables_reach_the_agent_and_not_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(probe(), d.join("probe.wasm")).unwrap();
+    let agent = d.join("agent.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\necho \"agent sees AGENT_ONLY=${AGENT_ONLY:-unset} SHARED=${SHARED:-unset}\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let shell = "[shell]\nallow = [[\"printenv\"]]\npass_env = [\"HOME\", \"LANG\", \"TERM\", \"SHARED\"]\n";
+    let agent_section = "[agent]\ncommand = [\"./agent.sh\"]\nprompt_input = \"stdin\"\n";
+    let env = [("AGENT_ONLY", "agent-key-51d2"), ("SHARED", "shared-8c0e")];
+    let prompt = |d: &Path| {
+        let o = loopbox_env(
+            d,
+            &[
+                "run",
+                "probe.wasm",
+                "--input",
+                r#"{"op":"prompt","text":"hi"}"#,
+                "--json",
+            ],
+            &env,
+        );
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+
+    // With agent.pass_env: the agent gets exactly its own variables.
+    std::fs::write(
+        d.join("loopbox.toml"),
+        format!("{shell}\n{agent_section}pass_env = [\"HOME\", \"AGENT_ONLY\"]\n"),
+    )
+    .unwrap();
+    let (out, err) = prompt(d);
+    assert!(
+        out.contains("agent sees AGENT_ONLY=agent-key-51d2 SHARED=unset"),
+        "{out} {err}"
+    );
+    assert!(!err.contains("warning: the agent has no pass_env"), "{err}");
+    // A command gets shell.pass_env, never the agent's key.
+    let o = loopbox_env(
+        d,
+        &[
+            "run",
+            "probe.wasm",
+            "--input",
+            r#"{"op":"exec","argv":["printenv"]}"#,
+            "--json",
+        ],
+        &env,
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        ran(&serde_json::from_str(&out).unwrap_or(Value::Null)),
+        "{out}"
+    );
+    assert!(
+        out.contains("SHARED=shared-8c0e") && !out.contains("agent-key-51d2"),
+        "{out}"
+    );
+
+    // Without it (a config from before the key): the agent still gets
+    // shell.pass_env, and loopbox says how to give the agent its own.
+    std::fs::write(d.join("loopbox.toml"), format!("{shell}\n{agent_section}")).unwrap();
+    let (out, err) = prompt(d);
+    assert!(
+        out.contains("agent sees AGENT_ONLY=unset SHARED=shared-8c0e"),
+        "{out} {err}"
+    );
+    assert!(
+        err.contains("warning: the agent has no pass_env of its own, so it gets shell.pass_env (SHARED) as before")
+            && err.contains("`pass_env = [\"HOME\", \"LANG\", \"TERM\", \"SHARED\"]` in its [agent] section"),
+        "{err}"
+    );
+
+    // A code-loading variable is refused there as in shell.pass_env.
+    std::fs::write(
+        d.join("loopbox.toml"),
+        format!("{shell}\n{agent_section}pass_env = [\"NODE_OPTIONS\"]\n"),
+    )
+    .unwrap();
+    let (_, err) = prompt(d);
+    assert!(err.contains("agent.pass_env: `NODE_OPTIONS`"), "{err}");
+}
+
+/// `loopbox add` is the user's own edit of a trusted config: the next run obeys the
+/// config without another `loopbox trust`. An untrusted config stays untrusted.
+#[test]
+fn add_keeps_a_trusted_config_trusted_and_an_untrusted_one_not() {
+    let run_plain = |dir: &Path, args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_loopbox"))
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("XDG_DATA_HOME", data_home())
+            .env("CI", "true")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for trusted_first in [true, false] {
+        let dir = workspace("");
+        std::fs::copy(probe(), dir.path().join("second.wasm")).unwrap();
+        if trusted_first {
+            trust(&dir.path().join("loopbox.toml"));
+        }
+        let o = run_plain(
+            dir.path(),
+            &["add", "second.wasm", "--allow-unsigned", "--yes"],
+        );
+        assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+        let o = run_plain(dir.path(), &["run", "second", "--input", "{}"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        if trusted_first {
+            // The config was obeyed: the run started (the probe then refuses `{}`).
+            assert!(!err.contains("not trusted yet"), "trusted_first: {err}");
+            assert!(err.contains("loopbox: run r"), "{err}");
+        } else {
+            assert_eq!(code(&o), 2, "{err}");
+            assert!(err.contains("is not trusted yet"), "{err}");
+        }
+    }
+}

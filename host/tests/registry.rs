@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{BIN, code, probe};
+use common::{code, probe};
 use serde_json::Value;
 
 /// A registry on 127.0.0.1, its storage in a temp dir; stopped on drop.
@@ -115,7 +115,7 @@ impl Ws {
     }
 
     fn lb(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
+        common::trusted_command(self.path())
             .arg("-C")
             .arg(self.path())
             .args(args)
@@ -690,4 +690,474 @@ fn what_loopbox_publishes_is_a_wasm_artifact_other_clients_read() {
         report["digest"].as_str().unwrap(),
         "the component skopeo fetched is not the one published"
     );
+}
+
+/// One request a test server received.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    /// Header names lower-cased.
+    headers: Vec<(String, String)>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+type Answer = std::sync::Arc<dyn Fn(&Seen) -> (String, Vec<u8>) + Send + Sync>;
+
+/// An HTTP server on `addr` (`127.0.0.2:0` is another origin than
+/// `127.0.0.1:0`) that records every request, headers included, and answers
+/// each with `answer` on a connection of its own. An answer whose head is
+/// `HANG` is never sent: the connection stays open and silent.
+struct Server {
+    port: u16,
+    ip: std::net::IpAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+}
+
+impl Server {
+    fn start(addr: &str, answer: Answer) -> Server {
+        let listener = TcpListener::bind(addr).unwrap();
+        let local = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                let (answer, record) = (answer.clone(), record.clone());
+                std::thread::spawn(move || {
+                    let Some(req) = read_request(&mut s) else {
+                        return;
+                    };
+                    record.lock().unwrap().push(req.clone());
+                    let (head, body) = answer(&req);
+                    if head == "HANG" {
+                        std::thread::sleep(Duration::from_secs(120));
+                        return;
+                    }
+                    let _ = s.write_all(head.as_bytes());
+                    let _ = s.write_all(&body);
+                    if head.contains("X-Then-Hang") {
+                        std::thread::sleep(Duration::from_secs(120));
+                    }
+                });
+            }
+        });
+        Server {
+            port: local.port(),
+            ip: local.ip(),
+            seen,
+        }
+    }
+
+    fn base(&self) -> String {
+        format!("{}:{}", self.ip, self.port)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The requests that carried an `Authorization` header.
+    fn with_credentials(&self) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|r| r.header("authorization").is_some())
+            .collect()
+    }
+}
+
+/// One request: its line, headers and (read and dropped) body.
+fn read_request(s: &mut std::net::TcpStream) -> Option<Seen> {
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        raw.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).ok()?;
+    Some(Seen {
+        method,
+        path,
+        headers,
+    })
+}
+
+fn answer(status: &str, headers: &[(&str, &str)], body: &[u8]) -> (String, Vec<u8>) {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    (head, body.to_vec())
+}
+
+/// The registry login of these tests, for the registry at `host`.
+fn login(host: &str) -> [(&'static str, String); 3] {
+    [
+        ("LOOPBOX_REGISTRY_HOST", host.to_string()),
+        ("LOOPBOX_REGISTRY_USER", "me".to_string()),
+        ("LOOPBOX_REGISTRY_PASSWORD", "hunter2".to_string()),
+    ]
+}
+
+impl Ws {
+    /// `loopbox ARGS` with `env`; killed (and the test failed) past `limit`.
+    fn lb_within(&self, args: &[&str], env: &[(&str, String)], limit: Duration) -> Output {
+        let mut child = common::trusted_command(self.path())
+            .arg("-C")
+            .arg(self.path())
+            .args(args)
+            .env("LOOPBOX_CACHE_DIR", self.cache.path())
+            .env("CI", "true")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .current_dir(self.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                let o = child.wait_with_output().unwrap();
+                panic!(
+                    "`loopbox {}` was still running after {limit:?}; stderr so far:\n{}",
+                    args.join(" "),
+                    err(&o)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    }
+}
+
+/// A manifest for `component` in the Wasm artifact layout, and its layer digest.
+fn manifest_for(component: &[u8]) -> (Vec<u8>, String) {
+    let layer = loopbox::dist::registry::sha256(component);
+    let config = b"{}";
+    let m = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json",
+                   "digest": loopbox::dist::registry::sha256(config), "size": config.len()},
+        "layers": [{"mediaType": "application/wasm", "digest": layer, "size": component.len()}],
+    });
+    (serde_json::to_vec(&m).unwrap(), layer)
+}
+
+#[test]
+fn publish_sends_no_login_to_an_upload_location_elsewhere() {
+    let other = Server::start(
+        "127.0.0.2:0",
+        std::sync::Arc::new(|_| answer("201 Created", &[], b"")),
+    );
+    let upload = format!("http://{}/upload/1?state=abc", other.base());
+    let registry = Server::start(
+        "127.0.0.1:0",
+        std::sync::Arc::new(move |r: &Seen| {
+            if r.header("authorization").is_none() {
+                return answer(
+                    "401 Unauthorized",
+                    &[("WWW-Authenticate", "Basic realm=\"registry\"")],
+                    b"",
+                );
+            }
+            match r.method.as_str() {
+                "HEAD" => answer("404 Not Found", &[], b""),
+                "POST" => answer("202 Accepted", &[("Location", &upload)], b""),
+                _ => answer("201 Created", &[], b""),
+            }
+        }),
+    );
+    let ws = Ws::new("");
+    let reference = format!("oci://{}/acme/lister:1", registry.base());
+    let o = ws.lb_within(
+        &["publish", "probe.wasm", &reference, "--unsigned"],
+        &login(&registry.base()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let puts: Vec<Seen> = other
+        .seen()
+        .into_iter()
+        .filter(|r| r.method == "PUT")
+        .collect();
+    assert_eq!(
+        puts.len(),
+        2,
+        "both blobs go to the upload location: {puts:?}"
+    );
+    assert!(
+        other.with_credentials().is_empty(),
+        "the login reached another origin: {:?}",
+        other.with_credentials()
+    );
+    assert!(
+        !registry.with_credentials().is_empty(),
+        "the registry itself never got the login, so this test shows nothing"
+    );
+}
+
+/// This machine's address on its network (not loopback), if it has one.
+fn outside_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.250:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[test]
+fn add_sends_no_login_over_plain_http_to_a_token_service_elsewhere() {
+    let Some(ip) = outside_address() else {
+        eprintln!("skipped: this machine has no address but loopback to stand for another host");
+        return;
+    };
+    let token = Server::start(
+        &format!("{ip}:0"),
+        std::sync::Arc::new(|_| answer("200 OK", &[], br#"{"token":"t"}"#)),
+    );
+    let realm = format!(
+        "Bearer realm=\"http://{}/token\",service=\"r\"",
+        token.base()
+    );
+    let registry = Server::start(
+        "127.0.0.1:0",
+        std::sync::Arc::new(move |r: &Seen| {
+            if r.header("authorization").is_none() {
+                answer("401 Unauthorized", &[("WWW-Authenticate", &realm)], b"")
+            } else {
+                answer("404 Not Found", &[], b"")
+            }
+        }),
+    );
+    let ws = Ws::new("");
+    let reference = format!("oci://{}/a/b:1", registry.base());
+    let o = ws.lb_within(
+        &["add", &reference, "--yes"],
+        &login(&registry.base()),
+        Duration::from_secs(60),
+    );
+    assert!(
+        token.with_credentials().is_empty(),
+        "the login went over plain HTTP to {}: {:?}",
+        token.base(),
+        token.with_credentials()
+    );
+    assert_eq!(code(&o), 1, "{}", err(&o));
+    assert!(
+        err(&o).contains("is not an HTTPS URL")
+            && err(&o).contains("both on this machine")
+            && err(&o).contains("loopbox sends nothing there"),
+        "{}",
+        err(&o)
+    );
+}
+
+#[test]
+fn a_redirect_elsewhere_carries_no_login_and_never_asks_for_one() {
+    let ws = Ws::new("");
+    let component = std::fs::read(ws.path().join("probe.wasm")).unwrap();
+    let (manifest, layer) = manifest_for(&component);
+    // Another origin: a plain CDN for `/ok`, and one that asks for a login
+    // (through a token service of its own) for anything else.
+    let cdn_body = component.clone();
+    let other = Server::start(
+        "127.0.0.2:0",
+        std::sync::Arc::new(move |r: &Seen| {
+            if r.path.starts_with("/ok") {
+                answer("200 OK", &[], &cdn_body)
+            } else if r.path.starts_with("/token") {
+                answer("200 OK", &[], br#"{"token":"stolen"}"#)
+            } else {
+                let port = r.header("host").unwrap_or_default().to_string();
+                let realm = format!("Bearer realm=\"http://{port}/token\"");
+                answer("401 Unauthorized", &[("WWW-Authenticate", &realm)], b"")
+            }
+        }),
+    );
+    for (target, expect_ok) in [("ok", true), ("login", false)] {
+        let to = format!("http://{}/{target}/{layer}", other.base());
+        let m = manifest.clone();
+        let registry = Server::start(
+            "127.0.0.1:0",
+            std::sync::Arc::new(move |r: &Seen| {
+                if r.header("authorization").is_none() {
+                    answer(
+                        "401 Unauthorized",
+                        &[("WWW-Authenticate", "Basic realm=\"registry\"")],
+                        b"",
+                    )
+                } else if r.path.contains("/manifests/") {
+                    answer(
+                        "200 OK",
+                        &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
+                        &m,
+                    )
+                } else {
+                    answer("307 Temporary Redirect", &[("Location", &to)], b"")
+                }
+            }),
+        );
+        let reference = format!("oci://{}/acme/{target}:1", registry.base());
+        let o = ws.lb_within(
+            &["add", &reference, "--yes", "--allow-unsigned"],
+            &login(&registry.base()),
+            Duration::from_secs(60),
+        );
+        assert!(
+            other.with_credentials().is_empty(),
+            "{target}: the login (or a token bought with it) reached another origin: {:?}",
+            other.with_credentials()
+        );
+        if expect_ok {
+            assert_eq!(code(&o), 0, "a plain redirect to a CDN works: {}", err(&o));
+        } else {
+            assert_eq!(code(&o), 1, "{}", err(&o));
+            assert!(err(&o).contains("refused access"), "{}", err(&o));
+        }
+    }
+    assert!(
+        other.seen().iter().all(|r| !r.path.starts_with("/token")),
+        "loopbox asked another origin's token service: {:?}",
+        other.seen()
+    );
+}
+
+#[test]
+fn a_registry_that_hangs_fails_within_30_seconds_naming_the_phase_and_host() {
+    let ws = Ws::new("");
+    // Accepts, reads the request, never answers.
+    let silent = Server::start(
+        "127.0.0.1:0",
+        std::sync::Arc::new(|_| ("HANG".to_string(), Vec::new())),
+    );
+    let o = ws.lb_within(
+        &["add", &format!("oci://{}/a/b:1", silent.base()), "--yes"],
+        &[],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code(&o), 1, "{}", err(&o));
+    assert!(
+        err(&o).contains(&format!(
+            "{} timed out waiting for the first byte of its answer",
+            silent.base()
+        )),
+        "{}",
+        err(&o)
+    );
+
+    // Answers the manifest, then stops in the middle of the component.
+    let component = std::fs::read(ws.path().join("probe.wasm")).unwrap();
+    let (manifest, _) = manifest_for(&component);
+    let size = component.len();
+    let stalls = Server::start(
+        "127.0.0.1:0",
+        std::sync::Arc::new(move |r: &Seen| {
+            if r.path.contains("/manifests/") {
+                answer("200 OK", &[], &manifest)
+            } else {
+                let head =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nX-Then-Hang: 1\r\n\r\n");
+                (head, vec![0u8; 1000])
+            }
+        }),
+    );
+    let o = ws.lb_within(
+        &["add", &format!("oci://{}/a/b:1", stalls.base()), "--yes"],
+        &[],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code(&o), 1, "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains(&format!(
+            "fetching the component ({size} bytes) from {}",
+            stalls.base()
+        )) && e.contains(&format!(" of {size} bytes of the component\n"))
+            && e.contains(&format!(
+                "{} stopped sending the component after 1000 of {size} bytes: nothing came for",
+                stalls.base()
+            )),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_new_signer_is_shown_and_needs_a_yes() {
+    let registry = Registry::start();
+    let ws = Ws::new("");
+    let (alice_key, alice) = key(&ws, "alice");
+    let (bob_key, bob) = key(&ws, "bob");
+    std::fs::write(
+        ws.path().join("loopbox.toml"),
+        format!("[trust.keys]\nalice = \"{alice}\"\nbob = \"{bob}\"\n"),
+    )
+    .unwrap();
+    let reference = registry.reference("acme/lister:1");
+    publish(
+        &ws,
+        &reference,
+        "exec = [[\"ls\"]]\n",
+        &["--key", &alice_key],
+    );
+    let o = ws.lb(&["add", &reference, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    assert_eq!(
+        ws.locked("lister").signed_by.as_deref(),
+        Some(alice.as_str())
+    );
+    let config = ws.read("loopbox.toml");
+
+    // The same needs, signed by another trusted key: shown, and not installed without a yes.
+    publish(&ws, &reference, "exec = [[\"ls\"]]\n", &["--key", &bob_key]);
+    let o = ws.lb(&["add", &reference]);
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    let review = err(&o);
+    assert!(
+        review.contains(&format!(
+            "it is signed by another key than the version installed now: `alice` ({alice}) -> `bob` ({bob})"
+        )) && review.contains("was not approved; nothing was changed"),
+        "{review}"
+    );
+    assert_eq!(
+        ws.locked("lister").signed_by.as_deref(),
+        Some(alice.as_str())
+    );
+    assert_eq!(ws.read("loopbox.toml"), config);
+
+    // With a yes it is installed, and the lock names the new signer.
+    let o = ws.lb(&["add", &reference, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    assert_eq!(ws.locked("lister").signed_by.as_deref(), Some(bob.as_str()));
+    // The same signer and needs again: nothing new to approve.
+    let o = ws.lb(&["add", &reference]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
 }

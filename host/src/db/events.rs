@@ -196,6 +196,13 @@ impl Db {
             .optional()?)
     }
 
+    /// Count of `turn-complete` events the run handled (committed with a decision or
+    /// an error): a hook numbers its next turn from these, so an event that was killed
+    /// before it committed leaves no phantom turn.
+    pub fn turns_handled(&self, run: &str) -> Result<u32> {
+        Ok(self.conn().row("SELECT COUNT(*) FROM events WHERE run_id = ?1 AND pending = 0 AND (decision IS NOT NULL OR error IS NOT NULL) AND json_extract(event, '$.type') = 'turn-complete'", [run], |r| r.get::<_, i64>(0))? as u32)
+    }
+
     /// Count of `tick` events the run was delivered (handled or pending).
     pub fn ticks_delivered(&self, run: &str) -> Result<usize> {
         Ok(self.conn().row("SELECT COUNT(*) FROM events WHERE run_id = ?1 AND json_extract(event, '$.type') = 'tick'", [run], |r| r.get::<_, i64>(0))? as usize)

@@ -170,6 +170,60 @@ impl Db {
         })
     }
 
+    /// Open the existing store at `path` for reading only, as the commands that
+    /// only look (`runs`, `runs show`, `runs log`) do: no migration, no WAL
+    /// checkpoint, no journal, nothing written, so it works on a full disk.
+    ///
+    /// SQLite's reader sets up the WAL's shared index (`-shm`) first, which
+    /// takes a little space; when that fails and the WAL holds nothing (the last
+    /// writer checkpointed it), the file alone is the whole store, and it is read
+    /// as it is (`immutable`). A store older than [`schema::READABLE_FROM`] needs
+    /// its upgrade first, so it is opened as [`Db::open`] does.
+    pub fn open_read_only(path: &Path) -> Result<Db> {
+        let context = || format!("failed to read the store `{}`", path.display());
+        let meta = std::fs::metadata(path).with_context(context)?;
+        if meta.len() == 0 {
+            return Db::open(path);
+        }
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let read = |conn: Connection| -> Result<(Connection, i64)> {
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            conn.set_prepared_statement_cache_capacity(64);
+            // Reading the schema is the first read: it sets up the WAL index.
+            conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+            let version = schema::version(&conn)?;
+            Ok((conn, version))
+        };
+        let opened = Connection::open_with_flags(path, flags)
+            .map_err(anyhow::Error::from)
+            .and_then(read);
+        let (conn, version) = match opened {
+            Ok(found) => found,
+            Err(e) if cannot_set_up_reading(&e) && wal_is_empty(path) => {
+                let uri = format!("file:{}?mode=ro&immutable=1", uri_path(path)?);
+                Connection::open_with_flags(uri, flags | rusqlite::OpenFlags::SQLITE_OPEN_URI)
+                    .map_err(anyhow::Error::from)
+                    .and_then(read)
+                    .map_err(|e| explain(path, e))
+                    .with_context(context)?
+            }
+            Err(e) => return Err(explain(path, e)).with_context(context),
+        };
+        if version < schema::READABLE_FROM {
+            drop(conn);
+            return Db::open(path);
+        }
+        let identity = Some(file_identity(path).with_context(context)?);
+        Ok(Db {
+            conn: Arc::new(Mutex::new(conn)),
+            path: path.to_path_buf(),
+            identity,
+        })
+    }
+
     /// Fail if the file at the store's path is no longer the one opened.
     fn check_identity(&self) -> Result<()> {
         let Some(identity) = self.identity else {
@@ -254,6 +308,61 @@ fn create(path: &Path) -> Result<()> {
             path.display()
         ))),
     }
+}
+
+/// Whether opening for reading failed where SQLite needed to write or create
+/// something (the WAL index, on a full disk or a read-only directory).
+fn cannot_set_up_reading(e: &anyhow::Error) -> bool {
+    matches!(
+        crate::error::find::<rusqlite::Error>(e),
+        Some(rusqlite::Error::SqliteFailure(f, _)) if matches!(
+            f.code,
+            ErrorCode::SystemIoFailure | ErrorCode::DiskFull | ErrorCode::CannotOpen | ErrorCode::ReadOnly
+        )
+    )
+}
+
+/// Whether the store's write-ahead log is missing or empty: then every
+/// committed transaction is in the store's file itself.
+fn wal_is_empty(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    match std::fs::metadata(PathBuf::from(wal)) {
+        Ok(m) => m.len() == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// `path` (made absolute) for an SQLite `file:` URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> Result<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let absolute = std::path::absolute(path)
+        .with_context(|| format!("failed to find the absolute path of `{}`", path.display()))?;
+    let mut out = String::new();
+    for &b in absolute.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Ok(out)
+}
+
+/// Bytes an unprivileged process may still write on the filesystem holding `dir`.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` points at writable space for one statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    // The field types differ between platforms (u64 here, u32 elsewhere).
+    #[allow(clippy::unnecessary_cast)]
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 fn file_identity(path: &Path) -> Result<(u64, u64)> {
@@ -750,6 +859,99 @@ mod tests {
             e.contains("the store is damaged") && e.contains(".recover"),
             "{e}"
         );
+    }
+
+    /// `n` finished runs written straight into the store, as a long history leaves them.
+    fn finished_runs(db: &Db, n: usize) {
+        db.conn()
+            .execute(
+                "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?1)
+                 INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at, seed, options)
+                 SELECT 'old' || i, 'p', 'd', '{}', 'done', i, i, 's', '{}' FROM k",
+                [n as i64],
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn finding_interrupted_runs_reads_only_the_running_ones_through_an_index() {
+        let (_d, db) = db();
+        finished_runs(&db, 2000);
+        // A row only a scan of every run would read, and fail on.
+        db.conn()
+            .execute(
+                "INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at) VALUES ('odd', 'p', 'd', '{}', 'not-a-status', 0, 0)",
+                [],
+            )
+            .unwrap();
+        db.conn()
+            .execute(
+                "UPDATE runs SET lease = ?1 WHERE id = 'r1'",
+                [format!("{} 999999999 1", lease::Owner::me().host)],
+            )
+            .unwrap();
+        let found = db.find_interrupted().unwrap();
+        assert_eq!(
+            found.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["r1"]
+        );
+        let c = db.conn();
+        let sql = runs::runs_with_status_sql();
+        let plan: Vec<String> = c
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(["running"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|p| p.contains("USING INDEX runs_by_status (status=?)"))
+                && !plan.iter().any(|p| p.starts_with("SCAN runs")),
+            "{plan:?}"
+        );
+        // The rows the query steps through do not grow with the finished runs.
+        let mut stmt = c.prepare(&sql).unwrap();
+        let rows = stmt.query_map(["running"], |_| Ok(())).unwrap().count();
+        let steps = stmt.get_status(rusqlite::StatementStatus::VmStep);
+        assert!(rows == 0 && steps < 100, "{rows} rows in {steps} steps");
+    }
+
+    #[test]
+    fn a_schema_5_store_gets_the_status_index_and_is_read_without_upgrading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v5.db");
+        {
+            let db = Db::open(&path).unwrap();
+            db.create_run("r", "p", "d", "{}").unwrap();
+            db.conn()
+                .execute_batch("DROP INDEX runs_by_status; PRAGMA user_version = 5;")
+                .unwrap();
+        }
+        let index = |db: &Db| -> i64 {
+            db.conn()
+                .query_row(
+                    "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name = 'runs_by_status'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        let version = |db: &Db| -> i64 {
+            db.conn()
+                .pragma_query_value(None, "user_version", |r| r.get(0))
+                .unwrap()
+        };
+        // Read only: readable as it is, nothing changed, and nothing can be.
+        let reader = Db::open_read_only(&path).unwrap();
+        assert_eq!(reader.run("r").unwrap().unwrap().status, RunStatus::Running);
+        assert_eq!((version(&reader), index(&reader)), (5, 0));
+        let e = reader.set_status("r", RunStatus::Done, None).unwrap_err();
+        assert!(format!("{e:#}").contains("readonly"), "{e:#}");
+        drop(reader);
+        // Opened to write, it is upgraded.
+        let db = Db::open(&path).unwrap();
+        assert_eq!((version(&db), index(&db)), (schema::SCHEMA_VERSION, 1));
     }
 
     #[test]

@@ -31,6 +31,17 @@ pub struct RunRecord {
     pub cancel_requested: bool,
 }
 
+impl RunRecord {
+    /// The status to show without writing to the store: a `running` run whose
+    /// driver is gone is `interrupted`, as [`Db::find_interrupted`] would record.
+    pub fn seen_status(&self) -> RunStatus {
+        match (&self.status, &self.lease) {
+            (RunStatus::Running, Some(o)) if !o.is_alive() => RunStatus::Interrupted,
+            (status, _) => *status,
+        }
+    }
+}
+
 /// How a standalone run was started, kept so `runs resume` continues it the same way.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -57,6 +68,11 @@ pub struct RunOptions {
 }
 
 const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel";
+
+/// The runs with one status (`?1`), found through the `runs_by_status` index (see `schema.rs`).
+pub(super) fn runs_with_status_sql() -> String {
+    format!("SELECT {RUN_COLUMNS} FROM runs WHERE status = ?1 ORDER BY created_at, id")
+}
 
 fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let options: String = r.get(12)?;
@@ -263,6 +279,17 @@ impl Db {
         })
     }
 
+    /// Record that the run has taken at least `turns` turns.
+    pub fn note_turns(&self, id: &str, turns: u32) -> Result<()> {
+        self.write("count the turn", |tx| {
+            tx.exec(
+                "UPDATE runs SET turns = MAX(turns, ?2), updated_at = ?3 WHERE id = ?1",
+                params![id, turns, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
     pub fn run(&self, id: &str) -> Result<Option<RunRecord>> {
         Ok(self
             .conn()
@@ -318,14 +345,11 @@ impl Db {
     }
 
     /// Runs left `running` by a driver that is gone, now marked `interrupted`.
+    /// Only `running` runs are read (through the `runs_by_status` index), so
+    /// this costs the same with 50,000 finished runs in the store as with none.
     pub fn find_interrupted(&self) -> Result<Vec<RunRecord>> {
-        let running: Vec<RunRecord> = self
-            .list_runs()?
-            .into_iter()
-            .map(|(r, _)| r)
-            .filter(|r| r.status == RunStatus::Running)
-            .collect();
-        let dead: Vec<RunRecord> = running
+        let dead: Vec<RunRecord> = self
+            .running_runs()?
             .into_iter()
             .filter(|r| r.lease.as_ref().is_some_and(|o| !o.is_alive()))
             .collect();
@@ -350,6 +374,16 @@ impl Db {
                 ..r
             })
             .collect())
+    }
+
+    /// The runs whose status is `running`, oldest first.
+    fn running_runs(&self) -> Result<Vec<RunRecord>> {
+        let c = self.conn();
+        let mut stmt = c.prepare_cached(&runs_with_status_sql())?;
+        let rows = stmt
+            .query_map([RunStatus::Running], run_record)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
     }
 
     /// Record that the run continues with a changed policy (`--allow-policy-change`).

@@ -4,7 +4,12 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
+
+/// The oldest schema whose tables this loopbox can read as they are (a later
+/// one only added indexes): a read-only command reads such a store without
+/// upgrading it, so it needs no write and no free space.
+pub const READABLE_FROM: i64 = 5;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -63,6 +68,9 @@ CREATE TABLE IF NOT EXISTS journal (
     done_at INTEGER,
     PRIMARY KEY (run_id, event_seq, seq)
 ) WITHOUT ROWID;
+-- Schema 6: the runs that may need a look when loopbox starts (`running` ones
+-- whose driver may be gone) are found through this, not by reading every run.
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
 ";
 
 /// Columns added after schema 1, each with the version that added it.
@@ -109,7 +117,8 @@ pub fn migrate(conn: &Connection) -> Result<()> {
     upgraded.and(ended)
 }
 
-fn version(conn: &Connection) -> Result<i64> {
+/// The store's schema number; an error for a newer loopbox's store.
+pub fn version(conn: &Connection) -> Result<i64> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > SCHEMA_VERSION {
         bail!(

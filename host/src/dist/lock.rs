@@ -35,7 +35,8 @@ pub struct Locked {
     pub component: String,
     /// `blake3:HEX`, as `loopbox inspect` prints it: what every run checks.
     pub digest: String,
-    /// The key that signed it, when it was signed by a trusted key.
+    /// The key that signed it (trusted, or accepted with `unsigned = true`):
+    /// `loopbox add` asks again when an upgrade is signed by another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed_by: Option<String>,
 }

@@ -8,11 +8,19 @@
 //! [`MAX_MANIFEST_BYTES`], a component at most `files::MAX_COMPONENT_BYTES`
 //! and exactly its declared size, and every blob must hash to its digest,
 //! so a registry cannot grow loopbox's memory or swap what it serves.
-//! Each request has [`TIMEOUT`] in all. A login comes from
-//! `LOOPBOX_REGISTRY_USER` and `LOOPBOX_REGISTRY_PASSWORD`, and goes only to the
-//! registry `LOOPBOX_REGISTRY_HOST` names (and its token service over HTTPS), so
-//! adding a policy from another registry never hands it over; otherwise requests
-//! are anonymous (with the bearer-token dance public registries use).
+//! Each phase of a request is bounded: [`CONNECT_TIMEOUT`] to connect,
+//! [`FIRST_BYTE_TIMEOUT`] for the answer to start, [`IDLE_TIMEOUT`] between
+//! two reads or writes, [`TIMEOUT`] in all; a timeout names the phase and the
+//! host, and a component's download shows its bytes so far on stderr.
+//!
+//! A login comes from `LOOPBOX_REGISTRY_USER` and `LOOPBOX_REGISTRY_PASSWORD`,
+//! and goes only to the registry `LOOPBOX_REGISTRY_HOST` names, and to its token
+//! service over HTTPS (plain HTTP only when the registry and the token service are
+//! both on this machine), so adding a policy from another registry never hands it
+//! over. Whatever the registry sends on to another origin (a redirect, an upload
+//! `Location`) goes there without credentials and never authenticates there; an
+//! HTTPS registry's upload sent on to plain HTTP elsewhere is refused. Otherwise
+//! requests are anonymous (with the bearer-token dance public registries use).
 
 use std::time::Duration;
 
@@ -30,8 +38,16 @@ pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 pub const LAYER_MEDIA_TYPE: &str = "application/wasm";
 /// The largest manifest or config blob read.
 pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
-/// The longest one request (including its body) may take.
-pub const TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest one request (including its body) may take in all.
+pub const TIMEOUT: Duration = Duration::from_secs(900);
+/// The longest loopbox waits to connect (name lookup, TCP, TLS).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest loopbox waits for an answer to start once the request is sent.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest a transfer may stall between two reads or two writes.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Redirects followed for one request.
+const MAX_REDIRECTS: usize = 5;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -117,7 +133,14 @@ impl Registry {
     pub fn new(reference: &Reference) -> Registry {
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(TIMEOUT))
-            .timeout_connect(Some(Duration::from_secs(30)))
+            .timeout_resolve(Some(CONNECT_TIMEOUT))
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_send_request(Some(IDLE_TIMEOUT))
+            .timeout_recv_response(Some(FIRST_BYTE_TIMEOUT))
+            .timeout_per_read(Some(IDLE_TIMEOUT))
+            .timeout_per_write(Some(IDLE_TIMEOUT))
+            // Redirects are followed by `send`, which decides what goes where.
+            .max_redirects(0)
             .http_status_as_error(false)
             .user_agent(concat!("loopbox/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -146,7 +169,13 @@ impl Registry {
         )?;
         expect(&resp, &[StatusCode::OK], &url, r)?;
         let content_type = header(&resp, "content-type");
-        let raw = read_limited(&mut resp, MAX_MANIFEST_BYTES + 1, "the manifest")?;
+        let raw = read_body(
+            &mut resp,
+            MAX_MANIFEST_BYTES + 1,
+            "the manifest",
+            None,
+            &url,
+        )?;
         let digest = sha256(&raw);
         if let Some(want) = manifest.or(r.digest.as_deref())
             && digest != want
@@ -212,9 +241,10 @@ impl Registry {
 
     fn blob(&mut self, r: &Reference, digest: &str, size: u64) -> Result<Vec<u8>> {
         let url = format!("{}/v2/{}/blobs/{digest}", self.base, r.repository);
+        crate::errln!("fetching the component ({size} bytes) from {}", r.registry);
         let mut resp = self.send(Method::GET, &url, &[], &[], &r.repository, "pull")?;
         expect(&resp, &[StatusCode::OK], &url, r)?;
-        let bytes = read_limited(&mut resp, size + 1, "the component")?;
+        let bytes = read_body(&mut resp, size + 1, "the component", Some(size), &url)?;
         if bytes.len() as u64 != size {
             bail!(
                 "the registry sent {} bytes of the component; its manifest says {size}",
@@ -298,13 +328,14 @@ impl Registry {
         expect(&resp, &[StatusCode::ACCEPTED], &start, r)?;
         let location = header(&resp, "location")
             .context("the registry started an upload but gave no Location")?;
-        let location = if location.starts_with('/') {
-            format!("{}{location}", self.base)
-        } else {
-            location
-        };
+        let location = self.upload_target(&start, &location)?;
         let sep = if location.contains('?') { '&' } else { '?' };
         let put = format!("{location}{sep}digest={digest}");
+        crate::errln!(
+            "uploading {} bytes to {}",
+            bytes.len(),
+            authority(&put).unwrap_or_default()
+        );
         let resp = self.send(
             Method::PUT,
             &put,
@@ -317,7 +348,32 @@ impl Registry {
         Ok(())
     }
 
-    /// One request, with one retry after authenticating if the registry asks.
+    /// Where an upload goes on: the `Location` an upload's start answered with,
+    /// resolved against `start`. Elsewhere than the registry it gets no
+    /// credentials (see [`Registry::send`]); elsewhere over plain HTTP from an
+    /// HTTPS registry it is refused, since the component would travel in clear
+    /// to a host the user never named.
+    fn upload_target(&self, start: &str, location: &str) -> Result<String> {
+        let target = resolve(start, location)?;
+        if !same_origin(&self.base, &target)
+            && self.base.starts_with("https://")
+            && !target.starts_with("https://")
+        {
+            bail!(
+                "the registry {} sent the upload on to `{}`, another host over plain HTTP; loopbox sends nothing there. \
+                 Publish to a registry that keeps uploads on HTTPS",
+                authority(&self.base).unwrap_or_default(),
+                crate::ui::sanitize(&target)
+            );
+        }
+        Ok(target)
+    }
+
+    /// One request, following redirects, with one retry after authenticating if
+    /// the registry asks. Credentials (a login, or the token bought with one) go
+    /// only to the registry's own origin: once a redirect leaves it, the request
+    /// carries none, and a 401 from elsewhere is answered as it is, never with a
+    /// login.
     fn send(
         &mut self,
         method: Method,
@@ -327,28 +383,64 @@ impl Registry {
         repository: &str,
         actions: &str,
     ) -> Result<Response<ureq::Body>> {
-        for attempt in 0..2 {
-            let mut req = Request::builder().method(method.clone()).uri(url);
-            for (k, v) in headers {
-                req = req.header(*k, *v);
+        let mut url = url.to_string();
+        let mut home = same_origin(&self.base, &url);
+        let (mut authenticated, mut hops) = (false, 0);
+        loop {
+            let resp = self.request(&method, &url, headers, body, home)?;
+            let status = resp.status();
+            if status.is_redirection()
+                && let Some(to) = header(&resp, "location")
+            {
+                hops += 1;
+                if hops > MAX_REDIRECTS {
+                    bail!(
+                        "{method} {url}: the registry redirected more than {MAX_REDIRECTS} times"
+                    );
+                }
+                let next = resolve(&url, &to)?;
+                if url.starts_with("https://") && !next.starts_with("https://") {
+                    bail!(
+                        "{method} {url} was redirected to `{}`, from HTTPS to plain HTTP; loopbox does not follow that",
+                        crate::ui::sanitize(&next)
+                    );
+                }
+                home = home && same_origin(&self.base, &next);
+                url = next;
+                continue;
             }
-            if let Some(t) = &self.token {
-                req = req.header("Authorization", t.as_str());
+            if status == StatusCode::UNAUTHORIZED && home && !authenticated {
+                let challenge = header(&resp, "www-authenticate").unwrap_or_default();
+                self.token = Some(self.authorize(&challenge, repository, actions)?);
+                authenticated = true;
+                continue;
             }
-            let req = req
-                .body(body)
-                .with_context(|| format!("`{url}` is not a URL"))?;
-            let resp = self
-                .agent
-                .run(req)
-                .map_err(|e| anyhow::anyhow!("{method} {url}: {e}"))?;
-            if resp.status() != StatusCode::UNAUTHORIZED || attempt == 1 {
-                return Ok(resp);
-            }
-            let challenge = header(&resp, "www-authenticate").unwrap_or_default();
-            self.token = Some(self.authorize(&challenge, repository, actions)?);
+            return Ok(resp);
         }
-        unreachable!("the loop returns on its second pass")
+    }
+
+    /// One exchange; `credentials` adds the registry's `Authorization`.
+    fn request(
+        &self,
+        method: &Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        credentials: bool,
+    ) -> Result<Response<ureq::Body>> {
+        let mut req = Request::builder().method(method.clone()).uri(url);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if credentials && let Some(t) = &self.token {
+            req = req.header("Authorization", t.as_str());
+        }
+        let req = req
+            .body(body)
+            .with_context(|| format!("`{url}` is not a URL"))?;
+        self.agent
+            .run(req)
+            .map_err(|e| failed(e, method.as_str(), url))
     }
 
     /// An `Authorization` value for a `WWW-Authenticate` challenge.
@@ -362,7 +454,8 @@ impl Registry {
         }
         if !scheme.eq_ignore_ascii_case("bearer") {
             bail!(
-                "the registry refused access (401) with a challenge loopbox does not know: `{challenge}`"
+                "the registry refused access (401) with a challenge loopbox does not know: `{}`",
+                crate::ui::sanitize(challenge)
             );
         }
         let realm = params
@@ -372,13 +465,23 @@ impl Registry {
         if let Some(service) = params.get("service") {
             url.push_str(&format!("&service={service}"));
         }
-        if !(realm.starts_with("https://") || (self.loopback && realm.starts_with("http://"))) {
+        // The login goes to a token service over HTTPS, or over plain HTTP only
+        // when the registry and the token service are both on this machine.
+        let local = self.loopback
+            && realm.starts_with("http://")
+            && authority(realm).is_some_and(|a| is_loopback(&a));
+        if !(realm.starts_with("https://") || local) {
             bail!(
-                "the registry's token service `{realm}` is not an HTTPS URL; loopbox does not use it"
+                "the registry's token service `{}` is not an HTTPS URL{}; loopbox sends nothing there",
+                crate::ui::sanitize(realm),
+                if realm.starts_with("http://") {
+                    " (plain HTTP is used only when the registry and its token service are both on this machine)"
+                } else {
+                    ""
+                }
             );
         }
         let mut req = Request::builder().method(Method::GET).uri(&url);
-        // The login goes to the token service only over HTTPS (or on this machine).
         if let Some(c) = creds {
             req = req.header("Authorization", format!("Basic {c}"));
         }
@@ -388,10 +491,11 @@ impl Registry {
                 req.body(())
                     .with_context(|| format!("`{url}` is not a URL"))?,
             )
-            .map_err(|e| anyhow::anyhow!("GET {url}: {e}"))?;
+            .map_err(|e| failed(e, "GET", &url))?;
         if resp.status() != StatusCode::OK {
             bail!(
-                "the registry's token service at {realm} answered {}: {LOGIN_HINT}",
+                "the registry's token service at {} answered {}: {LOGIN_HINT}",
+                crate::ui::sanitize(realm),
                 resp.status()
             );
         }
@@ -400,13 +504,122 @@ impl Registry {
             token: Option<String>,
             access_token: Option<String>,
         }
-        let raw = read_limited(&mut resp, 1 << 20, "the token")?;
+        let raw = read_body(&mut resp, 1 << 20, "the token", None, &url)?;
         let t: Token =
             serde_json::from_slice(&raw).context("the token service's answer is not JSON")?;
         t.token
             .or(t.access_token)
             .map(|t| format!("Bearer {t}"))
             .context("the token service gave no token")
+    }
+}
+
+/// `host[:port]` of a URL, lower-cased (None when it has none).
+fn authority(url: &str) -> Option<String> {
+    let uri: ureq::http::Uri = url.parse().ok()?;
+    uri.authority().map(|a| a.as_str().to_ascii_lowercase())
+}
+
+/// Scheme, host and port of a URL (the port filled in from the scheme).
+fn origin(url: &str) -> Option<(String, String, u16)> {
+    let uri: ureq::http::Uri = url.parse().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    Some((scheme, uri.host()?.to_ascii_lowercase(), port))
+}
+
+/// Whether two URLs share scheme, host and port (an unparsable one shares nothing).
+fn same_origin(a: &str, b: &str) -> bool {
+    matches!((origin(a), origin(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// Whether `host[:port]` is this machine: `localhost`, 127.0.0.0/8 or `[::1]`.
+fn is_loopback(authority: &str) -> bool {
+    let host = match authority.rsplit_once(':') {
+        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) && !h.ends_with(':') => h,
+        _ => authority,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `location` (a `Location` header) as an absolute http(s) URL, relative to `base`.
+fn resolve(base: &str, location: &str) -> Result<String> {
+    let location = location.trim();
+    let scheme = location.split_once(':').map(|(s, _)| s).filter(|s| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    });
+    if scheme.is_some_and(|s| !s.eq_ignore_ascii_case("http") && !s.eq_ignore_ascii_case("https")) {
+        bail!(
+            "the registry sent `{}` as a location, which is not an http(s) URL",
+            crate::ui::sanitize(location)
+        );
+    }
+    let url = if location.starts_with("http://") || location.starts_with("https://") {
+        location.to_string()
+    } else if let Some(rest) = location.strip_prefix("//") {
+        let scheme = base.split_once("://").map_or("https", |(s, _)| s);
+        format!("{scheme}://{rest}")
+    } else {
+        let (scheme, rest) = base
+            .split_once("://")
+            .with_context(|| format!("`{base}` is not a URL"))?;
+        let host = rest.split('/').next().unwrap_or(rest);
+        if location.starts_with('/') {
+            format!("{scheme}://{host}{location}")
+        } else {
+            let path = base.split('?').next().unwrap_or(base);
+            let dir = path.rsplit_once('/').map_or(path, |(d, _)| d);
+            format!("{dir}/{location}")
+        }
+    };
+    if origin(&url).is_none() {
+        bail!(
+            "the registry sent `{}` as a location, which is not an http(s) URL",
+            crate::ui::sanitize(location)
+        );
+    }
+    Ok(url)
+}
+
+/// A failed exchange with `url`; a timeout names its phase and the host.
+fn failed(e: ureq::Error, method: &str, url: &str) -> anyhow::Error {
+    let host = authority(url).unwrap_or_else(|| url.to_string());
+    match e {
+        ureq::Error::Timeout(t) => {
+            let (phase, limit) = phase(t);
+            anyhow::anyhow!(
+                "{host} timed out {phase} (nothing for {} s; {method} {url}): check that the registry is up and reachable, then try again",
+                limit.as_secs()
+            )
+        }
+        e => anyhow::anyhow!("{method} {url}: {e}"),
+    }
+}
+
+/// What a timeout was waiting for, and how long it waits.
+fn phase(t: ureq::Timeout) -> (&'static str, Duration) {
+    use ureq::Timeout as T;
+    match t {
+        T::Resolve => ("looking up its address", CONNECT_TIMEOUT),
+        T::Connect => ("connecting", CONNECT_TIMEOUT),
+        T::SendRequest | T::SendBody | T::Await100 | T::PerWrite => {
+            ("sending the request", IDLE_TIMEOUT)
+        }
+        T::RecvResponse | T::PerRead => (
+            "waiting for the first byte of its answer",
+            FIRST_BYTE_TIMEOUT,
+        ),
+        T::RecvBody => ("reading its answer", IDLE_TIMEOUT),
+        T::Global | T::PerCall => ("before the whole request was done", TIMEOUT),
+        _ => ("during the request", TIMEOUT),
     }
 }
 
@@ -455,19 +668,60 @@ fn expect(resp: &Response<ureq::Body>, ok: &[StatusCode], url: &str, r: &Referen
     }
 }
 
-/// The body, refused as soon as it reaches `cap` bytes (pass one more than the most allowed).
-fn read_limited(resp: &mut Response<ureq::Body>, cap: u64, what: &str) -> Result<Vec<u8>> {
-    resp.body_mut()
-        .with_config()
-        .limit(cap)
-        .read_to_vec()
-        .map_err(|e| match e {
-            ureq::Error::BodyExceedsLimit(_) => anyhow::anyhow!(
-                "the registry sent more than {} bytes for {what}; nothing was installed",
-                cap - 1
-            ),
-            e => anyhow::anyhow!("reading {what} from the registry failed: {e}"),
-        })
+/// The body, refused as soon as it reaches `cap` bytes (pass one more than the
+/// most allowed). With `total` (a blob's declared size) the bytes so far are
+/// shown on stderr, on the first data and then every second.
+fn read_body(
+    resp: &mut Response<ureq::Body>,
+    cap: u64,
+    what: &str,
+    total: Option<u64>,
+    url: &str,
+) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut reader = resp.body_mut().with_config().limit(cap).reader();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut shown: Option<std::time::Instant> = None;
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return Ok(out),
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                if let Some(total) = total
+                    && shown.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+                {
+                    crate::errln!("  {} of {total} bytes of {what}", out.len());
+                    shown = Some(std::time::Instant::now());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let so_far = match total {
+                    Some(t) => format!("{} of {t}", out.len()),
+                    None => out.len().to_string(),
+                };
+                return Err(match ureq::Error::from(e) {
+                    ureq::Error::BodyExceedsLimit(_) => anyhow::anyhow!(
+                        "the registry sent more than {} bytes for {what}; nothing was installed",
+                        cap - 1
+                    ),
+                    ureq::Error::Timeout(t) => anyhow::anyhow!(
+                        "{} stopped sending {what} after {so_far} bytes: {} (GET {url}); try again, or check the registry",
+                        authority(url).unwrap_or_default(),
+                        match t {
+                            ureq::Timeout::Global | ureq::Timeout::PerCall =>
+                                format!("the download took over {} s in all", TIMEOUT.as_secs()),
+                            _ => format!("nothing came for {} s", IDLE_TIMEOUT.as_secs()),
+                        }
+                    ),
+                    e => anyhow::anyhow!(
+                        "reading {what} from the registry failed after {so_far} bytes: {e}"
+                    ),
+                });
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -502,6 +756,56 @@ mod tests {
         );
         assert_eq!(login_for("evil.example", env("ghcr.io")), None);
         assert_eq!(login_for("ghcr.io", |_| None), None);
+    }
+
+    #[test]
+    fn credentials_stay_with_the_registry_origin() {
+        assert!(same_origin(
+            "http://127.0.0.1:5000/v2/",
+            "http://127.0.0.1:5000/x"
+        ));
+        assert!(!same_origin(
+            "http://127.0.0.1:5000/v2/",
+            "http://127.0.0.2:5000/v2/"
+        ));
+        assert!(!same_origin(
+            "http://127.0.0.1:5000/",
+            "http://127.0.0.1:5001/"
+        ));
+        assert!(!same_origin("https://r.example/", "http://r.example/"));
+        assert!(same_origin("https://r.example/", "https://R.example:443/a"));
+        assert!(
+            is_loopback("127.0.0.2:80") && is_loopback("localhost") && is_loopback("[::1]:5000")
+        );
+        assert!(!is_loopback("192.0.2.2:80") && !is_loopback("evil.example"));
+        assert_eq!(
+            resolve("http://h:1/v2/a/blobs/uploads/", "/up/1?x=y").unwrap(),
+            "http://h:1/up/1?x=y"
+        );
+        assert_eq!(resolve("https://h/a/b", "//o/p").unwrap(), "https://o/p");
+        assert!(resolve("http://h/", "file:///etc/passwd").is_err());
+
+        let registry = |r: &str| Registry::new(&Reference::parse(r).unwrap());
+        // An HTTPS registry's upload sent on to plain HTTP elsewhere: refused outright.
+        let https = registry("oci://r.example/a/b:1");
+        let e = https
+            .upload_target(
+                "https://r.example/v2/a/b/blobs/uploads/",
+                "http://o.example/u",
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("another host over plain HTTP"),
+            "{e}"
+        );
+        assert!(
+            https
+                .upload_target(
+                    "https://r.example/v2/a/b/blobs/uploads/",
+                    "https://o.example/u"
+                )
+                .is_ok()
+        );
     }
 
     #[test]

@@ -79,8 +79,45 @@ pub enum AgentError {
     Refused(String),
 }
 
+/// The host variables `shell.pass_env` passes by default, which hold no secret.
+const PLAIN_VARIABLES: &[&str] = &["HOME", "LANG", "TERM"];
+
+static PASS_ENV_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The environment the agent gets: `agent.pass_env` when the config has it, else
+/// (as before that key existed) the commands' `shell.pass_env`, with a warning
+/// once per process when that hands the agent more than the plain variables,
+/// since the same keys then reach every command too.
+fn agent_env(config: &AgentConfig, commands: ChildEnv) -> ChildEnv {
+    if let Some(own) = &config.pass_env {
+        return commands.with_pass_env(own);
+    }
+    if config.runner == RunnerKind::Openai {
+        // No process: the key comes from agent.openai.api_key_env.
+        return commands;
+    }
+    let extra: Vec<&str> = commands
+        .passed_names()
+        .filter(|n| !PLAIN_VARIABLES.contains(n))
+        .collect();
+    if !extra.is_empty() && !PASS_ENV_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let mut list: Vec<String> = PLAIN_VARIABLES.iter().map(|v| format!("\"{v}\"")).collect();
+        list.extend(extra.iter().map(|v| format!("\"{v}\"")));
+        crate::errln!(
+            "warning: the agent has no pass_env of its own, so it gets shell.pass_env ({}) as before, and so does every command the policy runs. \
+             Give the agent its keys alone with `pass_env = [{}]` in its [agent] section, and keep in shell.pass_env only what commands need; \
+             a later release passes the agent only its own pass_env",
+            extra.join(", "),
+            list.join(", ")
+        );
+    }
+    commands
+}
+
 impl AgentRunner {
     /// `sandbox`: where the CLI runs (None: unconfined, for tests of the template).
+    /// `env` is the commands' environment (`shell.pass_env`); the agent's own
+    /// variables come from `agent.pass_env` (see [`agent_env`]).
     pub fn new(
         config: AgentConfig,
         env: ChildEnv,
@@ -88,6 +125,7 @@ impl AgentRunner {
         db: Db,
         sandbox: Option<AgentSandbox>,
     ) -> AgentRunner {
+        let env = agent_env(&config, env);
         let program = (config.runner != RunnerKind::Openai)
             .then(|| env.resolve_program(&config.command[0], env.root()))
             .flatten()

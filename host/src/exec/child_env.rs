@@ -27,6 +27,17 @@ impl ChildEnv {
         }
     }
 
+    /// The same root and `PATH`, with the host variables named in `pass_env`
+    /// instead (the agent's own, `agent.pass_env`).
+    pub fn with_pass_env(&self, pass_env: &[String]) -> ChildEnv {
+        ChildEnv::new(&self.path, pass_env, &self.root)
+    }
+
+    /// The names of the host variables passed (those set in loopbox's environment).
+    pub fn passed_names(&self) -> impl Iterator<Item = &str> {
+        self.passed.iter().map(|(k, _)| k.as_str())
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

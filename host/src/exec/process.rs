@@ -3,6 +3,14 @@
 //! concurrently and kept only up to a cap (the rest is drained and dropped),
 //! and a timeout that terminates the whole group (SIGTERM, then SIGKILL).
 //! The child is started by [`crate::exec::spawn`], without forking loopbox.
+//!
+//! Nothing outlives loopbox, however it ends (a SIGKILL, a hook's deadline
+//! ending the process): the child dies with the thread that started it (a
+//! parent-death signal), and its process group with a [`Reaper`]. Under
+//! bwrap, bwrap does both: the sandbox's PID namespace ends with it, taking
+//! every process inside, a daemon that left the group (`setsid`) included.
+//! Elsewhere such a daemon survives: only a PID namespace or a cgroup could
+//! find it, and Landlock runs where neither can be made.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -37,8 +45,8 @@ pub struct Spec {
     pub rlimits: Option<Rlimits>,
     /// Landlock and seccomp restrictions applied in the child before it executes.
     pub confinement: Option<Confinement>,
-    /// A descriptor handed to the child as fd 3 (bwrap's seccomp filter).
-    pub pass_fd: Option<OwnedFd>,
+    /// Descriptors handed to the child as fds 3, 4, ... (bwrap's seccomp filters).
+    pub pass_fd: Vec<OwnedFd>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -65,7 +73,15 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
     let (out_r, out_w) = above_stdio(crate::exec::fd::pipe()?)?;
     let (err_r, err_w) = above_stdio(crate::exec::fd::pipe()?)?;
     let rlimits = spec.rlimits.as_ref().map(clamped).unwrap_or_default();
-    let pass_fd = spec.pass_fd.map(above_stdio_one).transpose()?;
+    // Above every number they are moved to in the child, so none overwrites another.
+    let first_free = crate::exec::sandbox::PASSED_FD + spec.pass_fd.len() as i32;
+    let spec_is_bwrap = !spec.pass_fd.is_empty();
+    let pass_fd = spec
+        .pass_fd
+        .into_iter()
+        .map(|fd| at_or_above(fd, first_free))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let pass_raw: Vec<i32> = pass_fd.iter().map(|f| f.as_raw_fd()).collect();
     let pid = spawn::spawn(&spawn::Launch {
         program: &spec.program,
         arg0: spec.arg0.as_deref(),
@@ -77,12 +93,25 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
         stderr: err_w.as_raw_fd(),
         rlimits: &rlimits,
         confinement: spec.confinement.as_ref(),
-        pass_fd: pass_fd.as_ref().map(|f| f.as_raw_fd()),
+        pass_fd: &pass_raw,
+        die_with_parent: true,
     })?;
     drop((stdin_child, out_w, err_w, pass_fd));
     // The child leads its own group (pgid = pid); whatever happens to this
     // future, the group does not outlive it.
     let group = Group(pid);
+    // Nor loopbox: bwrap's PID namespace sees to it for bwrap (which is passed
+    // its seccomp filters); a reaper for everything else.
+    let reaper = if spec_is_bwrap {
+        None
+    } else {
+        Some(Reaper::start(pid).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot start the watcher that ends the command if loopbox dies: {e}"),
+            )
+        })?)
+    };
     let mut exited = tokio::task::spawn_blocking(move || spawn::reap(pid));
 
     if let (Some(text), Some(w)) = (spec.stdin, stdin_parent) {
@@ -120,6 +149,7 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
     };
     // Whatever the leader left behind in its group goes with it.
     drop(group);
+    drop(reaper);
 
     let collect = |h: tokio::task::JoinHandle<std::io::Result<(Vec<u8>, bool)>>| async move {
         match tokio::time::timeout(DRAIN_GRACE, h).await {
@@ -163,6 +193,51 @@ impl Drop for Group {
     }
 }
 
+/// A watcher outside the child's group that kills the group (SIGKILL) if
+/// loopbox dies first: a shell reading a pipe only loopbox holds open, which
+/// reads end-of-file when loopbox is gone, however it went. Dropped, it is
+/// killed itself before the pipe closes, so it never signals a group that
+/// ended normally (whose number could be reused).
+struct Reaper {
+    pid: libc::pid_t,
+    _pipe: OwnedFd,
+}
+
+impl Reaper {
+    const SCRIPT: &'static str = "trap '' HUP INT TERM QUIT; read -r x; kill -9 -\"$0\"";
+
+    fn start(group: libc::pid_t) -> std::io::Result<Reaper> {
+        let (read, write) = above_stdio(crate::exec::fd::pipe()?)?;
+        let null = above_stdio_one(dev_null()?)?;
+        let args = ["-c".to_string(), Self::SCRIPT.into(), group.to_string()];
+        let pid = spawn::spawn(&spawn::Launch {
+            program: std::path::Path::new("/bin/sh"),
+            arg0: Some("loopbox-reaper"),
+            args: &args,
+            env: &[("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: std::path::Path::new("/"),
+            stdin: read.as_raw_fd(),
+            stdout: null.as_raw_fd(),
+            stderr: null.as_raw_fd(),
+            rlimits: &[],
+            confinement: None,
+            pass_fd: &[],
+            die_with_parent: false,
+        })?;
+        Ok(Reaper { pid, _pipe: write })
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child, which has not been reaped yet.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+        let _ = spawn::reap(self.pid);
+    }
+}
+
 fn dev_null() -> std::io::Result<OwnedFd> {
     Ok(std::fs::File::open("/dev/null")?.into())
 }
@@ -170,11 +245,16 @@ fn dev_null() -> std::io::Result<OwnedFd> {
 /// Keep our descriptors off 0, 1 and 2 (free when our own stdio is closed), so
 /// the child's dup2 onto them cannot overwrite one it still needs.
 fn above_stdio_one(fd: OwnedFd) -> std::io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 2 {
+    at_or_above(fd, 3)
+}
+
+/// `fd`, or a close-on-exec copy of it numbered `min` or higher.
+fn at_or_above(fd: OwnedFd, min: i32) -> std::io::Result<OwnedFd> {
+    if fd.as_raw_fd() >= min {
         return Ok(fd);
     }
-    // SAFETY: duplicates a descriptor we own onto a fresh close-on-exec one at 3 or above.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    // SAFETY: duplicates a descriptor we own onto a fresh close-on-exec one at `min` or above.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
     if moved < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -253,7 +333,7 @@ mod tests {
             output_cap: 1 << 20,
             rlimits: None,
             confinement: None,
-            pass_fd: None,
+            pass_fd: Vec::new(),
         }
     }
 
@@ -337,13 +417,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn argv0_is_as_written_and_a_passed_fd_arrives_as_3() {
-        let mut s = spec("/bin/sh", &["-c", "echo $0; cat <&3"]);
+    async fn argv0_is_as_written_and_passed_fds_arrive_as_3_and_on() {
+        let mut s = spec("/bin/sh", &["-c", "echo $0; cat <&3; cat <&4; cat <&5"]);
         s.arg0 = Some("as-written".into());
-        let (r, w) = crate::exec::fd::pipe().unwrap();
-        std::io::Write::write_all(&mut std::fs::File::from(w), b"passed").unwrap();
-        s.pass_fd = Some(r);
-        assert_eq!(run(s).await.unwrap().stdout, "as-written\npassed");
+        for text in ["first", "second", "third"] {
+            let (r, w) = crate::exec::fd::pipe().unwrap();
+            std::io::Write::write_all(&mut std::fs::File::from(w), text.as_bytes()).unwrap();
+            s.pass_fd.push(r);
+        }
+        assert_eq!(run(s).await.unwrap().stdout, "as-written\nfirstsecondthird");
     }
 
     #[tokio::test]

@@ -3,7 +3,8 @@
 //! large: a fork-based spawn cost about 0.8 ms more than posix_spawn here.
 //! This does what glibc's posix_spawn does, clone(CLONE_VM | CLONE_VFORK) on a
 //! private stack, and in the child also sets what posix_spawn cannot: the
-//! rlimits and the Landlock/seccomp confinement, before it executes.
+//! rlimits, the confinement (capabilities, Landlock, seccomp), and a
+//! parent-death signal, before it executes.
 //!
 //! The child shares our memory until it executes, and we are suspended until
 //! then, so it must only make system calls: everything it reads is prepared
@@ -31,8 +32,15 @@ pub struct Launch<'a> {
     /// `(resource, limit)` pairs, each already clamped to our own hard limit.
     pub rlimits: &'a [(libc::__rlimit_resource_t, libc::rlim_t)],
     pub confinement: Option<&'a Confinement>,
-    /// A descriptor the child gets as [`crate::exec::sandbox::PASSED_FD`] (bwrap's seccomp filter).
-    pub pass_fd: Option<RawFd>,
+    /// Descriptors the child gets as [`crate::exec::sandbox::PASSED_FD`] and
+    /// the numbers after it (bwrap's seccomp filters). Each must be numbered
+    /// above every target (`PASSED_FD + pass_fd.len()` or higher), so that
+    /// moving one cannot overwrite another.
+    pub pass_fd: &'a [RawFd],
+    /// Killed with SIGKILL when the thread that started it ends (with
+    /// loopbox, however loopbox ends). Only a watcher that must outlive us
+    /// (`process::Reaper`) goes without.
+    pub die_with_parent: bool,
 }
 
 fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
@@ -53,16 +61,31 @@ struct Prepared<'a> {
     fds: [RawFd; 3],
     rlimits: &'a [(libc::__rlimit_resource_t, libc::rlim_t)],
     confinement: Option<&'a Confinement>,
-    pass_fd: Option<RawFd>,
+    pass_fd: &'a [RawFd],
+    die_with_parent: bool,
+    /// Our pid: a child whose parent is already someone else (we died before
+    /// its parent-death signal was set) exits.
+    parent: libc::pid_t,
     /// Where the child reports why exec failed (close-on-exec: silent on success).
     report: RawFd,
 }
 
 const STACK_BYTES: usize = 256 << 10;
 
-/// Start the child in its own process group; its pid once it has executed,
-/// or why it could not.
+/// Start the child in its own process group (unless told otherwise, killed
+/// with SIGKILL when the thread that started it ends: with loopbox, however
+/// loopbox ends); its pid once it has executed, or why it could not.
 pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
+    let target = crate::exec::sandbox::PASSED_FD;
+    if l.pass_fd
+        .iter()
+        .any(|fd| *fd < target + l.pass_fd.len() as RawFd)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a descriptor to pass is numbered where another one is to go",
+        ));
+    }
     use std::os::unix::ffi::OsStrExt;
     let program = cstring(l.program.as_os_str().as_bytes())?;
     let arg0 = match l.arg0 {
@@ -91,6 +114,9 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
         rlimits: l.rlimits,
         confinement: l.confinement,
         pass_fd: l.pass_fd,
+        die_with_parent: l.die_with_parent,
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
         report: report_w.as_raw_fd(),
     };
     let mut stack = vec![0u8; STACK_BYTES];
@@ -206,8 +232,8 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                 return fail(p);
             }
         }
-        if let Some(fd) = p.pass_fd {
-            let target = crate::exec::sandbox::PASSED_FD;
+        for (i, &fd) in p.pass_fd.iter().enumerate() {
+            let target = crate::exec::sandbox::PASSED_FD + i as c_int;
             // dup2 onto itself would keep close-on-exec: clear it instead.
             let ok = if fd == target {
                 libc::fcntl(fd, libc::F_SETFD, 0) == 0
@@ -234,6 +260,23 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             && c.apply_in_child().is_err()
         {
             return fail(p);
+        }
+        // Killed when we die, even by SIGKILL (kept across the exec: nothing
+        // above changes the uids, and dropping capabilities is no gain). Set
+        // last, and checked against the race with our death before it was set.
+        if p.die_with_parent
+            && libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+        {
+            return fail(p);
+        }
+        if p.die_with_parent && libc::getppid() != p.parent {
+            libc::_exit(127);
         }
         libc::execve(p.program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
     }

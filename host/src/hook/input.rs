@@ -61,6 +61,66 @@ struct Wire {
 /// Largest hook input accepted on stdin.
 pub const MAX_INPUT_BYTES: usize = 16 << 20;
 
+/// Deepest nesting of arrays and objects read in a hook input. serde_json stops
+/// at 128, which an MCP tool's arguments can pass (and then the gate could not
+/// answer); this is checked before parsing, so the parser's own limit is lifted.
+pub const MAX_DEPTH: usize = 512;
+
+/// The JSON value of `text`, nested at most [`MAX_DEPTH`] deep.
+pub fn parse_json(text: &str) -> Result<Value, String> {
+    let depth = nesting(text);
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "hook input nests arrays and objects more than {MAX_DEPTH} deep"
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    let value = <Value as serde::Deserialize>::deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| format!("hook input is not JSON: {e}"))?;
+    Ok(value)
+}
+
+/// How deep arrays and objects nest in JSON text (brackets inside strings not counted);
+/// stops counting once past [`MAX_DEPTH`].
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > MAX_DEPTH {
+                    break;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The `hook_event_name` of hook input that may not parse as a whole; empty when it names none.
+pub fn event_named_in(text: &str) -> String {
+    parse_json(text)
+        .ok()
+        .and_then(|v| v["hook_event_name"].as_str().map(String::from))
+        .unwrap_or_default()
+}
+
 impl HookInput {
     pub fn parse(agent: Agent, text: &str) -> Result<HookInput, String> {
         if text.trim().is_empty() {
@@ -69,8 +129,7 @@ impl HookInput {
                 agent.title()
             ));
         }
-        let raw: Value =
-            serde_json::from_str(text).map_err(|e| format!("hook input is not JSON: {e}"))?;
+        let raw = parse_json(text)?;
         if !raw.is_object() {
             return Err("hook input must be a JSON object".into());
         }
@@ -246,6 +305,27 @@ mod tests {
             json!({"session_id": "s", "hook_event_name": "SomethingNew"}),
         );
         assert!(matches!(i.event(None, 0).unwrap(), Event::Custom(_)));
+    }
+
+    #[test]
+    fn deep_tool_inputs_are_read_up_to_the_limit() {
+        let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let input = |n: usize| {
+            format!(
+                r#"{{"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "mcp__x", "tool_input": {{"a": {}, "s": "[[[{{"}}}}"#,
+                nest(n)
+            )
+        };
+        // Past serde_json's own 128, the call reaches the policy.
+        let i = HookInput::parse(Agent::ClaudeCode, &input(130)).unwrap();
+        let Event::ToolCall(c) = i.event(None, 0).unwrap() else {
+            panic!()
+        };
+        assert!(c.input.contains(&nest(130)));
+        assert_eq!(event_named_in(&input(130)), "PreToolUse");
+        let e = HookInput::parse(Agent::ClaudeCode, &input(MAX_DEPTH + 1)).unwrap_err();
+        assert!(e.contains("more than 512 deep"), "{e}");
+        assert_eq!(nesting(r#"{"a": "[[[[", "b": ["\"{"]}"#), 2);
     }
 
     #[test]

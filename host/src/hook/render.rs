@@ -256,20 +256,33 @@ pub fn fail(agent: Agent, spec: &EventSpec, on_error: OnError, message: &str) ->
     if on_error == OnError::Allow {
         return allow;
     }
-    let reason =
-        format!("loopbox: the hook failed, so this is refused (--on-error block): {message}");
+    if spec.block == Block::No && !spec.name.is_empty() {
+        return HookOutput {
+            stderr: Some(format!(
+                "loopbox: the hook failed; a {} {} event cannot be refused, so {} goes on: {message}",
+                agent.title(),
+                spec.name,
+                agent.title()
+            )),
+            ..allow
+        };
+    }
+    refuse(
+        agent,
+        spec,
+        &format!("loopbox: the hook failed, so this is refused (--on-error block): {message}"),
+    )
+}
+
+/// The event's blocking answer with `reason`: what a gate says when loopbox cannot
+/// let the call through (a failure under `--on-error block`, a config not trusted).
+/// An event loopbox does not know (its input could not be read, and the hook
+/// command names no `--event`) is refused with exit 2, which every agent reads as
+/// blocking.
+pub fn refuse(agent: Agent, spec: &EventSpec, reason: &str) -> HookOutput {
+    let reason = reason.to_string();
     let mut out = match (spec.block, agent) {
-        (Block::No, _) => {
-            return HookOutput {
-                stderr: Some(format!(
-                    "loopbox: the hook failed; a {} {} event cannot be refused, so {} goes on: {message}",
-                    agent.title(),
-                    spec.name,
-                    agent.title()
-                )),
-                ..allow
-            };
-        }
+        (Block::No, _) => HookOutput::exit_two(&reason),
         (
             Block::DenyTool | Block::DenyPermission | Block::Decision | Block::KeepWorking,
             Agent::Gemini,

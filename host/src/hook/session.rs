@@ -117,12 +117,16 @@ pub async fn answer(
     } else {
         None
     };
-    let index = if turn { db.add_turn(&id)? } else { 0 };
+    // The turn's number comes from the turns already handled, and counts once this
+    // event commits: a hook killed before that (an agent's timeout) leaves no phantom turn.
+    let index = if turn { db.turns_handled(&id)? + 1 } else { 0 };
     let event = input.event(response, index).map_err(|e| anyhow!(e))?;
-    let decision = ctx
-        .deliver(policy, &event)
-        .await?
-        .map_err(|f| anyhow!("{f}"))?;
+    crate::run::crashpoint::hit("hook-event");
+    let delivered = ctx.deliver(policy, &event).await?;
+    if turn {
+        db.note_turns(&id, index)?;
+    }
+    let decision = delivered.map_err(|f| anyhow!("{f}"))?;
     let output = render(input.agent, &spec, &decision).map_err(|e| anyhow!(e))?;
     match &decision {
         Decision::Done(o) => db.set_status(

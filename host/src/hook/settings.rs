@@ -67,14 +67,27 @@ pub fn shell_words(line: &str) -> Option<Vec<String>> {
 }
 
 /// Whether two hook commands are the same loopbox hook: the same words after
-/// the program, which is loopbox wherever it is installed.
+/// the program, which is loopbox wherever it is installed, apart from the
+/// pinned `--digest` (a rebuilt policy is the same hook, pinned anew).
 fn same_command(a: &str, b: &str) -> bool {
     let is_loopbox = |w: &[String]| {
         w.first()
             .is_some_and(|p| p.rsplit('/').next() == Some("loopbox"))
     };
+    let unpinned = |w: &[String]| {
+        let mut out = Vec::new();
+        let mut words = w[1..].iter();
+        while let Some(word) = words.next() {
+            if word == "--digest" {
+                words.next();
+            } else {
+                out.push(word.clone());
+            }
+        }
+        out
+    };
     match (shell_words(a), shell_words(b)) {
-        (Some(a), Some(b)) => is_loopbox(&a) && is_loopbox(&b) && a[1..] == b[1..],
+        (Some(a), Some(b)) => is_loopbox(&a) && is_loopbox(&b) && unpinned(&a) == unpinned(&b),
         _ => false,
     }
 }
@@ -165,8 +178,22 @@ pub fn install(original: &str, entry: &HookEntry) -> Result<Option<String>, Stri
             entry.event
         ));
     }
-    if find(original, groups, entry).is_some() {
-        return Ok(None);
+    if let Some((gi, hi)) = find(original, groups, entry) {
+        // The same hook: unchanged, or pinned to a rebuilt policy (its command is replaced).
+        let command = groups.items()[gi]
+            .get("hooks")
+            .and_then(|h| h.items().get(hi))
+            .and_then(|h| h.get("command"))
+            .expect("found by its command");
+        if command.as_str(original).as_deref() == Some(entry.command.as_str()) {
+            return Ok(None);
+        }
+        let quoted = serde_json::to_string(&entry.command).expect("strings serialize");
+        return Ok(Some(format!(
+            "{}{quoted}{}",
+            &original[..command.start()],
+            &original[command.end()..]
+        )));
     }
     Ok(Some(jsonedit::append(original, groups, None, &group)))
 }

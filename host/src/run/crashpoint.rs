@@ -5,7 +5,7 @@
 //! Points: `before-intent`, `action-started` (intent written, action not yet
 //! run), `action-finished` (action done, result not yet written),
 //! `action-recorded`, `event-committed`, `turn-started`, `turn-finished`,
-//! `turn-recorded`.
+//! `turn-recorded`, `hook-event` (a hook's event numbered, not yet delivered).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -138,6 +138,8 @@ impl RunContext {
         let root = root
             .canonicalize()
             .with_context(|| format!("workspace `{}` cannot be used", root.display()))?;
+        // Placeholders a loopbox killed with SIGKILL left (a hook's workspace comes from its event).
+        crate::exec::sandbox::placeholder::clean_stale(&root);
         let sandbox = LazySandbox::new(config.shell.sandbox, access.support.clone());
         // A PATH entry the policy's commands can write would let them plant a program
         // under an allowed name.

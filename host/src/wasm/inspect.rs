@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::ui::{Untrusted, one_line};
 use crate::wasm::policy::{PACKAGE, Policy};
 
 #[derive(Debug, Clone, Serialize)]
@@ -99,18 +100,22 @@ pub fn producers(wasm: &[u8]) -> (Vec<String>, Vec<String>) {
 }
 
 impl Inspection {
+    /// The report as text for a terminal. Everything in it but loopbox's own
+    /// labels came from the component (its `info()`, producers, needs, import
+    /// names) or the config, so each value is shown as [`Untrusted`] text:
+    /// escaped, and a newline in it cannot start a line of the report.
     pub fn human(&self) -> String {
         let mut s = String::new();
-        let mut line = |k: &str, v: String| s.push_str(&format!("{k:<13}{v}\n"));
+        let mut line = |k: &str, v: String| s.push_str(&format!("{k:<13}{}\n", Untrusted(&v)));
         line("policy", self.policy.clone());
         match &self.info {
             Some(i) => line(
                 "info",
                 format!(
                     "{} {}: {}",
-                    i.name,
-                    i.version,
-                    crate::ui::sanitize(&i.description)
+                    one_line(&i.name),
+                    one_line(&i.version),
+                    i.description
                 ),
             ),
             None => line(
@@ -122,32 +127,22 @@ impl Inspection {
             ),
         }
         line("world", format!("loopbox:policy/{}", self.world));
-        line(
-            "capabilities",
-            if self.capabilities.is_empty() {
-                "none".into()
+        let list = |items: &[String], none: &str| {
+            if items.is_empty() {
+                none.to_string()
             } else {
-                self.capabilities.join(", ")
-            },
-        );
-        line("exports", self.exports.join(", "));
+                items
+                    .iter()
+                    .map(|i| one_line(i))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        line("capabilities", list(&self.capabilities, "none"));
+        line("exports", list(&self.exports, ""));
         line("size", format!("{} bytes", self.size_bytes));
-        line(
-            "language",
-            if self.languages.is_empty() {
-                "unknown".into()
-            } else {
-                self.languages.join(", ")
-            },
-        );
-        line(
-            "built with",
-            if self.processed_by.is_empty() {
-                "unknown".into()
-            } else {
-                self.processed_by.join(", ")
-            },
-        );
+        line("language", list(&self.languages, "unknown"));
+        line("built with", list(&self.processed_by, "unknown"));
         line("digest", format!("blake3:{}", self.digest));
         line("signature", self.signature.clone());
         line(
@@ -170,7 +165,13 @@ impl Inspection {
             }
             line("admission", i.admission.clone());
         }
-        line("imports", self.imports.join("\n             "));
+        // One import a line, aligned under the first: each is escaped to one line.
+        let imports: Vec<String> = self.imports.iter().map(|i| one_line(i)).collect();
+        s.push_str(&format!(
+            "{:<13}{}\n",
+            "imports",
+            imports.join("\n             ")
+        ));
         s
     }
 }

@@ -67,9 +67,46 @@ pub fn conformance_workspace() -> tempfile::TempDir {
     dir
 }
 
-/// `loopbox -C DIR ARGS...` run in DIR, without a terminal, with a shared component cache.
+/// This test process's own data directory (`XDG_DATA_HOME`), where `loopbox trust`
+/// records which configs are approved: tests neither read nor write the user's.
+pub fn data_home() -> &'static Path {
+    static DATA: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DATA.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
+/// Approve `config` as a user would, with `loopbox trust` (in this process's data
+/// directory); a config that does not parse is left unapproved (the command that
+/// reads it reports why).
+pub fn trust(config: &Path) {
+    if config.is_file() {
+        let _ = Command::new(BIN)
+            .arg("trust")
+            .arg(config)
+            .env("XDG_DATA_HOME", data_home())
+            .stdin(std::process::Stdio::null())
+            .output();
+    }
+}
+
+/// The loopbox binary with this process's data directory, after approving the
+/// workspace's `loopbox.toml` as it is now (`loopbox trust`): what a user who
+/// wrote the config does once.
+pub fn trusted_command(workspace: &Path) -> Command {
+    trust(&workspace.join("loopbox.toml"));
+    let mut c = Command::new(BIN);
+    c.env("XDG_DATA_HOME", data_home());
+    c
+}
+
+/// `loopbox -C DIR ARGS...` run in DIR, without a terminal, with a shared component
+/// cache, the workspace's config (and a `--config` file) approved as it is now.
 pub fn loopbox(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
+    if let Some(at) = args.iter().position(|a| *a == "--config")
+        && let Some(file) = args.get(at + 1)
+    {
+        trust(&dir.join(file));
+    }
+    trusted_command(dir)
         .arg("-C")
         .arg(dir)
         .args(args)

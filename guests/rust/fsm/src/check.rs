@@ -108,13 +108,18 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
     // Reachability from `initial`; on_max_steps is reachable from anywhere.
     let mut reached = BTreeSet::from([lp.initial.state.as_str()]);
     let mut queue = VecDeque::from([lp.initial.state.as_str()]);
+    // By name: a search per step would make a loop of many states quadratic.
+    let mut by_name = std::collections::BTreeMap::new();
+    for s in &lp.states {
+        by_name.entry(s.name.as_str()).or_insert(s);
+    }
     if let Some(t) = &lp.on_max_steps
         && reached.insert(t.state.as_str())
     {
         queue.push_back(t.state.as_str());
     }
     while let Some(name) = queue.pop_front() {
-        let Some(s) = lp.states.iter().find(|s| s.name == name) else {
+        let Some(s) = by_name.get(name) else {
             continue;
         };
         for t in s

@@ -1,15 +1,21 @@
 //! YAML text to a small tree of [`Node`]s that remember their line, so every
 //! later error can say where it is. Bounded: the text's size, the nesting
-//! depth and the number of nodes (aliases included, which stops alias bombs)
-//! all have caps.
+//! depth, the number of values, and what aliases add (each use copies all its
+//! anchor holds, which stops alias bombs) all have caps, each named in the
+//! error it gives.
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 /// The longest loop file accepted.
 pub const MAX_TEXT_BYTES: usize = 1 << 20;
-/// Nodes one document may expand to, aliases counted at their full size.
+/// Values aliases may add to one document, each use counted at the full size
+/// of what it copies: `a: &a [x, x]` then `b: [*a, *a]` adds 6.
 pub const MAX_NODES: usize = 100_000;
+/// Values one document may hold as written (keys, scalars, lists and
+/// mappings each count one). A 1 MiB loop of 50,000 states holds about
+/// 300,000; [`MAX_TEXT_BYTES`] keeps a document under about a million.
+pub const MAX_VALUES: usize = 1_000_000;
 /// How deep mappings and sequences may nest.
 pub const MAX_DEPTH: usize = 64;
 
@@ -169,6 +175,9 @@ enum Open {
     },
     Map {
         entries: Vec<(Key, Node)>,
+        /// Each key's line, once the mapping is large enough that looking
+        /// keys up one by one would make a large document quadratic.
+        index: Option<std::collections::HashMap<String, u32>>,
         pending: Option<Key>,
         line: u32,
         anchor: usize,
@@ -180,7 +189,10 @@ struct Builder {
     stack: Vec<Open>,
     root: Option<Node>,
     anchors: Vec<(usize, Node)>,
+    /// Values as written.
     nodes: usize,
+    /// Values aliases added.
+    copied: usize,
     error: Option<SyntaxError>,
 }
 
@@ -191,13 +203,29 @@ impl Builder {
         }
     }
 
-    fn count(&mut self, n: usize, line: u32) -> bool {
-        self.nodes += n;
-        if self.nodes > MAX_NODES {
+    /// Count one value as written.
+    fn count(&mut self, line: u32) -> bool {
+        self.nodes += 1;
+        if self.nodes > MAX_VALUES {
             self.fail(
                 line,
                 format!(
-                    "the document expands to more than {MAX_NODES} values (are aliases nesting?)"
+                    "the document holds more than {MAX_VALUES} values (keys, scalars, lists and mappings), the most a loop file may; split it into sub-loops (`loop:`)"
+                ),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Count the `n` values an alias copies.
+    fn count_copied(&mut self, n: usize, line: u32) -> bool {
+        self.copied += n;
+        if self.copied > MAX_NODES {
+            self.fail(
+                line,
+                format!(
+                    "aliases expand to more than {MAX_NODES} values, the most they may add to a loop file (each `*name` copies all its anchor holds; are aliases nesting?)"
                 ),
             );
             return false;
@@ -214,7 +242,10 @@ impl Builder {
             None => self.root = Some(node),
             Some(Open::Seq { items, .. }) => items.push(node),
             Some(Open::Map {
-                entries, pending, ..
+                entries,
+                index,
+                pending,
+                ..
             }) => {
                 match pending.take() {
                     Some(key) => entries.push((key, node)),
@@ -235,15 +266,28 @@ impl Builder {
                                 return;
                             }
                         };
-                        if entries.iter().any(|(k, _)| k.name == name) {
-                            let first = entries
+                        if index.is_none() && entries.len() >= 32 {
+                            *index = Some(
+                                entries
+                                    .iter()
+                                    .map(|(k, _)| (k.name.clone(), k.line))
+                                    .collect(),
+                            );
+                        }
+                        let first = match index {
+                            Some(index) => index.get(&name).copied(),
+                            None => entries
                                 .iter()
                                 .find(|(k, _)| k.name == name)
-                                .map(|(k, _)| k.line)
-                                .unwrap_or(0);
+                                .map(|(k, _)| k.line),
+                        };
+                        if let Some(first) = first {
                             let line = node.line;
                             self.fail(line, format!("key `{name}` appears twice in this mapping (first on line {first})"));
                             return;
+                        }
+                        if let Some(index) = index {
+                            index.insert(name.clone(), node.line);
                         }
                         *pending = Some(Key {
                             name,
@@ -298,7 +342,7 @@ impl MarkedEventReceiver for Builder {
         let line = mark.line() as u32;
         match ev {
             Event::Scalar(text, style, anchor, tag) => {
-                if !self.count(1, line) {
+                if !self.count(line) {
                     return;
                 }
                 let value = match tag {
@@ -313,7 +357,7 @@ impl MarkedEventReceiver for Builder {
                     self.fail(line, format!("values nest deeper than {MAX_DEPTH} levels"));
                     return;
                 }
-                if !self.count(1, line) {
+                if !self.count(line) {
                     return;
                 }
                 self.stack.push(if matches!(ev, Event::SequenceStart(..)) {
@@ -325,6 +369,7 @@ impl MarkedEventReceiver for Builder {
                 } else {
                     Open::Map {
                         entries: Vec::new(),
+                        index: None,
                         pending: None,
                         line,
                         anchor,
@@ -368,7 +413,7 @@ impl MarkedEventReceiver for Builder {
                     self.fail(line, "an alias refers to an unknown anchor".into());
                     return;
                 };
-                if !self.count(size(&node), line) {
+                if !self.count_copied(size(&node), line) {
                     return;
                 }
                 self.place(Node { line, ..node }, 0);
@@ -443,7 +488,51 @@ mod tests {
             text.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
         }
         let e = parse(&text).unwrap_err();
-        assert!(e.message.contains("more than 100000 values"), "{e:?}");
+        assert!(
+            e.message
+                .starts_with("aliases expand to more than 100000 values, the most they may add"),
+            "{e:?}"
+        );
+    }
+
+    /// A plain 50,000-state loop under 1 MiB is no alias bomb: it parses.
+    #[test]
+    fn a_large_plain_document_is_not_taken_for_an_alias_bomb() {
+        let mut text = String::from("states:\n");
+        for i in 0..50_000 {
+            text.push_str(&format!("  s{i}: {{next: z}}\n"));
+        }
+        assert!(text.len() < MAX_TEXT_BYTES, "{}", text.len());
+        let n = parse(&text).unwrap();
+        assert_eq!(get(&n, "states").unwrap().as_map().unwrap().len(), 50_000);
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_in_a_large_mapping() {
+        let mut text: String = (0..40).map(|i| format!("k{i}: {i}\n")).collect();
+        text.push_str("k3: again\n");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.line, 41);
+        assert_eq!(
+            e.message,
+            "key `k3` appears twice in this mapping (first on line 4)"
+        );
+    }
+
+    #[test]
+    fn values_past_the_cap_are_refused_naming_it() {
+        let mut b = Builder {
+            nodes: MAX_VALUES,
+            ..Builder::default()
+        };
+        assert!(!b.count(7));
+        let e = b.error.unwrap();
+        assert_eq!(e.line, 7);
+        assert!(
+            e.message
+                .starts_with("the document holds more than 1000000 values (keys, scalars, lists and mappings), the most a loop file may"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! is in the `loopbox` library.
 
 mod cli;
+mod secrets;
 
 fn main() {
+    secrets::protect();
     std::process::exit(cli::main());
 }

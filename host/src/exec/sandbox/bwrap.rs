@@ -4,8 +4,9 @@
 //! read-only over it (placeholders stand in for missing ones, see
 //! [`super::placeholder`]), the agent's own state outside the workspace
 //! writable, a private `/tmp` of `shell.tmp_bytes` (a tmpfs, so memory), new
-//! PID, IPC and UTS namespaces (and network, unless granted), a new session,
-//! killed with its parent, and the seccomp filter read from a passed descriptor.
+//! user, PID, IPC and UTS namespaces (and network, unless granted), no
+//! capabilities, a new session, killed with its parent, and the seccomp
+//! filters read from passed descriptors.
 
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,7 @@ pub fn args(
     program: &Path,
     args: Vec<String>,
     cwd: &Path,
-    seccomp_fd: Option<i32>,
+    seccomp_fds: &[i32],
 ) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -26,6 +27,11 @@ pub fn args(
         a.extend(["--size".into(), c.tmp_bytes.to_string()]);
     }
     a.extend(["--tmpfs".into(), "/tmp".into()]);
+    // A program kept under /tmp would vanish in the private one: what holds it
+    // there is bound back read-only (before the covers, which apply inside it).
+    for p in tmp_roots(program, &c.workspace) {
+        a.extend(["--ro-bind".into(), s(&p), s(&p)]);
+    }
     // Hidden paths outside the workspace are covered before the binds below, so
     // a workspace or agent state inside one is mounted back over the cover;
     // those inside the workspace after its bind. Covers are made read-only
@@ -55,9 +61,17 @@ pub fn args(
     if !c.network {
         a.push("--unshare-net".into());
     }
+    // A user namespace whoever runs loopbox, and no capabilities in it: as
+    // root, bwrap would otherwise make none and leave the child every
+    // capability (one `mount -o remount,rw /` undoes every bind below), and
+    // `--cap-drop ALL` alone leaves root's bounding set full. Inside it uid 0
+    // is still root's own uid, so root's files stay root's.
     a.extend(
         [
             "--unshare-pid",
+            "--unshare-user",
+            "--cap-drop",
+            "ALL",
             "--unshare-ipc",
             "--unshare-uts",
             "--die-with-parent",
@@ -65,12 +79,37 @@ pub fn args(
         ]
         .map(String::from),
     );
-    if let Some(fd) = seccomp_fd {
-        a.extend(["--seccomp".into(), fd.to_string()]);
+    for fd in seccomp_fds {
+        a.extend(["--add-seccomp-fd".into(), fd.to_string()]);
     }
     a.extend(["--chdir".into(), s(cwd), "--".into(), s(program)]);
     a.extend(args);
     a
+}
+
+/// What a program under `/tmp` (outside the workspace, which is bound anyway)
+/// needs from the real `/tmp`, as named and as resolved: the entry directly in
+/// `/tmp` that holds it (an install prefix, say, with the interpreter and
+/// libraries beside the program), or the program itself when it lies directly
+/// in `/tmp`.
+fn tmp_roots(program: &Path, workspace: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in [Some(program.to_path_buf()), program.canonicalize().ok()]
+        .into_iter()
+        .flatten()
+    {
+        let Ok(rest) = p.strip_prefix("/tmp") else {
+            continue;
+        };
+        let Some(first) = rest.components().next() else {
+            continue;
+        };
+        let top = Path::new("/tmp").join(first);
+        if !p.starts_with(workspace) && top.exists() && !out.contains(&top) {
+            out.push(top);
+        }
+    }
+    out
 }
 
 /// Cover each hidden path: an empty tmpfs over a directory (noted in `dirs`, to

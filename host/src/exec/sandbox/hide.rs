@@ -17,41 +17,181 @@
 
 use std::path::{Path, PathBuf};
 
-/// Credential stores under the home directory, hidden from every child.
+/// Credential stores under the home directory, hidden from every child: what
+/// the common tools document as where they keep a login, a token or a key,
+/// plus shell and database histories (passwords typed on a command line) and
+/// browser profiles (cookies). The test
+/// `the_credential_stores_in_home_are_hidden_by_default` (host/tests/trust.rs)
+/// keeps its own copy of this list, so an entry cannot go unnoticed.
 pub const SECRETS: &[&str] = &[
+    // keys and password stores
     ".ssh",
     ".gnupg",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/sops",
+    ".config/op",
+    ".config/1Password",
+    ".1password",
+    // cloud and cluster logins
     ".aws",
     ".azure",
     ".config/gcloud",
+    ".oci",
     ".kube",
+    ".config/helm",
+    ".config/doctl",
+    ".s3cfg",
+    ".boto",
+    ".databrickscfg",
+    ".config/rclone",
+    ".pulumi/credentials.json",
+    ".terraformrc",
+    ".terraform.d",
+    ".vault-token",
+    ".wrangler",
+    ".config/.wrangler",
+    ".fly",
+    ".config/netlify",
+    ".vercel",
+    ".local/share/com.vercel.cli",
+    ".config/stripe",
+    ".ngrok2",
+    ".config/ngrok",
+    ".config/configstore",
+    ".cache/huggingface/token",
+    ".huggingface/token",
+    // container registries
     ".docker",
+    ".dockercfg",
+    ".config/containers/auth.json",
+    // forges and git
     ".netrc",
     ".git-credentials",
     ".config/git/credentials",
     ".config/gh",
     ".config/hub",
     ".config/glab-cli",
+    ".config/github-copilot",
+    // package registries
     ".npmrc",
+    ".yarnrc",
     ".yarnrc.yml",
     ".pypirc",
+    ".pip",
     ".config/pip",
     ".cargo/credentials",
     ".cargo/credentials.toml",
     ".gem/credentials",
     ".m2/settings.xml",
     ".gradle/gradle.properties",
-    ".terraform.d",
-    ".vault-token",
+    ".ivy2/.credentials",
+    ".sbt/.credentials",
+    ".nuget/NuGet/NuGet.Config",
+    ".config/NuGet",
+    ".config/composer/auth.json",
+    ".composer/auth.json",
+    // databases
     ".pgpass",
     ".my.cnf",
-    ".password-store",
-    ".local/share/keyrings",
-    ".config/op",
+    ".mylogin.cnf",
+    // histories
+    ".bash_history",
+    ".sh_history",
+    ".zsh_history",
+    ".local/share/fish/fish_history",
+    ".local/share/atuin",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".rediscli_history",
+    ".lesshst",
+    // browsers
     ".mozilla",
     ".config/google-chrome",
     ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
 ];
+
+/// Secrets outside any home directory, hidden from every child where this
+/// process can read them (as root; otherwise the kernel already refuses them,
+/// and hiding would only cost Landlock a walk of `/etc`): password hashes
+/// (and their `-` backups), old password hashes, TLS, SSH host, Kerberos host
+/// and WireGuard private keys, saved Wi-Fi and VPN secrets. `/etc/sudoers`
+/// holds rules, not credentials, and stays readable.
+pub const SYSTEM_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+    "/etc/krb5.keytab",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+    "/etc/letsencrypt",
+];
+
+/// SSH host private keys (`/etc/ssh/ssh_host_*_key`) that this process can read.
+fn ssh_host_keys() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/etc/ssh") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("ssh_host_") && n.ends_with("_key"))
+        })
+        .collect()
+}
+
+/// [`SYSTEM_SECRETS`] and the SSH host keys that this process may read.
+pub fn system_secrets() -> Vec<PathBuf> {
+    SYSTEM_SECRETS
+        .iter()
+        .map(PathBuf::from)
+        .chain(ssh_host_keys())
+        .filter(|p| readable(p))
+        .collect()
+}
+
+fn readable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access(2) reads a NUL-terminated path that lives through the call.
+    unsafe { libc::access(c.as_ptr(), libc::R_OK) == 0 }
+}
+
+/// The home directory the user database gives this process's user (root's is
+/// `/root`), whatever `$HOME` says.
+fn account_home() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: geteuid(2) cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: a zeroed passwd is a valid value for getpwuid_r to fill in.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r fills `pw` with pointers into `buf`, which outlives
+    // their use below; `found` is set to `&pw` or null.
+    let rc =
+        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pw.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: pw_dir points to a NUL-terminated string inside `buf`.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pw.pw_dir) };
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+    (dir.is_absolute() && dir != Path::new("/")).then_some(dir)
+}
 
 /// Agents' state under the home directory: logins and session transcripts.
 /// Hidden from a policy's commands; the agent keeps its own (`agent.writable`).
@@ -65,10 +205,10 @@ pub const AGENT_STATE: &[&str] = &[
 
 /// The paths to hide from one child, as they exist now, symbolic links resolved
 /// (a mount or a Landlock rule applies to what a link points at):
-/// `names` under `home`, then `extra`; minus those `reveal` names and those at
-/// or under a path in `keep` (what the child must be able to use).
+/// `names` under each of `homes`, then `extra`; minus those `reveal` names and
+/// those at or under a path in `keep` (what the child must be able to use).
 pub fn paths(
-    home: Option<&Path>,
+    homes: &[PathBuf],
     names: &[&str],
     extra: &[PathBuf],
     reveal: &[PathBuf],
@@ -77,8 +217,8 @@ pub fn paths(
     let resolve = |p: &Path| p.canonicalize().ok();
     let reveal: Vec<PathBuf> = reveal.iter().filter_map(|p| resolve(p)).collect();
     let keep: Vec<PathBuf> = keep.iter().filter_map(|p| resolve(p)).collect();
-    let named = home
-        .into_iter()
+    let named = homes
+        .iter()
         .flat_map(|h| names.iter().map(move |n| h.join(n)));
     let mut out: Vec<PathBuf> = named
         .chain(extra.iter().cloned())
@@ -91,9 +231,13 @@ pub fn paths(
     out
 }
 
-/// What the sandbox hides from one run's children, from `[shell]` and `$HOME`.
+/// What the sandbox hides from one run's children, from `[shell]`, `$HOME`,
+/// the user's home in the user database (root's `/root` when `$HOME` points
+/// elsewhere) and the readable [`system_secrets`].
 pub struct Hidden {
     home: Option<PathBuf>,
+    /// `$HOME`, then the account's home when it is another directory.
+    homes: Vec<PathBuf>,
     extra: Vec<PathBuf>,
     reveal: Vec<PathBuf>,
     root: PathBuf,
@@ -112,10 +256,21 @@ impl Hidden {
             }
             _ => Some(root.join(p)),
         };
+        let mut homes: Vec<PathBuf> = home.iter().cloned().collect();
+        if let Some(account) = account_home() {
+            let same =
+                |h: &PathBuf| h == &account || h.canonicalize().ok() == account.canonicalize().ok();
+            if !homes.iter().any(same) {
+                homes.push(account);
+            }
+        }
+        let mut extra: Vec<PathBuf> = system_secrets();
+        extra.extend(shell.hide.iter().filter_map(path));
         Hidden {
-            extra: shell.hide.iter().filter_map(path).collect(),
+            extra,
             reveal: shell.reveal.iter().filter_map(path).collect(),
             home,
+            homes,
             root: root.to_path_buf(),
         }
     }
@@ -154,7 +309,7 @@ impl Hidden {
     }
 
     fn paths(&self, names: &[&str], extra: &[PathBuf], keep: &[PathBuf]) -> Vec<PathBuf> {
-        let mut out = paths(self.home.as_deref(), names, extra, &self.reveal, keep);
+        let mut out = paths(&self.homes, names, extra, &self.reveal, keep);
         // Hiding the workspace itself would leave nothing to work on.
         out.retain(|h| *h != self.root);
         out
@@ -176,8 +331,9 @@ mod tests {
         std::fs::create_dir_all(home.join(".claude")).unwrap();
         std::fs::write(home.join("keys.txt"), "k").unwrap();
 
+        let homes = [home.clone()];
         let got = paths(
-            Some(&home),
+            &homes,
             SECRETS,
             &[home.join("keys.txt"), home.join("missing")],
             &[],
@@ -195,14 +351,14 @@ mod tests {
 
         let names: Vec<&str> = SECRETS.iter().chain(AGENT_STATE).copied().collect();
         let got = paths(
-            Some(&home),
+            &homes,
             &names,
             &[],
             &[home.join(".aws")],
             &[home.join(".claude")],
         );
         assert_eq!(got, vec![home.join(".netrc"), home.join(".ssh")]);
-        assert!(paths(None, SECRETS, &[], &[], &[]).is_empty());
-        assert!(paths(None, &[], &[PathBuf::from("/")], &[], &[]).is_empty());
+        assert!(paths(&[], SECRETS, &[], &[], &[]).is_empty());
+        assert!(paths(&[], &[], &[PathBuf::from("/")], &[], &[]).is_empty());
     }
 }

@@ -11,7 +11,8 @@
 //! Read access is given the same way: to `/` whole unless a hidden path lies
 //! under it, else to each entry but the hidden ones, walking into those that
 //! hold one. Directories on the way stay listable, and so the names inside a
-//! hidden directory can be listed, not read.
+//! hidden directory can be listed, not read. Making device nodes is handled
+//! and granted nowhere.
 //!
 //! - ABI 4+: TCP bind and connect are handled (denied unless the network is granted).
 //! - ABI 6+: the abstract UNIX socket and signal scopes: no connecting to
@@ -37,14 +38,19 @@ pub fn confines_unix_sockets(abi: i32) -> bool {
 /// A ruleset for `confines` plus the private temp dir `tmp`, as a descriptor the child applies.
 pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, String> {
     let abi = ABI::from(abi);
-    let all = AccessFs::from_all(abi);
+    let handled = AccessFs::from_all(abi);
+    // Everything but making device nodes, which is handled (so refused)
+    // everywhere: a character or block device made in the workspace is a door
+    // to the hardware. The seccomp filter and the dropped capabilities refuse
+    // it too.
+    let all = handled & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     let file = AccessFs::from_file(abi);
     fn e(what: &'static str) -> impl Fn(landlock::RulesetError) -> String {
         move |err| format!("{what}: {err}")
     }
     let mut rules = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
+        .handle_access(handled)
         .map_err(e("handling file access"))?;
     if !confines.network && abi >= ABI::V4 {
         rules = rules

@@ -29,7 +29,9 @@ use serde::{Deserialize, Serialize};
 mod bwrap;
 pub mod hide;
 mod landlock;
+pub mod leftovers;
 pub mod placeholder;
+mod privileges;
 pub mod protect;
 mod seccomp;
 
@@ -155,6 +157,9 @@ fn find_bwrap() -> Result<PathBuf, String> {
             "/dev",
             "--unshare-net",
             "--unshare-pid",
+            "--unshare-user",
+            "--cap-drop",
+            "ALL",
             "--die-with-parent",
             "true",
         ])
@@ -260,10 +265,10 @@ pub struct Prepared {
     pub arg0: Option<String>,
     /// Extra variables for the child (TMPDIR).
     pub env: Vec<(String, String)>,
-    /// Applied in the child between fork and exec (Landlock and seccomp).
+    /// Applied in the child between fork and exec (capabilities, Landlock, seccomp).
     pub confinement: Option<Confinement>,
-    /// A descriptor the child gets as fd 3 (bwrap's `--seccomp 3`).
-    pub pass_fd: Option<OwnedFd>,
+    /// Descriptors the child gets as fds 3, 4, ... (bwrap's `--add-seccomp-fd`).
+    pub pass_fd: Vec<OwnedFd>,
     /// The private temp dir, removed when this is dropped.
     pub _tmp: Option<tempfile::TempDir>,
     /// The placeholders of missing protected names, kept while the child runs.
@@ -279,7 +284,7 @@ impl Prepared {
             arg0,
             env: Vec::new(),
             confinement: None,
-            pass_fd: None,
+            pass_fd: Vec::new(),
             _tmp: None,
             _hold: None,
         }
@@ -333,40 +338,47 @@ impl Confines {
                     }
                 }
                 let hold = placeholder::hold(&self.workspace, &self.protected)?;
-                let filter = seccomp::filter(self.sockets(false))?;
-                let (read, write) = crate::exec::fd::pipe()
-                    .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
-                std::fs::File::from(write)
-                    .write_all(&seccomp::to_bytes(&filter))
-                    .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
+                let mut pass_fd = Vec::new();
+                for filter in seccomp::filters(self.sockets(false))? {
+                    let (read, write) = crate::exec::fd::pipe()
+                        .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
+                    // A pipe holds 64 KiB; the largest filter is under 4 KiB.
+                    std::fs::File::from(write)
+                        .write_all(&seccomp::to_bytes(&filter))
+                        .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
+                    pass_fd.push(read);
+                }
+                let fds: Vec<i32> = (0..pass_fd.len() as i32).map(|i| PASSED_FD + i).collect();
                 Ok(Prepared {
                     program: bwrap.clone(),
-                    args: bwrap::args(self, &program, args, cwd, Some(PASSED_FD)),
+                    args: bwrap::args(self, &program, args, cwd, &fds),
                     arg0: None,
                     env: vec![("TMPDIR".into(), "/tmp".into())],
                     confinement: None,
-                    pass_fd: Some(read),
+                    pass_fd,
                     _tmp: None,
                     _hold: Some(hold),
                 })
             }
             Sandbox::Landlock(abi) => {
-                let tmp = tempfile::Builder::new()
-                    .prefix("loopbox-child-")
-                    .tempdir()
-                    .map_err(|e| format!("cannot create the child's private temp dir: {e}"))?;
+                let tmp = leftovers::private_tmp()?;
                 let ruleset = landlock::ruleset(*abi, self, tmp.path())
                     .map_err(|e| format!("the Landlock sandbox cannot be set up: {e}"))?;
-                let seccomp = seccomp::filter(self.sockets(landlock::confines_unix_sockets(*abi)))?;
+                let seccomp =
+                    seccomp::filters(self.sockets(landlock::confines_unix_sockets(*abi)))?;
                 let env = vec![("TMPDIR".into(), tmp.path().to_string_lossy().into_owned())];
-                let confinement = Some(Confinement { ruleset, seccomp });
+                let confinement = Some(Confinement {
+                    privileges: privileges::CapDrop::prepare(),
+                    ruleset,
+                    seccomp,
+                });
                 Ok(Prepared {
                     program,
                     args,
                     arg0,
                     env,
                     confinement,
-                    pass_fd: None,
+                    pass_fd: Vec::new(),
                     _tmp: Some(tmp),
                     _hold: None,
                 })
@@ -375,24 +387,31 @@ impl Confines {
     }
 }
 
-/// The descriptor number the child gets [`Prepared::pass_fd`] as.
+/// The descriptor number the child gets the first of [`Prepared::pass_fd`] as
+/// (the next ones follow it).
 pub const PASSED_FD: i32 = 3;
 
 /// Kernel-side restrictions made in the parent, applied in the child before exec.
 #[derive(Debug)]
 pub struct Confinement {
+    privileges: privileges::CapDrop,
     ruleset: OwnedFd,
-    seccomp: seccompiler::BpfProgram,
+    seccomp: Vec<seccompiler::BpfProgram>,
 }
 
 impl Confinement {
-    /// In the child, after clone and before exec: only system calls.
+    /// In the child, after clone and before exec: only system calls. Capabilities
+    /// go first (the secure bits need CAP_SETPCAP), seccomp last.
     pub fn apply_in_child(&self) -> std::io::Result<()> {
-        // SAFETY: both only make system calls on data prepared in the parent.
+        // SAFETY: each only makes system calls on data prepared in the parent.
         unsafe {
+            self.privileges.apply()?;
             landlock::restrict_self(&self.ruleset)?;
-            seccomp::install(&self.seccomp)
+            for program in &self.seccomp {
+                seccomp::install(program)?;
+            }
         }
+        Ok(())
     }
 }
 
@@ -472,7 +491,7 @@ mod tests {
             hidden: vec![],
             tmp_bytes: 1 << 20,
         };
-        let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, Some(3)).join(" ");
+        let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, &[3, 4]).join(" ");
         let w = ws.display();
         assert!(
             a.contains(&format!(
@@ -482,11 +501,17 @@ mod tests {
             "the store is bound read-only, then covered: {a}"
         );
         assert!(
+            a.contains("--unshare-pid --unshare-user --cap-drop ALL --unshare-ipc"),
+            "no capabilities, as root too: {a}"
+        );
+        assert!(
             !a.contains("missing.toml") && !a.contains("agent-home"),
             "only what exists is bound: {a}"
         );
         assert!(
-            a.ends_with(&format!("--seccomp 3 --chdir {w} -- /bin/echo hi")),
+            a.ends_with(&format!(
+                "--add-seccomp-fd 3 --add-seccomp-fd 4 --chdir {w} -- /bin/echo hi"
+            )),
             "{a}"
         );
         assert!(
@@ -510,7 +535,7 @@ mod tests {
             ],
             ..c
         };
-        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, None).join(" ");
+        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, &[]).join(" ");
         assert!(
             a.contains(&format!(
                 "--size 1048576 --tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --tmpfs {w}/.loopbox --remount-ro {o}/keys --remount-ro {w}/.loopbox --unshare-net"

@@ -132,6 +132,24 @@ impl Drop for Hold {
     }
 }
 
+/// At the start of a loopbox command: remove the placeholders a loopbox killed
+/// with SIGKILL left in `root` (canonical), if no sandboxed child runs there now.
+/// Cheap when nothing was left: only the record's existence is checked.
+pub fn clean_stale(root: &Path) {
+    let Ok(files) = lock_files(root) else {
+        return;
+    };
+    if !files.record.exists() {
+        return;
+    }
+    let held = held();
+    // A hold of this process would be counted in HELD; none runs at start, but
+    // a record lock this process holds would make the check below pass.
+    if !held.contains_key(&files.run) {
+        let _ = clean_up(&files);
+    }
+}
+
 /// Remove recorded placeholders that are still empty, if no child is running.
 /// Called with [`HELD`] locked and this process holding no `run` lock.
 fn clean_up(files: &LockFiles) -> Result<(), String> {

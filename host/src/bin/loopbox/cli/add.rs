@@ -156,12 +156,44 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
     } else if !upgrade {
         review.push(format!("[policies.{name}] will grant: {}", asked.summary()));
     }
-    let needs_yes = !upgrade || !diff.is_empty();
+    // Who signed the version installed now (what the lock recorded), against who
+    // signed this one: another key is a trust decision of its own.
+    let lock_path = path_for(Some(&config_file), workspace);
+    let signer_change = match (&current, &fetched.locked) {
+        (Some(c), Some(_)) => Lock::read(&lock_path)
+            .map_err(Failure::usage)?
+            .policies
+            .get(&name)
+            .filter(|old| old.signed_by.as_ref() != signer)
+            .map(|old| {
+                let who = |key: Option<&String>| match key {
+                    Some(k) => match config.trust.name_of(k) {
+                        Some(n) => format!("`{n}` ({k})"),
+                        None => format!("{k}, a key [trust.keys] does not list"),
+                    },
+                    None if c.unsigned => "unsigned (or not recorded)".to_string(),
+                    None => "not recorded".to_string(),
+                };
+                format!("{} -> {}", who(old.signed_by.as_ref()), who(signer))
+            }),
+        _ => None,
+    };
+    if let Some(change) = &signer_change {
+        review.push(format!(
+            "it is signed by another key than the version installed now: {change}"
+        ));
+    }
+    let needs_yes = !upgrade || !diff.is_empty() || signer_change.is_some();
     for line in &review {
-        loopbox::errln!("{line}");
+        // Needs, signer and names come from the component: escaped, one line each.
+        loopbox::errln!("{}", loopbox::ui::Untrusted(line));
     }
     if needs_yes && !args.yes {
-        let question = if upgrade {
+        let question = if upgrade && signer_change.is_some() && !diff.is_empty() {
+            "Accept the new signer, and grant what it asks for beyond its current grants?"
+        } else if signer_change.is_some() {
+            "Accept the new signer?"
+        } else if upgrade {
             "Grant what it asks for beyond its current grants?"
         } else {
             "Install it with these grants?"
@@ -182,6 +214,14 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
     } else {
         String::new()
     };
+    // `add` is the user's own edit, approved above: a config that was trusted (or
+    // that `add` creates whole) stays trusted, and one that was not stays not.
+    let trust = loopbox::trust::TrustStore::for_user().ok();
+    let keep_trusted = trust.as_ref().is_some_and(|t| {
+        !config_file.exists()
+            || t.standing(&config_file, &loopbox::trust::digest(old.as_bytes()))
+                .is_ok_and(|s| s == loopbox::trust::Standing::Trusted)
+    });
     let grant = Grant {
         name: name.clone(),
         source: fetched.source.clone(),
@@ -198,18 +238,21 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
             )))
         })?;
     if let Some(locked) = &fetched.locked {
-        let lock_path = path_for(Some(&config_file), workspace);
         let mut lock = Lock::read(&lock_path).map_err(Failure::usage)?;
         lock.policies.insert(
             name.clone(),
             Locked {
-                signed_by: trusted_key.clone(),
+                signed_by: signer.cloned(),
                 ..locked.clone()
             },
         );
         lock.write(&lock_path).map_err(Failure::internal)?;
     }
     loopbox::files::write_atomically(&config_file, text.as_bytes()).map_err(Failure::internal)?;
+    if let Some(t) = trust.filter(|_| keep_trusted) {
+        t.approve(&config_file, &loopbox::trust::digest(text.as_bytes()))
+            .map_err(Failure::internal)?;
+    }
 
     if args.json {
         let report = json!({

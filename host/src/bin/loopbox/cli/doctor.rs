@@ -1,6 +1,7 @@
 //! `loopbox doctor`: what this machine and workspace support, and what
 //! `loopbox run` would use: the OS sandboxes, the configured sandbox, what it
-//! protects and hides, the compiled-component cache, the store, the agent.
+//! protects and hides, the compiled-component cache, the store, the agent,
+//! and what running as root changes.
 
 use std::path::Path;
 
@@ -52,6 +53,18 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
                 .child_env(&root)
                 .resolve_program(&a.command[0], &root)
             {
+                // bwrap's /tmp is private: what holds the program there is bound back.
+                Some(p)
+                    if matches!(sandbox, Sandbox::Bwrap(_))
+                        && p.starts_with("/tmp")
+                        && !p.starts_with(&root) =>
+                {
+                    format!(
+                        "{} ({}; under /tmp, so bound read-only into the sandbox's private /tmp)",
+                        a.command[0],
+                        p.display()
+                    )
+                }
                 Some(p) => format!("{} ({})", a.command[0], p.display()),
                 None => format!(
                     "{} NOT FOUND on shell.path = `{}`",
@@ -91,6 +104,13 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         let shown: Vec<String> = hidden_now.iter().map(|p| hidden.show(p)).collect();
         format!("{} (unreadable in the sandbox)", shown.join(" "))
     };
+    // SAFETY: geteuid(2) cannot fail.
+    let root_user = unsafe { libc::geteuid() } == 0;
+    let root_line = if sandbox.is_enforced() {
+        "yes: commands and the agent run with no capabilities and no_new_privs, and seccomp refuses mount, mknod, bpf, perf_event_open, reboot, module loading and the like; /etc/shadow, /etc/gshadow, private host keys and root's credential stores (in /root too) are hidden"
+    } else {
+        "yes, and with no sandbox enforced commands run with root's full rights"
+    };
     let config_line = config_path
         .as_ref()
         .map_or("none (defaults: nothing granted)".to_string(), |p| {
@@ -103,7 +123,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             "sandbox": sandbox.name(), "sandbox_enforced": sandbox.is_enforced(), "sandbox_note": chosen,
             "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
             "landlock_limits": landlock_limits, "protected": protected, "unix_sockets": config.shell.unix_sockets,
-            "hidden": hidden_now,
+            "hidden": hidden_now, "root": root_user,
         });
         loopbox::outln!(
             "{}",
@@ -120,6 +140,9 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
                 config.shell.sandbox.name()
             ),
         );
+        if root_user {
+            line("root", root_line);
+        }
         line(
             "network",
             if config.shell.network {

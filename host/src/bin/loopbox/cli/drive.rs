@@ -20,7 +20,7 @@ use loopbox::run::driver::{self, Asker, DriveOptions, Next, NoAsker, RunEnd};
 use loopbox::run::record::outcome_json;
 use loopbox::run::stop::{Stop, StopReason};
 use loopbox::run::{Access, RunContext};
-use loopbox::ui::{Ui, sanitize};
+use loopbox::ui::{Ui, Untrusted, one_line};
 use loopbox::wasm::policy::{Policy, PolicySource};
 
 /// The config a run's options name, as the run sees it (see [`for_run`]).
@@ -296,7 +296,7 @@ pub fn report(
         });
         loopbox::outln!("{out}");
     } else {
-        loopbox::outln!("{}: {}", end.status(), sanitize(&end.summary()));
+        loopbox::outln!("{}: {}", end.status(), Untrusted(&end.summary()));
         match end {
             RunEnd::Waiting(_) => loopbox::outln!("run {id} is parked in {}", db.path().display()),
             RunEnd::TurnUnknown(_) => loopbox::outln!(
@@ -333,7 +333,7 @@ pub fn note_interrupted(db: &Db) {
             loopbox::errln!(
                 "note: run {} of {} was interrupted (its loopbox process stopped); resume it with `loopbox runs resume {}`, or stop it with `loopbox runs cancel {}`",
                 r.id,
-                r.policy,
+                one_line(&r.policy),
                 r.id,
                 r.id
             );
@@ -350,8 +350,8 @@ impl Confirm for TerminalConfirm {
     fn confirm(&self, action: &str, rule: &str) -> Result<bool, String> {
         let message = format!(
             "The policy wants to run {} (needs a yes: {})",
-            sanitize(action),
-            sanitize(rule)
+            Untrusted(action),
+            Untrusted(rule)
         );
         let answer = read_answer(&self.ui, &message, "Allow it? [y/N] ")
             .ok_or("there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions")?;
@@ -368,7 +368,7 @@ impl Asker for TerminalAsker {
     fn ask(&self, question: &str) -> Option<String> {
         read_answer(
             &self.ui,
-            &format!("The policy asks: {}", sanitize(question)),
+            &format!("The policy asks: {}", Untrusted(question)),
             "answer> ",
         )
     }

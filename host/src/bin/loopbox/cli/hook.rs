@@ -24,12 +24,13 @@ use loopbox::db::STORE_DIR;
 use loopbox::dist::installed::Installed;
 use loopbox::exec::confirm::NoOneToAsk;
 use loopbox::exec::grants::shell_quote;
-use loopbox::hook::agents::{Agent, EventSpec};
-use loopbox::hook::input::{HookInput, MAX_INPUT_BYTES};
-use loopbox::hook::render::{HookOutput, OnError, fail};
+use loopbox::hook::agents::{Agent, Block, EventSpec};
+use loopbox::hook::input::{HookInput, MAX_INPUT_BYTES, event_named_in};
+use loopbox::hook::render::{HookOutput, OnError, fail, refuse};
 use loopbox::hook::settings::{self, HookEntry};
 use loopbox::hook::{session, transcript};
 use loopbox::run::Access;
+use loopbox::trust::{NotTrusted, TrustStore};
 use loopbox::wasm::policy::PolicySource;
 
 #[derive(Debug, Args)]
@@ -88,6 +89,15 @@ struct AnswerArgs {
     /// Seconds the agent gives this hook (default: the agent's own default); loopbox answers before they run out
     #[arg(long, value_name = "SECS")]
     timeout: Option<u64>,
+    /// The event this command was installed for: an input loopbox cannot read is answered as this event (a gate refuses)
+    #[arg(long, value_name = "NAME")]
+    event: Option<String>,
+    /// The workspace this hook was installed for: the only one it answers in (an event from outside it is refused)
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// The blake3 of the policy component `hook install` pinned: any other component is refused
+    #[arg(long, value_name = "BLAKE3")]
+    digest: Option<String>,
 }
 
 /// Which settings file an entry goes into.
@@ -170,7 +180,19 @@ pub fn answer_broken_command(agent: Agent, clap_error: &str) -> i32 {
     let _ = std::io::stdin()
         .take(MAX_INPUT_BYTES as u64)
         .read_to_string(&mut text);
-    let spec = agent.event(&event_named_in(&text));
+    // The installed command names its event; else the input may.
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let named = args
+        .iter()
+        .position(|a| a == "--event")
+        .and_then(|at| args.get(at + 1).cloned())
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("--event=").map(String::from))
+        });
+    let spec = agent.event(&named.unwrap_or_else(|| event_named_in(&text)));
     let first = clap_error
         .lines()
         .next()
@@ -182,14 +204,6 @@ pub fn answer_broken_command(agent: Agent, clap_error: &str) -> i32 {
         OnError::default_for(&spec),
         &format!("the hook command is wrong ({first}); fix it in the agent's hook settings"),
     ))
-}
-
-/// The `hook_event_name` of hook input that may not parse as a whole; empty when it names none.
-fn event_named_in(text: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| v["hook_event_name"].as_str().map(String::from))
-        .unwrap_or_default()
 }
 
 impl AgentEntry {
@@ -221,15 +235,22 @@ fn answer(agent: Agent, args: AnswerArgs, dash_c: Option<&Path>) -> i32 {
         Ok(_) => HookInput::parse(agent, &text),
         Err(e) => Err(format!("cannot read the hook input from stdin: {e}")),
     };
-    // The event decides how a failure is said; an input too broken to parse still names it, often.
-    let spec = match &input {
-        Ok(i) => i.spec(),
-        Err(_) => agent.event(&event_named_in(&text)),
+    // The event decides how a failure is said: the one the installed command names
+    // (an input loopbox cannot read must not turn a gate into a pass), else the input's.
+    let spec = match (&input, &args.event) {
+        (Ok(i), _) => i.spec(),
+        (Err(_), Some(event)) => agent.event(event),
+        (Err(_), None) => agent.event(&event_named_in(&text)),
     };
     let on_error = args.on_error.unwrap_or_else(|| OnError::default_for(&spec));
     let cwd = input.as_ref().ok().and_then(|i| i.cwd.clone());
-    let workspace =
-        loopbox::hook::workspace::resolve(agent, dash_c, cwd.as_deref(), |v| std::env::var(v).ok());
+    let workspace = loopbox::hook::workspace::resolve(
+        agent,
+        args.root.as_deref(),
+        dash_c,
+        cwd.as_deref(),
+        |v| std::env::var(v).ok(),
+    );
     let log_dir = workspace.as_ref().ok().cloned();
     let policy = args.policy.clone();
     let failed = move |e: anyhow::Error| {
@@ -237,6 +258,15 @@ fn answer(agent: Agent, args: AnswerArgs, dash_c: Option<&Path>) -> i32 {
             .as_ref()
             .and_then(|ws| record_failure(ws, &policy, &e));
         let why = format!("{e:#}").replace('\n', " ");
+        // A config the user has not approved is never obeyed: a gate refuses whatever
+        // --on-error says, and saying the command that approves it; any other event goes on.
+        if let Some(untrusted) = e.downcast_ref::<NotTrusted>() {
+            return if spec.block == Block::No {
+                HookOutput::nothing()
+            } else {
+                refuse(agent, &spec, &format!("loopbox: {untrusted}"))
+            };
+        }
         fail(
             agent,
             &spec,
@@ -267,7 +297,7 @@ fn answer(agent: Agent, args: AnswerArgs, dash_c: Option<&Path>) -> i32 {
     });
     // A panic (a bug) is a failure like any other: the gate must still refuse.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        answer_input(&args.policy, &args.input, args.config.as_deref(), args.accept_config_change, &ws, &input)
+        answer_input(&args, &ws, &input)
     }))
     .unwrap_or_else(|_| Err(anyhow!("loopbox failed unexpectedly while answering (a bug: please report it with .loopbox/hook.log)")));
     let output = result.unwrap_or_else(failed);
@@ -283,7 +313,8 @@ fn emit(output: &HookOutput) -> i32 {
         let _ = out.flush();
     }
     if let Some(line) = &output.stderr {
-        loopbox::errln!("{line}");
+        // It may quote the policy: escaped, its own lines indented (see `ui::Untrusted`).
+        loopbox::errln!("{}", loopbox::ui::Untrusted(line));
     }
     output.exit
 }
@@ -329,17 +360,14 @@ fn in_workspace(workspace: &Path, path: &Path) -> PathBuf {
     }
 }
 
-fn answer_input(
-    policy: &str,
-    start: &str,
-    config: Option<&Path>,
-    accept: bool,
-    workspace: &Path,
-    input: &HookInput,
-) -> Result<HookOutput> {
-    let config_file = config.map(|c| in_workspace(workspace, c));
-    let (config, config_path) = Config::discover(config_file.as_deref(), workspace)?;
-    let start = json_arg("--input", start).map_err(|f| f.error)?;
+fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Result<HookOutput> {
+    let (policy, accept) = (args.policy.as_str(), args.accept_config_change);
+    let config_file = args.config.as_deref().map(|c| in_workspace(workspace, c));
+    let found = Config::discover_hashed(config_file.as_deref(), workspace)?;
+    // A config that a cloned repository or a sandboxed command could have written is obeyed only once approved.
+    TrustStore::for_user()?.require_discovered(&found)?;
+    let (config, config_path) = (found.config, found.path);
+    let start = json_arg("--input", &args.input).map_err(|f| f.error)?;
     let runtime = super::runtime(&config, workspace).map_err(|f| f.error)?;
     // A name the config installs runs under its own section, admitted like `loopbox run NAME`.
     let (config, source, policy) =
@@ -358,6 +386,16 @@ fn answer_input(
                 (config, source, loaded)
             }
         };
+    if let Some(pinned) = &args.digest
+        && *pinned != policy.digest
+    {
+        bail!(
+            "the policy `{source}` is not the component `hook install` pinned (blake3 {}…, this one {}…): it changed, or another file is in its place; \
+             if you rebuilt it yourself, run `loopbox hook install` again",
+            pinned.get(..16).unwrap_or(pinned),
+            &policy.digest[..16]
+        );
+    }
     // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.
     let access = Access {
         confirm: Arc::new(NoOneToAsk(
@@ -465,18 +503,46 @@ fn program() -> Result<(String, bool)> {
 }
 
 /// The command line the agent runs for this entry, and whether it names only what every machine has.
-fn hook_command(agent: Agent, e: &EntryArgs, workspace: &Path) -> Result<(String, bool)> {
+///
+/// It pins what was installed: the event (so an input loopbox cannot read is still
+/// answered as that event), the workspace (`--root`, for the project and local
+/// scopes: a `cwd` elsewhere, a planted `sub/loopbox.toml` included, is never
+/// adopted) and a component's blake3 (`--digest`: another file at that path is refused).
+fn hook_command(
+    agent: Agent,
+    e: &EntryArgs,
+    workspace: &Path,
+    pin: bool,
+) -> Result<(String, bool)> {
     let (program, on_path) = program()?;
     let config_file = e.config.as_ref().map(|c| in_workspace(workspace, c));
     let installed = Config::discover(config_file.as_deref(), workspace)?
         .0
         .policies
         .contains_key(&e.policy);
+    let mut digest = None;
     let policy = match PolicySource::parse(&e.policy) {
         // An installed name travels as itself: the hook resolves it from the config.
         _ if installed => e.policy.clone(),
         PolicySource::Builtin(_) => e.policy.clone(),
-        PolicySource::Path(p) => portable(workspace, &p, "policy")?,
+        PolicySource::Path(p) => {
+            let file = in_workspace(workspace, &p);
+            // Uninstalling matches a hook whatever digest it pinned.
+            if pin {
+                let bytes = loopbox::files::read_capped(&file, loopbox::files::MAX_COMPONENT_BYTES)
+                    .map_err(|err| anyhow!("policy `{}` cannot be read: {err}", file.display()))?;
+                digest = Some(blake3::hash(&bytes).to_hex().to_string());
+            }
+            // A user-wide hook runs in every project: a relative path would name each project's own file.
+            if e.scope == Scope::User {
+                file.canonicalize()
+                    .with_context(|| format!("policy `{}` not found", file.display()))?
+                    .to_string_lossy()
+                    .into_owned()
+            } else {
+                portable(workspace, &p, "policy")?
+            }
+        }
     };
     let mut portable_paths = !Path::new(&policy).is_absolute();
     let mut argv = vec![
@@ -485,7 +551,18 @@ fn hook_command(agent: Agent, e: &EntryArgs, workspace: &Path) -> Result<(String
         agent.id().into(),
         "--policy".into(),
         policy,
+        "--event".into(),
+        e.event.clone(),
     ];
+    if e.scope != Scope::User {
+        let root = workspace
+            .canonicalize()
+            .with_context(|| format!("the workspace `{}` cannot be used", workspace.display()))?;
+        argv.extend(["--root".into(), root.to_string_lossy().into_owned()]);
+    }
+    if let Some(d) = digest {
+        argv.extend(["--digest".into(), d]);
+    }
     if let Some(input) = &e.input {
         argv.push("--input".into());
         argv.push(
@@ -496,7 +573,15 @@ fn hook_command(agent: Agent, e: &EntryArgs, workspace: &Path) -> Result<(String
         );
     }
     if let Some(c) = &e.config {
-        let c = portable(workspace, c, "config")?;
+        let c = if e.scope == Scope::User {
+            in_workspace(workspace, c)
+                .canonicalize()
+                .with_context(|| format!("config `{}` not found", c.display()))?
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            portable(workspace, c, "config")?
+        };
         portable_paths &= !Path::new(&c).is_absolute();
         argv.extend(["--config".into(), c]);
     }
@@ -566,7 +651,9 @@ fn edit(
     check_event(agent, &e)?;
     let workspace = workspace.unwrap_or(Path::new("."));
     let path = settings_path(agent, e.scope, workspace).map_err(Failure::usage)?;
-    let (command, portable_command) = hook_command(agent, &e, workspace).map_err(Failure::usage)?;
+    let (command, portable_command) =
+        hook_command(agent, &e, workspace, install).map_err(Failure::usage)?;
+    let pins_digest = command.contains(" --digest ");
     let entry = HookEntry {
         event: e.event.clone(),
         matcher: e.matcher.as_deref().map(|m| native_matcher(agent, m)),
@@ -619,6 +706,19 @@ fn edit(
                     }
                 );
             }
+            if install {
+                trust_config(&e, workspace)?;
+            }
+            if install && e.scope != Scope::User {
+                loopbox::outln!(
+                    "note: the hook answers only in this workspace (--root){}; on another machine or clone, run `loopbox hook install` there",
+                    if pins_digest {
+                        ", and runs only this build of the policy (--digest): after rebuilding it, run `loopbox hook install` again"
+                    } else {
+                        ""
+                    }
+                );
+            }
             if install && agent == Agent::Codex {
                 loopbox::outln!(
                     "note: Codex reads a project's .codex/hooks.json only when the project is trusted, and runs a new or changed hook only after you review it (/hooks in Codex)"
@@ -629,6 +729,26 @@ fn edit(
         None => loopbox::outln!("no {what} in {}; nothing to remove", path.display()),
     }
     Ok(exit::OK)
+}
+
+/// `hook install` is the user's word for the config the hook will obey: record it, showing what it grants.
+fn trust_config(e: &EntryArgs, workspace: &Path) -> Result<(), Failure> {
+    let path = match &e.config {
+        Some(c) => in_workspace(workspace, c),
+        None => workspace.join(loopbox::files::CONFIG_FILE),
+    };
+    if !path.is_file() {
+        return Ok(());
+    }
+    let found = super::trust::approve_written(&path, workspace)?;
+    loopbox::outln!(
+        "trusted `{}`, which the hook obeys; it grants:",
+        path.display()
+    );
+    for line in loopbox::trust::grants(&found.config) {
+        loopbox::outln!("  {line}");
+    }
+    Ok(())
 }
 
 fn write_atomically(path: &Path, text: &str) -> Result<()> {

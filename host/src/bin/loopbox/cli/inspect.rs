@@ -14,7 +14,7 @@ use loopbox::dist::installed::Installed;
 use loopbox::dist::needs::Needs;
 use loopbox::dist::sign::verify;
 use loopbox::run::RunContext;
-use loopbox::ui::Ui;
+use loopbox::ui::{Ui, Untrusted};
 use loopbox::wasm::inspect::{Info, Inspection, InstalledReport, capabilities, producers};
 use loopbox::wasm::policy::PolicySource;
 
@@ -57,7 +57,7 @@ pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
     let info = super::tokio()?.block_on(ctx.info(&policy));
 
     let needs = Needs::read(&policy.wasm).unwrap_or_else(|e| {
-        loopbox::errln!("warning: {e:#}");
+        loopbox::errln!("warning: {}", Untrusted(&format!("{e:#}")));
         None
     });
     let signature = match verify(&policy.wasm).map(|s| judge(s, &config.trust, false)) {

@@ -13,6 +13,7 @@ mod publish;
 mod pull;
 mod run;
 mod runs;
+mod trust;
 mod validate;
 
 use std::path::PathBuf;
@@ -94,6 +95,8 @@ enum Command {
     Publish(publish::PublishArgs),
     /// Make or show a signing key
     Key(key::KeyArgs),
+    /// Approve a config file (loopbox.toml) after reviewing its grants; --list, --revoke
+    Trust(trust::TrustArgs),
 }
 
 /// A failure with the exit code it should end the process with.
@@ -186,6 +189,7 @@ impl Command {
             Command::Pull(a) => a.json,
             Command::Publish(a) => a.json,
             Command::Key(_) => false,
+            Command::Trust(a) => a.json,
             // A hook answers in its agent's protocol; `new` prints no JSON.
             Command::Hook(_) | Command::New(_) => false,
         }
@@ -216,6 +220,8 @@ fn main_with(cli: Cli) -> i32 {
         return exit::USAGE;
     }
     let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
+    // What a loopbox killed with SIGKILL left: temp dirs, the workspace's placeholders.
+    loopbox::exec::sandbox::leftovers::clean(Some(&workspace));
     let result = match cli.command {
         Command::Run(args) => run::execute(args, &workspace),
         Command::Validate(args) => validate::execute(args, &workspace),
@@ -229,11 +235,17 @@ fn main_with(cli: Cli) -> i32 {
         Command::Pull(args) => pull::execute(args, &workspace),
         Command::Publish(args) => publish::execute(args, &workspace),
         Command::Key(args) => key::execute(args),
+        Command::Trust(args) => trust::execute(args, &workspace),
     };
     match result {
         Ok(code) => code,
         Err(f) => {
-            loopbox::errln!("error: {:#}", f.error);
+            // The chain may quote a policy, a registry or a loop file: escaped,
+            // and its own lines indented, so it cannot pose as loopbox's words.
+            loopbox::errln!(
+                "error: {}",
+                loopbox::ui::Untrusted(&format!("{:#}", f.error))
+            );
             if json {
                 let causes: Vec<String> = f.error.chain().map(|c| c.to_string()).collect();
                 print_json_error(&format!("{:#}", f.error), &causes, f.code);

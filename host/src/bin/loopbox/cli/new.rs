@@ -18,6 +18,17 @@ pub struct NewArgs {
 
 pub fn execute(args: NewArgs, workspace: &Path) -> Result<i32, Failure> {
     let dir = scaffold::create(workspace, &args.name, args.lang).map_err(Failure::usage)?;
+    // loopbox wrote this config itself: it is trusted as written.
+    let config = dir.join(loopbox::files::CONFIG_FILE);
+    if config.is_file()
+        && let Err(f) = super::trust::approve_written(&config, &dir)
+    {
+        loopbox::errln!(
+            "loopbox: note: {:#}; run `loopbox trust` in {} before `loopbox run`",
+            f.error,
+            dir.display()
+        );
+    }
     let shown = if workspace == Path::new(".") {
         args.name.clone()
     } else {

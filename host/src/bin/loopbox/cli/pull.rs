@@ -81,7 +81,10 @@ pub fn execute(args: PullArgs, workspace: &Path) -> Result<i32, Failure> {
         match result {
             Ok(_) => report.push(json!({"name": name, "source": locked.source, "fetched": true})),
             // The first failure is the command's error; any later ones are printed here.
-            Err(e) if failed.is_some() => loopbox::errln!("error: failed to pull `{name}`: {e:#}"),
+            Err(e) if failed.is_some() => loopbox::errln!(
+                "error: failed to pull `{name}`: {}",
+                loopbox::ui::Untrusted(&format!("{e:#}"))
+            ),
             Err(e) => failed = Some(e.context(format!("failed to pull `{name}`"))),
         }
     }

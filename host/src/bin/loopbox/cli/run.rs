@@ -56,8 +56,11 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     let config_file = args.config.as_deref().map(absolute);
     // A name the config installs as [policies.NAME] runs that component under that
     // section's grants; anything else is a path or builtin under the top-level ones.
-    let (all, config_path) = loopbox::config::Config::discover(config_file.as_deref(), workspace)
+    let found = loopbox::config::Config::discover_hashed(config_file.as_deref(), workspace)
         .map_err(Failure::usage)?;
+    // A config loopbox has not seen (a cloned repository's, a planted one) is obeyed only once approved.
+    super::trust::obey(&found)?;
+    let (all, config_path) = (found.config, found.path);
     let installed = match loop_file {
         None => Installed::resolve(&all, config_path.as_deref(), workspace, &args.policy)
             .map_err(Failure::usage)?,

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::{Failure, exit};
 use loopbox::loops;
+use loopbox::ui::{Untrusted, one_line};
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -52,18 +53,19 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
     }
     match result {
         Ok(lp) => {
-            let terminals: Vec<&str> = lp
+            // Names and messages quote the loop file: escaped, and kept to their lines.
+            let terminals: Vec<String> = lp
                 .states
                 .iter()
                 .filter(|s| s.terminal)
-                .map(|s| s.name.as_str())
+                .map(|s| one_line(&s.name))
                 .collect();
             loopbox::outln!(
                 "ok: {} is loop `{}`: {} states, starts at `{}`, ends at {}, at most {} steps",
-                file.path,
-                lp.name,
+                one_line(&file.path),
+                one_line(&lp.name),
                 lp.states.len(),
-                lp.initial.state,
+                one_line(&lp.initial.state),
                 terminals
                     .iter()
                     .map(|t| format!("`{t}`"))
@@ -72,15 +74,22 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
                 lp.max_steps
             );
             for note in &lp.notes {
-                loopbox::errln!("note: {note}");
+                loopbox::errln!("note: {}", Untrusted(&note.to_string()));
             }
             Ok(exit::OK)
         }
         Err(problems) => {
-            loopbox::errln!("{}", loopbox_fsm::render(&problems));
+            // As `loopbox_fsm::render` orders them, one problem a line: a newline in
+            // what a problem quotes is indented under it.
+            let mut sorted = problems.clone();
+            sorted.sort_by(|a, b| (a.file.as_str(), a.line).cmp(&(b.file.as_str(), b.line)));
+            sorted.dedup();
+            for p in &sorted {
+                loopbox::errln!("{}", Untrusted(&p.to_string()));
+            }
             loopbox::errln!(
                 "error: {} has {} problem(s); fix them and run `loopbox validate {}` again",
-                file.path,
+                one_line(&file.path),
                 problems.len(),
                 args.file.display()
             );

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::super::drive::{Drive, acquire, catch_signals, config_for, load_policy, policy_source};
 use super::super::{Failure, exit, json_arg};
-use super::open_store;
+use super::{open_store, read_store, store_path};
 use loopbox::config::Config;
 use loopbox::db::{Db, RunRecord};
 use loopbox::run::driver::{Next, resume_point};
@@ -67,29 +67,30 @@ struct Loaded {
     config_path: Option<PathBuf>,
 }
 
+/// The command that continues a run, to say how to try again.
+struct Again(String);
+
 fn load(
     id: &str,
     workspace: &Path,
     allow_policy_change: bool,
     accept_config_change: bool,
+    again: &Again,
 ) -> Result<Loaded, Failure> {
-    let db = open_store(workspace)?;
-    db.find_interrupted().map_err(Failure::internal)?;
+    // The run is read (and refused when it cannot go on) before anything is
+    // written: reading works on a full disk, and the run is named if writing does not.
+    let seen = read_store(workspace)?
+        .existing_run(id)
+        .map_err(Failure::lookup)?;
+    refuse_ended(id, &seen)?;
+    let db = open_store(workspace)
+        .and_then(|db| {
+            db.find_interrupted().map_err(Failure::internal)?;
+            Ok(db)
+        })
+        .map_err(|f| no_space(f, workspace, &seen, again))?;
     let run = db.existing_run(id).map_err(Failure::lookup)?;
-    if run.status.is_final() {
-        return Err(Failure {
-            code: exit::FAILURE,
-            error: anyhow::anyhow!(
-                "run {id} already ended ({}); there is nothing to continue",
-                run.status
-            ),
-        });
-    }
-    if run.options.hook {
-        return Err(Failure::usage(anyhow::anyhow!(
-            "run {id} is an agent hook session: the agent's next hook event moves it on, not `loopbox runs`"
-        )));
-    }
+    refuse_ended(id, &run)?;
     let (config, config_path) = config_for(&run.options, workspace)?;
     let now = loopbox::run::pin::pin(&config, workspace);
     let how = "pass --accept-config-change to continue under the config as it is now";
@@ -143,6 +144,58 @@ fn load(
     })
 }
 
+/// A run that ended, or a hook session, is not continued here.
+fn refuse_ended(id: &str, run: &RunRecord) -> Result<(), Failure> {
+    if run.status.is_final() {
+        return Err(Failure {
+            code: exit::FAILURE,
+            error: anyhow::anyhow!(
+                "run {id} already ended ({}); there is nothing to continue",
+                run.status
+            ),
+        });
+    }
+    if run.options.hook {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "run {id} is an agent hook session: the agent's next hook event moves it on, not `loopbox runs`"
+        )));
+    }
+    Ok(())
+}
+
+/// Free space below which a store failure is taken for a full disk.
+const NEARLY_FULL: u64 = 1 << 20;
+
+/// A failure to write the store to continue `run`: on a full disk, the run as
+/// it stands and what to do; any other failure as it is.
+fn no_space(f: Failure, workspace: &Path, run: &RunRecord, again: &Again) -> Failure {
+    if f.code != exit::INTERNAL {
+        return f;
+    }
+    let Ok(path) = store_path(workspace) else {
+        return f;
+    };
+    let dir = path.parent().unwrap_or(workspace);
+    match loopbox::db::free_bytes(dir) {
+        Some(free) if free < NEARLY_FULL => Failure {
+            code: exit::INTERNAL,
+            error: anyhow::anyhow!(
+                "run {} of {} is {} ({} turn(s), {} action(s), last change {} UTC), and cannot go on now: \
+                 no space left on device at {}: free some space, then run `{}` again",
+                run.id,
+                loopbox::ui::one_line(&run.policy),
+                run.seen_status(),
+                run.turns,
+                run.actions,
+                loopbox::ui::utc(run.updated_at_ms),
+                dir.display(),
+                again.0
+            ),
+        },
+        _ => f,
+    }
+}
+
 fn short(digest: &str) -> &str {
     &digest[..digest.len().min(12)]
 }
@@ -153,9 +206,10 @@ fn drive(
     json: bool,
     resend_turn: bool,
     next: Next,
+    again: &Again,
 ) -> Result<i32, Failure> {
     let signals = catch_signals()?;
-    acquire(&l.db, &l.run.id)?;
+    acquire(&l.db, &l.run.id).map_err(|f| no_space(f, workspace, &l.run, again))?;
     let drive = Drive {
         signals,
         workspace,
@@ -172,22 +226,26 @@ fn drive(
 }
 
 pub fn resume(args: ResumeArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
+    let again = Again(format!("loopbox runs resume {}", args.id));
     let l = load(
         &args.id,
         workspace,
         args.allow_policy_change,
         args.accept_config_change,
+        &again,
     )?;
     let next = resume_point(&l.db, &l.run).map_err(Failure::internal)?;
-    drive(l, workspace, json, args.resend_turn, next)
+    drive(l, workspace, json, args.resend_turn, next, &again)
 }
 
 pub fn answer(args: AnswerArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
+    let again = Again(format!("loopbox runs answer {} TEXT", args.id));
     let l = load(
         &args.id,
         workspace,
         args.allow_policy_change,
         args.accept_config_change,
+        &again,
     )?;
     match resume_point(&l.db, &l.run).map_err(Failure::internal)? {
         Next::Act {
@@ -199,6 +257,7 @@ pub fn answer(args: AnswerArgs, json: bool, workspace: &Path) -> Result<i32, Fai
             json,
             false,
             Next::Deliver(Event::UserInput(args.text)),
+            &again,
         ),
         other => Err(not_waiting(&args.id, "an answer", &other)),
     }
@@ -206,11 +265,13 @@ pub fn answer(args: AnswerArgs, json: bool, workspace: &Path) -> Result<i32, Fai
 
 pub fn tick(args: TickArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
     let payload = json_arg("the tick", &args.payload)?;
+    let again = Again(format!("loopbox runs tick {} JSON", args.id));
     let l = load(
         &args.id,
         workspace,
         args.allow_policy_change,
         args.accept_config_change,
+        &again,
     )?;
     match resume_point(&l.db, &l.run).map_err(Failure::internal)? {
         Next::Act {
@@ -223,6 +284,7 @@ pub fn tick(args: TickArgs, json: bool, workspace: &Path) -> Result<i32, Failure
             json,
             false,
             Next::Deliver(Event::Tick(payload)),
+            &again,
         ),
         other => Err(not_waiting(&args.id, "a tick", &other)),
     }

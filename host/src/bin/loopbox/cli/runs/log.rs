@@ -8,9 +8,9 @@ use clap::Args;
 use serde_json::json;
 
 use super::super::{Failure, exit};
-use super::open_store;
+use super::read_store;
 use loopbox::db::LogRecord;
-use loopbox::ui::{rfc3339, sanitize, utc};
+use loopbox::ui::{Untrusted, one_line, rfc3339, utc};
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
@@ -28,18 +28,20 @@ fn print(l: &LogRecord, json: bool) {
             json!({"at": rfc3339(l.at_ms), "level": l.level, "source": l.source, "message": l.message})
         );
     } else {
+        // The message's own lines are indented under it: a policy's `\n` cannot
+        // forge a line that looks like loopbox's.
         loopbox::outln!(
             "{} {:<5} [{}] {}",
             utc(l.at_ms),
-            l.level,
-            l.source,
-            sanitize(&l.message)
+            one_line(&l.level),
+            one_line(&l.source),
+            Untrusted(&l.message)
         );
     }
 }
 
 pub fn execute(args: LogArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
-    let db = open_store(workspace)?;
+    let db = read_store(workspace)?;
     db.existing_run(&args.id).map_err(Failure::lookup)?;
     let mut seen = 0;
     loop {

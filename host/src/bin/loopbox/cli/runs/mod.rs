@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::{Failure, exit};
 use loopbox::db::{Db, STORE_DIR, STORE_FILE};
-use loopbox::ui::{rfc3339, utc};
+use loopbox::ui::{one_line, rfc3339, utc};
 
 #[derive(Debug, Args)]
 pub struct RunsArgs {
@@ -55,6 +55,16 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
 
 /// The workspace's store, which must exist already.
 fn open_store(workspace: &Path) -> Result<Db, Failure> {
+    Db::open(&store_path(workspace)?).map_err(Failure::internal)
+}
+
+/// The workspace's store, which must exist already, opened for reading only:
+/// what only looks at runs needs no free space and changes nothing.
+fn read_store(workspace: &Path) -> Result<Db, Failure> {
+    Db::open_read_only(&store_path(workspace)?).map_err(Failure::internal)
+}
+
+fn store_path(workspace: &Path) -> Result<std::path::PathBuf, Failure> {
     let path = workspace.join(STORE_DIR).join(STORE_FILE);
     if !path.is_file() {
         return Err(Failure::usage(anyhow::anyhow!(
@@ -62,7 +72,7 @@ fn open_store(workspace: &Path) -> Result<Db, Failure> {
             workspace.display()
         )));
     }
-    Db::open(&path).map_err(Failure::internal)
+    Ok(path)
 }
 
 fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
@@ -77,15 +87,15 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
         }
         return Ok(exit::OK);
     }
-    let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
-    db.find_interrupted().map_err(Failure::internal)?;
+    // Read only: a run whose driver is gone shows as interrupted without being marked so.
+    let db = read_store(workspace)?;
     let runs = db.list_runs().map_err(Failure::internal)?;
     if json {
         let rows: Vec<_> = runs
             .iter()
             .map(|(r, last)| {
                 json!({
-                    "id": r.id, "policy": r.policy, "status": r.status, "started": rfc3339(r.created_at_ms),
+                    "id": r.id, "policy": r.policy, "status": r.seen_status(), "started": rfc3339(r.created_at_ms),
                     "updated": rfc3339(r.updated_at_ms), "last_event": last, "turns": r.turns, "actions": r.actions,
                 })
             })
@@ -106,10 +116,10 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
         loopbox::outln!(
             "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}",
             r.id,
-            keep_tail(&r.policy, 28),
-            r.status,
+            keep_tail(&one_line(&r.policy), 28),
+            r.seen_status(),
             utc(r.created_at_ms),
-            last.as_deref().unwrap_or("-"),
+            one_line(last.as_deref().unwrap_or("-")),
             r.actions
         );
     }

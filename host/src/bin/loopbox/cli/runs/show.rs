@@ -7,9 +7,9 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::super::{Failure, exit};
-use super::open_store;
+use super::read_store;
 use loopbox::db::JournalRow;
-use loopbox::ui::{rfc3339, sanitize, shorten, utc};
+use loopbox::ui::{Untrusted, one_line, rfc3339, shorten, utc};
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
@@ -29,8 +29,9 @@ fn outcome(r: &JournalRow, driver_alive: bool) -> &'static str {
 }
 
 pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
-    let db = open_store(workspace)?;
-    db.find_interrupted().map_err(Failure::internal)?;
+    // Read only (it works on a full disk): a run whose driver is gone shows as
+    // interrupted without being marked so.
+    let db = read_store(workspace)?;
     let run = db.existing_run(&args.id).map_err(Failure::lookup)?;
     let events = db.events(&run.id).map_err(Failure::internal)?;
     let journal = db.journal_of_run(&run.id).map_err(Failure::internal)?;
@@ -52,7 +53,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
                 .map(|t| serde_json::from_str::<Value>(t).unwrap_or(Value::String(t.into())))
         };
         let out = json!({
-            "id": run.id, "policy": run.policy, "policy_digest": run.policy_digest, "status": run.status,
+            "id": run.id, "policy": run.policy, "policy_digest": run.policy_digest, "status": run.seen_status(),
             "policy_name": run.options.policy_name, "grants": super::super::drive::grant_set(&run.options),
             "started": rfc3339(run.created_at_ms), "updated": rfc3339(run.updated_at_ms),
             "turns": run.turns, "actions": run.actions, "prompts": run.prompts,
@@ -72,14 +73,14 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         return Ok(exit::OK);
     }
 
-    loopbox::outln!("run {} of {}", run.id, run.policy);
+    loopbox::outln!("run {} of {}", run.id, one_line(&run.policy));
     let outcome_line = run
         .outcome
         .as_deref()
         .and_then(|o| serde_json::from_str::<Value>(o).ok())
-        .and_then(|o| o["summary"].as_str().map(|s| format!(": {}", sanitize(s))))
+        .and_then(|o| o["summary"].as_str().map(|s| format!(": {}", Untrusted(s))))
         .unwrap_or_default();
-    loopbox::outln!("status:   {}{outcome_line}", run.status);
+    loopbox::outln!("status:   {}{outcome_line}", run.seen_status());
     loopbox::outln!("grants:   {}", super::super::drive::grant_set(&run.options));
     loopbox::outln!(
         "started:  {} UTC; last change {} UTC",
@@ -96,7 +97,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         loopbox::outln!(
             "driver:   pid {} on {} ({})",
             o.pid,
-            o.host,
+            one_line(&o.host),
             if o.is_alive() { "running" } else { "gone" }
         );
     }
@@ -111,10 +112,15 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             (Some(d), _, _) => loopbox::run::record::parse_decision(d)
                 .map(|d| format!("-> {}", loopbox::run::record::describe_decision(&d)))
                 .unwrap_or_default(),
-            (_, Some(err), _) => format!("-> failed: {}", shorten(&sanitize(err), 100)),
+            (_, Some(err), _) => format!("-> failed: {}", one_line(&shorten(err, 100))),
             _ => String::new(),
         };
-        loopbox::outln!("  {:>3}  {kind:<14} {after}", e.seq);
+        loopbox::outln!(
+            "  {:>3}  {:<14} {}",
+            e.seq,
+            one_line(&kind),
+            Untrusted(&after)
+        );
     }
     loopbox::outln!(
         "journal:  {} action(s): {} ok, {} failed or refused, {} outcome unknown, {} running",
@@ -131,8 +137,8 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         loopbox::outln!(
             "  event {event} call {}: {} {} ({})",
             r.seq,
-            r.kind,
-            shorten(&sanitize(&r.request), 100),
+            one_line(&r.kind),
+            one_line(&shorten(&r.request, 100)),
             outcome(r, alive)
         );
     }
