@@ -236,10 +236,23 @@ impl TrustStore {
     }
 }
 
-/// The path approvals are keyed by: symbolic links and `..` resolved.
+/// The path approvals are keyed by: its directory with symbolic links and `..`
+/// resolved, and the file's own name.
+///
+/// The file's own name is kept, not followed: a `loopbox.toml` that is a symbolic
+/// link (a cloned repository's link to a config the user trusts elsewhere) is a
+/// config of its own, approved or not where it lies.
 pub fn canonical(path: &Path) -> Result<PathBuf> {
-    path.canonicalize()
-        .with_context(|| format!("config `{}` cannot be found", path.display()))
+    let missing = || anyhow!("config `{}` cannot be found", path.display());
+    std::fs::symlink_metadata(path).map_err(|_| missing())?;
+    let absolute = absolute(path)?;
+    let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
+        return Err(missing());
+    };
+    let parent = parent
+        .canonicalize()
+        .with_context(|| format!("config `{}` cannot be found", path.display()))?;
+    Ok(parent.join(name))
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {
@@ -252,7 +265,15 @@ pub fn grants(config: &Config) -> Vec<String> {
         if r.is_empty() {
             "none".to_string()
         } else {
-            r.iter().map(|r| r.join(" ")).collect::<Vec<_>>().join("; ")
+            r.iter()
+                .map(|r| {
+                    r.iter()
+                        .map(|a| crate::exec::grants::shell_quote(a))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
         }
     };
     let shell = |s: &crate::config::ShellConfig, prefix: &str| {
@@ -289,7 +310,12 @@ pub fn grants(config: &Config) -> Vec<String> {
     };
     let agent = |a: &Option<crate::config::AgentConfig>| {
         a.as_ref().map_or("agent none".to_string(), |a| {
-            format!("agent `{}`", a.command.join(" "))
+            let argv: Vec<String> = a
+                .command
+                .iter()
+                .map(|t| crate::exec::grants::shell_quote(t))
+                .collect();
+            format!("agent `{}`", argv.join(" "))
         })
     };
     let mut lines = shell(&config.shell, "");
@@ -314,7 +340,9 @@ pub fn grants(config: &Config) -> Vec<String> {
                 .join(", ")
         ));
     }
-    lines.into_iter().map(|l| crate::ui::sanitize(&l)).collect()
+    // Each part on one line of its own: a newline in a rule or a name must not
+    // print as a line of the review (`sandbox: bwrap (enforced)`).
+    lines.into_iter().map(|l| crate::ui::one_line(&l)).collect()
 }
 
 #[cfg(test)]
@@ -376,6 +404,44 @@ mod tests {
         let store = TrustStore::at(data.path().join("trusted"));
         store.approve(&config, &d).unwrap();
         store.require(&config, &d).unwrap();
+    }
+
+    #[test]
+    fn a_config_linked_to_a_trusted_one_is_a_config_of_its_own() {
+        // A cloned repository's `loopbox.toml -> ../proj/loopbox.toml` must not ride
+        // on the approval of the file it points at (its relative paths are the clone's).
+        let data = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let store = TrustStore::at(data.path().join("trusted"));
+        std::fs::create_dir_all(root.path().join("proj")).unwrap();
+        std::fs::create_dir_all(root.path().join("clone")).unwrap();
+        let trusted = root.path().join("proj/loopbox.toml");
+        std::fs::write(&trusted, "[shell]\nsandbox = \"none\"\n").unwrap();
+        let d = digest(&std::fs::read(&trusted).unwrap());
+        store.approve(&trusted, &d).unwrap();
+        let link = root.path().join("clone/loopbox.toml");
+        std::os::unix::fs::symlink("../proj/loopbox.toml", &link).unwrap();
+        assert_eq!(store.standing(&link, &d).unwrap(), Standing::New);
+        assert!(store.require(&link, &d).is_err());
+        // A linked directory above the file is the same place, spelled otherwise.
+        std::os::unix::fs::symlink(root.path().join("proj"), root.path().join("alias")).unwrap();
+        let spelled = root.path().join("alias/loopbox.toml");
+        assert_eq!(store.standing(&spelled, &d).unwrap(), Standing::Trusted);
+    }
+
+    #[test]
+    fn the_review_shows_each_part_on_a_line_of_its_own() {
+        let text = "[shell]\nallow = [[\"cat\\nsandbox: bwrap (enforced)\", \"a b\"], [\"git status\"], [\"git\", \"status\"]]\n";
+        let config = Config::parse(text, Path::new("loopbox.toml")).unwrap();
+        let lines = grants(&config);
+        assert!(lines.iter().all(|l| !l.contains('\n')), "{lines:?}");
+        assert!(!lines.iter().any(|l| l.starts_with("sandbox")), "{lines:?}");
+        // Rules are quoted word by word: one word with a space is not two words.
+        assert!(lines[0].contains("'git status'; git status"), "{lines:?}");
+        assert!(
+            lines[0].contains("'cat\\nsandbox: bwrap (enforced)' 'a b'"),
+            "{lines:?}"
+        );
     }
 
     #[test]

@@ -406,10 +406,26 @@ fn as_root_shadow_and_roots_stores_are_hidden() {
         .expect("one of root's candidate stores is free");
     std::fs::write(&store, "SECRET\n").unwrap();
     let _remove = Remove(store.clone());
+    // A secret a container runtime mounts (Docker and Compose put them here).
+    struct RemoveDir(Option<PathBuf>);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            if let Some(d) = &self.0 {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+    let secrets = Path::new("/run/secrets");
+    let _made = RemoveDir((!secrets.exists()).then(|| secrets.to_path_buf()));
+    std::fs::create_dir_all(secrets).unwrap();
+    let container = secrets.join(format!("loopbox-test-{}", std::process::id()));
+    std::fs::write(&container, "SECRET\n").unwrap();
+    let _remove_container = Remove(container.clone());
     let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let script = format!(
-        "for f in /etc/shadow /etc/gshadow '{}'; do [ -n \"$(head -c 40 \"$f\" 2>/dev/null)\" ] && echo \"$f\" >> loot; done\nhead -c 5 /etc/passwd >> loot\n",
-        store.display()
+        "for f in /etc/shadow /etc/gshadow '{}' '{}'; do [ -n \"$(head -c 40 \"$f\" 2>/dev/null)\" ] && echo \"$f\" >> loot; done\nhead -c 5 /etc/passwd >> loot\n",
+        store.display(),
+        container.display()
     );
     for kind in kinds {
         // A hidden file reads as empty (its cover) or not at all; the

@@ -120,7 +120,8 @@ pub const SECRETS: &[&str] = &[
 /// process can read them (as root; otherwise the kernel already refuses them,
 /// and hiding would only cost Landlock a walk of `/etc`): password hashes
 /// (and their `-` backups), old password hashes, TLS, SSH host, Kerberos host
-/// and WireGuard private keys, saved Wi-Fi and VPN secrets. `/etc/sudoers`
+/// and WireGuard private keys, saved Wi-Fi and VPN secrets, the secrets a
+/// container runtime mounts and a cluster's admin logins. `/etc/sudoers`
 /// holds rules, not credentials, and stays readable.
 pub const SYSTEM_SECRETS: &[&str] = &[
     "/etc/shadow",
@@ -133,6 +134,14 @@ pub const SYSTEM_SECRETS: &[&str] = &[
     "/etc/wireguard",
     "/etc/NetworkManager/system-connections",
     "/etc/letsencrypt",
+    // Secrets a container is handed: Docker and Compose secrets, a Kubernetes
+    // service account's token, systemd's credentials; a cluster's admin logins.
+    "/run/secrets",
+    "/var/run/secrets",
+    "/run/credentials",
+    "/etc/kubernetes/admin.conf",
+    "/etc/kubernetes/pki",
+    "/etc/rancher/k3s/k3s.yaml",
 ];
 
 /// SSH host private keys (`/etc/ssh/ssh_host_*_key`) that this process can read.

@@ -12,8 +12,12 @@
 //!   command that uses the workspace removes them, before it reads the
 //!   workspace's config (an empty `loopbox.toml` placeholder is not a config).
 //!
-//! This assumes loopbox processes that share a temp dir see each other's pids
-//! (one PID namespace), as they do on one machine or in one container.
+//! Whether an owner lives is told first by its lock: each process that makes
+//! such a dir holds `loopbox-child-PID-START.lock` beside it for as long as it
+//! runs, so an owner in another PID namespace, or one `/proc` will not show, is
+//! never taken for dead. Without a lock file, `/proc` decides: no entry or
+//! another start time is gone, an entry that cannot be read is kept. Locks no
+//! process holds are removed with the dirs.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -29,10 +33,65 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The lock file that says the loopbox process `pid` started at `start` lives.
+fn lock_path(tmp: &Path, pid: u32, start: u64) -> PathBuf {
+    tmp.join(format!("{PREFIX}{pid}-{start}.lock"))
+}
+
+/// This process's lock, taken once and held until it exits (the kernel lets go
+/// of it however the process ends). A pid can be misread (another PID
+/// namespace, a `/proc` that hides it); a held lock cannot.
+fn hold_process_lock(tmp: &Path, pid: u32, start: u64) {
+    static HELD: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    HELD.get_or_init(|| {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::io::AsRawFd;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(lock_path(tmp, pid, start))
+            .ok()?;
+        // SAFETY: flock(2) on a descriptor this function owns.
+        (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0)
+            .then_some(file)
+    });
+}
+
+/// Whether the owner of a lock file at `path` is gone: the lock can be taken.
+/// `None` when there is no such file (an owner from before the locks).
+fn lock_free(path: &Path) -> Option<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    // SAFETY: flock(2) on a descriptor this function owns; closing it lets go.
+    Some(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0)
+}
+
+/// Whether the loopbox process `pid` started at `start` is gone. Its lock says
+/// so where it has one; else `/proc`: no entry, or another start time, is gone,
+/// and an entry that cannot be read is kept.
+fn owner_gone(tmp: &Path, pid: u32, start: u64) -> bool {
+    if let Some(free) = lock_free(&lock_path(tmp, pid, start)) {
+        return free;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(_) => start_time(pid).is_some_and(|s| s != start),
+    }
+}
+
 /// A new private temp dir for one child, mode 0700, removed when dropped.
 pub fn private_tmp() -> Result<tempfile::TempDir, String> {
     let pid = std::process::id();
     let start = start_time(pid).unwrap_or(0);
+    hold_process_lock(&std::env::temp_dir(), pid, start);
     tempfile::Builder::new()
         .prefix(&format!("{PREFIX}{pid}-{start}-"))
         .permissions(std::fs::Permissions::from_mode(0o700))
@@ -75,9 +134,31 @@ pub fn dead_tmp_dirs(tmp: &Path) -> Vec<PathBuf> {
             // Not a link, and ours.
             let mine =
                 std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == uid);
-            mine && start_time(pid) != Some(start)
+            mine && owner_gone(tmp, pid, start)
         })
         .map(|e| e.path())
+        .collect()
+}
+
+/// This user's process lock files in `tmp` that no process holds.
+fn dead_locks(tmp: &Path) -> Vec<PathBuf> {
+    // SAFETY: geteuid(2) cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let named = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(".lock"));
+            named
+                && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.uid() == uid)
+                && lock_free(p) == Some(true)
+        })
         .collect()
 }
 
@@ -85,8 +166,17 @@ pub fn dead_tmp_dirs(tmp: &Path) -> Vec<PathBuf> {
 /// placeholders in `workspace` when no sandboxed child runs there. Errors are
 /// ignored: a leftover stays for the next start, and nothing is refused.
 pub fn clean(workspace: Option<&Path>) {
-    for dir in dead_tmp_dirs(&std::env::temp_dir()) {
-        let _ = std::fs::remove_dir_all(dir);
+    let tmp = std::env::temp_dir();
+    for dir in dead_tmp_dirs(&tmp) {
+        let owner = dir.file_name().and_then(|n| n.to_str()).and_then(owner);
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Some((pid, start)) = owner {
+            let _ = std::fs::remove_file(lock_path(&tmp, pid, start));
+        }
+    }
+    // The locks of processes that ended (most remove their own dirs as they go).
+    for lock in dead_locks(&tmp) {
+        let _ = std::fs::remove_file(lock);
     }
     if let Some(root) = workspace.and_then(|w| w.canonicalize().ok()) {
         super::placeholder::clean_stale(&root);
@@ -122,6 +212,29 @@ mod tests {
             scratch.path().join(format!("{PREFIX}1-1-link")),
         )
         .unwrap();
-        assert_eq!(dead_tmp_dirs(scratch.path()), vec![dead]);
+        assert_eq!(dead_tmp_dirs(scratch.path()), vec![dead.clone()]);
+
+        // An owner /proc misreads (another PID namespace): its held lock keeps
+        // its dir; once the lock is let go, the dir goes.
+        let (pid, start) = (std::process::id(), 2);
+        let misread = scratch.path().join(format!("{PREFIX}{pid}-{start}-xyz"));
+        std::fs::create_dir(&misread).unwrap();
+        let held = std::fs::File::create(lock_path(scratch.path(), pid, start)).unwrap();
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock(2) on a descriptor the test owns.
+        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+        assert_eq!(dead_tmp_dirs(scratch.path()), vec![dead.clone()]);
+        drop(held);
+        let mut gone = dead_tmp_dirs(scratch.path());
+        gone.sort();
+        assert_eq!(gone, vec![dead, misread]);
+        // A lock no one holds is a leftover too; a held one is not.
+        let held = std::fs::File::create(lock_path(scratch.path(), pid, 3)).unwrap();
+        // SAFETY: flock(2) on a descriptor the test owns.
+        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+        assert_eq!(
+            dead_locks(scratch.path()),
+            vec![lock_path(scratch.path(), pid, start)]
+        );
     }
 }
