@@ -883,3 +883,290 @@ async fn commands_and_the_agent_have_no_capabilities_even_as_root() {
         );
     }
 }
+
+/// Issue 31, root in the sandbox: a granted script wrote
+/// `/proc/sys/kernel/core_pattern = |/workspace/evil` under bwrap (uid 0 in its
+/// user namespace is the host's root, and bwrap 0.8 left `/proc/sys` writable),
+/// and the kernel ran `evil` as root on the host at the next crash. Now `/proc/sys`
+/// and the other kernel knobs are read-only and the kernel's memory, keys and
+/// timers masked under bwrap; under Landlock `/proc` was never granted for
+/// writing. The script only ever writes back the value it read, and opens
+/// `/proc/sysrq-trigger` without writing to it.
+#[tokio::test]
+async fn host_sysctls_stay_read_only_even_as_root() {
+    if !is_root() {
+        eprintln!("skipped: only root can write host sysctls at all; run it as root (CI does)");
+        return;
+    }
+    let before = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap();
+    let attack = r#"for f in /proc/sys/kernel/core_pattern /proc/sys/kernel/domainname; do
+  v=$(cat "$f") && if printf '%s\n' "$v" 2>/dev/null > "$f"; then echo "wrote $f"; else echo "refused $f"; fi
+done
+if [ -e /proc/sysrq-trigger ]; then
+  if (: > /proc/sysrq-trigger) 2>/dev/null; then echo "opened sysrq"; else echo "refused sysrq"; fi
+fi
+echo "timer_list $(cat /proc/timer_list 2>/dev/null | wc -c)"
+echo "keys $(cat /proc/keys 2>/dev/null | wc -c)"
+grep -q ' /sys sysfs ro[ ,]' /proc/self/mounts && echo "sys ro"
+true"#;
+    for kind in KINDS {
+        let ws = Workspace::new();
+        let config = format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n");
+        let ctx = ws.run(&load("probe"), &config);
+        let v = script(&ctx, attack).await;
+        let out = v["ok"]["stdout"].as_str().unwrap_or_default().to_string();
+        assert!(
+            out.contains("refused /proc/sys/kernel/core_pattern"),
+            "{kind}: {v}"
+        );
+        assert!(
+            out.contains("refused /proc/sys/kernel/domainname"),
+            "{kind}: {v}"
+        );
+        assert!(
+            !out.contains("wrote") && !out.contains("opened sysrq"),
+            "{kind}: {v}"
+        );
+        if kind == "bwrap" {
+            assert!(
+                out.contains("timer_list 0\n") && out.contains("keys 0\n"),
+                "{kind}: {v}"
+            );
+            assert!(out.contains("sys ro"), "{kind}: {v}");
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap(),
+        before
+    );
+}
+
+/// Issue 31: under Landlock `prlimit --pid $PPID --fsize=0:0` killed loopbox
+/// (SIGXFSZ at its next write), and as root any process's limits could be
+/// changed. Setting another process's limits is refused now in both
+/// sandboxes; reading them still works.
+#[tokio::test]
+async fn commands_cannot_change_another_process_s_limits() {
+    let mut target = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let limits = || {
+        std::fs::read_to_string(format!("/proc/{}/limits", target.id()))
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap()
+            .to_string()
+    };
+    let nofile = limits();
+    for kind in KINDS {
+        let ws = Workspace::new();
+        let config = format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n");
+        let ctx = ws.run(&load("probe"), &config);
+        // Under bwrap the test's process is in another PID namespace: its own
+        // parent (bwrap's) stands in.
+        let pid = if kind == "bwrap" {
+            "$PPID".to_string()
+        } else {
+            target.id().to_string()
+        };
+        let v = script(
+            &ctx,
+            &format!(
+                "prlimit --pid {pid} --nofile=64:64 && echo changed\n\
+                 prlimit --pid $PPID --fsize=0:0 && echo changed-parent\n\
+                 prlimit --pid {pid} --nofile --noheadings >/dev/null && echo read"
+            ),
+        )
+        .await;
+        let out = v["ok"]["stdout"].as_str().unwrap_or_default();
+        assert!(!out.contains("changed"), "{kind}: {v}");
+        assert!(
+            out.contains("read"),
+            "{kind}: reading limits stays allowed: {v}"
+        );
+        assert!(
+            v["ok"]["stderr"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Operation not permitted"),
+            "{kind}: {v}"
+        );
+        // The run goes on: loopbox (this process) still writes files.
+        std::fs::create_dir(ws.root().join("sub")).unwrap();
+        std::fs::write(ws.root().join("sub/by-loopbox"), "x".repeat(4096)).unwrap();
+        let v = script(&ctx, "echo after > sub/after.txt && cat sub/after.txt").await;
+        assert_eq!(v["ok"]["stdout"], "after\n", "{kind}: {v}");
+    }
+    assert_eq!(limits(), nofile);
+    target.kill().unwrap();
+    target.wait().unwrap();
+}
+
+/// Python making a host SysV shared memory segment (key from argv) holding a
+/// marker, printing its id; or, with `remove ID`, reading it back and removing it.
+const HOST_SHM: &str = r#"
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+if sys.argv[1] == "make":
+    i = libc.shmget(int(sys.argv[2]), 4096, 0o1600)
+    assert i >= 0, ctypes.get_errno()
+    p = libc.shmat(i, None, 0)
+    ctypes.memmove(p, b"loopbox-shm-marker", 18)
+    print(i)
+else:
+    i = int(sys.argv[2])
+    p = libc.shmat(i, None, 0)
+    print(ctypes.string_at(p, 18).decode(errors="replace"))
+    libc.shmdt(ctypes.c_void_p(p))
+    libc.shmctl(i, 0, None)  # IPC_RMID
+"#;
+
+/// Issue 31: with no IPC namespace under Landlock, a command attached to a
+/// host shared memory segment of the same user by its key and read and wrote
+/// it. Now the Landlock child gets its own IPC namespace (as root) or the
+/// SysV and POSIX message queue calls are refused (otherwise); bwrap has
+/// `--unshare-ipc`. The segment, made here, is neither read nor changed.
+#[tokio::test]
+async fn host_shared_memory_is_out_of_reach() {
+    let key = 0x10b0_0000 + (std::process::id() & 0xffff);
+    let made = std::process::Command::new("python3")
+        .args(["-c", HOST_SHM, "make", &key.to_string()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let id = String::from_utf8(made.stdout).unwrap().trim().to_string();
+    let attack = format!(
+        r#"python3 - <<'PY'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+i = libc.shmget({key}, 0, 0)
+if i < 0:
+    print("shmget:", os.strerror(ctypes.get_errno()))
+else:
+    p = libc.shmat(i, None, 0)
+    if p in (None, ctypes.c_void_p(-1).value):
+        print("shmat:", os.strerror(ctypes.get_errno()))
+    else:
+        print("read:", ctypes.string_at(p, 18))
+        ctypes.memmove(p, b"written-by-command", 18)
+PY"#
+    );
+    let mut outcomes = Vec::new();
+    for kind in KINDS {
+        let ws = Workspace::new();
+        let config = format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n");
+        let ctx = ws.run(&load("probe"), &config);
+        let v = script(&ctx, &attack).await;
+        outcomes.push(format!("{kind}: {v}"));
+    }
+    let back = std::process::Command::new("python3")
+        .args(["-c", HOST_SHM, "remove", &id])
+        .output()
+        .unwrap();
+    let content = String::from_utf8_lossy(&back.stdout).trim().to_string();
+    for o in &outcomes {
+        assert!(o.contains("shmget: "), "{o}");
+        assert!(!o.contains("read:"), "{o}");
+    }
+    assert_eq!(content, "loopbox-shm-marker", "{outcomes:?}");
+}
+
+/// Issue 31: under Landlock reads were granted on all of `/`, `/dev` included,
+/// and as root a `brw-------` disk opens by owner match (a loop device read
+/// back its image). Now only the devices programs use are readable in `/dev`;
+/// bwrap's `/dev` has no disks at all.
+#[tokio::test]
+async fn disks_cannot_be_read_even_as_root() {
+    if !is_root() {
+        eprintln!(
+            "skipped: a disk is root's, and only root can attach a loop device; run it as root (CI does)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.img");
+    let mut bytes = b"loopbox-disk-marker".to_vec();
+    bytes.resize(1 << 20, 0);
+    std::fs::write(&image, bytes).unwrap();
+    let attach = std::process::Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    if !attach.status.success() {
+        eprintln!(
+            "skipped: losetup cannot attach a loop device here: {}",
+            String::from_utf8_lossy(&attach.stderr)
+        );
+        return;
+    }
+    let device = String::from_utf8(attach.stdout).unwrap().trim().to_string();
+    let mut outcomes = Vec::new();
+    for kind in KINDS {
+        let ws = Workspace::new();
+        let config = format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n");
+        let ctx = ws.run(&load("probe"), &config);
+        let v = script(
+            &ctx,
+            &format!("head -c 19 {device}; echo; head -c 4 /dev/urandom | wc -c; ls /dev/null /dev/pts >/dev/null && echo listed"),
+        )
+        .await;
+        outcomes.push((kind, v));
+    }
+    let detach = std::process::Command::new("losetup")
+        .args(["-d", &device])
+        .status();
+    for (kind, v) in &outcomes {
+        let out = v["ok"]["stdout"].as_str().unwrap_or_default();
+        assert!(!out.contains("loopbox-disk-marker"), "{kind}: {v}");
+        assert!(
+            out.contains("4\nlisted"),
+            "{kind}: what programs use stays: {v}"
+        );
+    }
+    assert!(detach.unwrap().success());
+}
+
+/// Issue 31: Landlock does not cover metadata, so as root under it
+/// `chmod 4777` made a root-owned program outside the workspace set-user-ID
+/// (and under bwrap, one in the workspace, which is root's on the host). Set-ID
+/// bits are refused by the seccomp filter in both sandboxes now.
+#[tokio::test]
+async fn commands_cannot_make_set_id_programs() {
+    let out = outside();
+    let victim = out.path().join("victim");
+    executable(&victim, "#!/bin/sh\n");
+    for kind in KINDS {
+        let ws = Workspace::new();
+        std::fs::create_dir(ws.root().join("sub")).unwrap();
+        executable(&ws.root().join("sub/evil"), "#!/bin/sh\n");
+        executable(&ws.root().join("sub/plain"), "#!/bin/sh\n");
+        let config = format!("[shell]\nsandbox = \"{kind}\"\nscripts = true\n");
+        let ctx = ws.run(&load("probe"), &config);
+        let v = script(
+            &ctx,
+            &format!(
+                "for f in {} sub/evil; do chmod 4755 $f; chmod g+s $f; done; chmod 700 sub/plain && echo plain",
+                victim.display()
+            ),
+        )
+        .await;
+        assert!(
+            v["ok"]["stdout"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("plain"),
+            "{kind}: {v}"
+        );
+        for f in [victim.clone(), ws.root().join("sub/evil")] {
+            let mode = std::os::unix::fs::PermissionsExt::mode(
+                &std::fs::metadata(&f).unwrap().permissions(),
+            );
+            assert_eq!(mode & 0o6000, 0, "{kind}: {} is set-ID: {v}", f.display());
+        }
+    }
+}

@@ -6,7 +6,8 @@
 //! writable, a private `/tmp` of `shell.tmp_bytes` (a tmpfs, so memory), new
 //! user, PID, IPC and UTS namespaces (and network, unless granted), no
 //! capabilities, a new session, killed with its parent, and the seccomp
-//! filters read from passed descriptors.
+//! filters read from passed descriptors. In the fresh `/proc`, the kernel's
+//! settings are read-only and its memory, keys and timers masked.
 
 use std::path::{Path, PathBuf};
 
@@ -79,12 +80,60 @@ pub fn args(
         ]
         .map(String::from),
     );
+    // Mounts apply in order whatever flags lie between: these go after `--proc`.
+    proc_confined(&mut a);
     for fd in seccomp_fds {
         a.extend(["--add-seccomp-fd".into(), fd.to_string()]);
     }
     a.extend(["--chdir".into(), s(cwd), "--".into(), s(program)]);
     a.extend(args);
     a
+}
+
+/// `/proc` entries made read-only in the child's fresh proc mount, as Docker
+/// does (moby's `readonlyPaths`). bwrap 0.8 makes `/proc/sys` read-only only
+/// when it is writable at setup, and with `--unshare-user` uid 0 inside is the
+/// host's root, whom sysctls let write: `kernel.core_pattern = |/workspace/x`
+/// would run `x` as root on the host at the next crash.
+const PROC_READ_ONLY: [&str; 5] = [
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+];
+
+/// `/proc` entries masked (moby's `maskedPaths`): `/dev/null` over a file, an
+/// empty read-only tmpfs over a directory. They show the kernel's memory,
+/// keys, timers and hardware.
+const PROC_MASKED: [&str; 8] = [
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/acpi",
+    "/proc/scsi",
+    "/proc/asound",
+];
+
+/// Bind [`PROC_READ_ONLY`] onto itself and mask [`PROC_MASKED`], after
+/// `--proc /proc` (the binds apply inside the new proc mount). Only entries
+/// this kernel has: bwrap cannot create a mount point in proc. The new mount
+/// shows the same kernel's entries as loopbox's own `/proc`.
+fn proc_confined(a: &mut Vec<String>) {
+    for p in PROC_READ_ONLY {
+        a.extend(["--ro-bind-try".into(), p.into(), p.into()]);
+    }
+    for p in PROC_MASKED {
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => {
+                a.extend(["--tmpfs".into(), p.into(), "--remount-ro".into(), p.into()])
+            }
+            Ok(_) => a.extend(["--ro-bind".into(), "/dev/null".into(), p.into()]),
+            Err(_) => {}
+        }
+    }
 }
 
 /// What a program under `/tmp` (outside the workspace, which is bound anyway)

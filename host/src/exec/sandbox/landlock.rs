@@ -8,9 +8,9 @@
 //! write access is given to each existing entry of the workspace except the
 //! protected ones (directories holding a protected path are walked into). A
 //! child can therefore not create new entries directly in the workspace root.
-//! Read access is given the same way: to `/` whole unless a hidden path lies
-//! under it, else to each entry but the hidden ones, walking into those that
-//! hold one. Directories on the way stay listable, and so the names inside a
+//! Read access is given the same way: to each entry of `/` but the hidden
+//! ones, walking into those that hold one, and in `/dev` only to the devices
+//! programs use (no disks: as root they would open by owner match). Directories on the way stay listable, and so the names inside a
 //! hidden directory can be listed, not read. Making device nodes is handled
 //! and granted nowhere.
 //!
@@ -73,9 +73,30 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
             .map_err(|err| format!("{}: {err}", path.display()))
     };
     let read = AccessFs::from_read(abi);
+    let dev = Path::new("/dev");
     let mut dirs = vec![PathBuf::from("/")];
     while let Some(dir) = dirs.pop() {
-        if !confines.holds_hidden(&dir) {
+        if dir == dev {
+            // Only what programs use: as root, every disk and hardware device
+            // is root's and would open for reading by owner match.
+            created = add(created, dev, AccessFs::ReadDir.into())?;
+            for name in DEV_READABLE {
+                let path = dev.join(name);
+                if confines.is_hidden(&path) {
+                    continue;
+                }
+                match std::fs::symlink_metadata(&path) {
+                    Ok(m) if m.is_dir() && confines.holds_hidden(&path) => dirs.push(path),
+                    Ok(m) if m.is_dir() => created = add(created, &path, read)?,
+                    Ok(m) if !m.file_type().is_symlink() => {
+                        created = add(created, &path, read & file)?
+                    }
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        if !confines.holds_hidden(&dir) && !dev.starts_with(&dir) {
             created = add(created, &dir, read)?;
             continue;
         }
@@ -150,6 +171,13 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
     let fd: Option<OwnedFd> = created.into();
     fd.ok_or_else(|| "the kernel did not create a Landlock ruleset".to_string())
 }
+
+/// What a child may read in `/dev` under Landlock (and list `/dev` itself);
+/// `fd`, `stdin`, `stdout` and `stderr` are links into `/proc`, which is
+/// readable. Block devices and hardware character devices are left out.
+const DEV_READABLE: [&str; 9] = [
+    "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm",
+];
 
 /// Apply the ruleset to the calling thread. Called in the child between clone
 /// and exec: system calls only.

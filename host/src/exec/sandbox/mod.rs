@@ -364,11 +364,15 @@ impl Confines {
                 let tmp = leftovers::private_tmp()?;
                 let ruleset = landlock::ruleset(*abi, self, tmp.path())
                     .map_err(|e| format!("the Landlock sandbox cannot be set up: {e}"))?;
-                let seccomp =
+                let mut seccomp =
                     seccomp::filters(self.sockets(landlock::confines_unix_sockets(*abi)))?;
+                let privileges = privileges::CapDrop::prepare();
+                if !privileges.isolates_ipc() {
+                    seccomp.push(seccomp::ipc_filter()?);
+                }
                 let env = vec![("TMPDIR".into(), tmp.path().to_string_lossy().into_owned())];
                 let confinement = Some(Confinement {
-                    privileges: privileges::CapDrop::prepare(),
+                    privileges,
                     ruleset,
                     seccomp,
                 });

@@ -8,6 +8,10 @@
 //!   uid 0 grants nothing), `NO_CAP_AMBIENT_RAISE`, and their locks;
 //! - every capability up to `/proc/sys/kernel/cap_last_cap` dropped from the
 //!   bounding set;
+//! - with CAP_SYS_ADMIN (root), a new IPC namespace first, so the host's SysV
+//!   IPC objects and POSIX message queues are out of reach (bwrap makes one
+//!   with `--unshare-ipc`; without the capability a seccomp filter refuses
+//!   those calls, see `seccomp::ipc_filter`);
 //! - the ambient set cleared, and the effective, permitted and inheritable
 //!   sets emptied with `capset`.
 //!
@@ -24,6 +28,9 @@ use std::io;
 pub struct CapDrop {
     /// The highest capability number this kernel knows.
     last_cap: u32,
+    /// Whether the child can make its own IPC namespace (CAP_SYS_ADMIN, so
+    /// root): see [`CapDrop::isolates_ipc`].
+    new_ipc: bool,
 }
 
 /// `CAP_LAST_CAP` of the kernel this crate was written against (6.x: 40),
@@ -32,6 +39,7 @@ pub struct CapDrop {
 const FALLBACK_LAST_CAP: u32 = 63;
 
 const CAP_SETPCAP: u32 = 8;
+const CAP_SYS_ADMIN: u32 = 21;
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 #[repr(C)]
@@ -55,7 +63,17 @@ impl CapDrop {
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(FALLBACK_LAST_CAP);
-        CapDrop { last_cap }
+        let new_ipc = effective().is_ok_and(|e| e & (1 << CAP_SYS_ADMIN) != 0);
+        CapDrop { last_cap, new_ipc }
+    }
+
+    /// Whether the child gets an IPC namespace of its own (made in
+    /// [`CapDrop::apply`] before the capabilities go): the host's SysV shared
+    /// memory, semaphores, message queues and POSIX message queues are then
+    /// out of its reach. Without CAP_SYS_ADMIN it cannot make one, and the
+    /// caller refuses those calls with a seccomp filter instead.
+    pub fn isolates_ipc(&self) -> bool {
+        self.new_ipc
     }
 
     /// Drop every capability of the calling thread, for good.
@@ -78,6 +96,12 @@ impl CapDrop {
         } != 0
         {
             return Err(io::Error::last_os_error());
+        }
+        if self.new_ipc {
+            // SAFETY: unshare with an integer argument.
+            if unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
         if data[0].effective & (1 << CAP_SETPCAP) != 0 {
             let bits = libc::SECBIT_NOROOT
@@ -133,4 +157,26 @@ impl CapDrop {
         }
         Ok(())
     }
+}
+
+/// The calling thread's effective capabilities (the low 32: CAP_SYS_ADMIN is
+/// among them).
+fn effective() -> io::Result<u32> {
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget fills the two-element array version 3 expects.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(data[0].effective)
 }

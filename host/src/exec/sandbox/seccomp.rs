@@ -245,6 +245,46 @@ pub fn filters(sockets: Sockets) -> Result<Vec<BpfProgram>, String> {
         .collect();
     // clone's flags are its first argument, except on s390.
     insert(&mut refused, libc::SYS_clone, any_masked(0, &namespaces)?);
+    // Another process's limits: `prlimit --pid $PPID --fsize=0:0` killed
+    // loopbox with SIGXFSZ, and as root every process (PID 1 too) is of the
+    // same user. Setting (a new-limit pointer, argument 2) for a pid other than
+    // 0 is refused; reading any, and setting one's own (pid 0, as glibc's
+    // setrlimit does), stay allowed.
+    insert(
+        &mut refused,
+        libc::SYS_prlimit64,
+        vec![rule(vec![
+            cond(0, SeccompCmpOp::Ne, 0)?,
+            SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)
+                .map_err(|e| e.to_string())?,
+        ])?],
+    );
+    // Typing into the terminal: a child under Landlock keeps loopbox's
+    // controlling terminal, and TIOCSTI pushes input into it that the shell
+    // behind loopbox then runs (kernels before 6.2 allow it without a
+    // capability). TIOCLINUX can do the same through the console's selection.
+    // ioctl's request is an int to the kernel: its low 32 bits are compared.
+    insert(
+        &mut refused,
+        libc::SYS_ioctl,
+        [libc::TIOCSTI, libc::TIOCLINUX]
+            .into_iter()
+            .map(|r| rule(vec![cond(1, SeccompCmpOp::Eq, r)?]))
+            .collect::<Result<_, _>>()?,
+    );
+    // Set-user-ID and set-group-ID bits: root inside either sandbox owns root's
+    // files, so `chmod 4777` on one of them (under Landlock, which does not
+    // cover metadata, anywhere; under bwrap, in the workspace) makes a program
+    // that runs as root for every user of the machine. Other modes stay allowed.
+    let set_id = [
+        (libc::S_ISUID as u64, libc::S_ISUID as u64),
+        (libc::S_ISGID as u64, libc::S_ISGID as u64),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    insert(&mut refused, libc::SYS_chmod, any_masked(1, &set_id)?);
+    insert(&mut refused, libc::SYS_fchmod, any_masked(1, &set_id)?);
+    insert(&mut refused, libc::SYS_fchmodat, any_masked(2, &set_id)?);
+    insert(&mut refused, libc::SYS_fchmodat2, any_masked(2, &set_id)?);
 
     let mut clone3 = Rules::new();
     insert(&mut clone3, libc::SYS_clone3, Vec::new());
@@ -254,6 +294,43 @@ pub fn filters(sockets: Sockets) -> Result<Vec<BpfProgram>, String> {
         build(refused, libc::EPERM)?,
         build(clone3, libc::ENOSYS)?,
     ])
+}
+
+/// System V IPC and POSIX message queues, refused (EPERM) under Landlock when
+/// the child cannot have an IPC namespace of its own (without CAP_SYS_ADMIN):
+/// they are named by key or name, not path, so Landlock does not see them, and
+/// a command could attach to a shared memory segment or queue of another
+/// process of the same user and read or change it. What needs them breaks
+/// there: a PostgreSQL a test starts (SysV semaphores and shared memory), X11
+/// clients using MIT-SHM (they fall back to the socket). POSIX shared memory
+/// (`shm_open`) is a file in `/dev/shm`, which Landlock covers.
+pub const IPC: &[(i64, &str)] = &[
+    (libc::SYS_shmget, "shmget"),
+    (libc::SYS_shmat, "shmat"),
+    (libc::SYS_shmctl, "shmctl"),
+    (libc::SYS_msgget, "msgget"),
+    (libc::SYS_msgsnd, "msgsnd"),
+    (libc::SYS_msgrcv, "msgrcv"),
+    (libc::SYS_msgctl, "msgctl"),
+    (libc::SYS_semget, "semget"),
+    (libc::SYS_semop, "semop"),
+    (libc::SYS_semtimedop, "semtimedop"),
+    (libc::SYS_semctl, "semctl"),
+    (libc::SYS_mq_open, "mq_open"),
+    (libc::SYS_mq_unlink, "mq_unlink"),
+    (libc::SYS_mq_timedsend, "mq_timedsend"),
+    (libc::SYS_mq_timedreceive, "mq_timedreceive"),
+    (libc::SYS_mq_notify, "mq_notify"),
+    (libc::SYS_mq_getsetattr, "mq_getsetattr"),
+];
+
+/// The filter refusing [`IPC`] (shmdt stays: it only detaches the caller's own mapping).
+pub fn ipc_filter() -> Result<BpfProgram, String> {
+    let mut rules = Rules::new();
+    for &(nr, _) in IPC {
+        insert(&mut rules, nr, Vec::new());
+    }
+    build(rules, libc::EPERM)
 }
 
 /// The program as bwrap reads it from `--add-seccomp-fd FD`: the raw instructions.
@@ -326,6 +403,10 @@ d = tempfile.mkdtemp()
 S_IFCHR, S_IFIFO = 0o020000, 0o010000
 attr = (ctypes.c_char * 128)(); attr[0] = 1; attr[4] = 128  # perf_event_attr: a software event (CPU clock), size 128
 bpf_attr = (ctypes.c_uint32 * 8)(2, 4, 4, 1)     # BPF_MAP_TYPE_ARRAY, 4-byte keys and values, 1 entry
+lim = (ctypes.c_uint64 * 2)(64, 64)
+old = (ctypes.c_uint64 * 2)()
+f = (d + "/file").encode()
+fd = os.open(f, os.O_CREAT | os.O_WRONLY, 0o600)
 r = {
   "mount": call(165, b"none", b"/nonexistent-loopbox", b"tmpfs", 0, 0),
   "umount2": call(166, b"/nonexistent-loopbox", 0),
@@ -356,6 +437,22 @@ r = {
   "personality ADDR_NO_RANDOMIZE": call(135, 0x0040000),
   "personality query": call(135, 0xffffffff),
   "clone3": call(435, 0, 0),
+  # ioctl on a bad descriptor: allowed, EBADF; refused, EPERM.
+  "ioctl TIOCSTI": call(16, -1, 0x5412, 0),
+  "ioctl TIOCLINUX": call(16, -1, 0x541C, 0),
+  "ioctl TIOCSTI high bits": call(16, -1, 0x100005412, 0),
+  "ioctl FIONREAD": call(16, -1, 0x541B, 0),
+  # prlimit64 on a pid that does not exist: allowed, ESRCH.
+  "prlimit set other": call(302, 0x3fffffff, 7, lim, 0),
+  "prlimit read other": call(302, 0x3fffffff, 7, 0, old),
+  "prlimit read own": call(302, 0, 7, 0, old),
+  "prlimit set own": call(302, 0, 7, old, 0),  # to what it is
+  "chmod setuid": call(90, f, 0o4755),
+  "fchmod setgid": call(91, fd, 0o2755),
+  "fchmodat setuid": call(268, -100, f, 0o4755),
+  "fchmodat2 setgid": call(452, -100, f, 0o2755, 0),
+  "chmod plain": call(90, f, 0o700),
+  "fchmodat plain": call(268, -100, f, 0o755),
 }
 r["unshare"] = call(272, 0x10000000)  # last: allowed, it would change what the calls above see
 pid = sc(ctypes.c_long(56), ctypes.c_long(0x10000000 | 17), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
@@ -444,8 +541,63 @@ for k, v in r.items():
             ("clone NEWUSER", refused),
             ("fork", "ok"),
             ("socketpair", "ok"),
+            ("ioctl TIOCSTI", refused),
+            ("ioctl TIOCLINUX", refused),
+            ("ioctl TIOCSTI high bits", refused),
+            ("ioctl FIONREAD", "Bad file descriptor"),
+            ("prlimit set other", refused),
+            ("prlimit read other", "No such process"),
+            ("prlimit read own", "ok"),
+            ("prlimit set own", "ok"),
+            ("chmod setuid", refused),
+            ("fchmod setgid", refused),
+            ("fchmodat setuid", refused),
+            ("fchmodat2 setgid", refused),
+            ("chmod plain", "ok"),
+            ("fchmodat plain", "ok"),
         ] {
             assert_eq!(got.get(call).copied(), Some(want), "{call}:\n{text}");
         }
+    }
+
+    /// Under [`ipc_filter`], SysV IPC and POSIX message queues fail with
+    /// EPERM, whoever runs it; socketpair and ordinary files still work.
+    #[test]
+    fn the_ipc_filter_refuses_sysv_ipc_and_message_queues() {
+        let program = ipc_filter().unwrap();
+        let mut cmd = std::process::Command::new("python3");
+        cmd.args([
+            "-c",
+            r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+def err(r):
+    return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+print("shmget:", err(libc.shmget(0, 4096, 0o1600)))
+print("semget:", err(libc.semget(0, 1, 0o1600)))
+print("msgget:", err(libc.msgget(0, 0o1600)))
+print("mq_open:", err(libc.mq_open(b"/loopbox-test", 0o100 | 2, 0o600, None)))
+print("open:", err(os.open("/dev/null", os.O_RDONLY)))
+"#,
+        ]);
+        // SAFETY: the closure makes system calls only, on a program built before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                install(&program)
+            });
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text,
+            "shmget: Operation not permitted\nsemget: Operation not permitted\n\
+             msgget: Operation not permitted\nmq_open: Operation not permitted\nopen: ok\n",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
