@@ -67,7 +67,18 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
                path: &Path,
                access: BitFlags<AccessFs>|
      -> Result<RulesetCreated, String> {
-        let fd = PathFd::new(path).map_err(|err| format!("{}: {err}", path.display()))?;
+        let fd = match PathFd::new(path) {
+            Ok(fd) => fd,
+            // An entry another process removed since it was listed (a temp dir
+            // in /tmp): nothing to grant, and no reason to refuse the command.
+            Err(_)
+                if std::fs::symlink_metadata(path)
+                    .is_err_and(|m| m.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                return Ok(created);
+            }
+            Err(err) => return Err(format!("{}: {err}", path.display())),
+        };
         created
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|err| format!("{}: {err}", path.display()))
