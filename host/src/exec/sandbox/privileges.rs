@@ -81,29 +81,14 @@ impl CapDrop {
     /// # Safety
     /// System calls only, on stack data: the caller is a vfork-style child.
     pub unsafe fn apply(&self) -> io::Result<()> {
-        let mut header = CapHeader {
-            version: LINUX_CAPABILITY_VERSION_3,
-            pid: 0,
-        };
-        let mut data = [CapData::default(); 2];
-        // SAFETY: capget fills the two-element array version 3 expects.
-        if unsafe {
-            libc::syscall(
-                libc::SYS_capget,
-                &mut header as *mut CapHeader,
-                data.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
+        let effective = effective()?;
         if self.new_ipc {
             // SAFETY: unshare with an integer argument.
             if unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
                 return Err(io::Error::last_os_error());
             }
         }
-        if data[0].effective & (1 << CAP_SETPCAP) != 0 {
+        if effective & (1 << CAP_SETPCAP) != 0 {
             let bits = libc::SECBIT_NOROOT
                 | libc::SECBIT_NOROOT_LOCKED
                 | libc::SECBIT_NO_SETUID_FIXUP
@@ -142,8 +127,10 @@ impl CapDrop {
             return Err(io::Error::last_os_error());
         }
         let empty = [CapData::default(); 2];
-        header.version = LINUX_CAPABILITY_VERSION_3;
-        header.pid = 0;
+        let header = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
         // SAFETY: capset reads the header and the two-element array.
         if unsafe {
             libc::syscall(
