@@ -16,19 +16,24 @@ const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
 /// so the run ends there with exit 7.
 fn run(policy: &str, input: &str, expect: i32, workspace: &Path, cache: &Path) -> Duration {
     let t = Instant::now();
-    let status = Command::new(BIN)
+    // stderr is kept (not inherited) so a failure can say why, without the
+    // progress lines cluttering the table.
+    let out = Command::new(BIN)
         .args(["run", policy, "--input", input])
         .current_dir(workspace)
         .env("LOOPBOX_CACHE_DIR", cache)
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
+        .stderr(Stdio::piped())
+        .output()
         .expect("spawn loopbox");
     let elapsed = t.elapsed();
     assert_eq!(
-        status.code(),
+        out.status.code(),
         Some(expect),
-        "loopbox run {policy} exited with {status}"
+        "loopbox run {policy} exited with {} after {elapsed:?}; its stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
     );
     elapsed
 }
