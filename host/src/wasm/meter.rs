@@ -1,9 +1,13 @@
 //! Per-event accounting shared by every capability: how many host calls the
-//! guest made, and how much of the event's wall time was spent in the host
-//! (so the compute-time limit charges the guest only for its own time).
+//! guest made, how much of the event's wall time was spent in the host, and
+//! how much CPU the guest itself used (so the compute-time limit charges the
+//! guest only for its own work, not for a busy machine's other processes).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::run::stop::Stop;
@@ -16,6 +20,15 @@ pub struct Meter {
     /// When the host call in progress began (nanoseconds after `started`, plus
     /// one; 0 when none is): a long action is not the guest's time even before it ends.
     in_call: AtomicU64,
+    /// CPU the guest has used, in nanoseconds of the polling thread's CPU clock,
+    /// over finished segments. A segment runs from a poll's start, or a host
+    /// call's end, to the next host call's start or the poll's end; all of one
+    /// segment happens inside one poll, so on one thread.
+    guest_cpu: AtomicU64,
+    /// The polling thread's CPU clock when the current segment began.
+    segment_start: AtomicU64,
+    /// Whether the guest, not a host call, has the thread.
+    guest_running: AtomicBool,
     max_host_calls: u64,
     max_string_bytes: u64,
     cpu_budget: Duration,
@@ -38,6 +51,9 @@ impl Meter {
             host_calls: AtomicU64::new(0),
             host_nanos: AtomicU64::new(0),
             in_call: AtomicU64::new(0),
+            guest_cpu: AtomicU64::new(0),
+            segment_start: AtomicU64::new(0),
+            guest_running: AtomicBool::new(false),
             max_host_calls: limits.host_calls_per_event,
             max_string_bytes: limits.max_string_bytes,
             cpu_budget: Duration::from_millis(limits.cpu_ms_per_event),
@@ -53,6 +69,7 @@ impl Meter {
     pub fn call(&self) -> wasmtime::Result<HostCall<'_>> {
         self.check()?;
         self.count()?;
+        self.pause_guest();
         let since = self.started.elapsed().as_nanos().min(u64::MAX as u128 - 1) as u64;
         self.in_call.store(since + 1, Ordering::Relaxed);
         Ok(HostCall {
@@ -121,6 +138,38 @@ impl Meter {
         elapsed.saturating_sub(host)
     }
 
+    /// CPU time the guest has used this event (instantiation included, host
+    /// calls not). Exact only on the thread polling the guest: the epoch
+    /// callback, which runs there, is its reader.
+    pub fn guest_cpu(&self) -> Duration {
+        let mut ns = self.guest_cpu.load(Ordering::Relaxed);
+        if self.guest_running.load(Ordering::Relaxed) {
+            ns += thread_cpu_ns().saturating_sub(self.segment_start.load(Ordering::Relaxed));
+        }
+        Duration::from_nanos(ns)
+    }
+
+    /// Wrap the future that runs the guest so each poll's CPU is charged to it.
+    pub fn metered<F: Future>(&self, inner: F) -> Metered<'_, F> {
+        Metered {
+            meter: self,
+            inner: Box::pin(inner),
+        }
+    }
+
+    fn resume_guest(&self) {
+        self.segment_start.store(thread_cpu_ns(), Ordering::Relaxed);
+        self.guest_running.store(true, Ordering::Relaxed);
+    }
+
+    /// End the guest's segment (at a host call's start or a poll's end).
+    fn pause_guest(&self) {
+        if self.guest_running.swap(false, Ordering::Relaxed) {
+            let used = thread_cpu_ns().saturating_sub(self.segment_start.load(Ordering::Relaxed));
+            self.guest_cpu.fetch_add(used, Ordering::Relaxed);
+        }
+    }
+
     pub fn cpu_budget(&self) -> Duration {
         self.cpu_budget
     }
@@ -156,7 +205,46 @@ impl Drop for HostCall<'_> {
         let ns = self.started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
         self.meter.host_nanos.fetch_add(ns, Ordering::Relaxed);
         self.meter.in_call.store(0, Ordering::Relaxed);
+        self.meter.resume_guest();
     }
+}
+
+/// The guest's future, charging the CPU of each poll (less its host calls) to the guest.
+pub struct Metered<'a, F> {
+    meter: &'a Meter,
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Metered<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        // A poll that resumes inside a host call (an action awaiting its process)
+        // is the host's; one that resumes the guest starts a new segment.
+        if this.meter.in_call.load(Ordering::Relaxed) == 0 {
+            this.meter.resume_guest();
+        }
+        let r = this.inner.as_mut().poll(cx);
+        this.meter.pause_guest();
+        r
+    }
+}
+
+/// The calling thread's CPU time (user and system), in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID needs no other state.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
@@ -187,6 +275,45 @@ mod tests {
             "{:?}",
             m.guest_time()
         );
+    }
+
+    fn spin(d: Duration) {
+        let t = Instant::now();
+        while t.elapsed() < d {
+            std::hint::black_box(0u64);
+        }
+    }
+
+    /// A poll that computes is charged; one whose thread sleeps (as a loaded
+    /// machine's other processes take the CPU) is not, nor is a host call.
+    #[test]
+    fn guest_cpu_counts_the_guest_s_own_work_only() {
+        let m = Meter::new(&Limits::default());
+        let cpu = block_on(m.metered(async {
+            spin(Duration::from_millis(60));
+            std::thread::sleep(Duration::from_millis(200));
+            {
+                let _c = m.call().unwrap();
+                spin(Duration::from_millis(100));
+            }
+            m.guest_cpu()
+        }));
+        assert!(
+            cpu >= Duration::from_millis(50) && cpu < Duration::from_millis(120),
+            "guest CPU {cpu:?}: expected the 60 ms spin only (not the 200 ms sleep or the host's 100 ms)"
+        );
+        assert!(
+            m.guest_time() >= Duration::from_millis(250),
+            "{:?}",
+            m.guest_time()
+        );
+    }
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
     }
 
     fn limit_of(e: wasmtime::Error) -> Limit {
