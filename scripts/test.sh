@@ -15,7 +15,8 @@
 # 3. host unit tests, guests built from source by build scripts, integration and
 #    CLI tests, and the benchmarks run once as smoke tests (cargo test --all-targets)
 #    and little-loops' shipped loops validated (tests/conformance/corpus.py)
-# 4. the guests' own native unit tests (Rust, and the Python CCW logic)
+# 4. the guests' own native unit tests (Rust, and the Python CCW logic), and the
+#    Python and JavaScript SDKs' (with mypy and tsc)
 # 5. the benchmarks built in release mode (cargo bench --no-run), as they run for BENCHMARKS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +51,7 @@ fi
 
 # Debian packages: bubblewrap for the OS sandbox tests (Landlock comes with the
 # kernel), Node.js with npm for the JavaScript guests when they are missing, and
-# an OCI registry for host/tests/registry.rs, which starts it on loopback.
+# an OCI registry for host/tests/it/registry.rs, which starts it on loopback.
 apt_install() {
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq "$@"
@@ -78,6 +79,20 @@ cargo test --workspace --all-targets --locked
 python3 tests/conformance/corpus.py --loopbox "${CARGO_TARGET_DIR:-target}/debug/loopbox" --min 87
 (cd guests/rust && cargo test --locked --target-dir ../../target/guests-native)
 (cd guests/python/ccw && python3 -B -m unittest -q)
+# The Python and JavaScript SDKs: their unit tests (the Python ones on the bindings
+# componentize-py generates from wit/), mypy over the Python SDK and the `loopbox new`
+# template, tsc over the SDK's TypeScript declarations and the TypeScript guest.
+(cd guests/python/sdk && python3 -B -m unittest -q)
+if ! python3 -m mypy --version 2>/dev/null | grep -q "^mypy 2.4.1 "; then
+  python3 -m pip install --quiet --disable-pip-version-check mypy==2.4.1
+fi
+pybindings=$(mktemp -d)
+"$cpy" -d wit -w loop-policy bindings "$pybindings" >/dev/null
+MYPYPATH="$pybindings:guests/python/sdk" python3 -m mypy --strict --cache-dir "$pybindings/.mypy_cache" \
+  guests/python/sdk/loopbox_policy host/templates/python/app.py
+rm -rf "$pybindings"
+(cd guests/js/sdk && node --test)
+(cd guests/js && node_modules/.bin/tsc -p .)
 if [ -n "${CI:-}" ]; then
   rm -rf "${CARGO_TARGET_DIR:-target}/debug" target/guests-native
   df -h "${CARGO_TARGET_DIR:-target}" | tail -1 | awk '{print "disk before the release build: " $4 " free"}'

@@ -25,6 +25,8 @@ pub fn guest(name: &str) -> PathBuf {
         "ralph-py" => env!("LOOPBOX_GUEST_RALPH_PY"),
         "todo-enforcer-js" => env!("LOOPBOX_GUEST_TODO_ENFORCER_JS"),
         "tool-gate-js" => env!("LOOPBOX_GUEST_TOOL_GATE_JS"),
+        "ralph-js" => env!("LOOPBOX_GUEST_RALPH_JS"),
+        "green-tests-ts" => env!("LOOPBOX_GUEST_GREEN_TESTS_TS"),
         "ccw-py" => env!("LOOPBOX_GUEST_CCW_PY"),
         "misbehave-py" => env!("LOOPBOX_GUEST_MISBEHAVE_PY"),
         "misbehave-js" => env!("LOOPBOX_GUEST_MISBEHAVE_JS"),

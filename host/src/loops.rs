@@ -125,11 +125,193 @@ pub fn payload(
         yaml: file.text.clone(),
         context: Default::default(),
         input: Some(input.to_string()),
-        run_dir: Some(run_dir.to_string()),
+        // Absolute, as `ll-loop run` makes it (`cli/loop/run.py`: `loops_dir.resolve()`).
+        run_dir: Some(workspace.join(run_dir).to_string_lossy().into_owned()),
         workspace: Some(workspace.to_string_lossy().into_owned()),
     };
     loopbox_fsm::start::context(lp, &start).map_err(anyhow::Error::msg)?;
     Ok(start.to_json().to_string())
+}
+
+/// `limits.actions_per_run` for a YAML loop run when loopbox.toml does not set
+/// it: the loop's own `max_steps` and `timeout` govern it, and this stays a
+/// safety net well above them (the corpus' largest `max_steps` is 500).
+pub const ACTIONS_PER_RUN: u64 = 10_000;
+/// `agent.max_prompts` for a YAML loop run when loopbox.toml does not set it.
+pub const MAX_PROMPTS: u64 = 5_000;
+
+/// The budgets of a `builtin:fsm` run: `limits.actions_per_run` and
+/// `agent.max_prompts` that `config_text` (the loopbox.toml in use) leaves
+/// unset are raised to [`ACTIONS_PER_RUN`] and [`MAX_PROMPTS`]; a value the
+/// user wrote is kept. `policy` is the `[policies.NAME]` the run is under.
+pub fn budgets(
+    config: &mut crate::config::Config,
+    config_text: Option<&str>,
+    policy: Option<&str>,
+) {
+    let table: toml::Table = config_text.and_then(|t| t.parse().ok()).unwrap_or_default();
+    let set = |path: &[&str]| {
+        let mut at = Some(&table);
+        for (i, key) in path.iter().enumerate() {
+            let v = at.and_then(|t| t.get(*key));
+            if i + 1 == path.len() {
+                return v.is_some();
+            }
+            at = v.and_then(toml::Value::as_table);
+        }
+        false
+    };
+    if !set(&["limits", "actions_per_run"]) {
+        config.limits.actions_per_run = config.limits.actions_per_run.max(ACTIONS_PER_RUN);
+    }
+    let prompts_set = match policy {
+        Some(name) => set(&["policies", name, "agent", "max_prompts"]),
+        None => set(&["agent", "max_prompts"]),
+    };
+    if let (false, Some(agent)) = (prompts_set, config.agent.as_mut()) {
+        agent.max_prompts = agent.max_prompts.max(MAX_PROMPTS);
+    }
+}
+
+/// Warnings for a loop whose own budget (`max_steps`, each step one action
+/// and, with a judge, one more prompt) exceeds loopbox's limits: the run
+/// would end on loopbox's limit first.
+pub fn budget_warnings(lp: &Loop, config: &crate::config::Config) -> Vec<String> {
+    let mut out = Vec::new();
+    let steps = u64::from(lp.max_steps);
+    let actions = config.limits.actions_per_run;
+    if steps > actions {
+        out.push(format!(
+            "the loop's max_steps {steps} exceeds limits.actions_per_run = {actions}: loopbox ends the run at its limit first; raise it in loopbox.toml"
+        ));
+    }
+    if let Some(agent) = &config.agent
+        && lp.states.iter().any(|s| {
+            matches!(
+                s.action,
+                Some(
+                    loopbox_fsm::spec::Action::Prompt(_)
+                        | loopbox_fsm::spec::Action::SlashCommand(_)
+                )
+            )
+        })
+        && steps > agent.max_prompts
+    {
+        out.push(format!(
+            "the loop's max_steps {steps} exceeds agent.max_prompts = {}: loopbox ends the run at its limit first; raise it in loopbox.toml",
+            agent.max_prompts
+        ));
+    }
+    out
+}
+
+/// Shell that bash runs and dash (Debian's `sh`) does not, found per line:
+/// what each finds, and how `validate` names it.
+const BASH_ONLY: &[(&str, &str)] = &[
+    ("pipefail", "`set -o pipefail`"),
+    ("[[", "`[[ ... ]]`"),
+    ("<<<", "a here-string `<<<`"),
+    ("<(", "process substitution `<(...)`"),
+    (">(", "process substitution `>(...)`"),
+    ("&>", "`&>` redirection"),
+    ("$'", "`$'...'` quoting"),
+    ("=(", "an array `NAME=(...)`"),
+    ("[@]", "an array expansion `${NAME[@]}`"),
+    ("[*]", "an array expansion `${NAME[*]}`"),
+];
+
+/// Bash-only commands, found where a command starts (not in a message's words).
+const BASH_COMMANDS: &[(&str, &str)] = &[
+    ("shopt", "`shopt`"),
+    ("declare", "`declare`"),
+    ("mapfile", "`mapfile`"),
+    ("readarray", "`readarray`"),
+    ("function", "`function NAME`"),
+    ("source", "`source` (`.` in sh)"),
+];
+
+/// The bash-only constructs in one line of shell: each named once.
+pub fn bash_only(line: &str) -> Vec<&'static str> {
+    let code = line.trim_start();
+    if code.starts_with('#') {
+        return Vec::new();
+    }
+    let mut found: Vec<&'static str> = BASH_ONLY
+        .iter()
+        .filter(|(needle, _)| code.contains(needle))
+        .map(|(_, what)| *what)
+        .collect();
+    let commands: Vec<&str> = code
+        .split([';', '|', '&', '(', '{'])
+        .map(|c| {
+            let c = c.trim_start();
+            ["then ", "do ", "else ", "!"]
+                .iter()
+                .fold(c, |c, k| c.strip_prefix(k).unwrap_or(c).trim_start())
+        })
+        .collect();
+    for (name, what) in BASH_COMMANDS {
+        if commands
+            .iter()
+            .any(|c| c.split_whitespace().next() == Some(name))
+        {
+            found.push(what);
+        }
+    }
+    // `${v^}`, `${v^^}`, `${v,}`, `${v,,}`: case modification.
+    let case = code.match_indices("${").any(|(i, _)| {
+        let body = &code[i + 2..];
+        let end = body.find('}').unwrap_or(body.len());
+        let body = &body[..end];
+        body.chars()
+            .next()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && (body.contains('^') || body.ends_with(','))
+    });
+    if case {
+        found.push("case modification `${NAME^}` / `${NAME,,}`");
+    }
+    // `{1..5}`: brace ranges.
+    let range = code.match_indices('{').any(|(i, _)| {
+        let body = &code[i + 1..];
+        let Some(end) = body.find('}') else {
+            return false;
+        };
+        let parts: Vec<&str> = body[..end].split("..").collect();
+        !code[..i].ends_with('$')
+            && parts.len() == 2
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    });
+    if range {
+        found.push("a brace range `{A..B}`");
+    }
+    found
+}
+
+/// Where the loop's shell actions need bash (for `validate` when bash is
+/// not on `shell.path`): `(file, line, state, what)`, one a construct and line.
+pub fn bash_only_lines(lp: &Loop) -> Vec<(String, u32, String, String)> {
+    let mut out = Vec::new();
+    for state in &lp.states {
+        let Some(loopbox_fsm::spec::Action::Shell(text)) = &state.action else {
+            continue;
+        };
+        // `action_line` is where the text starts (a block scalar's first line).
+        let first = state.action_line;
+        for (i, line) in text.lines().enumerate() {
+            for what in bash_only(line) {
+                out.push((
+                    state.file.clone(),
+                    first + i as u32,
+                    state.name.clone(),
+                    what.to_string(),
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// `LOOP.yaml` as typed, or the file behind `builtin:fsm --input @LOOP.yaml`.
@@ -156,6 +338,39 @@ mod tests {
         assert_eq!(loop_path("builtin:fsm", "{}"), None);
         assert_eq!(loop_path("builtin:ralph", "@l.yaml"), None);
         assert_eq!(loop_path("x.yaml", "{}"), Some(PathBuf::from("x.yaml")));
+    }
+
+    #[test]
+    fn bash_only_shell_is_named_and_posix_shell_is_not() {
+        for (line, what) in [
+            ("set -euo pipefail", "`set -o pipefail`"),
+            ("if [[ -f x ]]; then :; fi", "`[[ ... ]]`"),
+            ("echo \"$${name^}\"", "case modification"),
+            ("echo ${v,,}", "case modification"),
+            ("arr=(a b)", "an array"),
+            ("echo ${arr[@]}", "an array expansion"),
+            ("for i in {1..5}; do :; done", "a brace range"),
+            ("diff <(ls a) <(ls b)", "process substitution"),
+            ("cmd &> log", "`&>`"),
+            ("read x <<< \"$y\"", "here-string"),
+            ("source env.sh", "`source`"),
+            ("set -e; declare -A m", "`declare`"),
+            ("if true; then shopt -s globstar; fi", "`shopt`"),
+        ] {
+            let found = bash_only(line);
+            assert!(found.iter().any(|f| f.contains(what)), "{line}: {found:?}");
+        }
+        for line in [
+            "set -eu",
+            "[ \"$a\" = b ] && echo ${x:-y} ${#x} ${x%.txt}",
+            "# set -o pipefail",
+            "echo {a,b} $((1 + 2)) > out 2>&1",
+            "f() { echo hi; }",
+            ". ./env.sh",
+            "echo 'the function failed; see the source code'",
+        ] {
+            assert_eq!(bash_only(line), Vec::<&str>::new(), "{line}");
+        }
     }
 
     #[test]
@@ -189,7 +404,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             p,
-            serde_json::json!({"path": "l.yaml", "yaml": text, "input": "{\"issue\": \"BUG-1\"}", "run_dir": ".loops/runs/r1/", "workspace": "/"})
+            serde_json::json!({"path": "l.yaml", "yaml": text, "input": "{\"issue\": \"BUG-1\"}", "run_dir": "/.loops/runs/r1/", "workspace": "/"})
         );
         let refused = payload(&lp, &file, "{}", ".loops/runs/r1/", Path::new("/"))
             .unwrap_err()

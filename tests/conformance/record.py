@@ -8,10 +8,13 @@ enters, how it ends and its exit code, into traces.json.
 Each case runs in a fresh scratch directory holding a copy of loops/, with
 `ll-loop run LOOP.yaml [INPUT] --no-llm --no-lock`; the path is read from
 the run's events (`state_enter` at the top level, then the terminal state).
+The `JUDGED` cases run without --no-llm, with `loops/judge-agent` on PATH as
+`claude`: loopbox's conformance test gives it to loopbox as its agent.
 Nothing of little-loops is kept: only what it did.
 """
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -52,7 +55,24 @@ CASES = [
     ("passthrough.yaml", None),
     ("cycle.yaml", None),
     ("circuit-abort.yaml", None),
+    ("shell-bash.yaml", None),
+    ("context-missing.yaml", None),
+    ("loop-timeout.yaml", None),
+    ("timeout-kind.yaml", None),
+    ("run-dir.yaml", None),
+    ("regex-python.yaml", None),
+    ("failure-exit.yaml", None),
+    ("route-literal-keys.yaml", None),
+    ("unrouted-verdict.yaml", None),
+    ("sub-loop-max-steps.yaml", None),
+    ("sub-loop-markers.yaml", None),
+    ("uncaptured.yaml", None),
+    ("judge.yaml", None),
 ]
+
+# Cases whose `llm_structured` judge is the scripted `loops/judge-agent`:
+# little-loops runs it as `claude` (found on PATH), without --no-llm.
+JUDGED = {"judge.yaml"}
 
 
 def run(ll_loop: str, loop: str, given: str | None) -> dict:
@@ -64,8 +84,16 @@ def run(ll_loop: str, loop: str, given: str | None) -> dict:
         argv = [ll_loop, "run", loop.removesuffix(".yaml")]
         if given is not None:
             argv.append(given)
-        argv += ["--no-llm", "--no-lock", "--quiet"]
-        done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
+        env = dict(os.environ)
+        if loop in JUDGED:
+            (work / "bin").mkdir()
+            (work / "bin" / "claude").symlink_to(work / ".loops" / "judge-agent")
+            env["PATH"] = f"{work / 'bin'}:{env['PATH']}"
+            env["LL_HOST_CLI"] = "claude-code"
+        else:
+            argv.append("--no-llm")
+        argv += ["--no-lock", "--quiet"]
+        done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300, env=env)
         events = sorted((work / ".loops" / ".history").glob("*/events.jsonl"))
         events = [e for e in events if f"-{loop.removesuffix('.yaml')}" in e.parent.name] or events
         path, ending = [], {}

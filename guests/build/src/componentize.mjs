@@ -7,6 +7,9 @@
 // policy's `handle`: an Error it throws becomes the policy's `err` carrying the
 // error's message (componentize-js would otherwise abort, since `err` is a
 // string), and its stack goes to stderr, which loopbox puts in the run log.
+// A TypeScript SOURCE (.ts, .mts) is first bundled with the esbuild installed
+// beside componentize-js into one JavaScript module (esbuild strips the types
+// without checking them; the `loopbox:policy/*` imports stay imports).
 // HTTP support is left out unless asked for: a policy reaches the world only
 // through loopbox's own imports, and loopbox refuses a component importing wasi:http.
 import { componentize } from '@bytecodealliance/componentize-js';
@@ -14,7 +17,10 @@ import { rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 
 const [source, wit, world, out, http] = process.argv.slice(-5);
-const entry = join(dirname(resolve(source)), `.loopbox-entry-${process.pid}.js`);
+const dir = dirname(resolve(source));
+const entry = join(dir, `.loopbox-entry-${process.pid}.js`);
+const bundle = join(dir, `.loopbox-bundle-${process.pid}.js`);
+const typescript = /\.m?ts$/.test(source);
 await writeFile(entry, `import { policy as inner } from './${basename(source)}';
 export const policy = {
   info: () => inner.info(),
@@ -30,8 +36,30 @@ export const policy = {
 };
 `);
 try {
+  if (typescript) {
+    const esbuild = await import('esbuild');
+    // The contract's imports (and WASI's) are the component's, not files to bundle;
+    // one the policy does not use is dropped, so a `decider` build imports no `actions`.
+    const contract = {
+      name: 'loopbox-contract',
+      setup(build) {
+        build.onResolve({ filter: /^(loopbox|wasi):/ }, (args) => ({ path: args.path, external: true, sideEffects: false }));
+      },
+    };
+    await esbuild.build({
+      entryPoints: [entry],
+      outfile: bundle,
+      bundle: true,
+      format: 'esm',
+      platform: 'neutral',
+      mainFields: ['module', 'main'],
+      target: 'es2022',
+      logLevel: 'warning',
+      plugins: [contract],
+    });
+  }
   const { component } = await componentize({
-    sourcePath: entry,
+    sourcePath: typescript ? bundle : entry,
     witPath: resolve(wit),
     worldName: world,
     disableFeatures: http === 'keep-http' ? [] : ['http', 'fetch-event'],
@@ -40,4 +68,5 @@ try {
   console.log(`built ${out} (${component.byteLength} bytes)`);
 } finally {
   await rm(entry, { force: true });
+  await rm(bundle, { force: true });
 }

@@ -97,14 +97,21 @@ impl Repo {
             .unwrap_or_else(|e| panic!("building the Extism plugins: {e}"))
     }
 
-    /// Build the Python guest in `guests/python/<name>` (module `app`) for `world`.
+    /// Build the Python guest in `guests/python/<name>` (module `app`) for `world`,
+    /// with the `loopbox_policy` SDK from `guests/python/sdk`.
     pub fn build_python_guest(&self, name: &str, world: &str) -> PathBuf {
         let source = self.root.join("guests/python").join(name);
-        self.watch(std::slice::from_ref(&source));
+        let sdk = self.root.join("guests/python/sdk");
+        self.watch(&[
+            source.clone(),
+            sdk.join("loopbox_policy"),
+            self.root.join("wit"),
+        ]);
         let out = self.output("python", name);
         let build = toolchain::PythonBuild {
             dir: &source,
             module: "app",
+            paths: &[&sdk],
             wit: &self.root.join("wit"),
             world,
             out: &out,
@@ -113,12 +120,23 @@ impl Repo {
         out
     }
 
-    /// Build the JavaScript guest `guests/js/<name>/policy.js` for `world` with the
-    /// componentize-js pinned in `guests/js/package-lock.json`. `keep_http` builds
-    /// the variant that imports `wasi:http` (for the test that loopbox refuses it).
+    /// Build the JavaScript guest `guests/js/<name>/policy.js` (or `policy.ts`) for
+    /// `world` with the componentize-js (and esbuild) pinned in
+    /// `guests/js/package-lock.json`. `keep_http` builds the variant that imports
+    /// `wasi:http` (for the test that loopbox refuses it).
     pub fn build_js_guest(&self, name: &str, world: &str, keep_http: bool) -> PathBuf {
         let js = self.root.join("guests/js");
-        self.watch(&[js.join(name), js.join("package-lock.json")]);
+        self.watch(&[
+            js.join(name),
+            js.join("sdk"),
+            js.join("package-lock.json"),
+            self.root.join("wit"),
+        ]);
+        let source = ["policy.ts", "policy.js"]
+            .iter()
+            .map(|f| js.join(name).join(f))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| js.join(name).join("policy.js"));
         let out = self.output(
             "js",
             &if keep_http {
@@ -129,7 +147,7 @@ impl Repo {
         );
         let build = toolchain::JsBuild {
             node_project: &js,
-            source: &js.join(name).join("policy.js"),
+            source: &source,
             wit: &self.root.join("wit"),
             world,
             out: &out,

@@ -19,7 +19,12 @@ pub const JS_PACKAGES: &[(&str, &str)] = &[
     // componentize-js imports it (lib/spidermonkey-embedding-splicer.js) without
     // declaring it; without this pin its import fails with ERR_MODULE_NOT_FOUND.
     ("@bytecodealliance/preview2-shim", "0.25.0"),
+    // Bundles a TypeScript policy into one JavaScript module (componentize.mjs).
+    ("esbuild", ESBUILD),
 ];
+
+/// The esbuild release that compiles TypeScript policies.
+pub const ESBUILD: &str = "0.28.2";
 
 /// The Node script that turns one JavaScript module into a component, run with
 /// `node --input-type=module -e` from the directory holding `node_modules`.
@@ -165,6 +170,10 @@ pub struct PythonBuild<'a> {
     pub dir: &'a Path,
     /// The module that defines `Policy` (`app` for app.py).
     pub module: &'a str,
+    /// More directories to find modules in (the repository's guests find the
+    /// `loopbox_policy` SDK in `guests/python/sdk`; a project from `loopbox new`
+    /// has it vendored beside app.py).
+    pub paths: &'a [&'a Path],
     pub wit: &'a Path,
     pub world: &'a str,
     pub out: &'a Path,
@@ -191,6 +200,7 @@ impl PythonBuild<'_> {
             .arg(self.wit)
             .args(["-w", self.world, "componentize", self.module, "-p"])
             .arg(self.dir)
+            .args(self.paths.iter().flat_map(|p| [Path::new("-p"), p]))
             .arg("-o")
             .arg(self.out)
             .stdout(to_stderr())
@@ -234,6 +244,7 @@ fn componentize_py() -> Command {
 pub struct JsBuild<'a> {
     /// The directory whose `node_modules` holds componentize-js.
     pub node_project: &'a Path,
+    /// The policy module: `policy.js`, or `policy.ts` (bundled with esbuild first).
     pub source: &'a Path,
     pub wit: &'a Path,
     pub world: &'a str,
@@ -253,6 +264,18 @@ impl JsBuild<'_> {
         {
             return Err(format!(
                 "componentize-js is not installed in {}; install the npm packages with:\n    npm install --prefix {}",
+                self.node_project.display(),
+                self.node_project.display()
+            ));
+        }
+        let typescript = self
+            .source
+            .extension()
+            .is_some_and(|e| e == "ts" || e == "mts");
+        if typescript && !self.node_project.join("node_modules/esbuild").is_dir() {
+            return Err(format!(
+                "{} is TypeScript, which is compiled with esbuild {ESBUILD}, but esbuild is not installed in {}; install it with:\n    npm install --prefix {} --save-dev esbuild@{ESBUILD}",
+                self.source.display(),
                 self.node_project.display(),
                 self.node_project.display()
             ));
@@ -308,4 +331,44 @@ pub fn npm_install(dir: &Path) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TypeScript policy in a project whose node_modules has componentize-js
+    /// but no esbuild (a project made before TypeScript support) is refused
+    /// before Node runs, with the command that installs the pinned esbuild.
+    #[test]
+    fn typescript_without_esbuild_says_how_to_install_it() {
+        if check_node().is_err() {
+            eprintln!("skipped: node is not installed, and it is checked first");
+            return;
+        }
+        let dir =
+            std::env::temp_dir().join(format!("loopbox-guest-build-ts-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("node_modules/@bytecodealliance/componentize-js"))
+            .unwrap();
+        std::fs::write(dir.join("policy.ts"), "export const policy = {};\n").unwrap();
+        let (source, wit, out) = (dir.join("policy.ts"), dir.join("wit"), dir.join("out.wasm"));
+        let build = JsBuild {
+            node_project: &dir,
+            source: &source,
+            wit: &wit,
+            world: "decider",
+            out: &out,
+            keep_http: false,
+        };
+        let e = build.run().unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            e.contains("policy.ts is TypeScript, which is compiled with esbuild 0.28.2, but esbuild is not installed in")
+                && e.ends_with(&format!(
+                    "install it with:\n    npm install --prefix {} --save-dev esbuild@0.28.2",
+                    dir.display()
+                )),
+            "{e}"
+        );
+    }
 }

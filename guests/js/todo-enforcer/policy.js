@@ -1,7 +1,8 @@
 // The todo enforcer in JavaScript: while the agent's reply still lists unchecked
 // `- [ ]` items, send it back to work, up to a limit of consecutive forced
-// continuations. The same policy as guests/rust/todo-enforcer.
-import { get, set } from 'loopbox:policy/state@0.1.0';
+// continuations. The same policy as guests/rust/todo-enforcer. Written with the
+// loopbox-policy SDK (guests/js/sdk); world decider.
+import { PolicyError, definePolicy, inject, state, wait } from '../sdk/index.js';
 
 const KEY = 'todo-enforcer';
 const DEFAULT_MESSAGE =
@@ -19,11 +20,11 @@ function parseConfig(json) {
   try {
     raw = JSON.parse(json);
   } catch (e) {
-    throw `todo-enforcer: bad input: ${e.message}`;
+    throw new PolicyError(`todo-enforcer: bad input: ${e.message}`);
   }
   const known = new Set(['prompt', 'message', 'max_continuations']);
   for (const k of Object.keys(raw)) {
-    if (!known.has(k)) throw `todo-enforcer: bad input: unknown field \`${k}\``;
+    if (!known.has(k)) throw new PolicyError(`todo-enforcer: bad input: unknown field \`${k}\``);
   }
   return {
     prompt: raw.prompt ?? null,
@@ -33,46 +34,34 @@ function parseConfig(json) {
 }
 
 function load() {
-  const stored = get(KEY);
-  return stored === undefined
-    ? { config: { prompt: null, message: DEFAULT_MESSAGE, max_continuations: 3 }, forced: 0 }
-    : JSON.parse(stored);
+  return state.get(KEY) ?? { config: { prompt: null, message: DEFAULT_MESSAGE, max_continuations: 3 }, forced: 0 };
 }
 
-export const policy = {
-  info() {
-    return {
-      name: 'todo-enforcer',
-      version: '0.1.0',
-      description: 'Send the agent back to work while its reply still has unchecked todo items',
-    };
+export const policy = definePolicy({
+  name: 'todo-enforcer',
+  version: '0.1.0',
+  description: 'Send the agent back to work while its reply still has unchecked todo items',
+
+  onStart(input) {
+    const config = parseConfig(input);
+    state.set(KEY, { config, forced: 0 });
+    return config.prompt === null ? wait() : inject(config.prompt);
   },
 
-  handle(event) {
-    switch (event.tag) {
-      case 'start': {
-        const config = parseConfig(event.val);
-        set(KEY, JSON.stringify({ config, forced: 0 }));
-        return config.prompt === null ? { tag: 'pass' } : { tag: 'inject', val: config.prompt };
-      }
-      case 'turn-complete': {
-        const p = load();
-        // A turn the agent started on its own ends any run of forced continuations.
-        if (!event.val.continuation) p.forced = 0;
-        const count = openItems(event.val.response);
-        let decision;
-        if (count > 0 && p.forced < p.config.max_continuations) {
-          p.forced += 1;
-          decision = { tag: 'inject', val: p.config.message.replaceAll('{count}', String(count)) };
-        } else {
-          p.forced = 0;
-          decision = { tag: 'pass' };
-        }
-        set(KEY, JSON.stringify(p));
-        return decision;
-      }
-      default:
-        return { tag: 'pass' };
+  onTurnComplete(turn) {
+    const p = load();
+    // A turn the agent started on its own ends any run of forced continuations.
+    if (!turn.continuation) p.forced = 0;
+    const count = openItems(turn.response);
+    let decision;
+    if (count > 0 && p.forced < p.config.max_continuations) {
+      p.forced += 1;
+      decision = inject(p.config.message.replaceAll('{count}', String(count)));
+    } else {
+      p.forced = 0;
+      decision = wait();
     }
+    state.set(KEY, p);
+    return decision;
   },
-};
+});

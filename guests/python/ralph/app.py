@@ -2,15 +2,14 @@
 carries the completion promise (<promise>TEXT</promise>) or iterations run out.
 
 The same policy as guests/rust/ralph, decision for decision: the tests run both on
-the same turns and compare. Built with componentize-py against wit/ (world decider).
+the same turns and compare. Written with the loopbox_policy SDK (guests/python/sdk)
+and built with componentize-py against wit/ (world decider).
 """
 
 import json
 
-from wit_world import exports
-from wit_world.exports.policy import PolicyInfo
-from wit_world.imports import state, types
-from componentize_py_types import Err
+from loopbox_policy import Policy as Base
+from loopbox_policy import PolicyError, done, inject, state
 
 KEY = "ralph"
 CONFIG_FIELDS = {"prompt", "completion_promise", "max_iterations"}
@@ -39,55 +38,46 @@ def parse_config(text):
     try:
         raw = json.loads(text)
     except ValueError as e:
-        raise Err("ralph: bad input: %s%s" % (e, expected))
+        raise PolicyError("ralph: bad input: %s%s" % (e, expected))
     if not isinstance(raw, dict):
-        raise Err("ralph: bad input: not an object" + expected)
+        raise PolicyError("ralph: bad input: not an object" + expected)
     unknown = set(raw) - CONFIG_FIELDS
     if unknown:
-        raise Err("ralph: bad input: unknown field `%s`%s" % (sorted(unknown)[0], expected))
+        raise PolicyError("ralph: bad input: unknown field `%s`%s" % (sorted(unknown)[0], expected))
     prompt = raw.get("prompt")
     promise = raw.get("completion_promise")
     max_iterations = raw.get("max_iterations", 0)
     if not isinstance(prompt, str):
-        raise Err("ralph: bad input: missing field `prompt`" + expected)
+        raise PolicyError("ralph: bad input: missing field `prompt`" + expected)
     if promise is not None and not isinstance(promise, str):
-        raise Err("ralph: bad input: `completion_promise` must be a string" + expected)
+        raise PolicyError("ralph: bad input: `completion_promise` must be a string" + expected)
     if not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or not 0 <= max_iterations < 2**32:
-        raise Err("ralph: bad input: `max_iterations` must be a whole number" + expected)
+        raise PolicyError("ralph: bad input: `max_iterations` must be a whole number" + expected)
     if not prompt.strip():
-        raise Err("ralph: bad input: `prompt` is empty")
+        raise PolicyError("ralph: bad input: `prompt` is empty")
     return {"prompt": prompt, "completion_promise": promise, "max_iterations": max_iterations}
 
 
-def done(success, summary):
-    return types.Decision_Done(types.Outcome(success=success, summary=summary, data=None))
+class Policy(Base):
+    name = "ralph"
+    version = "0.1.0"
+    description = "Re-feed a prompt until the reply carries the completion promise or iterations run out"
 
+    def on_start(self, input):
+        config = parse_config(input)
+        state.set(KEY, {"config": config, "iteration": 1})
+        return inject(iteration_prompt(config, 1))
 
-class Policy(exports.Policy):
-    def info(self):
-        return PolicyInfo(
-            name="ralph",
-            version="0.1.0",
-            description="Re-feed a prompt until the reply carries the completion promise or iterations run out",
-        )
-
-    def handle(self, event):
-        if isinstance(event, types.Event_Start):
-            config = parse_config(event.value)
-            state.set(KEY, json.dumps({"config": config, "iteration": 1}))
-            return types.Decision_Inject(iteration_prompt(config, 1))
-        if isinstance(event, types.Event_TurnComplete):
-            stored = state.get(KEY)
-            if stored is None:
-                raise Err("ralph: a turn arrived before the run started; deliver `start` with the loop's input first")
-            progress = json.loads(stored)
-            config = progress["config"]
-            promise = config["completion_promise"]
-            if promise is not None and find_promise(event.value.response) == promise:
-                return done(True, "completion promise found after %d iteration(s)" % progress["iteration"])
-            if config["max_iterations"] > 0 and progress["iteration"] >= config["max_iterations"]:
-                return done(False, "max_iterations (%d) reached without the completion promise" % config["max_iterations"])
-            progress["iteration"] += 1
-            state.set(KEY, json.dumps(progress))
-            return types.Decision_Inject(iteration_prompt(config, progress["iteration"]))
-        return types.Decision_Pass()
+    def on_turn_complete(self, turn):
+        progress = state.get(KEY, dict)
+        if progress is None:
+            raise PolicyError("ralph: a turn arrived before the run started; deliver `start` with the loop's input first")
+        config = progress["config"]
+        promise = config["completion_promise"]
+        if promise is not None and find_promise(turn.response) == promise:
+            return done(True, "completion promise found after %d iteration(s)" % progress["iteration"])
+        if config["max_iterations"] > 0 and progress["iteration"] >= config["max_iterations"]:
+            return done(False, "max_iterations (%d) reached without the completion promise" % config["max_iterations"])
+        progress["iteration"] += 1
+        state.set(KEY, progress)
+        return inject(iteration_prompt(config, progress["iteration"]))

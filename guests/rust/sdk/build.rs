@@ -1,7 +1,7 @@
-//! `wit_bindgen::generate!` reads `wit/` at compile time without telling cargo,
+//! `wit_bindgen::generate!` reads the contract at compile time without telling cargo,
 //! so a changed contract would leave stale bindings (and components the host
 //! refuses with a type mismatch). This makes cargo rebuild the SDK when it changes.
 
 fn main() {
-    println!("cargo:rerun-if-changed=../../../wit");
+    println!("cargo:rerun-if-changed=../../../wit/released/0.2.0");
 }

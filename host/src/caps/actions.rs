@@ -44,6 +44,10 @@ pub struct ActionGrants {
     /// The OS sandbox every command runs in, and what it protects.
     pub sandbox: LazySandbox,
     pub confines: Confines,
+    /// `script` actions run with `bash -c` rather than `sh -c`. The host sets it
+    /// for `builtin:fsm` (YAML loops run their shell with bash, as little-loops'
+    /// `fsm/runners.py` does); a policy never chooses its interpreter.
+    pub bash_scripts: std::sync::atomic::AtomicBool,
 }
 
 pub struct ActionsHost {
@@ -465,9 +469,23 @@ impl ActionsHost {
                     Ok(c) => c,
                     Err(e) => return refused(ActionError::Invalid(e)),
                 };
-                let Some(sh) = self.grants.env.resolve_program("sh", &cwd) else {
+                let shell = if self
+                    .grants
+                    .bash_scripts
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    "bash"
+                } else {
+                    "sh"
+                };
+                let Some(sh) = self.grants.env.resolve_program(shell, &cwd) else {
+                    let why = if shell == "bash" {
+                        " (YAML loops run shell actions with bash, as little-loops does: install bash, or add its directory to shell.path; `loopbox validate` names the lines that need it)"
+                    } else {
+                        ""
+                    };
                     return refused(ActionError::Unavailable(format!(
-                        "no `sh` on shell.path = `{}`",
+                        "no `{shell}` on shell.path = `{}`{why}",
                         self.grants.env.path_var()
                     )));
                 };
@@ -481,7 +499,7 @@ impl ActionsHost {
                 let exec = Exec {
                     label,
                     program: sh,
-                    arg0: "sh".into(),
+                    arg0: shell.into(),
                     args: vec!["-c".into(), script.source],
                     cwd,
                     env: Vec::new(),

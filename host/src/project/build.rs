@@ -1,6 +1,7 @@
 //! `loopbox build`: turn a project into `NAME.wasm` with its language's pinned
 //! toolchain (the same steps that build this repository's own guests, from
-//! `loopbox-guest-build`).
+//! `loopbox-guest-build`). A JavaScript project's `policy.ts` is TypeScript,
+//! bundled with the project's pinned esbuild before componentize-js.
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +55,8 @@ pub fn build(dir: &Path, manifest: &Manifest) -> Result<PathBuf> {
             PythonBuild {
                 dir,
                 module: "app",
+                // The SDK is vendored in the project (`loopbox_policy/`).
+                paths: &[],
                 wit: &wit,
                 world: &manifest.world,
                 out: &out,
@@ -62,17 +65,23 @@ pub fn build(dir: &Path, manifest: &Manifest) -> Result<PathBuf> {
             .map_err(|e| anyhow!(e))?;
         }
         Language::Js => {
-            let source = dir.join("policy.js");
-            if !source.is_file() {
+            // TypeScript when there is a policy.ts (a policy.js beside it may be tsc's output).
+            let Some(source) = ["policy.ts", "policy.js"]
+                .into_iter()
+                .map(|f| dir.join(f))
+                .find(|p| p.is_file())
+            else {
                 bail!(
-                    "`{}` is missing: a JavaScript policy exports `policy` from policy.js",
-                    source.display()
+                    "`{}` is missing: a JavaScript policy exports `policy` from policy.js (or, in TypeScript, policy.ts)",
+                    dir.join("policy.js").display()
                 );
-            }
+            };
             check_node().map_err(|e| anyhow!(e))?;
+            let typescript = source.extension().is_some_and(|e| e == "ts");
             if !dir
                 .join("node_modules/@bytecodealliance/componentize-js")
                 .is_dir()
+                || (typescript && !dir.join("node_modules/esbuild").is_dir())
             {
                 if !dir.join("package.json").is_file() {
                     bail!(

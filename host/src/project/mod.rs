@@ -59,7 +59,7 @@ fn default_world() -> String {
 
 impl Manifest {
     /// The project in `dir`: its policy.toml, or else what its files say (a
-    /// Cargo.toml, an app.py, a policy.js) with the `loop-policy` world.
+    /// Cargo.toml, an app.py, a policy.js or policy.ts) with the `loop-policy` world.
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST);
         let manifest = if path.is_file() {
@@ -95,7 +95,7 @@ impl Manifest {
             (cargo_package_name(&dir.join("Cargo.toml"))?, Language::Rust)
         } else if dir.join("app.py").is_file() {
             (dir_name(), Language::Python)
-        } else if dir.join("policy.js").is_file() {
+        } else if dir.join("policy.js").is_file() || dir.join("policy.ts").is_file() {
             (dir_name(), Language::Js)
         } else {
             bail!(

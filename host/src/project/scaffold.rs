@@ -1,6 +1,9 @@
 //! `loopbox new`: a policy project that builds with `loopbox build` and runs with
-//! `loopbox run`. The templates, the contract and (for Rust) the guest SDK are
-//! embedded in the binary, so a scaffold needs nothing but the language's toolchain.
+//! `loopbox run`. The templates, the contract and the language's guest SDK
+//! (`loopbox-guest/` for Rust, `loopbox_policy/` for Python, `loopbox-policy/`
+//! for JavaScript and TypeScript) are embedded in the binary and written into
+//! the project, so a scaffold needs nothing but the language's toolchain, and
+//! the SDK it was made with stays with it, matching its `wit/`.
 
 use std::path::{Path, PathBuf};
 
@@ -11,8 +14,74 @@ use super::{Language, MANIFEST, check_name};
 const WIT: &str = include_str!("../../../wit/policy.wit");
 const SDK_LIB: &str = include_str!("../../../guests/rust/sdk/src/lib.rs");
 /// Where the SDK finds the contract in the repository, and in a scaffold.
-const SDK_WIT_IN_REPO: &str = "path: \"../../../wit\"";
+const SDK_WIT_IN_REPO: &str = "path: \"../../../wit/released/0.2.0\"";
 const SDK_WIT_IN_SCAFFOLD: &str = "path: \"../wit\"";
+
+/// The Python SDK (`guests/python/sdk/loopbox_policy`), vendored beside app.py,
+/// where componentize-py finds it with the project's own modules.
+const PYTHON_SDK: &[(&str, &str)] = &[
+    (
+        "loopbox_policy/__init__.py",
+        include_str!("../../../guests/python/sdk/loopbox_policy/__init__.py"),
+    ),
+    (
+        "loopbox_policy/_errors.py",
+        include_str!("../../../guests/python/sdk/loopbox_policy/_errors.py"),
+    ),
+    (
+        "loopbox_policy/_types.py",
+        include_str!("../../../guests/python/sdk/loopbox_policy/_types.py"),
+    ),
+    (
+        "loopbox_policy/state.py",
+        include_str!("../../../guests/python/sdk/loopbox_policy/state.py"),
+    ),
+    (
+        "loopbox_policy/log.py",
+        include_str!("../../../guests/python/sdk/loopbox_policy/log.py"),
+    ),
+    (
+        "loopbox_policy/workspace.py",
+        include_str!("../../../guests/python/sdk/loopbox_policy/workspace.py"),
+    ),
+    (
+        "loopbox_policy/py.typed",
+        include_str!("../../../guests/python/sdk/loopbox_policy/py.typed"),
+    ),
+];
+
+/// The JavaScript SDK (`guests/js/sdk`) with its TypeScript declarations,
+/// vendored as `loopbox-policy/`.
+const JS_SDK: &[(&str, &str)] = &[
+    (
+        "loopbox-policy/index.js",
+        include_str!("../../../guests/js/sdk/index.js"),
+    ),
+    (
+        "loopbox-policy/actions.js",
+        include_str!("../../../guests/js/sdk/actions.js"),
+    ),
+    (
+        "loopbox-policy/errors.js",
+        include_str!("../../../guests/js/sdk/errors.js"),
+    ),
+    (
+        "loopbox-policy/index.d.ts",
+        include_str!("../../../guests/js/sdk/index.d.ts"),
+    ),
+    (
+        "loopbox-policy/actions.d.ts",
+        include_str!("../../../guests/js/sdk/actions.d.ts"),
+    ),
+    (
+        "loopbox-policy/errors.d.ts",
+        include_str!("../../../guests/js/sdk/errors.d.ts"),
+    ),
+    (
+        "loopbox-policy/contract.d.ts",
+        include_str!("../../../guests/js/sdk/contract.d.ts"),
+    ),
+];
 
 /// The files of a new project, as (relative path, contents).
 pub fn files(name: &str, language: Language) -> Vec<(&'static str, String)> {
@@ -62,10 +131,13 @@ pub fn files(name: &str, language: Language) -> Vec<(&'static str, String)> {
                 SDK_LIB.replace(SDK_WIT_IN_REPO, SDK_WIT_IN_SCAFFOLD),
             ));
         }
-        Language::Python => files.push((
-            "app.py",
-            fill(include_str!("../../templates/python/app.py")),
-        )),
+        Language::Python => {
+            files.push((
+                "app.py",
+                fill(include_str!("../../templates/python/app.py")),
+            ));
+            files.extend(PYTHON_SDK.iter().map(|(p, c)| (*p, c.to_string())));
+        }
         Language::Js => {
             files.push((
                 "policy.js",
@@ -75,6 +147,7 @@ pub fn files(name: &str, language: Language) -> Vec<(&'static str, String)> {
                 "package.json",
                 fill(include_str!("../../templates/js/package.json")),
             ));
+            files.extend(JS_SDK.iter().map(|(p, c)| (*p, c.to_string())));
         }
     }
     files
@@ -125,7 +198,7 @@ fn build_note(language: Language) -> &'static str {
         Language::Rust => "runs `cargo build --release --target wasm32-wasip2`",
         Language::Python => "runs componentize-py 0.25.1 on `app.py`",
         Language::Js => {
-            "installs the npm packages in `package.json` (the first time) and runs componentize-js on `policy.js`"
+            "installs the npm packages in `package.json` (the first time) and runs componentize-js on `policy.js` (or on `policy.ts`, bundled with esbuild first)"
         }
     }
 }
@@ -135,9 +208,11 @@ fn source_list(language: Language) -> &'static str {
         Language::Rust => {
             "- `src/lib.rs`: the policy, a type implementing `loopbox_guest::Policy`.\n- `loopbox-guest/`: the Rust guest SDK, vendored.\n"
         }
-        Language::Python => "- `app.py`: the policy, a `Policy` class with `info` and `handle`.\n",
+        Language::Python => {
+            "- `app.py`: the policy, a `Policy` class built on `loopbox_policy.Policy`.\n- `loopbox_policy/`: the Python SDK, vendored.\n"
+        }
         Language::Js => {
-            "- `policy.js`: the policy, an exported `policy` object with `info` and `handle`.\n- `package.json`: the pinned componentize-js.\n"
+            "- `policy.js`: the policy, exported as `policy` (rename it `policy.ts` to write TypeScript).\n- `loopbox-policy/`: the JavaScript SDK with its TypeScript declarations, vendored.\n- `package.json`: the pinned componentize-js and esbuild.\n"
         }
     }
 }
@@ -191,6 +266,67 @@ mod tests {
         assert_eq!(
             package["devDependencies"]["@bytecodealliance/componentize-js"],
             "0.23.0"
+        );
+        assert_eq!(
+            package["devDependencies"]["esbuild"],
+            loopbox_guest_build::toolchain::ESBUILD
+        );
+    }
+
+    /// Every file of each SDK in the repository is vendored, as it is, and the
+    /// templates use the SDKs: a module added to an SDK without being added
+    /// here would leave `loopbox new` projects that do not build.
+    #[test]
+    fn the_python_and_javascript_sdks_are_vendored_whole() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for (language, repo_dir, vendored_dir, exts) in [
+            (
+                Language::Python,
+                "guests/python/sdk/loopbox_policy",
+                "loopbox_policy",
+                &["py", "typed"][..],
+            ),
+            (
+                Language::Js,
+                "guests/js/sdk",
+                "loopbox-policy",
+                &["js", "ts"][..],
+            ),
+        ] {
+            let project = files("green-tests", language);
+            let mut in_repo: Vec<String> = std::fs::read_dir(root.join(repo_dir))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| {
+                    p.is_file() && p.extension().is_some_and(|e| exts.iter().any(|x| e == *x))
+                })
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect();
+            in_repo.sort();
+            let mut vendored: Vec<String> = project
+                .iter()
+                .filter_map(|(p, _)| p.strip_prefix(&format!("{vendored_dir}/")))
+                .map(String::from)
+                .collect();
+            vendored.sort();
+            assert_eq!(vendored, in_repo, "{language:?}");
+            for name in &in_repo {
+                let text = std::fs::read_to_string(root.join(repo_dir).join(name)).unwrap();
+                let path = format!("{vendored_dir}/{name}");
+                assert!(
+                    project.iter().any(|(p, c)| *p == path && *c == text),
+                    "{path} differs from {repo_dir}/{name}"
+                );
+            }
+        }
+        let python = files("green-tests", Language::Python);
+        let app = &python.iter().find(|(p, _)| *p == "app.py").unwrap().1;
+        assert!(app.contains("from loopbox_policy import") && app.contains("class Policy(Base):"));
+        let js = files("green-tests", Language::Js);
+        let policy = &js.iter().find(|(p, _)| *p == "policy.js").unwrap().1;
+        assert!(
+            policy.contains("from './loopbox-policy/index.js'")
+                && policy.contains("from './loopbox-policy/actions.js'")
         );
     }
 

@@ -222,6 +222,7 @@ impl RunContext {
             confirm: access.confirm,
             sandbox,
             confines,
+            bash_scripts: Default::default(),
         });
         let withheld = Arc::new(Withheld::new(&root, &grants.confines.hidden));
         let reads = Arc::new(ReadGrant::new(
@@ -277,6 +278,14 @@ impl RunContext {
     }
 
     /// The OS sandbox this run's commands run in (decided on first use).
+    /// Run this run's `script` actions with `bash -c` (chosen by the host for
+    /// `builtin:fsm`, as little-loops runs its shell; see `caps::actions`).
+    pub fn scripts_with_bash(&self) {
+        self.grants
+            .bash_scripts
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn sandbox(&self) -> &Sandbox {
         self.grants.sandbox.get()
     }

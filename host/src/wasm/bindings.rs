@@ -1,7 +1,8 @@
-//! The host's one `bindgen!` over `wit/`: Rust types and traits for the
-//! `loopbox:policy` contract. A `decider` component imports a subset of
-//! `loop-policy`'s interfaces and exports the same `policy`, so one set of
-//! bindings serves both worlds.
+//! The host's `bindgen!` over `wit/`: Rust types and traits for the newest
+//! `loopbox:policy` contract, which the rest of loopbox speaks (older released
+//! versions are adapted to it in [`crate::wasm::contract`]). A `decider`
+//! component imports a subset of `loop-policy`'s interfaces and exports the
+//! same `policy`, so one set of bindings serves both worlds.
 
 wasmtime::component::bindgen!({
     path: "../wit",

@@ -1,5 +1,5 @@
-//! What `loopbox inspect` reports about a component: its world, the
-//! capabilities it could ask for, its exports, its own `info()`, its size and
+//! What `loopbox inspect` reports about a component: its world, the contract
+//! version it was built for, the capabilities it could ask for, its exports, its own `info()`, its size and
 //! the toolchain that produced it (from the producers custom sections).
 
 use serde::Serialize;
@@ -11,6 +11,8 @@ use crate::wasm::policy::{PACKAGE, Policy};
 pub struct Inspection {
     pub policy: String,
     pub world: &'static str,
+    /// The contract it was built for: `loopbox:policy@0.2.0`.
+    pub contract: String,
     pub size_bytes: usize,
     pub digest: String,
     /// loopbox capabilities the component imports: what it could ask for.
@@ -127,6 +129,7 @@ impl Inspection {
             ),
         }
         line("world", format!("loopbox:policy/{}", self.world));
+        line("contract", self.contract.clone());
         let list = |items: &[String], none: &str| {
             if items.is_empty() {
                 none.to_string()

@@ -40,6 +40,8 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
     caps::workspace::add_to_linker(linker, |s| &mut s.workspace)?;
     caps::log::add_to_linker(linker, |s| &mut s.log)?;
     caps::wasi::add_to_linker(linker)?;
+    // Components of older contracts reach the same capabilities.
+    crate::wasm::contract::v0_1::add_to_linker(linker)?;
     Ok(())
 }
 

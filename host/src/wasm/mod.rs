@@ -5,6 +5,7 @@
 pub mod bindings;
 pub(crate) mod builtin;
 pub mod cache;
+pub mod contract;
 pub(crate) mod engine;
 pub use engine::pagemap_scan;
 pub mod fault;

@@ -1,7 +1,8 @@
 //! A loaded policy: its source, its compiled and pre-linked form, the world it
 //! targets. Loading checks everything that can be checked before running:
 //! that the file is a component (not a core module), that it exports the
-//! `loopbox:policy/policy` interface, and that it imports only what loopbox provides.
+//! `loopbox:policy/policy` interface of a released contract (see
+//! [`crate::wasm::contract`]), and that it imports only what loopbox provides.
 //! [`Policy::call`] runs one call on a fresh instance in a fresh Store.
 
 use std::borrow::Cow;
@@ -17,14 +18,16 @@ use wasmtime::{Engine, Store, UpdateDeadline};
 use crate::wasm::bindings::{Decision, Event, PolicyInfo};
 use crate::wasm::builtin;
 use crate::wasm::cache::CacheOutcome;
+use crate::wasm::contract::{self, Contract, v0_1};
 use crate::wasm::engine::ticks;
 use crate::wasm::fault::PolicyFault;
 use crate::wasm::instance::InstanceState;
 use crate::wasm::limits::{Limit, LimitExceeded, Limits};
 use crate::wasm::meter::Meter;
 
-pub const PACKAGE: &str = "loopbox:policy";
-pub const VERSION: &str = "0.1.0";
+pub use crate::wasm::contract::PACKAGE;
+/// The newest contract version, the one `wit/policy.wit` declares.
+pub const VERSION: &str = Contract::LATEST.version();
 
 /// Longest stretch a guest runs before yielding to other tasks.
 const SLICE: Duration = Duration::from_millis(20);
@@ -119,6 +122,8 @@ pub struct Policy {
     pub digest: String,
     pub size: usize,
     pub world: World,
+    /// The contract version it was built for.
+    pub contract: Contract,
     pub interface: Interface,
     pub cache: CacheOutcome,
     pub wasm: Arc<[u8]>,
@@ -127,22 +132,38 @@ pub struct Policy {
     exports: Exports,
 }
 
-/// The `policy` export's functions, found and type-checked once at load. The
-/// bindings' own `instantiate` would type-check both again for every instance
-/// (about 3% of a Rust decision, BENCHMARKS.md).
+/// The `policy` export's functions, found and type-checked once at load against
+/// the bindings of the component's contract version. The bindings' own
+/// `instantiate` would type-check both again for every instance (about 3% of a
+/// Rust decision, BENCHMARKS.md).
 #[derive(Clone, Copy)]
 struct Exports {
     info: ComponentExportIndex,
     handle: ComponentExportIndex,
+    contract: Contract,
 }
 
-type InfoFn = TypedFunc<(), (PolicyInfo,)>;
-type HandleFn<'a> = TypedFunc<(&'a Event,), (Result<Decision, String>,)>;
+type InfoFn<I> = TypedFunc<(), (I,)>;
+type HandleFn<'a, E, D> = TypedFunc<(&'a E,), (Result<D, String>,)>;
 
 impl Exports {
-    fn find(pre: &InstancePre<InstanceState>) -> Result<Exports> {
+    fn find(pre: &InstancePre<InstanceState>, contract: Contract) -> Result<Exports> {
+        match contract {
+            Contract::V0_2 => Exports::typed::<PolicyInfo, Event, Decision>(pre, contract),
+            Contract::V0_1 => {
+                Exports::typed::<v0_1::Info, v0_1::Event, v0_1::Decision>(pre, contract)
+            }
+        }
+    }
+
+    fn typed<I, E, D>(pre: &InstancePre<InstanceState>, contract: Contract) -> Result<Exports>
+    where
+        I: wasmtime::component::Lift,
+        E: wasmtime::component::Lower,
+        D: wasmtime::component::Lift,
+    {
         let component = pre.component();
-        let name = format!("{PACKAGE}/policy@{VERSION}");
+        let name = contract.interface("policy");
         let iface = component
             .get_export_index(None, &name)
             .with_context(|| format!("it does not export `{name}`"))?;
@@ -152,14 +173,18 @@ impl Exports {
             _ => Err(anyhow::anyhow!("it has no function `{name}`")),
         };
         let (f, info) = func("info")?;
-        f.typecheck::<(), (PolicyInfo,)>(&ty)
+        f.typecheck::<(), (I,)>(&ty)
             .map_err(crate::wasm_err)
             .context("`info`")?;
         let (f, handle) = func("handle")?;
-        f.typecheck::<(&Event,), (Result<Decision, String>,)>(&ty)
+        f.typecheck::<(&E,), (Result<D, String>,)>(&ty)
             .map_err(crate::wasm_err)
             .context("`handle`")?;
-        Ok(Exports { info, handle })
+        Ok(Exports {
+            info,
+            handle,
+            contract,
+        })
     }
 }
 
@@ -186,24 +211,30 @@ const WASI_PACKAGES: [&str; 6] = [
     "wasi:sockets/",
 ];
 
-/// The interface names loopbox provides, for import checks.
-fn provided(name: &str) -> bool {
+/// The interface names loopbox provides to a component of `contract`, for import checks.
+fn provided(name: &str, contract: Contract) -> bool {
     let ours = ["types", "actions", "state", "workspace", "log"]
         .iter()
-        .any(|i| name == format!("{PACKAGE}/{i}@{VERSION}"));
+        .any(|i| name == contract.interface(i));
     ours || WASI_PACKAGES.iter().any(|p| name.starts_with(p))
 }
 
-/// The world of a component with these imports and exports, or why it is not a policy.
-pub fn classify(interface: &Interface) -> Result<World> {
-    let export = format!("{PACKAGE}/policy@{VERSION}");
-    if !interface.exports.contains(&export) {
+/// The world and contract version of a component with these imports and
+/// exports, or why it is not a policy this loopbox runs.
+pub fn classify(interface: &Interface) -> Result<(World, Contract)> {
+    let contract = contract::detect(&interface.exports)?;
+    let foreign: Vec<&String> = interface
+        .imports
+        .iter()
+        .filter(|i| !provided(i, contract))
+        .collect();
+    let prefix = format!("{PACKAGE}/");
+    if let Some(other) = foreign.iter().find(|i| i.starts_with(&prefix)) {
         bail!(
-            "it is a component of another world: it does not export `{export}` (its exports: {}); build it against world `loop-policy` or `decider` in loopbox's wit/",
-            list_or_none(&interface.exports)
+            "it imports `{other}` but exports the policy of `{contract}`: build it against one version of the contract (this loopbox supports {})",
+            contract::supported()
         );
     }
-    let foreign: Vec<&String> = interface.imports.iter().filter(|i| !provided(i)).collect();
     if !foreign.is_empty() {
         let names = foreign
             .iter()
@@ -219,25 +250,15 @@ pub fn classify(interface: &Interface) -> Result<World> {
             "it imports {names}, which loopbox does not provide: a policy may import only loopbox:policy's interfaces and basic WASI{hint}"
         );
     }
-    let acts = ["actions", "workspace"].iter().any(|i| {
-        interface
-            .imports
-            .iter()
-            .any(|n| *n == format!("{PACKAGE}/{i}@{VERSION}"))
-    });
-    Ok(if acts {
+    let acts = ["actions", "workspace"]
+        .iter()
+        .any(|i| interface.imports.contains(&contract.interface(i)));
+    let world = if acts {
         World::LoopPolicy
     } else {
         World::Decider
-    })
-}
-
-fn list_or_none(v: &[String]) -> String {
-    if v.is_empty() {
-        "none".into()
-    } else {
-        v.join(", ")
-    }
+    };
+    Ok((world, contract))
 }
 
 /// Refuse what is not a component before compiling it, with an error that says what it is.
@@ -267,19 +288,22 @@ impl Policy {
             imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
             exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
         };
-        let world = classify(&interface)?;
+        let (world, contract) = classify(&interface)?;
         let pre = linker
             .instantiate_pre(component)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("it cannot be linked")?;
-        let exports = Exports::find(&pre).context(
-            "its `policy` export does not match loopbox's contract (was it built from another version of wit/?)",
-        )?;
+        let exports = Exports::find(&pre, contract).with_context(|| {
+            format!(
+                "its `policy` export does not match `{contract}`, the contract it names (was it built from an edited copy of loopbox's wit/?)"
+            )
+        })?;
         Ok(Policy {
             source,
             digest: blake3::hash(&wasm).to_hex().to_string(),
             size: wasm.len(),
             world,
+            contract,
             interface,
             cache,
             wasm,
@@ -313,7 +337,8 @@ impl Policy {
         store.epoch_deadline_callback(move |_| {
             // A limit hit where it could not be raised (a clock read), or a stop request.
             m.check()?;
-            let used = m.guest_time();
+            // CPU, not wall time: a busy machine's other processes are not the guest's.
+            let used = m.guest_cpu();
             if used >= budget {
                 return Err(LimitExceeded::new(Limit::CpuTime, cpu_ms).into());
             }
@@ -329,7 +354,7 @@ impl Policy {
         // (most do) never arms the watchdog's timer.
         let result = tokio::select! {
             biased;
-            r = self.call_in(&mut store, call) => r.and_then(|r| meter.check_limits().map(|()| r).map_err(Into::into)),
+            r = meter.metered(self.call_in(&mut store, call)) => r.and_then(|r| meter.check_limits().map(|()| r).map_err(Into::into)),
             halt = watchdog(&meter, limits.wall_ms_per_event) => Err(halt),
         };
         let result = match result {
@@ -371,19 +396,36 @@ impl Policy {
                 .get_func(store, index)
                 .ok_or_else(|| wasmtime::format_err!("the policy's export is gone"))
         };
-        match call {
-            Call::Info => {
+        let (info, handle) = (&self.exports.info, &self.exports.handle);
+        match (call, self.exports.contract) {
+            (Call::Info, Contract::V0_2) => {
                 // SAFETY: `Exports::find` type-checked this export against this
-                // signature for the component `pre` instantiates.
-                let f = unsafe { InfoFn::new_unchecked(func(store, &self.exports.info)?) };
+                // signature, of the contract it holds, for the component `pre` instantiates.
+                let f = unsafe { InfoFn::<PolicyInfo>::new_unchecked(func(store, info)?) };
                 let (info,) = f.call_async(&mut *store, ()).await?;
                 Ok(Ok(Returned::Info(info)))
             }
-            Call::Handle(event) => {
+            (Call::Handle(event), Contract::V0_2) => {
                 // SAFETY: as above, for `handle`.
-                let f = unsafe { HandleFn::new_unchecked(func(store, &self.exports.handle)?) };
+                let f = unsafe { HandleFn::<Event, Decision>::new_unchecked(func(store, handle)?) };
                 let (decision,) = f.call_async(&mut *store, (event,)).await?;
                 Ok(decision.map(Returned::Decision))
+            }
+            // An older contract: the event adapted down, the answer up.
+            (Call::Info, Contract::V0_1) => {
+                // SAFETY: as above, with contract 0.1.0's types.
+                let f = unsafe { InfoFn::<v0_1::Info>::new_unchecked(func(store, info)?) };
+                let (info,) = f.call_async(&mut *store, ()).await?;
+                Ok(Ok(Returned::Info(info.into())))
+            }
+            (Call::Handle(event), Contract::V0_1) => {
+                let event = v0_1::Event::from(event);
+                // SAFETY: as above, with contract 0.1.0's types.
+                let f = unsafe {
+                    HandleFn::<v0_1::Event, v0_1::Decision>::new_unchecked(func(store, handle)?)
+                };
+                let (decision,) = f.call_async(&mut *store, (&event,)).await?;
+                Ok(decision.map(|d| Returned::Decision(d.into())))
             }
         }
     }
@@ -430,6 +472,27 @@ mod tests {
     }
 
     #[test]
+    fn imports_of_another_contract_version_are_refused() {
+        let interface = Interface {
+            imports: vec!["loopbox:policy/actions@0.1.0".into()],
+            exports: vec!["loopbox:policy/policy@0.2.0".into()],
+        };
+        let e = classify(&interface).unwrap_err().to_string();
+        assert!(
+            e.contains("imports `loopbox:policy/actions@0.1.0` but exports the policy of `loopbox:policy@0.2.0`"),
+            "{e}"
+        );
+        let interface = Interface {
+            imports: vec!["loopbox:policy/actions@0.1.0".into()],
+            exports: vec!["loopbox:policy/policy@0.1.0".into()],
+        };
+        assert_eq!(
+            classify(&interface).unwrap(),
+            (World::LoopPolicy, Contract::V0_1)
+        );
+    }
+
+    #[test]
     fn exports_of_another_type_are_refused_at_load() {
         let cases = [
             (
@@ -442,7 +505,10 @@ mod tests {
         ];
         for (info, handle, names) in cases {
             let err = format!("{:#}", load(&exporting(info, handle)).err().unwrap());
-            assert!(err.contains("does not match loopbox's contract"), "{err}");
+            assert!(
+                err.contains("does not match `loopbox:policy@0.2.0`, the contract it names"),
+                "{err}"
+            );
             assert!(err.contains(names), "{err}");
         }
         let err = format!(

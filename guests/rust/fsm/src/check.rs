@@ -1,7 +1,10 @@
 //! Static checks over a whole loop (imports merged): targets that name no
-//! state, states the loop can never reach, no terminal state in reach,
-//! verdicts an evaluator produces that nothing routes, and `${...}`
-//! references that could never resolve.
+//! state, states the loop can never reach, no terminal state at all (none
+//! in reach is a note, as little-loops runs such a loop to max_steps),
+//! verdicts an evaluator produces that nothing routes (a note: the run ends
+//! there, as in little-loops), and `${...}` references that could never
+//! resolve (a `${captured.X}` no state captures is refused, as little-loops'
+//! `_validate_capture_reachability` refuses it).
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -80,6 +83,7 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
                 .map(|s| s.name.as_str()),
         )
         .collect();
+    let has_sub = lp.states.iter().any(|s| s.sub.is_some());
     for s in &lp.states {
         for t in s
             .routes
@@ -98,8 +102,8 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
                 ));
             }
         }
-        unrouted_verdicts(lp, s, &mut out);
-        references(lp, &captures, s, &mut out, notes);
+        unrouted_verdicts(lp, s, notes);
+        references(lp, &captures, has_sub, s, &mut out, notes);
     }
     if !known(&lp.initial) {
         return out;
@@ -148,15 +152,24 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
             ));
         }
     }
-    if !lp
+    // little-loops refuses a loop with no terminal state
+    // (`structural_rules.py`), and runs one whose terminal states are out
+    // of reach until max_steps.
+    if !lp.states.iter().any(|s| s.terminal) {
+        out.push(at(
+            &lp.files,
+            lp.initial.line,
+            "no terminal state defined: at least one state must have `terminal: true`".to_string(),
+        ));
+    } else if !lp
         .states
         .iter()
         .any(|s| s.terminal && reached.contains(s.name.as_str()))
     {
-        out.push(at(
+        notes.push(at(
             &lp.files,
             lp.initial.line,
-            format!("no terminal state can be reached from `{}`: the loop could only stop at max_steps; add a state with `terminal: true`", lp.initial.state),
+            format!("no terminal state can be reached from `{}`: the loop can only stop at max_steps (or `on_max_steps`)", lp.initial.state),
         ));
     }
     out
@@ -166,8 +179,10 @@ fn at(files: &[String], line: u32, message: String) -> Problem {
     Problem::at(files, line, message)
 }
 
-/// Verdicts a deterministic evaluator always may produce must go somewhere.
-fn unrouted_verdicts(lp: &Loop, s: &State, out: &mut Vec<Problem>) {
+/// Verdicts a deterministic evaluator always may produce and nothing
+/// routes: the run ends there ("no valid transition", as little-loops'
+/// executor ends it), so `validate` notes them.
+fn unrouted_verdicts(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
     if s.terminal || s.routes.next.is_some() || s.routes.default.is_some() || s.evaluate_invalid {
         return;
     }
@@ -193,10 +208,10 @@ fn unrouted_verdicts(lp: &Loop, s: &State, out: &mut Vec<Problem>) {
                 "no" => "`on_no` or `on_error`".to_string(),
                 other => format!("`on_{other}`"),
             };
-            out.push(at(
+            notes.push(at(
                 &lp.files,
                 s.line,
-                format!("state `{}`: verdict `{v}` of `{}` goes nowhere; add {hint}, or `_` in a `route` table", s.name, kind.name()),
+                format!("state `{}`: verdict `{v}` of `{}` goes nowhere: the run ends there (no valid transition); add {hint}, or `_` in a `route` table", s.name, kind.name()),
             ));
         }
     }
@@ -257,10 +272,12 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
     out
 }
 
-/// `captures`: every capture name in the loop.
+/// `captures`: every capture name in the loop; `has_sub`: a state of the
+/// loop runs a sub-loop.
 fn references(
     lp: &Loop,
     captures: &BTreeSet<&str>,
+    has_sub: bool,
     s: &State,
     out: &mut Vec<Problem>,
     notes: &mut Vec<Problem>,
@@ -343,11 +360,17 @@ fn references(
                 "prev"
                     if !matches!(
                         r.path[1].as_str(),
-                        "output" | "exit_code" | "stderr" | "state" | "result" | "duration_ms"
+                        "output"
+                            | "exit_code"
+                            | "stderr"
+                            | "state"
+                            | "result"
+                            | "duration_ms"
+                            | "timeout_kind"
                     ) =>
                 {
                     Some(format!(
-                        "`{}`: `prev` has output, exit_code, stderr, duration_ms, state and result",
+                        "`{}`: `prev` has output, exit_code, stderr, duration_ms, state, result and timeout_kind",
                         r.raw
                     ))
                 }
@@ -359,6 +382,29 @@ fn references(
                     line,
                     format!("state `{}`: {field}: {message}", s.name),
                 );
+                // little-loops refuses, at load, an unguarded `${captured.X}`
+                // in an action or `evaluate.source` when no state captures
+                // `X` and the loop has no sub-loop (whose captures could
+                // hold it): `_validate_capture_reachability`.
+                let refused = r.path[0] == "captured"
+                    && !lp.capture_reachability_ok
+                    && s.sub.is_none()
+                    && matches!(field, "action" | "exec" | "evaluate.source")
+                    && !has_sub;
+                if refused {
+                    let p = at(
+                        &lp.files,
+                        line,
+                        format!(
+                            "state `{}`: {field}: {message}; add `capture: {}` to the state that produces it, or `:default=` / `?` to the reference",
+                            s.name, r.path[1]
+                        ),
+                    );
+                    if !out.contains(&p) {
+                        out.push(p);
+                    }
+                    continue;
+                }
                 // little-loops finds these only when the state runs, and so
                 // does loopbox: the loop stops there, naming the reference.
                 if !notes.contains(&p) {

@@ -3,12 +3,35 @@
 //! machine sends the prompt.
 //!
 //! Verdicts: `yes`, `no`, `error` for the deterministic evaluators;
-//! `target`, `progress`, `stall` for `convergence`; whatever the model says
-//! (`yes`, `no`, `blocked`, `partial`) for `llm_structured`.
+//! `target`, `progress`, `stall` for `convergence`; for `llm_structured`
+//! what the model says within little-loops' grammar (`yes`, `no`,
+//! `blocked`, `partial`, `cannot_judge`), `no` when it quotes no evidence.
 
 use serde_json::Value;
 
-use crate::spec::{Direction, Op, Pick, canonical_verdict};
+use crate::spec::{Direction, Op, Pick};
+
+/// The judge's verdicts (little-loops' `fsm/verdicts.py` `DEFAULT_VERDICT_ENUM`).
+pub const JUDGE_VERDICTS: &[&str] = &["yes", "no", "blocked", "partial", CANNOT_JUDGE];
+/// The judge abstains: the state re-runs (see `machine.rs`).
+pub const CANNOT_JUDGE: &str = "cannot_judge";
+
+/// `cannot_judge`, or its `_uncertain` form (`verdicts.py` `is_abstention_verdict`).
+pub fn is_abstention(verdict: &str) -> bool {
+    verdict == CANNOT_JUDGE || verdict.starts_with("cannot_judge_")
+}
+
+/// What every judge prompt asks of the model, word for word as little-loops
+/// asks it (`fsm/evaluators.py` `CHECK_SEMANTIC_EVIDENCE_CONTRACT`).
+const EVIDENCE_CONTRACT: &str = "
+IMPORTANT: For each condition you evaluate:
+1. State your verdict: Yes / No / Partial / Cannot Judge
+2. For Yes / No / Partial, provide a VERBATIM quote from the output that supports your verdict (exact text, in quotes)
+3. If you cannot quote specific text to support Yes, No, or Partial, your verdict is Cannot Judge — do not guess
+
+Do not assert a Yes/No/Partial verdict without evidence. \"The task appears complete\" is not evidence.
+Cannot Judge means the check could not be evaluated from what is available — it is not a failure.
+";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
@@ -40,15 +63,18 @@ pub fn exit_code(code: i32) -> Verdict {
     }
 }
 
-/// A regular expression, or plain text when the pattern does not compile.
-/// As in Python's `re.search`, `$` also matches before a final newline.
+/// A regular expression with Python `re`'s lookaround and backreferences
+/// (`fancy-regex`), or plain text when the pattern does not compile. As in
+/// Python's `re.search`, `$` also matches before a final newline. A match
+/// that exceeds `fancy-regex`'s backtracking limit is no match.
 fn matches(pattern: &str, text: &str) -> bool {
-    match regex_lite::Regex::new(pattern) {
+    match fancy_regex::Regex::new(pattern) {
         Ok(re) => {
-            re.is_match(text)
+            let found = |t: &str| re.is_match(t).unwrap_or(false);
+            found(text)
                 || text
                     .strip_suffix('\n')
-                    .is_some_and(|t| pattern.contains('$') && re.is_match(t))
+                    .is_some_and(|t| pattern.contains('$') && found(t))
         }
         Err(_) => text.contains(pattern),
     }
@@ -327,16 +353,20 @@ pub fn llm_prompt(question: Option<&str>, output: &str, max_tokens: Option<u64>)
     let budget = max_tokens
         .map(|n| format!(" Keep the reply under {n} tokens."))
         .unwrap_or_default();
+    // little-loops passes the shape as `--json-schema`; loopbox's agent is
+    // any program, so the prompt states it.
     format!(
-        "{question}\n\n<action_output>\n{tail}\n</action_output>\n\nReply with only a JSON object: \
-         {{\"verdict\": \"yes\" | \"no\" | \"blocked\" | \"partial\", \"confidence\": a number from 0 to 1, \"reason\": \"one sentence\"}}.{budget}"
+        "{question}\n\n{EVIDENCE_CONTRACT}\n\n<action_output>\n{tail}\n</action_output>\n\nReply with only a JSON object: \
+         {{\"verdict\": \"yes\" | \"no\" | \"blocked\" | \"partial\" | \"cannot_judge\", \"confidence\": a number from 0 to 1, \"reason\": \"one sentence\", \
+         \"evidence\": \"a verbatim quote from the output (empty only for cannot_judge)\"}}.{budget}"
     )
 }
 
-/// Read the model's reply tolerantly: the JSON may sit in a code fence or
-/// among prose; `success`/`failure` are `yes`/`no`; a verdict below
-/// `min_confidence` becomes `VERDICT_uncertain` with `uncertain_suffix`,
-/// else `error` (a guess is not a verdict to act on).
+/// Read the model's reply as little-loops' `evaluate_llm_structured` does,
+/// finding the JSON in a code fence or among prose: a verdict outside the
+/// grammar is `error`; a `yes`/`no`/`blocked`/`partial` without `evidence` is
+/// `no`; below `min_confidence` the verdict stands, `VERDICT_uncertain` with
+/// `uncertain_suffix`.
 pub fn llm_reply(reply: &str, min_confidence: f64, uncertain_suffix: bool) -> Verdict {
     let Some(obj) = find_json_object(reply) else {
         return v(
@@ -353,7 +383,19 @@ pub fn llm_reply(reply: &str, min_confidence: f64, uncertain_suffix: bool) -> Ve
             ),
         );
     };
-    let verdict = canonical_verdict(verdict.trim());
+    // Lower case, as little-loops' tag fallback reads it; its JSON schema
+    // keeps the model to the lower-case words.
+    let verdict = verdict.trim().to_ascii_lowercase();
+    if !JUDGE_VERDICTS.contains(&verdict.as_str()) && verdict != "error" {
+        return v(
+            "error",
+            format!(
+                "the judge's verdict `{}` is outside the grammar ({}); ask for one of them in evaluate.prompt",
+                preview(&verdict),
+                JUDGE_VERDICTS.join(", ")
+            ),
+        );
+    }
     let confidence = match obj.get("confidence") {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(1.0),
         Some(Value::String(s)) => s
@@ -369,15 +411,18 @@ pub fn llm_reply(reply: &str, min_confidence: f64, uncertain_suffix: bool) -> Ve
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    let detail = format!("{verdict} at {:.2}: {}", confidence, preview(&reason));
+    let mut detail = format!("{verdict} at {:.2}: {}", confidence, preview(&reason));
+    let evidence = obj.get("evidence").and_then(Value::as_str).unwrap_or("");
+    let mut verdict = verdict;
+    if evidence.trim().is_empty() && verdict != "error" && verdict != CANNOT_JUDGE {
+        detail = format!("{detail} (no evidence quoted: `no`)");
+        verdict = "no".to_string();
+    }
     if confidence < min_confidence {
+        detail = format!("{detail} (below min_confidence {min_confidence})");
         if uncertain_suffix {
-            return v(&format!("{verdict}_uncertain"), detail);
+            verdict = format!("{verdict}_uncertain");
         }
-        return v(
-            "error",
-            format!("{detail} (below min_confidence {min_confidence})"),
-        );
     }
     v(&verdict, detail)
 }
@@ -471,6 +516,12 @@ mod tests {
                 // Python's `$` matches before a final newline.
                 (("done\n", "^done$", false, no_errors), "yes"),
                 (("done\n\n", "^done$", false, no_errors), "no"),
+                // Python `re` features: lookahead, lookbehind, backreferences.
+                (("PASS: 3", r"PASS(?!ED)", false, no_errors), "yes"),
+                (("PASSED", r"PASS(?!ED)", false, no_errors), "no"),
+                (("x=1 ok", r"(?<=x=)\d", false, no_errors), "yes"),
+                (("no no", r"(\w+) \1", false, no_errors), "yes"),
+                (("no yes", r"(\w+) \1", false, no_errors), "no"),
             ],
             |(out, pat, neg, errs)| output_contains(out, pat, *neg, errs),
         );
@@ -544,40 +595,67 @@ mod tests {
     }
 
     #[test]
-    fn llm_replies_are_read_tolerantly() {
+    fn llm_replies_are_read_as_little_loops_reads_them() {
         let cases = [
             (
-                r#"{"verdict": "yes", "confidence": 0.9, "reason": "tests pass"}"#,
+                r#"{"verdict": "yes", "confidence": 0.9, "reason": "tests pass", "evidence": "3 passed"}"#,
                 "yes",
             ),
             (
-                "Sure!\n```json\n{\"verdict\": \"success\", \"confidence\": 0.8, \"reason\": \"ok\"}\n```",
-                "yes",
-            ),
-            (
-                r#"{"verdict": "FAILURE", "confidence": "90%", "reason": "red"}"#,
+                "Sure!\n```json\n{\"verdict\": \"no\", \"confidence\": 0.8, \"reason\": \"red\", \"evidence\": \"1 failed\"}\n```",
                 "no",
             ),
             (
-                r#"I think {"verdict": "blocked", "confidence": 1, "reason": "needs a key"} is it"#,
+                r#"I think {"verdict": "blocked", "confidence": 1, "reason": "needs a key", "evidence": "401"} is it"#,
                 "blocked",
             ),
-            (r#"{"verdict": "partial"}"#, "partial"),
+            (r#"{"verdict": "Partial", "evidence": "2 of 3"}"#, "partial"),
+            // Outside the grammar: `error`, never an alias.
             (
-                r#"{"verdict": "yes", "confidence": 0.2, "reason": "guess"}"#,
+                r#"{"verdict": "success", "confidence": 0.8, "evidence": "ok"}"#,
                 "error",
+            ),
+            (r#"{"verdict": "maybe", "evidence": "x"}"#, "error"),
+            // No evidence: `no` (cannot_judge and error need none).
+            (r#"{"verdict": "yes", "confidence": 0.9}"#, "no"),
+            (
+                r#"{"verdict": "partial", "confidence": 0.9, "evidence": "  "}"#,
+                "no",
+            ),
+            (
+                r#"{"verdict": "cannot_judge", "confidence": 0.9}"#,
+                "cannot_judge",
+            ),
+            (r#"{"verdict": "error"}"#, "error"),
+            // Below min_confidence the verdict stands.
+            (
+                r#"{"verdict": "yes", "confidence": 0.2, "reason": "guess", "evidence": "ok"}"#,
+                "yes",
             ),
             ("no json here", "error"),
             (r#"{"confidence": 0.9}"#, "error"),
-            ("{broken {\"verdict\": \"no\", \"confidence\": 0.7}", "no"),
+            (
+                "{broken {\"verdict\": \"no\", \"confidence\": 0.7, \"evidence\": \"e\"}",
+                "no",
+            ),
         ];
         for (reply, want) in cases {
             assert_eq!(llm_reply(reply, 0.5, false).verdict, want, "{reply}");
         }
+        let uncertain = |r: &str| llm_reply(r, 0.5, true).verdict;
         assert_eq!(
-            llm_reply(r#"{"verdict": "yes", "confidence": 0.2}"#, 0.5, true).verdict,
+            uncertain(r#"{"verdict": "yes", "confidence": 0.2, "evidence": "ok"}"#),
             "yes_uncertain"
         );
+        assert_eq!(
+            uncertain(r#"{"verdict": "yes", "confidence": 0.2}"#),
+            "no_uncertain"
+        );
+        assert_eq!(
+            uncertain(r#"{"verdict": "cannot_judge", "confidence": 0.1}"#),
+            "cannot_judge_uncertain"
+        );
+        assert!(is_abstention("cannot_judge_uncertain") && !is_abstention("no"));
     }
 
     #[test]
@@ -587,7 +665,9 @@ mod tests {
         assert!(p.starts_with("Did the tests pass?"));
         assert!(p.contains("THE END\n</action_output>"));
         assert!(p.contains("\"verdict\""));
+        assert!(p.contains("\"evidence\"") && p.contains("cannot_judge"));
+        assert!(p.contains("Cannot Judge means the check could not be evaluated"));
         assert!(p.contains("under 256 tokens"));
-        assert!(p.len() < 4500);
+        assert!(p.len() < 5500);
     }
 }

@@ -49,7 +49,7 @@ impl Out {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
-    /// Shell text for `sh -c`.
+    /// Shell text; the host runs it with `bash -c` for `builtin:fsm`.
     Script {
         source: String,
         timeout_ms: Option<u64>,
@@ -98,6 +98,23 @@ pub enum End {
     CycleDetected,
     /// The `circuit` stall detector, set to abort.
     StallDetected,
+    /// A loopbox budget (`limits.actions_per_run`, `agent.max_prompts`) ran
+    /// out. It ends the whole run, sub-loops' parents included: never a route.
+    Budget,
+}
+
+/// How the host's refusal reads when a loopbox budget ran out (the guest SDK's
+/// `ActionError::describe` for `budget-exhausted`).
+pub const BUDGET_EXHAUSTED: &str = "budget exhausted: ";
+
+/// A loopbox budget ran out: the whole run ends, naming the key.
+fn budget_spent(why: &str, state: &str) -> Option<Finish> {
+    why.starts_with(BUDGET_EXHAUSTED).then(|| {
+        failed(
+            End::Budget,
+            format!("state `{state}`: {why}; the run ends (a loopbox limit, not the loop's own)"),
+        )
+    })
 }
 
 impl End {
@@ -110,6 +127,7 @@ impl End {
             End::Stopped => "stopped",
             End::CycleDetected => "cycle_detected",
             End::StallDetected => "stall_detected",
+            End::Budget => "budget_exhausted",
         }
     }
 }
@@ -229,15 +247,18 @@ pub fn run_in(
     workspace: Option<&str>,
     world: &mut dyn World,
 ) -> Ending {
-    run_at(lp, input, workspace.map(str::to_string), world, 0)
+    run_at(lp, input, workspace.map(str::to_string), world, 0, true)
 }
 
+/// `markers`: act on `LOOP_STOP:`/`FATAL_ERROR:` (a top-level loop, or a
+/// sub-loop whose state says `sub_loop_markers: true`).
 fn run_at(
     lp: &Loop,
     input: &Map<String, Value>,
     workspace: Option<String>,
     world: &mut dyn World,
     depth: usize,
+    markers: bool,
 ) -> Ending {
     let mut context = lp.context.clone();
     context.extend(input.clone());
@@ -266,6 +287,8 @@ fn run_at(
         edges: BTreeMap::new(),
         came_from: None,
         depth,
+        markers,
+        holds: BTreeMap::new(),
     };
     let finish = loop {
         if let Err(finish) = m.step(world) {
@@ -323,7 +346,15 @@ struct Machine<'a> {
     came_from: Option<String>,
     /// How many sub-loops this one runs inside.
     depth: usize,
+    /// Stop and fatal markers end this loop (see [`run_at`]).
+    markers: bool,
+    /// Consecutive `cannot_judge` re-runs of each state.
+    holds: BTreeMap<String, u32>,
 }
+
+/// An undeclared `cannot_judge` re-runs its state this many times in a row,
+/// then takes the error route (`executor.py` `_ABSTENTION_HOLD_CAP`).
+const ABSTENTION_HOLD_CAP: u32 = 2;
 
 /// What running a state's action gave.
 enum Acted {
@@ -368,6 +399,7 @@ impl<'a> Machine<'a> {
         if let Some(t) = lp.timeout_s
             && self.r.now.saturating_sub(self.r.started) > t * 1000
         {
+            self.flush_pending(world);
             return Err(failed(
                 End::Timeout,
                 format!(
@@ -450,6 +482,40 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
+    /// The loop's time ran out just after a route: run the pending state's
+    /// shell action once, without evaluating or routing, so its side effect
+    /// is not lost; the loop then ends in that state (little-loops'
+    /// `FSMExecutor._flush_pending_shell_state`, BUG-1226: not for a terminal
+    /// state, a sub-loop, or a prompt).
+    fn flush_pending(&mut self, world: &mut dyn World) {
+        if self.came_from.is_none() {
+            return;
+        }
+        let Some(state) = self.r.lp.states.iter().find(|s| s.name == self.r.state) else {
+            return;
+        };
+        if state.terminal
+            || state.sub.is_some()
+            || !matches!(state.action, Some(Action::Shell(_) | Action::Exec(_)))
+        {
+            return;
+        }
+        world.log(
+            Level::Info,
+            &format!(
+                "the loop's timeout ran out; running the pending state `{}`'s action once",
+                state.name
+            ),
+        );
+        self.enter(state, world);
+        self.came_from = None;
+        if let Ok(params) = self.params(state) {
+            self.r.param = params;
+        }
+        // Its outcome is not used, as in little-loops.
+        let _ = self.act(state, world);
+    }
+
     fn out_of_steps(&self) -> Finish {
         failed(
             End::MaxSteps,
@@ -485,6 +551,9 @@ impl<'a> Machine<'a> {
         let acted = self.act(state, world);
         self.observe(state, &acted, world)?;
         if let Acted::Refused(e) = &acted {
+            if let Some(end) = budget_spent(e, &state.name) {
+                return Err(end);
+            }
             world.log(
                 Level::Warn,
                 &format!("`{}`: the action failed: {e}", state.name),
@@ -537,8 +606,10 @@ impl<'a> Machine<'a> {
                 verdict: "yes".into(),
                 detail: "no action".into(),
             },
-            _ => evaluate(&mut self.r, state, out, world)
-                .map_err(|e| failed(End::Error, format!("state `{}`: {e}", state.name)))?,
+            _ => evaluate(&mut self.r, state, out, world).map_err(|e| {
+                budget_spent(&e, &state.name)
+                    .unwrap_or_else(|| failed(End::Error, format!("state `{}`: {e}", state.name)))
+            })?,
         };
         self.r.prev = Some(prev);
         if let Some(c) = &state.capture
@@ -568,6 +639,34 @@ impl<'a> Machine<'a> {
             );
             return Ok(Some(next));
         }
+        // An abstention the state does not route re-runs it, twice, then
+        // takes its error route (`executor.py` `_route_abstention_hold`).
+        if eval::is_abstention(&verdict.verdict)
+            && !state.routes.by_verdict.contains_key(&verdict.verdict)
+        {
+            let count = self.holds.entry(state.name.clone()).or_default();
+            *count += 1;
+            let (count, next) = if *count <= ABSTENTION_HOLD_CAP {
+                (*count, Some(state.name.clone()))
+            } else {
+                let count = *count;
+                self.holds.remove(&state.name);
+                (count, crate::route::on_error(state))
+            };
+            let what = format!(
+                "{} ({}; {count} in a row, re-run {ABSTENTION_HOLD_CAP} times before the error route)",
+                verdict.verdict, verdict.detail
+            );
+            match &next {
+                Some(n) => self.log_step(state, &what, n, world),
+                None => world.log(
+                    Level::Warn,
+                    &format!("`{}`: {what}: no error route", state.name),
+                ),
+            }
+            return Ok(next);
+        }
+        self.holds.remove(&state.name);
         match route(state, &verdict.verdict) {
             Ok(next) => {
                 self.log_step(
@@ -753,7 +852,7 @@ impl<'a> Machine<'a> {
         let Some(action) = &state.action else {
             return Acted::Nothing;
         };
-        match request(&self.r, state, action, world) {
+        match request(&self.r, state, action) {
             Err(e) => Acted::Refused(e),
             Ok(req) => match world.act(req) {
                 Ok(out) => Acted::Ran(out),
@@ -772,7 +871,7 @@ impl<'a> Machine<'a> {
         let Acted::Ran(out) = acted else {
             return Ok(());
         };
-        match markers::signal(&out.stdout) {
+        match markers::signal(&out.stdout).filter(|_| self.markers) {
             Some(Signal::Stop(why)) => {
                 return Err(Finish {
                     success: true,
@@ -917,6 +1016,7 @@ impl<'a> Machine<'a> {
             self.r.workspace.clone(),
             world,
             self.depth + 1,
+            sub.markers,
         );
         world.log(
             Level::Info,
@@ -925,6 +1025,10 @@ impl<'a> Machine<'a> {
                 state.name, child.name, ending.summary
             ),
         );
+        if ending.end == End::Budget {
+            // A loopbox budget is not the child's ending to route on.
+            return Err(failed(End::Budget, ending.summary));
+        }
         let verdict = match ending.end {
             End::Terminal if ending.success => "yes",
             End::Terminal => "no",
@@ -959,7 +1063,7 @@ impl<'a> Machine<'a> {
             End::Terminal => to("no"),
             End::Error => on_error().or_else(|| to("no")),
             End::Timeout | End::MaxSteps => to("timeout").or_else(|| to("no")),
-            End::Stopped | End::CycleDetected | End::StallDetected => to("no"),
+            End::Stopped | End::CycleDetected | End::StallDetected | End::Budget => to("no"),
         };
         if let Some(n) = &next {
             self.log_step(
@@ -997,12 +1101,15 @@ impl<'a> Machine<'a> {
 /// What `${prev.*}` reads after a state ran.
 fn prev_record(state: &State, acted: &Acted) -> Value {
     match acted {
+        // `timeout_kind`: "wall" when the action ran out of time, else None
+        // (little-loops' `executor.py`, `prev_result`; loopbox has no idle timeout).
         Acted::Ran(out) => json!({
             "output": out.stdout, "exit_code": out.code(), "state": state.name,
             "stderr": out.stderr, "duration_ms": out.duration_ms,
             "result": markers::action_result(&out.stdout),
+            "timeout_kind": if out.timed_out { json!("wall") } else { Value::Null },
         }),
-        _ => json!({"output": "", "exit_code": 0, "state": state.name}),
+        _ => json!({"output": "", "exit_code": 0, "state": state.name, "timeout_kind": null}),
     }
 }
 
@@ -1048,20 +1155,11 @@ fn trail(path: &[String]) -> String {
 }
 
 /// The state's action as a host request, its text interpolated.
-fn request(
-    r: &Run,
-    state: &State,
-    action: &Action,
-    world: &mut dyn World,
-) -> Result<Request, String> {
+fn request(r: &Run, state: &State, action: &Action) -> Result<Request, String> {
     let render = |t: &str| interp::render(t, r).map_err(|e| format!("action: {e}"));
-    let mut timeout_ms = state.timeout_s.or(r.lp.default_timeout_s).map(|s| s * 1000);
-    if let Some(t) = r.lp.timeout_s {
-        let left = (t * 1000)
-            .saturating_sub(world.now_ms().saturating_sub(r.started))
-            .max(1);
-        timeout_ms = Some(timeout_ms.map_or(left, |ms| ms.min(left)));
-    }
+    // The action keeps its own limit; the loop's `timeout` is checked between
+    // states (little-loops' `FSMExecutor._run_action`, `run`).
+    let timeout_ms = state.timeout_s.or(r.lp.default_timeout_s).map(|s| s * 1000);
     Ok(match action {
         Action::Shell(text) => Request::Script {
             source: render(text)?,
@@ -1204,6 +1302,7 @@ fn evaluate(
                     verdict: "error".into(),
                     detail: format!("git diff failed: {}", preview(&o.stderr)),
                 },
+                Err(e) if e.starts_with(BUDGET_EXHAUSTED) => return Err(e),
                 Err(e) => Verdict {
                     verdict: "error".into(),
                     detail: format!("git diff: {}", preview(&e)),
@@ -1223,6 +1322,14 @@ fn evaluate(
             };
             let template = history_file.as_deref().unwrap_or(default);
             let path = interp::render(template, r).unwrap_or_else(|_| template.to_string());
+            // `run_dir` is absolute: read it as the workspace path it is.
+            let path = match r.workspace.as_deref().map(|w| w.trim_end_matches('/')) {
+                Some(w) => path
+                    .strip_prefix(w)
+                    .and_then(|p| p.strip_prefix('/'))
+                    .map_or(path.clone(), str::to_string),
+                None => path,
+            };
             let path = crate::load::resolve_path("x", &path).unwrap_or(path);
             // A history that is not there yet is an empty one.
             let history = world.read(&path).unwrap_or_default();
@@ -1269,6 +1376,7 @@ fn evaluate(
             };
             match world.act(req) {
                 Ok(reply) => eval::llm_reply(&reply.stdout, *min_confidence, *uncertain_suffix),
+                Err(e) if e.starts_with(BUDGET_EXHAUSTED) => return Err(e),
                 Err(e) => Verdict {
                     verdict: "error".into(),
                     detail: format!("the verdict prompt failed: {}", preview(&e)),
@@ -1499,13 +1607,13 @@ states:
             exit(0, "Not yet."),
             exit(
                 0,
-                r#"{"verdict": "no", "confidence": 0.9, "reason": "not yet"}"#,
+                r#"{"verdict": "no", "confidence": 0.9, "reason": "not yet", "evidence": "Not yet."}"#,
             ),
             exit(0, "All done."),
             exit(
                 0,
                 r#"```json
-{"verdict": "success", "confidence": 0.95, "reason": "done"}
+{"verdict": "yes", "confidence": 0.95, "reason": "done", "evidence": "All done."}
 ```"#,
             ),
         ]);
@@ -1524,6 +1632,58 @@ states:
         assert_eq!(
             (model.as_deref(), *timeout_ms),
             (Some("haiku"), Some(30_000))
+        );
+    }
+
+    /// `cannot_judge` with no route of its own re-runs the state twice, then
+    /// takes `on_error` (`executor.py` `_route_abstention_hold`); a route
+    /// for it is taken at once.
+    #[test]
+    fn cannot_judge_reruns_the_state_twice_then_takes_on_error() {
+        let yaml = "name: j\ninitial: ask\nstates:\n  ask:\n    action: check\n    evaluate:\n      type: llm_structured\n    on_yes: done\n    on_no: done\n    on_error: failed\n  done:\n    terminal: true\n  failed:\n    terminal: true\n";
+        let abstain = || exit(0, r#"{"verdict": "cannot_judge", "confidence": 0.9}"#);
+        let yes = || {
+            exit(
+                0,
+                r#"{"verdict": "yes", "confidence": 0.9, "evidence": "ok"}"#,
+            )
+        };
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            replies.extend([exit(0, "ok"), abstain()]);
+        }
+        let mut w = Scripted::new(replies);
+        let end = run(&lp(yaml), &Map::new(), &mut w);
+        assert_eq!(end.path, ["ask", "ask", "ask", "failed"], "{:?}", w.logs);
+        // A verdict after two abstentions routes as usual, and the count restarts.
+        let mut w = Scripted::new(vec![
+            exit(0, "ok"),
+            abstain(),
+            exit(0, "ok"),
+            abstain(),
+            exit(0, "ok"),
+            yes(),
+        ]);
+        let end = run(&lp(yaml), &Map::new(), &mut w);
+        assert_eq!(end.path, ["ask", "ask", "ask", "done"], "{:?}", w.logs);
+        // Routed: taken at once.
+        let routed = yaml.replace(
+            "on_error: failed",
+            "on_error: failed\n    on_cannot_judge: done",
+        );
+        let mut w = Scripted::new(vec![exit(0, "ok"), abstain()]);
+        assert_eq!(run(&lp(&routed), &Map::new(), &mut w).path, ["ask", "done"]);
+        // No error route: the run ends after the re-runs, "no valid transition".
+        let bare = yaml.replace("    on_error: failed\n", "");
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            replies.extend([exit(0, "ok"), abstain()]);
+        }
+        let mut w = Scripted::new(replies);
+        let end = run(&lp(&bare), &Map::new(), &mut w);
+        assert_eq!(
+            (end.path.len(), end.summary.as_str()),
+            (3, "state `ask` has no valid transition")
         );
     }
 
@@ -1610,22 +1770,95 @@ states:
     }
 
     #[test]
-    fn the_loop_timeout_ends_it_and_caps_action_timeouts() {
-        let yaml = "name: t\ninitial: a\ntimeout: 10\ndefault_timeout: 60\nstates:\n  a:\n    action: x\n    on_yes: done\n    on_no: $current\n  done:\n    terminal: true\n";
-        let mut w = Scripted::new((0..10).map(|_| exit(1, "")).collect());
+    fn the_loop_timeout_is_checked_between_states_and_flushes_the_pending_one() {
+        // little-loops (`executor.py`, `run`, BUG-1226): an action keeps its own
+        // limit; past the loop's timeout, the state just routed to runs its shell
+        // action once, and the loop ends there.
+        let yaml = "name: t\ninitial: a\ntimeout: 10\ndefault_timeout: 60\nstates:\n  a:\n    action: x\n    next: b\n  b:\n    action: y\n    next: a\n  done:\n    terminal: true\n";
+        let mut w = Scripted::new((0..10).map(|_| exit(0, "")).collect());
         w.tick_ms = 3000;
         let end = run(&lp(yaml), &Map::new(), &mut w);
-        assert!(!end.success);
+        assert_eq!(end.end, End::Timeout, "{end:?}");
         assert!(
             end.summary
-                .starts_with("the loop's timeout of 10s ran out in state `a`"),
+                .starts_with("the loop's timeout of 10s ran out in state `"),
             "{}",
             end.summary
         );
-        let Request::Script { timeout_ms, .. } = &w.asked[0] else {
-            panic!()
+        for req in &w.asked {
+            let Request::Script { timeout_ms, .. } = req else {
+                panic!("{req:?}")
+            };
+            assert_eq!(*timeout_ms, Some(60_000));
+        }
+        // The pending state was entered and its action ran: the loop ends in it.
+        assert_eq!(end.path.last(), Some(&end.state), "{end:?}");
+        assert_eq!(w.asked.len(), end.path.len());
+        assert!(
+            w.logs
+                .iter()
+                .any(|l| l.contains("running the pending state")),
+            "{:?}",
+            w.logs
+        );
+        // A prompt is not flushed.
+        let yaml = "name: t\ninitial: a\ntimeout: 10\nstates:\n  a:\n    action: x\n    next: b\n  b:\n    action: y\n    action_type: prompt\n    next: a\n  done:\n    terminal: true\n";
+        let mut w = Scripted::new((0..10).map(|_| exit(0, "")).collect());
+        w.tick_ms = 3000;
+        let end = run(&lp(yaml), &Map::new(), &mut w);
+        assert_eq!(end.end, End::Timeout);
+        assert_ne!(end.path.last(), Some(&end.state), "{end:?}");
+    }
+
+    #[test]
+    fn a_spent_loopbox_budget_ends_the_run_even_inside_a_sub_loop() {
+        let budget = || {
+            Err(format!(
+                "{BUDGET_EXHAUSTED}the run has used all 200 of its actions (limits.actions_per_run)"
+            ))
         };
-        assert!(timeout_ms.unwrap() <= 10_000, "{timeout_ms:?}");
+        // In the loop itself: not routed to on_error.
+        let yaml = "name: p\ninitial: a\nstates:\n  a:\n    action: x\n    on_yes: done\n    on_error: done\n  done:\n    terminal: true\n";
+        let mut w = Scripted::new(vec![budget()]);
+        let end = run(&lp(yaml), &Map::new(), &mut w);
+        assert_eq!((end.end, end.success), (End::Budget, false), "{end:?}");
+        assert!(
+            end.summary.contains("limits.actions_per_run"),
+            "{}",
+            end.summary
+        );
+        // In a sub-loop whose parent routes its errors to `done`.
+        let parent = "name: parent\ninitial: sub\nstates:\n  sub:\n    loop: child\n    on_yes: done\n    on_no: done\n    on_error: done\n  done:\n    terminal: true\n";
+        let child = "name: child\ninitial: a\nstates:\n  a:\n    action: x\n    on_yes: ok\n    on_error: ok\n  ok:\n    terminal: true\n";
+        let l = lp_with("parent.yaml", parent, &[("child.yaml", child)]);
+        let mut w = Scripted::new(vec![budget()]);
+        w.files.insert("child.yaml".into(), child.into());
+        let end = run(&l, &Map::new(), &mut w);
+        assert_eq!((end.end, end.success), (End::Budget, false), "{end:?}");
+        assert_eq!(end.data(&l)["terminated_by"], "budget_exhausted");
+        // Another refusal still routes.
+        let mut w = Scripted::new(vec![Err("denied: no".into())]);
+        let end = run(&lp(yaml), &Map::new(), &mut w);
+        assert_eq!((end.end, end.state.as_str()), (End::Terminal, "done"));
+    }
+
+    #[test]
+    fn prev_timeout_kind_is_wall_after_a_timeout() {
+        let yaml = "name: t\ninitial: a\nstates:\n  a:\n    action: x\n    next: b\n  b:\n    action: 'kind=${prev.timeout_kind}'\n    next: done\n  done:\n    terminal: true\n";
+        let timed_out = Ok(Out {
+            timed_out: true,
+            ..Default::default()
+        });
+        let mut w = Scripted::new(vec![timed_out, exit(0, "")]);
+        run(&lp(yaml), &Map::new(), &mut w);
+        assert!(
+            matches!(&w.asked[1], Request::Script { source, .. } if source == "kind=wall"),
+            "{:?}",
+            w.asked
+        );
+        let mut w = Scripted::new(vec![exit(0, ""), exit(0, "")]);
+        run(&lp(yaml), &Map::new(), &mut w);
+        assert!(matches!(&w.asked[1], Request::Script { source, .. } if source == "kind="));
     }
 
     #[test]
@@ -1687,6 +1920,48 @@ states:
         let mut w = Scripted::new(vec![exit(1, "")]);
         w.files.insert("loops/child.yaml".into(), child.into());
         assert_eq!(run(&lp, &ctx, &mut w).path, ["call", "bad"]);
+    }
+
+    /// A child's `LOOP_STOP:`/`FATAL_ERROR:` are plain output, as in
+    /// little-loops (child executors get no signal detector), unless the
+    /// sub-loop state says `sub_loop_markers: true`.
+    #[test]
+    fn markers_inside_a_sub_loop_are_ignored_unless_asked_for() {
+        let child = "name: child\ninitial: a\nstates:\n  a:\n    action: work\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n";
+        let main = "name: parent\ninitial: call\nstates:\n  call:\n    loop: child\n    on_yes: good\n    on_no: bad\n    on_error: broke\n  good:\n    terminal: true\n  bad:\n    terminal: true\n  broke:\n    terminal: true\n";
+        let with_key = main.replace("loop: child\n", "loop: child\n    sub_loop_markers: true\n");
+        for (parent, output, want) in [
+            (main.to_string(), "LOOP_STOP: enough\n", "good"),
+            (main.to_string(), "FATAL_ERROR: disk full\n", "good"),
+            (with_key.clone(), "LOOP_STOP: enough\n", "bad"),
+            (with_key, "FATAL_ERROR: disk full\n", "broke"),
+        ] {
+            let lp = lp_with("loops/parent.yaml", &parent, &[("loops/child.yaml", child)]);
+            let mut w = Scripted::new(vec![exit(0, output)]);
+            w.files.insert("loops/child.yaml".into(), child.into());
+            let end = run(&lp, &Map::new(), &mut w);
+            assert_eq!(
+                end.path,
+                ["call", want],
+                "{parent} / {output}: {:?}",
+                w.logs
+            );
+        }
+        // The key belongs on a `loop:` state.
+        struct NoFiles;
+        impl crate::Files for NoFiles {
+            fn read(&mut self, _: &str) -> Result<String, String> {
+                Err("no files".into())
+            }
+        }
+        let bad = "name: b\ninitial: a\nstates:\n  a:\n    action: x\n    sub_loop_markers: true\n    next: done\n  done:\n    terminal: true\n";
+        let problems = crate::render(&crate::load("b.yaml", bad, &mut NoFiles).unwrap_err());
+        assert!(
+            problems.contains(
+                "b.yaml:6: state `a`: `sub_loop_markers` is for a state that runs a sub-loop"
+            ),
+            "{problems}"
+        );
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Where a verdict leads, as little-loops' `_route` decides (a `next`
 //! state is not evaluated, so never gets here):
-//! - with a `route:` table, the table alone: the verdict's own entry, else
-//!   `_` (its default), else for `error` or `no` the table's `_error`;
+//! - with a `route:` table, the table alone: the verdict's own entry (keys
+//!   are literal: `error`, `success`, `pass` name those verdicts), else `_`
+//!   (its default, taken by `error` too), else for `error` or `no` the
+//!   table's `_error` (`executor.py` `_route`);
 //! - without one, the shorthands: `on_yes`, `on_no` (a `no` with no `on_no`
-//!   takes `on_error`), `on_error`, any `on_VERDICT` (`success`/`failure`
-//!   are `yes`/`no`);
-//! - nothing: the loop ends, naming the verdict and the routes it has.
+//!   takes `on_error`), `on_error`, any `on_VERDICT` (`on_success`/
+//!   `on_failure` are `on_yes`/`on_no`);
+//! - nothing: the loop ends, naming the verdict and the routes it has
+//!   (little-loops' "No valid transition").
 //!
 //! `$current` stays in the state.
 
@@ -41,12 +44,10 @@ pub fn route(state: &State, verdict: &str) -> Result<String, String> {
         }
     };
     let target = if r.table {
-        let own = if verdict == "error" {
-            r.error.as_ref()
-        } else {
-            r.by_verdict.get(verdict)
-        };
-        own.or(r.default.as_ref()).or_else(fallback)
+        r.by_verdict
+            .get(verdict)
+            .or(r.default.as_ref())
+            .or_else(fallback)
     } else if verdict == "error" {
         r.error.as_ref()
     } else {
@@ -57,7 +58,7 @@ pub fn route(state: &State, verdict: &str) -> Result<String, String> {
         None => {
             let mut have: Vec<String> = r.by_verdict.keys().cloned().collect();
             if r.error.is_some() {
-                have.push("error".into());
+                have.push(if r.table { "_error" } else { "error" }.into());
             }
             let have = if have.is_empty() {
                 "none".to_string()
@@ -106,11 +107,32 @@ mod tests {
             ("action: x\non_yes: a\non_error: e", "no", Ok("e")),
             // Route tables, with `_` and `_error`.
             ("action: x\nroute:\n  yes: a\n  _: d", "progress", Ok("d")),
+            // Table keys are literal verdicts: `success`, `pass`, `error`.
             (
                 "action: x\nroute:\n  success: a\n  _error: e",
-                "yes",
+                "success",
                 Ok("a"),
             ),
+            (
+                "action: x\nroute:\n  success: a\n  pass: b",
+                "yes",
+                Err(
+                    "state `s` has no route for verdict `yes` (it routes: pass, success); add `on_yes` or `_` in a `route` table",
+                ),
+            ),
+            (
+                "action: x\nroute:\n  error: a\n  _error: e",
+                "error",
+                Ok("a"),
+            ),
+            // With `_` and `_error`, `error` takes `_` (little-loops' order).
+            (
+                "action: x\nroute:\n  yes: a\n  _error: e\n  _: d",
+                "error",
+                Ok("d"),
+            ),
+            // `on_pass` is the verdict `pass`, not `yes`.
+            ("action: x\non_pass: a\non_no: b", "pass", Ok("a")),
             ("action: x\nroute:\n  yes: a\n  _error: e", "error", Ok("e")),
             // In a table, `_` comes before `_error` (little-loops' order).
             (

@@ -41,6 +41,9 @@ pub struct Loop {
     pub circuit: Option<Circuit>,
     /// How often one route (`a -> b`) may be taken before the loop ends as a cycle.
     pub max_edge_revisits: u32,
+    /// `capture_reachability_ok: true`: a `${captured.X}` no state captures
+    /// is not refused (little-loops' `_validate_capture_reachability`).
+    pub capture_reachability_ok: bool,
     /// The files the loop was put together from; tagged lines index it.
     pub files: Vec<String>,
     /// What loopbox reads but does not act on; the loop runs anyway.
@@ -104,6 +107,11 @@ pub struct SubLoop {
     pub with: Option<serde_json::Map<String, serde_json::Value>>,
     /// `context_passthrough: true`: the child sees this loop's context and captures.
     pub passthrough: bool,
+    /// `sub_loop_markers: true` (loopbox's own key): `LOOP_STOP:` and
+    /// `FATAL_ERROR:` in the child's output end the child, as they end a
+    /// top-level loop. little-loops ignores them in a child (its child
+    /// executors get no signal detector), and so does loopbox by default.
+    pub markers: bool,
     pub line: u32,
 }
 
@@ -178,14 +186,15 @@ impl Action {
     }
 }
 
-/// Where each verdict leads. Verdict names are canonical: `success` is
-/// stored as `yes`, `failure` as `no`.
+/// Where each verdict leads. `on_success` is stored as `yes`, `on_failure`
+/// as `no`; route table keys are kept as written.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Routes {
     pub by_verdict: BTreeMap<String, Target>,
     /// `_` in a route table: any verdict not listed.
     pub default: Option<Target>,
-    /// `_error` in a route table, or `on_error`.
+    /// `_error` in a route table, or `on_error` (a table's `error:` key is
+    /// in `by_verdict`, a literal verdict).
     pub error: Option<Target>,
     /// `next`: unconditional; the state is not evaluated.
     pub next: Option<Target>,
@@ -351,11 +360,14 @@ impl EvalKind {
     }
 }
 
-/// Verdict names as routing sees them: `success` is `yes`, `failure` is `no`.
-pub fn canonical_verdict(v: &str) -> String {
-    match v.to_ascii_lowercase().as_str() {
-        "success" | "yes" | "true" | "pass" | "passed" => "yes".into(),
-        "failure" | "no" | "false" | "fail" | "failed" => "no".into(),
+/// The verdict an `on_VERDICT` shorthand routes: `on_success` is `on_yes`
+/// and `on_failure` is `on_no`, as little-loops' `StateConfig.from_dict`
+/// reads them; any other shorthand, and every `route:` key (`success`,
+/// `pass` and `error` included), is the literal verdict (`RouteConfig`).
+pub fn shorthand_verdict(v: &str) -> String {
+    match v {
+        "success" => "yes".into(),
+        "failure" => "no".into(),
         other => other.to_string(),
     }
 }
@@ -500,6 +512,7 @@ const STATE_FIELDS: &[&str] = &[
     "loop",
     "with",
     "context_passthrough",
+    "sub_loop_markers",
     "fragment",
     "description",
     "throttle",
@@ -826,6 +839,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
     let max_edge_revisits = f
         .positive(p, "max_edge_revisits", "")
         .map_or(DEFAULT_MAX_EDGE_REVISITS, |n| n.min(u32::MAX as u64) as u32);
+    let capture_reachability_ok = f.boolean(p, "capture_reachability_ok", "").unwrap_or(false);
     for (key, _) in f.unused() {
         if !key.name.ends_with("_ok") {
             leftover(p, key, "", &LOOP_FIELD_SETS);
@@ -870,6 +884,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         parameters,
         circuit,
         max_edge_revisits,
+        capture_reachability_ok,
         files: Vec::new(),
         notes: Vec::new(),
     })
@@ -1234,6 +1249,12 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
     if let (None, Some(with)) = (&sub, f.take("with")) {
         p.at(with.line, format!("{what}`with` binds a sub-loop's parameters (`loop:`) or a fragment's (`fragment:`); this state has neither"));
     }
+    if let (None, Some(m)) = (&sub, f.take("sub_loop_markers")) {
+        p.at(
+            m.line,
+            format!("{what}`sub_loop_markers` is for a state that runs a sub-loop (`loop:`); a loop's own markers always count"),
+        );
+    }
     let capture = f.string(p, "capture", &what);
     if let Some(c) = &capture
         && !valid_name(c)
@@ -1338,10 +1359,12 @@ fn read_sub_loop(
         },
     };
     let passthrough = f.boolean(p, "context_passthrough", what).unwrap_or(false);
+    let markers = f.boolean(p, "sub_loop_markers", what).unwrap_or(false);
     Some(SubLoop {
         name,
         with,
         passthrough,
+        markers,
         line,
     })
 }
@@ -1464,7 +1487,7 @@ fn read_shorthand_routes(f: &mut Fields, routes: &mut Routes, what: &str, p: &mu
         let Some(target) = f.target(p, &k.name, what) else {
             continue;
         };
-        let verdict = canonical_verdict(&k.name[3..]);
+        let verdict = shorthand_verdict(&k.name[3..]);
         if verdict.is_empty() {
             p.at(k.line, format!("{what}`on_` names no verdict"));
             continue;
@@ -1629,10 +1652,9 @@ fn read_route_table(node: &Node, what: &str, routes: &mut Routes, p: &mut Proble
             "_error" => put_route(&mut routes.error, target, what, "_error", p),
             k if k.starts_with('_') => p.at(key.line, format!("{what}route key `{k}`: only `_` (any other verdict) and `_error` start with `_`")),
             k => {
-                let verdict = canonical_verdict(k);
-                if verdict == "error" {
-                    put_route(&mut routes.error, target, what, "error", p);
-                } else if let Some(old) = routes.by_verdict.get(&verdict) {
+                // Literal: `error`, `success` and `pass` are verdicts of their own.
+                let verdict = k.to_string();
+                if let Some(old) = routes.by_verdict.get(&verdict) {
                     p.at(key.line, format!("{what}verdict `{verdict}` is routed twice (also on line {})", old.line));
                 } else {
                     routes.by_verdict.insert(verdict, target);

@@ -115,8 +115,10 @@ pub fn context(lp: &Loop, start: &Start) -> Result<Map<String, Value>, String> {
     let mut ctx = lp.context.clone();
     ctx.extend(start.context.clone());
     if let Some(raw) = &start.input {
+        let referenced = referenced_context(lp);
         let known = |k: &str| {
             ctx.contains_key(k)
+                || referenced.contains(k)
                 || lp.required_inputs.iter().any(|r| r == k)
                 || lp.parameters.iter().any(|p| p.name == k)
                 || INJECTED_CONTEXT.contains(&k)
@@ -148,6 +150,24 @@ pub fn context(lp: &Loop, start: &Start) -> Result<Map<String, Value>, String> {
         ctx.entry(*k).or_insert(json!(v));
     }
     ctx.entry("design_tokens_context").or_insert(json!(""));
+    // Before the first state, as `ll-loop run` checks (`cli/loop/run.py`,
+    // "Missing required context variable").
+    let missing: Vec<String> = referenced_context(lp)
+        .into_iter()
+        .filter(|k| !ctx.contains_key(k))
+        .collect();
+    if !missing.is_empty() {
+        return Err(missing
+            .iter()
+            .map(|key| {
+                format!(
+                    "loop `{}`: missing required context variable `{key}` (used as `${{context.{key}}}` with no default): pass it with --input '{{\"{key}\": \"VALUE\"}}', or give it a value under `context:`",
+                    lp.name
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"));
+    }
     for key in &lp.required_inputs {
         let empty = match ctx.get(key) {
             None | Some(Value::Null) => true,
@@ -170,6 +190,42 @@ pub fn context(lp: &Loop, start: &Start) -> Result<Map<String, Value>, String> {
         }
     }
     Ok(ctx)
+}
+
+/// The `context` keys the loop's actions and judge prompts use without a
+/// fallback, read as `ll-loop run` reads them (`cli/loop/run.py`: the regex
+/// `\$\{context\.([^}.]+)`, skipping `:default=` and `?`, `:shell` stripped).
+pub fn referenced_context(lp: &Loop) -> std::collections::BTreeSet<String> {
+    use crate::spec::{Action, EvalKind};
+    let mut keys = std::collections::BTreeSet::new();
+    for state in &lp.states {
+        let mut templates: Vec<&str> = Vec::new();
+        match &state.action {
+            Some(Action::Shell(t) | Action::Prompt(t) | Action::SlashCommand(t)) => {
+                templates.push(t)
+            }
+            Some(Action::Exec(argv)) => templates.extend(argv.iter().map(String::as_str)),
+            None => {}
+        }
+        if let Some(e) = &state.evaluate
+            && let EvalKind::LlmStructured {
+                prompt: Some(p), ..
+            } = &e.kind
+        {
+            templates.push(p);
+        }
+        for t in templates {
+            for (i, _) in t.match_indices("${context.") {
+                let rest = &t[i + "${context.".len()..];
+                let raw = &rest[..rest.find(['}', '.']).unwrap_or(rest.len())];
+                if raw.is_empty() || raw.contains(":default=") || raw.ends_with('?') {
+                    continue;
+                }
+                keys.insert(raw.strip_suffix(":shell").unwrap_or(raw).to_string());
+            }
+        }
+    }
+    keys
 }
 
 /// SHA-256 as hex, for `input_hash` (little-loops keeps its first 12 digits).
@@ -262,6 +318,39 @@ mod tests {
         );
         // `{}` is no input at all.
         assert_eq!(context(&l, &start("{}")).unwrap().get("input"), None);
+    }
+
+    #[test]
+    fn a_context_reference_with_no_value_or_default_stops_the_run_before_it_starts() {
+        // As `ll-loop run` (`cli/loop/run.py`): actions and judge prompts; `:default=`,
+        // `?` and values skip; `:shell` is stripped; sorted.
+        let l = lp(concat!(
+            "name: l\ninitial: a\ncontext:\n  set: 1\nstates:\n  a:\n",
+            "    action: 'echo ${context.zeta:shell} ${context.alpha.sub} ${context.d:default=x} ${context.o?} ${context.set} ${context.run_dir}'\n",
+            "    evaluate:\n      type: llm_structured\n      prompt: 'is ${context.mid} done?'\n",
+            "    next: done\n  done:\n    terminal: true\n",
+        ));
+        let e = context(&l, &Start::default()).unwrap_err();
+        let keys: Vec<&str> = e
+            .lines()
+            .map(|line| line.split('`').nth(3).unwrap_or(line))
+            .collect();
+        assert_eq!(keys, ["alpha", "mid", "zeta"], "{e}");
+        assert!(
+            e.contains("missing required context variable `alpha`"),
+            "{e}"
+        );
+        assert!(e.contains(r#"--input '{"alpha": "VALUE"}'"#), "{e}");
+        // A JSON object naming them sets them (they are known keys).
+        let c = context(
+            &l,
+            &Start {
+                input: Some(r#"{"alpha": {"sub": 1}, "mid": "m", "zeta": "z"}"#.into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c["zeta"], json!("z"));
     }
 
     #[test]

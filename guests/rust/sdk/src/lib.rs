@@ -44,10 +44,14 @@
 // The generated code names this crate by its public path, from inside it too.
 extern crate self as loopbox_guest;
 
+/// The contract this SDK targets: it is built against `loopbox:policy@0.2.0`
+/// (`wit/released/0.2.0`), which every loopbox since 0.2.0 loads.
+pub const CONTRACT_VERSION: &str = "0.2.0";
+
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../../wit",
+        path: "../../../wit/released/0.2.0",
         world: "loop-policy",
         pub_export_macro: true,
         default_bindings_module: "loopbox_guest::bindings",

@@ -73,6 +73,17 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             }
         }
     };
+    // YAML loops run their shell actions with bash, as little-loops does.
+    let bash = match config.shell.child_env(&root).resolve_program("bash", &root) {
+        Some(p) => format!(
+            "YAML loops' shell actions run with bash ({}), as in little-loops; other policies' scripts with sh",
+            p.display()
+        ),
+        None => format!(
+            "NOT FOUND on shell.path = `{}`: YAML loops' shell actions, which run with bash as in little-loops, will be refused (`loopbox validate LOOP.yaml` names the lines that need bash)",
+            config.shell.path
+        ),
+    };
     let landlock_limits = match s.landlock_usable() {
         Ok(abi) => format!(
             "cannot keep a missing protected name from being created, so commands create nothing in the workspace root; {}; {}",
@@ -123,7 +134,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             "sandbox": sandbox.name(), "sandbox_enforced": sandbox.is_enforced(), "sandbox_note": chosen,
             "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
             "landlock_limits": landlock_limits, "protected": protected, "unix_sockets": config.shell.unix_sockets,
-            "hidden": hidden_now, "root": root_user,
+            "hidden": hidden_now, "root": root_user, "loop_shell": bash,
         });
         loopbox::outln!(
             "{}",
@@ -164,6 +175,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         line("config", &config_line);
         line("component cache", &cache.display().to_string());
         line("agent", &agent);
+        line("loop shell", &bash);
     }
     // Non-zero when commands could not run as configured.
     Ok(if matches!(sandbox, Sandbox::Unavailable(_)) {

@@ -16,6 +16,7 @@ use loopbox::dist::installed::Installed;
 use loopbox::exec::confirm::{ApproveAll, Confirm, NoOneToAsk};
 use loopbox::exec::grants::{ExtraRules, parse_cli_rule};
 use loopbox::exec::sandbox::Sandbox;
+use loopbox::loops;
 use loopbox::run::driver::{self, Asker, DriveOptions, Next, NoAsker, RunEnd};
 use loopbox::run::record::outcome_json;
 use loopbox::run::stop::{Stop, StopReason};
@@ -156,6 +157,20 @@ impl Drive<'_> {
             Arc::new(TerminalConfirm { ui: ui.clone() })
         };
         let source = policy.source.clone();
+        // A YAML loop: its own max_steps and timeout govern it (loopbox's budgets
+        // stay a safety net well above), and its shell runs with bash.
+        let yaml_loop = is_yaml_loop(&source);
+        let mut config = config;
+        if yaml_loop {
+            let text = config_path.as_deref().and_then(|p| {
+                loopbox::files::read_text(p, loopbox::files::MAX_CONFIG_BYTES, "config").ok()
+            });
+            loops::budgets(
+                &mut config,
+                text.as_deref(),
+                run.options.policy_name.as_deref(),
+            );
+        }
         let protected = loopbox::run::own_files(config_path, &source);
         let access = Access {
             rules: extra.clone(),
@@ -173,6 +188,9 @@ impl Drive<'_> {
             access,
         )
         .map_err(Failure::usage)?;
+        if yaml_loop {
+            ctx.scripts_with_bash();
+        }
         if banner {
             ui.line(grants_banner(
                 &run.id,
@@ -183,6 +201,7 @@ impl Drive<'_> {
                 &extra,
                 yes,
                 ctx.sandbox(),
+                yaml_loop,
             ));
         } else {
             ui.line(format!(
@@ -288,7 +307,7 @@ pub fn report(
     )
     .map_err(Failure::internal)?;
     let record = db.existing_run(id).map_err(Failure::internal)?;
-    let code = exit_code(end);
+    let code = exit_code(end, is_yaml_loop(source));
     if json {
         let out = json!({
             "run_id": id, "policy": source.to_string(), "world": world, "status": end.status(),
@@ -401,6 +420,7 @@ fn grants_banner(
     extra: &ExtraRules,
     yes: bool,
     sandbox: &Sandbox,
+    yaml_loop: bool,
 ) -> String {
     let list = |a: &[Vec<String>], b: &[Vec<String>]| {
         let all: Vec<String> = a.iter().chain(b).map(|r| r.join(" ")).collect();
@@ -425,6 +445,17 @@ fn grants_banner(
             "no"
         }
     );
+    if yaml_loop {
+        line.push_str(&format!(
+            "; a YAML loop: shell actions run with bash (as in little-loops), budgets limits.actions_per_run {}{}",
+            config.limits.actions_per_run,
+            config
+                .agent
+                .as_ref()
+                .map(|a| format!(", agent.max_prompts {}", a.max_prompts))
+                .unwrap_or_default()
+        ));
+    }
     if !config.shell.ask.is_empty() || !extra.ask.is_empty() {
         line.push_str(&format!(
             "; ask [{}]{}",
@@ -462,10 +493,32 @@ fn grants_banner(
     line
 }
 
-/// The process exit code of a run's end (see the README's table).
-fn exit_code(end: &RunEnd) -> i32 {
+/// The exit code of a YAML loop that ends in a failure terminal state:
+/// little-loops' `FAILURE_TERMINAL_EXIT_CODE` (the same number as a usage error).
+const LOOP_FAILURE_TERMINAL: i32 = 2;
+
+/// `builtin:fsm`'s outcome data says the loop ended in a terminal state (a
+/// failure one, since the outcome is not a success).
+fn failure_terminal(data: Option<&str>) -> bool {
+    data.and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .is_some_and(|d| d["terminated_by"] == "terminal")
+}
+
+/// A run of `builtin:fsm`, the YAML loop interpreter.
+fn is_yaml_loop(source: &PolicySource) -> bool {
+    matches!(source, PolicySource::Builtin(n) if format!("builtin:{n}") == loops::FSM)
+}
+
+/// The process exit code of a run's end (see the README's table). A YAML
+/// loop that reaches a failure terminal exits 2, as `ll-loop run` does
+/// (`FAILURE_TERMINAL_EXIT_CODE`, `cli/loop/_helpers.py::run_foreground`),
+/// for queues that test for it; its other failures exit 1.
+fn exit_code(end: &RunEnd, yaml_loop: bool) -> i32 {
     match end {
         RunEnd::Done(o) if o.success => exit::OK,
+        RunEnd::Done(o) if yaml_loop && failure_terminal(o.data.as_deref()) => {
+            LOOP_FAILURE_TERMINAL
+        }
         RunEnd::Stopped { .. } => exit::OK,
         RunEnd::Done(_) | RunEnd::Blocked(_) => exit::FAILURE,
         RunEnd::Escalated(_) => exit::ESCALATED,

@@ -105,6 +105,7 @@ pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
             .as_ref()
             .map_or(source.to_string(), |i| i.name.clone()),
         world: policy.world.name(),
+        contract: policy.contract.to_string(),
         size_bytes: policy.size,
         digest: policy.digest.clone(),
         capabilities: capabilities(&policy),

@@ -1,7 +1,11 @@
 //! `loopbox validate LOOP.yaml`: the static checks of a YAML loop, without
 //! running it. Every problem is printed as `FILE:LINE: message`; notes (what
 //! loopbox reads and leaves alone, or what the loop needs at run time) as
-//! `note: FILE:LINE: message`, on stderr, and do not fail the check.
+//! `note: FILE:LINE: message`, on stderr, and do not fail the check; nor do
+//! warnings (`warning: ...`): the loop's budget above loopbox's limits, and
+//! bash-only shell lines when bash is not on `shell.path`. `--grants` lists
+//! what the loop needs from loopbox.toml (`validate_grants.rs`); without it,
+//! the missing grants are one note.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +14,9 @@ use serde_json::json;
 
 use super::{Failure, exit};
 use loopbox::loops;
+
+#[path = "validate_grants.rs"]
+mod grants;
 use loopbox::ui::{Untrusted, one_line};
 
 #[derive(Debug, Args)]
@@ -22,17 +29,61 @@ pub struct ValidateArgs {
     /// Print the result as one JSON object on stdout
     #[arg(long)]
     pub(super) json: bool,
+    /// List what the loop needs from loopbox.toml (scripts, argv rules, agent,
+    /// network), each marked granted or missing
+    #[arg(long)]
+    grants: bool,
 }
 
 pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
-    let (config, _) = loopbox::config::Config::discover(args.config.as_deref(), workspace)
-        .map_err(Failure::usage)?;
+    let (mut config, config_path) =
+        loopbox::config::Config::discover(args.config.as_deref(), workspace)
+            .map_err(Failure::usage)?;
     let file = loops::read(workspace, &args.file).map_err(Failure::usage)?;
     let result = loops::load(workspace, &file, &config);
+    let root = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let needs = match &result {
+        Ok(lp) => grants::needs(lp, &config, &root),
+        Err(_) => Vec::new(),
+    };
+    // What a run of this loop will hit first: loopbox's budgets (as a run of
+    // `builtin:fsm` raises them), and bash missing for its bash-only lines.
+    let warnings: Vec<String> = match &result {
+        Ok(lp) => {
+            let text = config_path.as_deref().and_then(|p| {
+                loopbox::files::read_text(p, loopbox::files::MAX_CONFIG_BYTES, "config").ok()
+            });
+            loops::budgets(&mut config, text.as_deref(), None);
+            let mut w = loops::budget_warnings(lp, &config);
+            let root = workspace
+                .canonicalize()
+                .unwrap_or_else(|_| workspace.to_path_buf());
+            if config
+                .shell
+                .child_env(&root)
+                .resolve_program("bash", &root)
+                .is_none()
+            {
+                w.extend(loops::bash_only_lines(lp).into_iter().map(
+                    |(file, line, state, what)| {
+                        format!(
+                            "{file}:{line}: state `{state}`: {what} needs bash, which is not on shell.path = `{}` (YAML loops run shell actions with bash, as little-loops does): install bash or add its directory to shell.path",
+                            config.shell.path
+                        )
+                    },
+                ));
+            }
+            w
+        }
+        Err(_) => Vec::new(),
+    };
     if args.json {
         let value = match &result {
             Ok(lp) => json!({
-                "file": file.path, "valid": true, "problems": [],
+                "file": file.path, "valid": true, "problems": [], "warnings": warnings,
+                "needs": grants::to_json(&needs),
                 "notes": lp.notes.iter().map(|p| json!({"file": p.file, "line": p.line, "message": p.message})).collect::<Vec<_>>(),
                 "loop": {
                     "name": lp.name, "initial": lp.initial.state, "max_steps": lp.max_steps,
@@ -73,8 +124,31 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
                     .join(" or "),
                 lp.max_steps
             );
+            if args.grants {
+                loopbox::outln!(
+                    "needs from {}:",
+                    config_path.as_deref().map_or(
+                        "loopbox.toml (none found: nothing granted)".to_string(),
+                        |p| p.display().to_string()
+                    )
+                );
+                for line in grants::lines(&needs) {
+                    loopbox::outln!("{}", Untrusted(&line));
+                }
+            }
             for note in &lp.notes {
                 loopbox::errln!("note: {}", Untrusted(&note.to_string()));
+            }
+            let missing = grants::missing(&needs);
+            if !args.grants && !missing.is_empty() {
+                loopbox::errln!(
+                    "note: a run needs what loopbox.toml does not grant: {}; `loopbox validate --grants {}` lists each state's needs",
+                    Untrusted(&missing.join(", ")),
+                    args.file.display()
+                );
+            }
+            for w in &warnings {
+                loopbox::errln!("warning: {}", Untrusted(w));
             }
             Ok(exit::OK)
         }

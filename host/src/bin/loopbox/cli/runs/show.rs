@@ -28,6 +28,20 @@ fn outcome(r: &JournalRow, driver_alive: bool) -> &'static str {
     }
 }
 
+/// The contract version the run's policy was built for, read from the component
+/// (without compiling it) when it is still the one the run started with; `None`
+/// when it is gone or changed (a rebuilt file, a loopbox with other builtins).
+fn contract_of(run: &loopbox::db::RunRecord) -> Option<loopbox::wasm::contract::Contract> {
+    let source = match &run.options.policy_path {
+        Some(p) => loopbox::wasm::policy::PolicySource::Path(p.clone()),
+        None => loopbox::wasm::policy::PolicySource::parse(&run.policy),
+    };
+    let wasm = source.read().ok()?;
+    (blake3::hash(&wasm).to_hex().as_str() == run.policy_digest)
+        .then(|| loopbox::wasm::contract::of_component(&wasm))
+        .flatten()
+}
+
 pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
     // Read only (it works on a full disk): a run whose driver is gone shows as
     // interrupted without being marked so.
@@ -36,6 +50,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
     let events = db.events(&run.id).map_err(Failure::internal)?;
     let journal = db.journal_of_run(&run.id).map_err(Failure::internal)?;
     let alive = run.lease.as_ref().is_some_and(|o| o.is_alive());
+    let contract = contract_of(&run);
     let actions: Vec<&(i64, JournalRow)> = journal
         .iter()
         .filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn"))
@@ -54,6 +69,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         };
         let out = json!({
             "id": run.id, "policy": run.policy, "policy_digest": run.policy_digest, "status": run.seen_status(),
+            "contract": contract.map(|c| c.to_string()),
             "policy_name": run.options.policy_name, "grants": super::super::drive::grant_set(&run.options),
             "started": rfc3339(run.created_at_ms), "updated": rfc3339(run.updated_at_ms),
             "turns": run.turns, "actions": run.actions, "prompts": run.prompts,
@@ -82,6 +98,13 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         .unwrap_or_default();
     loopbox::outln!("status:   {}{outcome_line}", run.seen_status());
     loopbox::outln!("grants:   {}", super::super::drive::grant_set(&run.options));
+    loopbox::outln!(
+        "contract: {}",
+        contract.map_or(
+            "unknown (the policy file is gone or changed since the run started)".into(),
+            |c| c.to_string()
+        )
+    );
     loopbox::outln!(
         "started:  {} UTC; last change {} UTC",
         utc(run.created_at_ms),

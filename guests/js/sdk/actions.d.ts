@@ -1,0 +1,42 @@
+/// <reference path="./contract.d.ts" />
+import type { Output as HostOutput } from 'loopbox:policy/actions@0.2.0';
+
+/** What a finished action produced (`durationMs` as a number). */
+export type Output = Omit<HostOutput, 'durationMs'> & { durationMs: number };
+
+/** A command to run, built up then `run()`. Methods return a new Exec. */
+export class Exec {
+  constructor(argv: readonly string[]);
+  readonly argv: string[];
+  /** Run in `dir`, relative to the workspace root. */
+  cwd(dir: string): Exec;
+  /** Set a variable (the user must list its name in `shell.pass_env_from_policy`). */
+  env(name: string, value: string): Exec;
+  stdin(input: string): Exec;
+  timeoutMs(ms: number): Exec;
+  /** Throws an ActionError when the host refuses or cannot run it. */
+  run(): Output;
+}
+/** A program with its arguments, executed directly (no shell). */
+export function exec(argv: readonly string[]): Exec;
+/** Shell text run with `sh -c`; needs the user's `shell.scripts` grant. Throws an ActionError. */
+export function script(source: string, options?: { timeoutMs?: number; cwd?: string }): Output;
+
+/** A message to the configured agent, built up then `send()`. */
+export class Prompt {
+  constructor(text: string);
+  model(name: string): Prompt;
+  /** Continue this agent conversation (an earlier output's `session`). */
+  session(id: string): Prompt;
+  timeoutMs(ms: number): Prompt;
+  /** Throws an ActionError when refused; the reply is in `stdout`. */
+  send(): Output;
+}
+export function prompt(text: string): Prompt;
+export function slashCommand(command: string): Prompt;
+
+/** Read-only access to the workspace's files; failures throw a WorkspaceError. */
+export const workspace: {
+  read(path: string): string;
+  listDir(dir?: string): string[];
+};

@@ -1,0 +1,152 @@
+// loopbox-policy/actions: run commands, prompt the agent, read the workspace.
+// It imports the `actions` and `workspace` interfaces, which only the
+// `loop-policy` world has: a `decider` policy imports index.js alone.
+// Every request is checked by the host against the user's grants; a refusal
+// throws an ActionError (Denied, Declined, ...), never crashes. Types: actions.d.ts.
+import { shell, prompt as hostPrompt } from 'loopbox:policy/actions@0.2.0';
+import { read as hostRead, listDir as hostListDir } from 'loopbox:policy/workspace@0.2.0';
+import { WorkspaceError, actionError, hostMessage } from './errors.js';
+
+function text(what, value) {
+  if (typeof value !== 'string') throw new TypeError(`${what} takes text, not ${value === null ? 'null' : typeof value}`);
+  return value;
+}
+
+function millis(ms) {
+  if (ms === undefined) return undefined;
+  if (!Number.isSafeInteger(ms) || ms < 0) throw new RangeError(`timeoutMs must be a whole number of milliseconds, not ${ms}`);
+  return BigInt(ms);
+}
+
+/** The output with its u64 duration as a number. */
+function output(out) {
+  return { ...out, durationMs: Number(out.durationMs) };
+}
+
+function call(f, request) {
+  try {
+    return output(f(request));
+  } catch (e) {
+    throw actionError(e);
+  }
+}
+
+/**
+ * A command to run, built up then `run()`: `exec(['make', 'test']).cwd('web').run()`.
+ * Each method returns a new Exec; the one it was called on is unchanged.
+ */
+export class Exec {
+  #c;
+
+  constructor(argv, c = {}) {
+    if (typeof argv === 'string') {
+      throw new TypeError('exec takes the program and its arguments as an array, not one string: exec([\'make\', \'test\']); for shell text use script(...)');
+    }
+    if (!Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === 'string')) {
+      throw new TypeError('exec takes a non-empty array of strings');
+    }
+    this.#c = { argv: [...argv], cwd: c.cwd, env: c.env ?? [], stdin: c.stdin, timeoutMs: c.timeoutMs };
+  }
+
+  #with(change) {
+    return new Exec(this.#c.argv, { ...this.#c, ...change });
+  }
+
+  /** Run in `dir`, relative to the workspace root. */
+  cwd(dir) {
+    return this.#with({ cwd: text('cwd', dir) });
+  }
+  /** Set a variable (the user must list its name in `shell.pass_env_from_policy`). */
+  env(name, value) {
+    return this.#with({ env: [...this.#c.env, [text('env', name), text('env', value)]] });
+  }
+  /** Write `input` to the program's standard input (closed otherwise). */
+  stdin(input) {
+    return this.#with({ stdin: text('stdin', input) });
+  }
+  /** A wall-clock limit; the user's `shell.max_timeout_ms` caps it either way. */
+  timeoutMs(ms) {
+    millis(ms);
+    return this.#with({ timeoutMs: ms });
+  }
+  get argv() {
+    return [...this.#c.argv];
+  }
+
+  /** Run it; throws an ActionError when the host refuses or cannot run it. */
+  run() {
+    const c = this.#c;
+    return call(shell, {
+      tag: 'exec',
+      val: { argv: [...c.argv], cwd: c.cwd, env: c.env.map((p) => [...p]), stdin: c.stdin, timeoutMs: millis(c.timeoutMs) },
+    });
+  }
+}
+
+/**
+ * A program with its arguments, executed directly: no shell reads them, so
+ * nothing in an argument is expanded or split. For shell text, see `script`.
+ */
+export const exec = (argv) => new Exec(argv);
+
+/** Shell text run with `sh -c`; needs the user's `shell.scripts` grant. */
+export function script(source, { timeoutMs, cwd } = {}) {
+  return call(shell, { tag: 'script', val: { source: text('script', source), cwd, timeoutMs: millis(timeoutMs) } });
+}
+
+/** A message to the configured agent, built up then `send()`. Methods return a new Prompt. */
+export class Prompt {
+  #r;
+
+  constructor(message, r = {}) {
+    this.#r = { text: text('prompt', message), kind: r.kind ?? 'prompt', model: r.model, session: r.session, timeoutMs: r.timeoutMs };
+  }
+
+  #with(change) {
+    return new Prompt(this.#r.text, { ...this.#r, ...change });
+  }
+
+  /** A model name, for runners that take one. */
+  model(name) {
+    return this.#with({ model: text('model', name) });
+  }
+  /** Continue this agent conversation (an earlier output's `session`). */
+  session(id) {
+    return this.#with({ session: text('session', id) });
+  }
+  timeoutMs(ms) {
+    millis(ms);
+    return this.#with({ timeoutMs: ms });
+  }
+
+  /** Send it and wait for the reply (in `stdout`); throws an ActionError when refused. */
+  send() {
+    const r = this.#r;
+    return call(hostPrompt, { text: r.text, kind: r.kind, model: r.model, session: r.session, timeoutMs: millis(r.timeoutMs) });
+  }
+}
+
+/** Plain instructions for the agent. */
+export const prompt = (message) => new Prompt(message);
+/** A slash command (`/review`) for the agent, passed as written. */
+export const slashCommand = (command) => new Prompt(command, { kind: 'slash-command' });
+
+/** Read-only access to the workspace's files, by paths relative to its root. */
+export const workspace = {
+  /** The file's text; a WorkspaceError saying why it cannot be read. */
+  read(path) {
+    try {
+      return hostRead(path);
+    } catch (e) {
+      throw new WorkspaceError(hostMessage(e));
+    }
+  },
+  /** The names in `dir` (`''` for the root), sorted; directories end in `/`. */
+  listDir(dir = '') {
+    try {
+      return hostListDir(dir);
+    } catch (e) {
+      throw new WorkspaceError(hostMessage(e));
+    }
+  },
+};

@@ -1,0 +1,133 @@
+// TypeScript declarations for the bindings componentize-js generates from
+// loopbox's contract, loopbox:policy@0.2.0 (wit/policy.wit), in its
+// conventions: variants are { tag, val } with kebab-case tags, records have
+// camelCase fields, an absent option is undefined, u64 is a bigint, and a
+// function returning result<T, E> returns T or throws an Error whose
+// `payload` is the E. A policy using loopbox-policy rarely needs these.
+
+declare module 'loopbox:policy/types@0.2.0' {
+  /** A JSON document as UTF-8 text. */
+  export type Json = string;
+  export interface Origin {
+    /** `claude-code`, `codex` or `gemini`. */
+    agent: string;
+    /** The agent's own name for the hook event (`Stop`, `PreToolUse`, ...). */
+    event: string;
+    agentId?: string;
+    permissionMode?: string;
+    /** The agent's own name for the tool, when it differs from `name`. */
+    tool?: string;
+  }
+  export interface Turn {
+    sessionId: string;
+    /** The assistant's final message for the turn. */
+    response: string;
+    /** 1-based count of turns seen in this run. */
+    index: number;
+    /** True when this turn answered an earlier `inject`. */
+    continuation: boolean;
+    origin?: Origin;
+  }
+  export interface ToolCall {
+    /** `Bash`, `Edit`, ... in one vocabulary whatever the agent. */
+    name: string;
+    /** The tool's input, a JSON object as text. */
+    input: Json;
+    origin?: Origin;
+  }
+  export type Event =
+    | { tag: 'start'; val: Json }
+    | { tag: 'turn-complete'; val: Turn }
+    | { tag: 'tool-call'; val: ToolCall }
+    | { tag: 'tick'; val: Json }
+    | { tag: 'user-input'; val: string }
+    | { tag: 'custom'; val: [string, Json] };
+  export interface Outcome {
+    success: boolean;
+    summary: string;
+    data?: Json;
+  }
+  export type Decision =
+    | { tag: 'pass' }
+    | { tag: 'inject'; val: string }
+    | { tag: 'block'; val: string }
+    | { tag: 'rewrite'; val: Json }
+    | { tag: 'ask'; val: string }
+    | { tag: 'done'; val: Outcome }
+    | { tag: 'escalate'; val: string };
+}
+
+declare module 'loopbox:policy/actions@0.2.0' {
+  export interface Command {
+    argv: string[];
+    cwd?: string;
+    env: [string, string][];
+    stdin?: string;
+    timeoutMs?: bigint;
+  }
+  export interface Script {
+    source: string;
+    cwd?: string;
+    timeoutMs?: bigint;
+  }
+  export type ShellRequest = { tag: 'exec'; val: Command } | { tag: 'script'; val: Script };
+  export type PromptKind = 'prompt' | 'slash-command';
+  export interface PromptRequest {
+    text: string;
+    kind: PromptKind;
+    model?: string;
+    session?: string;
+    timeoutMs?: bigint;
+  }
+  export interface Output {
+    /** Absent when the process was killed by a signal (a timeout, for instance). */
+    exitCode?: number;
+    stdout: string;
+    stderr: string;
+    durationMs: bigint;
+    timedOut: boolean;
+    truncated: boolean;
+    /** The agent conversation id, for prompts that can be continued. */
+    session?: string;
+  }
+  export type ActionError =
+    | { tag: 'denied'; val: string }
+    | { tag: 'declined'; val: string }
+    | { tag: 'budget-exhausted'; val: string }
+    | { tag: 'invalid'; val: string }
+    | { tag: 'unavailable'; val: string }
+    | { tag: 'outcome-unknown' };
+  /** Throws an Error whose `payload` is the ActionError. */
+  export function shell(req: ShellRequest): Output;
+  /** Throws an Error whose `payload` is the ActionError. */
+  export function prompt(req: PromptRequest): Output;
+}
+
+declare module 'loopbox:policy/state@0.2.0' {
+  export function get(key: string): string | undefined;
+  /** Throws an Error whose `payload` names the limit. */
+  export function set(key: string, value: string): void;
+  export function remove(key: string): void;
+  export function keys(prefix: string): string[];
+}
+
+declare module 'loopbox:policy/workspace@0.2.0' {
+  /** Throws an Error whose `payload` says why. */
+  export function read(path: string): string;
+  /** Throws an Error whose `payload` says why. */
+  export function listDir(dir: string): string[];
+}
+
+declare module 'loopbox:policy/log@0.2.0' {
+  export type Level = 'debug' | 'info' | 'warn' | 'error';
+  export function write(level: Level, message: string): void;
+  export function progress(message: string): void;
+}
+
+declare module 'loopbox:policy/policy@0.2.0' {
+  export interface PolicyInfo {
+    name: string;
+    version: string;
+    description: string;
+  }
+}

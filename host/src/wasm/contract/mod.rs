@@ -1,0 +1,262 @@
+//! The released versions of loopbox's contract (`wit/released/VERSION/`), and
+//! which one a component was built for.
+//!
+//! A released contract never changes. The host keeps one set of bindings per
+//! released version: the newest is [`crate::wasm::bindings`], which the rest
+//! of loopbox speaks; an older one ([`v0_1`]) links the same capabilities
+//! through `From` conversions, sees events adapted down (a 0.1.0 policy has no
+//! `origin`) and has its decisions adapted up. A component names its version
+//! in its interface names (`loopbox:policy/policy@0.1.0`); [`detect`] reads it
+//! from the `policy` export, and refuses a version this loopbox does not have,
+//! saying which it needs and which this loopbox supports.
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+pub mod v0_1;
+
+/// The contract's WIT package name.
+pub const PACKAGE: &str = "loopbox:policy";
+
+/// A released contract version this loopbox loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Contract {
+    /// `wit/released/0.1.0`: events without `origin`.
+    #[serde(rename = "0.1.0")]
+    V0_1,
+    /// `wit/released/0.2.0`: `origin` on `turn` and `tool-call`.
+    #[serde(rename = "0.2.0")]
+    V0_2,
+}
+
+/// Every released version, oldest first.
+pub const RELEASED: [Contract; 2] = [Contract::V0_1, Contract::V0_2];
+
+impl Contract {
+    /// The version `wit/policy.wit` declares, which `loopbox new`, the SDKs and
+    /// the builtins target.
+    pub const LATEST: Contract = Contract::V0_2;
+
+    /// `0.2.0`.
+    pub const fn version(self) -> &'static str {
+        match self {
+            Contract::V0_1 => "0.1.0",
+            Contract::V0_2 => "0.2.0",
+        }
+    }
+
+    /// The full name of one of its interfaces: `loopbox:policy/NAME@VERSION`.
+    pub fn interface(self, name: &str) -> String {
+        format!("{PACKAGE}/{name}@{}", self.version())
+    }
+
+    fn of_version(v: &str) -> Option<Contract> {
+        RELEASED.into_iter().find(|c| c.version() == v)
+    }
+}
+
+impl std::fmt::Display for Contract {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{PACKAGE}@{}", self.version())
+    }
+}
+
+/// `0.1.0 and 0.2.0`: the versions this loopbox supports, for messages.
+pub fn supported() -> String {
+    let v: Vec<&str> = RELEASED.iter().map(|c| c.version()).collect();
+    match v.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => v.join(""),
+    }
+}
+
+/// `MAJOR.MINOR.PATCH` as numbers; `None` for anything else (a pre-release too).
+fn numeric(v: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = v.split('.').map(|p| p.parse::<u64>().ok());
+    let r = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(r)
+}
+
+/// The contract version named by the component's `loopbox:policy/policy@VERSION`
+/// exports: the newest this loopbox supports, or an error naming what it
+/// needs, what this loopbox supports and what to do.
+pub fn detect(exports: &[String]) -> Result<Contract> {
+    let prefix = format!("{PACKAGE}/policy@");
+    let claimed: Vec<&str> = exports
+        .iter()
+        .filter_map(|e| e.strip_prefix(&prefix))
+        .collect();
+    if let Some(c) = claimed.iter().filter_map(|v| Contract::of_version(v)).max() {
+        return Ok(c);
+    }
+    let latest = Contract::LATEST;
+    let Some(wanted) = claimed
+        .iter()
+        .copied()
+        .max_by_key(|v| numeric(v).unwrap_or_default())
+    else {
+        let names = if exports.is_empty() {
+            "none".to_string()
+        } else {
+            exports.join(", ")
+        };
+        bail!(
+            "it is a component of another world: it does not export `{}` of any loopbox contract (its exports: {names}); this loopbox supports contracts {}: build it against world `loop-policy` or `decider` of `{latest}` (loopbox's wit/, or a project made by `loopbox new`)",
+            latest.interface("policy"),
+            supported()
+        );
+    };
+    let wanted = crate::ui::shorten(wanted, 40);
+    let newer = numeric(&wanted).is_some_and(|v| v > numeric(latest.version()).unwrap_or_default());
+    if newer {
+        bail!(
+            "it was built for contract `{PACKAGE}@{wanted}`, newer than this loopbox, which supports {}: upgrade loopbox to a version that supports {wanted}, or rebuild the policy against `{latest}`",
+            supported()
+        );
+    }
+    bail!(
+        "it was built for contract `{PACKAGE}@{wanted}`, which was never released: this loopbox supports {}; rebuild the policy against `{latest}` (loopbox's wit/, or a project made by `loopbox new`)",
+        supported()
+    )
+}
+
+/// The contract a component claims, read from its top-level exports without
+/// compiling it (for `runs show`, which runs nothing); `None` when it claims
+/// none this loopbox supports or is not a component.
+pub fn of_component(wasm: &[u8]) -> Option<Contract> {
+    let mut exports = Vec::new();
+    // Nested modules and components come inline, each from its `Version` to its `End`.
+    let mut depth = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        match payload.ok()? {
+            wasmparser::Payload::Version { .. } => depth += 1,
+            wasmparser::Payload::End(_) => depth = depth.saturating_sub(1),
+            wasmparser::Payload::ComponentExportSection(section) if depth == 1 => {
+                for export in section {
+                    exports.push(export.ok()?.name.name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    detect(&exports).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// blake3 of each `wit/released/VERSION/policy.wit`. A released contract
+    /// never changes: a policy built against it must keep loading. Releasing a
+    /// version adds a line here (and a `Contract` case with its bindings).
+    const RELEASED_DIGESTS: [(&str, &str); 2] = [
+        (
+            "0.1.0",
+            "e60efe7de7e95c3fa83df6ed789067d39bf09a342b09455750609fbfd68e2428",
+        ),
+        (
+            "0.2.0",
+            "a7c7e8ab4ffe3f60d1df709e0cda3b5ce3ff6d0ce6e2d68ad1170427a702fb6c",
+        ),
+    ];
+
+    fn wit() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit")
+    }
+
+    #[test]
+    fn released_contracts_never_change() {
+        let dir = wit().join("released");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let listed: Vec<&str> = RELEASED_DIGESTS.iter().map(|(v, _)| *v).collect();
+        assert_eq!(
+            on_disk, listed,
+            "each directory of wit/released/ has a digest here"
+        );
+        let known: Vec<&str> = RELEASED.iter().map(|c| c.version()).collect();
+        assert_eq!(
+            listed, known,
+            "each released version has bindings (`Contract`)"
+        );
+        for (version, digest) in RELEASED_DIGESTS {
+            let path = dir.join(version).join("policy.wit");
+            let text = std::fs::read(&path).unwrap();
+            assert_eq!(
+                blake3::hash(&text).to_hex().as_str(),
+                digest,
+                "{} changed: a released contract never changes; put the change in wit/policy.wit under a new version",
+                path.display()
+            );
+            let package = format!("package {PACKAGE}@{version};");
+            assert!(
+                String::from_utf8_lossy(&text).contains(&package),
+                "{}",
+                path.display()
+            );
+        }
+    }
+
+    /// `wit/policy.wit` is the newest released version, as released: an edit to
+    /// it without a new version is what broke every 0.1.0 policy once.
+    #[test]
+    fn the_current_contract_is_the_newest_released_one() {
+        let current = std::fs::read_to_string(wit().join("policy.wit")).unwrap();
+        let released = wit().join(format!(
+            "released/{}/policy.wit",
+            Contract::LATEST.version()
+        ));
+        assert!(
+            current == std::fs::read_to_string(&released).unwrap(),
+            "wit/policy.wit differs from {}: a change to the contract needs a new version (see docs/authoring/contract.md)",
+            released.display()
+        );
+    }
+
+    fn exports(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn each_released_version_is_detected_and_the_newest_wins() {
+        for c in RELEASED {
+            assert_eq!(detect(&[c.interface("policy")]).unwrap(), c);
+        }
+        let both = exports(&["loopbox:policy/policy@0.1.0", "loopbox:policy/policy@0.2.0"]);
+        assert_eq!(detect(&both).unwrap(), Contract::V0_2);
+        assert_eq!(supported(), "0.1.0 and 0.2.0");
+    }
+
+    #[test]
+    fn a_newer_or_unknown_contract_says_what_it_needs_and_what_is_supported() {
+        let e = detect(&exports(&["loopbox:policy/policy@9.0.0"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0 and 0.2.0: upgrade loopbox"),
+            "{e}"
+        );
+        let e = detect(&exports(&["loopbox:policy/policy@0.3.0"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("newer than this loopbox"), "{e}");
+        let e = detect(&exports(&["loopbox:policy/policy@0.0.9"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("never released") && e.contains("0.1.0 and 0.2.0"),
+            "{e}"
+        );
+        let e = detect(&exports(&["wasi:cli/run@0.2.0"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("component of another world")
+                && e.contains("supports contracts 0.1.0 and 0.2.0"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! Contract versions at the command line: a policy built from source against
+//! `wit/released/0.1.0` (`guests/rust/contract-0.1`) runs on today's host, by
+//! `run` and by a hook whose event carries an `origin` 0.1.0 never had; one
+//! claiming a contract newer than the host is refused with what it needs.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// `guests/rust/contract-0.1`, built from source by the guests' build machinery.
+fn old_policy() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            loopbox_guest_build::Repo::containing(&repo())
+                .build_rust_guests(&["contract-0-1"])
+                .remove(0)
+                .1
+        })
+        .clone()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `loopbox hook claude-code --policy POLICY` with `event` on stdin: its answer.
+fn hook(ws: &Path, policy: &str, event: Value) -> (i32, Value, String) {
+    let mut child = trusted_command(ws)
+        .args([
+            "-C",
+            &ws.to_string_lossy(),
+            "hook",
+            "claude-code",
+            "--policy",
+            policy,
+        ])
+        .args(["--input", "{}"])
+        .current_dir(ws)
+        .env("CI", "true")
+        .env("CLAUDE_PROJECT_DIR", ws)
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(event.to_string().as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let answer = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code().unwrap_or(-1), answer, stderr(&o))
+}
+
+#[test]
+fn a_policy_built_for_contract_0_1_0_runs_on_todays_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::copy(old_policy(), ws.join("old.wasm")).unwrap();
+
+    // inspect names the contract it was built for, in text and JSON.
+    let o = loopbox(ws, &["inspect", "old.wasm"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("\ncontract     loopbox:policy@0.1.0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("contract-0-1 0.1.0: a policy built against loopbox:policy@0.1.0"),
+        "{text}"
+    );
+    let o = loopbox(ws, &["inspect", "old.wasm", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["contract"].as_str(), v["world"].as_str()),
+        (Some("loopbox:policy@0.1.0"), Some("loop-policy")),
+        "{v}"
+    );
+
+    // run: its action (adapted up to today's capability), state and log work,
+    // and its decision counts.
+    let o = loopbox(
+        ws,
+        &[
+            "run",
+            "old.wasm",
+            "--input",
+            r#"{"exec": ["echo", "hello"]}"#,
+            "--allow",
+            "echo",
+        ],
+    );
+    assert_eq!(
+        (code(&o), normalize(&o.stdout)),
+        (0, "done: 0.1.0 ran it: hello\n".to_string()),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("contract 0.1.0 policy started"),
+        "{}",
+        stderr(&o)
+    );
+    // A refusal reaches it as 0.1.0's action error.
+    let o = loopbox(
+        ws,
+        &[
+            "run",
+            "old.wasm",
+            "--input",
+            r#"{"exec": ["echo", "hello"]}"#,
+        ],
+    );
+    assert!(
+        normalize(&o.stdout).starts_with("escalated: 0.1.0 denied: "),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+
+    // runs show names the contract too.
+    let o = loopbox(ws, &["runs", "--json"]);
+    let runs: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = runs[0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{runs}"))
+        .to_string();
+    let o = loopbox(ws, &["runs", "show", &id]);
+    assert!(
+        stdout(&o).contains("\ncontract: loopbox:policy@0.1.0\n"),
+        "{}",
+        stdout(&o)
+    );
+    let o = loopbox(ws, &["runs", "show", &id, "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["contract"], "loopbox:policy@0.1.0", "{v}");
+
+    // A hook: today's events carry an `origin` the policy never sees; its
+    // decisions are answered as any policy's.
+    let stop = json!({
+        "session_id": "s1", "transcript_path": ws.join("missing.jsonl"), "cwd": ws,
+        "permission_mode": "plan", "hook_event_name": "Stop", "stop_hook_active": false,
+        "last_assistant_message": "all done",
+    });
+    let (code, answer, err) = hook(ws, "old.wasm", stop);
+    assert_eq!(
+        (code, answer),
+        (
+            0,
+            json!({"decision": "block", "reason": "0.1.0 saw turn 1 of s1 (continuation false, started true): all done"})
+        ),
+        "{err}"
+    );
+    let tool = json!({
+        "session_id": "s1", "cwd": ws, "hook_event_name": "PreToolUse",
+        "permission_mode": "plan", "tool_name": "Bash", "tool_input": {"command": "ls"},
+    });
+    let (_, answer, err) = hook(ws, "old.wasm", tool);
+    assert_eq!(
+        answer["hookSpecificOutput"]["permissionDecisionReason"], "0.1.0 blocks Bash",
+        "{answer} {err}"
+    );
+    assert_eq!(
+        answer["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{answer}"
+    );
+}
+
+/// The same policy with its interface names rewritten to claim contract 9.0.0
+/// (same length, so the component stays valid).
+fn claiming(version: &str) -> Vec<u8> {
+    let mut bytes = std::fs::read(old_policy()).unwrap();
+    for iface in ["types", "actions", "state", "workspace", "log", "policy"] {
+        let from = format!("loopbox:policy/{iface}@0.1.0");
+        let to = format!("loopbox:policy/{iface}@{version}");
+        assert_eq!(from.len(), to.len());
+        let mut at = 0;
+        while let Some(i) = bytes[at..]
+            .windows(from.len())
+            .position(|w| w == from.as_bytes())
+        {
+            bytes[at + i..at + i + to.len()].copy_from_slice(to.as_bytes());
+            at += i + to.len();
+        }
+    }
+    bytes
+}
+
+#[test]
+fn a_policy_for_a_newer_contract_is_refused_with_what_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::write(ws.join("new.wasm"), claiming("9.0.0")).unwrap();
+    for args in [&["run", "new.wasm"][..], &["inspect", "new.wasm"]] {
+        let o = loopbox(ws, args);
+        assert_eq!(code(&o), 2, "{args:?}: {}{}", stdout(&o), stderr(&o));
+        assert_eq!(
+            stderr(&o),
+            "error: failed to load policy `new.wasm`: it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0 and 0.2.0: upgrade loopbox to a version that supports 9.0.0, or rebuild the policy against `loopbox:policy@0.2.0`\n",
+            "{args:?}"
+        );
+    }
+}

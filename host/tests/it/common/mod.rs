@@ -1,0 +1,152 @@
+//! What the CLI test files share: the binary, the repository, copies of the
+//! examples in temp dirs, and output normalized for exact comparison.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
+
+/// The probe guest (`guests/rust/probe`), built once per test binary.
+pub fn probe() -> &'static Path {
+    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| {
+        loopbox_guest_build::Repo::containing(&repo())
+            .build_rust_guests(&["probe"])
+            .remove(0)
+            .1
+    })
+}
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A copy of `examples/NAME` in a temp dir, so runs leave nothing behind.
+pub fn example(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&repo().join("examples").join(name), dir.path());
+    dir
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == ".loopbox" {
+            continue;
+        }
+        let target = to.join(&name);
+        // The agents' state dirs ship holding only their `.gitignore`; what a local
+        // run of the examples left in them is not copied.
+        if name == ".scripted-agent" || name == ".fix-agent" {
+            std::fs::create_dir_all(&target).unwrap();
+            std::fs::copy(entry.path().join(".gitignore"), target.join(".gitignore")).unwrap();
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A scratch workspace with the conformance loops (`tests/conformance/loops`)
+/// in `.loops/`, where little-loops keeps loops, and shell text granted.
+pub fn conformance_workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let loops = dir.path().join(".loops");
+    std::fs::create_dir_all(&loops).unwrap();
+    copy_dir(&repo().join("tests/conformance/loops"), &loops);
+    // The judge of `llm_structured` cases is the scripted `judge-agent`, as
+    // in `record.py`.
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[shell]\nscripts = true\n\n[agent]\ncommand = [\"./.loops/judge-agent\", \"{prompt}\"]\noutput = \"text\"\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// This test process's own data directory (`XDG_DATA_HOME`), where `loopbox trust`
+/// records which configs are approved: tests neither read nor write the user's.
+pub fn data_home() -> &'static Path {
+    static DATA: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DATA.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
+/// Approve `config` as a user would, with `loopbox trust` (in this process's data
+/// directory); a config that does not parse is left unapproved (the command that
+/// reads it reports why).
+pub fn trust(config: &Path) {
+    if config.is_file() {
+        let _ = Command::new(BIN)
+            .arg("trust")
+            .arg(config)
+            .env("XDG_DATA_HOME", data_home())
+            .stdin(std::process::Stdio::null())
+            .output();
+    }
+}
+
+/// The loopbox binary with this process's data directory, after approving the
+/// workspace's `loopbox.toml` as it is now (`loopbox trust`): what a user who
+/// wrote the config does once.
+pub fn trusted_command(workspace: &Path) -> Command {
+    trust(&workspace.join("loopbox.toml"));
+    let mut c = Command::new(BIN);
+    c.env("XDG_DATA_HOME", data_home());
+    c
+}
+
+/// `loopbox -C DIR ARGS...` run in DIR, without a terminal, with a shared component
+/// cache, the workspace's config (and a `--config` file) approved as it is now.
+pub fn loopbox(dir: &Path, args: &[&str]) -> Output {
+    if let Some(at) = args.iter().position(|a| *a == "--config")
+        && let Some(file) = args.get(at + 1)
+    {
+        trust(&dir.join(file));
+    }
+    trusted_command(dir)
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
+        .current_dir(dir)
+        .env("CI", "true")
+        .output()
+        .unwrap()
+}
+
+/// Replace run ids and durations so output can be compared exactly.
+pub fn normalize(s: &[u8]) -> String {
+    let s = String::from_utf8_lossy(s);
+    let mut out = String::new();
+    for word in s.split_inclusive([' ', '\n']) {
+        let (w, sep) = word.split_at(word.trim_end_matches([' ', '\n']).len());
+        let is_run_id =
+            w.len() > 10 && w.starts_with('r') && w[1..].chars().all(|c| c.is_ascii_hexdigit());
+        let is_duration = w.ends_with('s') && w[..w.len() - 1].parse::<f64>().is_ok();
+        out.push_str(if is_run_id {
+            "RUN"
+        } else if is_duration {
+            "T"
+        } else {
+            w
+        });
+        out.push_str(sep);
+    }
+    out
+}
+
+pub fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited")
+}

@@ -1,0 +1,15 @@
+//! The `loopbox` crate's integration tests, one binary (each links wasmtime once):
+//! the CLI as a user runs it, a module per area.
+
+mod common;
+
+mod bounds;
+mod cli;
+mod conformance;
+mod durability;
+mod fsm;
+mod hook;
+mod installed;
+mod layout;
+mod registry;
+mod trust;
