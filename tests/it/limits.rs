@@ -352,7 +352,7 @@ fn nothing_reaches_the_next_event_without_the_pagemap_scan_either() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "nothing_an_event_writes_in_guest_memory_reaches_the_next",
+            "limits::nothing_an_event_writes_in_guest_memory_reaches_the_next",
             "--test-threads=1",
         ])
         .env("LOOPBOX_NO_PAGEMAP_SCAN", "1")

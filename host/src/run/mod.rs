@@ -277,7 +277,6 @@ impl RunContext {
         &self.root
     }
 
-    /// The OS sandbox this run's commands run in (decided on first use).
     /// Run this run's `script` actions with `bash -c` (chosen by the host for
     /// `builtin:fsm`, as little-loops runs its shell; see `caps::actions`).
     pub fn scripts_with_bash(&self) {
@@ -286,6 +285,7 @@ impl RunContext {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The OS sandbox this run's commands run in (decided on first use).
     pub fn sandbox(&self) -> &Sandbox {
         self.grants.sandbox.get()
     }

@@ -41,7 +41,15 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
     caps::log::add_to_linker(linker, |s| &mut s.log)?;
     caps::wasi::add_to_linker(linker)?;
     // Components of older contracts reach the same capabilities.
-    crate::wasm::contract::v0_1::add_to_linker(linker)?;
+    crate::wasm::contract::v0_1::add_to_linker(
+        linker,
+        crate::wasm::contract::v0_1::Capabilities {
+            actions: |s| &mut s.actions,
+            state: |s| &mut s.state,
+            workspace: |s| &mut s.workspace,
+            log: |s| &mut s.log,
+        },
+    )?;
     Ok(())
 }
 

@@ -9,7 +9,6 @@ use wasmtime::component::{HasSelf, Linker};
 
 use crate::caps::{actions::ActionsHost, log::LogHost, state::StateHost, workspace::WorkspaceHost};
 use crate::wasm::bindings as latest;
-use crate::wasm::instance::InstanceState;
 
 wasmtime::component::bindgen!({
     path: "../wit/released/0.1.0",
@@ -20,22 +19,33 @@ wasmtime::component::bindgen!({
 
 use self::loopbox::policy::{actions, log, state, types, workspace};
 
+/// Where each capability lives in a store's data: the same host state serves
+/// every contract version.
+pub(crate) struct Capabilities<T> {
+    pub actions: fn(&mut T) -> &mut ActionsHost,
+    pub state: fn(&mut T) -> &mut StateHost,
+    pub workspace: fn(&mut T) -> &mut WorkspaceHost,
+    pub log: fn(&mut T) -> &mut LogHost,
+}
+
 /// Link contract 0.1.0's interfaces to the same capabilities as the newest's.
-pub(crate) fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    types::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s)
+pub(crate) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    caps: Capabilities<T>,
+) -> Result<()> {
+    // `types` has no functions; any capability can stand for it.
+    types::add_to_linker::<T, HasSelf<ActionsHost>>(linker, caps.actions)
         .map_err(crate::wasm_err)?;
-    actions::add_to_linker::<InstanceState, HasSelf<ActionsHost>>(linker, |s| &mut s.actions)
+    actions::add_to_linker::<T, HasSelf<ActionsHost>>(linker, caps.actions)
         .map_err(crate::wasm_err)?;
-    state::add_to_linker::<InstanceState, HasSelf<StateHost>>(linker, |s| &mut s.state)
+    state::add_to_linker::<T, HasSelf<StateHost>>(linker, caps.state).map_err(crate::wasm_err)?;
+    workspace::add_to_linker::<T, HasSelf<WorkspaceHost>>(linker, caps.workspace)
         .map_err(crate::wasm_err)?;
-    workspace::add_to_linker::<InstanceState, HasSelf<WorkspaceHost>>(linker, |s| &mut s.workspace)
-        .map_err(crate::wasm_err)?;
-    log::add_to_linker::<InstanceState, HasSelf<LogHost>>(linker, |s| &mut s.log)
-        .map_err(crate::wasm_err)?;
+    log::add_to_linker::<T, HasSelf<LogHost>>(linker, caps.log).map_err(crate::wasm_err)?;
     Ok(())
 }
 
-impl types::Host for InstanceState {}
+impl types::Host for ActionsHost {}
 
 // Events down: a 0.1.0 policy does not see `origin`.
 
