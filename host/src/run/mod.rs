@@ -188,7 +188,7 @@ impl RunContext {
         };
         let agent = config.agent.clone().map(|a| {
             let writable_outside = agent_state.clone();
-            // The agent's own settings (hooks, MCP servers) stay read-only though its state is writable.
+            // The agent's own settings, hooks and local install stay read-only though its state is writable.
             let mut protected = protected.clone();
             protected.extend(crate::exec::sandbox::protect::agent_settings(
                 &writable_outside,

@@ -517,6 +517,22 @@ states:
         out.lines().nth(1).unwrap().starts_with("needs from "),
         "{out}"
     );
+    assert!(!out.contains("not trusted"), "{out}");
+    // The same config, never approved (another user's data directory): its
+    // `granted` lines are marked as what it would grant, never as granted now.
+    let stranger = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(common::BIN)
+        .current_dir(dir.path())
+        .args(["validate", "--grants", "loop.yaml"])
+        .env("XDG_DATA_HOME", stranger.path())
+        .output()
+        .unwrap();
+    let untrusted = text(&o.stdout);
+    assert!(
+        untrusted.contains("(not trusted yet: nothing is granted until `loopbox trust "),
+        "{untrusted}{}",
+        text(&o.stderr)
+    );
     // Without --grants: one note naming the missing keys.
     let o = loopbox(dir.path(), &["validate", "loop.yaml"]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));

@@ -387,7 +387,7 @@ pub fn check_script(shell: &ShellConfig, source: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "shell text is not allowed (`{}`): set `{}.scripts = true` in loopbox.toml to let policies run scripts with `sh -c`, or have the policy use `exec` with an argv",
+            "shell text is not allowed (`{}`): set `{}.scripts = true` in loopbox.toml to let policies run scripts (`sh -c`; `bash -c` for YAML loops), or have the policy use `exec` with an argv",
             shorten(source, 80),
             shell.section()
         ))

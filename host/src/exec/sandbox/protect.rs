@@ -71,6 +71,9 @@ pub const AGENT_SETTINGS: &[&str] = &[
     "CLAUDE.md",
     "AGENTS.md",
     "GEMINI.md",
+    // Claude Code's local install (`~/.claude/local`): the `claude` the user
+    // runs next executes its `node_modules`.
+    "local",
 ];
 
 /// The agent settings present (as themselves, not links) in the agent's writable directories.
@@ -214,6 +217,26 @@ fn git_hooks_path(root: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What steers or runs the agent later is read-only in its writable state
+    /// directories: settings, hooks, MCP and plugin folders, the local install.
+    #[test]
+    fn agent_settings_cover_the_agent_s_code_and_hooks() {
+        let home = tempfile::tempdir().unwrap();
+        let claude = home.path().join(".claude");
+        std::fs::create_dir_all(claude.join("local/node_modules")).unwrap();
+        std::fs::create_dir_all(claude.join("hooks")).unwrap();
+        std::fs::write(claude.join("settings.json"), "{}").unwrap();
+        std::fs::write(claude.join("history.jsonl"), "").unwrap();
+        std::os::unix::fs::symlink("/nowhere", claude.join("commands")).unwrap();
+        let mut got: Vec<_> = agent_settings(std::slice::from_ref(&claude))
+            .into_iter()
+            .map(|p| p.path.strip_prefix(&claude).unwrap().display().to_string())
+            .collect();
+        got.sort();
+        // A link is left as it is; what the agent writes as it works (history) stays writable.
+        assert_eq!(got, ["hooks", "local", "settings.json"]);
+    }
 
     #[test]
     fn defaults_extras_and_hooks_path() {

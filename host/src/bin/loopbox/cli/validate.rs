@@ -125,15 +125,21 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
                 lp.max_steps
             );
             if args.grants {
-                loopbox::outln!(
-                    "needs from {}:",
-                    config_path.as_deref().map_or(
-                        "loopbox.toml (none found: nothing granted)".to_string(),
-                        |p| p.display().to_string()
-                    )
-                );
+                // A config nobody approved grants nothing yet: say so, or its
+                // `granted` lines would read as a reason to trust it.
+                let from = match config_path.as_deref() {
+                    None => "loopbox.toml (none found: nothing granted)".to_string(),
+                    Some(p) if config_trusted(p) => p.display().to_string(),
+                    Some(p) => format!(
+                        "{} (not trusted yet: nothing is granted until `loopbox trust {}`; marked as it would grant once trusted)",
+                        p.display(),
+                        loopbox::exec::grants::shell_quote(&p.to_string_lossy())
+                    ),
+                };
+                loopbox::outln!("needs from {}:", Untrusted(&from));
                 for line in grants::lines(&needs) {
-                    loopbox::outln!("{}", Untrusted(&line));
+                    // One line each: a name holding a newline must not forge a second.
+                    loopbox::outln!("{}", one_line(&line));
                 }
             }
             for note in &lp.notes {
@@ -170,4 +176,14 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
             Ok(exit::USAGE)
         }
     }
+}
+
+/// Whether the user approved the config at `path` as it is now.
+fn config_trusted(path: &std::path::Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    loopbox::trust::TrustStore::for_user()
+        .and_then(|store| store.require(path, &loopbox::trust::digest(&bytes)))
+        .is_ok()
 }
