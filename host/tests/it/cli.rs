@@ -1119,17 +1119,8 @@ fn untrusted_text_reaches_the_terminal_escaped_and_never_as_a_line_of_loopboxs()
     .env(
         "LOOPBOX_CACHE_DIR",
         std::env::temp_dir().join("loopbox-cli-test-cache"),
-    )
-    .stdin(std::process::Stdio::piped())
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped());
-    let mut child = hook.spawn().unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
-        event.to_string().as_bytes(),
-    )
-    .unwrap();
-    let o = child.wait_with_output().unwrap();
+    );
+    let o = feed(&mut hook, event.to_string().as_bytes());
     assert_shown_safely("hook (stderr)", &o.stderr);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

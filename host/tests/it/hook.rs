@@ -29,28 +29,18 @@ fn run_env(dir: &Path, args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> Out
 /// trust itself (this process's own data directory). A child that stops reading
 /// (an input over the limit) ends the write, not the test.
 fn run_bytes(dir: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &Path)]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("XDG_DATA_HOME", common::data_home())
-        .current_dir(dir)
-        .env(
-            "LOOPBOX_CACHE_DIR",
-            std::env::temp_dir().join("loopbox-hook-test-cache"),
-        )
-        .envs(env.iter().map(|(k, v)| (*k, *v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stdin.take().unwrap();
-    let bytes = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = pipe.write_all(&bytes);
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
+    common::feed(
+        Command::new(BIN)
+            .args(args)
+            .env("XDG_DATA_HOME", common::data_home())
+            .current_dir(dir)
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-hook-test-cache"),
+            )
+            .envs(env.iter().map(|(k, v)| (*k, *v))),
+        stdin,
+    )
 }
 
 /// A gate's answer that refuses the tool call (exit 0, `permissionDecision: deny`),
@@ -605,24 +595,13 @@ fn the_installed_command_runs_as_claude_code_would_run_it() {
     let command = v["hooks"]["Stop"][0]["hooks"][0]["command"]
         .as_str()
         .unwrap();
-    let mut child = Command::new("sh")
-        .args(["-c", command])
-        .current_dir(d)
-        .env(
+    let out = common::feed(
+        Command::new("sh").args(["-c", command]).current_dir(d).env(
             "LOOPBOX_CACHE_DIR",
             std::env::temp_dir().join("loopbox-hook-test-cache"),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stop(d, "sh", Some("hi"), false).to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        ),
+        stop(d, "sh", Some("hi"), false).to_string().as_bytes(),
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["reason"], "Fix the build.\n\n[ralph iteration 2 of 4]");
 }
@@ -1246,27 +1225,20 @@ fn install_writes_each_agent_and_scope_with_portable_commands() {
             .unwrap()
             .to_string();
     std::fs::create_dir(d.join("sub")).unwrap();
-    let mut child = Command::new("sh")
-        .args(["-c", &command])
-        .current_dir(d.join("sub"))
-        .env("PATH", &path)
-        .env("CLAUDE_PROJECT_DIR", d)
-        .env(
-            "LOOPBOX_CACHE_DIR",
-            std::env::temp_dir().join("loopbox-hook-test-cache"),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
     let input = json!({"session_id": "inst", "cwd": d.join("sub"), "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"op": "echo", "then": "block"}});
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
-    let out: Value = serde_json::from_slice(&child.wait_with_output().unwrap().stdout).unwrap();
+    let o = common::feed(
+        Command::new("sh")
+            .args(["-c", &command])
+            .current_dir(d.join("sub"))
+            .env("PATH", &path)
+            .env("CLAUDE_PROJECT_DIR", d)
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-hook-test-cache"),
+            ),
+        input.to_string().as_bytes(),
+    );
+    let out: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "deny");
 }
 
@@ -1398,27 +1370,18 @@ fn run_installed(cwd: &Path, words: &[String], input: &Value, env: &[(&str, &Pat
             .join(" ")
             .replacen("'loopbox'", BIN, 1)
     };
-    let mut child = Command::new("sh")
-        .args(["-c", &line])
-        .current_dir(cwd)
-        .env("XDG_DATA_HOME", common::data_home())
-        .env(
-            "LOOPBOX_CACHE_DIR",
-            std::env::temp_dir().join("loopbox-hook-test-cache"),
-        )
-        .envs(env.iter().map(|(k, v)| (*k, *v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    common::feed(
+        Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(cwd)
+            .env("XDG_DATA_HOME", common::data_home())
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-hook-test-cache"),
+            )
+            .envs(env.iter().map(|(k, v)| (*k, *v))),
+        input.to_string().as_bytes(),
+    )
 }
 
 /// Section 2, attack (a): a Codex event whose `cwd` is a subfolder where a

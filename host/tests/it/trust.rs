@@ -77,24 +77,16 @@ fn hook(dir: &Path, extra: &[&str], session: &str) -> (i32, String) {
     ];
     args.extend(extra);
     let input = json!({"session_id": session, "cwd": dir, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"op": "echo", "then": "pass"}});
-    let mut child = common::trusted_command(dir)
-        .args(&args)
-        .current_dir(dir)
-        .env(
-            "LOOPBOX_CACHE_DIR",
-            std::env::temp_dir().join("loopbox-cli-test-cache"),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
+    let o = common::feed(
+        common::trusted_command(dir)
+            .args(&args)
+            .current_dir(dir)
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-cli-test-cache"),
+            ),
         input.to_string().as_bytes(),
-    )
-    .unwrap();
-    let o = child.wait_with_output().unwrap();
+    );
     (code(&o), text(&o.stderr))
 }
 

@@ -3,9 +3,8 @@
 //! `run` and by a hook whose event carries an `origin` 0.1.0 never had; one
 //! claiming a contract newer than the host is refused with what it needs.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
@@ -34,35 +33,26 @@ fn stderr(o: &Output) -> String {
 
 /// `loopbox hook claude-code --policy POLICY` with `event` on stdin: its answer.
 fn hook(ws: &Path, policy: &str, event: Value) -> (i32, Value, String) {
-    let mut child = trusted_command(ws)
-        .args([
-            "-C",
-            &ws.to_string_lossy(),
-            "hook",
-            "claude-code",
-            "--policy",
-            policy,
-        ])
-        .args(["--input", "{}"])
-        .current_dir(ws)
-        .env("CI", "true")
-        .env("CLAUDE_PROJECT_DIR", ws)
-        .env(
-            "LOOPBOX_CACHE_DIR",
-            std::env::temp_dir().join("loopbox-cli-test-cache"),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(event.to_string().as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = feed(
+        trusted_command(ws)
+            .args([
+                "-C",
+                &ws.to_string_lossy(),
+                "hook",
+                "claude-code",
+                "--policy",
+                policy,
+            ])
+            .args(["--input", "{}"])
+            .current_dir(ws)
+            .env("CI", "true")
+            .env("CLAUDE_PROJECT_DIR", ws)
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-cli-test-cache"),
+            ),
+        event.to_string().as_bytes(),
+    );
     let answer = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
     (o.status.code().unwrap_or(-1), answer, stderr(&o))
 }

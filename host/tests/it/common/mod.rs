@@ -7,6 +7,28 @@ use std::process::{Command, Output};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
 
+/// Run `cmd` with `input` on its stdin, capturing stdout and stderr. The write
+/// runs beside the wait, so a child that stops reading (an input over a limit)
+/// ends the write, not the test.
+pub fn feed(cmd: &mut Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let bytes = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&bytes);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
 /// The probe guest (`guests/rust/probe`), built once per test binary.
 pub fn probe() -> &'static Path {
     static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
