@@ -48,18 +48,16 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
         Ok(lp) => grants::needs(lp, &config, &root),
         Err(_) => Vec::new(),
     };
+    // The config's text, read once: for the keys it sets itself, and its trust.
+    let config_text = config_path.as_deref().and_then(|p| {
+        loopbox::files::read_text(p, loopbox::files::MAX_CONFIG_BYTES, "config").ok()
+    });
     // What a run of this loop will hit first: loopbox's budgets (as a run of
     // `builtin:fsm` raises them), and bash missing for its bash-only lines.
     let warnings: Vec<String> = match &result {
         Ok(lp) => {
-            let text = config_path.as_deref().and_then(|p| {
-                loopbox::files::read_text(p, loopbox::files::MAX_CONFIG_BYTES, "config").ok()
-            });
-            loops::budgets(&mut config, text.as_deref(), None);
+            loops::budgets(&mut config, config_text.as_deref(), None);
             let mut w = loops::budget_warnings(lp, &config);
-            let root = workspace
-                .canonicalize()
-                .unwrap_or_else(|_| workspace.to_path_buf());
             if config
                 .shell
                 .child_env(&root)
@@ -129,7 +127,7 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
                 // `granted` lines would read as a reason to trust it.
                 let from = match config_path.as_deref() {
                     None => "loopbox.toml (none found: nothing granted)".to_string(),
-                    Some(p) if config_trusted(p) => p.display().to_string(),
+                    Some(p) if config_trusted(p, config_text.as_deref()) => p.display().to_string(),
                     Some(p) => format!(
                         "{} (not trusted yet: nothing is granted until `loopbox trust {}`; marked as it would grant once trusted)",
                         p.display(),
@@ -178,12 +176,12 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
     }
 }
 
-/// Whether the user approved the config at `path` as it is now.
-fn config_trusted(path: &std::path::Path) -> bool {
-    let Ok(bytes) = std::fs::read(path) else {
+/// Whether the user approved the config at `path`, whose text is `text`.
+fn config_trusted(path: &std::path::Path, text: Option<&str>) -> bool {
+    let Some(text) = text else {
         return false;
     };
     loopbox::trust::TrustStore::for_user()
-        .and_then(|store| store.require(path, &loopbox::trust::digest(&bytes)))
+        .and_then(|store| store.require(path, &loopbox::trust::digest(text.as_bytes())))
         .is_ok()
 }
