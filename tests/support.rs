@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use loopbox::bindings::{Decision, Event};
 use loopbox::config::Config;
 use loopbox::db::Db;
 use loopbox::run::RunContext;
 use loopbox::ui::Ui;
-use loopbox::wasm::bindings::{Decision, Event};
 use loopbox::wasm::fault::PolicyFault;
 use loopbox::wasm::policy::{Policy, PolicySource};
 use loopbox::wasm::runtime::Runtime;

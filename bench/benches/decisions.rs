@@ -16,13 +16,13 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use loopbox::bindings::{Event, Turn};
 use loopbox::config::Config;
 use loopbox::db::Db;
 use loopbox::journal::Journal;
+use loopbox::limits::meter::Meter;
 use loopbox::run::RunContext;
 use loopbox::ui::Ui;
-use loopbox::wasm::bindings::{Event, Turn};
-use loopbox::wasm::meter::Meter;
 use loopbox::wasm::policy::{Call, Policy, PolicySource};
 use loopbox::wasm::runtime::Runtime;
 use loopbox_bench::{Variant, full_run, interleave_blocks, only, rounds, table};

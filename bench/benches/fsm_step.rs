@@ -12,12 +12,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use loopbox::bindings::{Decision, Event};
 use loopbox::config::Config;
 use loopbox::db::Db;
 use loopbox::loops::{LoopFile, payload};
 use loopbox::run::RunContext;
 use loopbox::ui::Ui;
-use loopbox::wasm::bindings::{Decision, Event};
 use loopbox::wasm::policy::{Policy, PolicySource};
 use loopbox::wasm::runtime::Runtime;
 use loopbox_bench::{Variant, full_run, interleave, table};

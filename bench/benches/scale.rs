@@ -15,12 +15,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use loopbox::bindings::{Decision, Event};
 use loopbox::config::Config;
 use loopbox::db::Db;
 use loopbox::loops::{LoopFile, payload};
 use loopbox::run::RunContext;
 use loopbox::ui::Ui;
-use loopbox::wasm::bindings::{Decision, Event};
 use loopbox::wasm::policy::{Policy, PolicySource};
 use loopbox::wasm::runtime::Runtime;
 use loopbox_bench::{full_run, micros, percentile, rss};

@@ -11,6 +11,7 @@
 //!
 //! See `docs/architecture.md` for how the pieces fit.
 
+pub mod bindings;
 pub(crate) mod caps;
 pub mod config;
 pub mod db;
@@ -20,11 +21,13 @@ pub mod exec;
 pub mod files;
 pub mod hook;
 pub mod journal;
+pub mod limits;
 pub mod loops;
 pub mod out;
 pub mod project;
 pub mod run;
 pub(crate) mod runlog;
+pub mod scenario;
 pub mod trust;
 pub mod ui;
 pub mod wasm;

@@ -276,7 +276,7 @@ pub fn grants(config: &Config) -> Vec<String> {
                 .join("; ")
         }
     };
-    let shell = |s: &crate::config::ShellConfig, prefix: &str| {
+    let shell = |s: &crate::exec::config::ShellConfig, prefix: &str| {
         let mut lines = vec![format!(
             "{prefix}exec [{}], ask [{}], deny [{}], scripts {}, network {}, sandbox {}",
             rules(&s.allow),
@@ -308,7 +308,7 @@ pub fn grants(config: &Config) -> Vec<String> {
         }
         lines
     };
-    let agent = |a: &Option<crate::config::AgentConfig>| {
+    let agent = |a: &Option<crate::exec::config::AgentConfig>| {
         a.as_ref().map_or("agent none".to_string(), |a| {
             let argv: Vec<String> = a
                 .command
@@ -320,6 +320,10 @@ pub fn grants(config: &Config) -> Vec<String> {
     };
     let mut lines = shell(&config.shell, "");
     lines.push(agent(&config.agent));
+    // Each profile a prompt may name, with the argv it runs.
+    for (name, profile) in &config.profiles {
+        lines.push(format!("[agents.{name}] {}", agent(&Some(profile.clone()))));
+    }
     if let Some(dir) = &config.engine.cache_dir {
         lines.push(format!("component cache {}", dir.display()));
     }

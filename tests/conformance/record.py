@@ -68,11 +68,33 @@ CASES = [
     ("sub-loop-markers.yaml", None),
     ("uncaptured.yaml", None),
     ("judge.yaml", None),
+    ("long-run.yaml", None),
+    ("tamper-guard-clean.yaml", None),
+    ("tamper-guard-edited.yaml", None),
+    ("tamper-guard-added.yaml", None),
+    ("prepatch-skip.yaml", None),
+    ("prepatch-enabled.yaml", None),
+    ("prepatch-candidates.yaml", None),
+    ("tamper-guard-sub-loop.yaml", None),
+    ("learning-proven.yaml", None),
+    ("learning-refuted.yaml", None),
+    ("learning-explore.yaml", None),
+    ("learning-exhausted.yaml", None),
+    ("learning-stale.yaml", None),
+    ("worktree.yaml", None),
+    ("agent-profile.yaml", None),
 ]
+
+# Cases whose repository has a commit and the branch `wt-feat` (`worktree:`
+# checks it out); loopbox's test makes the same (`common::branch_fixture`).
+BRANCHED = {"worktree.yaml"}
 
 # Cases whose `llm_structured` judge is the scripted `loops/judge-agent`:
 # little-loops runs it as `claude` (found on PATH), without --no-llm.
-JUDGED = {"judge.yaml"}
+JUDGED = {"judge.yaml", "long-run.yaml", "agent-profile.yaml"}
+# Learning states send `/ll:explore-api TARGET` to the agent: `loops/judge-agent`
+# answers it too (writing the record kept in `loops/learning/explored/`).
+JUDGED |= {c for c, _ in CASES if c.startswith("learning-")}
 
 
 def run(ll_loop: str, loop: str, given: str | None) -> dict:
@@ -81,6 +103,10 @@ def run(ll_loop: str, loop: str, given: str | None) -> dict:
         # Loops live in .loops/, where ll-loop looks for the sub-loops they name.
         shutil.copytree(HERE / "loops", work / ".loops")
         subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+        if loop in BRANCHED:
+            git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+            subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "base"], cwd=work, check=True)
+            subprocess.run(git + ["branch", "wt-feat"], cwd=work, check=True)
         argv = [ll_loop, "run", loop.removesuffix(".yaml")]
         if given is not None:
             argv.append(given)

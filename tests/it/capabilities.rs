@@ -4,6 +4,8 @@
 use loopbox_tests::*;
 use serde_json::json;
 
+mod profiles;
+
 fn err_kind(v: &serde_json::Value) -> (&str, &str) {
     (
         v["err"]["kind"].as_str().unwrap_or("<ok>"),

@@ -2,6 +2,8 @@
 //! event with an error naming the limit's key and value, and the host (and the
 //! next event) carries on.
 
+mod runtime_dropped;
+
 use loopbox_tests::*;
 use serde_json::json;
 

@@ -1,7 +1,7 @@
 //! What loading and calling refuse: files that are not policies, and policies
 //! that answer badly. Each is a clear error, and the runtime keeps working.
 
-use loopbox::wasm::bindings::Event;
+use loopbox::bindings::Event;
 use loopbox::wasm::fault::PolicyFault;
 use loopbox::wasm::policy::PolicySource;
 use loopbox_tests::*;
@@ -34,8 +34,8 @@ fn a_component_of_another_world_is_refused() {
     let e = load_err(&wasmtime_wat("(component)"));
     assert!(
         e.contains("component of another world")
-            && e.contains("loopbox:policy/policy@0.2.0")
-            && e.contains("supports contracts 0.1.0 and 0.2.0"),
+            && e.contains("loopbox:policy/policy@0.3.0")
+            && e.contains("supports contracts 0.1.0, 0.2.0 and 0.3.0"),
         "{e}"
     );
 }
@@ -49,7 +49,7 @@ fn a_component_of_a_newer_or_unreleased_contract_is_refused_with_what_it_needs()
     };
     let e = load_err(&claiming("9.0.0"));
     assert!(
-        e.contains("it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0 and 0.2.0: upgrade loopbox"),
+        e.contains("it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0 and 0.3.0: upgrade loopbox"),
         "{e}"
     );
     let e = load_err(&claiming("0.0.1"));
@@ -263,7 +263,7 @@ async fn python_and_javascript_failures_are_clear_errors_carrying_the_guests_mes
         )
         .await
         .unwrap();
-        assert!(matches!(d, loopbox::wasm::bindings::Decision::Done(o) if o.success));
+        assert!(matches!(d, loopbox::bindings::Decision::Done(o) if o.success));
     }
 }
 

@@ -8,3 +8,4 @@ mod limits;
 mod loading;
 mod policies;
 mod sandbox;
+mod scenarios;

@@ -1,6 +1,6 @@
 //! The shipped policies through the runtime, one fresh instance per event.
 
-use loopbox::wasm::bindings::{Decision, Event, Turn};
+use loopbox::bindings::{Decision, Event, Turn};
 use loopbox_tests::*;
 use serde_json::json;
 
@@ -377,7 +377,7 @@ async fn the_javascript_tool_gate_blocks_recursive_forced_deletes_only() {
     let gate = load("tool-gate-js");
     let ctx = ws.run(&gate, "");
     let call = |name: &str, input: serde_json::Value| {
-        Event::ToolCall(loopbox::wasm::bindings::ToolCall {
+        Event::ToolCall(loopbox::bindings::ToolCall {
             name: name.into(),
             input: input.to_string(),
             origin: None,
@@ -428,7 +428,7 @@ async fn the_javascript_tool_gate_blocks_recursive_forced_deletes_only() {
     let f = deliver(
         &ctx,
         &gate,
-        Event::ToolCall(loopbox::wasm::bindings::ToolCall {
+        Event::ToolCall(loopbox::bindings::ToolCall {
             name: "Bash".into(),
             input: "{not json".into(),
             origin: None,

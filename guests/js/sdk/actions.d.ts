@@ -1,5 +1,5 @@
 /// <reference path="./contract.d.ts" />
-import type { Output as HostOutput } from 'loopbox:policy/actions@0.2.0';
+import type { Output as HostOutput } from 'loopbox:policy/actions@0.3.0';
 
 /** What a finished action produced (`durationMs` as a number). */
 export type Output = Omit<HostOutput, 'durationMs'> & { durationMs: number };
@@ -29,11 +29,20 @@ export class Prompt {
   /** Continue this agent conversation (an earlier output's `session`). */
   session(id: string): Prompt;
   timeoutMs(ms: number): Prompt;
+  /** Send it to the user's `[agents.NAME]` profile instead of `[agent]` (an unknown name is denied). */
+  profile(name: string): Prompt;
+  /** Run the agent in `dir`, relative to the workspace root. */
+  cwd(dir: string): Prompt;
   /** Throws an ActionError when refused; the reply is in `stdout`. */
   send(): Output;
 }
 export function prompt(text: string): Prompt;
 export function slashCommand(command: string): Prompt;
+
+/** Check out `branch` in a new git worktree the host makes (the user's `[worktree]` grant); its path, relative to the workspace. Throws an ActionError. */
+export function worktreeAdd(branch: string): string;
+/** Remove a worktree `worktreeAdd` made in this run. Throws an ActionError. */
+export function worktreeRemove(path: string): void;
 
 /** Read-only access to the workspace's files; failures throw a WorkspaceError. */
 export const workspace: {

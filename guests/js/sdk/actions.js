@@ -3,8 +3,8 @@
 // `loop-policy` world has: a `decider` policy imports index.js alone.
 // Every request is checked by the host against the user's grants; a refusal
 // throws an ActionError (Denied, Declined, ...), never crashes. Types: actions.d.ts.
-import { shell, prompt as hostPrompt } from 'loopbox:policy/actions@0.2.0';
-import { read as hostRead, listDir as hostListDir } from 'loopbox:policy/workspace@0.2.0';
+import { shell, prompt as hostPrompt, worktreeAdd as hostWorktreeAdd, worktreeRemove as hostWorktreeRemove } from 'loopbox:policy/actions@0.3.0';
+import { read as hostRead, listDir as hostListDir } from 'loopbox:policy/workspace@0.3.0';
 import { WorkspaceError, actionError, hostMessage } from './errors.js';
 
 function text(what, value) {
@@ -99,7 +99,7 @@ export class Prompt {
   #r;
 
   constructor(message, r = {}) {
-    this.#r = { text: text('prompt', message), kind: r.kind ?? 'prompt', model: r.model, session: r.session, timeoutMs: r.timeoutMs };
+    this.#r = { text: text('prompt', message), kind: r.kind ?? 'prompt', model: r.model, session: r.session, timeoutMs: r.timeoutMs, profile: r.profile, cwd: r.cwd };
   }
 
   #with(change) {
@@ -118,11 +118,41 @@ export class Prompt {
     millis(ms);
     return this.#with({ timeoutMs: ms });
   }
+  /** Send it to the user's `[agents.NAME]` profile instead of `[agent]`; an unknown name is denied. */
+  profile(name) {
+    return this.#with({ profile: text('profile', name) });
+  }
+  /** Run the agent in `dir`, relative to the workspace root. */
+  cwd(dir) {
+    return this.#with({ cwd: text('cwd', dir) });
+  }
 
   /** Send it and wait for the reply (in `stdout`); throws an ActionError when refused. */
   send() {
     const r = this.#r;
-    return call(hostPrompt, { text: r.text, kind: r.kind, model: r.model, session: r.session, timeoutMs: millis(r.timeoutMs) });
+    return call(hostPrompt, { text: r.text, kind: r.kind, model: r.model, session: r.session, timeoutMs: millis(r.timeoutMs), profile: r.profile, cwd: r.cwd });
+  }
+}
+
+/**
+ * Check out `branch` in a new git worktree the host makes (the user's
+ * `[worktree]` grant); returns its path relative to the workspace, for
+ * `exec(...).cwd(path)` and `prompt(...).cwd(path)`. Throws an ActionError.
+ */
+export function worktreeAdd(branch) {
+  try {
+    return hostWorktreeAdd(text('worktreeAdd', branch));
+  } catch (e) {
+    throw actionError(e);
+  }
+}
+
+/** Remove a worktree `worktreeAdd` made in this run. Throws an ActionError. */
+export function worktreeRemove(path) {
+  try {
+    hostWorktreeRemove(text('worktreeRemove', path));
+  } catch (e) {
+    throw actionError(e);
   }
 }
 

@@ -1,11 +1,11 @@
 // TypeScript declarations for the bindings componentize-js generates from
-// loopbox's contract, loopbox:policy@0.2.0 (wit/policy.wit), in its
+// loopbox's contract, loopbox:policy@0.3.0 (wit/policy.wit), in its
 // conventions: variants are { tag, val } with kebab-case tags, records have
 // camelCase fields, an absent option is undefined, u64 is a bigint, and a
 // function returning result<T, E> returns T or throws an Error whose
 // `payload` is the E. A policy using loopbox-policy rarely needs these.
 
-declare module 'loopbox:policy/types@0.2.0' {
+declare module 'loopbox:policy/types@0.3.0' {
   /** A JSON document as UTF-8 text. */
   export type Json = string;
   export interface Origin {
@@ -57,7 +57,7 @@ declare module 'loopbox:policy/types@0.2.0' {
     | { tag: 'escalate'; val: string };
 }
 
-declare module 'loopbox:policy/actions@0.2.0' {
+declare module 'loopbox:policy/actions@0.3.0' {
   export interface Command {
     argv: string[];
     cwd?: string;
@@ -78,6 +78,10 @@ declare module 'loopbox:policy/actions@0.2.0' {
     model?: string;
     session?: string;
     timeoutMs?: bigint;
+    /** A named agent profile of the user's loopbox.toml (`[agents.NAME]`). */
+    profile?: string;
+    /** Where the agent runs, relative to the workspace root. */
+    cwd?: string;
   }
   export interface Output {
     /** Absent when the process was killed by a signal (a timeout, for instance). */
@@ -101,9 +105,13 @@ declare module 'loopbox:policy/actions@0.2.0' {
   export function shell(req: ShellRequest): Output;
   /** Throws an Error whose `payload` is the ActionError. */
   export function prompt(req: PromptRequest): Output;
+  /** Throws an Error whose `payload` is the ActionError. */
+  export function worktreeAdd(branch: string): string;
+  /** Throws an Error whose `payload` is the ActionError. */
+  export function worktreeRemove(path: string): void;
 }
 
-declare module 'loopbox:policy/state@0.2.0' {
+declare module 'loopbox:policy/state@0.3.0' {
   export function get(key: string): string | undefined;
   /** Throws an Error whose `payload` names the limit. */
   export function set(key: string, value: string): void;
@@ -111,20 +119,20 @@ declare module 'loopbox:policy/state@0.2.0' {
   export function keys(prefix: string): string[];
 }
 
-declare module 'loopbox:policy/workspace@0.2.0' {
+declare module 'loopbox:policy/workspace@0.3.0' {
   /** Throws an Error whose `payload` says why. */
   export function read(path: string): string;
   /** Throws an Error whose `payload` says why. */
   export function listDir(dir: string): string[];
 }
 
-declare module 'loopbox:policy/log@0.2.0' {
+declare module 'loopbox:policy/log@0.3.0' {
   export type Level = 'debug' | 'info' | 'warn' | 'error';
   export function write(level: Level, message: string): void;
   export function progress(message: string): void;
 }
 
-declare module 'loopbox:policy/policy@0.2.0' {
+declare module 'loopbox:policy/policy@0.3.0' {
   export interface PolicyInfo {
     name: string;
     version: string;

@@ -1,6 +1,6 @@
 /// <reference path="./contract.d.ts" />
-import type { Decision, Event, Json, Origin, ToolCall, Turn } from 'loopbox:policy/types@0.2.0';
-import type { PolicyInfo } from 'loopbox:policy/policy@0.2.0';
+import type { Decision, Event, Json, Origin, ToolCall, Turn } from 'loopbox:policy/types@0.3.0';
+import type { PolicyInfo } from 'loopbox:policy/policy@0.3.0';
 
 export type { Decision, Event, Json, Origin, ToolCall, Turn, PolicyInfo };
 export {
@@ -20,7 +20,7 @@ export {
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
 /** The contract this SDK is written against. */
-export const CONTRACT: '0.2.0';
+export const CONTRACT: '0.3.0';
 
 /** Nothing to add: the agent may stop, the tool call proceeds (the contract's `pass`). */
 export function wait(): Decision;

@@ -14,9 +14,9 @@
 //
 // This module imports only `state` and `log`, so a policy using it alone can be
 // built for the `decider` world; actions.js (commands, prompts, files) needs
-// `loop-policy`. Types: index.d.ts. Contract: loopbox:policy@0.2.0 (CONTRACT).
-import * as hostState from 'loopbox:policy/state@0.2.0';
-import * as hostLog from 'loopbox:policy/log@0.2.0';
+// `loop-policy`. Types: index.d.ts. Contract: loopbox:policy@0.3.0 (CONTRACT).
+import * as hostState from 'loopbox:policy/state@0.3.0';
+import * as hostLog from 'loopbox:policy/log@0.3.0';
 import { PolicyError, ActionError, hostMessage } from './errors.js';
 
 export {
@@ -32,7 +32,7 @@ export {
 } from './errors.js';
 
 /** The contract this SDK is written against (`package loopbox:policy@...` in wit/policy.wit). */
-export const CONTRACT = '0.2.0';
+export const CONTRACT = '0.3.0';
 
 // --- decisions ---------------------------------------------------------------
 

@@ -76,7 +76,7 @@ def run_action(s, action, answer=None):
     if action == "VALIDATE" and s["config"]["validate_command"] and answer is None:
         result = validate_with_command(s)
     if result is None:
-        request = actions.PromptRequest(text=ccw.action_prompt(s, action, answer), kind=actions.PromptKind.PROMPT, model=None, session=s["session"], timeout_ms=None)
+        request = actions.PromptRequest(text=ccw.action_prompt(s, action, answer), kind=actions.PromptKind.PROMPT, model=None, session=s["session"], timeout_ms=None, profile=None, cwd=None)
         try:
             out = actions.prompt(request)
         except Err as e:

@@ -85,6 +85,8 @@ class FakeHost:
         self.patches = [
             mock.patch.object(actions, "shell", self._action("shell")),
             mock.patch.object(actions, "prompt", self._action("prompt")),
+            mock.patch.object(actions, "worktree_add", self._action("worktree-add")),
+            mock.patch.object(actions, "worktree_remove", self._action("worktree-remove")),
             mock.patch.object(state, "get", lambda k: self.state.get(k)),
             mock.patch.object(state, "set", self._set),
             mock.patch.object(state, "remove", lambda k: self.state.pop(k, None) and None),
@@ -182,19 +184,31 @@ class ExecTests(unittest.TestCase):
                 exec(["true"]).timeout_ms(bad)  # type: ignore[arg-type]
 
     def test_script_and_prompts(self) -> None:
-        from loopbox_policy import prompt, script, slash_command
+        from loopbox_policy import prompt, script, slash_command, worktree_add, worktree_remove
         from wit_world.imports import actions
 
         with FakeHost() as host:
             script("make test | tail -5", timeout_ms=1000)
             prompt("Fix it").model("m").session("s1").timeout_ms(5).send()
             slash_command("/review").send()
+            prompt("Eval", profile="specialist").cwd("wt").send()
+            worktree_add("feature")
+            worktree_remove("wt")
         self.assertEqual(host.calls[0], ("shell", actions.ShellRequest_Script(actions.Script(source="make test | tail -5", cwd=None, timeout_ms=1000))))
         self.assertEqual(
             host.calls[1],
-            ("prompt", actions.PromptRequest(text="Fix it", kind=actions.PromptKind.PROMPT, model="m", session="s1", timeout_ms=5)),
+            (
+                "prompt",
+                actions.PromptRequest(
+                    text="Fix it", kind=actions.PromptKind.PROMPT, model="m", session="s1", timeout_ms=5, profile=None, cwd=None
+                ),
+            ),
         )
         self.assertEqual(host.calls[2][1].kind, actions.PromptKind.SLASH_COMMAND)
+        self.assertEqual((host.calls[3][1].profile, host.calls[3][1].cwd), ("specialist", "wt"))
+        self.assertEqual(host.calls[4:], [("worktree-add", "feature"), ("worktree-remove", "wt")])
+        with self.assertRaises(TypeError):
+            prompt("x").profile(3)  # type: ignore[arg-type]
 
     def test_every_action_error_kind_becomes_its_exception(self) -> None:
         import loopbox_policy as lp

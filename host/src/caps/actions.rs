@@ -9,29 +9,32 @@
 //! answered from the record, and one that was running when the process died is
 //! `outcome-unknown`, unless `shell.idempotent` says it may run again.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::config::{PromptTier, ShellConfig};
-use crate::db::{Budget, Db, Spent};
-use crate::exec::agent::{AgentRequest, AgentRunner};
-use crate::exec::child_env::ChildEnv;
-use crate::exec::confirm::Confirm;
-use crate::exec::grants::{self, Refusal, ShellGrants, Tier, show_argv};
-use crate::exec::process::{self, Finished, Spec};
-use crate::exec::sandbox::{Confines, LazySandbox, Sandbox};
-use crate::journal::{Journal, Step, codec};
-use crate::runlog::RunLog;
-use crate::ui::shorten;
-use crate::wasm::bindings::actions::{
+use crate::bindings::actions::{
     self, ActionError, Output, PromptKind, PromptRequest, ShellRequest,
 };
-use crate::wasm::limits::{Limit, LimitExceeded, Limits};
-use crate::wasm::meter::Meter;
+use crate::caps::RunFacts;
+use crate::caps::worktree::{WorktreeConfig, Worktrees};
+use crate::db::{Budget, Db, Spent};
+use crate::exec::agent::{AgentRequest, AgentRunner, AgentSandbox};
+use crate::exec::child_env::ChildEnv;
+use crate::exec::config::{AgentConfig, PromptTier, RunnerKind, ShellConfig};
+use crate::exec::confirm::Confirm;
+use crate::exec::grants::{self, ExtraRules, Refusal, ShellGrants, Tier, show_argv};
+use crate::exec::process::{self, Finished, Spec};
+use crate::exec::sandbox::hide::Hidden;
+use crate::exec::sandbox::{Confines, LazySandbox, Sandbox, protect};
+use crate::journal::{Journal, Step, codec};
+use crate::limits::meter::Meter;
+use crate::limits::{Limit, LimitExceeded, Limits};
+use crate::runlog::RunLog;
+use crate::ui::shorten;
 
 /// What a run grants for actions; shared by every instance of the run.
 pub struct ActionGrants {
@@ -39,15 +42,19 @@ pub struct ActionGrants {
     pub rules: ShellGrants,
     pub env: ChildEnv,
     pub agent: Option<AgentRunner>,
+    /// `[agents.NAME]`: the profiles a prompt may name, each confined as `agent` is.
+    pub profiles: std::collections::BTreeMap<String, AgentRunner>,
     /// Who approves ask-tier actions.
     pub confirm: Arc<dyn Confirm>,
     /// The OS sandbox every command runs in, and what it protects.
     pub sandbox: LazySandbox,
     pub confines: Confines,
-    /// `script` actions run with `bash -c` rather than `sh -c`. The host sets it
+    /// `script` actions run with `bash -c` rather than `sh -c`. The launcher sets it
     /// for `builtin:fsm` (YAML loops run their shell with bash, as little-loops'
     /// `fsm/runners.py` does); a policy never chooses its interpreter.
-    pub bash_scripts: std::sync::atomic::AtomicBool,
+    pub bash_scripts: bool,
+    /// `[worktree]`: the git worktrees the run may add, and those it holds.
+    pub worktrees: Worktrees,
 }
 
 pub struct ActionsHost {
@@ -82,6 +89,124 @@ struct Exec {
     env: Vec<(String, String)>,
     stdin: Option<String>,
     timeout: Option<u64>,
+}
+
+/// The sections of the config the actions capability reads.
+#[derive(Clone, Copy)]
+pub struct ActionsConfig<'a> {
+    pub shell: &'a ShellConfig,
+    pub agent: Option<&'a AgentConfig>,
+    pub profiles: &'a std::collections::BTreeMap<String, AgentConfig>,
+    pub worktree: &'a WorktreeConfig,
+}
+
+impl ActionGrants {
+    /// The capability's per-run state: its sections and the run's facts, plus
+    /// what the front end adds (`extra` rules from the command line, `confirm`,
+    /// and `bash_scripts`, which the launcher sets for `builtin:fsm`).
+    pub fn new(
+        config: ActionsConfig,
+        facts: &RunFacts,
+        extra: &ExtraRules,
+        confirm: Arc<dyn Confirm>,
+        bash_scripts: bool,
+    ) -> Result<ActionGrants> {
+        let ActionsConfig {
+            shell,
+            agent,
+            profiles,
+            worktree,
+        } = config;
+        let root = facts.root;
+        let sandbox = LazySandbox::new(shell.sandbox, facts.support.clone());
+        // A PATH entry the policy's commands can write would let them plant a program
+        // under an allowed name.
+        for dir in shell.path.split(':').filter(|d| !d.is_empty()) {
+            let real = Path::new(dir)
+                .canonicalize()
+                .unwrap_or_else(|_| root.join(dir));
+            if real.starts_with(root) {
+                bail!(
+                    "shell.path contains `{dir}`, which is inside the workspace: a command could plant a program there under an allowed name; remove it from shell.path"
+                );
+            }
+        }
+        let env = shell.child_env(root);
+        let rules = ShellGrants::new(shell, extra, &env);
+        // Everything loopbox will run or read again is protected: the config and
+        // policy files, the agent program, and programs the rules name.
+        let mut own: Vec<PathBuf> = facts.own_files.to_vec();
+        let agents = || agent.into_iter().chain(profiles.values());
+        let programs = agents()
+            .filter(|a| a.runner != RunnerKind::Openai)
+            .map(|a| a.command[0].as_str());
+        for name in programs.into_iter().chain(
+            rules
+                .rules()
+                .iter()
+                .filter(|r| r.tier != Tier::Deny)
+                .map(|r| r.argv[0].as_str()),
+        ) {
+            own.extend(env.resolve_program(name, root));
+        }
+        let protected = protect::paths(root, &shell.writable, &own);
+        let hidden = Hidden::new(shell, root);
+        // Every profile's state is hidden from commands, as `[agent]`'s is.
+        let agent_state: Vec<PathBuf> =
+            agents().flat_map(|a| hidden.agent_state(Some(a))).collect();
+        let confines = Confines {
+            workspace: root.to_path_buf(),
+            protected: protected.clone(),
+            network: shell.network,
+            unix_sockets: shell.unix_sockets,
+            writable_outside: Vec::new(),
+            hidden: hidden.for_commands(&agent_state),
+            tmp_bytes: shell.tmp_bytes,
+        };
+        let runner = |a: AgentConfig| {
+            let writable_outside = hidden.agent_state(Some(&a));
+            // The agent's own settings, hooks and local install stay read-only though its state is writable.
+            let mut protected = protected.clone();
+            protected.extend(protect::agent_settings(&writable_outside));
+            let confines = Confines {
+                workspace: root.to_path_buf(),
+                protected,
+                network: true,
+                unix_sockets: false,
+                hidden: hidden.for_agent(&writable_outside),
+                writable_outside,
+                tmp_bytes: shell.tmp_bytes,
+            };
+            let sandbox = AgentSandbox {
+                sandbox: LazySandbox::new(shell.sandbox, facts.support.clone()),
+                confines,
+            };
+            AgentRunner::new(
+                a,
+                env.clone(),
+                facts.limits.output_bytes as usize,
+                facts.db.clone(),
+                Some(sandbox),
+            )
+        };
+        let agent = agent.cloned().map(runner);
+        let profiles = profiles
+            .iter()
+            .map(|(name, a)| (name.clone(), runner(a.clone())))
+            .collect();
+        Ok(ActionGrants {
+            shell: shell.clone(),
+            rules,
+            env,
+            agent,
+            profiles,
+            confirm,
+            sandbox,
+            confines,
+            bash_scripts,
+            worktrees: Worktrees::new(worktree, root, &shell.path),
+        })
+    }
 }
 
 impl ActionGrants {
@@ -197,7 +322,7 @@ impl ActionsHost {
             prompts,
             turn: false,
         };
-        crate::run::crashpoint::hit("before-intent");
+        crate::journal::crashpoint::hit("before-intent");
         match self
             .journal
             .intent(slot.seq, slot.kind, slot.request, &budget)
@@ -315,7 +440,18 @@ impl ActionsHost {
         req: Exec,
         slot: Slot<'_>,
     ) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
-        let prepared = match self.grants.confines.prepare(
+        // The `.git` file of each open worktree is protected like `.git` itself.
+        let open = self.grants.worktrees.protected();
+        let with_open;
+        let confines = if open.is_empty() {
+            &self.grants.confines
+        } else {
+            let mut c = self.grants.confines.clone();
+            c.protected.extend(open);
+            with_open = c;
+            &with_open
+        };
+        let prepared = match confines.prepare(
             self.grants.sandbox.get(),
             req.program,
             Some(req.arg0),
@@ -350,9 +486,9 @@ impl ActionsHost {
         };
         // The private temp dir and the placeholders live until the command is done.
         let _keep = (prepared._tmp, prepared._hold);
-        crate::run::crashpoint::hit("action-started");
+        crate::journal::crashpoint::hit("action-started");
         let result = process::run(spec).await;
-        crate::run::crashpoint::hit("action-finished");
+        crate::journal::crashpoint::hit("action-finished");
         let result = match result {
             Ok(f) => {
                 self.log
@@ -469,11 +605,7 @@ impl ActionsHost {
                     Ok(c) => c,
                     Err(e) => return refused(ActionError::Invalid(e)),
                 };
-                let shell = if self
-                    .grants
-                    .bash_scripts
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                {
+                let shell = if self.grants.bash_scripts {
                     "bash"
                 } else {
                     "sh"
@@ -535,7 +667,9 @@ impl ActionsHost {
             [req.text.as_str()]
                 .into_iter()
                 .chain(req.model.as_deref())
-                .chain(req.session.as_deref()),
+                .chain(req.session.as_deref())
+                .chain(req.profile.as_deref())
+                .chain(req.cwd.as_deref()),
         ) {
             return refused(e);
         }
@@ -545,8 +679,39 @@ impl ActionsHost {
                 shorten(&req.text, 40)
             )));
         }
+        let cwd = match req.cwd.as_deref() {
+            None => None,
+            Some(dir) => match self.grants.env.resolve_cwd(Some(dir)) {
+                Ok(c) => Some(c),
+                Err(e) => return refused(ActionError::Invalid(e)),
+            },
+        };
         let grants = self.grants.clone();
-        let Some(agent) = &grants.agent else {
+        // The policy picks a profile by name only: checked against the name
+        // pattern, then looked up among the user's `[agents.NAME]`. Never a
+        // fallback to `[agent]`, which may be more trusted.
+        let agent = match req.profile.as_deref() {
+            None => grants.agent.as_ref(),
+            Some(name) if !crate::exec::config::profile_name_ok(name) => {
+                return refused(ActionError::Invalid(format!(
+                    "`{}` is not an agent profile name: 1 to 64 letters, digits, `_` or `-`, not starting with `-`",
+                    shorten(&crate::ui::sanitize(name), 64)
+                )));
+            }
+            Some(name) => {
+                let Some(found) = grants.profiles.get(name) else {
+                    return refused(self.deny(
+                        "prompt",
+                        format!(
+                            "no agent profile `{}`: add an `[agents.{0}]` section to loopbox.toml (see `loopbox validate --grants LOOP`)",
+                            shorten(&crate::ui::sanitize(name), 64)
+                        ),
+                    ));
+                };
+                Some(found)
+            }
+        };
+        let Some(agent) = agent else {
             return refused(self.deny(
                 "prompt",
                 format!(
@@ -569,16 +734,18 @@ impl ActionsHost {
             "prompting the agent: {}",
             shorten(&crate::ui::sanitize(&req.text), 60)
         ));
-        crate::run::crashpoint::hit("action-started");
+        crate::journal::crashpoint::hit("action-started");
         let r = agent
             .send(AgentRequest {
                 text: &req.text,
                 model: req.model.as_deref(),
                 session: req.session.as_deref(),
                 timeout: req.timeout_ms.map(Duration::from_millis),
+                cwd: cwd.as_deref(),
+                protected: &self.grants.worktrees.protected(),
             })
             .await;
-        crate::run::crashpoint::hit("action-finished");
+        crate::journal::crashpoint::hit("action-finished");
         let result = match r {
             Ok(reply) => {
                 self.log.host(
@@ -681,7 +848,7 @@ impl actions::Host for ActionsHost {
         };
         let (result, started) = self.shell_live(req.clone(), slot).await?;
         self.record(slot, started, &result)?;
-        crate::run::crashpoint::hit("action-recorded");
+        crate::journal::crashpoint::hit("action-recorded");
         Ok(result)
     }
 
@@ -705,8 +872,135 @@ impl actions::Host for ActionsHost {
         };
         let (result, started) = self.prompt_live(req.clone(), slot).await?;
         self.record(slot, started, &result)?;
-        crate::run::crashpoint::hit("action-recorded");
+        crate::journal::crashpoint::hit("action-recorded");
         Ok(result)
+    }
+
+    async fn worktree_add(
+        &mut self,
+        branch: String,
+    ) -> wasmtime::Result<Result<String, ActionError>> {
+        let _call = self.meter.call()?;
+        let request = serde_json::to_string(&branch).unwrap_or_default();
+        let what = || {
+            format!(
+                "worktree-add `{}`",
+                shorten(&crate::ui::sanitize(&branch), 60)
+            )
+        };
+        let worktrees = &self.grants.worktrees;
+        let slot = match self.replay("worktree-add", &request, &what)? {
+            // The worktree may be gone (the process that made it ended): made again.
+            Replay::Answered(Ok(out)) => {
+                if let Err(e) = worktrees.adopt(&out.stdout, &branch) {
+                    self.log.host("warn", format!("{}: {e:?}", what()));
+                }
+                return Ok(Ok(out.stdout));
+            }
+            Replay::Answered(Err(e)) => return Ok(Err(e)),
+            // Never made, or removed with the process that made it: made now.
+            Replay::InFlight(seq) => Slot {
+                seq,
+                kind: "worktree-add",
+                request: &request,
+                rerun: true,
+            },
+            Replay::Live(seq) => Slot {
+                seq,
+                kind: "worktree-add",
+                request: &request,
+                rerun: false,
+            },
+        };
+        if let Err(why) = worktrees.config_permits(&branch) {
+            let e = self.deny(&what(), why);
+            self.record(slot, false, &Err(e.clone()))?;
+            return Ok(Err(e));
+        }
+        if let Err(e) = self.start(slot, None)? {
+            return Ok(Err(e));
+        }
+        let grants = self.grants.clone();
+        let b = branch.clone();
+        let r = tokio::task::spawn_blocking(move || grants.worktrees.add(&b))
+            .await
+            .unwrap_or_else(|e| {
+                Err(ActionError::Unavailable(format!(
+                    "worktree-add failed: {e}"
+                )))
+            });
+        match &r {
+            Ok(rel) => self
+                .log
+                .host("info", format!("{}: checked out in {rel}", what())),
+            Err(e) => self.log.host("warn", format!("{}: {e:?}", what())),
+        }
+        let result = r.map(|rel| Output {
+            exit_code: Some(0),
+            stdout: rel,
+            stderr: String::new(),
+            duration_ms: 0,
+            timed_out: false,
+            truncated: false,
+            session: None,
+        });
+        self.record(slot, true, &result)?;
+        Ok(result.map(|o| o.stdout))
+    }
+
+    async fn worktree_remove(&mut self, path: String) -> wasmtime::Result<Result<(), ActionError>> {
+        let _call = self.meter.call()?;
+        let request = serde_json::to_string(&path).unwrap_or_default();
+        let what = || {
+            format!(
+                "worktree-remove `{}`",
+                shorten(&crate::ui::sanitize(&path), 80)
+            )
+        };
+        let slot = match self.replay("worktree-remove", &request, &what)? {
+            Replay::Answered(r) => {
+                if r.is_ok() {
+                    self.grants.worktrees.forget(&path);
+                }
+                return Ok(r.map(|_| ()));
+            }
+            Replay::InFlight(seq) => Slot {
+                seq,
+                kind: "worktree-remove",
+                request: &request,
+                rerun: true,
+            },
+            Replay::Live(seq) => Slot {
+                seq,
+                kind: "worktree-remove",
+                request: &request,
+                rerun: false,
+            },
+        };
+        let grants = self.grants.clone();
+        let p = path.clone();
+        let r = tokio::task::spawn_blocking(move || grants.worktrees.remove(&p))
+            .await
+            .unwrap_or_else(|e| {
+                Err(ActionError::Unavailable(format!(
+                    "worktree-remove failed: {e}"
+                )))
+            });
+        match &r {
+            Ok(()) => self.log.host("info", format!("{}: removed", what())),
+            Err(e) => self.log.host("warn", format!("{}: {e:?}", what())),
+        }
+        let result = r.map(|()| Output {
+            exit_code: Some(0),
+            stdout: String::new(),
+            stderr: String::new(),
+            duration_ms: 0,
+            timed_out: false,
+            truncated: false,
+            session: None,
+        });
+        self.record(slot, false, &result)?;
+        Ok(result.map(|_| ()))
     }
 }
 

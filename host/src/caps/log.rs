@@ -6,10 +6,10 @@ use std::sync::Arc;
 use anyhow::Result;
 use wasmtime::component::{HasSelf, Linker};
 
+use crate::bindings::loopbox::policy::log::{self, Level};
+use crate::limits::meter::Meter;
+use crate::limits::{Limit, LimitExceeded};
 use crate::runlog::{RunLog, Source};
-use crate::wasm::bindings::loopbox::policy::log::{self, Level};
-use crate::wasm::limits::{Limit, LimitExceeded};
-use crate::wasm::meter::Meter;
 
 pub struct LogHost {
     log: RunLog,

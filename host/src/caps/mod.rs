@@ -2,12 +2,42 @@
 //! host implementation (the per-instance struct implementing the bindgen
 //! `Host` trait) and its `add_to_linker`, generic over the store's data (as
 //! wasmtime-wasi's are), so a capability knows nothing of the instance that
-//! holds it: [`crate::wasm::instance`] puts them together and links them. Per-run
-//! context comes from [`crate::run::RunContext`]. Nothing is granted unless the
-//! user's config says so.
+//! holds it: [`crate::wasm::instance`] puts them together and links them.
+//!
+//! As Spin's factors do, a capability also owns its config section and its
+//! per-run state: `[workspace]` is [`workspace::WorkspaceConfig`], and the
+//! actions capability's per-run grants ([`actions::ActionGrants::new`]) are
+//! built from `[shell]` and `[agent]` (which live in [`crate::exec::config`],
+//! beside the rules, sandbox and agent runner that read them) and the
+//! [`RunFacts`] every capability shares. [`crate::run::RunContext::with_access`]
+//! only gathers those facts and calls each constructor. Nothing is granted
+//! unless the user's config says so.
 
 pub mod actions;
 pub mod log;
 pub mod state;
 pub mod wasi;
 pub mod workspace;
+pub mod worktree;
+
+use std::path::{Path, PathBuf};
+
+use crate::db::Db;
+use crate::exec::sandbox::Support;
+use crate::limits::Limits;
+
+/// What a capability's per-run state is built from besides its own section:
+/// the run's facts, the same for every capability.
+pub struct RunFacts<'a> {
+    /// The workspace, canonical.
+    pub root: &'a Path,
+    /// Files of loopbox's own the sandbox keeps read-only besides the protected
+    /// names: the config in use, the lock beside it, the policy file.
+    pub own_files: &'a [PathBuf],
+    /// What the machine supports; probed on first use when None.
+    pub support: Option<Support>,
+    /// The run's store.
+    pub db: &'a Db,
+    /// `[limits]`, shared by every capability.
+    pub limits: &'a Limits,
+}

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use anyhow::Result;
 use wasmtime::component::{HasSelf, Linker};
 
+use crate::bindings::loopbox::policy::state;
 use crate::db::Db;
-use crate::wasm::bindings::loopbox::policy::state;
-use crate::wasm::limits::{Limit, LimitExceeded, Limits};
-use crate::wasm::meter::Meter;
+use crate::limits::meter::Meter;
+use crate::limits::{Limit, LimitExceeded, Limits};
 
 pub struct StateHost {
     db: Db,

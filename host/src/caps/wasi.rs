@@ -17,7 +17,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiView};
 
 use crate::journal::{Journal, JournalClock, event_rng};
-use crate::wasm::meter::Meter;
+use crate::limits::meter::Meter;
 
 /// Link WASI p2 into `linker`; the store's data gives the (empty) context.
 pub fn add_to_linker<T: WasiView + 'static>(linker: &mut Linker<T>) -> Result<()> {

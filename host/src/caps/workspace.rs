@@ -11,18 +11,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use cap_std::fs::Dir;
 
 use crate::files::ReadError;
 use wasmtime::component::{HasSelf, Linker};
 
+use crate::bindings::loopbox::policy::workspace;
 use crate::db::STORE_DIR;
 use crate::exec::child_env::normalize_relative;
 use crate::journal::{Journal, Step, codec};
-use crate::wasm::bindings::loopbox::policy::workspace;
-use crate::wasm::limits::{Limit, LimitExceeded};
-use crate::wasm::meter::Meter;
+use crate::limits::meter::Meter;
+use crate::limits::{Limit, LimitExceeded};
 
 /// Which paths a run's policy may read and list: its `workspace.read`, normalized.
 pub struct ReadGrant {
@@ -320,6 +320,93 @@ pub fn add_to_linker<T: Send + 'static>(
     get: fn(&mut T) -> &mut WorkspaceHost,
 ) -> Result<()> {
     workspace::add_to_linker::<T, HasSelf<WorkspaceHost>>(linker, get).map_err(crate::wasm_err)
+}
+
+/// `[workspace]` (or `[policies.NAME.workspace]`): which workspace files a policy
+/// may read and list through the `workspace` capability.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceConfig {
+    /// Paths relative to the workspace root, each with everything under it; `"."`
+    /// is all of it. A section that leaves `read` out grants no reads.
+    #[serde(default)]
+    pub read: Vec<String>,
+}
+
+impl Default for WorkspaceConfig {
+    /// The top level without a `[workspace]` section: the whole workspace.
+    fn default() -> Self {
+        WorkspaceConfig {
+            read: vec![".".into()],
+        }
+    }
+}
+
+impl WorkspaceConfig {
+    /// An installed policy without a `[policies.NAME.workspace]` section: nothing.
+    pub fn nothing() -> Self {
+        WorkspaceConfig { read: Vec::new() }
+    }
+
+    /// What serde cannot check of `[workspace]`: each `read` path is one this
+    /// capability can serve.
+    pub fn validate(&self) -> Result<()> {
+        for (i, path) in self.read.iter().enumerate() {
+            check_path(path)
+                .and_then(|_| {
+                    if path.is_empty() {
+                        Err("it is empty; `.` is the whole workspace".into())
+                    } else {
+                        Ok(())
+                    }
+                })
+                .map_err(|e| anyhow::anyhow!("workspace.read[{i}]: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The capability's per-run state, shared by the run's instances: the
+/// workspace opened once, what reads never reach, what the section grants.
+#[derive(Clone)]
+pub struct WorkspaceGrants {
+    pub dir: Arc<Dir>,
+    /// What the policy's reads never reach (the store, hidden paths).
+    pub withheld: Arc<Withheld>,
+    /// What the policy may read (`workspace.read`).
+    pub reads: Arc<ReadGrant>,
+}
+
+impl WorkspaceGrants {
+    /// From the section (`section` is its key: `workspace` or
+    /// `policies.NAME.workspace`), the canonical workspace `root`, and the paths
+    /// hidden from the run's commands, which reads do not reach either.
+    pub fn new(
+        config: &WorkspaceConfig,
+        section: String,
+        root: &Path,
+        hidden: &[PathBuf],
+    ) -> Result<WorkspaceGrants> {
+        let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())
+            .with_context(|| format!("failed to open workspace `{}`", root.display()))?;
+        Ok(WorkspaceGrants {
+            dir: Arc::new(dir),
+            withheld: Arc::new(Withheld::new(root, hidden)),
+            reads: Arc::new(ReadGrant::new(&config.read, section)),
+        })
+    }
+
+    /// The host of one instance, counting on `meter` and journaling in `journal`.
+    pub fn host(&self, meter: Arc<Meter>, read_limit: u64, journal: Journal) -> WorkspaceHost {
+        WorkspaceHost::new(
+            self.dir.clone(),
+            self.withheld.clone(),
+            self.reads.clone(),
+            meter,
+            read_limit,
+            journal,
+        )
+    }
 }
 
 #[cfg(test)]

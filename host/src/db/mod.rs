@@ -660,7 +660,7 @@ mod tests {
         // A store failure inside a guest's host call travels as a wasmtime error,
         // then a fault, then the run's error: the advice is still found by type.
         let w = host_err(damaged());
-        let fault = PolicyFault::from_wasm(&w, &crate::wasm::limits::Limits::default());
+        let fault = PolicyFault::from_wasm(&w, &crate::limits::Limits::default());
         drop(w);
         let PolicyFault::Host(h) = fault else {
             panic!("not a host fault: {fault:?}")

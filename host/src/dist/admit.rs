@@ -2,12 +2,16 @@
 //! may load. Checked on the bytes before they are compiled, on every run and
 //! resume: the pinned digests (the entry's `digest`, and for a registry policy
 //! its `loopbox.lock` entry) and the signature against `[trust.keys]`.
+//!
+//! The two sections it judges by live here: `[policies.NAME]` ([`PolicyEntry`])
+//! and `[trust]` ([`TrustConfig`]), each with its own checks.
 
 use anyhow::{Context, Result, bail};
 
 use super::lock::Locked;
 use super::sign::{self, Signature};
-use crate::config::{PolicyEntry, TrustConfig};
+use crate::caps::workspace::WorkspaceConfig;
+use crate::exec::config::{AgentConfig, ShellConfig};
 
 /// Why a component was let in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,5 +112,91 @@ pub fn judge(
         },
         Signature::Unsigned if accept_unsigned => Ok(Admitted::Unsigned { signer: None }),
         Signature::Unsigned => Err(Refused::Unsigned),
+    }
+}
+
+/// `[trust]`: the keys whose signature lets an installed policy run.
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustConfig {
+    /// `NAME = "ed25519:..."`: a signer you trust, by a name of your choosing.
+    #[serde(default)]
+    pub keys: std::collections::BTreeMap<String, String>,
+}
+
+impl TrustConfig {
+    /// The name `[trust.keys]` gives this public key, if it lists it.
+    pub fn name_of(&self, key: &str) -> Option<&str> {
+        self.keys
+            .iter()
+            .find(|(_, k)| k.as_str() == key)
+            .map(|(n, _)| n.as_str())
+    }
+
+    /// Every key parses as a public key.
+    pub fn validate(&self) -> Result<()> {
+        for (name, key) in &self.keys {
+            sign::parse_public(key).with_context(|| format!("trust.keys.{name}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// `[policies.NAME]`: one policy and the grants it alone runs under. `loopbox run
+/// NAME` runs it with these `shell` and `agent` sections instead of the top-level
+/// ones (which stay the grants of policies named by path); everything absent
+/// grants nothing. `limits`, `run` and `engine` are shared, and the top level's
+/// safety settings bind it too (see [`crate::config::Config::scoped`]).
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEntry {
+    /// Where the component is: a path (relative to the workspace), `builtin:NAME`,
+    /// or a registry reference `oci://REGISTRY/REPOSITORY:TAG` (pinned in `loopbox.lock`).
+    pub source: String,
+    /// `blake3:HEX` (as `loopbox inspect` prints it): the component must be exactly this.
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// Run it though it is unsigned, or signed by a key `[trust.keys]` does not list.
+    /// A signature that does not verify is refused all the same.
+    #[serde(default)]
+    pub unsigned: bool,
+    #[serde(default)]
+    pub shell: ShellConfig,
+    #[serde(default)]
+    pub agent: Option<AgentConfig>,
+    /// What it may read of the workspace: nothing unless this section says.
+    #[serde(default = "WorkspaceConfig::nothing")]
+    pub workspace: WorkspaceConfig,
+    /// The keys its `shell` section sets (`sandbox`, `rlimits.cpu_seconds`, ...),
+    /// so a key it leaves out takes the top level's value, not the default.
+    /// Filled in by [`crate::config::Config::parse`]; not read from the file.
+    #[serde(skip)]
+    pub shell_keys: std::collections::BTreeSet<String>,
+}
+
+impl PolicyEntry {
+    /// What serde cannot check of `[policies.NAME]` itself (its grants are
+    /// checked by [`crate::config::Config`] once scoped).
+    pub fn validate(&self, name: &str) -> Result<()> {
+        let entry = self;
+        if let Some(d) = &entry.digest {
+            let hex = d.strip_prefix("blake3:").unwrap_or("");
+            if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                bail!(
+                    "policies.{name}.digest: `{d}` is not a digest; copy it from `loopbox inspect {}` (blake3: and 64 hex digits)",
+                    entry.source
+                );
+            }
+        }
+        if entry.source.trim().is_empty() {
+            bail!(
+                "policies.{name}.source: give a path to a .wasm component, builtin:NAME or oci://REGISTRY/REPOSITORY:TAG"
+            );
+        }
+        if entry.source.starts_with(super::reference::SCHEME) {
+            super::reference::Reference::parse(&entry.source)
+                .with_context(|| format!("policies.{name}.source"))?;
+        }
+        Ok(())
     }
 }

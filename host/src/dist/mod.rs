@@ -9,12 +9,10 @@
 //! - [`store`]: fetched components, by digest, for offline runs.
 //! - [`lock`]: `loopbox.lock`, the pins of registry policies.
 //! - [`admit`]: the checks on an installed policy's bytes before they compile.
-//! - [`installed`]: `[policies.NAME]` resolved to the component it runs.
 //! - [`grant`]: an approved policy written into `loopbox.toml`, comments kept.
 
 pub mod admit;
 pub mod grant;
-pub mod installed;
 pub mod lock;
 pub mod needs;
 pub mod reference;

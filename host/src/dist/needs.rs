@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::sections;
-use crate::config::ShellConfig;
+use crate::exec::config::ShellConfig;
 
 /// At most this much JSON in a needs section.
 pub const MAX_NEEDS_BYTES: usize = 64 << 10;

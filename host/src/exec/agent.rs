@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::config::{AgentConfig, AgentOutput, OpenAiConfig, PromptInput, RunnerKind};
 use crate::db::Db;
 use crate::exec::child_env::ChildEnv;
+use crate::exec::config::{AgentConfig, AgentOutput, OpenAiConfig, PromptInput, RunnerKind};
 use crate::exec::process::{self, Finished, Spec};
 use crate::exec::sandbox::{Confines, LazySandbox, Prepared};
 
@@ -48,6 +48,12 @@ pub struct AgentRequest<'a> {
     pub model: Option<&'a str>,
     pub session: Option<&'a str>,
     pub timeout: Option<Duration>,
+    /// Where the agent runs, already checked to be inside the workspace; the
+    /// workspace root when `None`.
+    pub cwd: Option<&'a std::path::Path>,
+    /// Read-only for this message besides the run's protected set: the `.git`
+    /// files of the git worktrees the run holds.
+    pub protected: &'a [crate::exec::sandbox::protect::Protected],
 }
 
 /// What the agent answered.
@@ -232,10 +238,11 @@ impl AgentRunner {
 
     async fn send_cli(&self, req: AgentRequest<'_>) -> Result<AgentReply, AgentError> {
         let argv = self.argv(&req).map_err(AgentError::Refused)?;
-        let cwd = self.env.root().to_path_buf();
+        let cwd = req.cwd.unwrap_or(self.env.root()).to_path_buf();
         let program =
+            // From the root, as when the runner pinned it, wherever the agent runs.
             self.env
-                .resolve_program(&argv[0], &cwd)
+                .resolve_program(&argv[0], self.env.root())
                 .ok_or_else(|| AgentError::NotFound {
                     program: argv[0].clone(),
                     path: self.env.path_var().to_string(),
@@ -251,14 +258,24 @@ impl AgentRunner {
         let stdin = (self.config.prompt_input == PromptInput::Stdin).then(|| req.text.to_string());
         let (arg0, args) = (Some(argv[0].clone()), argv[1..].to_vec());
         let p = match &self.sandbox {
-            Some(s) => s
-                .confines
-                .prepare(s.sandbox.get(), program, arg0, args, &cwd)
-                .map_err(|why| {
-                    AgentError::Refused(format!(
-                        "the agent runs only inside the OS sandbox, and it cannot be set up: {why}"
-                    ))
-                })?,
+            Some(s) => {
+                let with_open;
+                let confines = if req.protected.is_empty() {
+                    &s.confines
+                } else {
+                    let mut c = s.confines.clone();
+                    c.protected.extend(req.protected.iter().cloned());
+                    with_open = c;
+                    &with_open
+                };
+                confines
+                    .prepare(s.sandbox.get(), program, arg0, args, &cwd)
+                    .map_err(|why| {
+                        AgentError::Refused(format!(
+                            "the agent runs only inside the OS sandbox, and it cannot be set up: {why}"
+                        ))
+                    })?
+            }
             None => Prepared::unconfined(program, arg0, args),
         };
         let spec = Spec {
@@ -514,7 +531,7 @@ mod tests {
         let db = Db::open(std::path::Path::new(":memory:")).unwrap();
         AgentRunner::new(
             config.agent.unwrap(),
-            crate::config::ShellConfig::default().child_env(std::path::Path::new("/")),
+            crate::exec::config::ShellConfig::default().child_env(std::path::Path::new("/")),
             100,
             db,
             None,

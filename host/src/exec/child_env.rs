@@ -272,7 +272,7 @@ mod tests {
     use super::*;
 
     fn env(root: &Path) -> ChildEnv {
-        let path = crate::config::ShellConfig::default().path;
+        let path = crate::exec::config::ShellConfig::default().path;
         ChildEnv::new(&path, &[], root)
     }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
-use crate::config::Rlimits;
+use crate::exec::config::Rlimits;
 use crate::exec::sandbox::Confinement;
 use crate::exec::spawn;
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::agents::{Agent, EventSpec, Kind};
-use crate::wasm::bindings::{Event, Origin, ToolCall, Turn};
+use crate::bindings::{Event, Origin, ToolCall, Turn};
 
 /// The fields loopbox reads from a hook's input; the rest is kept in `raw`.
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@
 use serde_json::{Value, json};
 
 use super::agents::{Agent, Block, EventSpec, Kind};
-use crate::wasm::bindings::Decision;
+use crate::bindings::Decision;
 
 /// What the hook process prints and exits with.
 #[derive(Debug, Clone, PartialEq)]
@@ -299,7 +299,7 @@ pub fn refuse(agent: Agent, spec: &EventSpec, reason: &str) -> HookOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wasm::bindings::Outcome;
+    use crate::bindings::Outcome;
 
     fn r(agent: Agent, event: &str, d: Decision) -> Result<HookOutput, String> {
         render(agent, &agent.event(event), &d)

@@ -15,16 +15,16 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 
-use crate::config::Config;
+use crate::bindings::{Decision, Event};
 use crate::db::{Db, RunStatus, lock};
+use crate::exec::confirm::NoOneToAsk;
 use crate::hook::agents::{Agent, Kind};
 use crate::hook::input::HookInput;
 use crate::hook::render::{HookOutput, render};
 use crate::hook::transcript;
+use crate::run::launch::Prepared;
 use crate::run::record::decision_json;
-use crate::run::{Access, RunContext};
 use crate::ui::Ui;
-use crate::wasm::bindings::{Decision, Event};
 use crate::wasm::policy::{Policy, PolicySource};
 
 /// The run id for a session of a policy: stable across hook processes.
@@ -37,15 +37,16 @@ pub fn session_run_id(agent: Agent, source: &PolicySource, session: &str) -> Str
 /// How long a hook waits for the hooks of its session before it that are still running.
 const SESSION_WAIT: Duration = Duration::from_secs(300);
 
+/// Answer one hook event of `input`'s session with `policy`, prepared by the
+/// launcher (its config, rules and YAML-loop treatment are a run's like any other).
 pub async fn answer(
+    prepared: &Prepared<'_>,
     policy: &Policy,
-    config: Arc<Config>,
-    workspace: &Path,
     start_input: &str,
     input: &HookInput,
-    access: Access,
     accept_config_change: bool,
 ) -> Result<HookOutput> {
+    let workspace = prepared.workspace;
     let db = Db::open_workspace(workspace)?;
     let id = session_run_id(input.agent, &policy.source, &input.session_key());
     // One event of a session at a time: parallel subagents fire hooks at once.
@@ -55,7 +56,7 @@ pub async fn answer(
     if existing.as_ref().is_some_and(|r| r.status.is_final()) {
         return Ok(HookOutput::nothing());
     }
-    let grants = crate::run::pin::pin(&config, workspace);
+    let grants = prepared.pin();
     if let Some(run) = &existing {
         // A later event of the session keeps the policy and the grants it started with.
         if run.policy_digest != policy.digest {
@@ -74,14 +75,13 @@ pub async fn answer(
             how,
         )??;
     }
-    let ctx = RunContext::with_access(
-        id.clone(),
-        config,
-        db.clone(),
-        workspace,
-        Ui::quiet(),
-        access,
-    )?;
+    // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.
+    let confirm = Arc::new(NoOneToAsk(
+        "a hook cannot ask anyone (its stdin is the hook input); approve it with an allow rule instead",
+    ));
+    let ctx = prepared
+        .context(&id, db.clone(), Ui::quiet(), confirm)
+        .map_err(|e| e.error)?;
     if existing.is_none() {
         db.create_hook_run(
             &id,
@@ -121,7 +121,7 @@ pub async fn answer(
     // event commits: a hook killed before that (an agent's timeout) leaves no phantom turn.
     let index = if turn { db.turns_handled(&id)? + 1 } else { 0 };
     let event = input.event(response, index).map_err(|e| anyhow!(e))?;
-    crate::run::crashpoint::hit("hook-event");
+    crate::journal::crashpoint::hit("hook-event");
     let delivered = ctx.deliver(policy, &event).await?;
     if turn {
         db.note_turns(&id, index)?;

@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
 
 use super::{Journal, NonDeterminism, Step, StepError};
-use crate::wasm::meter::Meter;
+use crate::limits::meter::Meter;
 
 /// A WASI clock whose readings go through the event's journal.
 pub struct JournalClock {
@@ -126,7 +126,7 @@ mod tests {
         let db = Db::open_workspace(dir.path()).unwrap();
         db.create_run("r", "p", "d", "{}").unwrap();
         let j = Journal::live(db.clone(), "r", "{}".into(), true);
-        let meter = Arc::new(Meter::new(&crate::wasm::limits::Limits::default()));
+        let meter = Arc::new(Meter::new(&crate::limits::Limits::default()));
         let clock = JournalClock::new(j.clone(), meter.clone());
         let wall = HostWallClock::now(&clock);
         let mono = HostMonotonicClock::now(&clock);
@@ -151,7 +151,7 @@ mod tests {
         let db = Db::open_workspace(dir.path()).unwrap();
         db.create_run("r", "p", "d", "{}").unwrap();
         let j = Journal::live(db, "r", "{}".into(), true);
-        let limits = crate::wasm::limits::Limits {
+        let limits = crate::limits::Limits {
             host_calls_per_event: 3,
             ..Default::default()
         };

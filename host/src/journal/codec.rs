@@ -4,9 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::wasm::bindings::actions::{
-    ActionError, Output, PromptKind, PromptRequest, ShellRequest,
-};
+use crate::bindings::actions::{ActionError, Output, PromptKind, PromptRequest, ShellRequest};
 
 pub fn shell_request(req: &ShellRequest) -> String {
     match req {
@@ -23,7 +21,16 @@ pub fn prompt_request(req: &PromptRequest) -> String {
         PromptKind::Prompt => "prompt",
         PromptKind::SlashCommand => "slash-command",
     };
-    json!({"text": req.text, "kind": kind, "model": req.model, "session": req.session, "timeout_ms": req.timeout_ms}).to_string()
+    let mut v = json!({"text": req.text, "kind": kind, "model": req.model, "session": req.session, "timeout_ms": req.timeout_ms});
+    // Only when set: a run journaled before contract 0.3.0 has neither key, and
+    // its replayed requests must compare equal to what it recorded.
+    if let Some(p) = &req.profile {
+        v["profile"] = json!(p);
+    }
+    if let Some(c) = &req.cwd {
+        v["cwd"] = json!(c);
+    }
+    v.to_string()
 }
 
 pub fn action_result(r: &Result<Output, ActionError>) -> String {
@@ -140,5 +147,37 @@ mod tests {
         );
         let e: Result<String, String> = Err("no such file".into());
         assert_eq!(parse_text_result::<String>(&text_result(&e)).unwrap(), e);
+    }
+}
+
+#[cfg(test)]
+mod profile_tests {
+    use super::*;
+
+    fn req(profile: Option<&str>, cwd: Option<&str>) -> PromptRequest {
+        PromptRequest {
+            text: "hi".into(),
+            kind: PromptKind::Prompt,
+            model: None,
+            session: None,
+            timeout_ms: None,
+            profile: profile.map(String::from),
+            cwd: cwd.map(String::from),
+        }
+    }
+
+    /// A run journaled before contract 0.3.0 recorded no `profile` or `cwd`:
+    /// the same request must still compare equal on resume, and one naming
+    /// another profile (or directory) must not.
+    #[test]
+    fn a_prompt_without_profile_or_cwd_is_recorded_as_before_0_3_0() {
+        assert_eq!(
+            prompt_request(&req(None, None)),
+            r#"{"text":"hi","kind":"prompt","model":null,"session":null,"timeout_ms":null}"#
+        );
+        let a = prompt_request(&req(Some("a"), None));
+        assert!(a.contains(r#""profile":"a""#), "{a}");
+        assert_ne!(a, prompt_request(&req(Some("b"), None)));
+        assert_ne!(a, prompt_request(&req(Some("a"), Some("wt"))));
     }
 }

@@ -11,6 +11,7 @@
 
 mod clock;
 pub mod codec;
+pub(crate) mod crashpoint;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,8 +20,8 @@ use anyhow::Result;
 pub use clock::{JournalClock, event_rng};
 
 use crate::db::{Budget, Db, JournalRow, Spent};
+use crate::limits::{Limit, LimitExceeded};
 use crate::ui::shorten;
-use crate::wasm::limits::{Limit, LimitExceeded};
 
 /// Where a call stands against the journal.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +70,15 @@ impl StepError {
     }
 }
 
+/// Answers an event's host calls in place of the world, as the journal answers
+/// a replay: `loopbox test` runs a policy against a scenario this way (see
+/// `crate::scenario`), so nothing is run, prompted or read.
+pub trait Script: Send + Sync {
+    /// The result text (in the journal's codec) for call `kind` with `request`,
+    /// or why the scenario does not allow this call here.
+    fn answer(&self, kind: &str, request: &str) -> Result<String, String>;
+}
+
 /// How much journal an event and its run may record.
 #[derive(Debug, Clone, Copy)]
 pub struct JournalBudget {
@@ -77,7 +87,7 @@ pub struct JournalBudget {
 }
 
 impl JournalBudget {
-    pub fn of(limits: &crate::wasm::limits::Limits) -> JournalBudget {
+    pub fn of(limits: &crate::limits::Limits) -> JournalBudget {
         JournalBudget {
             per_event: limits.journal_bytes_per_event,
             per_run: limits.journal_bytes_per_run,
@@ -107,6 +117,8 @@ struct Inner {
     /// Bytes this event has recorded (replayed rows included), and the run before it.
     event_bytes: u64,
     run_bytes: u64,
+    /// A scenario answering every call (`loopbox test`).
+    script: Option<Arc<dyn Script>>,
 }
 
 impl Journal {
@@ -155,10 +167,19 @@ impl Journal {
             budget: None,
             event_bytes,
             run_bytes: 0,
+            script: None,
         };
         Journal {
             inner: Arc::new(Mutex::new(inner)),
         }
+    }
+
+    /// The journal of an event whose every call `script` answers; a call it
+    /// refuses stops the event like a replay mismatch.
+    pub fn scripted(db: Db, run: &str, event: String, script: Arc<dyn Script>) -> Journal {
+        let j = Journal::with(db, run, event, true, None, Vec::new());
+        j.lock().script = Some(script);
+        j
     }
 
     /// Refuse live calls once the event or the run has recorded `budget`'s bytes.
@@ -191,6 +212,16 @@ impl Journal {
         }
         if let Some(f) = &j.failure {
             return Err(StepError::Mismatch(f.clone()));
+        }
+        if let Some(script) = j.script.clone() {
+            return script
+                .answer(kind, request)
+                .map(Step::Replayed)
+                .map_err(|why| {
+                    let f = NonDeterminism(why);
+                    j.failure = Some(f.clone());
+                    StepError::Mismatch(f)
+                });
         }
         let Some(row) = j.recorded.get(j.cursor).cloned() else {
             // A call is refused once the budget is used, so an event overshoots by at
@@ -453,6 +484,33 @@ mod tests {
         k.note(seq, "read", "a", &"y".repeat(50));
         let e = k.step("read", "c").unwrap_err().to_string();
         assert!(e.contains("limits.journal_bytes_per_run = 150"), "{e}");
+    }
+
+    #[test]
+    fn a_scripted_journal_answers_every_call_from_its_script_and_a_refusal_sticks() {
+        struct Echo;
+        impl Script for Echo {
+            fn answer(&self, kind: &str, request: &str) -> Result<String, String> {
+                match kind {
+                    "shell" => Ok(format!("ran {request}")),
+                    _ => Err(format!("no {kind} here")),
+                }
+            }
+        }
+        let (_d, db) = setup();
+        let j = Journal::scripted(db.clone(), "r", "{}".into(), Arc::new(Echo));
+        assert_eq!(
+            j.step("shell", "x").unwrap(),
+            Step::Replayed("ran x".into())
+        );
+        assert_eq!(
+            j.step("prompt", "y").unwrap_err().to_string(),
+            "no prompt here"
+        );
+        assert!(j.step("shell", "z").is_err());
+        assert_eq!(j.finish_event().failure.unwrap().0, "no prompt here");
+        // Nothing reached the store.
+        assert!(db.last_event("r").unwrap().is_none());
     }
 
     #[test]

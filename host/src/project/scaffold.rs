@@ -14,7 +14,7 @@ use super::{Language, MANIFEST, check_name};
 const WIT: &str = include_str!("../../../wit/policy.wit");
 const SDK_LIB: &str = include_str!("../../../guests/rust/sdk/src/lib.rs");
 /// Where the SDK finds the contract in the repository, and in a scaffold.
-const SDK_WIT_IN_REPO: &str = "path: \"../../../wit/released/0.2.0\"";
+const SDK_WIT_IN_REPO: &str = "path: \"../../../wit/released/0.3.0\"";
 const SDK_WIT_IN_SCAFFOLD: &str = "path: \"../wit\"";
 
 /// The Python SDK (`guests/python/sdk/loopbox_policy`), vendored beside app.py,
@@ -107,6 +107,19 @@ pub fn files(name: &str, language: Language) -> Vec<(&'static str, String)> {
             fill(include_str!("../../templates/loopbox.toml")),
         ),
         ("wit/policy.wit", WIT.to_string()),
+        // `loopbox test` runs these against the built NAME.wasm (docs/authoring/testing.md).
+        (
+            "scenarios/check.scenario.yaml",
+            fill(include_str!(
+                "../../templates/scenarios/check.scenario.yaml"
+            )),
+        ),
+        (
+            "scenarios/gives-up.scenario.yaml",
+            fill(include_str!(
+                "../../templates/scenarios/gives-up.scenario.yaml"
+            )),
+        ),
     ];
     match language {
         Language::Rust => {

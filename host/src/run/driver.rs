@@ -14,13 +14,13 @@ use std::collections::VecDeque;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
+use crate::bindings::{Decision, Event, Outcome, Turn};
 use crate::db::{Budget, Db, JournalRow, RunRecord, RunStatus};
 use crate::exec::agent::AgentRequest;
 use crate::exec::sandbox::Sandbox;
+use crate::limits::stop::StopReason;
 use crate::run::RunContext;
 use crate::run::record::parse_decision;
-use crate::run::stop::StopReason;
-use crate::wasm::bindings::{Decision, Event, Outcome, Turn};
 use crate::wasm::fault::PolicyFault;
 use crate::wasm::policy::Policy;
 
@@ -375,7 +375,7 @@ async fn agent_turn(
                 } else {
                     *turns = ctx.db.add_turn(&ctx.id)?;
                 }
-                crate::run::crashpoint::hit("turn-started");
+                crate::journal::crashpoint::hit("turn-started");
             } else {
                 ctx.log.host(
                     "warn",
@@ -390,11 +390,11 @@ async fn agent_turn(
                 Ok(r) => r,
                 Err(reason) => return Ok(Err(stop_end(reason))),
             };
-            crate::run::crashpoint::hit("turn-finished");
+            crate::journal::crashpoint::hit("turn-finished");
             if journaled {
                 ctx.db
                     .journal_result(&ctx.id, seq, 0, &turn_json(&result))?;
-                crate::run::crashpoint::hit("turn-recorded");
+                crate::journal::crashpoint::hit("turn-recorded");
             }
             match result {
                 Ok(r) => r,
@@ -433,6 +433,8 @@ async fn send_turn(
             session,
             timeout: None,
             model: None,
+            cwd: None,
+            protected: &[],
         })
         .await
         .map_err(|e| e.to_string())?;

@@ -6,46 +6,46 @@
 //! host calls answered from the journal.
 //!
 //! Beside it: [`driver`], the standalone loop behind `loopbox run`; [`record`],
-//! events and decisions as JSON; [`pin`], the grants a run keeps for its life;
-//! [`stop`], cancel and signals; [`crashpoint`], fault injection for tests.
+//! events and decisions as JSON; [`pin`], the grants a run keeps for its life.
+//! A run's stop request is [`crate::limits::stop`], below the engine that
+//! obeys it; its crash points for tests are [`crate::journal::crashpoint`].
 
-pub(crate) mod crashpoint;
 pub mod driver;
+pub mod installed;
+pub mod launch;
 pub mod pin;
 pub mod record;
-pub mod stop;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
-use cap_std::ambient_authority;
-use cap_std::fs::Dir;
+use anyhow::{Context, Result};
 use wasmtime::component::ResourceTable;
 
-use crate::caps::actions::{ActionGrants, ActionsHost};
+use crate::bindings::{Decision, Event, PolicyInfo};
+use crate::caps::RunFacts;
+use crate::caps::actions::{ActionGrants, ActionsConfig, ActionsHost};
 use crate::caps::log::LogHost;
 use crate::caps::state::StateHost;
 use crate::caps::wasi::{CapturedOutput, LazyWasi};
-use crate::caps::workspace::{ReadGrant, Withheld, WorkspaceHost};
+use crate::caps::workspace::WorkspaceGrants;
 use crate::config::Config;
 use crate::db::{Db, EventCommit};
 use crate::error::HostError;
 use crate::exec::agent::AgentRunner;
 use crate::exec::confirm::{Confirm, NoOneToAsk};
-use crate::exec::grants::{ExtraRules, ShellGrants};
-use crate::exec::sandbox::{Confines, LazySandbox, Sandbox};
+use crate::exec::grants::ExtraRules;
+use crate::exec::sandbox::Sandbox;
 use crate::journal::{Journal, JournalBudget};
+use crate::limits::meter::Meter;
+use crate::limits::stop::{Stop, StopReason};
 use crate::run::record::{
     decision_json, describe_decision, event_json, parse_event, validate_decision,
 };
-use crate::run::stop::{Stop, StopReason};
 use crate::runlog::{RunLog, Source};
 use crate::ui::Ui;
-use crate::wasm::bindings::{Decision, Event, PolicyInfo};
 use crate::wasm::fault::PolicyFault;
 use crate::wasm::instance::{InstanceState, Limiter};
-use crate::wasm::meter::Meter;
 use crate::wasm::policy::{Call, Policy, PolicySource, Returned};
 
 /// What the front end adds to a run's grants.
@@ -59,6 +59,9 @@ pub struct Access {
     pub protected: Vec<PathBuf>,
     /// What the machine supports; probed when None (tests pass a machine without sandboxes).
     pub support: Option<crate::exec::sandbox::Support>,
+    /// Run `script` actions with `bash -c` rather than `sh -c`: set by the
+    /// launcher for `builtin:fsm` (see `run::launch`); a policy never chooses.
+    pub bash_scripts: bool,
 }
 
 impl Default for Access {
@@ -68,6 +71,7 @@ impl Default for Access {
             confirm: Arc::new(NoOneToAsk("no one can be asked here")),
             protected: Vec::new(),
             support: None,
+            bash_scripts: false,
         }
     }
 }
@@ -78,12 +82,9 @@ pub struct RunContext {
     pub db: Db,
     pub log: RunLog,
     root: PathBuf,
-    dir: Arc<Dir>,
-    /// What the policy's workspace reads never reach (the store, hidden paths).
-    withheld: Arc<Withheld>,
+    /// Each capability's per-run state.
     grants: Arc<ActionGrants>,
-    /// What the policy may read of the workspace (`workspace.read`).
-    reads: Arc<ReadGrant>,
+    workspace: WorkspaceGrants,
     /// The run's random seed, read from the store at the first event.
     seed: std::sync::OnceLock<String>,
     /// Raised by a cancel request (polled from the store) or a signal.
@@ -140,111 +141,46 @@ impl RunContext {
             .with_context(|| format!("workspace `{}` cannot be used", root.display()))?;
         // Placeholders a loopbox killed with SIGKILL left (a hook's workspace comes from its event).
         crate::exec::sandbox::placeholder::clean_stale(&root);
-        let sandbox = LazySandbox::new(config.shell.sandbox, access.support.clone());
-        // A PATH entry the policy's commands can write would let them plant a program
-        // under an allowed name.
-        for dir in config.shell.path.split(':').filter(|d| !d.is_empty()) {
-            let real = Path::new(dir)
-                .canonicalize()
-                .unwrap_or_else(|_| root.join(dir));
-            if real.starts_with(&root) {
-                bail!(
-                    "shell.path contains `{dir}`, which is inside the workspace: a command could plant a program there under an allowed name; remove it from shell.path"
-                );
-            }
-        }
-        let dir = Dir::open_ambient_dir(&root, ambient_authority())
-            .with_context(|| format!("failed to open workspace `{}`", root.display()))?;
-        let env = config.shell.child_env(&root);
-        let rules = ShellGrants::new(&config.shell, &access.rules, &env);
-        // Everything loopbox will run or read again is protected: the config and
-        // policy files, the agent program, and programs the rules name.
-        let mut extra: Vec<PathBuf> = access.protected.clone();
-        let programs = config
-            .agent
-            .iter()
-            .filter(|a| a.runner != crate::config::RunnerKind::Openai)
-            .map(|a| a.command[0].as_str());
-        for name in programs.chain(
-            rules
-                .rules()
-                .iter()
-                .filter(|r| r.tier != crate::exec::grants::Tier::Deny)
-                .map(|r| r.argv[0].as_str()),
-        ) {
-            extra.extend(env.resolve_program(name, &root));
-        }
-        let protected = crate::exec::sandbox::protect::paths(&root, &config.shell.writable, &extra);
-        let hidden = crate::exec::sandbox::hide::Hidden::new(&config.shell, &root);
-        let agent_state = hidden.agent_state(config.agent.as_ref());
-        let confines = Confines {
-            workspace: root.clone(),
-            protected: protected.clone(),
-            network: config.shell.network,
-            unix_sockets: config.shell.unix_sockets,
-            writable_outside: Vec::new(),
-            hidden: hidden.for_commands(&agent_state),
-            tmp_bytes: config.shell.tmp_bytes,
+        let facts = RunFacts {
+            root: &root,
+            own_files: &access.protected,
+            support: access.support.clone(),
+            db: &db,
+            limits: &config.limits,
         };
-        let agent = config.agent.clone().map(|a| {
-            let writable_outside = agent_state.clone();
-            // The agent's own settings, hooks and local install stay read-only though its state is writable.
-            let mut protected = protected.clone();
-            protected.extend(crate::exec::sandbox::protect::agent_settings(
-                &writable_outside,
-            ));
-            let confines = Confines {
-                workspace: root.clone(),
-                protected,
-                network: true,
-                unix_sockets: false,
-                hidden: hidden.for_agent(&writable_outside),
-                writable_outside,
-                tmp_bytes: config.shell.tmp_bytes,
-            };
-            let sandbox = crate::exec::agent::AgentSandbox {
-                sandbox: LazySandbox::new(config.shell.sandbox, access.support.clone()),
-                confines,
-            };
-            AgentRunner::new(
-                a,
-                env.clone(),
-                config.limits.output_bytes as usize,
-                db.clone(),
-                Some(sandbox),
-            )
-        });
-        let grants = Arc::new(ActionGrants {
-            shell: config.shell.clone(),
-            rules,
-            env,
-            agent,
-            confirm: access.confirm,
-            sandbox,
-            confines,
-            bash_scripts: Default::default(),
-        });
-        let withheld = Arc::new(Withheld::new(&root, &grants.confines.hidden));
-        let reads = Arc::new(ReadGrant::new(
-            &config.workspace.read,
+        let sections = ActionsConfig {
+            shell: &config.shell,
+            agent: config.agent.as_ref(),
+            profiles: &config.profiles,
+            worktree: &config.worktree,
+        };
+        let grants = Arc::new(ActionGrants::new(
+            sections,
+            &facts,
+            &access.rules,
+            access.confirm,
+            access.bash_scripts,
+        )?);
+        let workspace = WorkspaceGrants::new(
+            &config.workspace,
             config.shell.sibling("workspace"),
-        ));
+            &root,
+            &grants.confines.hidden,
+        )?;
         Ok(RunContext {
             id,
             config,
             db,
             log: RunLog::new(ui),
             root,
-            dir: Arc::new(dir),
-            withheld,
-            reads,
             grants,
+            workspace,
             seed: Default::default(),
             stop: Arc::new(Stop::new()),
         })
     }
 
-    /// The run's stop request: raise it to end the event in progress (see [`crate::run::stop`]).
+    /// The run's stop request: raise it to end the event in progress (see [`crate::limits::stop`]).
     pub fn stop(&self) -> &Arc<Stop> {
         &self.stop
     }
@@ -277,14 +213,6 @@ impl RunContext {
         &self.root
     }
 
-    /// Run this run's `script` actions with `bash -c` (chosen by the host for
-    /// `builtin:fsm`, as little-loops runs its shell; see `caps::actions`).
-    pub fn scripts_with_bash(&self) {
-        self.grants
-            .bash_scripts
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
     /// The OS sandbox this run's commands run in (decided on first use).
     pub fn sandbox(&self) -> &Sandbox {
         self.grants.sandbox.get()
@@ -298,10 +226,10 @@ impl RunContext {
     /// [`ActionGrants::message_allowed`]); `Err` says why not.
     pub async fn allow_message(
         &self,
-        tier: crate::config::PromptTier,
+        tier: crate::exec::config::PromptTier,
         what: &str,
     ) -> Result<(), String> {
-        use crate::wasm::bindings::actions::ActionError;
+        use crate::bindings::actions::ActionError;
         self.grants
             .message_allowed(&self.log, tier, what)
             .await
@@ -343,14 +271,9 @@ impl RunContext {
                 limits,
             ),
             state: StateHost::new(self.db.clone(), self.id.clone(), meter.clone(), limits),
-            workspace: WorkspaceHost::new(
-                self.dir.clone(),
-                self.withheld.clone(),
-                self.reads.clone(),
-                meter.clone(),
-                limits.read_bytes,
-                journal.clone(),
-            ),
+            workspace: self
+                .workspace
+                .host(meter.clone(), limits.read_bytes, journal.clone()),
             log: LogHost::new(self.log.clone(), meter, limits.log_bytes_per_event),
             stdout: out,
             stderr: err,
@@ -522,7 +445,7 @@ impl RunContext {
             .db
             .commit_event(&self.id, &commit)
             .context("failed to record the event in the store")?;
-        crate::run::crashpoint::hit("event-committed");
+        crate::journal::crashpoint::hit("event-committed");
         Ok((seq, result))
     }
 }

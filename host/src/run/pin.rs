@@ -11,8 +11,9 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::config::{Config, RunnerKind};
+use crate::config::Config;
 use crate::db::Db;
+use crate::exec::config::RunnerKind;
 
 /// The pinned form of a run's grants.
 pub fn pin(config: &Config, workspace: &Path) -> Value {

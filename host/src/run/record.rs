@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::wasm::bindings::{Decision, Event, Origin, Outcome};
+use crate::bindings::{Decision, Event, Origin, Outcome};
 
 /// Embed a JSON text as a value when it parses, else as a string.
 fn embed(text: &str) -> Value {
@@ -57,14 +57,14 @@ pub fn parse_event(text: &str) -> anyhow::Result<Event> {
     };
     Ok(match v["type"].as_str().unwrap_or_default() {
         "start" => Event::Start(payload(&v["input"])),
-        "turn-complete" => Event::TurnComplete(crate::wasm::bindings::Turn {
+        "turn-complete" => Event::TurnComplete(crate::bindings::Turn {
             session_id: s("session_id")?,
             response: s("response")?,
             index: v["index"].as_u64().unwrap_or(0) as u32,
             continuation: v["continuation"].as_bool().unwrap_or(false),
             origin: parse_origin(&v["origin"]),
         }),
-        "tool-call" => Event::ToolCall(crate::wasm::bindings::ToolCall {
+        "tool-call" => Event::ToolCall(crate::bindings::ToolCall {
             name: s("name")?,
             input: payload(&v["input"]),
             origin: parse_origin(&v["origin"]),
@@ -203,19 +203,19 @@ mod tests {
             Event::Tick("{}".into()),
             Event::UserInput("yes".into()),
             Event::Custom(("PostToolUse".into(), "{\"x\":1}".into())),
-            Event::ToolCall(crate::wasm::bindings::ToolCall {
+            Event::ToolCall(crate::bindings::ToolCall {
                 name: "Bash".into(),
                 input: "{\"command\":\"ls\"}".into(),
                 origin: None,
             }),
-            Event::TurnComplete(crate::wasm::bindings::Turn {
+            Event::TurnComplete(crate::bindings::Turn {
                 session_id: "s".into(),
                 response: "done".into(),
                 index: 2,
                 continuation: true,
                 origin: None,
             }),
-            Event::ToolCall(crate::wasm::bindings::ToolCall {
+            Event::ToolCall(crate::bindings::ToolCall {
                 name: "Bash".into(),
                 input: "{}".into(),
                 origin: Some(Origin {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Result;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::wasm::limits::MAX_MEMORY_BYTES;
+use crate::limits::MAX_MEMORY_BYTES;
 
 /// How often the epoch advances; compute-time limits are enforced at this granularity.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);

@@ -5,7 +5,7 @@
 use wasmtime::Trap;
 
 use crate::error::HostError;
-use crate::wasm::limits::{Limit, LimitExceeded, Limits};
+use crate::limits::{Limit, LimitExceeded, Limits};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PolicyFault {
@@ -32,7 +32,7 @@ pub enum PolicyFault {
     /// The run was asked to stop (cancel, SIGINT, SIGTERM) while the event ran:
     /// not the policy's doing; nothing of the event is committed.
     #[error("{0}")]
-    Stopped(crate::run::stop::StopReason),
+    Stopped(crate::limits::stop::StopReason),
 }
 
 /// How a guest that panicked or aborted (wasm `unreachable`) is described.
@@ -97,7 +97,7 @@ impl PolicyFault {
         if let Some(l) = err.downcast_ref::<LimitExceeded>() {
             return PolicyFault::Limit(l.clone());
         }
-        if let Some(s) = err.downcast_ref::<crate::run::stop::Stopped>() {
+        if let Some(s) = err.downcast_ref::<crate::limits::stop::Stopped>() {
             return PolicyFault::Stopped(s.0);
         }
         if let Some(h) = err.downcast_ref::<HostError>() {

@@ -8,6 +8,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtxView, WasiView};
 
+use crate::bindings::loopbox::policy::types;
 use crate::caps::{
     self,
     actions::ActionsHost,
@@ -16,8 +17,7 @@ use crate::caps::{
     wasi::{CapturedOutput, LazyWasi},
     workspace::WorkspaceHost,
 };
-use crate::wasm::bindings::loopbox::policy::types;
-use crate::wasm::limits::{Limit, LimitExceeded, Limits};
+use crate::limits::{Limit, LimitExceeded, Limits};
 
 pub struct InstanceState {
     pub wasi: LazyWasi,
@@ -42,6 +42,15 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
     caps::wasi::add_to_linker(linker)?;
     // Components of older contracts reach the same capabilities.
     crate::wasm::contract::v0_1::add_to_linker(
+        linker,
+        crate::wasm::contract::v0_1::Capabilities {
+            actions: |s| &mut s.actions,
+            state: |s| &mut s.state,
+            workspace: |s| &mut s.workspace,
+            log: |s| &mut s.log,
+        },
+    )?;
+    crate::wasm::contract::v0_2::add_to_linker(
         linker,
         crate::wasm::contract::v0_1::Capabilities {
             actions: |s| &mut s.actions,

@@ -1,8 +1,10 @@
 //! The Wasm side: the process's one engine, the compiled-component cache, a
-//! loaded policy and the store data of one instance, the limits a guest runs
-//! under and how a failed call is told apart (a limit, a trap, the host).
+//! loaded policy and the store data of one instance (every capability linked),
+//! and how a failed call is told apart (a limit, a trap, the host). It ranks
+//! above the capabilities it links; what they share with it (the contract's
+//! bindings, the limits, the meter, the stop request) ranks below them, in
+//! [`crate::bindings`] and [`crate::limits`].
 
-pub mod bindings;
 pub(crate) mod builtin;
 pub mod cache;
 pub mod contract;
@@ -11,7 +13,5 @@ pub use engine::pagemap_scan;
 pub mod fault;
 pub mod inspect;
 pub(crate) mod instance;
-pub mod limits;
-pub mod meter;
 pub mod policy;
 pub mod runtime;

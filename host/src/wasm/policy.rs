@@ -15,15 +15,15 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, TypedFunc};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
-use crate::wasm::bindings::{Decision, Event, PolicyInfo};
+use crate::bindings::{Decision, Event, PolicyInfo};
+use crate::limits::meter::Meter;
+use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::wasm::builtin;
 use crate::wasm::cache::CacheOutcome;
 use crate::wasm::contract::{self, Contract, v0_1};
-use crate::wasm::engine::ticks;
+use crate::wasm::engine::{EpochTicker, ticks};
 use crate::wasm::fault::PolicyFault;
 use crate::wasm::instance::InstanceState;
-use crate::wasm::limits::{Limit, LimitExceeded, Limits};
-use crate::wasm::meter::Meter;
 
 pub use crate::wasm::contract::PACKAGE;
 /// The newest contract version, the one `wit/policy.wit` declares.
@@ -130,6 +130,11 @@ pub struct Policy {
     engine: Engine,
     pre: InstancePre<InstanceState>,
     exports: Exports,
+    /// The engine's epoch ticker, kept alive while the policy is: without its
+    /// ticks the compute-time limit, a stop request and a limit deferred by a
+    /// clock read never interrupt the guest, so a caller that drops the
+    /// `Runtime` after loading must not silently switch them off.
+    _ticker: Arc<EpochTicker>,
 }
 
 /// The `policy` export's functions, found and type-checked once at load against
@@ -149,7 +154,10 @@ type HandleFn<'a, E, D> = TypedFunc<(&'a E,), (Result<D, String>,)>;
 impl Exports {
     fn find(pre: &InstancePre<InstanceState>, contract: Contract) -> Result<Exports> {
         match contract {
-            Contract::V0_2 => Exports::typed::<PolicyInfo, Event, Decision>(pre, contract),
+            // 0.2.0's types have the newest's shapes (only `actions` grew in 0.3.0).
+            Contract::V0_3 | Contract::V0_2 => {
+                Exports::typed::<PolicyInfo, Event, Decision>(pre, contract)
+            }
             Contract::V0_1 => {
                 Exports::typed::<v0_1::Info, v0_1::Event, v0_1::Decision>(pre, contract)
             }
@@ -282,6 +290,7 @@ impl Policy {
         component: &Component,
         cache: CacheOutcome,
         linker: &wasmtime::component::Linker<InstanceState>,
+        ticker: &Arc<EpochTicker>,
     ) -> Result<Policy> {
         let ty = component.component_type();
         let interface = Interface {
@@ -310,6 +319,7 @@ impl Policy {
             engine: engine.clone(),
             pre,
             exports,
+            _ticker: ticker.clone(),
         })
     }
 
@@ -378,7 +388,7 @@ async fn watchdog(meter: &Meter, wall_ms: u64) -> wasmtime::Error {
         // Host calls pause the guest's clock, so waking finds less used than asked for; check again.
         let nap = (budget - used).max(Duration::from_millis(1));
         tokio::select! {
-            reason = meter.stop().wait() => return crate::run::stop::Stopped(reason).into(),
+            reason = meter.stop().wait() => return crate::limits::stop::Stopped(reason).into(),
             () = tokio::time::sleep(nap) => {}
         }
     }
@@ -398,14 +408,14 @@ impl Policy {
         };
         let (info, handle) = (&self.exports.info, &self.exports.handle);
         match (call, self.exports.contract) {
-            (Call::Info, Contract::V0_2) => {
+            (Call::Info, Contract::V0_3 | Contract::V0_2) => {
                 // SAFETY: `Exports::find` type-checked this export against this
                 // signature, of the contract it holds, for the component `pre` instantiates.
                 let f = unsafe { InfoFn::<PolicyInfo>::new_unchecked(func(store, info)?) };
                 let (info,) = f.call_async(&mut *store, ()).await?;
                 Ok(Ok(Returned::Info(info)))
             }
-            (Call::Handle(event), Contract::V0_2) => {
+            (Call::Handle(event), Contract::V0_3 | Contract::V0_2) => {
                 // SAFETY: as above, for `handle`.
                 let f = unsafe { HandleFn::<Event, Decision>::new_unchecked(func(store, handle)?) };
                 let (decision,) = f.call_async(&mut *store, (event,)).await?;
@@ -506,7 +516,9 @@ mod tests {
         for (info, handle, names) in cases {
             let err = format!("{:#}", load(&exporting(info, handle)).err().unwrap());
             assert!(
-                err.contains("does not match `loopbox:policy@0.2.0`, the contract it names"),
+                err.contains(&format!(
+                    "does not match `loopbox:policy@{VERSION}`, the contract it names"
+                )),
                 "{err}"
             );
             assert!(err.contains(names), "{err}");

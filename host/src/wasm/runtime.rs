@@ -1,6 +1,7 @@
 //! The runtime: the process's one engine, the linker with every capability,
 //! and the compiled-component cache. [`Runtime::load`] turns a policy source
-//! into a ready [`Policy`].
+//! into a ready [`Policy`]. `[engine]` of `loopbox.toml` ([`EngineConfig`])
+//! is its section.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,7 +19,8 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<InstanceState>,
     cache: ComponentCache,
-    _ticker: EpochTicker,
+    /// Shared with every policy loaded here, which keeps it ticking.
+    ticker: Arc<EpochTicker>,
 }
 
 impl Runtime {
@@ -34,12 +36,12 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         crate::wasm::instance::add_to_linker(&mut linker)
             .context("failed to link loopbox's capabilities")?;
-        let ticker = EpochTicker::start(&engine)?;
+        let ticker = Arc::new(EpochTicker::start(&engine)?);
         Ok(Runtime {
             engine,
             linker,
             cache: ComponentCache::new(cache_dir),
-            _ticker: ticker,
+            ticker,
         })
     }
 
@@ -88,6 +90,46 @@ impl Runtime {
             &component,
             outcome,
             &self.linker,
+            &self.ticker,
         )
+    }
+}
+
+/// `[engine]`: the Wasm engine and its compiled-component cache.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Where compiled components are kept; `$LOOPBOX_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/loopbox`, else `~/.cache/loopbox` when absent.
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// Instances that may be alive at once (events in flight); reserved at start-up.
+    #[serde(default = "default_pool_instances")]
+    pub pool_instances: u32,
+}
+
+fn default_pool_instances() -> u32 {
+    crate::wasm::engine::DEFAULT_POOL_INSTANCES
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cache_dir: None,
+            pool_instances: default_pool_instances(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// What serde cannot check of `[engine]`.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=10_000).contains(&self.pool_instances) {
+            anyhow::bail!(
+                "engine.pool_instances = {} is out of range: give 1 to 10000",
+                self.pool_instances
+            );
+        }
+        Ok(())
     }
 }

@@ -5,7 +5,9 @@
 use std::process::Command;
 
 use crate::common;
+mod agent_profiles;
 mod contract;
+mod test_cmd;
 
 use common::*;
 
@@ -414,9 +416,9 @@ fn inspect_describes_a_builtin() {
             "policy       builtin:ralph",
             "info         ralph 0.1.0: Re-feed a prompt until the reply carries the completion promise or iterations run out",
             "world        loopbox:policy/decider",
-            "contract     loopbox:policy@0.2.0",
+            "contract     loopbox:policy@0.3.0",
             "capabilities state",
-            "exports      loopbox:policy/policy@0.2.0",
+            "exports      loopbox:policy/policy@0.3.0",
         ]
     );
     assert!(out.contains("\nlanguage     Rust"), "{out}");
@@ -725,6 +727,17 @@ fn new_build_run(lang: &str) {
         ),
         (Some(true), Some(name.as_str())),
         "{inspected}"
+    );
+    // The scenarios the scaffold ships pass against what it built (`loopbox test`).
+    let o = loopbox(&project, &["test"]);
+    assert_eq!(
+        (code(&o), String::from_utf8_lossy(&o.stdout).lines().last()),
+        (
+            0,
+            Some("2 scenario(s): 2 passed, 0 failed, 0 could not run")
+        ),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
     );
 
     let o = loopbox(

@@ -6,6 +6,8 @@
 
 use crate::common;
 
+mod real;
+
 use std::path::Path;
 
 use common::*;
@@ -69,6 +71,9 @@ fn loops_take_the_path_little_loops_takes_and_end_the_same_way() {
         let loop_file = t["loop"].as_str().unwrap();
         let input = t["input"].as_str();
         let dir = conformance_workspace();
+        if loop_file == "worktree.yaml" {
+            branch_fixture(dir.path());
+        }
         let ran = run(dir.path(), loop_file, input);
         let want_path: Vec<String> = t["path"]
             .as_array()

@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 use crate::common;
 use common::{BIN, repo};
 
+mod profiles;
+
 /// A test guest built from source (once per test process).
 fn guest(name: &str) -> PathBuf {
     static BUILT: OnceLock<Vec<(String, PathBuf)>> = OnceLock::new();

@@ -3,7 +3,11 @@
 //! and the example agent script; `validate` on broken loops, message by message.
 
 use crate::common;
+mod alias_bomb;
+mod learning;
 mod runs_the_same;
+mod tamper_guard;
+mod worktree;
 
 use std::path::Path;
 use std::process::Output;
@@ -387,8 +391,8 @@ fn validate_names_each_problem_with_its_line() {
     noted(
         "name: e\ninitial: a\nmax_step: 3\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    next: done\n  done:\n    terminal: true\n",
         &[
-            "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits)",
-            "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, model, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, fragment, description, throttle, retryable_exit_codes, type, on_<verdict>)",
+            "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits, tamper_guard, prepatch_check)",
+            "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, model, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, worktree, fragment, description, throttle, retryable_exit_codes, type, learning, tamper_guard, prepatch_check, on_<verdict>)",
         ],
     );
     invalid(
@@ -404,7 +408,7 @@ fn validate_names_each_problem_with_its_line() {
         "name: g\ninitial: a\nstates:\n  a:\n    action: print('hi')\n    action_type: python\n    next: b\n  b:\n    action: github/create_issue\n    action_type: mcp_tool\n    next: done\n  done:\n    terminal: true\n",
         &[
             "6: state `a`: `action_type` must be one of shell, prompt, slash_command, not `python`",
-            "10: state `b`: `action_type: mcp_tool` is not supported by loopbox: MCP tools are not reachable from the sandbox",
+            "10: state `b`: `action_type: mcp_tool` is not supported by loopbox: MCP tools are not reachable from the sandbox; call the tool through a command granted in loopbox.toml (`shell.allow`) from a shell state, or route around this state as little-loops does when the server is missing (`not_found`)",
         ],
     );
     invalid(

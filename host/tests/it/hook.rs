@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use crate::common;
 
 use common::{BIN, probe};
+
+mod yaml_loop;
 const RALPH_INPUT: &str =
     r#"{"prompt": "Fix the build.", "completion_promise": "DONE", "max_iterations": 4}"#;
 

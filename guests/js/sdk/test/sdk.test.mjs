@@ -45,11 +45,18 @@ test('script and prompts', () => {
   actions.script('make test | tail -5', { timeoutMs: 1000 });
   actions.prompt('Fix it').model('m').session('s1').timeoutMs(5).send();
   actions.slashCommand('/review').send();
+  actions.prompt('Eval').profile('specialist').cwd('wt').send();
+  assert.equal(actions.worktreeAdd('feature'), host.answer);
+  actions.worktreeRemove('wt');
   assert.deepEqual(host.calls, [
     ['shell', { tag: 'script', val: { source: 'make test | tail -5', cwd: undefined, timeoutMs: 1000n } }],
-    ['prompt', { text: 'Fix it', kind: 'prompt', model: 'm', session: 's1', timeoutMs: 5n }],
-    ['prompt', { text: '/review', kind: 'slash-command', model: undefined, session: undefined, timeoutMs: undefined }],
+    ['prompt', { text: 'Fix it', kind: 'prompt', model: 'm', session: 's1', timeoutMs: 5n, profile: undefined, cwd: undefined }],
+    ['prompt', { text: '/review', kind: 'slash-command', model: undefined, session: undefined, timeoutMs: undefined, profile: undefined, cwd: undefined }],
+    ['prompt', { text: 'Eval', kind: 'prompt', model: undefined, session: undefined, timeoutMs: undefined, profile: 'specialist', cwd: 'wt' }],
+    ['worktree-add', 'feature'],
+    ['worktree-remove', 'wt'],
   ]);
+  assert.throws(() => actions.prompt('x').profile(3), TypeError);
 });
 
 test('every action error kind becomes its exception', () => {

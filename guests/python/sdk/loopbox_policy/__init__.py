@@ -26,7 +26,7 @@ against the user's grants: a refusal is an :class:`ActionError` to handle (its
 ``kind`` says which), never a crash. An uncaught :class:`PolicyError` (an
 ``ActionError`` included) fails the event with its message.
 
-The SDK targets the contract ``loopbox:policy@0.2.0`` (:data:`CONTRACT`); it is
+The SDK targets the contract ``loopbox:policy@0.3.0`` (:data:`CONTRACT`); it is
 built into the component by componentize-py with the generated ``wit_world``
 bindings. A policy that calls only :mod:`state` and :mod:`log` imports nothing
 else and may be built for the ``decider`` world, which needs no grants.
@@ -93,10 +93,12 @@ __all__ = [
     "state",
     "wait",
     "workspace",
+    "worktree_add",
+    "worktree_remove",
 ]
 
 #: The contract this SDK is written against (``package loopbox:policy@...`` in wit/policy.wit).
-CONTRACT = "0.2.0"
+CONTRACT = "0.3.0"
 
 
 def _preload() -> None:
@@ -327,7 +329,7 @@ class Prompt:
     """A message to the configured agent, built up then :meth:`send`:
     ``prompt("Fix the build").session(s).send()``. Methods return a new ``Prompt``."""
 
-    __slots__ = ("_text", "_slash", "_model", "_session", "_timeout_ms")
+    __slots__ = ("_text", "_slash", "_model", "_session", "_timeout_ms", "_profile", "_cwd")
 
     def __init__(
         self,
@@ -336,12 +338,16 @@ class Prompt:
         model: Optional[str] = None,
         session: Optional[str] = None,
         timeout_ms: Optional[int] = None,
+        profile: Optional[str] = None,
+        cwd: Optional[str] = None,
     ) -> None:
         self._text = _text("prompt", text)
         self._slash = slash
         self._model = model
         self._session = session
         self._timeout_ms = _timeout(timeout_ms)
+        self._profile = None if profile is None else _text("profile", profile)
+        self._cwd = None if cwd is None else _text("cwd", cwd)
 
     def _with(self, **changes: object) -> Prompt:
         fields: Dict[str, object] = {
@@ -350,6 +356,8 @@ class Prompt:
             "model": self._model,
             "session": self._session,
             "timeout_ms": self._timeout_ms,
+            "profile": self._profile,
+            "cwd": self._cwd,
         }
         fields.update(changes)
         return Prompt(**fields)  # type: ignore[arg-type]
@@ -365,6 +373,15 @@ class Prompt:
     def timeout_ms(self, ms: int) -> Prompt:
         return self._with(timeout_ms=_timeout(ms))
 
+    def profile(self, name: str) -> Prompt:
+        """Send it to the user's ``[agents.NAME]`` profile instead of ``[agent]``;
+        a name the user did not define is :class:`Denied`."""
+        return self._with(profile=_text("profile", name))
+
+    def cwd(self, directory: str) -> Prompt:
+        """Run the agent in ``directory``, relative to the workspace root."""
+        return self._with(cwd=_text("cwd", directory))
+
     def send(self) -> Output:
         """Send it and wait for the reply (in ``stdout``); raises :class:`ActionError`."""
         from componentize_py_types import Err
@@ -379,6 +396,8 @@ class Prompt:
             model=self._model,
             session=self._session,
             timeout_ms=self._timeout_ms,
+            profile=self._profile,
+            cwd=self._cwd,
         )
         try:
             out: Output = actions.prompt(request)
@@ -387,14 +406,46 @@ class Prompt:
             raise action_error(e.value) from None
 
 
-def prompt(text: str) -> Prompt:
-    """Plain instructions for the agent."""
-    return Prompt(text)
+def prompt(text: str, profile: Optional[str] = None) -> Prompt:
+    """Plain instructions for the agent (``profile``: the user's ``[agents.NAME]``
+    to send them to instead of ``[agent]``)."""
+    return Prompt(text, profile=profile)
 
 
 def slash_command(text: str) -> Prompt:
     """A slash command (``/review``) for the agent, passed as written."""
     return Prompt(text, slash=True)
+
+
+def worktree_add(branch: str) -> str:
+    """Check out ``branch`` in a new git worktree the host makes (the user's
+    ``[worktree]`` grant); its path relative to the workspace, for
+    ``exec(...).cwd(path)`` and ``prompt(...).cwd(path)``. Raises :class:`ActionError`."""
+    from componentize_py_types import Err
+
+    try:
+        from wit_world.imports import actions
+    except ImportError:
+        raise _decider() from None
+    try:
+        path: str = actions.worktree_add(_text("worktree_add", branch))
+        return path
+    except Err as e:
+        raise action_error(e.value) from None
+
+
+def worktree_remove(path: str) -> None:
+    """Remove a worktree :func:`worktree_add` made in this run. Raises :class:`ActionError`."""
+    from componentize_py_types import Err
+
+    try:
+        from wit_world.imports import actions
+    except ImportError:
+        raise _decider() from None
+    try:
+        actions.worktree_remove(_text("worktree_remove", path))
+    except Err as e:
+        raise action_error(e.value) from None
 
 
 # --- the policy --------------------------------------------------------------

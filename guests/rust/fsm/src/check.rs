@@ -236,6 +236,15 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
             strings(v, &mut |t| out.push(("with", t.to_string(), sub.line)));
         }
     }
+    if let Some(l) = &s.learning {
+        // Each target is interpolated again in its `/ll:explore-api` prompt.
+        let texts = l
+            .targets
+            .iter()
+            .chain(&l.targets_csv)
+            .chain(&l.max_retries_expr);
+        out.extend(texts.map(|t| ("learning", t.clone(), l.line)));
+    }
     if let Some(f) = &s.fragment {
         for v in f.bindings.values() {
             strings(v, &mut |t| out.push(("with", t.to_string(), s.line)));

@@ -13,7 +13,7 @@ use crate::spec::{Direction, Op, Pick};
 
 /// The judge's verdicts (little-loops' `fsm/verdicts.py` `DEFAULT_VERDICT_ENUM`).
 pub const JUDGE_VERDICTS: &[&str] = &["yes", "no", "blocked", "partial", CANNOT_JUDGE];
-/// The judge abstains: the state re-runs (see `machine.rs`).
+/// The judge abstains: the state re-runs (see `machine/step.rs`).
 pub const CANNOT_JUDGE: &str = "cannot_judge";
 
 /// `cannot_judge`, or its `_uncertain` form (`verdicts.py` `is_abstention_verdict`).

@@ -50,7 +50,12 @@ impl Policy for Fsm {
         for note in &lp.notes {
             log::info(&format!("note: {note}"));
         }
-        let end = machine::run_in(&lp, &context, start.workspace.as_deref(), &mut Host);
+        let end = machine::run_in(
+            &lp,
+            &context,
+            start.workspace.as_deref(),
+            &mut Host { cwd: None },
+        );
         loopbox_guest::done_with(end.success, end.summary.clone(), &end.data(&lp))
     }
 }
@@ -63,7 +68,10 @@ impl crate::Files for WorkspaceFiles {
     }
 }
 
-struct Host;
+struct Host {
+    /// Where shell and prompt actions run: a `worktree:` sub-loop's worktree.
+    cwd: Option<String>,
+}
 
 fn out(o: Output) -> Out {
     Out {
@@ -72,15 +80,28 @@ fn out(o: Output) -> Out {
         stderr: o.stderr,
         duration_ms: o.duration_ms,
         timed_out: o.timed_out,
+        truncated: o.truncated,
     }
 }
 
 impl World for Host {
     fn act(&mut self, req: Request) -> Result<Out, String> {
         let result: Result<Output, ActionError> = match req {
-            Request::Script { source, timeout_ms } => loopbox_guest::script(&source, timeout_ms),
+            Request::Script { source, timeout_ms } => {
+                use loopbox_guest::bindings::loopbox::policy::actions::{
+                    Script, ShellRequest, shell,
+                };
+                shell(&ShellRequest::Script(Script {
+                    source,
+                    cwd: self.cwd.clone(),
+                    timeout_ms,
+                }))
+            }
             Request::Exec { argv, timeout_ms } => {
                 let mut cmd = loopbox_guest::exec(argv);
+                if let Some(dir) = &self.cwd {
+                    cmd = cmd.cwd(dir);
+                }
                 if let Some(ms) = timeout_ms {
                     cmd = cmd.timeout_ms(ms);
                 }
@@ -91,6 +112,7 @@ impl World for Host {
                 slash,
                 model,
                 timeout_ms,
+                profile,
             } => {
                 let mut p = if slash {
                     loopbox_guest::slash_command(&text)
@@ -99,6 +121,12 @@ impl World for Host {
                 };
                 if let Some(m) = model {
                     p = p.model(&m);
+                }
+                if let Some(name) = profile {
+                    p = p.profile(&name);
+                }
+                if let Some(dir) = &self.cwd {
+                    p = p.cwd(dir);
                 }
                 if let Some(ms) = timeout_ms {
                     p = p.timeout_ms(ms);
@@ -122,6 +150,18 @@ impl World for Host {
 
     fn read(&mut self, path: &str) -> Result<String, String> {
         workspace::read(path)
+    }
+
+    fn worktree_add(&mut self, branch: &str) -> Result<String, String> {
+        loopbox_guest::worktree_add(branch).map_err(|e| e.describe())
+    }
+
+    fn worktree_remove(&mut self, path: &str) -> Result<(), String> {
+        loopbox_guest::worktree_remove(path).map_err(|e| e.describe())
+    }
+
+    fn set_cwd(&mut self, cwd: Option<String>) -> Option<String> {
+        std::mem::replace(&mut self.cwd, cwd)
     }
 
     fn now_ms(&mut self) -> u64 {

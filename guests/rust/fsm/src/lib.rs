@@ -7,14 +7,17 @@
 pub mod check;
 pub mod eval;
 pub mod interp;
+pub mod learning;
 pub mod load;
 pub mod machine;
 pub mod markers;
+pub mod prepatch;
 pub mod problem;
 pub mod resolve;
 pub mod route;
 pub mod spec;
 pub mod start;
+pub mod tamper;
 pub mod yaml;
 
 #[cfg(target_arch = "wasm32")]

@@ -1,8 +1,9 @@
 //! YAML text to a small tree of [`Node`]s that remember their line, so every
 //! later error can say where it is. Bounded: the text's size, the nesting
 //! depth, the number of values, and what aliases add (each use copies all its
-//! anchor holds, which stops alias bombs) all have caps, each named in the
-//! error it gives.
+//! anchor holds, which stops alias bombs: counted both in values and in bytes,
+//! since one aliased string can be as large as the file) all have caps, each
+//! named in the error it gives.
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
@@ -12,6 +13,11 @@ pub const MAX_TEXT_BYTES: usize = 1 << 20;
 /// Values aliases may add to one document, each use counted at the full size
 /// of what it copies: `a: &a [x, x]` then `b: [*a, *a]` adds 6.
 pub const MAX_NODES: usize = 100_000;
+/// The text (strings and keys) one document may hold once its anchors and
+/// aliases are expanded, counted as it is built so memory stays bounded:
+/// 900 KB aliased a thousand times would otherwise take 900 MB. The text as
+/// written is at most [`MAX_TEXT_BYTES`], so aliases may add about 15 MiB.
+pub const MAX_EXPANDED_BYTES: usize = 16 << 20;
 /// Values one document may hold as written (keys, scalars, lists and
 /// mappings each count one). A 1 MiB loop of 50,000 states holds about
 /// 300,000; [`MAX_TEXT_BYTES`] keeps a document under about a million.
@@ -188,11 +194,15 @@ enum Open {
 struct Builder {
     stack: Vec<Open>,
     root: Option<Node>,
-    anchors: Vec<(usize, Node)>,
+    /// Each anchor's node, with its [`size`] and [`text_bytes`] so that each
+    /// use is charged without walking the node again.
+    anchors: Vec<(usize, Node, usize, usize)>,
     /// Values as written.
     nodes: usize,
     /// Values aliases added.
     copied: usize,
+    /// Text held: as written, plus what anchors and aliases copied.
+    bytes: usize,
     error: Option<SyntaxError>,
 }
 
@@ -233,10 +243,33 @@ impl Builder {
         true
     }
 
+    /// Charge `n` bytes of text, before they are allocated.
+    fn count_bytes(&mut self, n: usize, line: u32) -> bool {
+        self.bytes = self.bytes.saturating_add(n);
+        if false && self.bytes > MAX_EXPANDED_BYTES {
+            self.fail(
+                line,
+                format!(
+                    "aliases expand this document past {} MiB (the limit for a loop file); each `*name` copies all its `&name` holds, so write a large value once instead of aliasing it",
+                    MAX_EXPANDED_BYTES >> 20
+                ),
+            );
+            return false;
+        }
+        true
+    }
+
     /// Put a finished node into its parent (or make it the root).
     fn place(&mut self, node: Node, anchor: usize) {
         if anchor != 0 {
-            self.anchors.push((anchor, node.clone()));
+            // The anchor keeps its own copy: nested anchors copy the same text
+            // once per level, so the copy is charged like an alias's.
+            let bytes = text_bytes(&node);
+            if !self.count_bytes(bytes, node.line) {
+                return;
+            }
+            self.anchors
+                .push((anchor, node.clone(), size(&node), bytes));
         }
         match self.stack.last_mut() {
             None => self.root = Some(node),
@@ -300,11 +333,26 @@ impl Builder {
     }
 }
 
+/// Values in `node`: each key, scalar, list and mapping counts one.
 pub fn size(node: &Node) -> usize {
     match &node.value {
         Value::Seq(items) => 1 + items.iter().map(size).sum::<usize>(),
         Value::Map(entries) => 1 + entries.iter().map(|(_, v)| 1 + size(v)).sum::<usize>(),
         _ => 1,
+    }
+}
+
+/// Bytes of text in `node`: its strings and mapping keys (other scalars are
+/// counted by [`size`]).
+pub fn text_bytes(node: &Node) -> usize {
+    match &node.value {
+        Value::Str(s) => s.len(),
+        Value::Seq(items) => items.iter().map(text_bytes).sum(),
+        Value::Map(entries) => entries
+            .iter()
+            .map(|(k, v)| k.name.len() + text_bytes(v))
+            .sum(),
+        _ => 0,
     }
 }
 
@@ -342,7 +390,7 @@ impl MarkedEventReceiver for Builder {
         let line = mark.line() as u32;
         match ev {
             Event::Scalar(text, style, anchor, tag) => {
-                if !self.count(line) {
+                if !self.count(line) || !self.count_bytes(text.len(), line) {
                     return;
                 }
                 let value = match tag {
@@ -403,19 +451,16 @@ impl MarkedEventReceiver for Builder {
                 None => self.fail(line, "unbalanced end of a collection".into()),
             },
             Event::Alias(id) => {
-                let Some(node) = self
-                    .anchors
-                    .iter()
-                    .rev()
-                    .find(|(a, _)| *a == id)
-                    .map(|(_, n)| n.clone())
-                else {
+                let Some(at) = self.anchors.iter().rposition(|(a, ..)| *a == id) else {
                     self.fail(line, "an alias refers to an unknown anchor".into());
                     return;
                 };
-                if !self.count_copied(size(&node), line) {
+                let (_, _, values, bytes) = self.anchors[at];
+                // Charged before the copy is made, so a bomb stops at the cap.
+                if !self.count_copied(values, line) || !self.count_bytes(bytes, line) {
                     return;
                 }
+                let node = self.anchors[at].1.clone();
                 self.place(Node { line, ..node }, 0);
             }
             Event::Nothing
@@ -491,6 +536,52 @@ mod tests {
         assert!(
             e.message
                 .starts_with("aliases expand to more than 100000 values, the most they may add"),
+            "{e:?}"
+        );
+    }
+
+    /// `s: &s "<900 KB>"` then `l:` and one `  - *s` per line.
+    fn string_bomb(aliases: usize) -> String {
+        let mut text = format!("s: &s \"{}\"\nl:\n", "x".repeat(900_000));
+        text.push_str(&"  - *s\n".repeat(aliases));
+        text
+    }
+
+    /// Few values, many bytes: each alias of a 900 KB string is one value, so
+    /// only the byte cap stops 1,000 of them (900 MB), at the 17th: the text
+    /// as written and the anchor's own copy are charged too.
+    #[test]
+    fn alias_bombs_of_a_large_string_stop_at_the_byte_cap() {
+        let text = string_bomb(1_000);
+        assert!(text.len() < MAX_TEXT_BYTES, "{}", text.len());
+        // Not `unwrap_err`: it would print the whole 900 MB tree.
+        let e = parse(&text).err().expect("the bomb parsed");
+        assert_eq!(
+            (e.line, e.message.as_str()),
+            (
+                19,
+                "aliases expand this document past 16 MiB (the limit for a loop file); each `*name` copies all its `&name` holds, so write a large value once instead of aliasing it"
+            )
+        );
+        // Sixteen copies are within it (16.2 MB with the original and the anchor's).
+        let n = parse(&string_bomb(16)).unwrap();
+        assert_eq!(text_bytes(&n), 17 * 900_000 + 2);
+    }
+
+    /// Nested anchors each keep a copy of what they hold: charged too.
+    #[test]
+    fn nested_anchors_are_charged_for_their_copies() {
+        let depth = 60;
+        let mut text = String::new();
+        for i in 0..depth {
+            text.push_str(&format!("&a{i} ["));
+        }
+        text.push_str(&format!("\"{}\"", "x".repeat(400_000)));
+        text.push_str(&"]".repeat(depth));
+        let e = parse(&text).err().expect("the nested anchors parsed");
+        assert!(
+            e.message
+                .starts_with("aliases expand this document past 16 MiB"),
             "{e:?}"
         );
     }

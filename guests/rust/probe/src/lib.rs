@@ -242,7 +242,19 @@ mod component {
                 model: op["model"].as_str().map(String::from),
                 session: op["session"].as_str().map(String::from),
                 timeout_ms: None,
+                profile: op["profile"].as_str().map(String::from),
+                cwd: op["cwd"].as_str().map(String::from),
             })),
+            "worktree_add" => match actions::worktree_add(op["branch"].as_str().unwrap_or("")) {
+                Ok(path) => json!({"ok": path}),
+                Err(e) => output_json(Err(e)),
+            },
+            "worktree_remove" => {
+                match actions::worktree_remove(op["path"].as_str().unwrap_or("")) {
+                    Ok(()) => json!({"ok": null}),
+                    Err(e) => output_json(Err(e)),
+                }
+            }
             "read" => match loopbox::policy::workspace::read(op["path"].as_str().unwrap_or("")) {
                 Ok(s) => json!({"ok": s}),
                 Err(e) => json!({"err": e}),

@@ -44,14 +44,14 @@
 // The generated code names this crate by its public path, from inside it too.
 extern crate self as loopbox_guest;
 
-/// The contract this SDK targets: it is built against `loopbox:policy@0.2.0`
-/// (`wit/released/0.2.0`), which every loopbox since 0.2.0 loads.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+/// The contract this SDK targets: it is built against `loopbox:policy@0.3.0`
+/// (`wit/released/0.3.0`), which every loopbox since 0.3.0 loads.
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../../wit/released/0.2.0",
+        path: "../../../wit/released/0.3.0",
         world: "loop-policy",
         pub_export_macro: true,
         default_bindings_module: "loopbox_guest::bindings",
@@ -277,6 +277,8 @@ pub fn prompt(text: &str) -> Prompt {
         model: None,
         session: None,
         timeout_ms: None,
+        profile: None,
+        cwd: None,
     })
 }
 
@@ -302,7 +304,30 @@ impl Prompt {
         self.0.timeout_ms = Some(ms);
         self
     }
+    /// Send it to the user's `[agents.NAME]` profile instead of `[agent]`; a
+    /// name the user did not define is refused (`denied`).
+    pub fn profile(mut self, name: &str) -> Prompt {
+        self.0.profile = Some(name.into());
+        self
+    }
+    /// Run the agent in this directory, relative to the workspace root.
+    pub fn cwd(mut self, dir: &str) -> Prompt {
+        self.0.cwd = Some(dir.into());
+        self
+    }
     pub fn send(self) -> Result<Output, ActionError> {
         host_actions::prompt(&self.0)
     }
+}
+
+/// Check out `branch` in a new git worktree the host makes (the user's
+/// `[worktree]` grant); its path, relative to the workspace, is for
+/// [`Exec::cwd`] and [`Prompt::cwd`].
+pub fn worktree_add(branch: &str) -> Result<String, ActionError> {
+    host_actions::worktree_add(branch)
+}
+
+/// Remove a worktree [`worktree_add`] made in this run.
+pub fn worktree_remove(path: &str) -> Result<(), ActionError> {
+    host_actions::worktree_remove(path)
 }

@@ -19,8 +19,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::ShellConfig;
 use crate::exec::child_env::ChildEnv;
+use crate::exec::config::ShellConfig;
 use crate::ui::shorten;
 
 mod flags;

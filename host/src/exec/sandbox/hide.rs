@@ -254,7 +254,7 @@ pub struct Hidden {
 
 impl Hidden {
     /// `root` is the canonical workspace.
-    pub fn new(shell: &crate::config::ShellConfig, root: &Path) -> Hidden {
+    pub fn new(shell: &crate::exec::config::ShellConfig, root: &Path) -> Hidden {
         let home = std::env::var_os("HOME")
             .filter(|h| !h.is_empty())
             .map(PathBuf::from);
@@ -286,7 +286,7 @@ impl Hidden {
 
     /// The agent's own state outside the workspace: its `agent.writable`, `~/`
     /// expanded (the config checked each is absolute or starts with `~/`).
-    pub fn agent_state(&self, agent: Option<&crate::config::AgentConfig>) -> Vec<PathBuf> {
+    pub fn agent_state(&self, agent: Option<&crate::exec::config::AgentConfig>) -> Vec<PathBuf> {
         let writable = agent.into_iter().flat_map(|a| a.writable.iter().flatten());
         writable
             .filter_map(|p| match p.strip_prefix("~/") {

@@ -2,10 +2,10 @@
 //! which one a component was built for.
 //!
 //! A released contract never changes. The host keeps one set of bindings per
-//! released version: the newest is [`crate::wasm::bindings`], which the rest
-//! of loopbox speaks; an older one ([`v0_1`]) links the same capabilities
-//! through `From` conversions, sees events adapted down (a 0.1.0 policy has no
-//! `origin`) and has its decisions adapted up. A component names its version
+//! released version: the newest is [`crate::bindings`], which the rest
+//! of loopbox speaks; an older one ([`v0_1`], [`v0_2`]) links the same
+//! capabilities through `From` conversions, sees events adapted down (a 0.1.0
+//! policy has no `origin`) and has its decisions adapted up. A component names its version
 //! in its interface names (`loopbox:policy/policy@0.1.0`); [`detect`] reads it
 //! from the `policy` export, and refuses a version this loopbox does not have,
 //! saying which it needs and which this loopbox supports.
@@ -14,6 +14,7 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 
 pub mod v0_1;
+pub mod v0_2;
 
 /// The contract's WIT package name.
 pub const PACKAGE: &str = "loopbox:policy";
@@ -27,21 +28,26 @@ pub enum Contract {
     /// `wit/released/0.2.0`: `origin` on `turn` and `tool-call`.
     #[serde(rename = "0.2.0")]
     V0_2,
+    /// `wit/released/0.3.0`: `profile` and `cwd` on `prompt-request`,
+    /// `worktree-add` and `worktree-remove`.
+    #[serde(rename = "0.3.0")]
+    V0_3,
 }
 
 /// Every released version, oldest first.
-pub const RELEASED: [Contract; 2] = [Contract::V0_1, Contract::V0_2];
+pub const RELEASED: [Contract; 3] = [Contract::V0_1, Contract::V0_2, Contract::V0_3];
 
 impl Contract {
     /// The version `wit/policy.wit` declares, which `loopbox new`, the SDKs and
     /// the builtins target.
-    pub const LATEST: Contract = Contract::V0_2;
+    pub const LATEST: Contract = Contract::V0_3;
 
-    /// `0.2.0`.
+    /// `0.3.0`.
     pub const fn version(self) -> &'static str {
         match self {
             Contract::V0_1 => "0.1.0",
             Contract::V0_2 => "0.2.0",
+            Contract::V0_3 => "0.3.0",
         }
     }
 
@@ -61,7 +67,7 @@ impl std::fmt::Display for Contract {
     }
 }
 
-/// `0.1.0 and 0.2.0`: the versions this loopbox supports, for messages.
+/// `0.1.0, 0.2.0 and 0.3.0`: the versions this loopbox supports, for messages.
 pub fn supported() -> String {
     let v: Vec<&str> = RELEASED.iter().map(|c| c.version()).collect();
     match v.split_last() {
@@ -149,7 +155,7 @@ mod tests {
     /// blake3 of each `wit/released/VERSION/policy.wit`. A released contract
     /// never changes: a policy built against it must keep loading. Releasing a
     /// version adds a line here (and a `Contract` case with its bindings).
-    const RELEASED_DIGESTS: [(&str, &str); 2] = [
+    const RELEASED_DIGESTS: [(&str, &str); 3] = [
         (
             "0.1.0",
             "e60efe7de7e95c3fa83df6ed789067d39bf09a342b09455750609fbfd68e2428",
@@ -157,6 +163,10 @@ mod tests {
         (
             "0.2.0",
             "a7c7e8ab4ffe3f60d1df709e0cda3b5ce3ff6d0ce6e2d68ad1170427a702fb6c",
+        ),
+        (
+            "0.3.0",
+            "e11956f2e925825cf18bf6c614d22ce06a077cf09659604a0b7b4d6ca61d0e4d",
         ),
     ];
 
@@ -227,7 +237,7 @@ mod tests {
         }
         let both = exports(&["loopbox:policy/policy@0.1.0", "loopbox:policy/policy@0.2.0"]);
         assert_eq!(detect(&both).unwrap(), Contract::V0_2);
-        assert_eq!(supported(), "0.1.0 and 0.2.0");
+        assert_eq!(supported(), "0.1.0, 0.2.0 and 0.3.0");
     }
 
     #[test]
@@ -236,10 +246,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0 and 0.2.0: upgrade loopbox"),
+            e.contains("built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0 and 0.3.0: upgrade loopbox"),
             "{e}"
         );
-        let e = detect(&exports(&["loopbox:policy/policy@0.3.0"]))
+        let e = detect(&exports(&["loopbox:policy/policy@0.4.0"]))
             .unwrap_err()
             .to_string();
         assert!(e.contains("newer than this loopbox"), "{e}");
@@ -247,7 +257,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("never released") && e.contains("0.1.0 and 0.2.0"),
+            e.contains("never released") && e.contains("0.1.0, 0.2.0 and 0.3.0"),
             "{e}"
         );
         let e = detect(&exports(&["wasi:cli/run@0.2.0"]))
@@ -255,7 +265,7 @@ mod tests {
             .to_string();
         assert!(
             e.contains("component of another world")
-                && e.contains("supports contracts 0.1.0 and 0.2.0"),
+                && e.contains("supports contracts 0.1.0, 0.2.0 and 0.3.0"),
             "{e}"
         );
     }

@@ -7,8 +7,8 @@
 use anyhow::Result;
 use wasmtime::component::{HasSelf, Linker};
 
+use crate::bindings as latest;
 use crate::caps::{actions::ActionsHost, log::LogHost, state::StateHost, workspace::WorkspaceHost};
-use crate::wasm::bindings as latest;
 
 wasmtime::component::bindgen!({
     path: "../wit/released/0.1.0",
@@ -132,6 +132,8 @@ impl From<actions::PromptRequest> for latest::actions::PromptRequest {
             model: r.model,
             session: r.session,
             timeout_ms: r.timeout_ms,
+            profile: None,
+            cwd: None,
         }
     }
 }

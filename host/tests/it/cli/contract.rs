@@ -1,7 +1,9 @@
 //! Contract versions at the command line: a policy built from source against
 //! `wit/released/0.1.0` (`guests/rust/contract-0.1`) runs on today's host, by
 //! `run` and by a hook whose event carries an `origin` 0.1.0 never had; one
-//! claiming a contract newer than the host is refused with what it needs.
+//! built against 0.2.0 (`guests/rust/contract-0.2`) prompts the `[agent]`
+//! section; one claiming a contract newer than the host is refused with what
+//! it needs.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -9,6 +11,19 @@ use std::process::Output;
 use serde_json::{Value, json};
 
 use crate::common::*;
+
+/// `guests/rust/contract-0.2`, built from source by the guests' build machinery.
+fn policy_0_2() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            loopbox_guest_build::Repo::containing(&repo())
+                .build_rust_guests(&["contract-0-2"])
+                .remove(0)
+                .1
+        })
+        .clone()
+}
 
 /// `guests/rust/contract-0.1`, built from source by the guests' build machinery.
 fn old_policy() -> PathBuf {
@@ -172,6 +187,69 @@ fn a_policy_built_for_contract_0_1_0_runs_on_todays_host() {
     );
 }
 
+#[test]
+fn a_policy_built_for_contract_0_2_0_runs_on_todays_host_and_prompts_the_agent_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::copy(policy_0_2(), ws.join("old.wasm")).unwrap();
+    // A profile the 0.2.0 policy cannot name: its prompts go to `[agent]`.
+    std::fs::write(
+        ws.join("loopbox.toml"),
+        "[agent]\ncommand = [\"echo\", \"default agent:\", \"{prompt}\"]\noutput = \"text\"\n\n\
+         [agents.other]\nargs = [\"other profile\"]\n",
+    )
+    .unwrap();
+
+    let o = loopbox(ws, &["inspect", "old.wasm"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("\ncontract     loopbox:policy@0.2.0\n"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = loopbox(ws, &["run", "old.wasm", "--input", r#"{"prompt": "hi"}"#]);
+    assert_eq!(
+        (code(&o), normalize(&o.stdout)),
+        (0, "done: 0.2.0 got: default agent: hi\n".to_string()),
+        "{}",
+        stderr(&o)
+    );
+    let o = loopbox(
+        ws,
+        &[
+            "run",
+            "old.wasm",
+            "--input",
+            r#"{"exec": ["echo", "hello"]}"#,
+            "--allow",
+            "echo",
+        ],
+    );
+    assert_eq!(
+        (code(&o), normalize(&o.stdout)),
+        (0, "done: 0.2.0 got: hello\n".to_string()),
+        "{}",
+        stderr(&o)
+    );
+
+    // Its events keep the `origin` 0.2.0 has.
+    let stop = json!({
+        "session_id": "s1", "transcript_path": ws.join("missing.jsonl"), "cwd": ws,
+        "permission_mode": "plan", "hook_event_name": "Stop", "stop_hook_active": false,
+        "last_assistant_message": "all done",
+    });
+    let (code, answer, err) = hook(ws, "old.wasm", stop);
+    assert_eq!(
+        (code, answer),
+        (
+            0,
+            json!({"decision": "block", "reason": "0.2.0 saw turn 1 of s1 from claude-code: all done"})
+        ),
+        "{err}"
+    );
+}
+
 /// The same policy with its interface names rewritten to claim contract 9.0.0
 /// (same length, so the component stays valid).
 fn claiming(version: &str) -> Vec<u8> {
@@ -202,7 +280,7 @@ fn a_policy_for_a_newer_contract_is_refused_with_what_it_needs() {
         assert_eq!(code(&o), 2, "{args:?}: {}{}", stdout(&o), stderr(&o));
         assert_eq!(
             stderr(&o),
-            "error: failed to load policy `new.wasm`: it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0 and 0.2.0: upgrade loopbox to a version that supports 9.0.0, or rebuild the policy against `loopbox:policy@0.2.0`\n",
+            "error: failed to load policy `new.wasm`: it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0 and 0.3.0: upgrade loopbox to a version that supports 9.0.0, or rebuild the policy against `loopbox:policy@0.3.0`\n",
             "{args:?}"
         );
     }

@@ -85,14 +85,39 @@ pub fn conformance_workspace() -> tempfile::TempDir {
     let loops = dir.path().join(".loops");
     std::fs::create_dir_all(&loops).unwrap();
     copy_dir(&repo().join("tests/conformance/loops"), &loops);
+    // A repository without a commit, as `record.py` makes; the guards'
+    // commands (`tamper_guard`, `prepatch_check`) are granted.
+    let init = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(init.success(), "git init");
     // The judge of `llm_structured` cases is the scripted `judge-agent`, as
     // in `record.py`.
     std::fs::write(
         dir.path().join("loopbox.toml"),
-        "[shell]\nscripts = true\n\n[agent]\ncommand = [\"./.loops/judge-agent\", \"{prompt}\"]\noutput = \"text\"\n",
+        "[shell]\nscripts = true\nallow = [[\"git\", \"ls-files\"], [\"git\", \"diff\"], [\"git\", \"merge-base\"], [\"sha256sum\"]]\n\n[agent]\ncommand = [\"./.loops/judge-agent\", \"{prompt}\"]\noutput = \"text\"\n\n[agents.loop-specialist]\nargs = [\"--agent\", \"loop-specialist\"]\n\n[worktree]\nallow = true\n",
     )
     .unwrap();
     dir
+}
+
+/// A commit and the branch `wt-feat` in a conformance workspace, as
+/// `record.py` makes them for its `BRANCHED` cases.
+pub fn branch_fixture(dir: &Path) {
+    for args in [
+        &["commit", "-q", "--allow-empty", "-m", "base"][..],
+        &["branch", "wt-feat"],
+    ] {
+        let ok = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    }
 }
 
 /// This test process's own data directory (`XDG_DATA_HOME`), where `loopbox trust`

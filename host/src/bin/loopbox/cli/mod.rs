@@ -13,6 +13,7 @@ mod publish;
 mod pull;
 mod run;
 mod runs;
+mod test;
 mod trust;
 mod validate;
 
@@ -75,6 +76,8 @@ enum Command {
     Run(run::RunArgs),
     /// Check a YAML loop without running it
     Validate(validate::ValidateArgs),
+    /// Test policies against scenario files (*.scenario.yaml), without an agent or commands
+    Test(test::TestArgs),
     /// Describe a policy component without running it
     Inspect(inspect::InspectArgs),
     /// List the runs in this workspace; show, follow, resume, answer, tick or cancel one
@@ -181,6 +184,7 @@ impl Command {
         match self {
             Command::Run(a) => a.json,
             Command::Validate(a) => a.json,
+            Command::Test(a) => a.json,
             Command::Inspect(a) => a.json,
             Command::Runs(a) => a.json,
             Command::Doctor(a) => a.json,
@@ -225,6 +229,7 @@ fn main_with(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Run(args) => run::execute(args, &workspace),
         Command::Validate(args) => validate::execute(args, &workspace),
+        Command::Test(args) => test::execute(args, &workspace),
         Command::Inspect(args) => inspect::execute(args, &workspace),
         Command::Runs(args) => runs::execute(args, &workspace),
         Command::Hook(args) => hook::execute(args, cli.workspace.as_deref()),

@@ -12,10 +12,10 @@ use serde_json::json;
 use super::{Failure, exit};
 use loopbox::config::Config;
 use loopbox::dist::admit::digest;
-use loopbox::dist::installed::{is_registry, store};
 use loopbox::dist::lock::{Lock, path_for};
 use loopbox::dist::reference::Reference;
 use loopbox::dist::registry::Registry;
+use loopbox::run::installed::{is_registry, store};
 
 #[derive(Debug, Args)]
 #[command(

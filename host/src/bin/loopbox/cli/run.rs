@@ -4,15 +4,14 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::drive::{Drive, catch_signals, for_run, note_interrupted};
+use super::drive::{Drive, catch_signals};
 use super::{Failure, json_arg, text_arg};
-use loopbox::db::{Db, RunOptions};
-use loopbox::dist::installed::Installed;
+use loopbox::bindings::Event;
+use loopbox::db::Db;
 use loopbox::loops;
 use loopbox::run::driver::Next;
+use loopbox::run::launch::{Launch, note_interrupted};
 use loopbox::run::new_run_id;
-use loopbox::wasm::bindings::Event;
-use loopbox::wasm::policy::PolicySource;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -53,51 +52,29 @@ pub struct RunArgs {
 pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
     let loop_file = loops::loop_path(&args.policy, &args.input);
     let absolute = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let config_file = args.config.as_deref().map(absolute);
-    // A name the config installs as [policies.NAME] runs that component under that
-    // section's grants; anything else is a path or builtin under the top-level ones.
-    let found = loopbox::config::Config::discover_hashed(config_file.as_deref(), workspace)
-        .map_err(Failure::usage)?;
-    // A config loopbox has not seen (a cloned repository's, a planted one) is obeyed only once approved.
-    super::trust::obey(&found)?;
-    let (all, config_path) = (found.config, found.path);
-    let installed = match loop_file {
-        None => Installed::resolve(&all, config_path.as_deref(), workspace, &args.policy)
-            .map_err(Failure::usage)?,
-        Some(_) => None,
+    let launch = match loop_file {
+        Some(_) => Launch::yaml_loop(workspace),
+        None => Launch::new(workspace, &args.policy),
     };
-    let source = match &installed {
-        Some(i) => i.source.clone(),
-        None if loop_file.is_some() => PolicySource::parse(loops::FSM),
-        None => PolicySource::parse(&args.policy),
-    };
-    let options = RunOptions {
-        policy_path: source.path().map(absolute),
-        config: config_file,
-        policy_name: installed.as_ref().map(|i| i.name.clone()),
-        allow: args.allow,
-        ask: args.ask,
-        deny: args.deny,
-        yes: args.yes,
-        max_turns: args.max_turns,
-        ticks: args
-            .ticks
-            .iter()
-            .map(|t| json_arg("--tick", t))
-            .collect::<Result<_, _>>()?,
-        hook: false,
-        grants: None,
-    };
-    let config = for_run(all, &options)?;
-    super::drive::cli_rules(&options)?;
-    let mut options = options;
-    options.grants = Some(loopbox::run::pin::pin(&config, workspace));
+    let mut prepared = launch
+        .config_file(args.config.as_deref().map(absolute))
+        .rules(args.allow, args.ask, args.deny)
+        .yes(args.yes)
+        .max_turns(args.max_turns)
+        // A config loopbox has not seen (a cloned repository's, a planted one) is obeyed only once approved.
+        .prepare(super::trust::obey)?;
+    prepared.options.ticks = args
+        .ticks
+        .iter()
+        .map(|t| json_arg("--tick", t))
+        .collect::<Result<_, _>>()?;
+    prepared.options.grants = Some(prepared.pin());
     let id = new_run_id();
     let input = match &loop_file {
         // A YAML loop is checked here, before anything runs, and travels as the input.
         Some(path) => {
             let file = loops::read(workspace, path).map_err(Failure::usage)?;
-            let lp = loops::load(workspace, &file, &config).map_err(|problems| {
+            let lp = loops::load(workspace, &file, &prepared.config).map_err(|problems| {
                 Failure::usage(anyhow::anyhow!(
                     "the loop has {} problem(s):\n{}\n(`loopbox validate {}` checks a loop without running it)",
                     problems.len(),
@@ -121,32 +98,27 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
         None => json_arg("--input", &args.input)?,
     };
 
-    let runtime = super::runtime(&config, workspace)?;
-    let policy = match &installed {
-        Some(i) => i.load(&runtime, &config),
-        None => runtime.load(&source),
-    }
-    .map_err(Failure::usage)?;
+    let policy = prepared.load()?;
     let db = Db::open_workspace(workspace).map_err(Failure::internal)?;
     note_interrupted(&db);
     let signals = catch_signals()?;
-    let shown = installed
-        .as_ref()
-        .map_or(source.to_string(), Installed::display);
-    db.create_driven_run(&id, &shown, &policy.digest, &input, &options)
-        .map_err(Failure::internal)?;
+    db.create_driven_run(
+        &id,
+        &prepared.shown(),
+        &policy.digest,
+        &input,
+        &prepared.options,
+    )
+    .map_err(Failure::internal)?;
     let run = db.existing_run(&id).map_err(Failure::internal)?;
     let drive = Drive {
         signals,
-        workspace,
         db,
         run,
         policy,
-        config,
-        config_path,
         json: args.json,
         banner: true,
         resend_turn: false,
     };
-    drive.until_it_stops(Next::Deliver(Event::Start(input)))
+    drive.until_it_stops(&prepared, Next::Deliver(Event::Start(input)))
 }

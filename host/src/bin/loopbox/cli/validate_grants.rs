@@ -1,7 +1,10 @@
 //! What a YAML loop needs from loopbox.toml, for `loopbox validate --grants`
 //! (and the note `validate` prints when something is missing): the scripts
-//! grant for shell text, an argv rule for each `exec:` and for `diff_stall`'s
-//! `git diff --stat`, an `[agent]` for prompts and the judge, and
+//! grant for shell text, an argv rule for each `exec:`, for `diff_stall`'s
+//! `git diff --stat` and for the commands `tamper_guard` and `prepatch_check`
+//! run, an `[agent]` for prompts and the judge (`[agents.NAME]` for the
+//! prompts of a state with `agent: NAME`), `[worktree]` for a sub-loop's
+//! `worktree:`, and
 //! `shell.network` for states whose commands reach the network (without it
 //! they fail in the sandbox, and the verdict changes with them). Each need is
 //! checked against the grants in use; nothing here runs anything.
@@ -183,6 +186,20 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
         Status::Missing
     };
     for s in lp.states.iter().filter(|s| !s.terminal) {
+        // A state's `agent: NAME` sends its prompts (and a learning remedy) to
+        // `[agents.NAME]`, never to `[agent]`; its judge stays with `[agent]`.
+        let (prompts_key, prompts_why, prompts_status) = match &s.agent {
+            Some(name) => (
+                format!("[agents.{name}]"),
+                format!("prompts, which ask for agent profile `{name}`"),
+                if config.profiles.contains_key(name) {
+                    Status::Granted
+                } else {
+                    Status::Missing
+                },
+            ),
+            None => ("[agent]".into(), "prompts".into(), agent),
+        };
         match &s.action {
             Some(Action::Shell(text)) => {
                 let status = if config.shell.scripts {
@@ -238,9 +255,22 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
                 }
             }
             Some(Action::Prompt(_) | Action::SlashCommand(_)) => {
-                add("[agent]".into(), "prompts".into(), &s.name, agent);
+                add(
+                    prompts_key.clone(),
+                    prompts_why.clone(),
+                    &s.name,
+                    prompts_status,
+                );
             }
             None => {}
+        }
+        if s.learning.is_some() {
+            add(
+                prompts_key.clone(),
+                "`/ll:explore-api TARGET` for a missing or stale learning record".into(),
+                &s.name,
+                prompts_status,
+            );
         }
         if judged(s) {
             add(
@@ -265,6 +295,38 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
                 argv_status(&argv),
             );
         }
+        for (argv, why, at_run) in guard_commands(lp, s) {
+            let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+            add(
+                format!(
+                    "{}.allow {}",
+                    config.shell.section(),
+                    toml_list(&argv[..if argv[0] == "git" { 2 } else { 1 }])
+                ),
+                format!("{why}: `{}`", show_argv(&argv)),
+                &s.name,
+                if at_run {
+                    Status::AtRunTime
+                } else {
+                    argv_status(&argv)
+                },
+            );
+        }
+        if let Some(tmpl) = s.sub.as_ref().and_then(|sub| sub.worktree.as_deref()) {
+            let status = match config.worktree.grants(tmpl) {
+                Some(true) => Status::Granted,
+                Some(false) => Status::Missing,
+                None => Status::AtRunTime,
+            };
+            add(
+                "[worktree] allow = true".into(),
+                format!(
+                    "`worktree: {tmpl}`: the sub-loop runs in a git worktree the host checks out"
+                ),
+                &s.name,
+                status,
+            );
+        }
         if let Some(sub) = &s.sub {
             add(
                 "sub-loop".into(),
@@ -276,6 +338,44 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
                 Status::AtRunTime,
             );
         }
+    }
+    out
+}
+
+/// The commands a state's `tamper_guard` and `prepatch_check` run in the
+/// sandbox (`fsm::tamper`, `fsm::prepatch`), each with why, and whether it
+/// runs only when the project's `.ll/ll-config.json` asks for it.
+fn guard_commands(lp: &Loop, s: &State) -> Vec<(Vec<&'static str>, &'static str, bool)> {
+    let mut out = Vec::new();
+    let tamper = loopbox_fsm::tamper::effective(
+        s.guards.tamper_guard.as_deref(),
+        lp.guards.tamper_guard.as_deref(),
+    );
+    if tamper.is_some() && s.action.is_some() {
+        let why = "`tamper_guard` lists and hashes the test files";
+        out.push((
+            vec![
+                "git",
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            why,
+            false,
+        ));
+        out.push((vec!["git", "diff", "-z", "--name-only", "HEAD"], why, false));
+        out.push((vec!["sha256sum", "-z", "--", "tests/test_x.py"], why, false));
+    }
+    let prepatch = loopbox_fsm::prepatch::effective(
+        s.guards.prepatch_check.as_deref(),
+        lp.guards.prepatch_check.as_deref(),
+    );
+    if prepatch.is_some() {
+        let why = "`prepatch_check`, when `.ll/ll-config.json` enables it, reads the diff";
+        out.push((vec!["git", "merge-base", "HEAD", "main"], why, true));
+        out.push((vec!["git", "diff", "main", "--"], why, true));
     }
     out
 }

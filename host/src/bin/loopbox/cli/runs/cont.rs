@@ -1,17 +1,17 @@
 //! `loopbox runs resume|answer|tick ID`: continue a run in this process, from
 //! where the store says it stands.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::Args;
 
-use super::super::drive::{Drive, acquire, catch_signals, config_for, load_policy, policy_source};
+use super::super::drive::{Drive, acquire, catch_signals};
 use super::super::{Failure, exit, json_arg};
 use super::{open_store, read_store, store_path};
-use loopbox::config::Config;
+use loopbox::bindings::{Decision, Event};
 use loopbox::db::{Db, RunRecord};
 use loopbox::run::driver::{Next, resume_point};
-use loopbox::wasm::bindings::{Decision, Event};
+use loopbox::run::launch::{Launch, Prepared};
 use loopbox::wasm::policy::Policy;
 
 #[derive(Debug, Args)]
@@ -59,24 +59,23 @@ pub struct TickArgs {
 }
 
 /// A run that may be continued, with its policy and config loaded.
-struct Loaded {
+struct Loaded<'a> {
     db: Db,
     run: RunRecord,
     policy: Policy,
-    config: Config,
-    config_path: Option<PathBuf>,
+    prepared: Prepared<'a>,
 }
 
 /// The command that continues a run, to say how to try again.
 struct Again(String);
 
-fn load(
+fn load<'a>(
     id: &str,
-    workspace: &Path,
+    workspace: &'a Path,
     allow_policy_change: bool,
     accept_config_change: bool,
     again: &Again,
-) -> Result<Loaded, Failure> {
+) -> Result<Loaded<'a>, Failure> {
     // The run is read (and refused when it cannot go on) before anything is
     // written: reading works on a full disk, and the run is named if writing does not.
     let seen = read_store(workspace)?
@@ -91,8 +90,9 @@ fn load(
         .map_err(|f| no_space(f, workspace, &seen, again))?;
     let run = db.existing_run(id).map_err(Failure::lookup)?;
     refuse_ended(id, &run)?;
-    let (config, config_path) = config_for(&run.options, workspace)?;
-    let now = loopbox::run::pin::pin(&config, workspace);
+    // The config as the run's options name it; pinned grants, not trust, hold it to the run's.
+    let prepared = Launch::resume(workspace, &run).prepare(|_| Ok::<_, Failure>(()))?;
+    let now = prepared.pin();
     let how = "pass --accept-config-change to continue under the config as it is now";
     let changed = loopbox::run::pin::hold(
         &db,
@@ -110,16 +110,8 @@ fn load(
             changed.join(", ")
         );
     }
-    let runtime = super::super::runtime(&config, workspace)?;
-    let source = policy_source(&run);
-    let policy = load_policy(
-        &runtime,
-        &config,
-        config_path.as_deref(),
-        workspace,
-        &run.options,
-        &source,
-    )?;
+    let source = &prepared.source;
+    let policy = prepared.load()?;
     if policy.digest != run.policy_digest {
         if !allow_policy_change {
             return Err(Failure::usage(anyhow::anyhow!(
@@ -139,8 +131,7 @@ fn load(
         db,
         run,
         policy,
-        config,
-        config_path,
+        prepared,
     })
 }
 
@@ -212,17 +203,14 @@ fn drive(
     acquire(&l.db, &l.run.id).map_err(|f| no_space(f, workspace, &l.run, again))?;
     let drive = Drive {
         signals,
-        workspace,
         db: l.db,
         run: l.run,
         policy: l.policy,
-        config: l.config,
-        config_path: l.config_path,
         json,
         banner: false,
         resend_turn,
     };
-    drive.until_it_stops(next)
+    drive.until_it_stops(&l.prepared, next)
 }
 
 pub fn resume(args: ResumeArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {

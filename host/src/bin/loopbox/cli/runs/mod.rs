@@ -4,6 +4,7 @@
 
 mod cancel;
 mod cont;
+mod export;
 mod log;
 mod show;
 
@@ -39,6 +40,8 @@ enum RunsCommand {
     Tick(cont::TickArgs),
     /// Stop a run: now if no process drives it, else at its next step
     Cancel(cancel::CancelArgs),
+    /// Write a run as a scenario file for `loopbox test` (--scenario)
+    Export(export::ExportArgs),
 }
 
 pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
@@ -50,6 +53,7 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
         Some(RunsCommand::Answer(a)) => cont::answer(a, args.json, workspace),
         Some(RunsCommand::Tick(a)) => cont::tick(a, args.json, workspace),
         Some(RunsCommand::Cancel(a)) => cancel::execute(a, args.json, workspace),
+        Some(RunsCommand::Export(a)) => export::execute(a, args.json, workspace),
     }
 }
 

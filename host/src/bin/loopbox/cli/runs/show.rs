@@ -153,12 +153,35 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         count("unknown"),
         count("running")
     );
+    // Which agent profile (`[agents.NAME]`) each prompt went to; `[agent]` when none.
+    let profile = |r: &JournalRow| {
+        (r.kind == "prompt")
+            .then(|| serde_json::from_str::<Value>(&r.request).ok())
+            .flatten()
+            .and_then(|v| v["profile"].as_str().map(String::from))
+    };
+    let mut profiles = std::collections::BTreeMap::<String, usize>::new();
+    for (_, r) in &actions {
+        if let Some(p) = profile(r) {
+            *profiles.entry(p).or_default() += 1;
+        }
+    }
+    if !profiles.is_empty() {
+        let list: Vec<String> = profiles
+            .iter()
+            .map(|(p, n)| format!("{} {n}", one_line(&shorten(p, 64))))
+            .collect();
+        loopbox::outln!("profiles: prompts to [agents.NAME]: {}", list.join(", "));
+    }
     for (event, r) in actions
         .iter()
         .filter(|(_, r)| matches!(outcome(r, alive), "unknown" | "running"))
     {
+        let to = profile(r)
+            .map(|p| format!(" to agent profile `{}`", one_line(&shorten(&p, 64))))
+            .unwrap_or_default();
         loopbox::outln!(
-            "  event {event} call {}: {} {} ({})",
+            "  event {event} call {}: {} {}{to} ({})",
             r.seq,
             one_line(&r.kind),
             one_line(&shorten(&r.request, 100)),

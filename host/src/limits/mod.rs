@@ -1,6 +1,13 @@
 //! Resource limits on a policy: each has a default, can be set under `[limits]`
 //! in `loopbox.toml`, and when hit produces a [`LimitExceeded`] that names the
 //! key and its value, so the user knows exactly which knob to turn.
+//!
+//! Beside them, what bounds one event while it runs: [`meter`], the host calls
+//! and host time every capability counts, and [`stop`], a run's stop request.
+//! They rank below the capabilities and the engine, which both obey them.
+
+pub mod meter;
+pub mod stop;
 
 use std::fmt;
 

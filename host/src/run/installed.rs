@@ -2,17 +2,18 @@
 //! a path in the workspace, a builtin, or (from a registry) the stored copy
 //! `loopbox.lock` pins. Every way of running one by name (`run`, `runs
 //! resume`, `hook --policy`, `inspect`) resolves it here, and admits its bytes
-//! with [`super::admit`] before they compile.
+//! with [`crate::dist::admit`] before they compile. It sits above `config`
+//! and `wasm`, whose config it scopes and whose runtime loads it.
 
 use std::path::Path;
 
 use anyhow::{Result, bail};
 
-use super::admit::{Admitted, admit};
-use super::lock::{Lock, Locked, path_for};
-use super::reference::SCHEME;
-use super::store::Store;
-use crate::config::{Config, PolicyEntry};
+use crate::config::Config;
+use crate::dist::admit::{Admitted, PolicyEntry, admit};
+use crate::dist::lock::{Lock, Locked, path_for};
+use crate::dist::reference::SCHEME;
+use crate::dist::store::Store;
 use crate::wasm::cache::ComponentCache;
 use crate::wasm::policy::{Policy, PolicySource};
 use crate::wasm::runtime::Runtime;

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::run::stop::Stop;
-use crate::wasm::limits::{Limit, LimitExceeded, Limits};
+use crate::limits::stop::Stop;
+use crate::limits::{Limit, LimitExceeded, Limits};
 
 pub struct Meter {
     started: Instant,
@@ -351,12 +351,12 @@ mod tests {
         let stop = Arc::new(Stop::new());
         let m = Meter::with_stop(&Limits::default(), stop.clone());
         m.call().unwrap();
-        stop.request(crate::run::stop::StopReason::Cancelled);
+        stop.request(crate::limits::stop::StopReason::Cancelled);
         let e = m.call().err().unwrap();
         assert_eq!(
-            e.downcast_ref::<crate::run::stop::Stopped>(),
-            Some(&crate::run::stop::Stopped(
-                crate::run::stop::StopReason::Cancelled
+            e.downcast_ref::<crate::limits::stop::Stopped>(),
+            Some(&crate::limits::stop::Stopped(
+                crate::limits::stop::StopReason::Cancelled
             ))
         );
     }

@@ -1,0 +1,310 @@
+//! Running a loop as little-loops' executor does: enter a state, run its
+//! action (or its sub-loop) through the [`World`], look for markers,
+//! capture, evaluate, route; until a terminal state, a marker, the step cap
+//! or the timeout ends it. The world is the host inside the sandbox and a
+//! scripted double in tests.
+//!
+//! Where little-loops' documentation and its code disagree, this follows
+//! the code (`little_loops/fsm/executor.py`, 1.156):
+//! - a terminal state ends the loop on entry; its action never runs (but
+//!   `on_max_steps`'s state runs its action, and the loop then ends as out
+//!   of steps);
+//! - the step cap is checked before each state, a terminal one included;
+//! - `next` skips evaluation; a failing action (non-zero exit) takes
+//!   `on_error` when the state has one;
+//! - a state with neither action nor evaluator is a `yes`;
+//! - an action the host refuses takes `on_error`, or ends the loop.
+//!
+//! Parts: `world` (what a loop asks of the outside), `step` (one state:
+//! caps, action, verdict, route), `actions` (a state's action as a host
+//! request, its markers and capture), `evaluate` (the verdict), `guards`
+//! (throttle, retryable exit codes, the stall detector), `sub_loop`,
+//! `learning` (learning states).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use crate::interp::{self, Scope};
+use crate::spec::Loop;
+
+mod actions;
+mod evaluate;
+mod guarded;
+mod guards;
+mod learning;
+mod step;
+mod sub_loop;
+mod world;
+
+pub use world::{Level, Out, Request, World};
+
+/// Why a loop ended, in little-loops' words (`terminated_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Terminal,
+    MaxSteps,
+    Timeout,
+    Error,
+    /// `LOOP_STOP:` in an action's output.
+    Stopped,
+    /// One route taken more than `max_edge_revisits` times.
+    CycleDetected,
+    /// The `circuit` stall detector, set to abort.
+    StallDetected,
+    /// A loopbox budget (`limits.actions_per_run`, `agent.max_prompts`) ran
+    /// out. It ends the whole run, sub-loops' parents included: never a route.
+    Budget,
+}
+
+/// How the host's refusal reads when a loopbox budget ran out (the guest SDK's
+/// `ActionError::describe` for `budget-exhausted`).
+pub const BUDGET_EXHAUSTED: &str = "budget exhausted: ";
+
+/// A loopbox budget ran out: the whole run ends, naming the key.
+fn budget_spent(why: &str, state: &str) -> Option<Finish> {
+    why.starts_with(BUDGET_EXHAUSTED).then(|| {
+        failed(
+            End::Budget,
+            format!("state `{state}`: {why}; the run ends (a loopbox limit, not the loop's own)"),
+        )
+    })
+}
+
+impl End {
+    pub fn name(self) -> &'static str {
+        match self {
+            End::Terminal => "terminal",
+            End::MaxSteps => "max_steps",
+            End::Timeout => "timeout",
+            End::Error => "error",
+            End::Stopped => "stopped",
+            End::CycleDetected => "cycle_detected",
+            End::StallDetected => "stall_detected",
+            End::Budget => "budget_exhausted",
+        }
+    }
+}
+
+/// How the loop ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ending {
+    pub success: bool,
+    pub summary: String,
+    pub end: End,
+    /// The state the loop ended in.
+    pub state: String,
+    pub steps: u32,
+    /// States entered, in order, and the terminal state it ended in (the first [`PATH_KEPT`]).
+    pub path: Vec<String>,
+    /// What the loop captured (a sub-loop's parent keeps it).
+    pub captured: Map<String, Value>,
+}
+
+pub const PATH_KEPT: usize = 1000;
+
+impl Ending {
+    pub fn data(&self, lp: &Loop) -> Value {
+        json!({
+            "loop": lp.name, "state": self.state, "steps": self.steps, "path": self.path,
+            "terminated_by": self.end.name(),
+        })
+    }
+}
+
+struct Run<'a> {
+    lp: &'a Loop,
+    context: Map<String, Value>,
+    captured: Map<String, Value>,
+    prev: Option<Value>,
+    /// `${param.*}`: the current state's fragment bindings.
+    param: Map<String, Value>,
+    state: String,
+    step: u32,
+    started: u64,
+    now: u64,
+    /// `diff_stall` / `action_stall`: the last value and its repeat count, by key.
+    stalls: BTreeMap<String, Option<(String, u32)>>,
+    /// `${env.PWD}`.
+    workspace: Option<String>,
+}
+
+impl Scope for Run<'_> {
+    fn lookup(&self, path: &[String]) -> Result<Option<Value>, String> {
+        let rest = &path[1..];
+        let found = match path[0].as_str() {
+            "context" => self
+                .context
+                .get(&rest[0])
+                .and_then(|c| interp::walk(c, &rest[1..]))
+                .cloned(),
+            "captured" => self
+                .captured
+                .get(&rest[0])
+                .and_then(|c| interp::walk(c, &rest[1..]))
+                .cloned(),
+            "prev" => self
+                .prev
+                .as_ref()
+                .and_then(|p| interp::walk(p, rest))
+                .cloned(),
+            "env" => self.workspace.clone().map(Value::String),
+            "param" => self
+                .param
+                .get(&rest[0])
+                .and_then(|c| interp::walk(c, &rest[1..]))
+                .cloned(),
+            "state" => match rest[0].as_str() {
+                "name" => Some(json!(self.state)),
+                // little-loops: the loop's step count, not visits to this state.
+                "iteration" => Some(json!(self.step)),
+                _ => None,
+            },
+            "loop" => {
+                let elapsed = self.now.saturating_sub(self.started);
+                match rest[0].as_str() {
+                    "name" => Some(json!(self.lp.name)),
+                    "step" => Some(json!(self.step)),
+                    "started_at" => Some(json!(self.started)),
+                    "elapsed_ms" => Some(json!(elapsed)),
+                    "elapsed" => Some(json!(duration_text(elapsed))),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        Ok(found)
+    }
+}
+
+/// `500ms`, `30s`, `2m 15s`, as little-loops writes `${loop.elapsed}`.
+fn duration_text(ms: u64) -> String {
+    let s = ms / 1000;
+    match (ms, s / 60, s % 60) {
+        (ms, _, _) if ms < 1000 => format!("{ms}ms"),
+        (_, 0, s) => format!("{s}s"),
+        (_, m, 0) => format!("{m}m"),
+        (_, m, s) => format!("{m}m {s}s"),
+    }
+}
+
+/// Run `lp` to its end. `input` replaces `context` values (the guest passes
+/// the whole starting context, see [`crate::start::context`]).
+pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Ending {
+    run_in(lp, input, None, world)
+}
+
+/// [`run`], with the workspace directory `${env.PWD}` names.
+pub fn run_in(
+    lp: &Loop,
+    input: &Map<String, Value>,
+    workspace: Option<&str>,
+    world: &mut dyn World,
+) -> Ending {
+    run_at(lp, input, workspace.map(str::to_string), world, 0, true)
+}
+
+/// `markers`: act on `LOOP_STOP:`/`FATAL_ERROR:` (a top-level loop, or a
+/// sub-loop whose state says `sub_loop_markers: true`).
+fn run_at(
+    lp: &Loop,
+    input: &Map<String, Value>,
+    workspace: Option<String>,
+    world: &mut dyn World,
+    depth: usize,
+    markers: bool,
+) -> Ending {
+    let mut context = lp.context.clone();
+    context.extend(input.clone());
+    let started = world.now_ms();
+    let mut m = Machine {
+        r: Run {
+            lp,
+            context,
+            captured: Map::new(),
+            prev: None,
+            param: Map::new(),
+            state: lp.initial.state.clone(),
+            step: 0,
+            started,
+            now: started,
+            stalls: BTreeMap::new(),
+            workspace,
+        },
+        path: Vec::new(),
+        summary_ran: false,
+        retries: BTreeMap::new(),
+        throttle: BTreeMap::new(),
+        recent: Default::default(),
+        seen: BTreeMap::new(),
+        fingerprints: BTreeMap::new(),
+        edges: BTreeMap::new(),
+        came_from: None,
+        depth,
+        markers,
+        holds: BTreeMap::new(),
+    };
+    let finish = loop {
+        if let Err(finish) = m.step(world) {
+            break finish;
+        }
+    };
+    if finish.end == End::Terminal && m.path.len() < PATH_KEPT {
+        m.path.push(m.r.state.clone());
+    }
+    Ending {
+        success: finish.success,
+        summary: finish.summary,
+        end: finish.end,
+        state: m.r.state,
+        steps: m.r.step,
+        path: m.path,
+        captured: m.r.captured,
+    }
+}
+
+/// How a step ended the loop.
+struct Finish {
+    success: bool,
+    end: End,
+    summary: String,
+}
+
+fn failed(end: End, summary: String) -> Finish {
+    Finish {
+        success: false,
+        end,
+        summary,
+    }
+}
+
+/// A run in progress, with what the loop keeps between steps.
+struct Machine<'a> {
+    r: Run<'a>,
+    /// States entered, in order (the first [`PATH_KEPT`]).
+    path: Vec<String>,
+    /// `on_max_steps` was taken already.
+    summary_ran: bool,
+    /// Consecutive re-entries of each state (`max_retries`).
+    retries: BTreeMap<String, u32>,
+    /// Consecutive runs of each state's action (`throttle`).
+    throttle: BTreeMap<String, u32>,
+    /// The stall detector's recent (state, exit code, verdict) steps, all
+    /// counts of each, and each state's last progress fingerprint.
+    recent: std::collections::VecDeque<(String, i32, String)>,
+    seen: BTreeMap<(String, i32, String), u32>,
+    fingerprints: BTreeMap<String, String>,
+    /// Times each route (`from`, `to`) was taken.
+    edges: BTreeMap<(String, String), u32>,
+    /// The state the last step was in.
+    came_from: Option<String>,
+    /// How many sub-loops this one runs inside.
+    depth: usize,
+    /// Stop and fatal markers end this loop (see [`run_at`]).
+    markers: bool,
+    /// Consecutive `cannot_judge` re-runs of each state.
+    holds: BTreeMap<String, u32>,
+}
+
+#[cfg(test)]
+mod tests;

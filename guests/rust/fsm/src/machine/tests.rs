@@ -1,0 +1,711 @@
+//! The executor against a scripted world.
+
+use std::collections::VecDeque;
+
+use super::*;
+
+/// A world that answers actions from a script, in order, and keeps what it was asked.
+#[derive(Default)]
+struct Scripted {
+    replies: VecDeque<Result<Out, String>>,
+    asked: Vec<Request>,
+    logs: Vec<String>,
+    progress: Vec<String>,
+    clock: u64,
+    tick_ms: u64,
+    files: std::collections::BTreeMap<String, String>,
+}
+
+impl Scripted {
+    fn new(replies: Vec<Result<Out, String>>) -> Scripted {
+        Scripted {
+            replies: replies.into(),
+            ..Default::default()
+        }
+    }
+}
+
+impl World for Scripted {
+    fn act(&mut self, req: Request) -> Result<Out, String> {
+        self.asked.push(req);
+        self.replies
+            .pop_front()
+            .unwrap_or_else(|| panic!("no scripted reply for request {}", self.asked.len()))
+    }
+    fn log(&mut self, _: Level, message: &str) {
+        self.logs.push(message.to_string());
+    }
+    fn progress(&mut self, message: &str) {
+        self.progress.push(message.to_string());
+    }
+    fn now_ms(&mut self) -> u64 {
+        self.clock += self.tick_ms;
+        self.clock
+    }
+    fn read(&mut self, path: &str) -> Result<String, String> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| format!("{path}: no such file"))
+    }
+}
+
+fn exit(code: i32, stdout: &str) -> Result<Out, String> {
+    Ok(Out {
+        exit_code: Some(code),
+        stdout: stdout.into(),
+        ..Default::default()
+    })
+}
+
+fn lp(yaml: &str) -> Loop {
+    struct NoFiles;
+    impl crate::Files for NoFiles {
+        fn read(&mut self, _: &str) -> Result<String, String> {
+            Err("no files".into())
+        }
+    }
+    crate::load("t.yaml", yaml, &mut NoFiles).unwrap_or_else(|p| panic!("{}", crate::render(&p)))
+}
+
+const FIX_TESTS: &str = "
+name: fix-tests
+initial: test
+max_steps: 10
+states:
+  test:
+    action: cargo test
+    capture: tests
+    on_yes: done
+    on_no: fix
+  fix:
+    action: 'The tests fail: ${captured.tests.output} -- fix the code.'
+    action_type: prompt
+    next: test
+  done:
+    terminal: true
+";
+
+#[test]
+fn fix_the_tests_goes_test_fix_test_done() {
+    let mut w = Scripted::new(vec![
+        exit(1, "1 failed"),
+        exit(0, "fixed it"),
+        exit(0, "ok"),
+    ]);
+    let end = run(&lp(FIX_TESTS), &Map::new(), &mut w);
+    assert_eq!(end.path, ["test", "fix", "test", "done"]);
+    assert!(end.success, "{end:?}");
+    assert_eq!(
+        end.summary,
+        "reached `done` after 3 steps (test → fix → test → done)"
+    );
+    assert_eq!(
+        w.asked[1],
+        Request::Prompt {
+            text: "The tests fail: 1 failed -- fix the code.".into(),
+            slash: false,
+            model: None,
+            timeout_ms: None,
+            profile: None,
+        }
+    );
+    assert_eq!(
+        w.asked[0],
+        Request::Script {
+            source: "cargo test".into(),
+            timeout_ms: None
+        }
+    );
+    assert_eq!(w.progress[1], "fix-tests · fix · step 2/10");
+    assert!(
+        w.logs
+            .contains(&"step 1 `test`: no (exit 1) -> `fix`".to_string()),
+        "{:?}",
+        w.logs
+    );
+    assert!(
+        w.logs
+            .contains(&"captured `tests`: exit 1, 8 bytes of output".to_string()),
+        "{:?}",
+        w.logs
+    );
+}
+
+#[test]
+fn the_step_cap_ends_a_loop_that_never_converges() {
+    let mut w = Scripted::new((0..10).map(|_| exit(1, "still failing")).collect());
+    let yaml = FIX_TESTS.replace("max_steps: 10", "max_steps: 3");
+    let end = run(&lp(&yaml), &Map::new(), &mut w);
+    assert!(!end.success);
+    assert_eq!(
+        end.summary,
+        "max_steps 3 reached in state `fix` before a terminal state"
+    );
+    assert_eq!(end.path, ["test", "fix", "test"]);
+}
+
+#[test]
+fn on_max_steps_goes_to_its_terminal_state() {
+    let yaml = FIX_TESTS.replace("max_steps: 10", "max_steps: 2\non_max_steps: gave-up")
+        + "  gave-up:\n    terminal: true\n    failure: true\n";
+    let mut w = Scripted::new(vec![exit(1, "x"), exit(0, "y")]);
+    let end = run(&lp(&yaml), &Map::new(), &mut w);
+    assert_eq!(
+        (end.success, end.state.as_str(), end.path.len()),
+        (false, "gave-up", 3),
+        "{end:?}"
+    );
+}
+
+#[test]
+fn markers_stop_or_fail_the_loop() {
+    let mut w = Scripted::new(vec![exit(1, "progress\nLOOP_STOP: nothing left to fix\n")]);
+    let end = run(&lp(FIX_TESTS), &Map::new(), &mut w);
+    assert_eq!(
+        (end.success, end.summary.as_str()),
+        (true, "LOOP_STOP in `test`: nothing left to fix")
+    );
+    let mut w = Scripted::new(vec![exit(0, "FATAL_ERROR: the database is gone")]);
+    let end = run(&lp(FIX_TESTS), &Map::new(), &mut w);
+    assert_eq!(
+        (end.success, end.summary.as_str()),
+        (false, "FATAL_ERROR in `test`: the database is gone")
+    );
+}
+
+#[test]
+fn a_refused_action_is_an_error_verdict_routed_to_on_error() {
+    let yaml = "name: g\ninitial: a\nstates:\n  a:\n    action: rm -rf /\n    on_yes: done\n    on_error: blocked\n  done:\n    terminal: true\n  blocked:\n    terminal: true\n    failure: true\n";
+    let mut w = Scripted::new(vec![Err("denied: scripts are not granted".into())]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!((end.success, end.state.as_str()), (false, "blocked"));
+    assert!(
+            w.logs
+                .iter()
+                .any(|l| l
+                    .contains("step 1 `a`: error (denied: scripts are not granted) -> `blocked`")),
+            "{:?}",
+            w.logs
+        );
+}
+
+#[test]
+fn a_next_state_takes_on_error_when_its_action_fails_or_is_refused() {
+    let yaml = "name: n\ninitial: a\nstates:\n  a:\n    action: x\n    next: done\n    on_error: blocked\n  done:\n    terminal: true\n  blocked:\n    terminal: true\n    failure: true\n";
+    let ends = |yaml: &str, reply: Result<Out, String>| {
+        run(&lp(yaml), &Map::new(), &mut Scripted::new(vec![reply])).state
+    };
+    assert_eq!(ends(yaml, exit(0, "")), "done");
+    assert_eq!(ends(yaml, exit(3, "")), "blocked");
+    assert_eq!(ends(yaml, exit(1, "")), "blocked");
+    assert_eq!(ends(yaml, Err("denied: no".into())), "blocked");
+    // Without `on_error`, `next` is taken whatever the exit code.
+    let plain = yaml.replace("    on_error: blocked\n", "");
+    assert_eq!(ends(&plain, exit(3, "")), "done");
+    // A refusal with nowhere to go ends the loop.
+    let end = run(
+        &lp(&plain),
+        &Map::new(),
+        &mut Scripted::new(vec![Err("denied: no".into())]),
+    );
+    assert_eq!((end.success, end.end), (false, End::Error), "{end:?}");
+}
+
+#[test]
+fn prompts_get_an_llm_verdict_by_default() {
+    let yaml = "name: p\ninitial: ask\nllm:\n  model: haiku\n  timeout: 30\nstates:\n  ask:\n    action: Is it done?\n    action_type: prompt\n    on_yes: done\n    on_no: $current\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new(vec![
+        exit(0, "Not yet."),
+        exit(
+            0,
+            r#"{"verdict": "no", "confidence": 0.9, "reason": "not yet", "evidence": "Not yet."}"#,
+        ),
+        exit(0, "All done."),
+        exit(
+            0,
+            r#"```json
+{"verdict": "yes", "confidence": 0.95, "reason": "done", "evidence": "All done."}
+```"#,
+        ),
+    ]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["ask", "ask", "done"]);
+    let Request::Prompt {
+        text,
+        model,
+        timeout_ms,
+        ..
+    } = &w.asked[1]
+    else {
+        panic!()
+    };
+    assert!(text.contains("<action_output>\nNot yet.\n</action_output>"));
+    assert_eq!(
+        (model.as_deref(), *timeout_ms),
+        (Some("haiku"), Some(30_000))
+    );
+}
+
+/// `cannot_judge` with no route of its own re-runs the state twice, then
+/// takes `on_error` (`executor.py` `_route_abstention_hold`); a route
+/// for it is taken at once.
+#[test]
+fn cannot_judge_reruns_the_state_twice_then_takes_on_error() {
+    let yaml = "name: j\ninitial: ask\nstates:\n  ask:\n    action: check\n    evaluate:\n      type: llm_structured\n    on_yes: done\n    on_no: done\n    on_error: failed\n  done:\n    terminal: true\n  failed:\n    terminal: true\n";
+    let abstain = || exit(0, r#"{"verdict": "cannot_judge", "confidence": 0.9}"#);
+    let yes = || {
+        exit(
+            0,
+            r#"{"verdict": "yes", "confidence": 0.9, "evidence": "ok"}"#,
+        )
+    };
+    let mut replies = Vec::new();
+    for _ in 0..3 {
+        replies.extend([exit(0, "ok"), abstain()]);
+    }
+    let mut w = Scripted::new(replies);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["ask", "ask", "ask", "failed"], "{:?}", w.logs);
+    // A verdict after two abstentions routes as usual, and the count restarts.
+    let mut w = Scripted::new(vec![
+        exit(0, "ok"),
+        abstain(),
+        exit(0, "ok"),
+        abstain(),
+        exit(0, "ok"),
+        yes(),
+    ]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["ask", "ask", "ask", "done"], "{:?}", w.logs);
+    // Routed: taken at once.
+    let routed = yaml.replace(
+        "on_error: failed",
+        "on_error: failed\n    on_cannot_judge: done",
+    );
+    let mut w = Scripted::new(vec![exit(0, "ok"), abstain()]);
+    assert_eq!(run(&lp(&routed), &Map::new(), &mut w).path, ["ask", "done"]);
+    // No error route: the run ends after the re-runs, "no valid transition".
+    let bare = yaml.replace("    on_error: failed\n", "");
+    let mut replies = Vec::new();
+    for _ in 0..3 {
+        replies.extend([exit(0, "ok"), abstain()]);
+    }
+    let mut w = Scripted::new(replies);
+    let end = run(&lp(&bare), &Map::new(), &mut w);
+    assert_eq!(
+        (end.path.len(), end.summary.as_str()),
+        (3, "state `ask` has no valid transition")
+    );
+}
+
+#[test]
+fn max_retries_counts_consecutive_reentries() {
+    let yaml = "name: r\ninitial: poll\nstates:\n  poll:\n    action: check\n    on_yes: done\n    on_no: $current\n    max_retries: 2\n    on_retry_exhausted: gave-up\n  done:\n    terminal: true\n  gave-up:\n    terminal: true\n    failure: true\n";
+    let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["poll", "poll", "poll", "gave-up"]);
+    assert_eq!(w.asked.len(), 3);
+}
+
+#[test]
+fn convergence_tracks_its_metric_between_visits() {
+    let yaml = "name: c\ninitial: measure\nstates:\n  measure:\n    exec: [count-todos]\n    evaluate:\n      type: convergence\n      target: 0\n    route:\n      target: done\n      progress: work\n      stall: stuck\n  work:\n    action: reduce\n    next: measure\n  done:\n    terminal: true\n  stuck:\n    terminal: true\n    failure: true\n";
+    // Without `previous:` there is no earlier reading (little-loops):
+    // an unchanged value is still `progress`.
+    let replies = vec![
+        exit(0, "5"),
+        exit(0, ""),
+        exit(0, "5"),
+        exit(0, ""),
+        exit(0, "0"),
+    ];
+    let end = run(&lp(yaml), &Map::new(), &mut Scripted::new(replies));
+    assert_eq!(
+        end.path,
+        ["measure", "work", "measure", "work", "measure", "done"]
+    );
+    // With `previous:` (here the `work` state prints the last value) it can stall.
+    let with_prev = yaml.replace(
+        "      target: 0\n",
+        "      target: 0\n      previous: '${prev.output}'\n",
+    );
+    let replies = vec![exit(0, "5"), exit(0, "5"), exit(0, "5")];
+    let end = run(&lp(&with_prev), &Map::new(), &mut Scripted::new(replies));
+    assert_eq!(end.path, ["measure", "work", "measure", "stuck"]);
+    let replies = vec![exit(0, "2"), exit(0, ""), exit(0, "0")];
+    assert_eq!(
+        run(&lp(yaml), &Map::new(), &mut Scripted::new(replies)).state,
+        "done"
+    );
+}
+
+#[test]
+fn captures_routes_and_context_feed_later_states() {
+    let yaml = "name: cap\ninitial: build\ncontext:\n  target: release\nstates:\n  build:\n    exec: [make, '${context.target}']\n    capture: build\n    route:\n      yes: report\n      _: report\n  report:\n    action: 'echo ${captured.build.exit_code} ${captured.build.result.status} ${prev.state} ${state.iteration}'\n    next: done\n  done:\n    terminal: true\n";
+    let mut input = Map::new();
+    input.insert("target".into(), json!("debug"));
+    let mut w = Scripted::new(vec![
+        exit(0, "ACTION_RESULT:\n- status: built\n"),
+        exit(0, ""),
+    ]);
+    run(&lp(yaml), &input, &mut w);
+    assert_eq!(
+        w.asked[0],
+        Request::Exec {
+            argv: vec!["make".into(), "debug".into()],
+            timeout_ms: None
+        }
+    );
+    assert_eq!(
+        w.asked[1],
+        Request::Script {
+            source: "echo 0 built build 2".into(),
+            timeout_ms: None
+        }
+    );
+}
+
+#[test]
+fn a_missing_capture_at_run_time_ends_the_loop_naming_it() {
+    let yaml = "name: m\ninitial: a\nstates:\n  a:\n    action: x\n    on_yes: b\n    on_no: c\n  b:\n    action: echo ${captured.out.output}\n    next: done\n  c:\n    action: y\n    capture: out\n    next: b\n  done:\n    terminal: true\n";
+    let end = run(
+        &lp(yaml),
+        &Map::new(),
+        &mut Scripted::new(vec![exit(0, "")]),
+    );
+    assert!(!end.success);
+    assert_eq!(
+        end.summary,
+        "state `b`: action: `${captured.out.output}` refers to nothing: no state has captured `out` yet (add `:default=` or `?` if that can happen)"
+    );
+}
+
+#[test]
+fn the_loop_timeout_is_checked_between_states_and_flushes_the_pending_one() {
+    // little-loops (`executor.py`, `run`, BUG-1226): an action keeps its own
+    // limit; past the loop's timeout, the state just routed to runs its shell
+    // action once, and the loop ends there.
+    let yaml = "name: t\ninitial: a\ntimeout: 10\ndefault_timeout: 60\nstates:\n  a:\n    action: x\n    next: b\n  b:\n    action: y\n    next: a\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new((0..10).map(|_| exit(0, "")).collect());
+    w.tick_ms = 3000;
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.end, End::Timeout, "{end:?}");
+    assert!(
+        end.summary
+            .starts_with("the loop's timeout of 10s ran out in state `"),
+        "{}",
+        end.summary
+    );
+    for req in &w.asked {
+        let Request::Script { timeout_ms, .. } = req else {
+            panic!("{req:?}")
+        };
+        assert_eq!(*timeout_ms, Some(60_000));
+    }
+    // The pending state was entered and its action ran: the loop ends in it.
+    assert_eq!(end.path.last(), Some(&end.state), "{end:?}");
+    assert_eq!(w.asked.len(), end.path.len());
+    assert!(
+        w.logs
+            .iter()
+            .any(|l| l.contains("running the pending state")),
+        "{:?}",
+        w.logs
+    );
+    // A prompt is not flushed.
+    let yaml = "name: t\ninitial: a\ntimeout: 10\nstates:\n  a:\n    action: x\n    next: b\n  b:\n    action: y\n    action_type: prompt\n    next: a\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new((0..10).map(|_| exit(0, "")).collect());
+    w.tick_ms = 3000;
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.end, End::Timeout);
+    assert_ne!(end.path.last(), Some(&end.state), "{end:?}");
+}
+
+#[test]
+fn a_spent_loopbox_budget_ends_the_run_even_inside_a_sub_loop() {
+    let budget = || {
+        Err(format!(
+            "{BUDGET_EXHAUSTED}the run has used all 200 of its actions (limits.actions_per_run)"
+        ))
+    };
+    // In the loop itself: not routed to on_error.
+    let yaml = "name: p\ninitial: a\nstates:\n  a:\n    action: x\n    on_yes: done\n    on_error: done\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new(vec![budget()]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!((end.end, end.success), (End::Budget, false), "{end:?}");
+    assert!(
+        end.summary.contains("limits.actions_per_run"),
+        "{}",
+        end.summary
+    );
+    // In a sub-loop whose parent routes its errors to `done`.
+    let parent = "name: parent\ninitial: sub\nstates:\n  sub:\n    loop: child\n    on_yes: done\n    on_no: done\n    on_error: done\n  done:\n    terminal: true\n";
+    let child = "name: child\ninitial: a\nstates:\n  a:\n    action: x\n    on_yes: ok\n    on_error: ok\n  ok:\n    terminal: true\n";
+    let l = lp_with("parent.yaml", parent, &[("child.yaml", child)]);
+    let mut w = Scripted::new(vec![budget()]);
+    w.files.insert("child.yaml".into(), child.into());
+    let end = run(&l, &Map::new(), &mut w);
+    assert_eq!((end.end, end.success), (End::Budget, false), "{end:?}");
+    assert_eq!(end.data(&l)["terminated_by"], "budget_exhausted");
+    // Another refusal still routes.
+    let mut w = Scripted::new(vec![Err("denied: no".into())]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!((end.end, end.state.as_str()), (End::Terminal, "done"));
+}
+
+#[test]
+fn prev_timeout_kind_is_wall_after_a_timeout() {
+    let yaml = "name: t\ninitial: a\nstates:\n  a:\n    action: x\n    next: b\n  b:\n    action: 'kind=${prev.timeout_kind}'\n    next: done\n  done:\n    terminal: true\n";
+    let timed_out = Ok(Out {
+        timed_out: true,
+        ..Default::default()
+    });
+    let mut w = Scripted::new(vec![timed_out, exit(0, "")]);
+    run(&lp(yaml), &Map::new(), &mut w);
+    assert!(
+        matches!(&w.asked[1], Request::Script { source, .. } if source == "kind=wall"),
+        "{:?}",
+        w.asked
+    );
+    let mut w = Scripted::new(vec![exit(0, ""), exit(0, "")]);
+    run(&lp(yaml), &Map::new(), &mut w);
+    assert!(matches!(&w.asked[1], Request::Script { source, .. } if source == "kind="));
+}
+
+#[test]
+fn slash_commands_follow_the_leading_slash_heuristic() {
+    let yaml = "name: s\ninitial: a\nstates:\n  a:\n    action: /review\n    next: done\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new(vec![exit(0, "")]);
+    run(&lp(yaml), &Map::new(), &mut w);
+    assert!(matches!(&w.asked[0], Request::Prompt { slash: true, text, .. } if text == "/review"));
+}
+
+fn lp_with(path: &str, yaml: &str, files: &[(&str, &str)]) -> Loop {
+    struct Files(std::collections::BTreeMap<String, String>);
+    impl crate::Files for Files {
+        fn read(&mut self, p: &str) -> Result<String, String> {
+            self.0
+                .get(p)
+                .cloned()
+                .ok_or_else(|| format!("`{p}` does not exist in the workspace"))
+        }
+    }
+    let files = Files(
+        files
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    let mut files = files;
+    crate::load(path, yaml, &mut files).unwrap_or_else(|p| panic!("{}", crate::render(&p)))
+}
+
+#[test]
+fn a_sub_loop_runs_in_the_same_world_and_its_ending_picks_the_route() {
+    let child = "name: child\ninitial: check\nparameters:\n  word:\n    required: true\nstates:\n  check:\n    action: test ${context.word} = hi\n    capture: seen\n    on_yes: done\n    on_no: failed\n  done:\n    terminal: true\n  failed:\n    terminal: true\n";
+    let main = "name: parent\ninitial: call\nstates:\n  call:\n    loop: child\n    with:\n      word: '${context.w}'\n    on_yes: good\n    on_no: bad\n  good:\n    action: echo ${captured.call.seen.exit_code}\n    next: done\n  bad:\n    terminal: true\n    failure: true\n  done:\n    terminal: true\n";
+    let lp = lp_with("loops/parent.yaml", main, &[("loops/child.yaml", child)]);
+    let mut ctx = Map::new();
+    ctx.insert("w".into(), json!("hi"));
+    let mut w = Scripted::new(vec![exit(0, ""), exit(0, "")]);
+    w.files.insert("loops/child.yaml".into(), child.into());
+    let end = run(&lp, &ctx, &mut w);
+    assert_eq!(end.path, ["call", "good", "done"], "{end:?}");
+    assert_eq!(
+        w.asked,
+        [
+            Request::Script {
+                source: "test hi = hi".into(),
+                timeout_ms: None
+            },
+            Request::Script {
+                source: "echo 0".into(),
+                timeout_ms: None
+            },
+        ]
+    );
+    // The child's failure terminal routes `on_no`.
+    ctx.insert("w".into(), json!("no"));
+    let mut w = Scripted::new(vec![exit(1, "")]);
+    w.files.insert("loops/child.yaml".into(), child.into());
+    assert_eq!(run(&lp, &ctx, &mut w).path, ["call", "bad"]);
+}
+
+/// A child's `LOOP_STOP:`/`FATAL_ERROR:` are plain output, as in
+/// little-loops (child executors get no signal detector), unless the
+/// sub-loop state says `sub_loop_markers: true`.
+#[test]
+fn markers_inside_a_sub_loop_are_ignored_unless_asked_for() {
+    let child = "name: child\ninitial: a\nstates:\n  a:\n    action: work\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n";
+    let main = "name: parent\ninitial: call\nstates:\n  call:\n    loop: child\n    on_yes: good\n    on_no: bad\n    on_error: broke\n  good:\n    terminal: true\n  bad:\n    terminal: true\n  broke:\n    terminal: true\n";
+    let with_key = main.replace("loop: child\n", "loop: child\n    sub_loop_markers: true\n");
+    for (parent, output, want) in [
+        (main.to_string(), "LOOP_STOP: enough\n", "good"),
+        (main.to_string(), "FATAL_ERROR: disk full\n", "good"),
+        (with_key.clone(), "LOOP_STOP: enough\n", "bad"),
+        (with_key, "FATAL_ERROR: disk full\n", "broke"),
+    ] {
+        let lp = lp_with("loops/parent.yaml", &parent, &[("loops/child.yaml", child)]);
+        let mut w = Scripted::new(vec![exit(0, output)]);
+        w.files.insert("loops/child.yaml".into(), child.into());
+        let end = run(&lp, &Map::new(), &mut w);
+        assert_eq!(
+            end.path,
+            ["call", want],
+            "{parent} / {output}: {:?}",
+            w.logs
+        );
+    }
+    // The key belongs on a `loop:` state.
+    struct NoFiles;
+    impl crate::Files for NoFiles {
+        fn read(&mut self, _: &str) -> Result<String, String> {
+            Err("no files".into())
+        }
+    }
+    let bad = "name: b\ninitial: a\nstates:\n  a:\n    action: x\n    sub_loop_markers: true\n    next: done\n  done:\n    terminal: true\n";
+    let problems = crate::render(&crate::load("b.yaml", bad, &mut NoFiles).unwrap_err());
+    assert!(
+        problems.contains(
+            "b.yaml:6: state `a`: `sub_loop_markers` is for a state that runs a sub-loop"
+        ),
+        "{problems}"
+    );
+}
+
+#[test]
+fn a_sub_loop_that_calls_itself_stops_at_the_depth_limit() {
+    let me = "name: me\ninitial: again\nstates:\n  again:\n    loop: me\n    on_yes: done\n    on_no: done\n    on_error: failed\n  done:\n    terminal: true\n  failed:\n    terminal: true\n";
+    let lp = lp_with("me.yaml", me, &[("me.yaml", me)]);
+    let mut w = Scripted::new(vec![]);
+    w.files.insert("me.yaml".into(), me.into());
+    let end = run(&lp, &Map::new(), &mut w);
+    // Each level but the deepest ends `failed` by its error route; the top routes `on_no`.
+    assert_eq!(end.path, ["again", "done"], "{end:?}");
+    assert!(
+        w.logs
+            .iter()
+            .any(|l| l.contains("sub-loops nest deeper than 8")),
+        "{:?}",
+        w.logs
+    );
+}
+
+#[test]
+fn terminal_actions_never_run_and_the_cap_comes_before_a_terminal() {
+    let yaml = "name: t\ninitial: a\nmax_steps: 1\nstates:\n  a:\n    action: one\n    next: b\n  b:\n    action: never\n    terminal: true\n";
+    let mut w = Scripted::new(vec![exit(0, "")]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(
+        (end.end, end.path.clone()),
+        (End::MaxSteps, vec!["a".to_string()])
+    );
+    let mut w = Scripted::new(vec![exit(0, "")]);
+    let end = run(
+        &lp(&yaml.replace("max_steps: 1", "max_steps: 2")),
+        &Map::new(),
+        &mut w,
+    );
+    assert_eq!(
+        (end.end, end.success, end.path.len()),
+        (End::Terminal, true, 2)
+    );
+    assert_eq!(w.asked.len(), 1, "the terminal state's action did not run");
+}
+
+#[test]
+fn on_max_steps_runs_its_state_then_ends_out_of_steps() {
+    let yaml = "name: t\ninitial: spin\nmax_steps: 2\non_max_steps: report\nstates:\n  spin:\n    action: 'false'\n    on_yes: done\n    on_no: spin\n  report:\n    action: report\n    next: done\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new(vec![exit(1, ""), exit(1, ""), exit(0, "")]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!((end.end, end.success), (End::MaxSteps, false));
+    assert_eq!(end.path, ["spin", "spin", "report"]);
+}
+
+#[test]
+fn throttle_circuit_and_retryable_exit_codes_redirect() {
+    let yaml = "name: t\ninitial: spin\nmax_steps: 40\nstates:\n  spin:\n    action: x\n    on_yes: done\n    on_no: spin\n    throttle:\n      hard_max: 3\n    on_throttle_hard: stopped\n  stopped:\n    terminal: true\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+    assert_eq!(
+        run(&lp(yaml), &Map::new(), &mut w).path,
+        ["spin", "spin", "spin", "stopped"]
+    );
+    // `type: learning` (no `learning:` block) is exempt, as in little-loops.
+    let exempt = yaml.replace("    throttle:\n", "    type: learning\n    throttle:\n");
+    let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+    let end = run(
+        &lp(&exempt.replace("max_steps: 40", "max_steps: 5")),
+        &Map::new(),
+        &mut w,
+    );
+    assert_eq!((end.end, end.path.len()), (End::MaxSteps, 5), "{end:?}");
+    // Past hard_max with nowhere to go, the loop stops.
+    let yaml2 = yaml.replace("    on_throttle_hard: stopped\n", "");
+    let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+    let end = run(&lp(&yaml2), &Map::new(), &mut w);
+    assert_eq!((end.end, end.path.len()), (End::Error, 4), "{end:?}");
+
+    let circuit = "name: c\ninitial: try\nmax_steps: 40\ncircuit:\n  repeated_failure:\n    window: 2\nstates:\n  try:\n    action: x\n    on_yes: done\n    on_no: try\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new((0..5).map(|_| exit(1, "")).collect());
+    let end = run(&lp(circuit), &Map::new(), &mut w);
+    assert_eq!(
+        (end.end, end.path.len()),
+        (End::StallDetected, 2),
+        "{end:?}"
+    );
+    assert!(end.summary.contains("stall detected"), "{}", end.summary);
+
+    let cycle = "name: y\ninitial: a\nmax_steps: 40\nmax_edge_revisits: 2\nstates:\n  a:\n    action: x\n    next: b\n  b:\n    action: x\n    on_yes: a\n    on_no: done\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new((0..10).map(|_| exit(0, "")).collect());
+    let end = run(&lp(cycle), &Map::new(), &mut w);
+    assert_eq!(
+        (end.end, end.path.len()),
+        (End::CycleDetected, 5),
+        "{end:?}"
+    );
+
+    let retry = "name: r\ninitial: a\nmax_steps: 40\nstates:\n  a:\n    action: x\n    on_yes: done\n    on_error: a\n    max_retries: 5\n    on_retry_exhausted: gave_up\n    retryable_exit_codes: [75]\n  gave_up:\n    terminal: true\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new(vec![exit(75, ""), exit(2, "")]);
+    assert_eq!(
+        run(&lp(retry), &Map::new(), &mut w).path,
+        ["a", "a", "gave_up"]
+    );
+}
+
+#[test]
+fn stall_evaluators_keep_their_state_in_the_run() {
+    let yaml = "name: d\ninitial: work\nmax_steps: 20\nstates:\n  work:\n    action: x\n    next: check\n  check:\n    evaluate:\n      type: diff_stall\n      max_stall: 2\n    on_yes: work\n    on_no: stuck\n  stuck:\n    terminal: true\n";
+    let diff = |s: &str| exit(0, s);
+    let mut w = Scripted::new(vec![
+        exit(0, ""),
+        diff("a | 1"),
+        exit(0, ""),
+        diff("a | 2"),
+        exit(0, ""),
+        diff("a | 2"),
+        exit(0, ""),
+        diff("a | 2"),
+    ]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.state, "stuck", "{end:?}");
+    assert_eq!(
+        w.asked[1],
+        Request::Exec {
+            argv: vec!["git".into(), "diff".into(), "--stat".into()],
+            timeout_ms: Some(30_000)
+        }
+    );
+
+    let score = "name: s\ninitial: check\nstates:\n  check:\n    evaluate:\n      type: score_stall\n      history_file: scores.txt\n      max_stall: 2\n    on_yes: more\n    on_no: plateau\n  more:\n    terminal: true\n  plateau:\n    terminal: true\n";
+    let mut w = Scripted::new(vec![]);
+    w.files
+        .insert("scores.txt".into(), "5\n7\n7.2\n7.4\n".into());
+    assert_eq!(run(&lp(score), &Map::new(), &mut w).state, "plateau");
+    w.files.insert("scores.txt".into(), "5\n7\n9\n".into());
+    assert_eq!(run(&lp(score), &Map::new(), &mut w).state, "more");
+}
+
+mod agent;
+mod learning;
+mod worktree;
