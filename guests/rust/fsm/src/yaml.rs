@@ -246,7 +246,7 @@ impl Builder {
     /// Charge `n` bytes of text, before they are allocated.
     fn count_bytes(&mut self, n: usize, line: u32) -> bool {
         self.bytes = self.bytes.saturating_add(n);
-        if false && self.bytes > MAX_EXPANDED_BYTES {
+        if self.bytes > MAX_EXPANDED_BYTES {
             self.fail(
                 line,
                 format!(
@@ -554,8 +554,10 @@ mod tests {
     fn alias_bombs_of_a_large_string_stop_at_the_byte_cap() {
         let text = string_bomb(1_000);
         assert!(text.len() < MAX_TEXT_BYTES, "{}", text.len());
-        // Not `unwrap_err`: it would print the whole 900 MB tree.
-        let e = parse(&text).err().expect("the bomb parsed");
+        // Not `unwrap_err`: that would print the whole 900 MB tree.
+        let Err(e) = parse(&text) else {
+            panic!("the bomb parsed")
+        };
         assert_eq!(
             (e.line, e.message.as_str()),
             (
@@ -578,7 +580,9 @@ mod tests {
         }
         text.push_str(&format!("\"{}\"", "x".repeat(400_000)));
         text.push_str(&"]".repeat(depth));
-        let e = parse(&text).err().expect("the nested anchors parsed");
+        let Err(e) = parse(&text) else {
+            panic!("the nested anchors parsed")
+        };
         assert!(
             e.message
                 .starts_with("aliases expand this document past 16 MiB"),

@@ -4,7 +4,7 @@
 //! child's own peak memory (`wait4`) far below what the expansion would take.
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::Stdio;
+use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -26,7 +26,7 @@ fn validate_stops_an_alias_bomb_at_the_byte_cap_with_bounded_memory() {
     std::fs::write(dir.path().join("loop.yaml"), &yaml).unwrap();
 
     let started = Instant::now();
-    let mut child = trusted_command(dir.path())
+    let child = trusted_command(dir.path())
         .arg("-C")
         .arg(dir.path())
         .args(["validate", "loop.yaml"])
@@ -37,31 +37,8 @@ fn validate_stops_an_alias_bomb_at_the_byte_cap_with_bounded_memory() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut err, &mut s).ok();
-        s
-    });
-    let pid = child.id() as libc::pid_t;
-    let (status, usage) = loop {
-        let mut status = 0;
-        // SAFETY: an all-zero rusage is valid; wait4 fills it in.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: waiting for our own child, with pointers to locals.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        if r == pid {
-            break (std::process::ExitStatus::from_raw(status), usage);
-        }
-        assert!(r == 0, "wait4 failed: {}", std::io::Error::last_os_error());
-        if started.elapsed() > DEADLINE {
-            child.kill().ok();
-            panic!("validate did not finish within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let (status, usage, stderr) = finish(child);
     let took = started.elapsed();
-    let stderr = err.join().unwrap();
 
     assert!(
         usage.ru_maxrss < MAX_RSS_KB,
@@ -78,4 +55,34 @@ fn validate_stops_an_alias_bomb_at_the_byte_cap_with_bounded_memory() {
         ]
     );
     assert!(took < Duration::from_secs(10), "validate took {took:?}");
+}
+
+/// Wait for `child` (up to [`DEADLINE`]): its status, its own peak memory
+/// (`wait4`), and its stderr.
+fn finish(mut child: Child) -> (ExitStatus, libc::rusage, String) {
+    let started = Instant::now();
+    let mut err = child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut err, &mut s).ok();
+        s
+    });
+    let pid = child.id() as libc::pid_t;
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is valid; wait4 fills it in.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waiting for our own child, with pointers to locals.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break (ExitStatus::from_raw(status), usage);
+        }
+        assert!(r == 0, "wait4 failed: {}", std::io::Error::last_os_error());
+        if started.elapsed() > DEADLINE {
+            child.kill().ok();
+            panic!("validate did not finish within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (status, usage, err.join().unwrap())
 }
