@@ -14,6 +14,9 @@ pub const MAX_PARENTS: usize = 16;
 /// How many values fragment expansion may add to a loop, all uses together:
 /// a large fragment used by many states would otherwise multiply.
 pub const MAX_EXPANDED_NODES: usize = 4 * yaml::MAX_NODES;
+/// How much text fragment expansion may add to a loop, all uses together: one
+/// large string in a fragment is a single value, so values alone do not bound it.
+pub const MAX_EXPANDED_BYTES: usize = yaml::MAX_EXPANDED_BYTES;
 
 /// `base` with `over` on top: mappings merge key by key, anything else in
 /// `over` replaces what `base` has (little-loops' `_deep_merge`).
@@ -339,6 +342,7 @@ pub fn expand_fragments(root: &mut Node, fragments: &Fragments, p: &mut Problems
         return;
     };
     let mut added = 0usize;
+    let mut added_bytes = 0usize;
     for (state_key, state) in states.iter_mut() {
         let Some((frag_key, name)) = take(state, "fragment") else {
             continue;
@@ -373,6 +377,18 @@ pub fn expand_fragments(root: &mut Node, fragments: &Fragments, p: &mut Problems
                 format!(
                     "state `{}`: fragments expand to more than {MAX_EXPANDED_NODES} values in all",
                     state_key.name
+                ),
+            );
+            return;
+        }
+        added_bytes = added_bytes.saturating_add(yaml::text_bytes(fragment));
+        if added_bytes > MAX_EXPANDED_BYTES {
+            p.at(
+                frag_key.line,
+                format!(
+                    "state `{}`: fragments expand this loop past {} MiB of text in all (the limit for a loop file); each `fragment:` use copies the whole fragment, so keep large text out of fragments used by many states",
+                    state_key.name,
+                    MAX_EXPANDED_BYTES >> 20
                 ),
             );
             return;

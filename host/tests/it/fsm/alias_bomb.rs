@@ -86,3 +86,50 @@ fn finish(mut child: Child) -> (ExitStatus, libc::rusage, String) {
     };
     (status, usage, err.join().unwrap())
 }
+
+/// The same bomb through `fragment:`: one 900 KB fragment used by a thousand
+/// states is a few values but 900 MB of text once expanded (it took 1.78 GB
+/// and 97 s before fragments were charged in bytes).
+#[test]
+fn validate_stops_a_fragment_bomb_at_the_byte_cap_with_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = format!(
+        "name: bomb\ninitial: s0\nfragments:\n  big:\n    action: \"{}\"\nstates:\n",
+        "x".repeat(900_000)
+    );
+    for i in 0..1_000 {
+        yaml.push_str(&format!("  s{i}:\n    fragment: big\n    next: done\n"));
+    }
+    yaml.push_str("  done:\n    terminal: true\n");
+    assert!(yaml.len() < 1 << 20, "the bomb is a legal-sized file");
+    std::fs::write(dir.path().join("loop.yaml"), &yaml).unwrap();
+
+    let started = Instant::now();
+    let child = trusted_command(dir.path())
+        .arg("-C")
+        .arg(dir.path())
+        .args(["validate", "loop.yaml"])
+        .current_dir(dir.path())
+        .env("CI", "true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, usage, stderr) = finish(child);
+    let took = started.elapsed();
+
+    assert!(
+        usage.ru_maxrss < MAX_RSS_KB,
+        "validate peaked at {} KiB (limit {MAX_RSS_KB} KiB)",
+        usage.ru_maxrss
+    );
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "fragments expand this loop past 16 MiB of text in all (the limit for a loop file)"
+        ),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(10), "validate took {took:?}");
+}
