@@ -118,6 +118,49 @@ pub async fn run_file(path: &Path, runtime: &Runtime, policy: Option<&str>) -> O
     }
 }
 
+/// The directory holding `path`: `.` for a bare file name, whose
+/// `Path::parent()` is the empty path (`loopbox test fix.scenario.yaml`).
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// A scenario's limits under the engine's defaults: its `config` may lower a
+/// limit, never raise one, so a hostile scenario cannot make `loopbox test`
+/// run (or grow) without end.
+fn clamp_to_defaults(config: &mut Config) {
+    let d = crate::limits::Limits::default();
+    let l = &mut config.limits;
+    macro_rules! clamp {
+        ($($f:ident),*) => { $( l.$f = l.$f.min(d.$f); )* };
+    }
+    clamp!(
+        fuel_per_event,
+        cpu_ms_per_event,
+        wall_ms_per_event,
+        memory_bytes,
+        max_tables,
+        max_instances,
+        max_memories,
+        table_elements,
+        hostcall_bytes,
+        max_string_bytes,
+        host_calls_per_event,
+        state_value_bytes,
+        state_total_bytes,
+        log_bytes_per_event,
+        output_bytes,
+        read_bytes,
+        journal_bytes_per_event,
+        journal_bytes_per_run,
+        actions_per_run
+    );
+    let turns = crate::config::RunConfig::default().max_turns;
+    config.run.max_turns = config.run.max_turns.min(turns);
+}
+
 /// What runs a scenario: a component, or a YAML loop on `builtin:fsm`.
 enum Target {
     Component(PolicySource),
@@ -125,7 +168,7 @@ enum Target {
 }
 
 fn target(s: &Scenario, policy: Option<&str>) -> Result<Target> {
-    let base = s.file.parent().unwrap_or(Path::new("."));
+    let base = dir_of(&s.file);
     let (text, base) = match (policy, &s.policy) {
         (Some(p), _) => (p.to_string(), Path::new(".")),
         (None, Some((p, _))) => (p.clone(), base),
@@ -159,7 +202,8 @@ fn implied(s: &Scenario, base: &Path) -> Result<Target> {
             return Ok(Target::Loop(lp));
         }
     }
-    for dir in [Some(base), base.parent()].into_iter().flatten() {
+    let above = base.parent().map(dir_of);
+    for dir in [Some(base), above].into_iter().flatten() {
         let manifest = dir.join(crate::project::MANIFEST);
         if manifest.is_file() {
             let text = crate::files::read_text(&manifest, 64 * 1024, "manifest")?;
@@ -246,11 +290,12 @@ async fn run_inner(
     preloaded: Option<&Policy>,
     events: &mut usize,
 ) -> Result<Verdict> {
-    let config = match &s.config {
+    let mut config = match &s.config {
         Some(text) => Config::parse(text, &s.file)
             .context("the scenario's `config` is not a valid loopbox.toml")?,
         None => Config::parse("", &s.file)?,
     };
+    clamp_to_defaults(&mut config);
     let target = target(s, policy)?;
     let workspace = tempfile::Builder::new()
         .prefix("loopbox-test-")
@@ -269,7 +314,7 @@ async fn run_inner(
             source.to_string(),
         ),
         Target::Loop(path) => {
-            let dir = path.parent().unwrap_or(Path::new("."));
+            let dir = dir_of(path);
             let file = crate::loops::read(dir, path)?;
             let mut reader = LoopFiles::new(dir, config.limits.read_bytes)?;
             let lp =
@@ -609,4 +654,35 @@ async fn deliver(
     commit.log = ctx.log.take();
     ctx.db.commit_event(RUN_ID, &commit)?;
     Ok(Delivered::Result(result))
+}
+
+#[cfg(test)]
+mod clamp_tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_config_lowers_limits_but_never_raises_them() {
+        let mut c = Config::parse(
+            "[limits]\nfuel_per_event = 18446744073709551615\nwall_ms_per_event = 18446744073709551615\ncpu_ms_per_event = 18446744073709551615\nhost_calls_per_event = 18446744073709551615\noutput_bytes = 10\n[run]\nmax_turns = 4000000000\n",
+            Path::new("x.scenario.yaml"),
+        )
+        .unwrap();
+        clamp_to_defaults(&mut c);
+        let d = crate::limits::Limits::default();
+        assert_eq!(c.limits.fuel_per_event, d.fuel_per_event);
+        assert_eq!(c.limits.wall_ms_per_event, d.wall_ms_per_event);
+        assert_eq!(c.limits.cpu_ms_per_event, d.cpu_ms_per_event);
+        assert_eq!(c.limits.host_calls_per_event, d.host_calls_per_event);
+        assert_eq!(c.limits.output_bytes, 10);
+        assert_eq!(
+            c.run.max_turns,
+            crate::config::RunConfig::default().max_turns
+        );
+    }
+
+    #[test]
+    fn a_bare_file_name_lies_in_dot() {
+        assert_eq!(dir_of(Path::new("a.yaml")), Path::new("."));
+        assert_eq!(dir_of(Path::new("d/a.yaml")), Path::new("d"));
+    }
 }

@@ -5,6 +5,8 @@
 use crate::common;
 // The edges only a real loopbox process shows: its environment, its children's lifetime.
 mod boundary;
+// Accepting changed grants on resume needs the config approved.
+mod resume_gate;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -284,6 +284,25 @@ fn is_test_file(path: &str, project: &Project) -> bool {
         .any(|p| matches_pattern(path, p))
 }
 
+/// A file the guard hashes: a test file, or a `.gitignore`, whose edit could hide
+/// a new test file (a root `conftest.py` that skips every test) from the listings.
+fn is_guarded(path: &str, project: &Project) -> bool {
+    is_test_file(path, project) || path.rsplit('/').next() == Some(".gitignore")
+}
+
+/// Untracked files git ignores, so that an ignored test file is still seen.
+/// `--directory` makes an ignored directory one entry (a `node_modules/` must not
+/// fill the cap), so a test file inside an ignored directory is not seen; a
+/// `.gitignore` edited to ignore one is (see [`is_guarded`]).
+const IGNORED: &[&str] = &[
+    "ls-files",
+    "-z",
+    "--others",
+    "--ignored",
+    "--exclude-standard",
+    "--directory",
+];
+
 /// A pytest config file pytest reads for this repo, and whether only its
 /// `[tool.pytest.ini_options]` table counts (`pyproject.toml`).
 #[derive(Debug, Clone, PartialEq)]
@@ -499,8 +518,8 @@ fn hash(world: &mut dyn World, paths: &BTreeSet<String>, targets: &[ConfigTarget
 }
 
 /// The entry snapshot (`snapshot_test_paths` over
-/// `tamper_guard_candidate_paths`): tracked and untracked, non-ignored test
-/// files plus the pytest config. When `git ls-files` fails (not a
+/// `tamper_guard_candidate_paths`): tracked and untracked test files (ignored
+/// ones too, unlike little-loops) and `.gitignore` files, plus the pytest config. When `git ls-files` fails (not a
 /// repository), just the config, as little-loops falls back.
 pub fn snapshot(world: &mut dyn World, project: &Project) -> Snapshot {
     let targets = config_targets(world);
@@ -517,7 +536,17 @@ pub fn snapshot(world: &mut dyn World, project: &Project) -> Snapshot {
         GIT_TIMEOUT_MS,
     ) {
         Ok(Some(out)) => {
-            let all = names(&out);
+            let mut all = names(&out);
+            match command(world, git(IGNORED), GIT_TIMEOUT_MS) {
+                Ok(Some(out)) => all.extend(names(&out)),
+                Ok(None) => {}
+                Err(e) => {
+                    return Snapshot {
+                        hashes: BTreeMap::new(),
+                        trouble: Some(e),
+                    };
+                }
+            }
             if all.len() > MAX_GUARDED_FILES * 10 {
                 return Snapshot {
                     hashes: BTreeMap::new(),
@@ -528,7 +557,7 @@ pub fn snapshot(world: &mut dyn World, project: &Project) -> Snapshot {
                     )),
                 };
             }
-            paths.extend(all.into_iter().filter(|p| is_test_file(p, project)));
+            paths.extend(all.into_iter().filter(|p| is_guarded(p, project)));
         }
         Ok(None) => {}
         Err(e) => {
@@ -612,6 +641,7 @@ fn changed(world: &mut dyn World) -> Result<Vec<String>, String> {
     for args in [
         &["diff", "-z", "--name-only", "HEAD"][..],
         &["ls-files", "-z", "--others", "--exclude-standard"][..],
+        IGNORED,
     ] {
         if let Some(out) = command(world, git(args), GIT_TIMEOUT_MS)? {
             all.extend(names(&out));
@@ -637,7 +667,7 @@ pub fn check(
             Err(e) => trouble = Some(e),
             Ok(changed) => {
                 let mut paths: BTreeSet<String> = before.hashes.keys().cloned().collect();
-                paths.extend(changed.into_iter().filter(|p| is_test_file(p, project)));
+                paths.extend(changed.into_iter().filter(|p| is_guarded(p, project)));
                 paths.extend(config.iter().cloned());
                 let after = hash(world, &paths, &targets);
                 match after.trouble {
@@ -752,6 +782,8 @@ mod tests {
     struct Tree {
         files: BTreeMap<String, String>,
         tracked: BTreeSet<String>,
+        /// Untracked files a `.gitignore` names.
+        ignored: BTreeSet<String>,
         refuse: bool,
         calls: Vec<Vec<String>>,
     }
@@ -768,14 +800,23 @@ mod tests {
             let mut stdout = String::new();
             let args: Vec<&str> = argv.iter().map(String::as_str).collect();
             match args.as_slice() {
+                ["git", "ls-files", "-z", "--others", "--ignored", ..] => {
+                    for f in &self.ignored {
+                        stdout.push_str(f);
+                        stdout.push('\0');
+                    }
+                }
                 ["git", "ls-files", "-z", "--cached", ..] => {
-                    for f in self.files.keys().chain(self.tracked.iter()) {
+                    let ignored = |f: &&String| !self.ignored.contains(*f);
+                    for f in self.files.keys().filter(ignored).chain(self.tracked.iter()) {
                         stdout.push_str(f);
                         stdout.push('\0');
                     }
                 }
                 ["git", "ls-files", "-z", "--others", ..] => {
-                    for f in self.files.keys().filter(|f| !self.tracked.contains(*f)) {
+                    let listed =
+                        |f: &&String| !self.tracked.contains(*f) && !self.ignored.contains(*f);
+                    for f in self.files.keys().filter(listed) {
                         stdout.push_str(f);
                         stdout.push('\0');
                     }
@@ -819,6 +860,7 @@ mod tests {
                 .map(|(a, b)| (a.to_string(), b.to_string()))
                 .collect(),
             tracked: BTreeSet::new(),
+            ignored: BTreeSet::new(),
             refuse: false,
             calls: Vec::new(),
         }
@@ -855,6 +897,32 @@ mod tests {
         w.files.remove("tests/test_a.py");
         let r = check(&mut w, &p, &before, Policy::Fail);
         assert_eq!(r.findings[0].kind, "deleted");
+    }
+
+    #[test]
+    fn a_test_file_hidden_by_gitignore_is_still_a_finding() {
+        let mut w = tree(&[("tests/test_a.py", "assert 1"), (".gitignore", "*.pyc\n")]);
+        w.tracked.insert(".gitignore".into());
+        let p = Project::default();
+        let before = snapshot(&mut w, &p);
+        assert!(before.hashes.contains_key(".gitignore"), "{before:?}");
+        // The step writes a root conftest.py that skips every test, and ignores it.
+        w.files.insert("conftest.py".into(), "skip all".into());
+        w.files
+            .insert(".gitignore".into(), "*.pyc\nconftest.py\n".into());
+        w.ignored.insert("conftest.py".into());
+        let r = check(&mut w, &p, &before, Policy::Fail);
+        let kinds: Vec<(&str, &str)> = r
+            .findings
+            .iter()
+            .map(|f| (f.path.as_str(), f.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [(".gitignore", "modified"), ("conftest.py", "added")],
+            "{r:?}"
+        );
+        assert!(!r.passed);
     }
 
     #[test]

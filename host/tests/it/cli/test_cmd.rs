@@ -148,6 +148,26 @@ fn a_real_run_exported_as_a_scenario_passes_loopbox_test() {
         "{text}"
     );
     assert!(text.contains("\"common.yaml\": "), "{text}");
+    // A YAML loop is named by its path from the scenario's directory, with its own input.
+    assert!(
+        text.contains("policy: \"fix-the-tests.yaml\"\ninput: \"{}\"\n"),
+        "{text}"
+    );
+    std::fs::create_dir(p.path().join("t")).unwrap();
+    let o = loopbox(
+        p.path(),
+        &[
+            "runs",
+            "export",
+            &id,
+            "--scenario",
+            "-o",
+            "t/x.scenario.yaml",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let sub = std::fs::read_to_string(p.path().join("t/x.scenario.yaml")).unwrap();
+    assert!(sub.contains("policy: \"../fix-the-tests.yaml\"\n"), "{sub}");
     let o = loopbox(p.path(), &["test", "run.scenario.yaml"]);
     assert_eq!(
         code(&o),
@@ -317,4 +337,126 @@ fn the_stall_and_durable_scenarios_pass_against_their_builds() {
         );
         assert_eq!(code(&o), 0, "{name}: {}", stdout(&o));
     }
+}
+
+/// `--junit report.xml` where report.xml is a planted symlink replaces the
+/// link with the report; the file it pointed at is left as it was.
+#[test]
+fn junit_replaces_a_symlink_at_the_report_path_never_its_target() {
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), "a.scenario.yaml", RALPH);
+    write(d.path(), "victim", "keep me\n");
+    std::os::unix::fs::symlink(d.path().join("victim"), d.path().join("report.xml")).unwrap();
+    let o = loopbox(
+        d.path(),
+        &["test", "--junit", "report.xml", "a.scenario.yaml"],
+    );
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("victim")).unwrap(),
+        "keep me\n"
+    );
+    let report = d.path().join("report.xml");
+    assert!(!report.symlink_metadata().unwrap().is_symlink());
+    assert!(
+        std::fs::read_to_string(report)
+            .unwrap()
+            .contains("<testsuites")
+    );
+}
+
+/// A scenario file name holding ESC, CR and a newline is printed escaped: it
+/// cannot clear the screen or forge an `ok` line.
+#[test]
+fn a_hostile_scenario_file_name_is_printed_on_one_escaped_line() {
+    let d = tempfile::tempdir().unwrap();
+    let name = "x\u{1b}[2J\rok    forged\n.scenario.yaml";
+    write(
+        d.path(),
+        name,
+        &RALPH.replace("iteration: 2", "iteration: 5"),
+    );
+    let o = loopbox(d.path(), &["test", name]);
+    assert_eq!(code(&o), 1, "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(!out.contains('\u{1b}') && !out.contains('\r'), "{out:?}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("FAIL  "), "{out:?}");
+    assert!(lines[1].starts_with("  x"), "{out:?}");
+    assert!(!out.lines().any(|l| l.starts_with("ok")), "{out:?}");
+}
+
+/// A scenario's `config` may lower limits, never raise them above the
+/// defaults: a raised host-call limit still stops a policy flooding the host.
+#[test]
+fn a_scenario_cannot_raise_its_limits_above_the_defaults() {
+    let d = tempfile::tempdir().unwrap();
+    let probe = probe().display().to_string();
+    write(
+        d.path(),
+        "flood.scenario.yaml",
+        &format!(
+            "policy: {probe}\ninput: {{op: flood, count: 1000000000}}\nconfig: |\n  [limits]\n  host_calls_per_event = 18446744073709551615\nfault: limits.host_calls_per_event\n"
+        ),
+    );
+    let o = loopbox(d.path(), &["test", "--json", "."]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["scenarios"][0]["status"], "ok", "{v}");
+    assert_eq!(code(&o), 0);
+}
+
+/// `cd examples/loops && loopbox test triage.scenario.yaml`: a bare file
+/// name's directory is `.`.
+#[test]
+fn a_bare_scenario_file_name_finds_its_loop_beside_it() {
+    let p = example("loops");
+    let o = loopbox(p.path(), &["test", "triage.scenario.yaml"]);
+    assert_eq!(
+        code(&o),
+        0,
+        "{}{}",
+        stdout(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A `shell.pass_env` variable's value a command printed is not copied into
+/// an exported scenario.
+#[test]
+fn an_export_redacts_the_values_of_pass_env_variables() {
+    let p = example("loops");
+    let toml = std::fs::read_to_string(p.path().join("loopbox.toml")).unwrap();
+    let toml = toml.replacen(
+        "scripts = true\n",
+        "scripts = true\npass_env = [\"LB_EXPORT_SECRET\"]\n",
+        1,
+    );
+    write(p.path(), "loopbox.toml", &toml);
+    write(p.path(), "test.sh", "echo \"key=$LB_EXPORT_SECRET\"\n");
+    write(
+        p.path(),
+        "leak.yaml",
+        "name: leak\ninitial: show\nstates:\n  show:\n    action: sh test.sh\n    next: end\n  end:\n    terminal: true\n",
+    );
+    let run = |args: &[&str]| {
+        trusted_command(p.path())
+            .arg("-C")
+            .arg(p.path())
+            .args(args)
+            .env("LB_EXPORT_SECRET", "hunter2-very-secret")
+            .env("CI", "true")
+            .current_dir(p.path())
+            .output()
+            .unwrap()
+    };
+    let o = run(&["run", "leak.yaml"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["runs", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = runs[0]["id"].as_str().unwrap().to_string();
+    let o = run(&["runs", "export", &id, "--scenario"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let text = stdout(&o);
+    assert!(!text.contains("hunter2-very-secret"), "{text}");
+    assert!(text.contains("key=<redacted:LB_EXPORT_SECRET>"), "{text}");
 }

@@ -113,3 +113,19 @@ fn a_test_file_named_like_a_flag_is_hashed_as_a_name() {
     assert!(log.contains("`-c_test.py` modified"), "{log}");
     assert!(log.contains("sha256sum -z -- -c_test.py"), "{log}");
 }
+
+#[test]
+fn a_conftest_the_step_gitignores_is_still_seen() {
+    // A root conftest.py that skips every test, hidden from `--exclude-standard`,
+    // with the `.gitignore` that hides it hiding itself too.
+    let dir = repo(
+        GRANTS,
+        &guarded(
+            "printf \"import pytest\\\\npytestmark = pytest.mark.skip\\\\n\" > conftest.py; printf \"conftest.py\\\\n.gitignore\\\\n\" >> .gitignore",
+        ),
+    );
+    let (path, log) = run(dir.path());
+    assert!(dir.path().join("conftest.py").is_file(), "{log}");
+    assert_eq!(path, ["work", "failed"], "{log}");
+    assert!(log.contains("`conftest.py` added"), "{log}");
+}

@@ -68,9 +68,9 @@ pub fn execute(args: TestArgs, workspace: &Path) -> Result<i32, Failure> {
     let failed = count(|v| matches!(v, Verdict::Fail { .. }));
     let errors = count(|v| matches!(v, Verdict::Error(_)));
     if let Some(path) = &args.junit {
-        std::fs::write(path, junit(&outcomes)).map_err(|e| {
+        write_replacing(path, &junit(&outcomes)).map_err(|e| {
             Failure::usage(anyhow::anyhow!(
-                "cannot write the JUnit report to `{}`: {e}",
+                "cannot write the JUnit report to `{}`: {e:#}; check that its directory exists and is writable",
                 path.display()
             ))
         })?;
@@ -96,8 +96,26 @@ pub fn execute(args: TestArgs, workspace: &Path) -> Result<i32, Failure> {
     })
 }
 
+/// Writes `text` to a temporary file beside `path` and renames it over
+/// `path`: the rename replaces a symlink at `path` itself, so a report path
+/// planted as a link (`report.xml -> ~/.bashrc`) never writes through it.
+fn write_replacing(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".loopbox-junit-")
+        .tempfile_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 fn print_line(o: &Outcome) {
-    let file = o.file.display();
+    // The path comes from the scenario's file name, which may hold any byte.
+    let file = one_line(&o.file.display().to_string());
     let name = one_line(&o.name);
     match &o.verdict {
         Verdict::Pass => loopbox::outln!("ok    {name} ({file})"),
@@ -145,27 +163,37 @@ fn junit(outcomes: &[Outcome]) -> String {
         let file = o.file.display().to_string();
         let open = format!(
             "    <testcase name=\"{}\" classname=\"{}\" file=\"{}\"",
-            xml(&o.name),
-            xml(&file),
-            xml(&file)
+            attr(&o.name),
+            attr(&file),
+            attr(&file)
         );
         match &o.verdict {
             Verdict::Pass => x.push_str(&format!("{open}/>\n")),
             Verdict::Fail { line, message } => x.push_str(&format!(
                 "{open}>\n      <failure message=\"{}\">{}:{line}: {}</failure>\n    </testcase>\n",
-                xml(message.lines().next().unwrap_or_default()),
+                attr(message.lines().next().unwrap_or_default()),
                 xml(&file),
                 xml(message)
             )),
             Verdict::Error(message) => x.push_str(&format!(
                 "{open}>\n      <error message=\"{}\">{}</error>\n    </testcase>\n",
-                xml(message.lines().next().unwrap_or_default()),
+                attr(message.lines().next().unwrap_or_default()),
                 xml(message)
             )),
         }
     }
     x.push_str("  </testsuite>\n</testsuites>\n");
     x
+}
+
+/// Text for an XML attribute: as [`xml`], and tabs and line breaks as
+/// character references, since a parser turns raw ones in an attribute into
+/// spaces (and a name with a newline would read as two).
+fn attr(s: &str) -> String {
+    xml(s)
+        .replace('\n', "&#10;")
+        .replace('\r', "&#13;")
+        .replace('\t', "&#9;")
 }
 
 /// Text for an XML attribute or element: escaped, and without the control
@@ -199,6 +227,21 @@ mod tests {
             xml("a<b>&\"'\u{1b}\n"),
             "a&lt;b&gt;&amp;&quot;&apos;\\u{1b}\n"
         );
+    }
+
+    #[test]
+    fn junit_attributes_keep_line_breaks_and_tabs_as_references() {
+        let x = junit(&[Outcome {
+            name: "a\nb\rc\td".into(),
+            file: PathBuf::from("x\n.scenario.yaml"),
+            verdict: Verdict::Error("first\tline".into()),
+            events: 0,
+        }]);
+        assert!(
+            x.contains("<testcase name=\"a&#10;b&#13;c&#9;d\" classname=\"x&#10;.scenario.yaml\""),
+            "{x}"
+        );
+        assert!(x.contains("<error message=\"first&#9;line\">"), "{x}");
     }
 
     #[test]

@@ -365,6 +365,19 @@ fn guard_commands(lp: &Loop, s: &State) -> Vec<(Vec<&'static str>, &'static str,
             why,
             false,
         ));
+        out.push((
+            vec![
+                "git",
+                "ls-files",
+                "-z",
+                "--others",
+                "--ignored",
+                "--exclude-standard",
+                "--directory",
+            ],
+            why,
+            false,
+        ));
         out.push((vec!["git", "diff", "-z", "--name-only", "HEAD"], why, false));
         out.push((vec!["sha256sum", "-z", "--", "tests/test_x.py"], why, false));
     }

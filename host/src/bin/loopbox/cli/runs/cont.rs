@@ -90,9 +90,25 @@ fn load<'a>(
         .map_err(|f| no_space(f, workspace, &seen, again))?;
     let run = db.existing_run(id).map_err(Failure::lookup)?;
     refuse_ended(id, &run)?;
-    // The config as the run's options name it; pinned grants, not trust, hold it to the run's.
-    let prepared = Launch::resume(workspace, &run).prepare(|_| Ok::<_, Failure>(()))?;
+    // The config as the run's options name it; pinned grants hold it to the run's.
+    let mut found = None;
+    let prepared = Launch::resume(workspace, &run).prepare(|f| {
+        found = Some(f.clone());
+        Ok::<_, Failure>(())
+    })?;
     let now = prepared.pin();
+    // Accepting changed grants obeys the config as it is now, so it must be approved as
+    // `loopbox run` requires; checked before the new grants are pinned to the run.
+    if accept_config_change
+        && let Some(found) = &found
+        && run
+            .options
+            .grants
+            .as_ref()
+            .is_some_and(|p| !loopbox::run::pin::differences(p, &now).is_empty())
+    {
+        super::super::trust::obey(found)?;
+    }
     let how = "pass --accept-config-change to continue under the config as it is now";
     let changed = loopbox::run::pin::hold(
         &db,

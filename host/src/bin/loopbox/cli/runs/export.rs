@@ -28,8 +28,20 @@ pub struct ExportArgs {
 pub fn execute(args: ExportArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
     let db = read_store(workspace)?;
     db.existing_run(&args.id).map_err(Failure::lookup)?;
-    let text = loopbox::scenario::export::scenario(&db, &args.id, args.policy.as_deref())
-        .map_err(Failure::lookup)?;
+    // A YAML loop is named relative to where the scenario is written.
+    let dir = match args.output.as_deref().and_then(Path::parent) {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let secrets = loopbox::scenario::export::pass_env_values(&db, &args.id, workspace);
+    let text = loopbox::scenario::export::scenario_in(
+        &db,
+        &args.id,
+        args.policy.as_deref(),
+        dir,
+        &secrets,
+    )
+    .map_err(Failure::lookup)?;
     match &args.output {
         Some(path) => {
             use std::io::Write;
