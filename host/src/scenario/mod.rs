@@ -202,8 +202,12 @@ fn implied(s: &Scenario, base: &Path) -> Result<Target> {
             return Ok(Target::Loop(lp));
         }
     }
-    let above = base.parent().map(dir_of);
-    for dir in [Some(base), above].into_iter().flatten() {
+    // The directory above, also when `base` is relative (`.`, `scenarios`).
+    let above = base
+        .canonicalize()
+        .ok()
+        .and_then(|b| b.parent().map(Path::to_path_buf));
+    for dir in [Some(base), above.as_deref()].into_iter().flatten() {
         let manifest = dir.join(crate::project::MANIFEST);
         if manifest.is_file() {
             let text = crate::files::read_text(&manifest, 64 * 1024, "manifest")?;
