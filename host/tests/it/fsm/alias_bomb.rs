@@ -25,20 +25,7 @@ fn validate_stops_an_alias_bomb_at_the_byte_cap_with_bounded_memory() {
     assert!(yaml.len() < 1 << 20, "the bomb is a legal-sized file");
     std::fs::write(dir.path().join("loop.yaml"), &yaml).unwrap();
 
-    let started = Instant::now();
-    let child = trusted_command(dir.path())
-        .arg("-C")
-        .arg(dir.path())
-        .args(["validate", "loop.yaml"])
-        .current_dir(dir.path())
-        .env("CI", "true")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (status, usage, stderr) = finish(child);
-    let took = started.elapsed();
+    let (status, usage, stderr, took) = validate(dir.path());
 
     assert!(
         usage.ru_maxrss < MAX_RSS_KB,
@@ -55,6 +42,24 @@ fn validate_stops_an_alias_bomb_at_the_byte_cap_with_bounded_memory() {
         ]
     );
     assert!(took < Duration::from_secs(10), "validate took {took:?}");
+}
+
+/// `loopbox validate loop.yaml` in `dir`: its status, peak memory, stderr and time.
+fn validate(dir: &std::path::Path) -> (ExitStatus, libc::rusage, String, Duration) {
+    let started = Instant::now();
+    let child = trusted_command(dir)
+        .arg("-C")
+        .arg(dir)
+        .args(["validate", "loop.yaml"])
+        .current_dir(dir)
+        .env("CI", "true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, usage, stderr) = finish(child);
+    (status, usage, stderr, started.elapsed())
 }
 
 /// Wait for `child` (up to [`DEADLINE`]): its status, its own peak memory
@@ -104,20 +109,7 @@ fn validate_stops_a_fragment_bomb_at_the_byte_cap_with_bounded_memory() {
     assert!(yaml.len() < 1 << 20, "the bomb is a legal-sized file");
     std::fs::write(dir.path().join("loop.yaml"), &yaml).unwrap();
 
-    let started = Instant::now();
-    let child = trusted_command(dir.path())
-        .arg("-C")
-        .arg(dir.path())
-        .args(["validate", "loop.yaml"])
-        .current_dir(dir.path())
-        .env("CI", "true")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (status, usage, stderr) = finish(child);
-    let took = started.elapsed();
+    let (status, usage, stderr, took) = validate(dir.path());
 
     assert!(
         usage.ru_maxrss < MAX_RSS_KB,
