@@ -62,8 +62,8 @@ fn pick(run: &RunRecord, pending: &[Approval], wanted: Option<&str>) -> Result<A
     }
 }
 
-/// The request a person decides, as it is shown before the decision.
-pub fn describe(a: &Approval) -> String {
+/// The request a person decides, a line each, as it is shown with the decision.
+pub fn describe(a: &Approval) -> Vec<String> {
     let r = &a.request;
     let mut lines = vec![format!("{} (needs a yes: {})", a.what, a.rule)];
     if let Some(p) = r["request"]["program"].as_str() {
@@ -79,7 +79,7 @@ pub fn describe(a: &Approval) -> String {
             .unwrap_or_default()
     ));
     lines.push(format!("digest:  {}", a.digest));
-    lines.join("\n  ")
+    lines
 }
 
 pub fn execute(
@@ -133,12 +133,10 @@ pub fn execute(
         return Ok(exit::OK);
     }
     if !json {
-        loopbox::errln!(
-            "{done} {} of run {} by {actor}:\n  {}",
-            a.id,
-            run.id,
-            Untrusted(&describe(&a))
-        );
+        loopbox::errln!("{done} {} of run {} by {actor}:", a.id, run.id);
+        for line in describe(&a) {
+            loopbox::errln!("  {}", Untrusted(&line));
+        }
     }
     if let Some(how) = moved_by {
         loopbox::outln!("{done} {}; {}", a.id, how.replace("ID", &run.id));

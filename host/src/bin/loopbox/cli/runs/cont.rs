@@ -90,25 +90,12 @@ fn load<'a>(
         .map_err(|f| no_space(f, workspace, &seen, again))?;
     let run = db.existing_run(id).map_err(Failure::lookup)?;
     refuse_ended(id, &run)?;
-    // The config as the run's options name it; pinned grants hold it to the run's.
-    let mut found = None;
-    let prepared = Launch::resume(workspace, &run).prepare(|f| {
-        found = Some(f.clone());
-        Ok::<_, Failure>(())
-    })?;
+    // The config as the run's options name it, obeyed only once the user trusts
+    // it, as `loopbox run` requires: a store and a config that came with a cloned
+    // project (a planted run) are never continued on their word. Pinned grants
+    // then hold it to the run's.
+    let prepared = Launch::resume(workspace, &run).prepare(super::super::trust::obey)?;
     let now = prepared.pin();
-    // Accepting changed grants obeys the config as it is now, so it must be approved as
-    // `loopbox run` requires; checked before the new grants are pinned to the run.
-    if accept_config_change
-        && let Some(found) = &found
-        && run
-            .options
-            .grants
-            .as_ref()
-            .is_some_and(|p| !loopbox::run::pin::differences(p, &now).is_empty())
-    {
-        super::super::trust::obey(found)?;
-    }
     let how = "pass --accept-config-change to continue under the config as it is now";
     let changed = loopbox::run::pin::hold(
         &db,

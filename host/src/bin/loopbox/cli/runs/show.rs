@@ -165,12 +165,16 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         );
     }
     loopbox::outln!("events:");
+    let waits_for_approval = approvals
+        .iter()
+        .any(|a| a.status == loopbox::db::approvals::ApprovalStatus::Pending);
     for e in &events {
         let kind = serde_json::from_str::<Value>(&e.event)
             .ok()
             .and_then(|v| v["type"].as_str().map(String::from))
             .unwrap_or_default();
         let after = match (&e.decision, &e.error, e.pending) {
+            (_, _, true) if waits_for_approval => "(waiting for an approval)".to_string(),
             (_, _, true) => "(interrupted while it was handled)".to_string(),
             (Some(d), _, _) => loopbox::run::record::parse_decision(d)
                 .map(|d| format!("-> {}", loopbox::run::record::describe_decision(&d)))
