@@ -6,7 +6,8 @@
 //! `[workspace]` in [`crate::caps::workspace`], `[confirm]` and `[approvals]` in
 //! [`crate::exec::confirm`], `[limits]` in
 //! [`crate::limits`], `[engine]` in [`crate::wasm::runtime`], `[trust]` and
-//! `[policies.NAME]` in [`crate::dist::admit`]), and keeps what is the file's
+//! `[policies.NAME]` in [`crate::dist::admit`], `[prices]` and the run's spend
+//! budgets in [`crate::spend`]), and keeps what is the file's
 //! own: parsing, `[run]`, the digest the trust store approves, and scoping a
 //! policy's section under the top level's safety settings ([`Config::scoped`]).
 //!
@@ -24,6 +25,8 @@ use crate::dist::admit::{PolicyEntry, TrustConfig};
 use crate::exec::config::{AgentConfig, ShellConfig};
 use crate::exec::confirm::{ApprovalsConfig, ConfirmConfig};
 use crate::limits::Limits;
+use crate::spend::budget::SpendBudget;
+use crate::spend::price::Prices;
 use crate::wasm::runtime::EngineConfig;
 
 pub use crate::files::CONFIG_FILE;
@@ -74,6 +77,10 @@ pub struct Config {
     /// starter may decide it. Top level only. Left out of a run's pin when default.
     #[serde(default, skip_serializing_if = "ApprovalsConfig::is_default")]
     pub approvals: ApprovalsConfig,
+    /// `[prices]`: dollars per million tokens per model, for agents that report
+    /// tokens but no cost (see [`crate::spend::price`]). Left out of a run's pin when empty.
+    #[serde(default, skip_serializing_if = "Prices::is_empty")]
+    pub prices: Prices,
 }
 
 /// `[run]`: the standalone driver.
@@ -87,6 +94,29 @@ pub struct RunConfig {
     /// actions. Off trades that away for one fewer disk sync per action.
     #[serde(default = "default_true")]
     pub journal: bool,
+    /// Dollars the run's agent turns may cost (`run.max_cost_usd`); no turn
+    /// starts once they have. Left out of a run's pin when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// Tokens the run's agent turns may use (`run.max_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Where each budget was set, when a policy's `[policies.NAME.run]`
+    /// narrowed it (for the messages); not read from the file.
+    #[serde(skip)]
+    pub budget_sections: (Option<String>, Option<String>),
+}
+
+impl RunConfig {
+    /// `run.max_cost_usd` and `run.max_tokens`, named by the section each came from.
+    pub fn budget(&self) -> SpendBudget {
+        SpendBudget {
+            max_cost_usd: self.max_cost_usd,
+            max_tokens: self.max_tokens,
+            cost_section: self.budget_sections.0.clone(),
+            tokens_section: self.budget_sections.1.clone(),
+        }
+    }
 }
 
 fn default_true() -> bool {
@@ -102,6 +132,9 @@ impl Default for RunConfig {
         RunConfig {
             max_turns: default_max_turns(),
             journal: true,
+            max_cost_usd: None,
+            max_tokens: None,
+            budget_sections: (None, None),
         }
     }
 }
@@ -335,6 +368,13 @@ impl Config {
             bail!("there is no [policies.{name}] in the config");
         };
         let shell = bound_by(&self.shell, entry, name)?;
+        let mut run = self.run.clone();
+        if let Some(own) = &entry.run {
+            let b = own.within(&self.run.budget(), &format!("policies.{name}.run"));
+            run.max_cost_usd = b.max_cost_usd;
+            run.max_tokens = b.max_tokens;
+            run.budget_sections = (b.cost_section, b.tokens_section);
+        }
         Ok(Config {
             limits: self.limits.clone(),
             shell,
@@ -342,7 +382,7 @@ impl Config {
             // A policy's section has no profiles of its own: none granted.
             agents: Default::default(),
             profiles: Default::default(),
-            run: self.run.clone(),
+            run,
             engine: self.engine.clone(),
             policies: [(name.to_string(), entry.clone())].into(),
             trust: self.trust.clone(),
@@ -352,6 +392,7 @@ impl Config {
             // Its own `[policies.NAME.confirm]`, else the top level's.
             confirm: entry.confirm.unwrap_or(self.confirm),
             approvals: self.approvals.clone(),
+            prices: self.prices.clone(),
         })
     }
 
@@ -362,6 +403,11 @@ impl Config {
         if self.run.max_turns == 0 {
             bail!("run.max_turns must be at least 1");
         }
+        self.run
+            .budget()
+            .validate("run")
+            .map_err(anyhow::Error::msg)?;
+        crate::spend::price::validate(&self.prices).map_err(anyhow::Error::msg)?;
         self.validate_grants()?;
         self.trust.validate()?;
         for (name, entry) in &self.policies {
@@ -376,6 +422,10 @@ impl Config {
                 );
             }
             entry.validate(name)?;
+            if let Some(b) = &entry.run {
+                b.validate(&format!("policies.{name}.run"))
+                    .map_err(anyhow::Error::msg)?;
+            }
             self.scoped(name)?
                 .validate_grants()
                 .with_context(|| format!("in [policies.{name}]"))?;

@@ -28,6 +28,8 @@ pub mod project;
 pub mod run;
 pub(crate) mod runlog;
 pub mod scenario;
+pub mod spend;
+pub mod telemetry;
 pub mod trust;
 pub mod ui;
 pub mod wasm;

@@ -1,6 +1,8 @@
 //! `actions`: shell commands and agent prompts, each checked against the
 //! user's grants (see [`crate::exec::grants`]) and the run's action budget before
-//! anything runs. Ask-tier actions need a person's yes through [`Confirm`].
+//! anything runs; a prompt also against the run's spend budget
+//! (`run.max_cost_usd`, `run.max_tokens`), and its reply's charge is journaled
+//! with its result and added to the run's totals in the same transaction. Ask-tier actions need a person's yes through [`Confirm`].
 //! Refusals are `action-error`s the policy can handle, and every decision
 //! goes to the run log with the rule that made it.
 //!
@@ -37,6 +39,9 @@ use crate::limits::quota::{Quota, Spend};
 use crate::limits::stop::{StopReason, Stopped};
 use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::runlog::RunLog;
+use crate::spend::Charge;
+use crate::spend::budget::SpendBudget;
+use crate::spend::price::Prices;
 use crate::ui::shorten;
 
 /// What a run grants for actions; shared by every instance of the run.
@@ -60,6 +65,8 @@ pub struct ActionGrants {
     pub worktrees: Worktrees,
     /// A budget shared with other runs (a server tenant's quotas), if any.
     pub quota: Option<Arc<dyn Quota>>,
+    /// `run.max_cost_usd` and `run.max_tokens`: checked before each prompt.
+    pub budget: SpendBudget,
 }
 
 pub struct ActionsHost {
@@ -86,6 +93,9 @@ struct Slot<'a> {
 /// A checked request, ready to run.
 struct Exec {
     label: String,
+    /// `exec` or `script`, and the rule (or key) that allowed it, for its span.
+    kind: &'static str,
+    rule: String,
     program: PathBuf,
     /// `argv[0]` as the policy wrote it.
     arg0: String,
@@ -97,12 +107,16 @@ struct Exec {
 }
 
 /// The sections of the config the actions capability reads.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct ActionsConfig<'a> {
     pub shell: &'a ShellConfig,
     pub agent: Option<&'a AgentConfig>,
     pub profiles: &'a std::collections::BTreeMap<String, AgentConfig>,
     pub worktree: &'a WorktreeConfig,
+    /// `[prices]`, for agents that report tokens but no cost.
+    pub prices: &'a Prices,
+    /// The run's spend budget (`[run]`, narrowed by `[policies.NAME.run]`).
+    pub budget: SpendBudget,
 }
 
 impl ActionGrants {
@@ -121,7 +135,10 @@ impl ActionGrants {
             agent,
             profiles,
             worktree,
+            prices,
+            budget,
         } = config;
+        let prices = Arc::new(prices.clone());
         let root = facts.root;
         let sandbox = LazySandbox::new(shell.sandbox, facts.support.clone());
         // A PATH entry the policy's commands can write would let them plant a program
@@ -195,6 +212,7 @@ impl ActionGrants {
                 facts.db.clone(),
                 Some(sandbox),
             )
+            .with_prices(prices.clone())
         };
         let agent = agent.cloned().map(runner);
         let profiles = profiles
@@ -213,6 +231,7 @@ impl ActionGrants {
             bash_scripts,
             worktrees: Worktrees::new(worktree, root, &shell.path),
             quota: facts.quota.cloned(),
+            budget,
         })
     }
 }
@@ -418,10 +437,22 @@ impl ActionsHost {
         started: bool,
         result: &Result<Output, ActionError>,
     ) -> wasmtime::Result<()> {
-        let text = codec::action_result(result);
+        self.record_charged(slot, started, result, None)
+    }
+
+    /// As [`Self::record`], with what an agent turn cost: journaled with its
+    /// result and added to the run's totals in one transaction.
+    fn record_charged(
+        &self,
+        slot: Slot<'_>,
+        started: bool,
+        result: &Result<Output, ActionError>,
+        charge: Option<&Charge>,
+    ) -> wasmtime::Result<()> {
+        let text = codec::action_result_charged(result, charge);
         if started || slot.rerun {
             self.journal
-                .finish(slot.seq, &text)
+                .finish_charged(slot.seq, &text, charge)
                 .map_err(crate::error::host_err)
         } else {
             self.journal.note(slot.seq, slot.kind, slot.request, &text);
@@ -541,6 +572,8 @@ impl ActionsHost {
             with_open = c;
             &with_open
         };
+        // The program's own name (not the sandbox's launcher), for its span.
+        let program = crate::telemetry::enabled().then(|| program_name(&req.program));
         let prepared = match confines.prepare(
             self.grants.sandbox.get(),
             req.program,
@@ -577,8 +610,24 @@ impl ActionsHost {
         // The private temp dir and the placeholders live until the command is done.
         let _keep = (prepared._tmp, prepared._hold);
         crate::journal::crashpoint::hit("action-started");
-        let result = process::run(spec).await;
+        let span = tracing::info_span!(
+            target: "loopbox",
+            "action",
+            otel.name = %format!("{} {}", req.kind, program.as_deref().unwrap_or("")),
+            loopbox.action.kind = req.kind,
+            loopbox.rule = %shorten(&req.rule, 200),
+            process.executable.name = program.as_deref().unwrap_or(""),
+        );
+        let result = tracing::Instrument::instrument(process::run(spec), span.clone()).await;
         crate::journal::crashpoint::hit("action-finished");
+        if crate::telemetry::enabled() {
+            let ran = result.as_ref().ok().map(|f| crate::telemetry::Ran {
+                exit_code: f.exit_code,
+                timed_out: f.timed_out,
+                took: f.duration,
+            });
+            crate::telemetry::note_process(&span, req.kind, ran);
+        }
         let result = match result {
             Ok(f) => {
                 self.log
@@ -667,6 +716,8 @@ impl ActionsHost {
                 let args = cmd.argv[1..].to_vec();
                 let exec = Exec {
                     label,
+                    kind: "exec",
+                    rule: grant.rule.clone(),
                     program: grant.exec,
                     arg0: grant.arg0,
                     args,
@@ -730,6 +781,8 @@ impl ActionsHost {
                 );
                 let exec = Exec {
                     label,
+                    kind: "script",
+                    rule: format!("{}.scripts", self.grants.shell.section()),
                     program: sh,
                     arg0: shell.into(),
                     args: vec!["-c".into(), script.source],
@@ -756,13 +809,14 @@ impl ActionsHost {
         }
     }
 
-    /// A prompt not answered from the journal: check it, then send it.
+    /// A prompt not answered from the journal: check it, then send it. Its
+    /// result, whether it started, and what the reply cost.
     async fn prompt_live(
         &self,
         req: PromptRequest,
         slot: Slot<'_>,
-    ) -> wasmtime::Result<(Result<Output, ActionError>, bool)> {
-        let refused = |e| Ok((Err(e), false));
+    ) -> wasmtime::Result<(Result<Output, ActionError>, bool, Option<Charge>)> {
+        let refused = |e| Ok((Err(e), false, None));
         if let Err(e) = self.check_strings(
             [req.text.as_str()]
                 .into_iter()
@@ -820,6 +874,12 @@ impl ActionsHost {
                 ),
             ));
         };
+        // No prompt starts once the run has spent its budget.
+        let spent = self.db.spent(&self.run).map_err(crate::error::host_err)?;
+        if let Err(e) = self.grants.budget.check(&spent) {
+            self.log.host("warn", e.message.clone());
+            return refused(ActionError::BudgetExhausted(e.message));
+        }
         let tier = agent.config().tier;
         // Only an ask-tier prompt needs its request spelled out (and its place journaled).
         let ask = if tier == PromptTier::Ask {
@@ -853,17 +913,36 @@ impl ActionsHost {
             shorten(&crate::ui::sanitize(&req.text), 60)
         ));
         crate::journal::crashpoint::hit("action-started");
-        let r = agent
-            .send(AgentRequest {
-                text: &req.text,
-                model: req.model.as_deref(),
-                session: req.session.as_deref(),
-                timeout: req.timeout_ms.map(Duration::from_millis),
-                cwd: cwd.as_deref(),
-                protected: &self.grants.worktrees.protected(),
-            })
-            .await;
+        let provider = crate::telemetry::provider_of(agent.config().runner.name());
+        let span = crate::telemetry::agent_span(provider, req.model.as_deref(), "prompt");
+        let started = crate::telemetry::enabled().then(std::time::Instant::now);
+        let protected = self.grants.worktrees.protected();
+        let send = agent.send(AgentRequest {
+            text: &req.text,
+            model: req.model.as_deref(),
+            session: req.session.as_deref(),
+            timeout: req.timeout_ms.map(Duration::from_millis),
+            cwd: cwd.as_deref(),
+            protected: &protected,
+            budget_usd: self.grants.budget.remaining_usd(&spent),
+        });
+        let r = tracing::Instrument::instrument(send, span.clone()).await;
         crate::journal::crashpoint::hit("action-finished");
+        let charge = r.as_ref().ok().map(|reply| reply.charge.clone());
+        if let (Some(started), Ok(reply)) = (started, &r) {
+            crate::telemetry::record_charge(
+                &span,
+                &reply.charge,
+                provider,
+                reply.session.as_deref(),
+            );
+            let ok = reply.process.exit_code == Some(0) && !reply.process.timed_out;
+            crate::telemetry::metrics::action(
+                started.elapsed(),
+                "prompt",
+                if ok { "ok" } else { "failed" },
+            );
+        }
         let result = match r {
             Ok(reply) => {
                 self.log.host(
@@ -884,7 +963,7 @@ impl ActionsHost {
             }
             Err(e) => Err(ActionError::Unavailable(e.to_string())),
         };
-        Ok((result, true))
+        Ok((result, true, charge))
     }
 }
 
@@ -893,6 +972,13 @@ enum Replay {
     Answered(Result<Output, ActionError>),
     InFlight(i64),
     Live(i64),
+}
+
+/// A program's file name, for a span (never its arguments).
+fn program_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| shorten(&n.to_string_lossy(), 80))
+        .unwrap_or_default()
 }
 
 pub fn describe(f: &Finished) -> String {
@@ -988,8 +1074,8 @@ impl actions::Host for ActionsHost {
                 rerun: false,
             },
         };
-        let (result, started) = self.prompt_live(req.clone(), slot).await?;
-        self.record(slot, started, &result)?;
+        let (result, started, charge) = self.prompt_live(req.clone(), slot).await?;
+        self.record_charged(slot, started, &result, charge.as_ref())?;
         crate::journal::crashpoint::hit("action-recorded");
         Ok(result)
     }

@@ -163,13 +163,35 @@ impl Db {
         self.write("count the action", |tx| spend(tx, run, budget))
     }
 
-    /// Durably record an action's result.
-    pub fn journal_result(&self, run: &str, event_seq: i64, seq: i64, result: &str) -> Result<()> {
+    /// Durably record an action's result, and what the agent turn behind it
+    /// cost: the charge is added to the run's totals in the same transaction,
+    /// and only when the call had no result yet, so it counts once.
+    pub fn journal_result(
+        &self,
+        run: &str,
+        event_seq: i64,
+        seq: i64,
+        result: &str,
+        charge: Option<&crate::spend::Charge>,
+    ) -> Result<()> {
         self.write("journal the action's result", |tx| {
+            let open: bool = tx
+                .row(
+                    "SELECT result IS NULL FROM journal WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
+                    params![run, event_seq, seq],
+                    |r| r.get(0),
+                )
+                .optional()?
+                .unwrap_or(false);
             tx.exec(
                 "UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
                 params![run, event_seq, seq, result, now_ms()],
             )?;
+            if let Some(c) = charge
+                && open
+            {
+                super::spend::add(tx, run, c)?;
+            }
             add_bytes(tx, run, result.len() as u64)
         })
     }

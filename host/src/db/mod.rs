@@ -16,6 +16,7 @@ pub mod lease;
 pub mod lock;
 mod runs;
 mod schema;
+mod spend;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +28,7 @@ use rusqlite::{Connection, ErrorCode};
 pub use events::{EventCommit, EventRecord, LogRecord};
 pub use journal::{Budget, JournalRow, Spent};
 pub use runs::{NewRun, RunOptions, RunPlace, RunRecord, RunStatus, local_actor};
+pub use spend::TurnCharge;
 
 /// Directory under the workspace that holds the store.
 pub const STORE_DIR: &str = ".loopbox";
@@ -783,7 +785,7 @@ mod tests {
             db.journal("r1", 1).unwrap(),
             [row(1, "read", Some("r")), row(2, "shell", None)]
         );
-        db.journal_result("r1", 1, 2, "out").unwrap();
+        db.journal_result("r1", 1, 2, "out", None).unwrap();
         assert_eq!(db.run("r1").unwrap().unwrap().actions, 1);
         // The event commits into the same row, with the calls after the action.
         let commit = EventCommit {

@@ -32,6 +32,8 @@ pub struct RunRecord {
     pub cancel_requested: bool,
     /// Where the run belongs: none for a workspace's own run, a tenant on a server.
     pub place: RunPlace,
+    /// What its agent turns spent (nothing, read from a store older than schema 8).
+    pub spent: crate::spend::Totals,
 }
 
 /// Whose a run is and where it runs: kept in columns, so a server lists a
@@ -86,11 +88,16 @@ pub struct RunOptions {
     pub signer: Option<String>,
 }
 
-const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, tenant, workspace, started_by";
-/// The same from a store older than schema 7, read as it is: no place.
-const RUN_COLUMNS_6: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, NULL, NULL, NULL";
+const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, tenant, workspace, started_by, \
+     spend_turns, spend_unmetered, spend_unpriced, spend_input_tokens, spend_output_tokens, spend_cache_read_tokens, spend_cache_write_tokens, spend_cost_usd";
+/// The same from a schema-7 store, read as it is: nothing spent.
+const RUN_COLUMNS_7: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, tenant, workspace, started_by, \
+     0, 0, 0, 0, 0, 0, 0, 0.0";
+/// The same from a store older than schema 7: no place either.
+const RUN_COLUMNS_6: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, NULL, NULL, NULL, \
+     0, 0, 0, 0, 0, 0, 0, 0.0";
 /// The number of columns in [`RUN_COLUMNS`]: a query's own columns come after them.
-pub(super) const RUN_COLUMN_COUNT: usize = 18;
+pub(super) const RUN_COLUMN_COUNT: usize = 26;
 
 /// The runs with one status (`?1`), found through the `runs_by_status` index (see `schema.rs`).
 pub(super) fn runs_with_status_sql(columns: &str) -> String {
@@ -121,6 +128,7 @@ fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
             workspace: r.get::<_, Option<String>>(16)?.map(Into::into),
             started_by: r.get(17)?,
         },
+        spent: super::spend::totals_at(r, 18)?,
     })
 }
 
@@ -269,8 +277,10 @@ pub fn local_actor() -> String {
 impl Db {
     /// The columns a run row is read with, for this store's schema.
     pub(super) fn run_columns(&self) -> &'static str {
-        if self.has_schema(super::schema::APPROVALS) {
+        if self.has_schema(super::schema::SPEND) {
             RUN_COLUMNS
+        } else if self.has_schema(super::schema::APPROVALS) {
+            RUN_COLUMNS_7
         } else {
             RUN_COLUMNS_6
         }

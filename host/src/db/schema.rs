@@ -4,17 +4,21 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The oldest schema whose tables this loopbox can read as they are: a
 /// read-only command reads such a store without upgrading it, so it needs no
 /// write and no free space. Schema 6 added only an index; schema 7's run
-/// columns are read as empty and its tables (approvals, audit) as empty.
+/// columns are read as empty and its tables (approvals, audit) as empty;
+/// schema 8's spend columns as nothing spent.
 pub const READABLE_FROM: i64 = 5;
 
 /// The schema that added `approvals`, `audit` and the runs' tenant, workspace
 /// and started_by.
 pub const APPROVALS: i64 = 7;
+
+/// The schema that added the runs' spend totals (`spend_*`).
+pub const SPEND: i64 = 8;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -125,7 +129,7 @@ CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
 ";
 
 /// Columns added after schema 1, each with the version that added it.
-const ADDED_COLUMNS: [(&str, &str, &str); 11] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 20] = [
     ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
@@ -145,6 +149,26 @@ const ADDED_COLUMNS: [(&str, &str, &str); 11] = [
     ("runs", "workspace", "TEXT"),
     // Who started the run (`local:USER`, or `TENANT/TOKEN-NAME` on a server).
     ("runs", "started_by", "TEXT"),
+    // Schema 8: what the run's agent turns spent (`crate::spend::Totals`), a sum of
+    // the charges in its journal, each added in the transaction that journals it.
+    ("runs", "spend_turns", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "spend_unmetered", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "spend_unpriced", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "spend_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "spend_output_tokens", "INTEGER NOT NULL DEFAULT 0"),
+    (
+        "runs",
+        "spend_cache_read_tokens",
+        "INTEGER NOT NULL DEFAULT 0",
+    ),
+    (
+        "runs",
+        "spend_cache_write_tokens",
+        "INTEGER NOT NULL DEFAULT 0",
+    ),
+    ("runs", "spend_cost_usd", "REAL NOT NULL DEFAULT 0"),
+    // A hook session's transcript tally (`crate::spend::transcript::Tally`, JSON).
+    ("runs", "spend_tally", "TEXT"),
 ];
 
 /// Counts a new column starts from, for a store that already has rows.

@@ -171,6 +171,10 @@ pub struct PolicyEntry {
     /// at a terminal; the top level's `[confirm]` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm: Option<crate::exec::confirm::ConfirmConfig>,
+    /// `[policies.NAME.run]`: `max_cost_usd` and `max_tokens` for this policy's
+    /// runs, within the top level's `[run]` ones (the smaller of each stands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<crate::spend::budget::SpendBudget>,
     /// The keys its `shell` section sets (`sandbox`, `rlimits.cpu_seconds`, ...),
     /// so a key it leaves out takes the top level's value, not the default.
     /// Filled in by [`crate::config::Config::parse`]; not read from the file.

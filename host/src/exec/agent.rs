@@ -12,6 +12,12 @@
 //!   of each session id is kept in the run store, so a later process (a
 //!   resumed run, the next hook) continues it. The API key is read from the
 //!   environment variable the config names; the config never holds it.
+//!
+//! Every reply comes with its [`Charge`]: what the agent reported it used
+//! (`crate::spend::report`), priced from `[prices]` when it reports no cost.
+//! Given the dollars a run has left, the `claude` preset passes them as
+//! `--max-budget-usd`, so Claude Code itself stops a turn that would spend
+//! past them after its current model call.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +28,8 @@ use crate::exec::child_env::ChildEnv;
 use crate::exec::config::{AgentConfig, AgentOutput, OpenAiConfig, PromptInput, RunnerKind};
 use crate::exec::process::{self, Finished, Spec};
 use crate::exec::sandbox::{Confines, LazySandbox, Prepared};
+use crate::spend::price::{self, Prices};
+use crate::spend::{Charge, Usage, report};
 
 #[derive(Clone)]
 pub struct AgentRunner {
@@ -33,6 +41,8 @@ pub struct AgentRunner {
     /// The agent program and its identity when the runner was made: a program
     /// changed since (by anything) is not run.
     program: Option<(std::path::PathBuf, String)>,
+    /// `[prices]`, for replies that report tokens but no cost.
+    prices: std::sync::Arc<Prices>,
 }
 
 /// Where the agent CLI runs: the run's sandbox, with the agent's own confines.
@@ -54,6 +64,9 @@ pub struct AgentRequest<'a> {
     /// Read-only for this message besides the run's protected set: the `.git`
     /// files of the git worktrees the run holds.
     pub protected: &'a [crate::exec::sandbox::protect::Protected],
+    /// Dollars the run may still spend (`run.max_cost_usd`): the `claude` preset
+    /// passes them as `--max-budget-usd`.
+    pub budget_usd: Option<f64>,
 }
 
 /// What the agent answered.
@@ -64,6 +77,8 @@ pub struct AgentReply {
     /// The reply text: all of stdout, or the `result` field for JSON output.
     pub text: String,
     pub session: Option<String>,
+    /// What the turn used and cost, as the agent reported it.
+    pub charge: Charge,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +158,21 @@ impl AgentRunner {
             db,
             sandbox: sandbox.map(std::sync::Arc::new),
             program,
+            prices: Default::default(),
+        }
+    }
+
+    /// Price replies that report tokens but no cost with `prices` (`[prices]`).
+    pub fn with_prices(mut self, prices: std::sync::Arc<Prices>) -> AgentRunner {
+        self.prices = prices;
+        self
+    }
+
+    /// A reply's charge: its usage priced, or unmetered when it reported none.
+    fn charge(&self, usage: Option<Usage>, model: Option<&str>) -> Charge {
+        match usage {
+            Some(u) => price::charge(&u, &self.prices, model),
+            None => Charge::unmetered(),
         }
     }
 
@@ -195,6 +225,11 @@ impl AgentRunner {
         if let Some(model) = req.model {
             extra.extend(tail(&self.config.model, "{model}", model));
         }
+        if let Some(left) = req.budget_usd
+            && self.config.runner == RunnerKind::Claude
+        {
+            extra.extend(["--max-budget-usd".to_string(), format!("{left:.4}")]);
+        }
         argv.splice(at..at, extra);
         Ok(argv)
     }
@@ -219,11 +254,13 @@ impl AgentRunner {
                     req.model.map(String::from),
                     req.session.map(String::from),
                 );
-                tokio::task::spawn_blocking(move || {
+                let (mut reply, usage) = tokio::task::spawn_blocking(move || {
                     chat(&call, &text, model.as_deref(), session.as_deref())
                 })
                 .await
-                .map_err(|e| AgentError::Http(format!("the request task failed: {e}")))?
+                .map_err(|e| AgentError::Http(format!("the request task failed: {e}")))??;
+                reply.charge = self.charge(usage, req.model.or(Some(openai.model.as_str())));
+                Ok(reply)
             }
             _ => self.send_cli(req).await,
         }
@@ -292,11 +329,12 @@ impl AgentRunner {
                 program: argv[0].clone(),
                 source,
             })?;
-        let (text, session) = parse_reply(self.config.output, &process.stdout);
+        let (text, session, usage) = parse_reply(self.config.output, &process.stdout);
         Ok(AgentReply {
             process,
             text,
             session,
+            charge: self.charge(usage, req.model),
         })
     }
 }
@@ -311,13 +349,14 @@ struct Chat {
     cap: usize,
 }
 
-/// One chat-completions exchange in a conversation kept in the store.
+/// One chat-completions exchange in a conversation kept in the store, with
+/// the response's `usage` (priced by the caller).
 fn chat(
     call: &Chat,
     text: &str,
     model: Option<&str>,
     session: Option<&str>,
-) -> Result<AgentReply, AgentError> {
+) -> Result<(AgentReply, Option<Usage>), AgentError> {
     let Chat {
         cfg,
         host,
@@ -421,11 +460,15 @@ fn chat(
         timed_out: false,
         truncated,
     };
-    Ok(AgentReply {
-        process,
-        text,
-        session: Some(session),
-    })
+    Ok((
+        AgentReply {
+            process,
+            text,
+            session: Some(session),
+            charge: Charge::unmetered(),
+        },
+        report::openai(&v),
+    ))
 }
 
 /// The identity of the program file `path` resolves to: device, inode, size and
@@ -476,10 +519,11 @@ fn plain_word(v: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "._:/@-[]".contains(c))
 }
 
-/// The reply text and session id from an agent's stdout.
-pub fn parse_reply(format: AgentOutput, stdout: &str) -> (String, Option<String>) {
+/// The reply text, session id and usage from an agent's stdout.
+pub fn parse_reply(format: AgentOutput, stdout: &str) -> (String, Option<String>, Option<Usage>) {
     match format {
-        AgentOutput::Text => (stdout.trim_end_matches('\n').to_string(), None),
+        AgentOutput::Text => (stdout.trim_end_matches('\n').to_string(), None, None),
+        AgentOutput::Jsonl => report::codex_events(stdout),
         AgentOutput::Json => {
             // Some CLIs print progress lines before the result: take the last JSON object line.
             let value = serde_json::from_str::<Value>(stdout.trim())
@@ -502,9 +546,9 @@ pub fn parse_reply(format: AgentOutput, stdout: &str) -> (String, Option<String>
                         .iter()
                         .find_map(|k| v.get(*k).and_then(Value::as_str))
                         .map(String::from);
-                    (text, session)
+                    (text, session, report::json_object(&v))
                 }
-                None => (stdout.trim_end_matches('\n').to_string(), None),
+                None => (stdout.trim_end_matches('\n').to_string(), None, None),
             }
         }
     }
@@ -517,7 +561,7 @@ mod tests {
 
     #[test]
     fn json_replies_carry_text_and_session() {
-        let (t, s) = parse_reply(
+        let (t, s, _) = parse_reply(
             AgentOutput::Json,
             r#"{"type":"result","result":"hi <promise>X</promise>","session_id":"abc"}"#,
         );
@@ -525,13 +569,63 @@ mod tests {
             (t.as_str(), s.as_deref()),
             ("hi <promise>X</promise>", Some("abc"))
         );
-        let (t, s) = parse_reply(
+        let (t, s, _) = parse_reply(
             AgentOutput::Json,
             "progress...\n{\"response\":\"ok\",\"session\":\"s2\"}\n",
         );
         assert_eq!((t.as_str(), s.as_deref()), ("ok", Some("s2")));
-        let (t, s) = parse_reply(AgentOutput::Json, "not json");
+        let (t, s, _) = parse_reply(AgentOutput::Json, "not json");
         assert_eq!((t.as_str(), s), ("not json", None));
+    }
+
+    /// Each agent's recorded output (`tests/fixtures/usage/`, each citing where
+    /// its format is documented) gives the reply, the session and what the turn
+    /// used and cost, as the fixture expects.
+    #[test]
+    fn every_agents_recorded_output_is_read_with_its_usage() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/usage");
+        let mut seen = 0;
+        for name in ["claude-code", "codex", "gemini", "openai"] {
+            let f: Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
+            )
+            .unwrap();
+            let stdout = f["stdout"].as_str().unwrap();
+            let (text, session, usage) = match f["output"].as_str().unwrap() {
+                "json" => parse_reply(AgentOutput::Json, stdout),
+                "jsonl" => parse_reply(AgentOutput::Jsonl, stdout),
+                _ => {
+                    let v: Value = serde_json::from_str(stdout).unwrap();
+                    let text = v["choices"][0]["message"]["content"]
+                        .as_str()
+                        .unwrap()
+                        .to_string();
+                    (text, None, report::openai(&v))
+                }
+            };
+            let prices: Prices = serde_json::from_value(f["prices"].clone()).unwrap_or_default();
+            let charge = price::charge(&usage.expect(name), &prices, f["model"].as_str());
+            let e = &f["expect"];
+            assert_eq!(text, e["text"].as_str().unwrap(), "{name}");
+            assert_eq!(session.as_deref(), e["session"].as_str(), "{name}");
+            assert_eq!(charge.model.as_deref(), e["model"].as_str(), "{name}");
+            assert_eq!(
+                serde_json::to_value(charge.tokens).unwrap(),
+                e["tokens"],
+                "{name}"
+            );
+            assert_eq!(
+                serde_json::to_value(charge.source).unwrap(),
+                e["cost_source"],
+                "{name}"
+            );
+            let (got, want) = (charge.cost_usd.unwrap(), e["cost_usd"].as_f64().unwrap());
+            assert!((got - want).abs() < 1e-9, "{name}: {got} != {want}");
+            seen += 1;
+        }
+        assert_eq!(seen, 4);
+        // A plain-text agent reports nothing: its turns are unmetered.
+        assert!(parse_reply(AgentOutput::Text, "done").2.is_none());
     }
 
     fn runner(toml: &str) -> AgentRunner {
@@ -583,11 +677,36 @@ mod tests {
         );
         assert_eq!(
             argv(&runner("[agent]\nrunner = \"codex\""), "x", None, None).unwrap(),
-            ["codex", "exec"]
+            ["codex", "exec", "--json"]
         );
         assert_eq!(
             argv(&runner("[agent]\nrunner = \"gemini\""), "x", None, None).unwrap(),
-            ["gemini"]
+            ["gemini", "--output-format", "json"]
+        );
+        // What the run has left of run.max_cost_usd reaches Claude Code as its own budget.
+        let left = |r: &AgentRunner| {
+            r.argv(&AgentRequest {
+                text: "x",
+                budget_usd: Some(0.123456),
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            left(&r),
+            [
+                "claude",
+                "-p",
+                "--output-format",
+                "json",
+                "--max-budget-usd",
+                "0.1235"
+            ]
+        );
+        assert_eq!(
+            left(&runner("[agent]\nrunner = \"codex\"")),
+            ["codex", "exec", "--json"],
+            "only Claude Code has a budget flag"
         );
         let e = Config::parse(
             "[agent]\nrunner = \"claude\"\ncommand = [\"x\", \"{prompt}\"]",

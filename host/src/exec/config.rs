@@ -277,8 +277,12 @@ pub enum AgentOutput {
     #[default]
     Text,
     /// stdout is one JSON object: the reply in `result` (or `response`, `text`),
-    /// the conversation id in `session_id` (or `session`). Claude's `--output-format json`.
+    /// the conversation id in `session_id` (or `session`), and what the turn used
+    /// (see [`crate::spend::report`]). Claude Code's and Gemini CLI's `--output-format json`.
     Json,
+    /// stdout is JSON lines, as `codex exec --json` prints them: the reply is the
+    /// last agent message, the conversation the thread, the usage each turn's.
+    Jsonl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
@@ -308,9 +312,9 @@ pub enum RunnerKind {
     Command,
     /// `claude -p {prompt} --output-format json`, continued with `--resume`.
     Claude,
-    /// `codex exec {prompt}`.
+    /// `codex exec --json`, the message on stdin.
     Codex,
-    /// `gemini -p {prompt}`.
+    /// `gemini --output-format json`, the message on stdin.
     Gemini,
     /// An OpenAI-compatible chat-completions server, from `[agent.openai]`.
     Openai,
@@ -416,18 +420,19 @@ impl AgentConfig {
                 AgentOutput::Json,
                 v(&["~/.claude", "~/.claude.json"]),
             ),
+            // JSON output: the turn's usage comes with the reply (see crate::spend::report).
             RunnerKind::Codex => (
-                v(&["codex", "exec"]),
+                v(&["codex", "exec", "--json"]),
                 vec![],
                 v(&["--model", "{model}"]),
-                AgentOutput::Text,
+                AgentOutput::Jsonl,
                 v(&["~/.codex"]),
             ),
             RunnerKind::Gemini => (
-                v(&["gemini"]),
+                v(&["gemini", "--output-format", "json"]),
                 vec![],
                 v(&["--model", "{model}"]),
-                AgentOutput::Text,
+                AgentOutput::Json,
                 v(&["~/.gemini"]),
             ),
         };

@@ -175,6 +175,17 @@ impl HookInput {
         }
     }
 
+    /// The transcript a session's spend is read from: a subagent's own, else the session's.
+    pub fn usage_transcript(&self) -> Option<&str> {
+        match &self.agent_id {
+            Some(_) => self
+                .agent_transcript_path
+                .as_deref()
+                .or(self.transcript_path.as_deref()),
+            None => self.transcript_path.as_deref(),
+        }
+    }
+
     /// The key of the hook session this event belongs to: a subagent is a session of its own,
     /// so its stops do not count toward the main thread's loop.
     pub fn session_key(&self) -> String {

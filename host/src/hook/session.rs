@@ -8,21 +8,30 @@
 //! `start(input)` is delivered the first time a session is seen (and again on
 //! the next event if it failed). Once the policy has finished the session's
 //! run (`done`, `escalate`), later events of that session are answered with nothing.
+//!
+//! What the session spent is read from the agent's transcript at each event
+//! ([`transcript::read_usage`]); once it reaches `run.max_cost_usd` or
+//! `run.max_tokens`, the run ends and this event and every later one are
+//! answered so the agent stops: a finished turn is let stop, a tool call or
+//! permission request is denied, naming the budget.
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 
-use crate::bindings::{Decision, Event};
-use crate::db::{Db, RunStatus, lock};
+use crate::bindings::{Decision, Event, Outcome};
+use crate::db::{Db, RunRecord, RunStatus, lock};
 use crate::exec::confirm::Asking;
 use crate::hook::agents::{Agent, Kind};
 use crate::hook::input::HookInput;
 use crate::hook::render::{HookOutput, render};
 use crate::hook::transcript;
+use crate::run::RunContext;
 use crate::run::launch::Prepared;
 use crate::run::record::decision_json;
+use crate::spend::Totals;
+use crate::spend::transcript::{Format, Tally};
 use crate::ui::Ui;
 use crate::wasm::policy::{Policy, PolicySource};
 
@@ -48,12 +57,53 @@ pub async fn answer(
     let workspace = prepared.workspace;
     let db = Db::open_workspace(workspace)?;
     let id = session_run_id(input.agent, &policy.source, &input.session_key());
+    // The session's trace: this event's span, under the run's root (see crate::telemetry).
+    let span = if crate::telemetry::enabled() {
+        let first = db.run(&id)?.is_none();
+        crate::telemetry::process_span(
+            &id,
+            &policy.source.to_string(),
+            first,
+            &format!("loopbox hook {}", input.event_name),
+        )
+    } else {
+        tracing::Span::none()
+    };
+    tracing::Instrument::instrument(
+        answer_in_session(
+            prepared,
+            policy,
+            start_input,
+            input,
+            accept_config_change,
+            db,
+            id,
+        ),
+        span,
+    )
+    .await
+}
+
+async fn answer_in_session(
+    prepared: &Prepared<'_>,
+    policy: &Policy,
+    start_input: &str,
+    input: &HookInput,
+    accept_config_change: bool,
+    db: Db,
+    id: String,
+) -> Result<HookOutput> {
+    let workspace = prepared.workspace;
     // One event of a session at a time: parallel subagents fire hooks at once.
     let store_dir = db.path().parent().unwrap_or(workspace);
     let _session = lock::acquire(&lock::path(store_dir, &id), SESSION_WAIT).await?;
     let existing = db.run(&id)?;
-    if existing.as_ref().is_some_and(|r| r.status.is_final()) {
-        return Ok(HookOutput::nothing());
+    if let Some(run) = existing.as_ref().filter(|r| r.status.is_final()) {
+        // A session stopped by its budget stays stopped: the agent is told again.
+        return match budget_ended(run) {
+            Some(why) => budget_answer(input, &why),
+            None => Ok(HookOutput::nothing()),
+        };
     }
     let grants = prepared.pin();
     if let Some(run) = &existing {
@@ -108,6 +158,16 @@ pub async fn answer(
             .map_err(|f| anyhow!("the policy failed on start: {f}"))?;
     }
 
+    // No event reaches the policy once the session has spent its budget.
+    let spent = session_spend(&ctx, input, &id)?;
+    if let Err(e) = ctx.spend_budget().check(&spent) {
+        ctx.log.host("warn", e.message.clone());
+        db.append_log(&id, &ctx.log.take())?;
+        let outcome = serde_json::json!({"success": false, "summary": e.message, "budget": e.key});
+        db.set_status(&id, RunStatus::Failed, Some(&outcome.to_string()))?;
+        return budget_answer(input, &e.message);
+    }
+
     let spec = input.spec();
     let turn = spec.kind == Kind::Turn;
     let response = if turn {
@@ -144,6 +204,86 @@ pub async fn answer(
         _ => {}
     }
     Ok(output)
+}
+
+/// Why a finished session's run ended on its budget, if it did.
+fn budget_ended(run: &RunRecord) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(run.outcome.as_deref()?).ok()?;
+    v.get("budget")?;
+    v["summary"].as_str().map(String::from)
+}
+
+/// The answer that stops the agent once its session has spent its budget: a
+/// turn that ended is let stop (saying why), a tool call or a permission
+/// request is denied, anything else is told why.
+fn budget_answer(input: &HookInput, why: &str) -> Result<HookOutput> {
+    let spec = input.spec();
+    // A system message says `loopbox:` itself; a refusal's reason is the agent's to show.
+    let decision = match spec.kind {
+        Kind::Tool | Kind::Permission => Decision::Block(format!("loopbox: {why}")),
+        Kind::Turn | Kind::Other => Decision::Done(Outcome {
+            success: false,
+            summary: why.to_string(),
+            data: None,
+        }),
+    };
+    render(input.agent, &spec, &decision).map_err(|e| anyhow!(e))
+}
+
+/// What the session has spent: its transcript read on from where the last
+/// event left it, priced with `[prices]`. When the transcript cannot be read
+/// the totals stand as they were, unless a budget needs them, which then
+/// cannot be kept and says so.
+fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<Totals> {
+    let Some(path) = input.usage_transcript() else {
+        return ctx.db.spent(id);
+    };
+    let format = match input.agent {
+        Agent::ClaudeCode => Format::ClaudeCode,
+        Agent::Codex => Format::Codex,
+        Agent::Gemini => Format::Gemini,
+    };
+    let before = ctx.db.spend_tally(id)?;
+    let mut tally = before.clone().unwrap_or_else(|| Tally::of(path));
+    if tally.path != path {
+        tally.switch_to(path);
+    }
+    let roots = transcript::usage_roots(input.agent, ctx.root());
+    if let Err(why) = transcript::read_usage(&mut tally, format, &roots) {
+        let budget = ctx.spend_budget();
+        if budget.is_set() {
+            let key = if budget.max_cost_usd.is_some() {
+                "max_cost_usd"
+            } else {
+                "max_tokens"
+            };
+            anyhow::bail!(
+                "run.{key} cannot be kept: what the session spent cannot be read from its transcript: {why}"
+            );
+        }
+        ctx.log.host(
+            "warn",
+            format!("what the session spent is not known: {why}"),
+        );
+        return ctx.db.spent(id);
+    }
+    if before.as_ref() == Some(&tally) {
+        return ctx.db.spent(id);
+    }
+    let charge = crate::spend::price::charge(&tally.usage(), &ctx.config.prices, None);
+    let totals = Totals {
+        turns: tally.messages,
+        unmetered: 0,
+        unpriced: if charge.cost_usd.is_none() && !charge.tokens.is_zero() {
+            tally.messages
+        } else {
+            0
+        },
+        tokens: charge.tokens,
+        cost_usd: charge.cost_usd.unwrap_or(0.0),
+    };
+    ctx.db.set_tally(id, &tally, &totals)?;
+    Ok(totals)
 }
 
 /// The assistant's last message for a turn event: from the input, else (older

@@ -1,5 +1,8 @@
 //! Reading the last assistant message from a Claude Code transcript (JSONL),
-//! for Stop inputs from versions that do not send `last_assistant_message`.
+//! for Stop inputs from versions that do not send `last_assistant_message`;
+//! and reading what a session spent from any of the three agents' transcripts,
+//! a little more at each event ([`read_usage`], counted by
+//! [`crate::spend::transcript`]).
 //!
 //! The file is opened through a cap-std directory handle for the root it lies
 //! in: the workspace or Claude Code's configuration directory, where it keeps
@@ -19,6 +22,8 @@ use cap_std::fs::Dir;
 use serde_json::Value;
 
 use crate::files::MAX_TRANSCRIPT_BYTES;
+use crate::hook::agents::Agent;
+use crate::spend::transcript::{Format, Tally};
 
 /// Claude Code's configuration directory: `$CLAUDE_CONFIG_DIR`, else `~/.claude`.
 pub fn claude_config_dir() -> Option<PathBuf> {
@@ -38,19 +43,99 @@ pub fn allowed_roots(workspace: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-pub fn last_assistant_message(path: &str, roots: &[PathBuf]) -> Result<String, String> {
+/// Where each agent keeps its session transcripts, besides the workspace:
+/// Claude Code under `$CLAUDE_CONFIG_DIR` (else `~/.claude`), Codex under
+/// `$CODEX_HOME` (else `~/.codex`), Gemini CLI under `~/.gemini`.
+pub fn usage_roots(agent: Agent, workspace: &Path) -> Vec<PathBuf> {
+    let home = |dir: &str| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(dir));
+    let own = match agent {
+        Agent::ClaudeCode => claude_config_dir(),
+        Agent::Codex => std::env::var_os("CODEX_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home(".codex")),
+        Agent::Gemini => home(".gemini"),
+    };
+    std::iter::once(workspace.to_path_buf())
+        .chain(own)
+        .filter_map(|r| r.canonicalize().ok())
+        .collect()
+}
+
+/// Open the transcript at `path`, which must lie under one of `roots`: through
+/// a handle on that root (no `..` or link out of it), never blocking on a
+/// FIFO, and only a regular file, since the path comes from the hook input.
+/// `agent_dir` names the agent's directory for the refusal.
+fn open_transcript(
+    path: &str,
+    roots: &[PathBuf],
+    agent_dir: &str,
+) -> Result<std::fs::File, String> {
     let p = Path::new(path);
     let (root, rel) = roots
         .iter()
         .find_map(|r| p.strip_prefix(r).ok().map(|rel| (r, rel)))
-        .ok_or_else(|| format!("transcript `{path}` is outside the workspace and Claude Code's configuration directory ($CLAUDE_CONFIG_DIR or ~/.claude), so loopbox will not read it"))?;
+        .ok_or_else(|| format!("transcript `{path}` is outside the workspace and {agent_dir}, so loopbox will not read it"))?;
     let dir = Dir::open_ambient_dir(root, ambient_authority())
         .map_err(|e| format!("cannot open `{}`: {e}", root.display()))?;
-    // Not blocking on a FIFO, and only a regular file: a transcript path comes from the hook input.
     let file = crate::files::open_nonblocking_in(&dir, rel)
         .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
     crate::files::check_regular(&file)
         .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
+    Ok(file)
+}
+
+/// Count what the transcript `tally` is of gained since it was last read (a
+/// transcript not written yet has nothing to count): the
+/// whole lines from its offset on (a line still being written waits for the
+/// next event), at most [`MAX_TRANSCRIPT_BYTES`] of them per call. A file
+/// shorter than the offset was replaced: it is counted again from its start,
+/// on top of what the tally holds.
+pub fn read_usage(tally: &mut Tally, format: Format, roots: &[PathBuf]) -> Result<(), String> {
+    use std::io::{Seek, SeekFrom};
+    let path = tally.path.clone();
+    // Not written yet (a session's first events come before it): nothing spent yet.
+    if matches!(std::fs::symlink_metadata(&path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    {
+        return Ok(());
+    }
+    let mut file = open_transcript(&path, roots, "the agent's own directory")?;
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?
+        .len();
+    if len < tally.offset {
+        tally.restart();
+    }
+    if len == tally.offset {
+        return Ok(());
+    }
+    file.seek(SeekFrom::Start(tally.offset))
+        .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
+    let mut reader = BufReader::new(file.take(MAX_TRANSCRIPT_BYTES));
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("cannot read transcript `{path}`: {e}"))?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            break;
+        }
+        tally.offset += n as u64;
+        if let Ok(text) = std::str::from_utf8(&line) {
+            tally.feed(format, text.trim_end());
+        }
+    }
+    Ok(())
+}
+
+pub fn last_assistant_message(path: &str, roots: &[PathBuf]) -> Result<String, String> {
+    let file = open_transcript(
+        path,
+        roots,
+        "Claude Code's configuration directory ($CLAUDE_CONFIG_DIR or ~/.claude)",
+    )?;
     let reader = BufReader::new(file.take(MAX_TRANSCRIPT_BYTES));
     // (message id, its text parts so far) of the last assistant message seen.
     let mut last: Option<(Option<String>, Vec<String>)> = None;
@@ -99,6 +184,53 @@ fn assistant_entry(line: &str) -> Option<AssistantEntry> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Each agent's recorded transcript (`tests/fixtures/usage/*.transcript.json`),
+    /// read as hook events read it: the first part, with a line still being
+    /// written at its end, then the rest; the tally counts each message once.
+    #[test]
+    fn every_agents_transcript_is_tallied_across_events() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/usage");
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for (name, format) in [
+            ("claude-code", Format::ClaudeCode),
+            ("codex", Format::Codex),
+            ("gemini", Format::Gemini),
+        ] {
+            let f: Value = serde_json::from_str(
+                &std::fs::read_to_string(fixtures.join(format!("{name}.transcript.json"))).unwrap(),
+            )
+            .unwrap();
+            let lines: Vec<&str> = f["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap())
+                .collect();
+            let path = root.join(format!("{name}.jsonl"));
+            let half = lines.len() / 2;
+            let partial = &lines[half][..lines[half].len() / 2];
+            std::fs::write(&path, format!("{}\n{partial}", lines[..half].join("\n"))).unwrap();
+            let mut tally = Tally::of(path.to_str().unwrap());
+            read_usage(&mut tally, format, std::slice::from_ref(&root)).unwrap();
+            std::fs::write(&path, format!("{}\n", lines.join("\n"))).unwrap();
+            let mut tally: Tally =
+                serde_json::from_str(&serde_json::to_string(&tally).unwrap()).unwrap();
+            read_usage(&mut tally, format, std::slice::from_ref(&root)).unwrap();
+            // Nothing new: nothing changes.
+            let before = tally.clone();
+            read_usage(&mut tally, format, std::slice::from_ref(&root)).unwrap();
+            assert_eq!(tally, before, "{name}");
+            let e = &f["expect"];
+            assert_eq!(tally.messages, e["messages"].as_u64().unwrap(), "{name}");
+            assert_eq!(
+                serde_json::to_value(&tally.models).unwrap(),
+                e["models"],
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn takes_the_last_assistant_text() {

@@ -34,6 +34,24 @@ pub fn prompt_request(req: &PromptRequest) -> String {
 }
 
 pub fn action_result(r: &Result<Output, ActionError>) -> String {
+    action_value(r).to_string()
+}
+
+/// An action's result with what the agent turn behind it cost, under `usage`
+/// beside `ok` or `err` (a replay reads the result alone; `runs show` and the
+/// store's totals read the charge).
+pub fn action_result_charged(
+    r: &Result<Output, ActionError>,
+    charge: Option<&crate::spend::Charge>,
+) -> String {
+    let mut v = action_value(r);
+    if let Some(c) = charge {
+        v["usage"] = serde_json::to_value(c).unwrap_or(Value::Null);
+    }
+    v.to_string()
+}
+
+fn action_value(r: &Result<Output, ActionError>) -> Value {
     match r {
         Ok(o) => json!({"ok": {
             "exit_code": o.exit_code, "stdout": o.stdout, "stderr": o.stderr, "duration_ms": o.duration_ms,
@@ -51,7 +69,6 @@ pub fn action_result(r: &Result<Output, ActionError>) -> String {
             json!({"err": {"kind": kind, "message": message}})
         }
     }
-    .to_string()
 }
 
 /// A recorded action result; `None` when the text is not one (a damaged journal).

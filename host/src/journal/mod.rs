@@ -329,13 +329,28 @@ impl Journal {
 
     /// Durably record how action `seq` ended.
     pub fn finish(&self, seq: i64, result: &str) -> Result<()> {
+        self.finish_charged(seq, result, None)
+    }
+
+    /// As [`Journal::finish`], with what an agent turn cost: the result and the
+    /// run's new totals are one write, so a crash neither loses nor doubles it.
+    /// With the journal off, only the totals are written.
+    pub fn finish_charged(
+        &self,
+        seq: i64,
+        result: &str,
+        charge: Option<&crate::spend::Charge>,
+    ) -> Result<()> {
         let mut j = self.lock();
         match (j.enabled, j.event_seq) {
             (true, Some(event_seq)) => {
                 j.event_bytes += result.len() as u64;
-                j.db.journal_result(&j.run, event_seq, seq, result)
+                j.db.journal_result(&j.run, event_seq, seq, result, charge)
             }
-            _ => Ok(()),
+            _ => match charge {
+                Some(c) if j.script.is_none() => j.db.add_charge(&j.run, c),
+                _ => Ok(()),
+            },
         }
     }
 

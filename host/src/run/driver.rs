@@ -2,7 +2,8 @@
 //! delivers events and acts on each decision until the run ends. `inject` goes
 //! to the configured agent and its reply comes back as `turn-complete`; `ask`
 //! goes to a person on a terminal or parks the run; a turn budget stops any
-//! policy that never ends.
+//! policy that never ends, and a spend budget (`run.max_cost_usd`,
+//! `run.max_tokens`) any turn once the run has spent it.
 //!
 //! Every step leaves the store able to say where the run stands, and
 //! [`resume_point`] reads it back: an event a crash interrupted is delivered
@@ -48,6 +49,9 @@ pub enum RunEnd {
     TurnBudget(u32),
     /// A budget shared with other runs is used up (a server tenant's quota): its key and value.
     Quota(String),
+    /// The run spent its budget (`run.max_cost_usd`, `run.max_tokens`): the key,
+    /// and a message naming it, its value and what was spent.
+    Budget { key: String, message: String },
     /// The agent could not be reached or failed.
     Agent(String),
     /// `loopbox runs cancel` stopped the run.
@@ -74,6 +78,7 @@ impl RunEnd {
             | RunEnd::Fault(_)
             | RunEnd::TurnBudget(_)
             | RunEnd::Quota(_)
+            | RunEnd::Budget { .. }
             | RunEnd::Agent(_) => RunStatus::Failed,
         }
     }
@@ -92,6 +97,7 @@ impl RunEnd {
                 "the run used all {n} of its turns (run.max_turns) without the policy finishing"
             ),
             RunEnd::Agent(e) | RunEnd::Quota(e) => e.clone(),
+            RunEnd::Budget { message, .. } => message.clone(),
             RunEnd::Cancelled => "the run was cancelled".into(),
             RunEnd::Interrupted => {
                 "loopbox was interrupted (SIGINT or SIGTERM); the run stopped where it stood".into()
@@ -328,6 +334,13 @@ struct TurnReply {
     session: Option<String>,
 }
 
+/// A sent turn: its reply (or why there is none) and what it cost, when the
+/// agent answered at all.
+struct Sent {
+    reply: Result<TurnReply, String>,
+    charge: Option<crate::spend::Charge>,
+}
+
 /// Send `message` to the agent as the turn after event `seq`'s `inject`, and
 /// journal it; a turn already journaled is not sent again.
 async fn agent_turn(
@@ -364,10 +377,22 @@ async fn agent_turn(
         }
         recorded => {
             let resend = recorded.is_some();
-            if !resend {
-                if *turns >= opts.max_turns {
-                    return Ok(Err(RunEnd::TurnBudget(opts.max_turns)));
+            if !resend && *turns >= opts.max_turns {
+                return Ok(Err(RunEnd::TurnBudget(opts.max_turns)));
+            }
+            // No turn starts (a resent one neither) once the run has spent its budget.
+            let spent = match ctx.spend_allows_turn()? {
+                Ok(spent) => spent,
+                Err(e) => {
+                    ctx.log.host("warn", e.message.clone());
+                    return Ok(Err(RunEnd::Budget {
+                        key: e.key,
+                        message: e.message,
+                    }));
                 }
+            };
+            let budget_usd = ctx.spend_budget().remaining_usd(&spent);
+            if !resend {
                 let Some(agent) = ctx.agent() else {
                     return Ok(Err(RunEnd::Agent(format!(
                         "the policy sent a message to the agent, but no agent is configured: add an `[{}]` section with `command = [...]` to loopbox.toml",
@@ -428,20 +453,37 @@ async fn agent_turn(
                 );
             }
             // Stopped mid-turn, the turn's outcome is unknown, as after a crash.
-            let result = match ctx
-                .until_stopped(send_turn(ctx, message, session.as_deref(), *turns))
+            let provider = ctx
+                .agent()
+                .and_then(|a| crate::telemetry::provider_of(a.config().runner.name()));
+            let span = crate::telemetry::agent_span(provider, None, "turn");
+            let started = crate::telemetry::enabled().then(std::time::Instant::now);
+            let sending = send_turn(ctx, message, session.as_deref(), *turns, budget_usd);
+            let sent = match ctx
+                .until_stopped(tracing::Instrument::instrument(sending, span.clone()))
                 .await
             {
                 Ok(r) => r,
                 Err(reason) => return Ok(Err(stop_end(reason))),
             };
             crate::journal::crashpoint::hit("turn-finished");
+            if let Some(started) = started {
+                let conversation = sent.reply.as_ref().ok().and_then(|r| r.session.as_deref());
+                if let Some(c) = &sent.charge {
+                    crate::telemetry::record_charge(&span, c, provider, conversation);
+                }
+                let outcome = if sent.reply.is_ok() { "ok" } else { "failed" };
+                crate::telemetry::metrics::action(started.elapsed(), "turn", outcome);
+            }
+            // The reply and what it cost are one write: a crash keeps both or neither.
             if journaled {
                 ctx.db
-                    .journal_result(&ctx.id, seq, 0, &turn_json(&result))?;
+                    .journal_result(&ctx.id, seq, 0, &turn_json(&sent), sent.charge.as_ref())?;
                 crate::journal::crashpoint::hit("turn-recorded");
+            } else if let Some(c) = &sent.charge {
+                ctx.db.add_charge(&ctx.id, c)?;
             }
-            match result {
+            match sent.reply {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(RunEnd::Agent(e))),
             }
@@ -467,8 +509,14 @@ async fn send_turn(
     message: &str,
     session: Option<&str>,
     turn: u32,
-) -> Result<TurnReply, String> {
-    let agent = ctx.agent().ok_or("no agent is configured")?;
+    budget_usd: Option<f64>,
+) -> Sent {
+    let Some(agent) = ctx.agent() else {
+        return Sent {
+            reply: Err("no agent is configured".into()),
+            charge: None,
+        };
+    };
     ctx.log
         .ui()
         .status(format!("turn {turn}: waiting for the agent"));
@@ -480,9 +528,30 @@ async fn send_turn(
             model: None,
             cwd: None,
             protected: &[],
+            budget_usd,
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await;
+    match reply {
+        Ok(reply) => {
+            let charge = Some(reply.charge.clone());
+            Sent {
+                reply: turn_reply(ctx, reply, turn),
+                charge,
+            }
+        }
+        Err(e) => Sent {
+            reply: Err(e.to_string()),
+            charge: None,
+        },
+    }
+}
+
+/// The reply of a turn the agent answered, or why it failed.
+fn turn_reply(
+    ctx: &RunContext,
+    reply: crate::exec::agent::AgentReply,
+    turn: u32,
+) -> Result<TurnReply, String> {
     let p = &reply.process;
     if p.timed_out || p.exit_code != Some(0) {
         let why = match p.exit_code {
@@ -510,12 +579,16 @@ async fn send_turn(
     })
 }
 
-fn turn_json(r: &Result<TurnReply, String>) -> String {
-    match r {
+/// A sent turn as journaled: `ok` or `err`, and `usage` (its charge) when the agent answered.
+fn turn_json(sent: &Sent) -> String {
+    let mut v = match &sent.reply {
         Ok(t) => json!({"ok": {"text": t.text, "session": t.session}}),
         Err(e) => json!({"err": e}),
+    };
+    if let Some(c) = &sent.charge {
+        v["usage"] = serde_json::to_value(c).unwrap_or(Value::Null);
     }
-    .to_string()
+    v.to_string()
 }
 
 fn parse_turn(text: &str) -> Result<TurnReply, String> {

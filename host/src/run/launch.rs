@@ -492,13 +492,32 @@ impl Prepared<'_> {
             ticks,
             resend_turn,
         };
-        let end = driver::drive(&ctx, &policy, next, opts).await;
+        // The run's trace: this process's span, under the run's root (see crate::telemetry).
+        let span = crate::telemetry::process_span(
+            &run.id,
+            &run.policy,
+            banner,
+            if banner {
+                "loopbox run"
+            } else {
+                "loopbox runs resume"
+            },
+        );
+        let end =
+            tracing::Instrument::instrument(driver::drive(&ctx, &policy, next, opts), span).await;
         ui.finish();
+        if crate::telemetry::enabled() {
+            note_approvals(&db);
+        }
         let end = end.map_err(|e| {
             LaunchError::internal(e.context(format!("run {} stopped; once the cause is fixed, continue it with `loopbox runs resume {}`", run.id, run.id)))
         })?;
         let outcome = match &end {
             RunEnd::Done(o) => Some(crate::run::record::outcome_json(o)),
+            // A spent budget is an outcome a dashboard or `runs show` reads as such.
+            RunEnd::Budget { key, message } => Some(serde_json::json!({
+                "success": false, "summary": message, "budget": key,
+            })),
             _ => None,
         };
         db.finish_driving(
@@ -514,6 +533,18 @@ impl Prepared<'_> {
             record,
             world: policy.world.name(),
         })
+    }
+}
+
+/// The approvals waiting in the store, for the `loopbox.approvals.waiting` metric.
+fn note_approvals(db: &Db) {
+    let waiting = db.approvals(&crate::db::approvals::ApprovalFilter {
+        status: Some(crate::db::approvals::ApprovalStatus::Pending),
+        limit: 10_000,
+        ..Default::default()
+    });
+    if let Ok(w) = waiting {
+        crate::telemetry::metrics::approvals_waiting(w.len() as u64);
     }
 }
 

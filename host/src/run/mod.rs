@@ -169,6 +169,8 @@ impl RunContext {
             agent: config.agent.as_ref(),
             profiles: &config.profiles,
             worktree: &config.worktree,
+            prices: &config.prices,
+            budget: config.run.budget(),
         };
         let grants = Arc::new(ActionGrants::new(
             sections,
@@ -242,6 +244,20 @@ impl RunContext {
 
     pub fn agent(&self) -> Option<&AgentRunner> {
         self.grants.agent.as_ref()
+    }
+
+    /// Whether another agent turn may start under `run.max_cost_usd` and
+    /// `run.max_tokens`, after what the run has spent; `Err` names the budget.
+    pub fn spend_allows_turn(
+        &self,
+    ) -> Result<Result<crate::spend::Totals, crate::spend::budget::Exhausted>> {
+        let spent = self.db.spent(&self.id)?;
+        Ok(self.grants.budget.check(&spent).map(|()| spent))
+    }
+
+    /// The run's spend budget.
+    pub fn spend_budget(&self) -> &crate::spend::budget::SpendBudget {
+        &self.grants.budget
     }
 
     /// Count an agent turn against the run's shared quota, if it has one; `Err` names it.
@@ -407,8 +423,20 @@ impl RunContext {
         journal: Journal,
         nominal: i64,
     ) -> Result<(i64, Result<Decision, PolicyFault>)> {
+        use tracing::Instrument;
+        let kind = event_type(event);
+        // One span per event, with the host calls' spans under it (see crate::telemetry).
+        let span = tracing::info_span!(
+            target: "loopbox",
+            "event",
+            otel.name = %format!("event {kind}"),
+            loopbox.event.seq = nominal,
+            loopbox.event.type = kind,
+        );
+        let started = crate::telemetry::enabled().then(std::time::Instant::now);
         let (result, mut data) = self
             .call(policy, Call::Handle(event), &journal, nominal)
+            .instrument(span.clone())
             .await?;
         let mut result = match result {
             Ok(Returned::Decision(d)) => validate_decision(&d, self.config.limits.max_string_bytes)
@@ -469,7 +497,27 @@ impl RunContext {
             .commit_event(&self.id, &commit)
             .context("failed to record the event in the store")?;
         crate::journal::crashpoint::hit("event-committed");
+        if let Some(started) = started {
+            let decided = match &result {
+                Ok(d) => decision_kind(d),
+                Err(_) => "fault",
+            };
+            crate::telemetry::note_event(&span, seq, decided);
+            crate::telemetry::metrics::decision(started.elapsed(), kind, decided);
+        }
         Ok((seq, result))
+    }
+}
+
+fn decision_kind(d: &Decision) -> &'static str {
+    match d {
+        Decision::Pass => "pass",
+        Decision::Inject(_) => "inject",
+        Decision::Block(_) => "block",
+        Decision::Rewrite(_) => "rewrite",
+        Decision::Ask(_) => "ask",
+        Decision::Done(_) => "done",
+        Decision::Escalate(_) => "escalate",
     }
 }
 

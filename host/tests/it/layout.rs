@@ -311,12 +311,12 @@ fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 /// of one entry rank the same and may not use each other. The same list, with
 /// what each owns, is the map in docs/architecture.md.
 const RANKS: &[&[&str]] = &[
-    &["files"],
+    &["files", "spend"],
     &["out"],
     &["error"],
     &["db"],
     &["ui"],
-    &["bindings"],
+    &["bindings", "telemetry"],
     &["limits"],
     &["runlog"],
     &["journal"],

@@ -13,4 +13,6 @@ mod hook;
 mod installed;
 mod layout;
 mod registry;
+mod spend;
+mod telemetry;
 mod trust;

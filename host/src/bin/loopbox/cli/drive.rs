@@ -221,7 +221,7 @@ fn exit_code(end: &RunEnd, yaml_loop: bool) -> i32 {
         RunEnd::Escalated(_) => exit::ESCALATED,
         RunEnd::Waiting(_) | RunEnd::AwaitingApproval(_) => exit::WAITING,
         RunEnd::Fault(_) => exit::FAULT,
-        RunEnd::TurnBudget(_) | RunEnd::Quota(_) => exit::TURN_BUDGET,
+        RunEnd::TurnBudget(_) | RunEnd::Quota(_) | RunEnd::Budget { .. } => exit::TURN_BUDGET,
         RunEnd::Agent(_) => exit::AGENT,
         RunEnd::Cancelled => exit::CANCELLED,
         RunEnd::TurnUnknown(_) => exit::UNKNOWN_TURN,

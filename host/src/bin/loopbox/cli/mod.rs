@@ -31,6 +31,8 @@ pub mod exit {
     pub const ESCALATED: i32 = 3;
     pub const WAITING: i32 = 4;
     pub const FAULT: i32 = 5;
+    /// The run used a budget: its turns (`run.max_turns`), its spend
+    /// (`run.max_cost_usd`, `run.max_tokens`) or a shared quota.
     pub const TURN_BUDGET: i32 = 6;
     pub const AGENT: i32 = 7;
     /// The run was cancelled (`loopbox runs cancel`).
@@ -52,7 +54,8 @@ const EXIT_CODES: &str = "Exit codes:
   3   the policy escalated to a person
   4   the run is waiting (for an answer or events)
   5   the policy failed: trap, limit, error or malformed decision
-  6   the run used all its turns (run.max_turns)
+  6   the run used a budget: all its turns (run.max_turns), its spend (run.max_cost_usd,
+      run.max_tokens) or a shared quota
   7   the agent could not be run or failed
   8   the run was cancelled (loopbox runs cancel)
   9   another loopbox process is driving the run
@@ -153,6 +156,14 @@ pub fn main() -> i32 {
             }
             _ => e.exit(),
         },
+    };
+    // Off unless OTEL_EXPORTER_OTLP_* is set; flushed when this guard drops, before exit.
+    let _telemetry = match loopbox::telemetry::init_from_env() {
+        Ok(t) => t,
+        Err(why) => {
+            loopbox::errln!("warning: OpenTelemetry is off: {why}");
+            None
+        }
     };
     let code = main_with(cli);
     match loopbox::out::stdout_failure() {

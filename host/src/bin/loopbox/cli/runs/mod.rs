@@ -118,6 +118,7 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
                 json!({
                     "id": r.id, "policy": r.policy, "status": r.seen_status(), "started": rfc3339(r.created_at_ms),
                     "updated": rfc3339(r.updated_at_ms), "last_event": last, "turns": r.turns, "actions": r.actions,
+                    "spend": spend_json(&r.spent),
                 })
             })
             .collect();
@@ -125,26 +126,39 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
         return Ok(exit::OK);
     }
     loopbox::outln!(
-        "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}",
+        "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}",
         "ID",
         "POLICY",
         "STATUS",
         "STARTED (UTC)",
         "LAST EVENT",
-        "ACTIONS"
+        "ACTIONS",
+        "COST"
     );
     for (r, last) in &runs {
         loopbox::outln!(
-            "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7}",
+            "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}",
             r.id,
             keep_tail(&one_line(&r.policy), 28),
             r.seen_status(),
             utc(r.created_at_ms),
             one_line(last.as_deref().unwrap_or("-")),
-            r.actions
+            r.actions,
+            r.spent.cost_text()
         );
     }
     Ok(exit::OK)
+}
+
+/// A run's totals in `--json`: agent turns charged, tokens, dollars, and
+/// whether every turn's cost is known (`cost_usd` is then exact, else a floor).
+pub(super) fn spend_json(t: &loopbox::spend::Totals) -> serde_json::Value {
+    json!({
+        "turns": t.turns, "cost_usd": t.cost_usd, "cost_known": t.cost_known(),
+        "unpriced_turns": t.unpriced, "unmetered_turns": t.unmetered,
+        "tokens": {"input": t.tokens.input, "output": t.tokens.output, "cache_read": t.tokens.cache_read,
+                   "cache_write": t.tokens.cache_write, "total": t.tokens.total()},
+    })
 }
 
 /// The end of `s` (a path: its file name matters most) within `max` characters.

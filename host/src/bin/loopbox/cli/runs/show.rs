@@ -57,6 +57,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         })
         .map_err(Failure::internal)?;
     let contract = contract_of(&run);
+    let charges = db.charges(&run.id).map_err(Failure::internal)?;
     let actions: Vec<&(i64, JournalRow)> = journal
         .iter()
         .filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn"))
@@ -83,6 +84,12 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             "driver": run.lease.as_ref().map(|o| json!({"pid": o.pid, "host": o.host, "alive": o.is_alive()})),
             "cancel_requested": run.cancel_requested,
             "started_by": run.place.started_by,
+            "spend": super::spend_json(&run.spent),
+            "agent_turns": charges.iter().map(|c| json!({
+                "event": c.event_seq, "seq": c.seq, "kind": c.kind, "at": rfc3339(c.at_ms),
+                "model": c.charge.model, "tokens": c.charge.tokens, "cost_usd": c.charge.cost_usd,
+                "cost_source": c.charge.source, "unmetered": c.charge.unmetered,
+            })).collect::<Vec<_>>(),
             "approvals": approvals.iter().map(|a| json!({
                 "id": a.id, "status": a.status, "what": a.what, "rule": a.rule, "digest": a.digest,
                 "request": a.request, "requested": rfc3339(a.requested_at_ms), "deadline": rfc3339(a.deadline_ms),
@@ -129,6 +136,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         run.actions,
         run.prompts
     );
+    show_spend(&run.spent, &charges);
     if let Some(o) = &run.lease {
         loopbox::outln!(
             "driver:   pid {} on {} ({})",
@@ -233,4 +241,57 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         );
     }
     Ok(exit::OK)
+}
+
+/// What the run's agent turns spent: the total, then one line per turn.
+fn show_spend(total: &loopbox::spend::Totals, charges: &[loopbox::db::TurnCharge]) {
+    if total.turns == 0 {
+        return;
+    }
+    let t = &total.tokens;
+    let unknown = match (total.unpriced, total.unmetered) {
+        (0, 0) => String::new(),
+        (p, m) => format!(
+            " (at least: {} turn(s) without a price, {} without usage)",
+            p, m
+        ),
+    };
+    loopbox::outln!(
+        "spend:    {}{unknown} over {} agent turn(s); {} tokens ({} in, {} of them cached, {} out)",
+        total.cost_text(),
+        total.turns,
+        t.total(),
+        t.input,
+        t.cache_read + t.cache_write,
+        t.output
+    );
+    for c in charges {
+        let what = if c.kind == "turn" {
+            format!("event {} turn", c.event_seq)
+        } else {
+            format!("event {} prompt {}", c.event_seq, c.seq)
+        };
+        let model = c
+            .charge
+            .model
+            .as_deref()
+            .map_or("-".to_string(), |m| one_line(&shorten(m, 40)));
+        let tokens = if c.charge.unmetered {
+            "no usage reported".to_string()
+        } else {
+            format!(
+                "{} in ({} cached), {} out",
+                c.charge.tokens.input,
+                c.charge.tokens.cache_read + c.charge.tokens.cache_write,
+                c.charge.tokens.output
+            )
+        };
+        loopbox::outln!(
+            "  {:<22} {:>10}  {:<32} {}",
+            what,
+            c.charge.cost_text(),
+            model,
+            tokens
+        );
+    }
 }

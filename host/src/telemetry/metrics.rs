@@ -1,0 +1,136 @@
+//! The metrics loopbox exports, and the calls that record them. Each call is
+//! one load of a `OnceLock` when telemetry is off.
+//!
+//! | name | kind, unit | attributes |
+//! |---|---|---|
+//! | `loopbox.decision.duration` | histogram, s | `loopbox.event.type`, `loopbox.decision` |
+//! | `loopbox.action.duration` | histogram, s | `loopbox.action.kind` (exec, script, prompt, turn), `loopbox.action.outcome` |
+//! | `loopbox.approvals.waiting` | gauge, {approval} | none: the store's pending approvals when a run stops |
+//! | `gen_ai.client.token.usage` | histogram, {token} | `gen_ai.token.type` (input, output), `gen_ai.provider.name`, `gen_ai.response.model` |
+//! | `loopbox.spend.cost` | counter, USD | `gen_ai.provider.name`, `gen_ai.response.model` |
+//!
+//! `gen_ai.client.token.usage` is the GenAI semantic conventions' metric.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Gauge, Histogram, MeterProvider};
+
+use crate::spend::Charge;
+
+struct Instruments {
+    decision: Histogram<f64>,
+    action: Histogram<f64>,
+    approvals: Gauge<u64>,
+    tokens: Histogram<u64>,
+    cost: Counter<f64>,
+}
+
+static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
+
+/// Durations from 100 us to a minute: decisions take microseconds, actions seconds.
+const SECONDS: [f64; 14] = [
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 15.0, 60.0,
+];
+
+pub(super) fn install(provider: &opentelemetry_sdk::metrics::SdkMeterProvider) {
+    let meter = provider.meter("loopbox");
+    let _ = INSTRUMENTS.set(Instruments {
+        decision: meter
+            .f64_histogram("loopbox.decision.duration")
+            .with_unit("s")
+            .with_description("How long a policy took to decide an event, host calls included")
+            .with_boundaries(SECONDS.to_vec())
+            .build(),
+        action: meter
+            .f64_histogram("loopbox.action.duration")
+            .with_unit("s")
+            .with_description("How long an action or agent turn took")
+            .with_boundaries(SECONDS.to_vec())
+            .build(),
+        approvals: meter
+            .u64_gauge("loopbox.approvals.waiting")
+            .with_unit("{approval}")
+            .with_description("Ask-tier actions waiting for a person's approval in the store")
+            .build(),
+        tokens: meter
+            .u64_histogram("gen_ai.client.token.usage")
+            .with_unit("{token}")
+            .with_description("Tokens one agent turn used")
+            .with_boundaries(vec![
+                1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+                4194304.0, 16777216.0,
+            ])
+            .build(),
+        cost: meter
+            .f64_counter("loopbox.spend.cost")
+            .with_unit("USD")
+            .with_description("What agent turns cost, as reported or priced")
+            .build(),
+    });
+}
+
+/// A decided (or failed) event.
+pub fn decision(took: Duration, event: &'static str, decision: &'static str) {
+    if let Some(i) = INSTRUMENTS.get() {
+        i.decision.record(
+            took.as_secs_f64(),
+            &[
+                KeyValue::new("loopbox.event.type", event),
+                KeyValue::new("loopbox.decision", decision),
+            ],
+        );
+    }
+}
+
+/// A finished action or agent turn.
+pub fn action(took: Duration, kind: &'static str, outcome: &'static str) {
+    if let Some(i) = INSTRUMENTS.get() {
+        i.action.record(
+            took.as_secs_f64(),
+            &[
+                KeyValue::new("loopbox.action.kind", kind),
+                KeyValue::new("loopbox.action.outcome", outcome),
+            ],
+        );
+    }
+}
+
+/// The approvals waiting in a store, seen when a run stops.
+pub fn approvals_waiting(n: u64) {
+    if let Some(i) = INSTRUMENTS.get() {
+        i.approvals.record(n, &[]);
+    }
+}
+
+/// What one agent turn used and cost.
+pub fn spend(charge: &Charge, provider: Option<&'static str>) {
+    let Some(i) = INSTRUMENTS.get() else {
+        return;
+    };
+    if charge.unmetered {
+        return;
+    }
+    let mut attrs = Vec::with_capacity(3);
+    if let Some(p) = provider {
+        attrs.push(KeyValue::new("gen_ai.provider.name", p));
+    }
+    if let Some(m) = &charge.model {
+        attrs.push(KeyValue::new(
+            "gen_ai.response.model",
+            crate::ui::shorten(m, 100),
+        ));
+    }
+    for (kind, n) in [
+        ("input", charge.tokens.input),
+        ("output", charge.tokens.output),
+    ] {
+        let mut a = attrs.clone();
+        a.push(KeyValue::new("gen_ai.token.type", kind));
+        i.tokens.record(n, &a);
+    }
+    if let Some(c) = charge.cost_usd {
+        i.cost.add(c, &attrs);
+    }
+}

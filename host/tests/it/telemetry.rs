@@ -1,0 +1,416 @@
+//! OpenTelemetry end to end: the real binary, pointed by the standard
+//! `OTEL_EXPORTER_OTLP_*` variables at an OTLP/HTTP receiver this test runs on
+//! loopback, which decodes what arrives (protobuf with the OTLP messages, or
+//! JSON). The span tree of a real run is checked: the run's root span, this
+//! process's span under it, a span per event, the command's span under its
+//! event (rule, program, exit code), the agent turn with the GenAI attributes;
+//! a later process (a hook event) writing into the same trace; and the metrics.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use prost::Message;
+use serde_json::{Value, json};
+
+use crate::common::{self, trusted_command};
+
+/// One request the receiver got: its path, content type and body.
+struct Received {
+    path: String,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+/// An OTLP/HTTP receiver on loopback: answers every POST with 200 and keeps it.
+struct Receiver {
+    port: u16,
+    got: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let keep = got.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let keep = keep.clone();
+                std::thread::spawn(move || serve(stream, keep));
+            }
+        });
+        Receiver { port, got }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn take(&self) -> Vec<Received> {
+        std::mem::take(&mut self.got.lock().unwrap())
+    }
+}
+
+/// Requests on one connection (ureq keeps it alive), each kept whole.
+fn serve(stream: std::net::TcpStream, keep: Arc<Mutex<Vec<Received>>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut out = stream;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+        let mut headers = HashMap::new();
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h).unwrap();
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+            }
+        }
+        let len: usize = headers
+            .get("content-length")
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body).unwrap();
+        keep.lock().unwrap().push(Received {
+            path,
+            content_type: headers.get("content-type").cloned().unwrap_or_default(),
+            body,
+        });
+        out.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+        )
+        .unwrap();
+    }
+}
+
+/// A span as the test reads it.
+#[derive(Debug, Clone)]
+struct Span {
+    name: String,
+    trace: String,
+    id: String,
+    parent: String,
+    attrs: HashMap<String, Value>,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn any(v: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> Value {
+    match v.and_then(|v| v.value.as_ref()) {
+        Some(Any::StringValue(s)) => json!(s),
+        Some(Any::IntValue(i)) => json!(i),
+        Some(Any::DoubleValue(d)) => json!(d),
+        Some(Any::BoolValue(b)) => json!(b),
+        _ => Value::Null,
+    }
+}
+
+/// Every span in the protobuf trace exports received.
+fn spans(got: &[Received]) -> Vec<Span> {
+    let mut out = Vec::new();
+    for r in got.iter().filter(|r| r.path == "/v1/traces") {
+        assert_eq!(r.content_type, "application/x-protobuf");
+        let req = ExportTraceServiceRequest::decode(r.body.as_slice()).unwrap();
+        for rs in &req.resource_spans {
+            let service = rs
+                .resource
+                .as_ref()
+                .unwrap()
+                .attributes
+                .iter()
+                .find(|a| a.key == "service.name")
+                .map(|a| any(a.value.as_ref()));
+            assert_eq!(service, Some(json!("loopbox")));
+            for ss in &rs.scope_spans {
+                for s in &ss.spans {
+                    out.push(Span {
+                        name: s.name.clone(),
+                        trace: hex(&s.trace_id),
+                        id: hex(&s.span_id),
+                        parent: hex(&s.parent_span_id),
+                        attrs: s
+                            .attributes
+                            .iter()
+                            .map(|a| (a.key.clone(), any(a.value.as_ref())))
+                            .collect(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The names of every metric in the protobuf metric exports received.
+fn metric_names(got: &[Received]) -> Vec<String> {
+    let mut names = Vec::new();
+    for r in got.iter().filter(|r| r.path == "/v1/metrics") {
+        let req = ExportMetricsServiceRequest::decode(r.body.as_slice()).unwrap();
+        for rm in &req.resource_metrics {
+            for sm in &rm.scope_metrics {
+                names.extend(sm.metrics.iter().map(|m| m.name.clone()));
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn find<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+    spans.iter().find(|s| s.name == name).unwrap_or_else(|| {
+        panic!(
+            "no span `{name}` in {:#?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        )
+    })
+}
+
+/// A workspace whose agent is the costly `claude` stand-in, with `true` granted.
+fn workspace() -> (tempfile::TempDir, tempfile::TempDir) {
+    let ws = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        common::repo().join("host/tests/fixtures/agents/costly-claude"),
+        bin.path().join("claude"),
+    )
+    .unwrap();
+    std::fs::write(
+        ws.path().join("loopbox.toml"),
+        format!(
+            "[shell]\npath = \"{}:/usr/local/bin:/usr/bin:/bin\"\nallow = [[\"true\"]]\n\n[agent]\nrunner = \"claude\"\nwritable = []\npass_env = []\n",
+            bin.path().display()
+        ),
+    )
+    .unwrap();
+    (ws, bin)
+}
+
+fn traced(ws: &Path, receiver: &Receiver, args: &[&str]) -> std::process::Output {
+    trusted_command(ws)
+        .arg("-C")
+        .arg(ws)
+        .args(args)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("CI", "true")
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
+        .current_dir(ws)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_run_is_one_trace_with_a_span_per_event_command_and_agent_turn() {
+    let receiver = Receiver::start();
+    let (ws, _bin) = workspace();
+    let probe = common::probe().to_string_lossy().into_owned();
+    let input = r#"{"op": "exec", "argv": ["true"], "then": "inject", "message": "go on"}"#;
+    let o = traced(
+        ws.path(),
+        &receiver,
+        &["run", &probe, "--input", input, "--json"],
+    );
+    assert_eq!(
+        common::code(&o),
+        0,
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = run["run_id"].as_str().unwrap();
+    // The process flushed before it exited: everything has arrived.
+    let got = receiver.take();
+    let spans = spans(&got);
+
+    let (trace, root_id) = loopbox::telemetry::run_ids(id);
+    let trace = trace.to_string();
+    assert!(spans.iter().all(|s| s.trace == trace), "{spans:#?}");
+    let root = find(&spans, &format!("loopbox run {probe}"));
+    assert_eq!(
+        (root.id.as_str(), root.parent.as_str()),
+        (root_id.to_string().as_str(), "")
+    );
+    assert_eq!(root.attrs["loopbox.run.id"], json!(id));
+    let process = find(&spans, "loopbox run");
+    assert_eq!(process.parent, root.id);
+    let start = find(&spans, "event start");
+    assert_eq!(start.parent, process.id);
+    assert_eq!(start.attrs["loopbox.decision"], json!("inject"));
+    let exec = find(&spans, "exec true");
+    assert_eq!(exec.parent, start.id);
+    assert_eq!(exec.attrs["process.exit.code"], json!(0));
+    assert_eq!(exec.attrs["process.executable.name"], json!("true"));
+    assert_eq!(exec.attrs["loopbox.rule"], json!("shell.allow[0] (true)"));
+    let turn = find(&spans, "invoke_agent anthropic");
+    assert_eq!(turn.parent, process.id);
+    for (k, v) in [
+        ("gen_ai.operation.name", json!("invoke_agent")),
+        ("gen_ai.provider.name", json!("anthropic")),
+        ("gen_ai.response.model", json!("claude-sonnet-4-5-20250929")),
+        ("gen_ai.usage.input_tokens", json!(1100)),
+        ("gen_ai.usage.output_tokens", json!(50)),
+        ("gen_ai.usage.cache_read.input_tokens", json!(1000)),
+        ("gen_ai.conversation.id", json!("costly-session")),
+        ("loopbox.cost_usd", json!(0.1)),
+    ] {
+        assert_eq!(turn.attrs.get(k), Some(&v), "{k}: {turn:#?}");
+    }
+    let after = find(&spans, "event turn-complete");
+    assert_eq!(
+        (after.parent.as_str(), &after.attrs["loopbox.decision"]),
+        (process.id.as_str(), &json!("done"))
+    );
+    // No prompt, reply or argument is sent anywhere.
+    let all = format!("{spans:?}");
+    assert!(
+        !all.contains("go on") && !all.contains("still working"),
+        "{all}"
+    );
+
+    let names = metric_names(&got);
+    for m in [
+        "gen_ai.client.token.usage",
+        "loopbox.action.duration",
+        "loopbox.approvals.waiting",
+        "loopbox.decision.duration",
+        "loopbox.spend.cost",
+    ] {
+        assert!(names.iter().any(|n| n == m), "{m} not in {names:?}");
+    }
+}
+
+#[test]
+fn each_hook_event_of_a_session_writes_into_the_sessions_trace() {
+    let receiver = Receiver::start();
+    let ws = tempfile::tempdir().unwrap();
+    let d = ws.path();
+    let stop = json!({"session_id": "otel-1", "transcript_path": d.join("none.jsonl"), "cwd": d,
+        "permission_mode": "default", "hook_event_name": "Stop", "stop_hook_active": false,
+        "last_assistant_message": "still working"});
+    let hook = |protocol: &str| {
+        common::feed(
+            trusted_command(d)
+                .args([
+                    "hook",
+                    "claude-code",
+                    "--policy",
+                    "builtin:ralph",
+                    "--input",
+                ])
+                .arg(r#"{"prompt": "Fix it.", "completion_promise": "DONE"}"#)
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+                .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+                .env(
+                    "LOOPBOX_CACHE_DIR",
+                    std::env::temp_dir().join("loopbox-hook-test-cache"),
+                )
+                .current_dir(d),
+            stop.to_string().as_bytes(),
+        )
+    };
+    let first = hook("http/protobuf");
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let got = receiver.take();
+    let spans = spans(&got);
+    let root = find(&spans, "loopbox run builtin:ralph");
+    let event = find(&spans, "loopbox hook Stop");
+    assert_eq!(event.parent, root.id);
+    // The second event, another process, in JSON this time: the same trace, under the same root.
+    let second = hook("http/json");
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let got = receiver.take();
+    let traces: Vec<&Received> = got.iter().filter(|r| r.path == "/v1/traces").collect();
+    assert!(!traces.is_empty());
+    assert!(traces.iter().all(|r| r.content_type == "application/json"));
+    let body: Value = serde_json::from_slice(&traces[0].body).unwrap();
+    let later: Vec<&Value> = body["resourceSpans"][0]["scopeSpans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["spans"].as_array().unwrap())
+        .collect();
+    let hook_span = later
+        .iter()
+        .find(|s| s["name"] == "loopbox hook Stop")
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(hook_span["traceId"], json!(root.trace));
+    assert_eq!(hook_span["parentSpanId"], json!(root.id));
+    assert!(
+        later
+            .iter()
+            .all(|s| s["name"] != "loopbox run builtin:ralph"),
+        "the root is written once"
+    );
+}
+
+#[test]
+fn telemetry_it_cannot_send_is_said_once_and_changes_nothing_else() {
+    let ws = tempfile::tempdir().unwrap();
+    let probe = common::probe().to_string_lossy().into_owned();
+    let o = trusted_command(ws.path())
+        .arg("-C")
+        .arg(ws.path())
+        .args(["run", &probe, "--input", r#"{"op": "echo"}"#, "--json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("CI", "true")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(common::code(&o), 0, "{err}");
+    assert!(
+        err.contains("warning: OpenTelemetry is off: OTEL_EXPORTER_OTLP_PROTOCOL = `grpc`: loopbox sends OTLP over HTTP only; set it to http/protobuf or http/json"),
+        "{err}"
+    );
+    // A collector that is not there costs at most the export timeout, and the run is unchanged.
+    let t = std::time::Instant::now();
+    let o = trusted_command(ws.path())
+        .arg("-C")
+        .arg(ws.path())
+        .args(["run", &probe, "--input", r#"{"op": "echo"}"#, "--json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+        .env("CI", "true")
+        .output()
+        .unwrap();
+    assert_eq!(
+        common::code(&o),
+        0,
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+}
