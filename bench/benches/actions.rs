@@ -8,6 +8,12 @@
 //!
 //! `cargo bench -p loopbox-bench --bench actions` (the store is on the temp
 //! directory's file system, `synchronous=FULL`: every intent and result is a sync).
+//!
+//! A row with an event of no action (delivery and commit alone) gives what one
+//! event costs. `BENCH_OTEL=1` runs the same table with OpenTelemetry on,
+//! exporting to a receiver on loopback (`loopbox_bench::otlp_sink`): each event
+//! and action then has its span, and each a metric; the rows of the two runs
+//! side by side are the overhead.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,12 +36,19 @@ fn config(journal: bool) -> Config {
     Config::parse(&text, Path::new("bench.toml")).unwrap()
 }
 
-/// One event of ACTIONS actions through loopbox.
-async fn through_loopbox(policy: &Policy, ws: &Path, db: &Db, config: &Arc<Config>, n: usize) {
+/// One event of `actions` actions through loopbox.
+async fn through_loopbox(
+    policy: &Policy,
+    ws: &Path,
+    db: &Db,
+    config: &Arc<Config>,
+    n: usize,
+    actions: u32,
+) {
     let id = format!("bench-{n}");
     db.create_run(&id, "durable", &policy.digest, "{}").unwrap();
     let ctx = RunContext::new(id, config.clone(), db.clone(), ws, Ui::quiet()).unwrap();
-    let input = serde_json::json!({"per_event": ACTIONS, "turns": 0, "file": "unused", "command": ["true"]}).to_string();
+    let input = serde_json::json!({"per_event": actions, "turns": 0, "file": "unused", "command": ["true"]}).to_string();
     let d = ctx
         .deliver(policy, &Event::Start(input))
         .await
@@ -66,6 +79,15 @@ async fn bare(ws: &Path, fork_path: bool) {
 
 fn main() {
     let full = full_run();
+    let otel = std::env::var_os("BENCH_OTEL").is_some();
+    let sink = otel.then(loopbox_bench::otlp_sink);
+    let telemetry = sink.as_ref().map(|sink| {
+        // SAFETY: set before this process starts any thread that reads the environment.
+        unsafe { std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", &sink.endpoint) };
+        loopbox::telemetry::init_from_env()
+            .unwrap()
+            .expect("telemetry is on")
+    });
     let dir = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(dir.path().join("cache")).unwrap();
     let policy = runtime
@@ -99,6 +121,7 @@ fn main() {
                 &on.1,
                 &on.2,
                 next_run(),
+                ACTIONS,
             ));
         }),
         Variant::new("loopbox, journal off", 1, || {
@@ -108,21 +131,47 @@ fn main() {
                 &off.1,
                 &off.2,
                 next_run(),
+                ACTIONS,
             ));
         }),
         Variant::new("spawn `true` from Rust with pre_exec (fork)", 1, || {
             tokio.block_on(bare(bare_ws.path(), true));
         }),
     ];
+    // A whole event each sample, not divided by the actions: what one event costs.
+    variants.push(Variant::new(
+        "loopbox, an event of no action (per event)",
+        1,
+        || {
+            tokio.block_on(through_loopbox(
+                &policy,
+                on.0.path(),
+                &on.1,
+                &on.2,
+                next_run(),
+                0,
+            ));
+        },
+    ));
     let rounds = if full { 40 } else { 1 };
     interleave(&mut variants, 1, rounds);
-    for v in &mut variants {
+    for v in variants
+        .iter_mut()
+        .filter(|v| !v.name.contains("per event"))
+    {
         v.samples = v.samples.iter().map(|d| *d / ACTIONS).collect();
     }
     table(
         &format!(
-            "one shell action of `true`, per action ({ACTIONS} per event, {rounds} interleaved events of each)"
+            "one shell action of `true`, per action ({ACTIONS} per event, {rounds} interleaved events of each){}",
+            if otel { ", OpenTelemetry on" } else { "" }
         ),
         &variants,
     );
+    if let Some(sink) = sink {
+        drop(variants);
+        drop(telemetry);
+        let (requests, bytes) = sink.requests_and_bytes();
+        println!("OTLP receiver: {requests} request(s), {bytes} bytes of spans and metrics");
+    }
 }

@@ -144,3 +144,70 @@ pub fn rss() -> (u64, u64) {
     };
     (field("VmRSS:"), field("VmHWM:"))
 }
+
+/// An OTLP/HTTP receiver on loopback that answers every request with 200 and
+/// counts what it got: where the benches send telemetry when they measure it on.
+pub struct OtlpSink {
+    pub endpoint: String,
+    /// Requests and bytes received so far (the proof that telemetry was on).
+    pub received: std::sync::Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>,
+}
+
+impl OtlpSink {
+    pub fn requests_and_bytes(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.received.0.load(Relaxed), self.received.1.load(Relaxed))
+    }
+}
+
+pub fn otlp_sink() -> OtlpSink {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::Ordering::Relaxed;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = std::sync::Arc::new((
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicU64::new(0),
+    ));
+    let counts = received.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let counts = counts.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end().to_ascii_lowercase();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    counts.0.fetch_add(1, Relaxed);
+                    counts.1.fetch_add(len as u64, Relaxed);
+                    let _ = out.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+                }
+            });
+        }
+    });
+    OtlpSink {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        received,
+    }
+}

@@ -28,6 +28,26 @@ use serde_json::Value;
 
 use super::{Tokens, Usage};
 
+/// Models a tally keeps apart; the rest are counted together under [`OTHER`],
+/// so a transcript naming a million models cannot grow the tally (kept in the
+/// store at every event) past a few kilobytes.
+pub const MAX_MODELS: usize = 32;
+
+/// Where models past [`MAX_MODELS`] are counted, unpriced unless `[prices.default]`.
+pub const OTHER: &str = "(other models)";
+
+/// The longest model name or message id kept, in bytes.
+const MAX_NAME: usize = 200;
+
+/// `s` cut to at most [`MAX_NAME`] bytes, on a character boundary.
+fn bounded(s: &str) -> String {
+    let mut end = s.len().min(MAX_NAME);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
 /// Whose transcript format a file is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -101,7 +121,7 @@ impl Tally {
             if let Ok(v) = serde_json::from_str::<Value>(line)
                 && let Some(m) = v["payload"]["model"].as_str()
             {
-                self.model = Some(m.to_string());
+                self.model = Some(bounded(m));
             }
             return;
         }
@@ -114,12 +134,22 @@ impl Tally {
         let Some(found) = parse(format, &v) else {
             return;
         };
-        let model = found
+        let mut model = found
             .model
             .or_else(|| self.model.clone())
+            .map(|m| bounded(&m))
             .unwrap_or_default();
-        if let Some((id, last_model, last_tokens)) = &self.last
-            && *id == found.id
+        if self.models.len() >= MAX_MODELS && !self.models.contains_key(&model) {
+            model = OTHER.to_string();
+        }
+        // A long id is kept by its hash: still distinct, never long.
+        let id = if found.id.len() > MAX_NAME {
+            blake3::hash(found.id.as_bytes()).to_hex().to_string()
+        } else {
+            found.id
+        };
+        if let Some((last_id, last_model, last_tokens)) = &self.last
+            && *last_id == id
         {
             if let Some(t) = self.models.get_mut(last_model) {
                 *t = t.minus(last_tokens);
@@ -131,7 +161,7 @@ impl Tally {
             .entry(model.clone())
             .or_default()
             .add(&found.tokens);
-        self.last = Some((found.id, model, found.tokens));
+        self.last = Some((id, model, found.tokens));
     }
 
     /// The tally as one usage report, for pricing.
@@ -271,6 +301,21 @@ mod tests {
         t.feed(Format::Codex, &count(2500, 300));
         assert_eq!(t.models["gpt-5.1-codex"].total(), 2800);
         assert_eq!(t.models["gpt-5.1-codex"].cache_read, 1250);
+    }
+
+    #[test]
+    fn a_transcript_cannot_grow_the_tally_without_bound() {
+        let mut t = Tally::of("t.jsonl");
+        for i in 0..1000 {
+            let line = json!({"type": "assistant", "message": {"id": "x".repeat(10_000) + &i.to_string(),
+                "model": format!("model-{i}-{}", "m".repeat(10_000)), "role": "assistant",
+                "usage": {"input_tokens": 1, "output_tokens": 1}}});
+            t.feed(Format::ClaudeCode, &line.to_string());
+        }
+        assert_eq!(t.messages, 1000);
+        assert_eq!(t.models.len(), MAX_MODELS + 1);
+        assert_eq!(t.models[OTHER].input, 1000 - MAX_MODELS as u64);
+        assert!(serde_json::to_string(&t).unwrap().len() < 16_000);
     }
 
     #[test]

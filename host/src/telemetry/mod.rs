@@ -1,6 +1,6 @@
 //! OpenTelemetry: a trace per run and metrics of what runs do, sent over
-//! OTLP/HTTP (protobuf, or JSON with `OTEL_EXPORTER_OTLP_PROTOCOL=http/json`)
-//! when the standard variables say where (`OTEL_EXPORTER_OTLP_ENDPOINT`, or
+//! OTLP/HTTP with protobuf (what collectors take by default; JSON or gRPC
+//! would add their code to every process) when the standard variables say where (`OTEL_EXPORTER_OTLP_ENDPOINT`, or
 //! the `_TRACES_`/`_METRICS_` ones; `OTEL_EXPORTER_OTLP_HEADERS`,
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` as the specification says).
 //!
@@ -81,8 +81,8 @@ fn set(var: &str) -> bool {
     std::env::var_os(var).is_some_and(|v| !v.is_empty())
 }
 
-/// The protocol the variables ask for: `http/protobuf` (the default) or
-/// `http/json`; gRPC is refused with what to set instead.
+/// The protocol the variables ask for: `http/protobuf` (the default); any
+/// other is refused with what to set instead.
 fn protocol(signal_var: &str) -> Result<Protocol, String> {
     let value = std::env::var(signal_var)
         .ok()
@@ -91,9 +91,8 @@ fn protocol(signal_var: &str) -> Result<Protocol, String> {
         .unwrap_or_default();
     match value.trim().to_ascii_lowercase().as_str() {
         "" | "http/protobuf" => Ok(Protocol::HttpBinary),
-        "http/json" => Ok(Protocol::HttpJson),
         other => Err(format!(
-            "OTEL_EXPORTER_OTLP_PROTOCOL = `{}`: loopbox sends OTLP over HTTP only; set it to http/protobuf or http/json",
+            "OTEL_EXPORTER_OTLP_PROTOCOL = `{}`: loopbox sends OTLP over HTTP with protobuf only (what collectors take by default); set it to http/protobuf",
             crate::ui::shorten(other, 40)
         )),
     }
