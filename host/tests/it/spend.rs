@@ -359,3 +359,45 @@ fn a_hook_session_is_stopped_by_what_its_transcript_says_it_spent() {
     );
     assert_eq!(runs[0]["spend"]["turns"], 3);
 }
+
+#[test]
+fn a_prompt_action_past_the_budget_is_refused_as_budget_exhausted() {
+    // The probe sends one prompt per event: $0.10, then $0.20; the third finds $0.30
+    // spent of run.max_cost_usd = 0.25, and the policy reads why.
+    let (ws, _bin) = costly("max_cost_usd = 0.25");
+    let probe = common::probe().to_string_lossy().into_owned();
+    let o = loopbox(
+        ws.path(),
+        &[
+            "run",
+            &probe,
+            "--input",
+            r#"{"op": "prompt", "text": "first", "then": "pass"}"#,
+            "--tick",
+            r#"{"op": "prompt", "text": "second", "then": "pass"}"#,
+            "--tick",
+            r#"{"op": "prompt", "text": "third"}"#,
+            "--json",
+        ],
+    );
+    let out = json_of(&o);
+    assert_eq!(common::code(&o), 0, "{out}");
+    let data = match &out["outcome"]["data"] {
+        Value::String(text) => serde_json::from_str(text).unwrap(),
+        v => v.clone(),
+    };
+    assert_eq!(
+        data,
+        json!({"err": {"kind": "budget-exhausted", "message": "the run reached run.max_cost_usd = 0.25: it has spent $0.3000 over 2 agent turn(s)"}})
+    );
+    assert_eq!(agent_calls(ws.path()), 2);
+    let s = show(ws.path(), out["run_id"].as_str().unwrap());
+    let kinds: Vec<&str> = s["agent_turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["prompt", "prompt"]);
+    assert_eq!(s["prompts"], 2);
+}
