@@ -172,6 +172,27 @@ fn metric_names(got: &[Received]) -> Vec<String> {
     names
 }
 
+/// The spans as an indented tree, each with its attributes (printed by the
+/// test, for a person to read: `cargo test ... -- --nocapture`).
+fn tree(spans: &[Span]) -> String {
+    fn walk(spans: &[Span], parent: &str, depth: usize, out: &mut String) {
+        for s in spans.iter().filter(|s| s.parent == parent) {
+            let mut attrs: Vec<String> = s.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            attrs.sort();
+            out.push_str(&format!(
+                "{}{}  {}\n",
+                "  ".repeat(depth),
+                s.name,
+                attrs.join(" ")
+            ));
+            walk(spans, &s.id, depth + 1, out);
+        }
+    }
+    let mut out = String::new();
+    walk(spans, "", 0, &mut out);
+    out
+}
+
 fn find<'a>(spans: &'a [Span], name: &str) -> &'a Span {
     spans.iter().find(|s| s.name == name).unwrap_or_else(|| {
         panic!(
@@ -240,6 +261,7 @@ fn a_run_is_one_trace_with_a_span_per_event_command_and_agent_turn() {
     let got = receiver.take();
     let spans = spans(&got);
 
+    println!("trace of run {id}:\n{}", tree(&spans));
     let (trace, root_id) = loopbox::telemetry::run_ids(id);
     let trace = trace.to_string();
     assert!(spans.iter().all(|s| s.trace == trace), "{spans:#?}");

@@ -140,7 +140,8 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
             "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}",
             r.id,
             keep_tail(&one_line(&r.policy), 28),
-            r.seen_status(),
+            // As a str: the status's Display ignores the column's width.
+            r.seen_status().as_str(),
             utc(r.created_at_ms),
             one_line(last.as_deref().unwrap_or("-")),
             r.actions,
