@@ -8,8 +8,9 @@
 //! each agent's adapter (Claude Code and Codex `Stop`, Gemini CLI `AfterAgent`),
 //! and the Claude Code hook again with pool slots reset without the pagemap
 //! scan (`LOOPBOX_NO_PAGEMAP_SCAN`), which is what a kernel before 6.7 gets,
-//! and with OpenTelemetry on (exporting to a receiver on loopback, the flush at
-//! exit included). `BENCH_BASELINE=/path/to/loopbox` adds the Claude Code row
+//! with the session's transcript grown by a message since the last event (what
+//! reading on from there costs), and with OpenTelemetry on (exporting to a
+//! receiver on loopback, the flush at exit included). `BENCH_BASELINE=/path/to/loopbox` adds the Claude Code row
 //! for another build, interleaved with the rest (a before/after comparison).
 
 use std::io::Write;
@@ -131,6 +132,9 @@ fn main() {
     // Its own workspace: its spans and metrics are the only difference.
     let traced_ws = dir.path().join("traced");
     std::fs::create_dir(&traced_ws).unwrap();
+    let transcript_ws = dir.path().join("transcribed");
+    std::fs::create_dir(&transcript_ws).unwrap();
+    let transcript = transcript_ws.join("session.jsonl");
     // Another build side by side (`BENCH_BASELINE=/path/to/loopbox`), in its own
     // workspace and cache: an older store schema is refused by the other build.
     let baseline = std::env::var("BENCH_BASELINE").ok();
@@ -170,6 +174,23 @@ fn main() {
                 let mut c = hook_cmd("claude-code", ws, cache);
                 c.env("LOOPBOX_NO_PAGEMAP_SCAN", "1");
                 (c, Some(input("claude-code", ws)))
+            }),
+        ));
+        // Claude Code's input names the session's transcript, which grows by a
+        // message or more between two events: what reading on from the last event costs.
+        let (transcript_ws, transcript) = (&transcript_ws, &transcript);
+        rows.push((
+            "loopbox hook claude-code, transcript +1 message".into(),
+            Box::new(move || {
+                let n = std::fs::metadata(transcript).map_or(0, |m| m.len());
+                let line = serde_json::json!({"type": "assistant", "message": {"id": format!("msg_{n}"),
+                    "model": "claude-sonnet-4-5-20250929", "role": "assistant", "content": [{"type": "text", "text": "still failing"}],
+                    "usage": {"input_tokens": 4, "cache_creation_input_tokens": 120, "cache_read_input_tokens": 11893, "output_tokens": 85}}});
+                let mut f = std::fs::OpenOptions::new().create(true).append(true).open(transcript).unwrap();
+                writeln!(f, "{line}").unwrap();
+                let mut input: serde_json::Value = serde_json::from_str(&input("claude-code", transcript_ws)).unwrap();
+                input["transcript_path"] = serde_json::json!(transcript);
+                (hook_cmd("claude-code", transcript_ws, cache), Some(input.to_string()))
             }),
         ));
         let (traced_ws, endpoint) = (&traced_ws, &endpoint);

@@ -33,6 +33,9 @@ pub struct EventCommit {
     pub log: Vec<LogRecord>,
     /// Journal rows not yet written (calls with no side effects: denials, reads, clocks).
     pub journal: Vec<JournalRow>,
+    /// A hook session's transcript tally and the totals priced from it, kept
+    /// with the event rather than in a write of their own.
+    pub spend: Option<(crate::spend::transcript::Tally, crate::spend::Totals)>,
 }
 
 /// One delivered event as stored: JSON texts of the event and its decision, or the error.
@@ -174,6 +177,9 @@ impl Db {
                 )?;
             }
             append_log(tx, run, &commit.log)?;
+            if let Some((tally, totals)) = &commit.spend {
+                super::spend::write_tally(tx, run, tally, totals)?;
+            }
             tx.exec("UPDATE runs SET updated_at = ?2 WHERE id = ?1", params![run, now])?;
             Ok(seq)
         })

@@ -3,7 +3,8 @@
 //! columns) grow in the same transaction, once per result: the journal is
 //! the record, the columns a sum of it that a crash can neither lose a turn
 //! from nor count one twice in. A hook session has no journaled turns: its
-//! totals are recomputed from its transcript tally and set whole.
+//! totals are recomputed from its transcript tally and set whole, with the
+//! event that read them (`EventCommit::spend`).
 
 use anyhow::Result;
 use rusqlite::{OptionalExtension, params};
@@ -149,32 +150,42 @@ impl Db {
 
     /// Keep a hook session's transcript tally and the totals priced from it.
     pub fn set_tally(&self, run: &str, tally: &Tally, totals: &Totals) -> Result<()> {
-        let text = serde_json::to_string(tally)?;
-        let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
-        let t = &totals.tokens;
         self.write("record what the agent session spent", |tx| {
-            tx.exec(
-                "UPDATE runs SET spend_tally = ?2, spend_turns = ?3, spend_unmetered = ?4, spend_unpriced = ?5,
-                     spend_input_tokens = ?6, spend_output_tokens = ?7, spend_cache_read_tokens = ?8,
-                     spend_cache_write_tokens = ?9, spend_cost_usd = ?10, updated_at = ?11
-                 WHERE id = ?1",
-                params![
-                    run,
-                    text,
-                    clamp(totals.turns),
-                    clamp(totals.unmetered),
-                    clamp(totals.unpriced),
-                    clamp(t.input),
-                    clamp(t.output),
-                    clamp(t.cache_read),
-                    clamp(t.cache_write),
-                    totals.cost_usd,
-                    now_ms()
-                ],
-            )?;
-            Ok(())
+            write_tally(tx, run, tally, totals)
         })
     }
+}
+
+/// Keep a hook session's tally and totals, inside the caller's transaction.
+pub(super) fn write_tally(
+    tx: &rusqlite::Transaction<'_>,
+    run: &str,
+    tally: &Tally,
+    totals: &Totals,
+) -> Result<()> {
+    let text = serde_json::to_string(tally)?;
+    let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
+    let t = &totals.tokens;
+    tx.exec(
+        "UPDATE runs SET spend_tally = ?2, spend_turns = ?3, spend_unmetered = ?4, spend_unpriced = ?5,
+             spend_input_tokens = ?6, spend_output_tokens = ?7, spend_cache_read_tokens = ?8,
+             spend_cache_write_tokens = ?9, spend_cost_usd = ?10, updated_at = ?11
+         WHERE id = ?1",
+        params![
+            run,
+            text,
+            clamp(totals.turns),
+            clamp(totals.unmetered),
+            clamp(totals.unpriced),
+            clamp(t.input),
+            clamp(t.output),
+            clamp(t.cache_read),
+            clamp(t.cache_write),
+            totals.cost_usd,
+            now_ms()
+        ],
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

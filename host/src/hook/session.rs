@@ -159,10 +159,13 @@ async fn answer_in_session(
     }
 
     // No event reaches the policy once the session has spent its budget.
-    let spent = session_spend(&ctx, input, &id)?;
+    let (spent, tally) = session_spend(&ctx, input, &id)?;
     if let Err(e) = ctx.spend_budget().check(&spent) {
         ctx.log.host("warn", e.message.clone());
         db.append_log(&id, &ctx.log.take())?;
+        if let Some((tally, totals)) = &tally {
+            db.set_tally(&id, tally, totals)?;
+        }
         let outcome = serde_json::json!({"success": false, "summary": e.message, "budget": e.key});
         db.set_status(&id, RunStatus::Failed, Some(&outcome.to_string()))?;
         return budget_answer(input, &e.message);
@@ -180,7 +183,8 @@ async fn answer_in_session(
     let index = if turn { db.turns_handled(&id)? + 1 } else { 0 };
     let event = input.event(response, index).map_err(|e| anyhow!(e))?;
     crate::journal::crashpoint::hit("hook-event");
-    let delivered = ctx.deliver(policy, &event).await?;
+    // What the transcript added is kept with the event, in its transaction.
+    let delivered = ctx.deliver_keeping(policy, &event, tally).await?;
     if turn {
         db.note_turns(&id, index)?;
     }
@@ -230,13 +234,17 @@ fn budget_answer(input: &HookInput, why: &str) -> Result<HookOutput> {
     render(input.agent, &spec, &decision).map_err(|e| anyhow!(e))
 }
 
+/// A transcript tally to keep, and the totals priced from it.
+type Kept = Option<(Tally, Totals)>;
+
 /// What the session has spent: its transcript read on from where the last
-/// event left it, priced with `[prices]`. When the transcript cannot be read
-/// the totals stand as they were, unless a budget needs them, which then
-/// cannot be kept and says so.
-fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<Totals> {
+/// event left it, priced with `[prices]`, and the new tally to keep when the
+/// transcript grew (the caller writes it with the event). When the transcript
+/// cannot be read the totals stand as they were, unless a budget needs them,
+/// which then cannot be kept and says so.
+fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<(Totals, Kept)> {
     let Some(path) = input.usage_transcript() else {
-        return ctx.db.spent(id);
+        return Ok((ctx.db.spent(id)?, None));
     };
     let format = match input.agent {
         Agent::ClaudeCode => Format::ClaudeCode,
@@ -265,10 +273,10 @@ fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<Totals
             "warn",
             format!("what the session spent is not known: {why}"),
         );
-        return ctx.db.spent(id);
+        return Ok((ctx.db.spent(id)?, None));
     }
     if before.as_ref() == Some(&tally) {
-        return ctx.db.spent(id);
+        return Ok((ctx.db.spent(id)?, None));
     }
     let charge = crate::spend::price::charge(&tally.usage(), &ctx.config.prices, None);
     let totals = Totals {
@@ -282,8 +290,7 @@ fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<Totals
         tokens: charge.tokens,
         cost_usd: charge.cost_usd.unwrap_or(0.0),
     };
-    ctx.db.set_tally(id, &tally, &totals)?;
-    Ok(totals)
+    Ok((totals, Some((tally, totals))))
 }
 
 /// The assistant's last message for a turn event: from the input, else (older

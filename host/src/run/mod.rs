@@ -375,11 +375,31 @@ impl RunContext {
         Ok(self.deliver_numbered(policy, event).await?.1)
     }
 
+    /// As [`RunContext::deliver`], keeping a hook session's transcript tally
+    /// and totals (`spend`) in the event's own commit, not a write of their own.
+    pub async fn deliver_keeping(
+        &self,
+        policy: &Policy,
+        event: &Event,
+        spend: Option<(crate::spend::transcript::Tally, crate::spend::Totals)>,
+    ) -> Result<Result<Decision, PolicyFault>> {
+        Ok(self.deliver_new(policy, event, spend).await?.1)
+    }
+
     /// As [`RunContext::deliver`], with the number the event was stored under.
     pub async fn deliver_numbered(
         &self,
         policy: &Policy,
         event: &Event,
+    ) -> Result<(i64, Result<Decision, PolicyFault>)> {
+        self.deliver_new(policy, event, None).await
+    }
+
+    async fn deliver_new(
+        &self,
+        policy: &Policy,
+        event: &Event,
+        spend: Option<(crate::spend::transcript::Tally, crate::spend::Totals)>,
     ) -> Result<(i64, Result<Decision, PolicyFault>)> {
         let json = event_json(event).to_string();
         let journal = Journal::live(
@@ -390,7 +410,8 @@ impl RunContext {
         )
         .limited(JournalBudget::of(&self.config.limits))?;
         let nominal = self.db.next_event_seq(&self.id)?;
-        self.handle(policy, event, json, journal, nominal).await
+        self.handle(policy, event, json, journal, nominal, spend)
+            .await
     }
 
     /// Deliver again the event numbered `seq` that a crash interrupted,
@@ -412,7 +433,10 @@ impl RunContext {
                 event_type(&event)
             ),
         );
-        Ok(self.handle(policy, &event, json, journal, seq).await?.1)
+        Ok(self
+            .handle(policy, &event, json, journal, seq, None)
+            .await?
+            .1)
     }
 
     async fn handle(
@@ -422,6 +446,7 @@ impl RunContext {
         json: String,
         journal: Journal,
         nominal: i64,
+        spend: Option<(crate::spend::transcript::Tally, crate::spend::Totals)>,
     ) -> Result<(i64, Result<Decision, PolicyFault>)> {
         use tracing::Instrument;
         let kind = event_type(event);
@@ -475,6 +500,7 @@ impl RunContext {
             seq: finished.seq,
             event: json,
             journal: finished.rows,
+            spend,
             ..Default::default()
         };
         match &result {
