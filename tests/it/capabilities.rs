@@ -5,6 +5,7 @@ use loopbox_tests::*;
 use serde_json::json;
 
 mod profiles;
+mod server_access;
 
 fn err_kind(v: &serde_json::Value) -> (&str, &str) {
     (

@@ -242,6 +242,28 @@ pub fn resume(args: ResumeArgs, json: bool, workspace: &Path) -> Result<i32, Fai
     drive(l, workspace, json, args.resend_turn, next, &again)
 }
 
+/// Continue a run after a decision on its pending approval (`runs approve|deny`):
+/// the event it stopped in is delivered again, and the decided action runs (or
+/// is declined) where it waited.
+pub fn resume_after_decision(
+    id: &str,
+    workspace: &Path,
+    json: bool,
+    allow_policy_change: bool,
+    accept_config_change: bool,
+) -> Result<i32, Failure> {
+    let again = Again(format!("loopbox runs resume {id}"));
+    let l = load(
+        id,
+        workspace,
+        allow_policy_change,
+        accept_config_change,
+        &again,
+    )?;
+    let next = resume_point(&l.db, &l.run).map_err(Failure::internal)?;
+    drive(l, workspace, json, false, next, &again)
+}
+
 pub fn answer(args: AnswerArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
     let again = Again(format!("loopbox runs answer {} TEXT", args.id));
     let l = load(
