@@ -146,8 +146,9 @@ pub struct RunFilter {
 }
 
 fn role_of(text: &str) -> rusqlite::Result<Role> {
-    text.parse()
-        .map_err(|e: String| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into()))
+    text.parse().map_err(|e: String| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
+    })
 }
 
 fn token_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenInfo> {
@@ -312,7 +313,7 @@ impl Store {
             .query_row([id], |r| Ok((token_info(r)?, r.get(8)?)))
             .optional()?;
         Ok(found.and_then(|(t, hash)| {
-            (secret::matches(&hash, secret_part) && t.revoked_at_ms.is_none()).then(|| Caller {
+            (secret::matches(&hash, secret_part) && t.revoked_at_ms.is_none()).then_some(Caller {
                 tenant: t.tenant,
                 role: t.role,
                 name: t.name,
@@ -651,7 +652,8 @@ impl Store {
     /// A run's state, key by key (one indexed read).
     pub fn state(&self, run: &str) -> Result<Vec<(String, String)>> {
         let c = self.conn();
-        let mut stmt = c.prepare_cached("SELECT key, value FROM state WHERE run_id = ?1 ORDER BY key")?;
+        let mut stmt =
+            c.prepare_cached("SELECT key, value FROM state WHERE run_id = ?1 ORDER BY key")?;
         let rows = stmt
             .query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<Vec<_>, _>>()?;

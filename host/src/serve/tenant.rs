@@ -48,10 +48,7 @@ pub fn roots(config: &ServerConfig) -> Result<Vec<(String, PathBuf)>> {
                 format!("tenants.{name}.roots: `{}` cannot be used", r.display())
             })?;
             if !canon.is_dir() {
-                bail!(
-                    "tenants.{name}.roots: `{}` is not a directory",
-                    r.display()
-                );
+                bail!("tenants.{name}.roots: `{}` is not a directory", r.display());
             }
             if canon == Path::new("/") {
                 bail!("tenants.{name}.roots: `/` would give the tenant the whole machine");
@@ -107,12 +104,7 @@ impl Tenants {
     }
 }
 
-fn tenant(
-    name: &str,
-    t: &TenantConfig,
-    all: &[(String, PathBuf)],
-    data: &Path,
-) -> Result<Tenant> {
+fn tenant(name: &str, t: &TenantConfig, all: &[(String, PathBuf)], data: &Path) -> Result<Tenant> {
     let mut env = t.env.clone();
     if let Some(f) = &t.env_file {
         env.extend(read_env_file(f).with_context(|| format!("tenants.{name}.env_file"))?);
@@ -144,7 +136,10 @@ impl Tenant {
     /// tenant's first root; canonicalized, and inside one of its roots.
     pub fn workspace(&self, asked: &str) -> Result<PathBuf> {
         if asked.is_empty() || asked.contains('\0') {
-            bail!("the workspace must be a path inside one of tenant `{}`'s roots", self.name);
+            bail!(
+                "the workspace must be a path inside one of tenant `{}`'s roots",
+                self.name
+            );
         }
         let path = Path::new(asked);
         let path = if path.is_absolute() {
@@ -229,7 +224,10 @@ mod tests {
         );
         for bad in ["escape/secret", "../b", "/", "proj/../../b/secret"] {
             let e = format!("{:#}", a.workspace(bad).unwrap_err());
-            assert!(e.contains("is not inside any of tenant `a`'s roots"), "{bad}: {e}");
+            assert!(
+                e.contains("is not inside any of tenant `a`'s roots"),
+                "{bad}: {e}"
+            );
         }
         let e = format!("{:#}", a.workspace("missing").unwrap_err());
         assert!(e.contains("cannot be used"), "{e}");

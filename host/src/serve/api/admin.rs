@@ -101,10 +101,11 @@ pub async fn audit(
         tenant: Some(caller.tenant.clone()),
         before: q.before,
         limit,
-        ..Default::default()
     };
     let rows = server.store.db().audit(&filter)?;
-    let next = (rows.len() == limit).then(|| rows.last().map(|r| r.seq)).flatten();
+    let next = (rows.len() == limit)
+        .then(|| rows.last().map(|r| r.seq))
+        .flatten();
     let rows: Vec<Value> = rows
         .into_iter()
         .filter(|r| q.act.as_deref().is_none_or(|a| r.entry.act == a))
@@ -215,7 +216,9 @@ pub async fn create_token(
         .map_err(|r| ApiError::conflict(r.0))?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"token": made.text, "info": made.info, "note": "shown once: only its hash is kept"})),
+        Json(
+            json!({"token": made.text, "info": made.info, "note": "shown once: only its hash is kept"}),
+        ),
     ))
 }
 
@@ -242,7 +245,9 @@ pub async fn get_config(
         .may(Role::Admin, "read the tenant's config")
         .map_err(ApiError::forbidden)?;
     let (text, digest) = server.store.tenant_config(&caller.tenant)?.unzip();
-    Ok(Json(json!({"text": text.unwrap_or_default(), "digest": digest})))
+    Ok(Json(
+        json!({"text": text.unwrap_or_default(), "digest": digest}),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -274,8 +279,9 @@ pub async fn put_config(
         .may(Role::Admin, "change the tenant's config")
         .map_err(ApiError::forbidden)?;
     check_tenant_config(&a.caller.tenant, &a.body.text).map_err(ApiError::usage)?;
-    let digest = server
-        .store
-        .set_tenant_config(&a.caller.tenant, &a.body.text, &a.caller.actor())?;
+    let digest =
+        server
+            .store
+            .set_tenant_config(&a.caller.tenant, &a.body.text, &a.caller.actor())?;
     Ok(Json(json!({"digest": digest})))
 }

@@ -37,7 +37,10 @@ pub fn execute(args: TenantConfigArgs, setup: &Setup) -> Result<i32, Failure> {
                 file.display()
             );
         }
-        None => match store.tenant_config(&args.tenant).map_err(Failure::internal)? {
+        None => match store
+            .tenant_config(&args.tenant)
+            .map_err(Failure::internal)?
+        {
             Some((text, _)) => loopbox::outln!("{}", text.trim_end_matches('\n')),
             None => loopbox::errln!(
                 "tenant `{}` has no config yet: it is granted nothing; set one with --set FILE",
