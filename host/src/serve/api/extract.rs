@@ -149,8 +149,17 @@ async fn read(req: Request, server: &Server) -> ApiResult<(Parts, axum::body::By
 
 /// `bytes` as a `T`: a form, or JSON (an empty body is `{}`).
 fn parse<T: DeserializeOwned>(headers: &HeaderMap, bytes: &[u8]) -> ApiResult<T> {
-    if is_form(headers) {
-        return serde_urlencoded::from_bytes(bytes).map_err(|e| {
+    // `curl -d '{...}'` labels JSON as a form: a body that opens an object is JSON.
+    let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if is_form(headers) && !object {
+        // The CSRF field was checked already; it is no part of the request itself.
+        let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the form cannot be read: {e}")))?;
+        let rest: Vec<&(String, String)> =
+            fields.iter().filter(|(k, _)| k != CSRF_FIELD).collect();
+        let text = serde_urlencoded::to_string(rest)
+            .map_err(|e| ApiError::bad_request(format!("the form cannot be read: {e}")))?;
+        return serde_urlencoded::from_str(&text).map_err(|e| {
             ApiError::bad_request(format!("the form does not fit this request: {e}"))
         });
     }

@@ -1,0 +1,134 @@
+//! A server of its own per test: killed with SIGKILL while an approval is
+//! pending, stopped with SIGTERM while a run works, and refused configs.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{Srv, serve_cmd};
+
+#[test]
+fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = Srv::prepare(dir.path(), "", &[("solo", "")]);
+    srv.start();
+    let run = srv.start_probe(
+        "solo",
+        json!({"op": "exec", "argv": ["tee", "-a", "count.txt"], "stdin": "ran\n"}),
+    );
+    let a = srv.pending_approval("solo", &run);
+    srv.kill9();
+    srv.start();
+    // Nothing ran, the run is parked as it was, the approval still pending.
+    let count = srv.root("solo").join("proj/count.txt");
+    assert!(!count.exists());
+    let v = srv
+        .get(&format!("/api/v1/runs/{run}"), srv.token("solo", "viewer"))
+        .json();
+    assert_eq!(
+        (v["status"].as_str(), v["approvals"][0]["status"].as_str()),
+        (Some("waiting"), Some("pending")),
+        "{v:#}"
+    );
+    let r = srv.post(
+        &format!("/api/v1/approvals/{}/approve", a["id"].as_str().unwrap()),
+        srv.token("solo", "approver"),
+        json!({"digest": a["digest"]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = srv.wait_final("solo", &run);
+    assert_eq!(v["status"], "done", "{v:#}");
+    assert_eq!(
+        std::fs::read_to_string(&count).unwrap(),
+        "ran\n",
+        "the action ran exactly once"
+    );
+    // And once more after another kill: a finished run is not driven again.
+    srv.kill9();
+    srv.start();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n");
+    let v = srv
+        .get(&format!("/api/v1/runs/{run}"), srv.token("solo", "viewer"))
+        .json();
+    assert_eq!(v["journal"].as_array().unwrap().len(), 1, "{v:#}");
+}
+
+#[test]
+fn sigterm_stops_runs_where_they_stand_and_the_next_server_resumes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = Srv::prepare(dir.path(), "", &[("solo", "")]);
+    srv.start();
+    let run = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "30"]}));
+    srv.wait_run("solo", &run, |v| {
+        v["journal"].as_array().is_some_and(|j| !j.is_empty())
+    });
+    let asked = Instant::now();
+    let status = srv.term();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    let stored = srv.store().existing_run(&run).unwrap();
+    assert_eq!(stored.status.as_str(), "interrupted");
+    // The next incarnation picks it up: the action in flight is outcome-unknown to the policy.
+    srv.start();
+    let v = srv.wait_final("solo", &run);
+    assert_eq!(
+        v["outcome"]["data"]["err"]["kind"], "outcome-unknown",
+        "{v:#}"
+    );
+}
+
+#[test]
+fn a_bad_server_config_or_data_directory_is_refused_naming_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("roots/a");
+    std::fs::create_dir_all(&root).unwrap();
+    let config = dir.path().join("loopbox-server.toml");
+    let cases = [
+        ("[server]\nlisten = \"127.0.0.1:0\"\nlisen = 1\n", "line 3"),
+        (
+            "[server]\ndata = \"data\"\n[tenants.a]\nroots = [\"roots/a\"]\nmax_runing = 1\n",
+            "unknown field `max_runing`",
+        ),
+        (
+            "[server]\ndata = \"roots/a/data\"\n[tenants.a]\nroots = [\"roots/a\"]\n",
+            "is inside",
+        ),
+        (
+            "[server]\ndata = \"data\"\n[tenants.a]\nroots = [\"roots/a\"]\n[tenants.b]\nroots = [\"roots/a\"]\n",
+            "overlaps",
+        ),
+        (
+            "[server]\ndata = \"data\"\n[tenants.a]\nroots = [\"roots/a\"]\nenv_file = \"a.env\"\n",
+            "env file",
+        ),
+    ];
+    std::fs::write(dir.path().join("a.env"), "KEY=1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        dir.path().join("a.env"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    for (text, want) in cases {
+        std::fs::write(&config, text).unwrap();
+        let out = serve_cmd(&config, &[]);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{text}: {err}");
+        assert!(!root.join("data").exists());
+    }
+    // No data directory at all says how to give one.
+    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let out = serve_cmd(&config, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no data directory: give --data DIR"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
