@@ -289,6 +289,16 @@ async fn drive(server: &Arc<Server>, q: &Queued, stop: Arc<Stop>) -> Result<()> 
         Ok(p) => p,
         Err(e) => return Err(launch_failed(&db, &run, &e)),
     };
+    // The config and policy file are checked again: either may have changed since.
+    let checked = tenant.check_config(&prepared.config).and_then(|()| {
+        prepared
+            .source
+            .path()
+            .map_or(Ok(()), |p| tenant.check_source(p))
+    });
+    if let Err(e) = checked {
+        return Err(launch_failed(&db, &run, &LaunchError::usage(e)));
+    }
     let how = format!(
         "resume it accepting the change (`POST /api/v1/runs/{}/resume` with {{\"accept_config_change\": true}})",
         run.id

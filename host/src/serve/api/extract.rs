@@ -155,8 +155,7 @@ fn parse<T: DeserializeOwned>(headers: &HeaderMap, bytes: &[u8]) -> ApiResult<T>
         // The CSRF field was checked already; it is no part of the request itself.
         let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(bytes)
             .map_err(|e| ApiError::bad_request(format!("the form cannot be read: {e}")))?;
-        let rest: Vec<&(String, String)> =
-            fields.iter().filter(|(k, _)| k != CSRF_FIELD).collect();
+        let rest: Vec<&(String, String)> = fields.iter().filter(|(k, _)| k != CSRF_FIELD).collect();
         let text = serde_urlencoded::to_string(rest)
             .map_err(|e| ApiError::bad_request(format!("the form cannot be read: {e}")))?;
         return serde_urlencoded::from_str(&text).map_err(|e| {

@@ -187,6 +187,12 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
             tenant.name
         )));
     }
+    tenant
+        .check_config(&prepared.config)
+        .map_err(ApiError::usage)?;
+    if let Some(p) = prepared.source.path() {
+        tenant.check_source(p).map_err(ApiError::usage)?;
+    }
     prepared.options.grants = Some(prepared.pin());
     let id = crate::run::new_run_id();
     let input = match &body.loop_file {

@@ -124,6 +124,8 @@ impl Srv {
                 "LOOPBOX_CACHE_DIR",
                 std::env::temp_dir().join("loopbox-cli-test-cache"),
             )
+            // What the server's own environment holds never reaches a tenant's run.
+            .env("SECRET_KEY", "the server's own key")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -304,8 +306,29 @@ pub fn shared() -> &'static Srv {
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",
                 ),
+                ("creds", "env = { SECRET_KEY = \"creds' own key\" }\n"),
             ],
         );
+        // creds' agent prints the credential it was given.
+        let agent = dir.join("agent.sh");
+        std::fs::write(&agent, "#!/bin/sh\necho \"key=$SECRET_KEY home=$HOME\"\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let text = format!(
+            "{}\n[policies.probe.agent]\ncommand = [{:?}, \"{{prompt}}\"]\noutput = \"text\"\npass_env = [\"SECRET_KEY\", \"HOME\"]\n",
+            tenant_config(),
+            agent.display().to_string()
+        );
+        let creds = dir.join("creds.toml");
+        std::fs::write(&creds, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&srv.config)
+            .args(["tenant-config", "--tenant", "creds", "--set"])
+            .arg(&creds)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         srv.start();
         // The harness exits the process without dropping statics: the server
         // goes with it (its parent-death signal), and its directory here.
