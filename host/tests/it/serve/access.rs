@@ -321,7 +321,10 @@ fn a_tenants_agent_gets_the_tenants_credentials_never_the_servers() {
     let srv = shared();
     let run = srv.start_probe("creds", json!({"op": "prompt", "text": "hello"}));
     let v = srv.wait_final("creds", &run);
-    let out = v["outcome"]["data"]["ok"]["stdout"].as_str().unwrap_or_default().to_string();
+    let out = v["outcome"]["data"]["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(out.starts_with("key=creds' own key "), "{v:#}");
     assert!(!out.contains("server's own"), "{out}");
     // No HOME in the tenant's env: the agent gets none, not the server's.
@@ -335,11 +338,23 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
     let before = srv.get("/api/v1/config", admin).json();
     let beta_policy = srv.root("beta").join("p.wasm");
     for (text, want) in [
-        ("[shell]\nsandbox = \"none\"\n".to_string(), "shell.sandbox = \"none\" would run tenant `delta`'s commands unconfined"),
-        ("[shell]\nreveal = [\"~/.ssh\"]\n".to_string(), "shell.reveal would show tenant `delta`'s commands the server user's credential stores"),
-        ("[shell]\nunix_sockets = true\n".to_string(), "shell.unix_sockets = true"),
         (
-            format!("[policies.theirs]\nsource = {:?}\nunsigned = true\n", beta_policy.display().to_string()),
+            "[shell]\nsandbox = \"none\"\n".to_string(),
+            "shell.sandbox = \"none\" would run tenant `delta`'s commands unconfined",
+        ),
+        (
+            "[shell]\nreveal = [\"~/.ssh\"]\n".to_string(),
+            "shell.reveal would show tenant `delta`'s commands the server user's credential stores",
+        ),
+        (
+            "[shell]\nunix_sockets = true\n".to_string(),
+            "shell.unix_sockets = true",
+        ),
+        (
+            format!(
+                "[policies.theirs]\nsource = {:?}\nunsigned = true\n",
+                beta_policy.display().to_string()
+            ),
             "which tenant `delta`'s runs never see",
         ),
     ] {
@@ -347,15 +362,35 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
         assert_eq!(r.status, 400, "{text}: {}", r.body);
         assert!(r.error().contains(want), "{text}: {}", r.body);
     }
-    assert_eq!(srv.get("/api/v1/config", admin).json(), before, "the config did not change");
+    assert_eq!(
+        srv.get("/api/v1/config", admin).json(),
+        before,
+        "the config did not change"
+    );
     let audit = srv.get("/api/v1/audit?act=config.set", admin).json();
-    let refused = audit["audit"].as_array().unwrap().iter().filter(|a| a["outcome"].as_str().unwrap().starts_with("refused: ")).count();
+    let refused = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["outcome"].as_str().unwrap().starts_with("refused: "))
+        .count();
     assert!(refused >= 4, "{audit:#}");
     // The policies page: each installed policy, what it needs against what it is granted.
-    let p = srv.get("/api/v1/policies", srv.token("delta", "viewer")).json();
+    let p = srv
+        .get("/api/v1/policies", srv.token("delta", "viewer"))
+        .json();
     let probe = &p["policies"][0];
     assert_eq!(probe["name"], "probe");
     assert_eq!(probe["grants"]["ask"], json!([["tee", "-a", "count.txt"]]));
-    assert_eq!(probe["admission"], "runs: unsigned (accepted: unsigned = true)");
-    assert!(probe["component_digest"].as_str().unwrap().starts_with("blake3:"), "{p:#}");
+    assert_eq!(
+        probe["admission"],
+        "runs: unsigned (accepted: unsigned = true)"
+    );
+    assert!(
+        probe["component_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("blake3:"),
+        "{p:#}"
+    );
 }

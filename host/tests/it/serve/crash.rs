@@ -132,3 +132,66 @@ fn a_bad_server_config_or_data_directory_is_refused_naming_the_file_and_line() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn log_streams_are_bounded_and_the_refusal_names_the_limit() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = Srv::prepare(dir.path(), "max_log_streams = 2\n", &[("solo", "")]);
+    srv.start();
+    let run = srv.start_probe("solo", json!({"op": "echo", "then": "ask"}));
+    srv.wait_run("solo", &run, |v| v["status"] == "waiting");
+    let path = format!("/api/v1/runs/{run}/log");
+    let open = || {
+        let mut s = std::net::TcpStream::connect(&srv.addr).unwrap();
+        let token = srv.token("solo", "viewer");
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        s
+    };
+    let held = [open(), open()];
+    let r = srv.get(&path, srv.token("solo", "viewer"));
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(
+        r.error(),
+        "2 log streams are open, the server's limit (server.max_log_streams = 2); close one, or try again later"
+    );
+    drop(held);
+    // The audit log from the command line: the acts of the run's start, in order.
+    let out = serve_cmd(&srv.config, &["audit", "--tenant", "solo", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let audit: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let acts: Vec<&str> = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["act"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        acts,
+        [
+            "start",
+            "token.create",
+            "token.create",
+            "token.create",
+            "token.create",
+            "config.set"
+        ]
+    );
+    let text = serve_cmd(&srv.config, &["audit"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.lines().next().unwrap().contains("solo/operator-1") && text.contains(&run),
+        "{text}"
+    );
+}
