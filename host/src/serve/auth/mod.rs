@@ -89,7 +89,7 @@ impl Caller {
             Ok(())
         } else {
             Err(format!(
-                "token `{}` has the {} role; to {act} it needs the {needed} role or above (an admin of tenant `{}` can make one with `loopbox serve token create`)",
+                "token `{}` has the {} role; to {act} it needs the {needed} role or above (an admin of tenant `{}` makes tokens with POST /api/v1/tokens)",
                 self.actor(),
                 self.role,
                 self.tenant
