@@ -5,21 +5,35 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{Srv, serve_cmd};
+use super::{Srv, scratch, serve_cmd};
 
 #[test]
 fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut srv = Srv::prepare(dir.path(), "", &[("solo", "")]);
+    let dir = scratch();
+    let mut srv = Srv::prepare(dir.path(), "", &[("solo", "max_running = 1\n")]);
     srv.start();
     let run = srv.start_probe(
         "solo",
         json!({"op": "exec", "argv": ["tee", "-a", "count.txt"], "stdin": "ran\n"}),
     );
     let a = srv.pending_approval("solo", &run);
+    // Beside it, a run in the middle of an action and one queued behind it (one at a time).
+    let sleeper = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "30"]}));
+    srv.wait_run("solo", &sleeper, |v| {
+        v["journal"].as_array().is_some_and(|j| !j.is_empty())
+    });
+    let queued = srv.start_probe("solo", json!({"op": "exec", "argv": ["echo", "queued"]}));
+    assert_eq!(
+        srv.get(
+            &format!("/api/v1/runs/{queued}"),
+            srv.token("solo", "viewer")
+        )
+        .json()["status"],
+        "queued"
+    );
     srv.kill9();
     srv.start();
-    // Nothing ran, the run is parked as it was, the approval still pending.
+    // Nothing ran, the approval is still pending; the killed run and the queue go on by themselves.
     let count = srv.root("solo").join("proj/count.txt");
     assert!(!count.exists());
     let v = srv
@@ -30,6 +44,13 @@ fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_
         (Some("waiting"), Some("pending")),
         "{v:#}"
     );
+    let v = srv.wait_final("solo", &sleeper);
+    assert_eq!(
+        v["outcome"]["data"]["err"]["kind"], "outcome-unknown",
+        "{v:#}"
+    );
+    let v = srv.wait_final("solo", &queued);
+    assert_eq!(v["outcome"]["data"]["ok"]["stdout"], "queued\n", "{v:#}");
     let r = srv.post(
         &format!("/api/v1/approvals/{}/approve", a["id"].as_str().unwrap()),
         srv.token("solo", "approver"),
@@ -56,7 +77,7 @@ fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_
 
 #[test]
 fn sigterm_stops_runs_where_they_stand_and_the_next_server_resumes_them() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let mut srv = Srv::prepare(dir.path(), "", &[("solo", "")]);
     srv.start();
     let run = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "30"]}));
@@ -136,7 +157,7 @@ fn a_bad_server_config_or_data_directory_is_refused_naming_the_file_and_line() {
 #[test]
 fn log_streams_are_bounded_and_the_refusal_names_the_limit() {
     use std::io::{Read, Write};
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let mut srv = Srv::prepare(dir.path(), "max_log_streams = 2\n", &[("solo", "")]);
     srv.start();
     let run = srv.start_probe("solo", json!({"op": "echo", "then": "ask"}));

@@ -292,7 +292,7 @@ pub fn shared() -> &'static Srv {
     static SHARED: OnceLock<Srv> = OnceLock::new();
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     SHARED.get_or_init(|| {
-        let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path();
+        let dir = DIR.get_or_init(scratch).path();
         let roomy = "max_running = 4\nmax_queued = 60\n";
         let mut srv = Srv::prepare(
             dir,
@@ -341,6 +341,13 @@ pub fn shared() -> &'static Srv {
         unsafe { libc::atexit(cleanup) };
         srv
     })
+}
+
+/// A directory for a server and its tenants' roots, outside `/tmp`: bubblewrap
+/// gives every command a private `/tmp`, which would hide roots there whatever
+/// the server does.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
 /// A response: status, headers (lower-case names) and body.
