@@ -216,3 +216,42 @@ fn log_streams_are_bounded_and_the_refusal_names_the_limit() {
         "{text}"
     );
 }
+
+#[test]
+fn an_approval_nobody_decides_in_time_turns_into_a_decline() {
+    let dir = scratch();
+    let mut srv = Srv::prepare(dir.path(), "", &[("solo", "")]);
+    srv.set_config(
+        "solo",
+        &format!(
+            "{}\n[approvals]\ntimeout = \"1s\"\n",
+            super::tenant_config()
+        ),
+    );
+    srv.start();
+    let run = srv.start_probe(
+        "solo",
+        json!({"op": "exec", "argv": ["tee", "-a", "count.txt"], "stdin": "late\n"}),
+    );
+    let a = srv.pending_approval("solo", &run);
+    let v = srv.wait_final("solo", &run);
+    assert_eq!(v["outcome"]["data"]["err"]["kind"], "declined", "{v:#}");
+    assert!(!srv.root("solo").join("proj/count.txt").exists());
+    let id = a["id"].as_str().unwrap();
+    let r = srv.post(
+        &format!("/api/v1/approvals/{id}/approve"),
+        srv.token("solo", "approver"),
+        json!({"digest": a["digest"]}),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.error().contains("expired"), "{}", r.body);
+    let audit = srv.get("/api/v1/audit", srv.token("solo", "viewer")).json();
+    assert!(
+        audit["audit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["act"] == "expire" && e["actor"] == "loopbox" && e["target"] == id),
+        "{audit:#}"
+    );
+}

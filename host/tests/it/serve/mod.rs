@@ -114,6 +114,24 @@ impl Srv {
         }
     }
 
+    /// Set `tenant`'s loopbox.toml to `text`, as an operator does.
+    pub fn set_config(&self, tenant: &str, text: &str) {
+        let file = self.dir.join(format!("{tenant}-config.toml"));
+        std::fs::write(&file, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .args(["tenant-config", "--tenant", tenant, "--set"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Start the server process; returns once it listens.
     pub fn start(&mut self) {
         let mut cmd = Command::new(BIN);
@@ -319,16 +337,7 @@ pub fn shared() -> &'static Srv {
             tenant_config(),
             agent.display().to_string()
         );
-        let creds = dir.join("creds.toml");
-        std::fs::write(&creds, text).unwrap();
-        let out = Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(&srv.config)
-            .args(["tenant-config", "--tenant", "creds", "--set"])
-            .arg(&creds)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        srv.set_config("creds", &text);
         srv.start();
         // The harness exits the process without dropping statics: the server
         // goes with it (its parent-death signal), and its directory here.
