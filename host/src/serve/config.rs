@@ -175,9 +175,9 @@ impl ServerConfig {
                 absolute(f);
             }
         }
-        config.validate(text).with_context(|| {
-            format!("invalid server config `{}`", origin.display())
-        })?;
+        config
+            .validate(text)
+            .with_context(|| format!("invalid server config `{}`", origin.display()))?;
         Ok(config)
     }
 
@@ -208,7 +208,9 @@ impl ServerConfig {
         range("session_hours", s.session_hours.into(), 1, 24 * 90)?;
         range("max_log_streams", s.max_log_streams.into(), 1, 100_000)?;
         range("max_connections", s.max_connections.into(), 4, 1_000_000)?;
-        self.engine.validate().map_err(|e| anyhow::anyhow!("{}{e}", at("engine")))?;
+        self.engine
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{}{e}", at("engine")))?;
         for (name, t) in &self.tenants {
             let header = format!("tenants.{name}");
             let at = at(&header);
@@ -332,13 +334,22 @@ mod tests {
             Path::new("/etc/loopbox/loopbox-server.toml"),
         )
         .unwrap();
-        assert_eq!(c.server.data.as_deref(), Some(Path::new("/etc/loopbox/data")));
+        assert_eq!(
+            c.server.data.as_deref(),
+            Some(Path::new("/etc/loopbox/data"))
+        );
         assert_eq!(c.server.max_running, 3);
         let a = &c.tenants["alpha"];
-        assert_eq!(a.roots, [PathBuf::from("/srv/alpha"), "/etc/loopbox/rel".into()]);
+        assert_eq!(
+            a.roots,
+            [PathBuf::from("/srv/alpha"), "/etc/loopbox/rel".into()]
+        );
         assert_eq!((a.max_running, a.max_queued), (2, 7));
         assert_eq!(a.env["ANTHROPIC_API_KEY"], "k");
-        assert_eq!(a.env_file.as_deref(), Some(Path::new("/etc/loopbox/alpha.env")));
+        assert_eq!(
+            a.env_file.as_deref(),
+            Some(Path::new("/etc/loopbox/alpha.env"))
+        );
     }
 
     #[test]
@@ -351,14 +362,20 @@ mod tests {
             "{e}"
         );
         let e = err("[tenants.a]\nroots = [\"/x\"]\nmax_runing = 2\n");
-        assert!(e.contains("line 3") && e.contains("unknown field `max_runing`"), "{e}");
+        assert!(
+            e.contains("line 3") && e.contains("unknown field `max_runing`"),
+            "{e}"
+        );
         let e = err("\n[server]\nmax_running = 0\n");
         assert!(
             e.contains("line 2: server.max_running = 0 is out of range"),
             "{e}"
         );
         let e = err("[tenants.Alpha]\nroots = [\"/x\"]\n");
-        assert!(e.contains("line 1: [tenants.Alpha]: a tenant's name"), "{e}");
+        assert!(
+            e.contains("line 1: [tenants.Alpha]: a tenant's name"),
+            "{e}"
+        );
         let e = err("\n\n[tenants.a]\nroots = []\n");
         assert!(e.contains("line 3: tenants.a.roots is empty"), "{e}");
         let e = err("[tenants.a]\nroots = [\"/x\"]\nenv = { \"A-B\" = \"1\" }\n");

@@ -39,9 +39,9 @@ impl DataDir {
                 format!("failed to create the data directory `{}`", path.display())
             })?;
         }
-        let root = path.canonicalize().with_context(|| {
-            format!("the data directory `{}` cannot be used", path.display())
-        })?;
+        let root = path
+            .canonicalize()
+            .with_context(|| format!("the data directory `{}` cannot be used", path.display()))?;
         check_apart(&root, roots)?;
         let meta = std::fs::metadata(&root)
             .with_context(|| format!("the data directory `{}` cannot be used", root.display()))?;

@@ -90,7 +90,10 @@ impl Setup {
                 format!(
                     "no data directory: give --data DIR, or set `data` under [server] in {}",
                     file.as_deref()
-                        .map_or(SERVER_CONFIG_FILE.to_string(), |f| format!("`{}`", f.display()))
+                        .map_or(SERVER_CONFIG_FILE.to_string(), |f| format!(
+                            "`{}`",
+                            f.display()
+                        ))
                 )
             })?;
         let roots = tenant::roots(&config)?;
@@ -138,7 +141,8 @@ impl Server {
             tenants,
         } = setup;
         let store = Store::open(&data.store())?;
-        let cache = crate::wasm::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
+        let cache =
+            crate::wasm::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
         for name in tenants.names() {
             for root in &tenants.named(name)?.roots {
                 crate::wasm::cache::check_dir(&cache, root)
@@ -186,7 +190,10 @@ impl Server {
     /// none was set): the file every run of the tenant is launched with. A
     /// workspace's own `loopbox.toml` is never read.
     pub fn config_file(&self, tenant: &str) -> Result<PathBuf> {
-        let path = self.data.tenant_dir(tenant)?.join(crate::files::CONFIG_FILE);
+        let path = self
+            .data
+            .tenant_dir(tenant)?
+            .join(crate::files::CONFIG_FILE);
         let text = self
             .store
             .tenant_config(tenant)?
@@ -201,7 +208,13 @@ impl Server {
 
     /// Put `run` in the queue when it is in one of `from` (a conditional write,
     /// so a run another act moved meanwhile is left alone); whether it was.
-    pub fn requeue(&self, run: &str, tenant: &str, from: &[RunStatus], how: Continue) -> Result<bool> {
+    pub fn requeue(
+        &self,
+        run: &str,
+        tenant: &str,
+        from: &[RunStatus],
+        how: Continue,
+    ) -> Result<bool> {
         let moved = self.store.requeue(run, from)?;
         if moved {
             self.queue.push(run, tenant, how);
@@ -211,9 +224,17 @@ impl Server {
 
     /// Record why the server could not drive `run` (in its log and on stderr).
     pub fn note_failure(&self, run: &str, e: &anyhow::Error) {
-        crate::errln!("loopbox serve: run {run}: {}", crate::ui::Untrusted(&format!("{e:#}")));
+        crate::errln!(
+            "loopbox serve: run {run}: {}",
+            crate::ui::Untrusted(&format!("{e:#}"))
+        );
         if let Ok(db) = crate::db::Db::open(&self.data.store()) {
-            sched::log_line(&db, run, "error", format!("the server failed to drive the run: {e:#}"));
+            sched::log_line(
+                &db,
+                run,
+                "error",
+                format!("the server failed to drive the run: {e:#}"),
+            );
         }
     }
 
@@ -225,7 +246,11 @@ impl Server {
         for status in [RunStatus::Running, RunStatus::Interrupted] {
             for (id, tenant) in self.store.runs_with_status(status)? {
                 let run = db.existing_run(&id)?;
-                if run.lease.as_ref().is_some_and(|o| o.is_alive() && *o != crate::db::lease::Owner::me()) {
+                if run
+                    .lease
+                    .as_ref()
+                    .is_some_and(|o| o.is_alive() && *o != crate::db::lease::Owner::me())
+                {
                     continue;
                 }
                 if self.tenants.get(&tenant).is_some() {

@@ -66,8 +66,12 @@ impl Window {
                 self.key,
                 self.limit,
                 self.at.len(),
-                if self.span_ms == HOUR_MS { "hour" } else { "day" },
-                free_in.div_ceil(1000).max(1)
+                if self.span_ms == HOUR_MS {
+                    "hour"
+                } else {
+                    "day"
+                },
+                ((free_in + 999) / 1000).max(1)
             ));
         }
         Ok(())

@@ -135,7 +135,8 @@ impl Queue {
             }
             let q = s.queue.remove(i).expect("index in range");
             let stop = Arc::new(Stop::new());
-            s.running.insert(q.run.clone(), (tenant.clone(), stop.clone()));
+            s.running
+                .insert(q.run.clone(), (tenant.clone(), stop.clone()));
             *s.per_tenant.entry(tenant).or_default() += 1;
             out.push((q, stop));
         }
@@ -213,17 +214,43 @@ pub fn log_line(db: &Db, run: &str, level: &str, message: String) {
 fn launch_failed(db: &Db, run: &RunRecord, e: &LaunchError) -> anyhow::Error {
     let started = db.started(&run.id).unwrap_or(true);
     let why = format!("{:#}", e.error);
-    log_line(db, &run.id, "error", format!("the server could not continue the run: {why}"));
+    log_line(
+        db,
+        &run.id,
+        "error",
+        format!("the server could not continue the run: {why}"),
+    );
     let status = if started {
         RunStatus::Interrupted
     } else {
         RunStatus::Failed
     };
-    let outcome = (!started).then(|| {
-        serde_json::json!({"success": false, "summary": why, "data": null}).to_string()
-    });
+    let outcome = (!started)
+        .then(|| serde_json::json!({"success": false, "summary": why, "data": null}).to_string());
     let _ = db.finish_driving(&run.id, status, outcome.as_deref());
     anyhow!("run {}: {why}", run.id)
+}
+
+/// Whether a run standing at `next` takes an answer (it asked) or a tick (it
+/// waits for events outside a turn).
+pub fn takes(next: &Next, kind: InboxKind) -> bool {
+    matches!(
+        (next, kind),
+        (
+            Next::Act {
+                decision: Decision::Ask(_),
+                ..
+            },
+            InboxKind::Answer
+        ) | (
+            Next::Act {
+                decision: Decision::Pass,
+                after_turn: false,
+                ..
+            },
+            InboxKind::Tick
+        )
+    )
 }
 
 /// Drive one run from where the store says it stands until it ends, parks, or is stopped.
@@ -262,6 +289,16 @@ async fn drive(server: &Arc<Server>, q: &Queued, stop: Arc<Stop>) -> Result<()> 
         Ok(p) => p,
         Err(e) => return Err(launch_failed(&db, &run, &e)),
     };
+    // The config and policy file are checked again: either may have changed since.
+    let checked = tenant.check_config(&prepared.config).and_then(|()| {
+        prepared
+            .source
+            .path()
+            .map_or(Ok(()), |p| tenant.check_source(p))
+    });
+    if let Err(e) = checked {
+        return Err(launch_failed(&db, &run, &LaunchError::usage(e)));
+    }
     let how = format!(
         "resume it accepting the change (`POST /api/v1/runs/{}/resume` with {{\"accept_config_change\": true}})",
         run.id
@@ -317,25 +354,7 @@ async fn drive(server: &Arc<Server>, q: &Queued, stop: Arc<Stop>) -> Result<()> 
     let inbox = server.store.inbox(&run.id)?;
     if let Some(i) = &inbox {
         let last = db.last_event(&run.id)?.map(|e| e.seq).unwrap_or(0);
-        let fits = last == i.after_seq
-            && match (&next, i.kind) {
-                (
-                    Next::Act {
-                        decision: Decision::Ask(_),
-                        ..
-                    },
-                    InboxKind::Answer,
-                ) => true,
-                (
-                    Next::Act {
-                        decision: Decision::Pass,
-                        after_turn: false,
-                        ..
-                    },
-                    InboxKind::Tick,
-                ) => true,
-                _ => false,
-            };
+        let fits = last == i.after_seq && takes(&next, i.kind);
         if fits {
             next = Next::Deliver(match i.kind {
                 InboxKind::Answer => Event::UserInput(i.payload.clone()),

@@ -48,10 +48,7 @@ pub fn roots(config: &ServerConfig) -> Result<Vec<(String, PathBuf)>> {
                 format!("tenants.{name}.roots: `{}` cannot be used", r.display())
             })?;
             if !canon.is_dir() {
-                bail!(
-                    "tenants.{name}.roots: `{}` is not a directory",
-                    r.display()
-                );
+                bail!("tenants.{name}.roots: `{}` is not a directory", r.display());
             }
             if canon == Path::new("/") {
                 bail!("tenants.{name}.roots: `/` would give the tenant the whole machine");
@@ -107,12 +104,7 @@ impl Tenants {
     }
 }
 
-fn tenant(
-    name: &str,
-    t: &TenantConfig,
-    all: &[(String, PathBuf)],
-    data: &Path,
-) -> Result<Tenant> {
+fn tenant(name: &str, t: &TenantConfig, all: &[(String, PathBuf)], data: &Path) -> Result<Tenant> {
     let mut env = t.env.clone();
     if let Some(f) = &t.env_file {
         env.extend(read_env_file(f).with_context(|| format!("tenants.{name}.env_file"))?);
@@ -144,7 +136,10 @@ impl Tenant {
     /// tenant's first root; canonicalized, and inside one of its roots.
     pub fn workspace(&self, asked: &str) -> Result<PathBuf> {
         if asked.is_empty() || asked.contains('\0') {
-            bail!("the workspace must be a path inside one of tenant `{}`'s roots", self.name);
+            bail!(
+                "the workspace must be a path inside one of tenant `{}`'s roots",
+                self.name
+            );
         }
         let path = Path::new(asked);
         let path = if path.is_absolute() {
@@ -190,6 +185,60 @@ impl Tenant {
         }
     }
 
+    /// What a tenant's `loopbox.toml` may not say on a shared server, where the
+    /// machine is not the tenant's: no unconfined commands (`shell.sandbox =
+    /// "none"`), no credential stores of the server's user revealed
+    /// (`shell.reveal`), no UNIX sockets (another process's daemon, with the
+    /// server's rights), and no policy read from another tenant's root or the
+    /// data directory. A policy's section cannot widen the top level's, so the
+    /// top level is what is checked, with each source.
+    pub fn check_config(&self, config: &crate::config::Config) -> Result<()> {
+        let why = "on a shared server the tenant's config cannot weaken the sandbox its runs share the machine in";
+        if config.shell.sandbox == crate::exec::sandbox::SandboxChoice::None {
+            bail!(
+                "shell.sandbox = \"none\" would run tenant `{}`'s commands unconfined: {why}; remove it",
+                self.name
+            );
+        }
+        if !config.shell.reveal.is_empty() {
+            bail!(
+                "shell.reveal would show tenant `{}`'s commands the server user's credential stores ({}): {why}; remove it, and give the tenant its credentials in the server config (tenants.{}.env)",
+                self.name,
+                config.shell.reveal.join(", "),
+                self.name
+            );
+        }
+        if config.shell.unix_sockets {
+            bail!(
+                "shell.unix_sockets = true would let tenant `{}`'s commands reach daemons of the server's machine: {why}; remove it",
+                self.name
+            );
+        }
+        for (name, entry) in &config.policies {
+            let p = Path::new(&entry.source);
+            if p.is_absolute() {
+                self.check_source(p)
+                    .with_context(|| format!("[policies.{name}].source"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuse a policy file in another tenant's root or the data directory
+    /// (where it really is, links followed).
+    pub fn check_source(&self, path: &Path) -> Result<()> {
+        let real = super::data::resolved(path);
+        if let Some(h) = self.hidden.iter().find(|h| within(&real, h)) {
+            bail!(
+                "`{}` lies in `{}`, which tenant `{}`'s runs never see (another tenant's root, or the server's data)",
+                path.display(),
+                h.display(),
+                self.name
+            );
+        }
+        Ok(())
+    }
+
     fn roots_list(&self) -> String {
         self.roots
             .iter()
@@ -229,7 +278,10 @@ mod tests {
         );
         for bad in ["escape/secret", "../b", "/", "proj/../../b/secret"] {
             let e = format!("{:#}", a.workspace(bad).unwrap_err());
-            assert!(e.contains("is not inside any of tenant `a`'s roots"), "{bad}: {e}");
+            assert!(
+                e.contains("is not inside any of tenant `a`'s roots"),
+                "{bad}: {e}"
+            );
         }
         let e = format!("{:#}", a.workspace("missing").unwrap_err());
         assert!(e.contains("cannot be used"), "{e}");

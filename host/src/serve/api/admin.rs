@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use anyhow::Context;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
@@ -101,10 +102,11 @@ pub async fn audit(
         tenant: Some(caller.tenant.clone()),
         before: q.before,
         limit,
-        ..Default::default()
     };
     let rows = server.store.db().audit(&filter)?;
-    let next = (rows.len() == limit).then(|| rows.last().map(|r| r.seq)).flatten();
+    let next = (rows.len() == limit)
+        .then(|| rows.last().map(|r| r.seq))
+        .flatten();
     let rows: Vec<Value> = rows
         .into_iter()
         .filter(|r| q.act.as_deref().is_none_or(|a| r.entry.act == a))
@@ -215,7 +217,9 @@ pub async fn create_token(
         .map_err(|r| ApiError::conflict(r.0))?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"token": made.text, "info": made.info, "note": "shown once: only its hash is kept"})),
+        Json(
+            json!({"token": made.text, "info": made.info, "note": "shown once: only its hash is kept"}),
+        ),
     ))
 }
 
@@ -242,7 +246,9 @@ pub async fn get_config(
         .may(Role::Admin, "read the tenant's config")
         .map_err(ApiError::forbidden)?;
     let (text, digest) = server.store.tenant_config(&caller.tenant)?.unzip();
-    Ok(Json(json!({"text": text.unwrap_or_default(), "digest": digest})))
+    Ok(Json(
+        json!({"text": text.unwrap_or_default(), "digest": digest}),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -252,9 +258,12 @@ pub struct ConfigBody {
 }
 
 /// Check a tenant's `loopbox.toml` as a run would read it, and refuse what a
-/// server cannot honour in it.
-pub fn check_tenant_config(tenant: &str, text: &str) -> anyhow::Result<()> {
-    let origin = std::path::PathBuf::from(format!("tenants/{tenant}/loopbox.toml"));
+/// shared server cannot allow in it (see [`crate::serve::tenant::Tenant::check_config`]).
+pub fn check_tenant_config(
+    tenant: &crate::serve::tenant::Tenant,
+    text: &str,
+) -> anyhow::Result<()> {
+    let origin = std::path::PathBuf::from(format!("tenants/{}/loopbox.toml", tenant.name));
     if text.len() as u64 > crate::files::MAX_CONFIG_BYTES {
         anyhow::bail!(
             "the config is {} bytes; at most {} are read",
@@ -262,8 +271,10 @@ pub fn check_tenant_config(tenant: &str, text: &str) -> anyhow::Result<()> {
             crate::files::MAX_CONFIG_BYTES
         );
     }
-    Config::parse(text, &origin)?;
-    Ok(())
+    let config = Config::parse(text, &origin)?;
+    tenant
+        .check_config(&config)
+        .with_context(|| format!("invalid config `{}`", origin.display()))
 }
 
 pub async fn put_config(
@@ -273,9 +284,25 @@ pub async fn put_config(
     a.caller
         .may(Role::Admin, "change the tenant's config")
         .map_err(ApiError::forbidden)?;
-    check_tenant_config(&a.caller.tenant, &a.body.text).map_err(ApiError::usage)?;
-    let digest = server
-        .store
-        .set_tenant_config(&a.caller.tenant, &a.body.text, &a.caller.actor())?;
+    let tenant = server.tenants.named(&a.caller.tenant)?.clone();
+    if let Err(e) = check_tenant_config(&tenant, &a.body.text) {
+        server
+            .store
+            .db()
+            .audit_note(&crate::db::audit::AuditEntry {
+                actor: a.caller.actor(),
+                tenant: Some(tenant.name.clone()),
+                act: "config.set".into(),
+                target: "loopbox.toml".into(),
+                digest: Some(crate::config::digest(a.body.text.as_bytes())),
+                outcome: format!("refused: {e:#}"),
+                detail: None,
+            })?;
+        return Err(ApiError::usage(e));
+    }
+    let digest =
+        server
+            .store
+            .set_tenant_config(&a.caller.tenant, &a.body.text, &a.caller.actor())?;
     Ok(Json(json!({"digest": digest})))
 }

@@ -85,7 +85,9 @@ pub async fn show(
     Authed(caller): Authed,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(serde_json::to_value(own(&server, &caller, &id)?).map_err(anyhow::Error::from)?))
+    Ok(Json(
+        serde_json::to_value(own(&server, &caller, &id)?).map_err(anyhow::Error::from)?,
+    ))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -138,7 +140,9 @@ async fn decide(
         &[RunStatus::Waiting],
         Continue::default(),
     )?;
-    Ok(Json(serde_json::to_value(approval).map_err(anyhow::Error::from)?))
+    Ok(Json(
+        serde_json::to_value(approval).map_err(anyhow::Error::from)?,
+    ))
 }
 
 pub async fn approve(

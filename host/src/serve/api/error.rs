@@ -62,10 +62,7 @@ impl ApiError {
     }
     /// The server itself failed (the store, the disk): its chain says what to do.
     pub fn internal(e: anyhow::Error) -> ApiError {
-        ApiError::chain(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &crate::db::advise(e),
-        )
+        ApiError::chain(StatusCode::INTERNAL_SERVER_ERROR, &crate::db::advise(e))
     }
     /// Something the caller can fix (a config, a policy, an input).
     pub fn usage(e: anyhow::Error) -> ApiError {

@@ -35,7 +35,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> ApiResult<Q<T>> {
         serde_urlencoded::from_str(parts.uri.query().unwrap_or(""))
             .map(Q)
-            .map_err(|e| ApiError::bad_request(format!("the query string does not fit this request: {e}")))
+            .map_err(|e| {
+                ApiError::bad_request(format!("the query string does not fit this request: {e}"))
+            })
     }
 }
 
@@ -147,9 +149,18 @@ async fn read(req: Request, server: &Server) -> ApiResult<(Parts, axum::body::By
 
 /// `bytes` as a `T`: a form, or JSON (an empty body is `{}`).
 fn parse<T: DeserializeOwned>(headers: &HeaderMap, bytes: &[u8]) -> ApiResult<T> {
-    if is_form(headers) {
-        return serde_urlencoded::from_bytes(bytes)
-            .map_err(|e| ApiError::bad_request(format!("the form does not fit this request: {e}")));
+    // `curl -d '{...}'` labels JSON as a form: a body that opens an object is JSON.
+    let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if is_form(headers) && !object {
+        // The CSRF field was checked already; it is no part of the request itself.
+        let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the form cannot be read: {e}")))?;
+        let rest: Vec<&(String, String)> = fields.iter().filter(|(k, _)| k != CSRF_FIELD).collect();
+        let text = serde_urlencoded::to_string(rest)
+            .map_err(|e| ApiError::bad_request(format!("the form cannot be read: {e}")))?;
+        return serde_urlencoded::from_str(&text).map_err(|e| {
+            ApiError::bad_request(format!("the form does not fit this request: {e}"))
+        });
     }
     let text = if bytes.iter().all(u8::is_ascii_whitespace) {
         &b"{}"[..]
@@ -184,7 +195,10 @@ impl<T: DeserializeOwned> FromRequest<Arc<Server>> for Acting<T> {
                     serde_urlencoded::from_bytes::<Vec<(String, String)>>(&bytes)
                         .ok()
                         .and_then(|fields| {
-                            fields.into_iter().find(|(k, _)| k == CSRF_FIELD).map(|(_, v)| v)
+                            fields
+                                .into_iter()
+                                .find(|(k, _)| k == CSRF_FIELD)
+                                .map(|(_, v)| v)
                         })
                 })
                 .flatten();

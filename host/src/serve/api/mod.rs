@@ -25,7 +25,9 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/api/v1/session",
-            post(admin::sign_in).get(admin::whoami).delete(admin::sign_out),
+            post(admin::sign_in)
+                .get(admin::whoami)
+                .delete(admin::sign_out),
         )
         .route("/api/v1/runs", get(runs::list).post(runs::start))
         .route("/api/v1/runs/{id}", get(runs::show))
@@ -40,11 +42,22 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/approvals/{id}/deny", post(approvals::deny))
         .route("/api/v1/policies", get(admin::policies))
         .route("/api/v1/audit", get(admin::audit))
-        .route("/api/v1/tokens", get(admin::tokens).post(admin::create_token))
-        .route("/api/v1/tokens/{name}", axum::routing::delete(admin::revoke_token))
-        .route("/api/v1/config", get(admin::get_config).put(admin::put_config))
+        .route(
+            "/api/v1/tokens",
+            get(admin::tokens).post(admin::create_token),
+        )
+        .route(
+            "/api/v1/tokens/{name}",
+            axum::routing::delete(admin::revoke_token),
+        )
+        .route(
+            "/api/v1/config",
+            get(admin::get_config).put(admin::put_config),
+        )
         .fallback(|| async {
-            ApiError::not_found("there is no such endpoint; the API is under /api/v1 (see docs/serve.md)")
+            ApiError::not_found(
+                "there is no such endpoint; the API is under /api/v1 (see docs/serve.md)",
+            )
         })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -79,7 +79,9 @@ pub async fn list(
                 ApiError::bad_request(format!("{e:#}"))
             }
         })?;
-    let next = (rows.len() == limit).then(|| rows.last().map(|r| r.id.clone())).flatten();
+    let next = (rows.len() == limit)
+        .then(|| rows.last().map(|r| r.id.clone()))
+        .flatten();
     let runs: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -185,14 +187,22 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
             tenant.name
         )));
     }
+    tenant
+        .check_config(&prepared.config)
+        .map_err(ApiError::usage)?;
+    if let Some(p) = prepared.source.path() {
+        tenant.check_source(p).map_err(ApiError::usage)?;
+    }
     prepared.options.grants = Some(prepared.pin());
     let id = crate::run::new_run_id();
     let input = match &body.loop_file {
         Some(file) => {
-            let path = workspace
-                .join(file)
-                .canonicalize()
-                .map_err(|e| ApiError::bad_request(format!("loop `{}` cannot be read: {e}", crate::ui::one_line(file))))?;
+            let path = workspace.join(file).canonicalize().map_err(|e| {
+                ApiError::bad_request(format!(
+                    "loop `{}` cannot be read: {e}",
+                    crate::ui::one_line(file)
+                ))
+            })?;
             if !path.starts_with(&workspace) {
                 return Err(ApiError::bad_request(format!(
                     "loop `{}` is not inside the workspace (a link out of it is followed before this check)",
@@ -208,16 +218,16 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
                 ))
             })?;
             let run_dir = crate::loops::run_dir(&id);
-            let payload = crate::loops::payload(&lp, &lf, &input_text(body.input), &run_dir, &workspace)
-                .map_err(ApiError::usage)?;
+            let payload =
+                crate::loops::payload(&lp, &lf, &input_text(body.input), &run_dir, &workspace)
+                    .map_err(ApiError::usage)?;
             crate::loops::create_run_dir(&workspace, &run_dir).map_err(ApiError::usage)?;
             payload
         }
         None => {
             let text = input_text(body.input);
-            serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| {
-                ApiError::bad_request(format!("the input is not valid JSON: {e}"))
-            })?;
+            serde_json::from_str::<serde::de::IgnoredAny>(&text)
+                .map_err(|e| ApiError::bad_request(format!("the input is not valid JSON: {e}")))?;
             text
         }
     };
@@ -407,7 +417,10 @@ pub async fn log(
                         f.seen = seq;
                         let data = json!({"seq": seq, "at": rfc3339(l.at_ms), "level": l.level, "source": l.source, "message": l.message});
                         f.pending.push_back(
-                            SseEvent::default().event("log").id(seq.to_string()).data(data.to_string()),
+                            SseEvent::default()
+                                .event("log")
+                                .id(seq.to_string())
+                                .data(data.to_string()),
                         );
                     }
                 }
@@ -416,7 +429,9 @@ pub async fn log(
             match status {
                 Some(s) if s.is_final() => {
                     f.pending.push_back(
-                        SseEvent::default().event("end").data(json!({"status": s}).to_string()),
+                        SseEvent::default()
+                            .event("end")
+                            .data(json!({"status": s}).to_string()),
                     );
                     f.ended = true;
                 }
@@ -456,9 +471,9 @@ fn not_waiting(id: &str, what: &str, next: &Next) -> String {
             after_turn: false,
             ..
         } => format!("it waits for a tick: POST /api/v1/runs/{id}/tick"),
-        Next::Redeliver { .. } => format!(
-            "it is handling an event (or waits for an approval): see GET /api/v1/runs/{id}"
-        ),
+        Next::Redeliver { .. } => {
+            format!("it is handling an event (or waits for an approval): see GET /api/v1/runs/{id}")
+        }
         _ => format!("see GET /api/v1/runs/{id}"),
     };
     format!("run {id} is not waiting for {what}; {why}")
@@ -482,18 +497,17 @@ fn deliver(
     };
     if run.status != RunStatus::Waiting {
         let why = if run.status.is_final() {
-            format!("run {id} already ended ({}); there is nothing to continue", run.status)
+            format!(
+                "run {id} already ended ({}); there is nothing to continue",
+                run.status
+            )
         } else {
             format!("run {id} is not waiting for {what}: it is {}", run.status)
         };
         return Err(ApiError::conflict(why));
     }
     let next = resume_point(db, &run)?;
-    let fits = match (&next, kind) {
-        (Next::Act { decision: Decision::Ask(_), .. }, InboxKind::Answer) => true,
-        (Next::Act { decision: Decision::Pass, after_turn: false, .. }, InboxKind::Tick) => true,
-        _ => false,
-    };
+    let fits = crate::serve::sched::takes(&next, kind);
     if !fits {
         return Err(ApiError::conflict(not_waiting(id, what, &next)));
     }
@@ -535,7 +549,13 @@ pub async fn answer(
     a.caller
         .may(Role::Operator, "answer a run")
         .map_err(ApiError::forbidden)?;
-    Ok(Json(deliver(&server, &a.caller, &id, InboxKind::Answer, a.body.text)?))
+    Ok(Json(deliver(
+        &server,
+        &a.caller,
+        &id,
+        InboxKind::Answer,
+        a.body.text,
+    )?))
 }
 
 pub async fn tick(
@@ -554,7 +574,13 @@ pub async fn tick(
         }
         v => v.to_string(),
     };
-    Ok(Json(deliver(&server, &a.caller, &id, InboxKind::Tick, payload)?))
+    Ok(Json(deliver(
+        &server,
+        &a.caller,
+        &id,
+        InboxKind::Tick,
+        payload,
+    )?))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -596,7 +622,10 @@ pub async fn cancel(
     done.map_err(refused)?;
     server.queue.remove(&id);
     let mut status = db.existing_run(&run.id)?.status;
-    if server.queue.stop(&id, crate::limits::stop::StopReason::Cancelled) {
+    if server
+        .queue
+        .stop(&id, crate::limits::stop::StopReason::Cancelled)
+    {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while server.queue.is_running(&id) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -89,7 +89,7 @@ impl Caller {
             Ok(())
         } else {
             Err(format!(
-                "token `{}` has the {} role; to {act} it needs the {needed} role or above (an admin of tenant `{}` can make one with `loopbox serve token create`)",
+                "token `{}` has the {} role; to {act} it needs the {needed} role or above (an admin of tenant `{}` makes tokens with POST /api/v1/tokens)",
                 self.actor(),
                 self.role,
                 self.tenant
@@ -112,10 +112,14 @@ mod tests {
             token_id: "0".into(),
             via: Via::Bearer,
         };
-        assert!(c.may(Role::Viewer, "read").is_ok() && c.may(Role::Operator, "start a run").is_ok());
+        assert!(
+            c.may(Role::Viewer, "read").is_ok() && c.may(Role::Operator, "start a run").is_ok()
+        );
         let e = c.may(Role::Approver, "approve").unwrap_err();
         assert!(
-            e.starts_with("token `alpha/ci` has the operator role; to approve it needs the approver role"),
+            e.starts_with(
+                "token `alpha/ci` has the operator role; to approve it needs the approver role"
+            ),
             "{e}"
         );
         assert_eq!("admin".parse::<Role>(), Ok(Role::Admin));

@@ -2,9 +2,9 @@
 //! random, recognizable by their prefix, stored only as hashes, and compared
 //! in constant time.
 //!
-//! A secret reads `PREFIX` + 16 hex digits (its id, how the store finds it)
-//! + `_` + 43 base64url characters (256 random bits). Only the sha256 of the
-//! random part is stored; presenting a secret looks its id up and compares
+//! A secret reads `PREFIX`, then 16 hex digits (its id, how the store finds
+//! it), `_` and 43 base64url characters (256 random bits). Only the sha256 of
+//! the random part is stored; presenting a secret looks its id up and compares
 //! the hashes without stopping at the first differing byte.
 
 use anyhow::{Context, Result};

@@ -35,7 +35,6 @@ pub fn execute(args: AuditArgs, setup: &Setup) -> Result<i32, Failure> {
             tenant: args.tenant.clone(),
             before: args.before,
             limit: args.limit.clamp(1, 10_000),
-            ..Default::default()
         })
         .map_err(Failure::internal)?;
     if args.json {

@@ -20,13 +20,13 @@ pub struct TenantConfigArgs {
 }
 
 pub fn execute(args: TenantConfigArgs, setup: &Setup) -> Result<i32, Failure> {
-    setup.tenants.named(&args.tenant).map_err(Failure::usage)?;
+    let tenant = setup.tenants.named(&args.tenant).map_err(Failure::usage)?;
     let store = setup.store().map_err(Failure::internal)?;
     match args.set {
         Some(file) => {
             let text = loopbox::files::read_text(&file, loopbox::files::MAX_CONFIG_BYTES, "config")
                 .map_err(Failure::usage)?;
-            loopbox::serve::api::admin::check_tenant_config(&args.tenant, &text)
+            loopbox::serve::api::admin::check_tenant_config(tenant, &text)
                 .map_err(Failure::usage)?;
             let digest = store
                 .set_tenant_config(&args.tenant, &text, &loopbox::db::local_actor())
@@ -37,7 +37,10 @@ pub fn execute(args: TenantConfigArgs, setup: &Setup) -> Result<i32, Failure> {
                 file.display()
             );
         }
-        None => match store.tenant_config(&args.tenant).map_err(Failure::internal)? {
+        None => match store
+            .tenant_config(&args.tenant)
+            .map_err(Failure::internal)?
+        {
             Some((text, _)) => loopbox::outln!("{}", text.trim_end_matches('\n')),
             None => loopbox::errln!(
                 "tenant `{}` has no config yet: it is granted nothing; set one with --set FILE",

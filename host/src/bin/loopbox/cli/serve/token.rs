@@ -78,7 +78,9 @@ pub fn execute(args: TokenArgs, setup: &Setup) -> Result<i32, Failure> {
             if args.json {
                 loopbox::outln!("{}", json!({"tokens": list}));
             } else if list.is_empty() {
-                loopbox::outln!("no tokens; make one with `loopbox serve token create --tenant T --role R --name N`");
+                loopbox::outln!(
+                    "no tokens; make one with `loopbox serve token create --tenant T --role R --name N`"
+                );
             } else {
                 for t in list {
                     loopbox::outln!(
