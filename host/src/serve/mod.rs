@@ -48,6 +48,9 @@ use crate::db::RunStatus;
 use crate::db::approvals::Settle;
 use crate::wasm::runtime::Runtime;
 
+/// Starts prepared at once; more wait their turn.
+const STARTS_AT_ONCE: usize = 4;
+
 /// What the command line gives `loopbox serve` and its subcommands.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -130,6 +133,8 @@ pub struct Server {
     pub stopping: AtomicBool,
     /// Starts are checked against `max_queued` and recorded one at a time.
     pub start_lock: tokio::sync::Mutex<()>,
+    /// Starts being prepared at once (each loads its policy).
+    pub start_slots: tokio::sync::Semaphore,
 }
 
 impl Server {
@@ -182,6 +187,7 @@ impl Server {
             queue: Queue::default(),
             stopping: AtomicBool::new(false),
             start_lock: tokio::sync::Mutex::new(()),
+            start_slots: tokio::sync::Semaphore::new(STARTS_AT_ONCE),
         })
     }
 

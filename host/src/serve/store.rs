@@ -62,6 +62,9 @@ CREATE TABLE IF NOT EXISTS serve_inbox (
 );
 ";
 
+/// Live sessions one token may have; signing in past it ends the oldest.
+pub const SESSIONS_PER_TOKEN: i64 = 20;
+
 /// The store as the server uses it.
 #[derive(Clone)]
 pub struct Store {
@@ -340,6 +343,12 @@ impl Store {
             .audit_act(entry, |tx| {
                 // Sessions past their expiry are dropped as new ones start.
                 tx.execute("DELETE FROM serve_sessions WHERE expires_at <= ?1", [now])?;
+                // A token keeps its newest sessions only: signing in again and again cannot grow the store.
+                tx.execute(
+                    "DELETE FROM serve_sessions WHERE token_id = ?1 AND id NOT IN
+                     (SELECT id FROM serve_sessions WHERE token_id = ?1 ORDER BY created_at DESC, id LIMIT ?2)",
+                    params![caller.token_id, SESSIONS_PER_TOKEN - 1],
+                )?;
                 tx.execute(
                     "INSERT INTO serve_sessions (id, hash, token_id, csrf, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     params![id, &hash[..], caller.token_id, csrf, now, expires],
@@ -649,13 +658,17 @@ impl Store {
 }
 
 impl Store {
-    /// A run's state, key by key (one indexed read).
-    pub fn state(&self, run: &str) -> Result<Vec<(String, String)>> {
+    /// A run's state, key by key (one indexed read): each value cut at
+    /// [`SHOWN_BYTES`], with its whole length.
+    pub fn state(&self, run: &str) -> Result<Vec<(String, String, i64)>> {
         let c = self.conn();
-        let mut stmt =
-            c.prepare_cached("SELECT key, value FROM state WHERE run_id = ?1 ORDER BY key")?;
+        let mut stmt = c.prepare_cached(
+            "SELECT key, substr(value, 1, ?2), length(value) FROM state WHERE run_id = ?1 ORDER BY key",
+        )?;
         let rows = stmt
-            .query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .query_map(params![run, SHOWN_BYTES], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -664,6 +677,40 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("loopbox.db")).unwrap();
+        let made = store
+            .create_token("a", "alice", Role::Operator, "local:test")
+            .unwrap()
+            .unwrap();
+        let caller = store.authenticate(&made.text).unwrap().unwrap();
+        let cookies: Vec<String> = (0..SESSIONS_PER_TOKEN + 5)
+            .map(|_| store.start_session(&caller, 60_000).unwrap().cookie)
+            .collect();
+        let live = |c: &str| store.session(c).unwrap().is_some();
+        let n: i64 = store
+            .conn()
+            .query_row("SELECT COUNT(*) FROM serve_sessions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, SESSIONS_PER_TOKEN);
+        assert!(!live(&cookies[0]) && live(cookies.last().unwrap()));
+        // An expired session is refused; a forged one too.
+        let short = store.start_session(&caller, -1).unwrap().cookie;
+        assert!(!live(&short));
+        assert!(!live(&format!(
+            "{}x",
+            &cookies.last().unwrap()[..cookies[0].len() - 1]
+        )));
+        store
+            .revoke_token("a", "alice", "local:test")
+            .unwrap()
+            .unwrap();
+        assert!(!live(cookies.last().unwrap()));
+        assert!(store.authenticate(&made.text).unwrap().is_none());
+    }
 
     #[test]
     fn a_tenants_runs_page_through_the_tenant_index_whatever_the_store_holds() {
@@ -739,5 +786,124 @@ mod tests {
             plan.iter().any(|p| p.contains("runs_by_tenant")),
             "{plan:?}"
         );
+    }
+}
+
+/// Text longer than this in a run's view is cut (the store keeps it whole).
+pub const SHOWN_BYTES: i64 = 4096;
+/// Events, and actions, a run's view shows: the latest ones.
+pub const SHOWN_ROWS: i64 = 500;
+
+/// One event as a run's view shows it.
+#[derive(Debug, Clone)]
+pub struct EventView {
+    pub seq: i64,
+    pub at_ms: i64,
+    /// The event, decision and error as JSON text, each cut at [`SHOWN_BYTES`]
+    /// (a cut one is no longer JSON), with its whole length.
+    pub event: (String, i64),
+    pub decision: Option<(String, i64)>,
+    pub error: Option<(String, i64)>,
+    pub pending: bool,
+}
+
+/// One action (a command, a prompt, an agent turn) as a run's view shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionView {
+    pub event: i64,
+    pub seq: i64,
+    pub kind: String,
+    pub request: String,
+    pub request_bytes: i64,
+    pub done: bool,
+    pub exit_code: Option<i64>,
+    pub duration_ms: Option<i64>,
+    pub timed_out: Option<bool>,
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    pub at_ms: i64,
+    pub done_at_ms: Option<i64>,
+}
+
+impl Store {
+    /// The latest [`SHOWN_ROWS`] events of `run`, oldest first, their text
+    /// cut in the query: a run's view reads a bounded amount whatever the run holds.
+    pub fn event_views(&self, run: &str) -> Result<(Vec<EventView>, i64)> {
+        let c = self.conn();
+        let total: i64 = c
+            .prepare_cached("SELECT COUNT(*) FROM events WHERE run_id = ?1")?
+            .query_row([run], |r| r.get(0))?;
+        let mut stmt = c.prepare_cached(
+            "SELECT seq, at, substr(event, 1, ?2), length(event), substr(decision, 1, ?2), length(decision),
+                    substr(error, 1, ?2), length(error), pending
+             FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let mut rows = stmt
+            .query_map(params![run, SHOWN_BYTES, SHOWN_ROWS], |r| {
+                let opt = |i: usize| -> rusqlite::Result<Option<(String, i64)>> {
+                    Ok(match r.get::<_, Option<String>>(i)? {
+                        Some(t) => Some((t, r.get(i + 1)?)),
+                        None => None,
+                    })
+                };
+                Ok(EventView {
+                    seq: r.get(0)?,
+                    at_ms: r.get(1)?,
+                    event: (r.get(2)?, r.get(3)?),
+                    decision: opt(4)?,
+                    error: opt(6)?,
+                    pending: r.get::<_, i64>(8)? != 0,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.reverse();
+        Ok((rows, total))
+    }
+
+    /// The latest [`SHOWN_ROWS`] actions of `run` (commands, prompts, agent
+    /// turns), oldest first, with their outcome, exit code and duration, and
+    /// the start of their output.
+    pub fn action_views(&self, run: &str) -> Result<(Vec<ActionView>, i64)> {
+        let c = self.conn();
+        let total: i64 = c
+            .prepare_cached(
+                "SELECT COUNT(*) FROM journal WHERE run_id = ?1 AND kind IN ('shell', 'prompt', 'turn')",
+            )?
+            .query_row([run], |r| r.get(0))?;
+        let mut stmt = c.prepare_cached(
+            "SELECT event_seq, seq, kind, substr(request, 1, ?2), length(request), result IS NOT NULL,
+                    json_extract(result, '$.ok.exit_code'), json_extract(result, '$.ok.duration_ms'),
+                    json_extract(result, '$.ok.timed_out'),
+                    substr(json_extract(result, '$.ok.stdout'), 1, ?2), substr(json_extract(result, '$.ok.stderr'), 1, ?2),
+                    json_extract(result, '$.err.kind'), substr(json_extract(result, '$.err.message'), 1, ?2),
+                    at, done_at
+             FROM journal WHERE run_id = ?1 AND kind IN ('shell', 'prompt', 'turn')
+             ORDER BY event_seq DESC, seq DESC LIMIT ?3",
+        )?;
+        let mut rows = stmt
+            .query_map(params![run, SHOWN_BYTES, SHOWN_ROWS], |r| {
+                Ok(ActionView {
+                    event: r.get(0)?,
+                    seq: r.get(1)?,
+                    kind: r.get(2)?,
+                    request: r.get(3)?,
+                    request_bytes: r.get(4)?,
+                    done: r.get(5)?,
+                    exit_code: r.get(6)?,
+                    duration_ms: r.get(7)?,
+                    timed_out: r.get::<_, Option<i64>>(8)?.map(|b| b != 0),
+                    stdout: r.get(9)?,
+                    stderr: r.get(10)?,
+                    error_kind: r.get(11)?,
+                    error: r.get(12)?,
+                    at_ms: r.get(13)?,
+                    done_at_ms: r.get(14)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.reverse();
+        Ok((rows, total))
     }
 }

@@ -18,7 +18,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Acting, Authed, Q};
 use crate::bindings::Decision;
 use crate::db::audit::{AuditEntry, Refused};
-use crate::db::{Db, JournalRow, NewRun, RunPlace, RunRecord, RunStatus};
+use crate::db::{Db, NewRun, RunPlace, RunRecord, RunStatus};
 use crate::run::driver::{Next, resume_point};
 use crate::run::launch::{Launch, LaunchError};
 use crate::serve::Server;
@@ -141,6 +141,12 @@ pub async fn start(
             "the server is stopping and takes no new runs; start it again later",
         ));
     }
+    // Loading a policy can take a core and tens of MB: a few starts at a time, the rest wait.
+    let _slot = server
+        .start_slots
+        .acquire()
+        .await
+        .map_err(|_| ApiError::unavailable("the server is stopping"))?;
     let started = {
         let server = server.clone();
         tokio::task::spawn_blocking(move || start_blocking(&server, &a.caller, a.body))
@@ -282,21 +288,21 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
     }))
 }
 
-/// What a journaled call came to: `ok`, `error`, `unknown` or `running`.
-fn outcome(r: &JournalRow, driven: bool) -> &'static str {
-    match r.result.as_deref() {
-        None if driven => "running",
-        None => "unknown",
-        Some(t) if t.contains("\"outcome-unknown\"") => "unknown",
-        Some(t) if t.starts_with("{\"ok\"") => "ok",
-        Some(_) => "error",
+/// Text from the store as JSON when it is whole JSON, else as the text itself,
+/// marked when it was cut (`len` is its whole length).
+fn shown(text: &str, len: i64) -> Value {
+    if (text.len() as i64) < len {
+        return Value::String(format!("{text}… ({len} bytes in all)"));
     }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()))
 }
 
 fn parsed(t: &str) -> Value {
-    serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.into()))
+    shown(t, t.len() as i64)
 }
 
+/// One run, read in a handful of indexed queries and bounded whatever the run
+/// holds: its latest 500 events and actions, text cut at 4 KiB.
 pub async fn show(
     State(server): State<Arc<Server>>,
     Authed(caller): Authed,
@@ -304,8 +310,8 @@ pub async fn show(
 ) -> ApiResult<Json<Value>> {
     let db = server.store.db();
     let run = own_run(db, &caller, &id)?;
-    let events = db.events(&run.id)?;
-    let journal = db.journal_of_run(&run.id)?;
+    let (events, events_total) = server.store.event_views(&run.id)?;
+    let (actions, actions_total) = server.store.action_views(&run.id)?;
     let state = server.store.state(&run.id)?;
     let approvals = db.approvals(&crate::db::approvals::ApprovalFilter {
         tenant: Some(caller.tenant.clone()),
@@ -314,21 +320,26 @@ pub async fn show(
         limit: 100,
     })?;
     let driven = server.queue.is_running(&run.id);
-    let actions: Vec<Value> = journal
+    let journal: Vec<Value> = actions
         .iter()
-        .filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn"))
-        .map(|(event, r)| {
-            let result = r.result.as_deref().map(parsed);
-            let ok = result.as_ref().and_then(|v| v.get("ok"));
+        .map(|a| {
+            let outcome = match (a.done, a.error_kind.as_deref()) {
+                (false, _) if driven => "running",
+                (false, _) | (true, Some("outcome-unknown")) => "unknown",
+                (true, Some(_)) => "error",
+                (true, None) => "ok",
+            };
             json!({
-                "event": event, "seq": r.seq, "kind": r.kind, "request": parsed(&r.request),
-                "outcome": outcome(r, driven),
-                "exit_code": ok.and_then(|o| o.get("exit_code")).cloned(),
-                "duration_ms": ok.and_then(|o| o.get("duration_ms")).cloned(),
-                "result": result,
+                "event": a.event, "seq": a.seq, "kind": a.kind,
+                "request": shown(&a.request, a.request_bytes), "outcome": outcome,
+                "exit_code": a.exit_code, "duration_ms": a.duration_ms, "timed_out": a.timed_out,
+                "stdout": a.stdout, "stderr": a.stderr,
+                "error": a.error_kind.as_ref().map(|k| json!({"kind": k, "message": a.error})),
+                "started": rfc3339(a.at_ms), "ended": a.done_at_ms.map(rfc3339),
             })
         })
         .collect();
+    let text = |t: &Option<(String, i64)>| t.as_ref().map(|(t, n)| shown(t, *n));
     Ok(Json(json!({
         "id": run.id, "tenant": run.place.tenant, "workspace": run.place.workspace,
         "started_by": run.place.started_by,
@@ -340,13 +351,14 @@ pub async fn show(
         "turns": run.turns, "actions": run.actions, "prompts": run.prompts,
         "outcome": run.outcome.as_deref().map(parsed), "input": parsed(&run.input),
         "cancel_requested": run.cancel_requested,
+        "events_total": events_total,
         "events": events.iter().map(|e| json!({
-            "seq": e.seq, "at": rfc3339(e.at_ms), "event": parsed(&e.event),
-            "decision": e.decision.as_deref().map(parsed), "error": e.error.as_deref().map(parsed),
-            "pending": e.pending,
+            "seq": e.seq, "at": rfc3339(e.at_ms), "event": shown(&e.event.0, e.event.1),
+            "decision": text(&e.decision), "error": text(&e.error), "pending": e.pending,
         })).collect::<Vec<_>>(),
-        "journal": actions,
-        "state": state.into_iter().map(|(k, v)| (k, parsed(&v))).collect::<serde_json::Map<_, _>>(),
+        "journal_total": actions_total,
+        "journal": journal,
+        "state": state.into_iter().map(|(k, v, n)| (k, shown(&v, n))).collect::<serde_json::Map<_, _>>(),
         "approvals": approvals,
     })))
 }

@@ -105,6 +105,23 @@ fn a_run_is_started_shown_and_its_log_followed_and_resumed_from_an_event_id() {
             .all(|r| r["id"] != next.as_str())
     );
 
+    // A run's view is bounded whatever the run holds: output is cut at 4 KiB.
+    let big = srv.start_probe("alpha", json!({"op": "exec_big", "bytes": 10000}));
+    let v = srv.wait_final("alpha", &big);
+    assert_eq!(
+        v["journal"][0]["stdout"].as_str().unwrap().len(),
+        4096,
+        "{v:#}"
+    );
+    assert!(
+        v["journal"][0]["request"]
+            .as_str()
+            .unwrap()
+            .ends_with(" bytes in all)"),
+        "{v:#}"
+    );
+    assert_eq!(v["journal_total"], 1);
+
     let path = format!("/api/v1/runs/{run}/log");
     let token = srv.token("alpha", "viewer");
     let all = events(&srv.addr, &path, token, None);
