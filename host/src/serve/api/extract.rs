@@ -118,6 +118,9 @@ fn is_form(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
 }
 
+/// How long a client may take to send a request's body.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The body, read to the server's limit; the error names the limit.
 async fn read(req: Request, server: &Server) -> ApiResult<(Parts, axum::body::Bytes)> {
     let limit = server.settings.max_body_bytes;
@@ -135,15 +138,24 @@ async fn read(req: Request, server: &Server) -> ApiResult<(Parts, axum::body::By
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let bytes = axum::body::to_bytes(body, limit as usize)
+    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit as usize))
         .await
-        .map_err(|e| {
-            if format!("{e:?}").contains("LengthLimit") {
-                too_large()
-            } else {
-                ApiError::bad_request(format!("the request body could not be read: {e}"))
-            }
+        .map_err(|_| {
+            ApiError::new(
+                axum::http::StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s; send it at once",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            )
         })?;
+    let bytes = read.map_err(|e| {
+        if format!("{e:?}").contains("LengthLimit") {
+            too_large()
+        } else {
+            ApiError::bad_request(format!("the request body could not be read: {e}"))
+        }
+    })?;
     Ok((parts, bytes))
 }
 

@@ -328,7 +328,9 @@ fn a_tenants_agent_gets_the_tenants_credentials_never_the_servers() {
     assert!(out.starts_with("key=creds' own key "), "{v:#}");
     assert!(!out.contains("server's own"), "{out}");
     // No HOME in the tenant's env: the agent gets none, not the server's.
-    assert!(out.trim_end().ends_with("home="), "{out}");
+    assert!(out.contains(" home= "), "{out}");
+    // Nor does it see another tenant's root.
+    assert!(out.trim_end().ends_with("beta=hidden"), "{out}");
 }
 
 #[test]

@@ -329,7 +329,17 @@ pub fn shared() -> &'static Srv {
         );
         // creds' agent prints the credential it was given.
         let agent = dir.join("agent.sh");
-        std::fs::write(&agent, "#!/bin/sh\necho \"key=$SECRET_KEY home=$HOME\"\n").unwrap();
+        // ... and whether it can read beta's root.
+        let theirs = dir.join("roots/beta/proj/agent-secret.txt");
+        std::fs::write(&theirs, "beta's\n").unwrap();
+        std::fs::write(
+            &agent,
+            format!(
+                "#!/bin/sh\necho \"key=$SECRET_KEY home=$HOME beta=$(cat {} 2>/dev/null || echo hidden)\"\n",
+                theirs.display()
+            ),
+        )
+        .unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
         let text = format!(
