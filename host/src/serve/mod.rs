@@ -239,7 +239,7 @@ impl Server {
                 &db,
                 run,
                 "error",
-                format!("the server failed to drive the run: {e:#}"),
+                format!("the server could not drive the run: {e:#}"),
             );
         }
     }

@@ -106,6 +106,15 @@ impl Queue {
         self.state().queue.retain(|q| q.run != run);
     }
 
+    /// The tenant's runs waiting for their turn (taken ones are not).
+    pub fn queued(&self, tenant: &str) -> u64 {
+        self.state()
+            .queue
+            .iter()
+            .filter(|q| q.tenant == tenant)
+            .count() as u64
+    }
+
     /// Runs driven now: all, and the tenant's.
     pub fn running(&self, tenant: &str) -> (usize, u32) {
         let s = self.state();
@@ -209,17 +218,12 @@ pub fn log_line(db: &Db, run: &str, level: &str, message: String) {
 }
 
 /// What a launch failure does to the run: one that never started fails
-/// (nothing can start it as it is); one that did stays `interrupted`, with the
-/// reason in its log, for a person to resume once the cause is fixed.
+/// (nothing can start it as it is); one that did stays `interrupted` for a
+/// person to resume once the cause is fixed. The error comes back for
+/// [`super::Server::note_failure`] to put in the run's log.
 fn launch_failed(db: &Db, run: &RunRecord, e: &LaunchError) -> anyhow::Error {
     let started = db.started(&run.id).unwrap_or(true);
     let why = format!("{:#}", e.error);
-    log_line(
-        db,
-        &run.id,
-        "error",
-        format!("the server could not continue the run: {why}"),
-    );
     let status = if started {
         RunStatus::Interrupted
     } else {
@@ -228,7 +232,7 @@ fn launch_failed(db: &Db, run: &RunRecord, e: &LaunchError) -> anyhow::Error {
     let outcome = (!started)
         .then(|| serde_json::json!({"success": false, "summary": why, "data": null}).to_string());
     let _ = db.finish_driving(&run.id, status, outcome.as_deref());
-    anyhow!("run {}: {why}", run.id)
+    anyhow!("{why}")
 }
 
 /// Whether a run standing at `next` takes an answer (it asked) or a tick (it

@@ -577,14 +577,6 @@ impl Store {
         Ok(rows)
     }
 
-    /// How many of `tenant`'s runs have `status` (through the tenant index).
-    pub fn count_runs(&self, tenant: &str, status: RunStatus) -> Result<u64> {
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT COUNT(*) FROM runs WHERE tenant = ?1 AND status = ?2")?
-            .query_row(params![tenant, status], |r| r.get::<_, i64>(0))? as u64)
-    }
-
     /// The server's runs with `status`, oldest change first (through `runs_by_status`).
     pub fn runs_with_status(&self, status: RunStatus) -> Result<Vec<(String, String)>> {
         let c = self.conn();

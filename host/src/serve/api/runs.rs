@@ -240,7 +240,9 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
     let policy = prepared.load_with(&server.runtime).map_err(launch_error)?;
     let shown = prepared.shown();
     let _one_at_a_time = server.start_lock.blocking_lock();
-    let queued = server.store.count_runs(&tenant.name, RunStatus::Queued)?;
+    // The queue in memory: a run the scheduler took is no longer waiting, though
+    // the store says `queued` until its driver holds it.
+    let queued = server.queue.queued(&tenant.name);
     if queued >= u64::from(tenant.max_queued) {
         let why = format!(
             "tenant `{}` has {queued} runs queued (tenants.{}.max_queued = {}); wait for some to start, or cancel some",
