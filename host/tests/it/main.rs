@@ -13,6 +13,7 @@ mod hook;
 mod installed;
 mod layout;
 mod registry;
+mod serve;
 mod spend;
 mod telemetry;
 mod trust;
