@@ -1076,6 +1076,9 @@ impl actions::Host for ActionsHost {
         };
         let (result, started, charge) = self.prompt_live(req.clone(), slot).await?;
         self.record_charged(slot, started, &result, charge.as_ref())?;
+        if let (Some(quota), Some(c)) = (&self.grants.quota, &charge) {
+            quota.charged(c);
+        }
         crate::journal::crashpoint::hit("action-recorded");
         Ok(result)
     }

@@ -29,6 +29,7 @@ pub use events::{EventCommit, EventRecord, LogRecord};
 pub use journal::{Budget, JournalRow, Spent};
 pub use runs::{NewRun, RunOptions, RunPlace, RunRecord, RunStatus, local_actor};
 pub use spend::TurnCharge;
+pub(crate) use spend::{SPEND_COLUMNS, totals_at};
 
 /// Directory under the workspace that holds the store.
 pub const STORE_DIR: &str = ".loopbox";

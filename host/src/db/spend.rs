@@ -30,8 +30,8 @@ fn int(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
     Ok(r.get::<_, i64>(i)?.max(0) as u64)
 }
 
-/// The totals in a run row's `spend_*` columns, starting at column `at`.
-pub(super) fn totals_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Totals> {
+/// The totals in a run row's spend columns ([`SPEND_COLUMNS`]), starting at column `at`.
+pub(crate) fn totals_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Totals> {
     Ok(Totals {
         turns: int(r, at)?,
         unmetered: int(r, at + 1)?,
@@ -45,6 +45,9 @@ pub(super) fn totals_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<To
         cost_usd: r.get::<_, f64>(at + 7)?,
     })
 }
+
+/// A run row's spend columns, in the order [`totals_at`] reads them.
+pub(crate) const SPEND_COLUMNS: &str = TOTALS;
 
 const TOTALS: &str = "spend_turns, spend_unmetered, spend_unpriced, spend_input_tokens, spend_output_tokens, spend_cache_read_tokens, spend_cache_write_tokens, spend_cost_usd";
 

@@ -1,8 +1,10 @@
 //! Quotas across runs: budgets a server sets per tenant (actions per hour,
-//! agent turns per day) that no single run's limits can see. The run asks its
-//! [`Quota`] before each action and each agent turn; a refusal names the quota
-//! and its value, and reaches the policy as `budget-exhausted` (a turn the
-//! driver would send ends the run instead).
+//! agent turns per day, dollars and tokens per day) that no single run's
+//! limits can see. The run asks its [`Quota`] before each action and each
+//! agent turn; a refusal names the quota and its value, and reaches the policy
+//! as `budget-exhausted` (a turn the driver would send ends the run instead).
+//! Once a turn's result and cost are recorded, the run tells the quota what it
+//! cost.
 
 /// What is about to be spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,4 +20,8 @@ pub trait Quota: Send + Sync {
     /// Count `spend` against the quota; `Err` says which quota is used up (its
     /// key and value) and nothing is counted.
     fn spend(&self, spend: Spend) -> Result<(), String>;
+
+    /// What an agent turn cost, once it is recorded with its result (for
+    /// budgets in dollars and tokens). Nothing to count by default.
+    fn charged(&self, _charge: &crate::spend::Charge) {}
 }

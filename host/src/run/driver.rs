@@ -483,6 +483,9 @@ async fn agent_turn(
             } else if let Some(c) = &sent.charge {
                 ctx.db.add_charge(&ctx.id, c)?;
             }
+            if let Some(c) = &sent.charge {
+                ctx.charge_quota(c);
+            }
             match sent.reply {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(RunEnd::Agent(e))),

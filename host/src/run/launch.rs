@@ -518,6 +518,9 @@ impl Prepared<'_> {
             RunEnd::Budget { key, message } => Some(serde_json::json!({
                 "success": false, "summary": message, "budget": key,
             })),
+            RunEnd::Quota(message) => Some(serde_json::json!({
+                "success": false, "summary": message, "quota": true,
+            })),
             _ => None,
         };
         db.finish_driving(

@@ -260,6 +260,13 @@ impl RunContext {
         &self.grants.budget
     }
 
+    /// Tell the run's shared quota, if it has one, what an agent turn cost.
+    pub fn charge_quota(&self, charge: &crate::spend::Charge) {
+        if let Some(q) = &self.grants.quota {
+            q.charged(charge);
+        }
+    }
+
     /// Count an agent turn against the run's shared quota, if it has one; `Err` names it.
     pub fn spend_quota(&self, spend: crate::limits::quota::Spend) -> Result<(), String> {
         match &self.grants.quota {

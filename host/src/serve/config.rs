@@ -109,6 +109,13 @@ pub struct TenantConfig {
     /// Agent turns and prompts of all the tenant's runs in any day (0: no limit).
     #[serde(default = "default_agent_turns_per_day")]
     pub agent_turns_per_day: u64,
+    /// Dollars the agent turns of all the tenant's runs may cost in any 24
+    /// hours, as reported or priced by each run's `[prices]` (absent: no limit).
+    #[serde(default)]
+    pub max_cost_usd_per_day: Option<f64>,
+    /// Tokens (input, cached included, and output) they may use in any 24 hours.
+    #[serde(default)]
+    pub max_tokens_per_day: Option<u64>,
     /// Agent credentials: the values the tenant's `agent.pass_env` names (the
     /// server's own environment is never passed to a tenant's runs).
     #[serde(default)]
@@ -229,6 +236,19 @@ impl ServerConfig {
                     "{at}tenants.{name}.max_running = 0 would never run anything: give at least 1"
                 );
             }
+            crate::spend::budget::SpendBudget {
+                max_cost_usd: t.max_cost_usd_per_day,
+                max_tokens: t.max_tokens_per_day,
+                ..Default::default()
+            }
+            .validate(&format!("tenants.{name}"))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{at}{}",
+                    e.replace(".max_cost_usd =", ".max_cost_usd_per_day =")
+                        .replace(".max_tokens =", ".max_tokens_per_day =")
+                )
+            })?;
             for key in t.env.keys() {
                 if !valid_env_name(key) {
                     bail!(

@@ -162,15 +162,23 @@ impl Server {
             let (actions, turns) = store.spent_since(name, TenantQuota::since(now))?;
             let hour_ago = now - 3_600_000;
             let actions: Vec<i64> = actions.into_iter().filter(|&a| a > hour_ago).collect();
+            let charges = store.charges_since(name, TenantQuota::since(now))?;
+            let budget = quota::DailyBudget {
+                max_cost_usd: t.max_cost_usd_per_day,
+                max_tokens: t.max_tokens_per_day,
+            };
             quotas.insert(
                 name.to_string(),
-                Arc::new(TenantQuota::new(
-                    name,
-                    t.actions_per_hour,
-                    t.agent_turns_per_day,
-                    &actions,
-                    &turns,
-                )),
+                Arc::new(
+                    TenantQuota::new(
+                        name,
+                        t.actions_per_hour,
+                        t.agent_turns_per_day,
+                        &actions,
+                        &turns,
+                    )
+                    .with_budget(budget, &charges),
+                ),
             );
         }
         Ok(Server {

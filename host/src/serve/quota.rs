@@ -1,18 +1,23 @@
 //! A tenant's shared budgets: `actions_per_hour` and `agent_turns_per_day`,
-//! counted over every run of the tenant in a sliding window. The runs ask
-//! before each action and agent turn (`limits::quota::Quota`); a refusal names
-//! the quota and its value, and the policy sees `budget-exhausted`.
+//! counted over every run of the tenant in a sliding window, and
+//! `max_cost_usd_per_day` and `max_tokens_per_day`, what the runs' agent turns
+//! spent in the last 24 hours. The runs ask before each action and agent turn
+//! (`limits::quota::Quota`), and say what each turn cost once it is recorded;
+//! a refusal names the quota, its value and (for spend) what was spent, and
+//! the policy sees `budget-exhausted` (a driver's turn ends the run), as a
+//! run's own `run.max_cost_usd` does.
 //!
 //! The windows live in memory, holding at most one timestamp per unit of the
-//! quota (so a window never grows past its own limit), and start from the
-//! store's journal when the server starts, so a restart gives no one a fresh
-//! hour.
+//! quota (so a window never grows past its own limit), or for spend one
+//! bucket per minute (at most 1,440), and start from the store's journal when
+//! the server starts, so a restart gives no one a fresh hour or day.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use crate::db::now_ms;
 use crate::limits::quota::{Quota, Spend};
+use crate::spend::{Charge, Totals, usd};
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
@@ -78,10 +83,61 @@ impl Window {
     }
 }
 
+const MINUTE_MS: i64 = 60_000;
+
+/// What agent turns spent in the last 24 hours, by the minute: each bucket
+/// the totals of the turns recorded in that minute.
+#[derive(Debug, Default)]
+struct SpendWindow {
+    buckets: VecDeque<(i64, Totals)>,
+}
+
+impl SpendWindow {
+    fn add(&mut self, at: i64, charge: &Charge) {
+        let minute = at.div_euclid(MINUTE_MS);
+        match self.buckets.back_mut() {
+            Some((m, t)) if *m == minute => t.add(charge),
+            _ => {
+                let mut t = Totals::default();
+                t.add(charge);
+                self.buckets.push_back((minute, t));
+            }
+        }
+    }
+
+    /// The last 24 hours' totals (a minute's bucket stands until the whole
+    /// minute has left the window: the sum is never less than what was spent).
+    fn totals(&mut self, now: i64) -> Totals {
+        let first = (now - DAY_MS).div_euclid(MINUTE_MS);
+        while self.buckets.front().is_some_and(|(m, _)| *m < first) {
+            self.buckets.pop_front();
+        }
+        let mut sum = Totals::default();
+        for (_, t) in &self.buckets {
+            sum.turns += t.turns;
+            sum.unmetered += t.unmetered;
+            sum.unpriced += t.unpriced;
+            sum.tokens.add(&t.tokens);
+            sum.cost_usd += t.cost_usd;
+        }
+        sum
+    }
+}
+
+/// A tenant's daily spend budgets, in the words of the server config.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DailyBudget {
+    pub max_cost_usd: Option<f64>,
+    pub max_tokens: Option<u64>,
+}
+
 /// A tenant's quotas, shared by all its runs.
 #[derive(Debug)]
 pub struct TenantQuota {
     windows: Mutex<(Window, Window)>,
+    tenant: String,
+    budget: DailyBudget,
+    spent: Mutex<SpendWindow>,
 }
 
 impl TenantQuota {
@@ -95,6 +151,9 @@ impl TenantQuota {
         turns: &[i64],
     ) -> TenantQuota {
         TenantQuota {
+            tenant: tenant.to_string(),
+            budget: DailyBudget::default(),
+            spent: Mutex::new(SpendWindow::default()),
             windows: Mutex::new((
                 Window::new(
                     format!("tenants.{tenant}.actions_per_hour"),
@@ -112,6 +171,71 @@ impl TenantQuota {
         }
     }
 
+    /// With daily spend budgets, started from the charges (their times) the
+    /// journal holds for the last 24 hours.
+    pub fn with_budget(mut self, budget: DailyBudget, charges: &[(i64, Charge)]) -> TenantQuota {
+        self.budget = budget;
+        let spent = self.spent.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (at, c) in charges {
+            spent.add(*at, c);
+        }
+        self
+    }
+
+    /// What the tenant's runs spent in the 24 hours before `now`.
+    pub fn spent_today(&self, now: i64) -> Totals {
+        self.spent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .totals(now)
+    }
+
+    /// Whether another agent turn fits the daily spend budgets; `Err` names
+    /// the key, its value and what was spent, as a run's own budget does.
+    fn check_budget(&self, now: i64) -> Result<(), String> {
+        let (cost, tokens) = (self.budget.max_cost_usd, self.budget.max_tokens);
+        if cost.is_none() && tokens.is_none() {
+            return Ok(());
+        }
+        let spent = self.spent_today(now);
+        let key = |k: &str| format!("tenants.{}.{k}", self.tenant);
+        if let Some(limit) = cost {
+            if spent.cost_usd >= limit {
+                return Err(format!(
+                    "the tenant's budget {} = {limit} is used: its runs spent {} over {} agent turn(s) in the last 24 hours",
+                    key("max_cost_usd_per_day"),
+                    usd(spent.cost_usd),
+                    spent.turns
+                ));
+            }
+            if !spent.cost_known() {
+                return Err(format!(
+                    "the tenant's budget {} = {limit} cannot be kept: the cost of {} agent turn(s) in the last 24 hours is unknown (no usage reported, or no [prices] entry for the model); price them in the tenant's loopbox.toml",
+                    key("max_cost_usd_per_day"),
+                    spent.unpriced + spent.unmetered
+                ));
+            }
+        }
+        if let Some(limit) = tokens {
+            let used = spent.tokens.total();
+            if used >= limit {
+                return Err(format!(
+                    "the tenant's budget {} = {limit} is used: its runs used {used} tokens over {} agent turn(s) in the last 24 hours",
+                    key("max_tokens_per_day"),
+                    spent.turns
+                ));
+            }
+            if spent.unmetered > 0 {
+                return Err(format!(
+                    "the tenant's budget {} = {limit} cannot be kept: {} agent turn(s) in the last 24 hours reported no usage",
+                    key("max_tokens_per_day"),
+                    spent.unmetered
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// From how far back the store's journal is read to start the windows.
     pub fn since(now: i64) -> i64 {
         now - DAY_MS
@@ -127,6 +251,7 @@ impl TenantQuota {
             }
             Spend::AgentTurn => {
                 turns.check(now, "agent turns")?;
+                self.check_budget(now)?;
                 turns.push(now);
             }
         }
@@ -137,6 +262,13 @@ impl TenantQuota {
 impl Quota for TenantQuota {
     fn spend(&self, spend: Spend) -> Result<(), String> {
         self.spend_at(spend, now_ms())
+    }
+
+    fn charged(&self, charge: &Charge) {
+        self.spent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(now_ms(), charge);
     }
 }
 
@@ -166,5 +298,74 @@ mod tests {
             free.spend_at(Spend::Action, now).unwrap();
         }
         assert!(free.windows.lock().unwrap().0.at.is_empty());
+    }
+
+    fn charge(cost: f64, tokens: u64) -> Charge {
+        Charge {
+            unmetered: false,
+            model: Some("m".into()),
+            tokens: crate::spend::Tokens {
+                input: tokens,
+                ..Default::default()
+            },
+            cost_usd: Some(cost),
+            source: crate::spend::CostSource::Agent,
+        }
+    }
+
+    #[test]
+    fn a_daily_spend_budget_counts_the_last_24_hours_and_names_itself() {
+        let now = 10 * DAY_MS;
+        // $0.30 yesterday (out of the window), $0.20 an hour ago.
+        let q = TenantQuota::new("alpha", 0, 0, &[], &[]).with_budget(
+            DailyBudget {
+                max_cost_usd: Some(0.5),
+                max_tokens: Some(10_000),
+            },
+            &[
+                (now - DAY_MS - 2 * MINUTE_MS, charge(0.3, 100)),
+                (now - HOUR_MS, charge(0.2, 100)),
+            ],
+        );
+        q.spend_at(Spend::AgentTurn, now).unwrap();
+        q.spent.lock().unwrap().add(now, &charge(0.3, 100));
+        let e = q.spend_at(Spend::AgentTurn, now).unwrap_err();
+        assert_eq!(
+            e,
+            "the tenant's budget tenants.alpha.max_cost_usd_per_day = 0.5 is used: its runs spent $0.5000 over 2 agent turn(s) in the last 24 hours"
+        );
+        // A day later it has all left the window.
+        q.spend_at(Spend::AgentTurn, now + DAY_MS + MINUTE_MS)
+            .unwrap();
+        // Tokens likewise; a turn of unknown cost stops a cost budget.
+        q.spent
+            .lock()
+            .unwrap()
+            .add(now + DAY_MS + MINUTE_MS, &charge(0.0, 20_000));
+        assert!(
+            q.spend_at(Spend::AgentTurn, now + DAY_MS + MINUTE_MS)
+                .unwrap_err()
+                .contains(
+                    "tenants.alpha.max_tokens_per_day = 10000 is used: its runs used 20000 tokens"
+                )
+        );
+        let u = TenantQuota::new("b", 0, 0, &[], &[]).with_budget(
+            DailyBudget {
+                max_cost_usd: Some(1.0),
+                max_tokens: None,
+            },
+            &[(now, Charge::unmetered())],
+        );
+        assert!(
+            u.spend_at(Spend::AgentTurn, now)
+                .unwrap_err()
+                .contains("cannot be kept")
+        );
+        // The window is a bucket a minute, however many turns.
+        let many = TenantQuota::new("c", 0, 0, &[], &[]);
+        for i in 0..100_000 {
+            many.spent.lock().unwrap().add(now + i, &charge(0.0, 1));
+        }
+        assert_eq!(many.spent.lock().unwrap().buckets.len(), 2);
     }
 }

@@ -135,6 +135,8 @@ pub struct RunRow {
     pub workspace: Option<String>,
     pub started_by: Option<String>,
     pub summary: Option<String>,
+    /// What its agent turns spent.
+    pub spent: crate::spend::Totals,
 }
 
 /// Which of a tenant's runs to list, newest first.
@@ -537,16 +539,17 @@ impl Store {
             );
         }
         let (at, after_id) = cursor.unzip();
-        let mut stmt = c.prepare_cached(
+        let mut stmt = c.prepare_cached(&format!(
             "SELECT id, policy, json_extract(options, '$.policy_name'), status, created_at, updated_at, turns, actions, workspace, started_by,
-                    json_extract(outcome, '$.summary')
+                    json_extract(outcome, '$.summary'), {}
              FROM runs INDEXED BY runs_by_tenant
              WHERE tenant = ?1
                AND (?2 IS NULL OR status = ?2)
                AND (?3 IS NULL OR policy = ?3 OR json_extract(options, '$.policy_name') = ?3)
                AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
              ORDER BY created_at DESC, id DESC LIMIT ?6",
-        )?;
+            crate::db::SPEND_COLUMNS
+        ))?;
         let rows = stmt
             .query_map(
                 params![
@@ -570,6 +573,7 @@ impl Store {
                         workspace: r.get(8)?,
                         started_by: r.get(9)?,
                         summary: r.get(10)?,
+                        spent: crate::db::totals_at(r, 11)?,
                     })
                 },
             )?
@@ -612,6 +616,63 @@ impl Store {
             }
         }
         Ok((actions, turns))
+    }
+}
+
+impl Store {
+    /// The charged agent turns of `tenant`'s runs recorded since `since_ms`,
+    /// with their times: to start its daily spend budgets where the last
+    /// incarnation left them, and to show what it spent.
+    pub fn charges_since(
+        &self,
+        tenant: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(i64, crate::spend::Charge)>> {
+        let c = self.conn();
+        let mut stmt = c.prepare_cached(
+            "SELECT COALESCE(j.done_at, j.at), json_extract(j.result, '$.usage') FROM journal j JOIN runs r ON r.id = j.run_id
+             WHERE r.tenant = ?1 AND COALESCE(j.done_at, j.at) >= ?2 AND j.kind IN ('prompt', 'turn')
+               AND j.result IS NOT NULL AND json_valid(j.result) AND json_extract(j.result, '$.usage') IS NOT NULL
+             ORDER BY 1",
+        )?;
+        let rows = stmt
+            .query_map(params![tenant, since_ms], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(at, usage)| Some((at, serde_json::from_str(&usage).ok()?)))
+            .collect())
+    }
+
+    /// What all of `tenant`'s runs spent, ever: the sum of their totals.
+    pub fn tenant_spent(&self, tenant: &str) -> Result<crate::spend::Totals> {
+        let c = self.conn();
+        let t = c
+            .prepare_cached(
+                "SELECT COALESCE(SUM(spend_turns), 0), COALESCE(SUM(spend_unmetered), 0), COALESCE(SUM(spend_unpriced), 0),
+                        COALESCE(SUM(spend_input_tokens), 0), COALESCE(SUM(spend_output_tokens), 0),
+                        COALESCE(SUM(spend_cache_read_tokens), 0), COALESCE(SUM(spend_cache_write_tokens), 0),
+                        COALESCE(SUM(spend_cost_usd), 0.0)
+                 FROM runs INDEXED BY runs_by_tenant WHERE tenant = ?1",
+            )?
+            .query_row([tenant], |r| {
+                let n = |i| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
+                Ok(crate::spend::Totals {
+                    turns: n(0)?,
+                    unmetered: n(1)?,
+                    unpriced: n(2)?,
+                    tokens: crate::spend::Tokens {
+                        input: n(3)?,
+                        output: n(4)?,
+                        cache_read: n(5)?,
+                        cache_write: n(6)?,
+                    },
+                    cost_usd: r.get(7)?,
+                })
+            })?;
+        Ok(t)
     }
 }
 

@@ -26,6 +26,10 @@ pub struct Tenant {
     pub max_queued: u32,
     pub actions_per_hour: u64,
     pub agent_turns_per_day: u64,
+    /// `max_cost_usd_per_day` and `max_tokens_per_day`: what all its runs'
+    /// agent turns may spend in any 24 hours.
+    pub max_cost_usd_per_day: Option<f64>,
+    pub max_tokens_per_day: Option<u64>,
     /// Agent credentials: `env`, then the `env_file`'s (which win).
     pub env: BTreeMap<String, String>,
     /// What the tenant's commands and agent never see.
@@ -126,6 +130,8 @@ fn tenant(name: &str, t: &TenantConfig, all: &[(String, PathBuf)], data: &Path) 
         max_queued: t.max_queued,
         actions_per_hour: t.actions_per_hour,
         agent_turns_per_day: t.agent_turns_per_day,
+        max_cost_usd_per_day: t.max_cost_usd_per_day,
+        max_tokens_per_day: t.max_tokens_per_day,
         env,
         hidden,
     })

@@ -181,6 +181,19 @@ impl Totals {
         self.unpriced == 0 && self.unmetered == 0
     }
 
+    /// The totals as `--json` and the server's API give them: agent turns
+    /// charged, tokens, dollars, and whether every turn's cost is known
+    /// (`cost_usd` is then exact, else a floor).
+    pub fn json(&self) -> serde_json::Value {
+        let t = &self.tokens;
+        serde_json::json!({
+            "turns": self.turns, "cost_usd": self.cost_usd, "cost_known": self.cost_known(),
+            "unpriced_turns": self.unpriced, "unmetered_turns": self.unmetered,
+            "tokens": {"input": t.input, "output": t.output, "cache_read": t.cache_read,
+                       "cache_write": t.cache_write, "total": t.total()},
+        })
+    }
+
     /// The cost as a person reads it: `$1.2345`, `$1.2345+` when some turns'
     /// costs are unknown, `-` when nothing was charged.
     pub fn cost_text(&self) -> String {

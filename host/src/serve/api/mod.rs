@@ -4,13 +4,14 @@
 //!
 //! - [`extract`]: the caller, the CSRF check, bounded bodies.
 //! - [`error`]: `{"error", "causes"}` with the status that fits.
-//! - [`runs`], [`approvals`], [`admin`]: the routes.
+//! - [`runs`], [`approvals`], [`admin`], [`spend`]: the routes.
 
 pub mod admin;
 pub mod approvals;
 pub mod error;
 pub mod extract;
 pub mod runs;
+pub mod spend;
 
 use std::sync::Arc;
 
@@ -42,6 +43,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/approvals/{id}/deny", post(approvals::deny))
         .route("/api/v1/policies", get(admin::policies))
         .route("/api/v1/audit", get(admin::audit))
+        .route("/api/v1/spend", get(spend::tenant))
         .route(
             "/api/v1/tokens",
             get(admin::tokens).post(admin::create_token),

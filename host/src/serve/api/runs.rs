@@ -89,7 +89,7 @@ pub async fn list(
                 "id": r.id, "policy": r.policy, "policy_name": r.policy_name, "status": r.status,
                 "started": rfc3339(r.created_at_ms), "updated": rfc3339(r.updated_at_ms),
                 "turns": r.turns, "actions": r.actions, "workspace": r.workspace,
-                "started_by": r.started_by, "summary": r.summary,
+                "started_by": r.started_by, "summary": r.summary, "spend": r.spent.json(),
             })
         })
         .collect();
@@ -322,6 +322,7 @@ pub async fn show(
         limit: 100,
     })?;
     let driven = server.queue.is_running(&run.id);
+    let charges = db.charges(&run.id)?;
     let journal: Vec<Value> = actions
         .iter()
         .map(|a| {
@@ -351,6 +352,12 @@ pub async fn show(
         "pinned_grants": run.options.grants,
         "started": rfc3339(run.created_at_ms), "updated": rfc3339(run.updated_at_ms),
         "turns": run.turns, "actions": run.actions, "prompts": run.prompts,
+        "spend": run.spent.json(),
+        "agent_turns": charges.iter().map(|c| json!({
+            "event": c.event_seq, "seq": c.seq, "kind": c.kind, "at": rfc3339(c.at_ms),
+            "model": c.charge.model, "tokens": c.charge.tokens, "cost_usd": c.charge.cost_usd,
+            "cost_source": c.charge.source, "unmetered": c.charge.unmetered,
+        })).collect::<Vec<_>>(),
         "outcome": run.outcome.as_deref().map(parsed), "input": parsed(&run.input),
         "cancel_requested": run.cancel_requested,
         "events_total": events_total,

@@ -9,6 +9,7 @@ mod bad_input;
 mod crash;
 mod load;
 mod runs;
+mod spend;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -151,15 +151,9 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
     Ok(exit::OK)
 }
 
-/// A run's totals in `--json`: agent turns charged, tokens, dollars, and
-/// whether every turn's cost is known (`cost_usd` is then exact, else a floor).
+/// A run's totals in `--json` (see [`loopbox::spend::Totals::json`]).
 pub(super) fn spend_json(t: &loopbox::spend::Totals) -> serde_json::Value {
-    json!({
-        "turns": t.turns, "cost_usd": t.cost_usd, "cost_known": t.cost_known(),
-        "unpriced_turns": t.unpriced, "unmetered_turns": t.unmetered,
-        "tokens": {"input": t.tokens.input, "output": t.tokens.output, "cache_read": t.tokens.cache_read,
-                   "cache_write": t.tokens.cache_write, "total": t.tokens.total()},
-    })
+    t.json()
 }
 
 /// The end of `s` (a path: its file name matters most) within `max` characters.
