@@ -4,10 +4,11 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The oldest schema whose tables this loopbox can read as they are (a later
-/// one only added indexes): a read-only command reads such a store without
+/// one only added indexes, a table and a column those commands read only where
+/// present, see `Db::wake_at`): a read-only command reads such a store without
 /// upgrading it, so it needs no write and no free space.
 pub const READABLE_FROM: i64 = 5;
 
@@ -71,10 +72,27 @@ CREATE TABLE IF NOT EXISTS journal (
 -- Schema 6: the runs that may need a look when loopbox starts (`running` ones
 -- whose driver may be gone) are found through this, not by reading every run.
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
+-- Schema 7: copies of workspace files a policy asked the host to keep
+-- (`actions.snapshot`), to put back with `actions.restore`; `content` NULL is a
+-- path that was absent. Deleted with the snapshot, or when the run ends.
+CREATE TABLE IF NOT EXISTS snapshots (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    id INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    content BLOB,
+    PRIMARY KEY (run_id, id, path)
+);
+";
+
+/// Indexes on columns added after schema 1, made once the columns exist.
+const LATER_INDEXES: &str = "
+-- Schema 7: runs parked by a `sleep` decision, by the time they wake, so a
+-- scheduler finds the due ones without reading every run (`Db::due_runs`).
+CREATE INDEX IF NOT EXISTS runs_by_wake ON runs (wake_at) WHERE wake_at IS NOT NULL;
 ";
 
 /// Columns added after schema 1, each with the version that added it.
-const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 9] = [
     ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
@@ -88,6 +106,8 @@ const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
     // Schema 5: bytes of keys and values in the run's state (limits.state_total_bytes),
     // kept by each commit so a write is checked without summing the state.
     ("runs", "state_bytes", "INTEGER NOT NULL DEFAULT 0"),
+    // Schema 7: when a run parked by a `sleep` decision wakes (ms since the epoch).
+    ("runs", "wake_at", "INTEGER"),
 ];
 
 /// Counts a new column starts from, for a store that already has rows.
@@ -149,6 +169,8 @@ fn upgrade(conn: &Connection) -> Result<()> {
             }
         }
     }
+    conn.execute_batch(LATER_INDEXES)
+        .context("failed to create the indexes")?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     Ok(())
 }

@@ -244,6 +244,11 @@ pub async fn drive(
                     )));
                 }
             },
+            // A timer: sleep (parked) until it is due, then deliver its tick.
+            Decision::Sleep(timer) => match crate::run::timer::sleep(ctx, &timer).await? {
+                Ok(()) => Next::Deliver(Event::Tick(timer.tick)),
+                Err(end) => return Ok(end),
+            },
             Decision::Inject(message) => match agent_turn(
                 ctx,
                 seq,
