@@ -205,6 +205,10 @@ pub fn referenced_context(lp: &Loop) -> std::collections::BTreeSet<String> {
                 templates.push(t)
             }
             Some(Action::Exec(argv)) => templates.extend(argv.iter().map(String::as_str)),
+            Some(Action::Mcp { tool, params }) => {
+                templates.push(tool);
+                templates.extend(params.values().filter_map(|v| v.as_str()));
+            }
             None => {}
         }
         if let Some(e) = &state.evaluate
