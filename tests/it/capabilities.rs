@@ -4,7 +4,10 @@
 use loopbox_tests::*;
 use serde_json::json;
 
+mod mcp;
 mod profiles;
+mod restore;
+mod worktree_at;
 
 fn err_kind(v: &serde_json::Value) -> (&str, &str) {
     (

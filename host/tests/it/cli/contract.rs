@@ -280,7 +280,7 @@ fn a_policy_for_a_newer_contract_is_refused_with_what_it_needs() {
         assert_eq!(code(&o), 2, "{args:?}: {}{}", stdout(&o), stderr(&o));
         assert_eq!(
             stderr(&o),
-            "error: failed to load policy `new.wasm`: it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0 and 0.3.0: upgrade loopbox to a version that supports 9.0.0, or rebuild the policy against `loopbox:policy@0.3.0`\n",
+            "error: failed to load policy `new.wasm`: it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0, 0.3.0 and 0.4.0: upgrade loopbox to a version that supports 9.0.0, or rebuild the policy against `loopbox:policy@0.4.0`\n",
             "{args:?}"
         );
     }
