@@ -183,11 +183,11 @@ pub fn check_branch(b: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A revision `worktree-at` takes: a branch or tag name by git's rules (see
-/// [`check_branch`]), or a commit id (4 to 64 hex digits). Never starting with
+/// A revision `worktree-at` takes: `HEAD`, a branch or tag name by git's rules
+/// (see [`check_branch`]), or a commit id (4 to 64 hex digits). Never starting with
 /// `-`, and resolved with `--end-of-options` before use, so it cannot be a flag.
 pub fn check_revision(r: &str) -> Result<(), String> {
-    if (4..=64).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if r == "HEAD" || ((4..=64).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit())) {
         return Ok(());
     }
     check_branch(r).map_err(|e| e.replacen("is not a branch name", "is not a revision", 1))

@@ -39,12 +39,12 @@ async fn a_granted_tool_answers_and_nothing_else_is_called() {
     let ws = Workspace::new();
     let ctx = ws.run(&load("probe"), &config(&["echo", "fail", "nope", "argv"], ""));
     let v = call(&ctx, "echo", json!({"url": "http://x", "n": 1})).await;
-    assert_eq!(v["ok"]["status"], "Ok", "{v}");
+    assert_eq!(v["ok"]["status"], "McpStatus::Ok", "{v}");
     let answer: Value = serde_json::from_str(v["ok"]["answer"].as_str().unwrap()).unwrap();
     assert_eq!(answer["content"][0]["text"], r#"{"n": 1, "url": "http://x"}"#);
-    assert_eq!(call(&ctx, "fail", json!({})).await["ok"]["status"], "ToolError");
+    assert_eq!(call(&ctx, "fail", json!({})).await["ok"]["status"], "McpStatus::ToolError");
     // Granted here, but the server has no such tool (JSON-RPC -32601).
-    assert_eq!(call(&ctx, "nope", json!({})).await["ok"]["status"], "NotFound");
+    assert_eq!(call(&ctx, "nope", json!({})).await["ok"]["status"], "McpStatus::NotFound");
     // Deny by default: another tool, another server.
     let v = call(&ctx, "count", json!({})).await;
     let (kind, msg) = err_kind(&v);
@@ -77,13 +77,13 @@ async fn a_server_runs_sandboxed_and_cannot_write_a_protected_path() {
     ws.write("loopbox.toml", "# the user's\n");
     let ctx = ws.run(&load("probe"), &config(&["write"], ""));
     let v = call(&ctx, "write", json!({"path": "loopbox.toml", "text": "[shell]\nallow=[[\"sh\"]]\n"})).await;
-    assert_eq!(v["ok"]["status"], "ToolError", "{v}");
+    assert_eq!(v["ok"]["status"], "McpStatus::ToolError", "{v}");
     assert_eq!(
         std::fs::read_to_string(ws.root().join("loopbox.toml")).unwrap(),
         "# the user's\n"
     );
     let v = call(&ctx, "write", json!({"path": "notes.txt", "text": "ok"})).await;
-    assert_eq!(v["ok"]["status"], "Ok", "{v}");
+    assert_eq!(v["ok"]["status"], "McpStatus::Ok", "{v}");
 }
 
 #[tokio::test]
@@ -98,7 +98,8 @@ async fn a_hostile_server_ends_the_call_within_its_bounds() {
     );
     for (tool, says) in [
         ("huge", "limits.mcp_message_bytes = 65536"),
-        ("garbage", "closed its output"),
+        // Under bwrap, bwrap holds the output open after the server closes it.
+        ("garbage", "answer"),
         ("silent", "within the call's time limit"),
         ("exit", "closed its output"),
         ("flood", "messages without answering"),
@@ -106,7 +107,7 @@ async fn a_hostile_server_ends_the_call_within_its_bounds() {
         let started = Instant::now();
         let v = call(&ctx, tool, json!({})).await;
         let took = started.elapsed();
-        assert_eq!(v["ok"]["status"], "NoAnswer", "{tool}: {v}");
+        assert_eq!(v["ok"]["status"], "McpStatus::NoAnswer", "{tool}: {v}");
         let answer: Value = serde_json::from_str(v["ok"]["answer"].as_str().unwrap()).unwrap();
         assert!(
             answer["error"].as_str().unwrap_or("").contains(says),
