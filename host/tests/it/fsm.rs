@@ -5,6 +5,10 @@
 use crate::common;
 mod alias_bomb;
 mod learning;
+mod mcp;
+mod parked;
+mod prepatch;
+mod revert;
 mod runs_the_same;
 mod tamper_guard;
 mod worktree;

@@ -37,22 +37,40 @@ async fn call(ctx: &loopbox::run::RunContext, tool: &str, args: Value) -> Value 
 #[tokio::test]
 async fn a_granted_tool_answers_and_nothing_else_is_called() {
     let ws = Workspace::new();
-    let ctx = ws.run(&load("probe"), &config(&["echo", "fail", "nope", "argv"], ""));
+    let ctx = ws.run(
+        &load("probe"),
+        &config(&["echo", "fail", "nope", "argv"], ""),
+    );
     let v = call(&ctx, "echo", json!({"url": "http://x", "n": 1})).await;
     assert_eq!(v["ok"]["status"], "McpStatus::Ok", "{v}");
     let answer: Value = serde_json::from_str(v["ok"]["answer"].as_str().unwrap()).unwrap();
-    assert_eq!(answer["content"][0]["text"], r#"{"n": 1, "url": "http://x"}"#);
-    assert_eq!(call(&ctx, "fail", json!({})).await["ok"]["status"], "McpStatus::ToolError");
+    assert_eq!(
+        answer["content"][0]["text"],
+        r#"{"n": 1, "url": "http://x"}"#
+    );
+    assert_eq!(
+        call(&ctx, "fail", json!({})).await["ok"]["status"],
+        "McpStatus::ToolError"
+    );
     // Granted here, but the server has no such tool (JSON-RPC -32601).
-    assert_eq!(call(&ctx, "nope", json!({})).await["ok"]["status"], "McpStatus::NotFound");
+    assert_eq!(
+        call(&ctx, "nope", json!({})).await["ok"]["status"],
+        "McpStatus::NotFound"
+    );
     // Deny by default: another tool, another server.
     let v = call(&ctx, "count", json!({})).await;
     let (kind, msg) = err_kind(&v);
     assert_eq!(kind, "denied");
-    assert!(msg.contains("add it to `tools` in `[mcp.servers.probe]`"), "{msg}");
-    let v = probe(&ctx, json!({"op": "mcp", "server": "other", "tool": "echo"}))
-        .await
-        .unwrap();
+    assert!(
+        msg.contains("add it to `tools` in `[mcp.servers.probe]`"),
+        "{msg}"
+    );
+    let v = probe(
+        &ctx,
+        json!({"op": "mcp", "server": "other", "tool": "echo"}),
+    )
+    .await
+    .unwrap();
     assert!(err_kind(&v).1.contains("add `[mcp.servers.other]`"), "{v}");
     // Arguments that are not a JSON object are refused before anything starts.
     let v = call(&ctx, "echo", json!("[1, 2]")).await;
@@ -76,7 +94,12 @@ async fn a_server_runs_sandboxed_and_cannot_write_a_protected_path() {
     let ws = Workspace::new();
     ws.write("loopbox.toml", "# the user's\n");
     let ctx = ws.run(&load("probe"), &config(&["write"], ""));
-    let v = call(&ctx, "write", json!({"path": "loopbox.toml", "text": "[shell]\nallow=[[\"sh\"]]\n"})).await;
+    let v = call(
+        &ctx,
+        "write",
+        json!({"path": "loopbox.toml", "text": "[shell]\nallow=[[\"sh\"]]\n"}),
+    )
+    .await;
     assert_eq!(v["ok"]["status"], "McpStatus::ToolError", "{v}");
     assert_eq!(
         std::fs::read_to_string(ws.root().join("loopbox.toml")).unwrap(),

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use super::err_kind;
 
-const GRANT: &str = "[shell]\nscripts = true\n\n[workspace]\nrestore = [\"tests/\", \"conftest.py\"]\n";
+const GRANT: &str =
+    "[shell]\nscripts = true\n\n[workspace]\nrestore = [\"tests/\", \"conftest.py\"]\n";
 
 fn paths(v: &[&str]) -> Value {
     json!(v)
@@ -37,12 +38,19 @@ async fn a_restore_puts_back_what_the_step_changed_and_replaces_a_link_planted_a
     .await
     .unwrap();
     assert_eq!(v["changed"]["ok"]["exit_code"], 0, "{v}");
-    assert_eq!(v["restored"]["ok"], json!(["tests/test_a.py", "tests/test_b.py"]), "{v}");
+    assert_eq!(
+        v["restored"]["ok"],
+        json!(["tests/test_a.py", "tests/test_b.py"]),
+        "{v}"
+    );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
     let a = ws.root().join("tests/test_a.py");
     assert!(std::fs::symlink_metadata(&a).unwrap().is_file());
     assert_eq!(std::fs::read_to_string(a).unwrap(), "assert 1\n");
-    assert_eq!(std::fs::read_to_string(ws.root().join("tests/test_b.py")).unwrap(), "assert 2\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.root().join("tests/test_b.py")).unwrap(),
+        "assert 2\n"
+    );
 }
 
 #[tokio::test]
@@ -117,9 +125,12 @@ async fn protected_and_hidden_paths_are_refused_whatever_the_patterns() {
         assert!(msg.contains("never writes it"), "{path}: {msg}");
     }
     // Nor by a path that climbs out.
-    let v = probe(&ctx, json!({"op": "snapshot", "paths": paths(&["tests/../../x"])}))
-        .await
-        .unwrap();
+    let v = probe(
+        &ctx,
+        json!({"op": "snapshot", "paths": paths(&["tests/../../x"])}),
+    )
+    .await
+    .unwrap();
     assert_eq!(err_kind(&v).0, "invalid", "{v}");
 }
 
@@ -128,9 +139,12 @@ async fn without_the_grant_nothing_is_kept_and_the_copies_are_capped_by_a_named_
     let ws = Workspace::new();
     ws.write("tests/test_a.py", &"x".repeat(5000));
     let ctx = ws.run(&load("probe"), "[shell]\nscripts = true\n");
-    let v = probe(&ctx, json!({"op": "snapshot", "paths": paths(&["tests/test_a.py"])}))
-        .await
-        .unwrap();
+    let v = probe(
+        &ctx,
+        json!({"op": "snapshot", "paths": paths(&["tests/test_a.py"])}),
+    )
+    .await
+    .unwrap();
     let (kind, msg) = err_kind(&v);
     assert_eq!(kind, "denied", "{v}");
     assert!(msg.contains("workspace.restore"), "{msg}");
@@ -138,9 +152,12 @@ async fn without_the_grant_nothing_is_kept_and_the_copies_are_capped_by_a_named_
         &load("probe"),
         &format!("{GRANT}\n[limits]\nsnapshot_bytes = 4096\n"),
     );
-    let v = probe(&ctx, json!({"op": "snapshot", "paths": paths(&["tests/test_a.py"])}))
-        .await
-        .unwrap();
+    let v = probe(
+        &ctx,
+        json!({"op": "snapshot", "paths": paths(&["tests/test_a.py"])}),
+    )
+    .await
+    .unwrap();
     let (kind, msg) = err_kind(&v);
     assert_eq!(kind, "invalid", "{v}");
     assert!(msg.contains("limits.snapshot_bytes = 4096"), "{msg}");

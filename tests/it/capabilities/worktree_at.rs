@@ -48,7 +48,10 @@ const GRANT: &str = "[shell]\nscripts = true\n\n[worktree]\nallow = true\n";
 #[tokio::test]
 async fn a_fork_at_the_base_holds_the_copies_and_goes_when_removed() {
     let ws = repo();
-    ws.write("tests/test_a.py", "def test_a():\n    assert 2\n\ndef test_new():\n    pass\n");
+    ws.write(
+        "tests/test_a.py",
+        "def test_a():\n    assert 2\n\ndef test_new():\n    pass\n",
+    );
     let ctx = ws.run(&load("probe"), GRANT);
     let v = probe(
         &ctx,
@@ -56,12 +59,25 @@ async fn a_fork_at_the_base_holds_the_copies_and_goes_when_removed() {
     )
     .await
     .unwrap();
-    let rel = v["ok"].as_str().unwrap_or_else(|| panic!("{v}")).to_string();
+    let rel = v["ok"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
     assert!(rel.starts_with(".worktrees/prepatch-"), "{rel}");
     let fork = ws.root().join(&rel);
-    assert_eq!(std::fs::read_to_string(fork.join("src/pkg.py")).unwrap(), "X = 1\n");
-    assert!(std::fs::read_to_string(fork.join("tests/test_a.py")).unwrap().contains("test_new"));
-    assert!(!ws.root().join("hook-ran").exists(), "the post-checkout hook ran");
+    assert_eq!(
+        std::fs::read_to_string(fork.join("src/pkg.py")).unwrap(),
+        "X = 1\n"
+    );
+    assert!(
+        std::fs::read_to_string(fork.join("tests/test_a.py"))
+            .unwrap()
+            .contains("test_new")
+    );
+    assert!(
+        !ws.root().join("hook-ran").exists(),
+        "the post-checkout hook ran"
+    );
     // The fork's `.git` file is read-only to commands while it is open.
     let v = probe(
         &ctx,
@@ -82,12 +98,19 @@ async fn a_revision_that_would_be_a_flag_or_a_copy_that_is_a_link_is_refused() {
     let ws = repo();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret"), "s").unwrap();
-    symlink(outside.path().join("secret"), ws.root().join("tests/test_link.py")).unwrap();
+    symlink(
+        outside.path().join("secret"),
+        ws.root().join("tests/test_link.py"),
+    )
+    .unwrap();
     let ctx = ws.run(&load("probe"), GRANT);
     for rev in ["--output=/tmp/x", "-b", "HEAD~1", "a b", "main:x"] {
-        let v = probe(&ctx, json!({"op": "worktree_at", "revision": rev, "copy": []}))
-            .await
-            .unwrap();
+        let v = probe(
+            &ctx,
+            json!({"op": "worktree_at", "revision": rev, "copy": []}),
+        )
+        .await
+        .unwrap();
         assert_eq!(err_kind(&v).0, "invalid", "{rev}: {v}");
     }
     let v = probe(
@@ -115,9 +138,12 @@ async fn a_revision_that_would_be_a_flag_or_a_copy_that_is_a_link_is_refused() {
     assert_eq!(left, 0);
     // And without `[worktree]`, nothing at all.
     let ctx = ws.run(&load("probe"), "[shell]\nscripts = true\n");
-    let v = probe(&ctx, json!({"op": "worktree_at", "revision": "HEAD", "copy": []}))
-        .await
-        .unwrap();
+    let v = probe(
+        &ctx,
+        json!({"op": "worktree_at", "revision": "HEAD", "copy": []}),
+    )
+    .await
+    .unwrap();
     assert_eq!(err_kind(&v).0, "denied", "{v}");
 }
 

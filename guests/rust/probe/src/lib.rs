@@ -255,24 +255,23 @@ mod component {
                     Err(e) => output_json(Err(e)),
                 }
             }
-            "worktree_at" => match actions::worktree_at(
-                op["revision"].as_str().unwrap_or(""),
-                &strs(op, "copy"),
-            ) {
-                Ok(path) => json!({"ok": path}),
-                Err(e) => output_json(Err(e)),
-            },
+            "worktree_at" => {
+                match actions::worktree_at(op["revision"].as_str().unwrap_or(""), &strs(op, "copy"))
+                {
+                    Ok(path) => json!({"ok": path}),
+                    Err(e) => output_json(Err(e)),
+                }
+            }
             "snapshot" => match actions::snapshot(&strs(op, "paths")) {
                 Ok(id) => json!({"ok": id}),
                 Err(e) => output_json(Err(e)),
             },
-            "restore" => match actions::restore(
-                op["snapshot"].as_str().unwrap_or(""),
-                &strs(op, "paths"),
-            ) {
-                Ok(written) => json!({"ok": written}),
-                Err(e) => output_json(Err(e)),
-            },
+            "restore" => {
+                match actions::restore(op["snapshot"].as_str().unwrap_or(""), &strs(op, "paths")) {
+                    Ok(written) => json!({"ok": written}),
+                    Err(e) => output_json(Err(e)),
+                }
+            }
             "snapshot_restore" => {
                 // Take, let `then_script` change the files, put back: one event.
                 let id = match actions::snapshot(&strs(op, "paths")) {

@@ -266,7 +266,9 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
             }
             Some(Action::Mcp { tool, .. }) => {
                 let (key, status) = match loopbox_fsm::mcp::split(tool) {
-                    _ if tool.contains("${") => ("[mcp.servers.NAME]".to_string(), Status::AtRunTime),
+                    _ if tool.contains("${") => {
+                        ("[mcp.servers.NAME]".to_string(), Status::AtRunTime)
+                    }
                     Some((server, name)) => (
                         format!("[mcp.servers.{server}] tools = [{}]", json!(name)),
                         if config.mcp.permits(server, name).is_ok() {
@@ -279,7 +281,9 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
                 };
                 add(
                     key,
-                    format!("`action_type: mcp_tool` calls `{tool}` (without it the state sees `not_found`)"),
+                    format!(
+                        "`action_type: mcp_tool` calls `{tool}` (without it the state sees `not_found`)"
+                    ),
                     &s.name,
                     status,
                 );
@@ -359,7 +363,12 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
         );
         if prepatch.is_some() {
             let why = "`prepatch_check`, when `.ll/ll-config.json` enables it, runs the new tests with pytest in a pre-patch worktree";
-            add("[worktree] allow = true".into(), why.into(), &s.name, Status::AtRunTime);
+            add(
+                "[worktree] allow = true".into(),
+                why.into(),
+                &s.name,
+                Status::AtRunTime,
+            );
             add(scripts.clone(), why.into(), &s.name, Status::AtRunTime);
         }
         if let Some(tmpl) = s.sub.as_ref().and_then(|sub| sub.worktree.as_deref()) {
