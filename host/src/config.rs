@@ -3,7 +3,8 @@
 //!
 //! This file is the assembly: [`Config`] puts together the sections each part
 //! owns beside its code (`[shell]` and `[agent]` in [`crate::exec::config`],
-//! `[workspace]` in [`crate::caps::workspace`], `[limits]` in
+//! `[workspace]` in [`crate::caps::workspace`], `[confirm]` and `[approvals]` in
+//! [`crate::exec::confirm`], `[limits]` in
 //! [`crate::limits`], `[engine]` in [`crate::wasm::runtime`], `[trust]` and
 //! `[policies.NAME]` in [`crate::dist::admit`]), and keeps what is the file's
 //! own: parsing, `[run]`, the digest the trust store approves, and scoping a
@@ -22,6 +23,7 @@ use crate::caps::workspace::WorkspaceConfig;
 use crate::caps::worktree::WorktreeConfig;
 use crate::dist::admit::{PolicyEntry, TrustConfig};
 use crate::exec::config::{AgentConfig, ShellConfig};
+use crate::exec::confirm::{ApprovalsConfig, ConfirmConfig};
 use crate::limits::Limits;
 use crate::wasm::runtime::EngineConfig;
 
@@ -69,6 +71,14 @@ pub struct Config {
     /// Left out of a run's pin when absent, as `[worktree]` is.
     #[serde(default, skip_serializing_if = "McpConfig::is_default")]
     pub mcp: McpConfig,
+    /// `[confirm]`: what an ask-tier action does with nobody at a terminal (wait
+    /// for an approval, or decline). Left out of a run's pin when default.
+    #[serde(default, skip_serializing_if = "ConfirmConfig::is_default")]
+    pub confirm: ConfirmConfig,
+    /// `[approvals]`: how long a pending approval waits, and whether the run's
+    /// starter may decide it. Top level only. Left out of a run's pin when default.
+    #[serde(default, skip_serializing_if = "ApprovalsConfig::is_default")]
+    pub approvals: ApprovalsConfig,
 }
 
 /// `[run]`: the standalone driver.
@@ -345,6 +355,9 @@ impl Config {
             // An installed policy's section has no `[worktree]` or `[mcp]`: none granted.
             worktree: WorktreeConfig::default(),
             mcp: McpConfig::default(),
+            // Its own `[policies.NAME.confirm]`, else the top level's.
+            confirm: entry.confirm.unwrap_or(self.confirm),
+            approvals: self.approvals.clone(),
         })
     }
 

@@ -8,6 +8,7 @@ mod mcp;
 mod profiles;
 mod restore;
 mod worktree_at;
+mod server_access;
 
 fn err_kind(v: &serde_json::Value) -> (&str, &str) {
     (

@@ -23,17 +23,20 @@ use crate::caps::RunFacts;
 use crate::caps::mcp::McpConfig;
 use crate::caps::snapshot::RestoreGrant;
 use crate::caps::worktree::{WorktreeConfig, Worktrees};
+use crate::db::approvals::Approval;
 use crate::db::{Budget, Db, Spent};
 use crate::exec::agent::{AgentRequest, AgentRunner, AgentSandbox};
 use crate::exec::child_env::ChildEnv;
 use crate::exec::config::{AgentConfig, PromptTier, RunnerKind, ShellConfig};
-use crate::exec::confirm::Confirm;
+use crate::exec::confirm::{Answer, AskRequest, Confirm};
 use crate::exec::grants::{self, ExtraRules, Refusal, ShellGrants, Tier, show_argv};
 use crate::exec::process::{self, Finished, Spec};
 use crate::exec::sandbox::hide::Hidden;
 use crate::exec::sandbox::{Confines, LazySandbox, Sandbox, protect};
 use crate::journal::{Journal, Step, codec};
 use crate::limits::meter::Meter;
+use crate::limits::quota::{Quota, Spend};
+use crate::limits::stop::{StopReason, Stopped};
 use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::runlog::RunLog;
 use crate::ui::shorten;
@@ -64,6 +67,8 @@ pub struct ActionGrants {
     pub restore: RestoreGrant,
     /// `[limits]`, for the calls that read their own (snapshots, MCP messages).
     pub limits: Limits,
+    /// A budget shared with other runs (a server tenant's quotas), if any.
+    pub quota: Option<Arc<dyn Quota>>,
 }
 
 pub struct ActionsHost {
@@ -145,7 +150,9 @@ impl ActionGrants {
                 );
             }
         }
-        let env = shell.child_env(root);
+        let env = shell
+            .child_env(root)
+            .with_host(&shell.pass_env, facts.host_env.clone());
         let rules = ShellGrants::new(shell, extra, &env);
         // Everything loopbox will run or read again is protected: the config and
         // policy files, the agent program, and programs the rules name.
@@ -176,7 +183,7 @@ impl ActionGrants {
             network: shell.network,
             unix_sockets: shell.unix_sockets,
             writable_outside: Vec::new(),
-            hidden: hidden.for_commands(&agent_state),
+            hidden: with_extra(hidden.for_commands(&agent_state), facts.hidden),
             tmp_bytes: shell.tmp_bytes,
         };
         let restore = RestoreGrant::new(
@@ -196,7 +203,7 @@ impl ActionGrants {
                 protected,
                 network: true,
                 unix_sockets: false,
-                hidden: hidden.for_agent(&writable_outside),
+                hidden: with_extra(hidden.for_agent(&writable_outside), facts.hidden),
                 writable_outside,
                 tmp_bytes: shell.tmp_bytes,
             };
@@ -231,39 +238,65 @@ impl ActionGrants {
             mcp: mcp.clone(),
             restore,
             limits: facts.limits.clone(),
+            quota: facts.quota.cloned(),
         })
     }
 }
 
+/// `hidden` and the run's extra hidden paths, each once.
+fn with_extra(mut hidden: Vec<PathBuf>, extra: &[PathBuf]) -> Vec<PathBuf> {
+    for p in extra {
+        if !hidden.contains(p) {
+            hidden.push(p.clone());
+        }
+    }
+    hidden
+}
+
 impl ActionGrants {
-    /// Ask a person about `what`, which `rule` allows only with a yes, and log the
-    /// answer; `Err` says why it may not go ahead.
-    pub async fn confirm(&self, log: &RunLog, what: &str, rule: &str) -> Result<(), String> {
+    /// Ask a person about an ask-tier action, and log the answer; `Err` says
+    /// why it may not go ahead now.
+    pub async fn confirm(&self, log: &RunLog, ask: AskRequest) -> Result<(), NotNow> {
         let confirm = self.confirm.clone();
-        let (w, r) = (what.to_string(), rule.to_string());
-        // Reading a terminal blocks: keep it off the async workers.
-        let answer = tokio::task::spawn_blocking(move || confirm.confirm(&w, &r))
+        let (what, rule) = (ask.what.clone(), ask.rule.clone());
+        // Reading a terminal, or the store, blocks: keep it off the async workers.
+        let answer = tokio::task::spawn_blocking(move || confirm.confirm(&ask))
             .await
-            .unwrap_or_else(|e| Err(format!("the confirmation failed: {e}")));
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("the confirmation failed: {e}")));
         match answer {
-            Ok(true) => {
+            Ok(Answer::Approved) => {
                 log.host("info", format!("{what} needs a yes ({rule}): approved"));
                 Ok(())
             }
-            Ok(false) => {
-                log.host(
-                    "warn",
-                    format!("{what} needs a yes ({rule}): the user said no"),
-                );
-                Err(format!("the user declined {what} ({rule})"))
-            }
-            Err(why) => {
+            Ok(Answer::Declined(why)) => {
                 log.host(
                     "warn",
                     format!("{what} needs a yes ({rule}): declined, {why}"),
                 );
-                Err(format!("{what} needs a person's yes ({rule}), and {why}"))
+                Err(NotNow::Declined(format!(
+                    "{what} was declined ({rule}): {why}"
+                )))
             }
+            Ok(Answer::NoOneToAsk(why)) => {
+                log.host(
+                    "warn",
+                    format!("{what} needs a yes ({rule}): declined, {why}"),
+                );
+                Err(NotNow::Declined(format!(
+                    "{what} needs a person's yes ({rule}), and {why}"
+                )))
+            }
+            Ok(Answer::Wait(a)) => {
+                log.host(
+                    "warn",
+                    format!(
+                        "{what} needs a yes ({rule}): waiting for approval {} (`loopbox runs approve {}` or `deny`)",
+                        a.id, a.run_id
+                    ),
+                );
+                Err(NotNow::Waiting(a))
+            }
+            Err(e) => Err(NotNow::Failed(e)),
         }
     }
 
@@ -273,8 +306,8 @@ impl ActionGrants {
         &self,
         log: &RunLog,
         tier: PromptTier,
-        what: &str,
-    ) -> Result<(), ActionError> {
+        ask: AskRequest,
+    ) -> Result<(), NotNow> {
         match tier {
             PromptTier::Allow => Ok(()),
             PromptTier::Deny => {
@@ -282,17 +315,42 @@ impl ActionGrants {
                     "messages to the agent are denied by {}.tier = \"deny\" in loopbox.toml",
                     self.shell.agent_section()
                 );
-                log.host("warn", format!("denied {what}: {why}"));
-                Err(ActionError::Denied(why))
+                log.host("warn", format!("denied {}: {why}", ask.what));
+                Err(NotNow::Denied(why))
             }
-            PromptTier::Ask => self
-                .confirm(
-                    log,
-                    what,
-                    &format!("{}.tier = \"ask\"", self.shell.agent_section()),
-                )
-                .await
-                .map_err(ActionError::Declined),
+            PromptTier::Ask => {
+                let ask = AskRequest {
+                    rule: format!("{}.tier = \"ask\"", self.shell.agent_section()),
+                    ..ask
+                };
+                self.confirm(log, ask).await
+            }
+        }
+    }
+}
+
+/// Why an ask-tier action (or a message to the agent) may not go ahead now.
+#[derive(Debug)]
+pub enum NotNow {
+    /// A rule denies it: the reason is the policy's to read.
+    Denied(String),
+    /// Nobody said yes: the reason is the policy's to read.
+    Declined(String),
+    /// A person's approval is pending: the event stops where it is and the run waits.
+    Waiting(Box<Approval>),
+    /// loopbox failed while asking (the store): not the policy's fault.
+    Failed(anyhow::Error),
+}
+
+impl NotNow {
+    /// As a host call answers the guest: a refusal it can handle, or the error
+    /// that stops the event (waiting, or loopbox's own failure).
+    fn into_call(self) -> wasmtime::Result<ActionError> {
+        match self {
+            NotNow::Denied(why) => Ok(ActionError::Denied(why)),
+            NotNow::Declined(why) => Ok(ActionError::Declined(why)),
+            NotNow::Waiting(_) => Err(wasmtime::Error::new(Stopped(StopReason::Waiting))),
+            NotNow::Failed(e) => Err(crate::error::host_err(e)),
         }
     }
 }
@@ -342,6 +400,17 @@ impl ActionsHost {
             return Ok(Err(ActionError::Declined(
                 "the run is being cancelled (`loopbox runs cancel`)".into(),
             )));
+        }
+        if let Some(quota) = &self.grants.quota {
+            let spends = [Spend::Action]
+                .into_iter()
+                .chain(prompts.map(|_| Spend::AgentTurn));
+            for spend in spends {
+                if let Err(why) = quota.spend(spend) {
+                    self.log.host("warn", why.clone());
+                    return Ok(Err(ActionError::BudgetExhausted(why)));
+                }
+            }
         }
         let budget = Budget {
             actions: Some(self.actions_limit),
@@ -452,12 +521,33 @@ impl ActionsHost {
         Ok(())
     }
 
-    /// Ask a person about an ask-tier action; `Err` is the refusal to hand the policy.
-    async fn confirm(&self, what: &str, rule: &str) -> Result<(), ActionError> {
-        self.grants
-            .confirm(&self.log, what, rule)
-            .await
-            .map_err(ActionError::Declined)
+    /// An ask-tier action's request as a person sees it, at its place in the journal.
+    fn ask(
+        &self,
+        what: String,
+        rule: String,
+        request: serde_json::Value,
+        slot: Slot<'_>,
+    ) -> wasmtime::Result<AskRequest> {
+        let position = self
+            .journal
+            .position(slot.seq)
+            .map_err(crate::error::host_err)?;
+        Ok(AskRequest {
+            what,
+            rule,
+            request,
+            position,
+        })
+    }
+
+    /// Ask a person about an ask-tier action: `Ok(Err)` is the refusal to hand
+    /// the policy; `Err` stops the event (it waits for an approval, or loopbox failed).
+    async fn confirm(&self, ask: AskRequest) -> wasmtime::Result<Result<(), ActionError>> {
+        match self.grants.confirm(&self.log, ask).await {
+            Ok(()) => Ok(Ok(())),
+            Err(no) => no.into_call().map(Err),
+        }
     }
 
     /// Run a checked request. The bool says whether it was journaled as started.
@@ -583,7 +673,17 @@ impl ActionsHost {
                         }
                     };
                 if grant.tier == Tier::Ask && !slot.rerun {
-                    if let Err(e) = self.confirm(&format!("exec {label}"), &grant.rule).await {
+                    let request = serde_json::json!({
+                        "kind": "exec",
+                        "argv": cmd.argv,
+                        "program": grant.exec,
+                        "cwd": cwd,
+                        "env": cmd.env,
+                        "stdin": cmd.stdin,
+                    });
+                    let ask =
+                        self.ask(format!("exec {label}"), grant.rule.clone(), request, slot)?;
+                    if let Err(e) = self.confirm(ask).await? {
                         return refused(e);
                     }
                 } else {
@@ -746,12 +846,30 @@ impl ActionsHost {
                 ),
             ));
         };
-        let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
-        if let Err(e) = grants
-            .message_allowed(&self.log, agent.config().tier, &what)
-            .await
-        {
-            return refused(e);
+        let tier = agent.config().tier;
+        // Only an ask-tier prompt needs its request spelled out (and its place journaled).
+        let ask = if tier == PromptTier::Ask {
+            let request = serde_json::json!({
+                "kind": "prompt",
+                "text": req.text,
+                "prompt_kind": format!("{:?}", req.kind),
+                "profile": req.profile,
+                "model": req.model,
+                "agent": agent.config().command,
+                "cwd": cwd,
+            });
+            let what = format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60));
+            self.ask(what, String::new(), request, slot)?
+        } else {
+            AskRequest {
+                what: format!("prompt `{}`", shorten(&crate::ui::sanitize(&req.text), 60)),
+                rule: String::new(),
+                request: serde_json::Value::Null,
+                position: None,
+            }
+        };
+        if let Err(no) = grants.message_allowed(&self.log, tier, ask).await {
+            return refused(no.into_call()?);
         }
         if let Err(e) = self.start(slot, Some(agent.config().max_prompts))? {
             return refused(e);

@@ -24,10 +24,13 @@ pub mod workspace;
 pub mod worktree;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::db::Db;
+use crate::exec::child_env::HostEnv;
 use crate::exec::sandbox::Support;
 use crate::limits::Limits;
+use crate::limits::quota::Quota;
 
 /// What a capability's per-run state is built from besides its own section:
 /// the run's facts, the same for every capability.
@@ -43,4 +46,11 @@ pub struct RunFacts<'a> {
     pub db: &'a Db,
     /// `[limits]`, shared by every capability.
     pub limits: &'a Limits,
+    /// Where `pass_env` finds its values (a server tenant's, or loopbox's own).
+    pub host_env: &'a HostEnv,
+    /// Paths commands and the agent never see, besides the ones the config
+    /// hides (on a server: the other tenants' roots, the server's data).
+    pub hidden: &'a [PathBuf],
+    /// A budget shared with other runs (a server tenant's quotas), if any.
+    pub quota: Option<&'a Arc<dyn Quota>>,
 }

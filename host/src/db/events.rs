@@ -106,6 +106,29 @@ impl Db {
         })
     }
 
+    /// Durably record an event that has begun (its row, pending, if it has none
+    /// yet) with the calls journaled so far: an ask-tier action waits for an
+    /// approval bound to its place in this event. Returns the event's number.
+    pub fn journal_event(
+        &self,
+        run: &str,
+        event: (Option<i64>, &str),
+        earlier: &[JournalRow],
+    ) -> Result<i64> {
+        self.write("journal the event", |tx| {
+            let seq = match event.0 {
+                Some(seq) => seq,
+                None => {
+                    let seq = next_event_seq(tx, run)?;
+                    tx.exec("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
+                    seq
+                }
+            };
+            insert_rows(tx, run, seq, earlier)?;
+            Ok(seq)
+        })
+    }
+
     /// Commit one handled event atomically; returns its sequence number.
     pub fn commit_event(&self, run: &str, commit: &EventCommit) -> Result<i64> {
         self.write("commit the event", |tx| {

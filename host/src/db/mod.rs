@@ -8,6 +8,8 @@
 //! is journaled durably before it starts and again when it finishes, so a
 //! crashed run can be resumed without running a finished action twice.
 
+pub mod approvals;
+pub mod audit;
 mod events;
 mod journal;
 pub mod lease;
@@ -26,7 +28,7 @@ use rusqlite::{Connection, ErrorCode};
 
 pub use events::{EventCommit, EventRecord, LogRecord};
 pub use journal::{Budget, JournalRow, Spent};
-pub use runs::{RunOptions, RunRecord, RunStatus};
+pub use runs::{NewRun, RunOptions, RunPlace, RunRecord, RunStatus, local_actor};
 pub use snapshots::SnapshotEntry;
 
 /// Directory under the workspace that holds the store.
@@ -41,6 +43,9 @@ pub struct Db {
     /// The store file's device and inode when opened (none for an in-memory
     /// store): a store deleted or replaced under a run is noticed at its next write.
     identity: Option<(u64, u64)>,
+    /// The store's schema: [`schema::SCHEMA_VERSION`], or an older one a
+    /// read-only command reads as it is (see [`Db::open_read_only`]).
+    schema: i64,
 }
 
 /// How long a write waits for another process's write to finish.
@@ -76,6 +81,14 @@ impl Cached for Connection {
         f: F,
     ) -> rusqlite::Result<T> {
         self.prepare_cached(sql)?.query_row(params, f)
+    }
+}
+
+/// Rows one listing returns: `limit`, or 100 when it is 0, at most 10,000.
+pub(crate) fn page_size(limit: usize) -> i64 {
+    match limit {
+        0 => 100,
+        n => n.min(10_000) as i64,
     }
 }
 
@@ -129,6 +142,7 @@ impl Db {
                 conn: Arc::new(Mutex::new(conn)),
                 path: path.to_path_buf(),
                 identity: None,
+                schema: schema::SCHEMA_VERSION,
             });
         }
         match std::fs::metadata(path) {
@@ -170,6 +184,7 @@ impl Db {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
             identity,
+            schema: schema::SCHEMA_VERSION,
         })
     }
 
@@ -224,7 +239,14 @@ impl Db {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
             identity,
+            schema: version,
         })
+    }
+
+    /// Whether the store has the tables and columns of schema `version` (an
+    /// older store read as it is has not).
+    pub(crate) fn has_schema(&self, version: i64) -> bool {
+        self.schema >= version
     }
 
     /// Fail if the file at the store's path is no longer the one opened.
@@ -899,7 +921,7 @@ mod tests {
             ["r1"]
         );
         let c = db.conn();
-        let sql = runs::runs_with_status_sql();
+        let sql = runs::runs_with_status_sql(db.run_columns());
         let plan: Vec<String> = c
             .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
             .unwrap()

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use rusqlite::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
+use super::audit::AuditEntry;
 use super::lease::Owner;
 use super::{Db, now_ms};
 
@@ -29,6 +30,20 @@ pub struct RunRecord {
     /// The process driving the run, if one took it.
     pub lease: Option<Owner>,
     pub cancel_requested: bool,
+    /// Where the run belongs: none for a workspace's own run, a tenant on a server.
+    pub place: RunPlace,
+}
+
+/// Whose a run is and where it runs: kept in columns, so a server lists a
+/// tenant's runs through an index. Empty for a run in a workspace's own store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunPlace {
+    /// The server tenant the run belongs to.
+    pub tenant: Option<String>,
+    /// The workspace the run acts in, when its store is not the workspace's own.
+    pub workspace: Option<std::path::PathBuf>,
+    /// Who started it: `local:USER`, or `TENANT/NAME` for a server token.
+    pub started_by: Option<String>,
 }
 
 impl RunRecord {
@@ -65,13 +80,21 @@ pub struct RunOptions {
     /// The `[policies.NAME]` the run was started as: its grants are that section's,
     /// on resume too. `None`: a policy named by path, under the top-level grants.
     pub policy_name: Option<String>,
+    /// Who signed the policy's component, as its admission found it (a registry
+    /// policy's `loopbox.lock` signer): part of what an approval is bound to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
 }
 
-const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel";
+const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, tenant, workspace, started_by";
+/// The same from a store older than schema 7, read as it is: no place.
+const RUN_COLUMNS_6: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, NULL, NULL, NULL";
+/// The number of columns in [`RUN_COLUMNS`]: a query's own columns come after them.
+pub(super) const RUN_COLUMN_COUNT: usize = 18;
 
 /// The runs with one status (`?1`), found through the `runs_by_status` index (see `schema.rs`).
-pub(super) fn runs_with_status_sql() -> String {
-    format!("SELECT {RUN_COLUMNS} FROM runs WHERE status = ?1 ORDER BY created_at, id")
+pub(super) fn runs_with_status_sql(columns: &str) -> String {
+    format!("SELECT {columns} FROM runs WHERE status = ?1 ORDER BY created_at, id")
 }
 
 fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
@@ -93,6 +116,11 @@ fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         options: serde_json::from_str(&options).unwrap_or_default(),
         lease: lease.as_deref().and_then(Owner::parse),
         cancel_requested: r.get::<_, i64>(14)? != 0,
+        place: RunPlace {
+            tenant: r.get(15)?,
+            workspace: r.get::<_, Option<String>>(16)?.map(Into::into),
+            started_by: r.get(17)?,
+        },
     })
 }
 
@@ -112,6 +140,8 @@ fn forget_snapshots_of_ended(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
+    /// Waiting for its turn on a server (the tenant's or the server's runs at once).
+    Queued,
     /// A driver (or a hook session) is handling it.
     Running,
     /// Parked until an answer or events arrive (`runs answer`, `runs tick`).
@@ -129,7 +159,8 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
+        RunStatus::Queued,
         RunStatus::Running,
         RunStatus::Waiting,
         RunStatus::Interrupted,
@@ -141,6 +172,7 @@ impl RunStatus {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::Waiting => "waiting",
             RunStatus::Interrupted => "interrupted",
@@ -191,10 +223,85 @@ impl rusqlite::types::FromSql for RunStatus {
     }
 }
 
+/// A run about to be recorded.
+#[derive(Clone, Copy)]
+pub struct NewRun<'a> {
+    pub id: &'a str,
+    pub policy: &'a str,
+    pub digest: &'a str,
+    pub input: &'a str,
+    pub options: &'a RunOptions,
+    pub place: &'a RunPlace,
+    pub status: RunStatus,
+}
+
+/// A new run's row, ready to insert.
+struct RunRow {
+    id: String,
+    policy: String,
+    digest: String,
+    input: String,
+    status: RunStatus,
+    seed: String,
+    options: String,
+    lease: Option<String>,
+    place: RunPlace,
+}
+
+impl RunRow {
+    fn insert(&self, tx: &rusqlite::Transaction<'_>) -> Result<()> {
+        tx.exec(
+            "INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at, seed, options, lease, tenant, workspace, started_by)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                self.id,
+                self.policy,
+                self.digest,
+                self.input,
+                self.status,
+                now_ms(),
+                self.seed,
+                self.options,
+                self.lease,
+                self.place.tenant,
+                self.place.workspace.as_ref().map(|w| w.to_string_lossy().into_owned()),
+                self.place.started_by
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// Who this process runs as, for the runs it starts and the acts it records:
+/// `local:USER` (the user name of the real uid, else its number).
+pub fn local_actor() -> String {
+    format!("local:{}", crate::db::audit::user_name())
+}
+
 impl Db {
+    /// The columns a run row is read with, for this store's schema.
+    pub(super) fn run_columns(&self) -> &'static str {
+        if self.has_schema(super::schema::APPROVALS) {
+            RUN_COLUMNS
+        } else {
+            RUN_COLUMNS_6
+        }
+    }
+
     /// A run driven by no process (tests).
     pub fn create_run(&self, id: &str, policy: &str, digest: &str, input: &str) -> Result<()> {
-        self.insert_run(id, policy, digest, input, &RunOptions::default(), None)
+        self.insert_run(
+            NewRun {
+                id,
+                policy,
+                digest,
+                input,
+                options: &RunOptions::default(),
+                place: &RunPlace::default(),
+                status: RunStatus::Running,
+            },
+            None,
+        )
     }
 
     /// An agent hook session's run, with the grants it starts under.
@@ -207,14 +314,21 @@ impl Db {
         grants: serde_json::Value,
     ) -> Result<()> {
         self.insert_run(
-            id,
-            policy,
-            digest,
-            input,
-            &RunOptions {
-                hook: true,
-                grants: Some(grants),
-                ..Default::default()
+            NewRun {
+                id,
+                policy,
+                digest,
+                input,
+                options: &RunOptions {
+                    hook: true,
+                    grants: Some(grants),
+                    ..Default::default()
+                },
+                place: &RunPlace {
+                    started_by: Some(local_actor()),
+                    ..Default::default()
+                },
+                status: RunStatus::Running,
             },
             None,
         )
@@ -229,18 +343,53 @@ impl Db {
         input: &str,
         options: &RunOptions,
     ) -> Result<()> {
-        self.insert_run(id, policy, digest, input, options, Some(&Owner::me()))
+        self.insert_run(
+            NewRun {
+                id,
+                policy,
+                digest,
+                input,
+                options,
+                place: &RunPlace {
+                    started_by: Some(local_actor()),
+                    ..Default::default()
+                },
+                status: RunStatus::Running,
+            },
+            Some(&Owner::me()),
+        )
     }
 
-    fn insert_run(
-        &self,
-        id: &str,
-        policy: &str,
-        digest: &str,
-        input: &str,
-        options: &RunOptions,
-        owner: Option<&Owner>,
-    ) -> Result<()> {
+    /// A run on a server, `queued` until the server's scheduler takes it; the
+    /// audit row of the act that started it goes in the same transaction.
+    pub fn create_queued_run(&self, run: NewRun<'_>, audit: &AuditEntry) -> Result<()> {
+        let run = NewRun {
+            status: RunStatus::Queued,
+            ..run
+        };
+        let row = self.new_run_row(&run, None)?;
+        self.write("record the new run", |tx| {
+            row.insert(tx)?;
+            super::audit::append(tx, audit)?;
+            Ok(())
+        })
+    }
+
+    fn insert_run(&self, run: NewRun<'_>, owner: Option<&Owner>) -> Result<()> {
+        let row = self.new_run_row(&run, owner)?;
+        self.write("record the new run", |tx| row.insert(tx))
+    }
+
+    fn new_run_row(&self, run: &NewRun<'_>, owner: Option<&Owner>) -> Result<RunRow> {
+        let NewRun {
+            id,
+            policy,
+            digest,
+            input,
+            options,
+            place,
+            status,
+        } = *run;
         let seed = blake3::hash(
             &[
                 id.as_bytes(),
@@ -251,15 +400,16 @@ impl Db {
         )
         .to_hex()
         .to_string();
-        let options = serde_json::to_string(options)?;
-        let lease = owner.map(Owner::to_string);
-        self.write("record the new run", |tx| {
-            tx.exec(
-                "INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at, seed, options, lease)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9)",
-                params![id, policy, digest, input, RunStatus::Running, now_ms(), seed, options, lease],
-            )?;
-            Ok(())
+        Ok(RunRow {
+            id: id.to_string(),
+            policy: policy.to_string(),
+            digest: digest.to_string(),
+            input: input.to_string(),
+            status,
+            seed,
+            options: serde_json::to_string(options)?,
+            lease: owner.map(Owner::to_string),
+            place: place.clone(),
         })
     }
 
@@ -309,7 +459,7 @@ impl Db {
         Ok(self
             .conn()
             .row(
-                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+                &format!("SELECT {} FROM runs WHERE id = ?1", self.run_columns()),
                 [id],
                 run_record,
             )
@@ -330,11 +480,12 @@ impl Db {
     pub fn list_runs(&self) -> Result<Vec<(RunRecord, Option<String>)>> {
         let c = self.conn();
         let mut stmt = c.prepare(&format!(
-            "SELECT {RUN_COLUMNS}, (SELECT json_extract(e.event, '$.type') FROM events e WHERE e.run_id = runs.id ORDER BY e.seq DESC LIMIT 1)
-                 FROM runs ORDER BY created_at DESC, id"
+            "SELECT {}, (SELECT json_extract(e.event, '$.type') FROM events e WHERE e.run_id = runs.id ORDER BY e.seq DESC LIMIT 1)
+                 FROM runs ORDER BY created_at DESC, id",
+            self.run_columns()
         ))?;
         let rows = stmt
-            .query_map([], |r| Ok((run_record(r)?, r.get(15)?)))?
+            .query_map([], |r| Ok((run_record(r)?, r.get(RUN_COLUMN_COUNT)?)))?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -394,7 +545,7 @@ impl Db {
     /// The runs whose status is `running`, oldest first.
     fn running_runs(&self) -> Result<Vec<RunRecord>> {
         let c = self.conn();
-        let mut stmt = c.prepare_cached(&runs_with_status_sql())?;
+        let mut stmt = c.prepare_cached(&runs_with_status_sql(self.run_columns()))?;
         let rows = stmt
             .query_map([RunStatus::Running], run_record)?
             .collect::<Result<Vec<_>, _>>()?;

@@ -4,13 +4,19 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
-/// The oldest schema whose tables this loopbox can read as they are (a later
-/// one only added indexes, a table and a column those commands read only where
-/// present, see `Db::wake_at`): a read-only command reads such a store without
-/// upgrading it, so it needs no write and no free space.
+/// The oldest schema whose tables this loopbox can read as they are: a
+/// read-only command reads such a store without upgrading it, so it needs no
+/// write and no free space. Schema 6 added only an index; schema 7's run
+/// columns are read as empty and its tables (approvals, audit) as empty;
+/// schema 8's `wake_at` is read only where present (`Db::wake_at`), and its
+/// `snapshots` table only by runs, which upgrade the store first.
 pub const READABLE_FROM: i64 = 5;
+
+/// The schema that added `approvals`, `audit` and the runs' tenant, workspace
+/// and started_by.
+pub const APPROVALS: i64 = 7;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -72,7 +78,48 @@ CREATE TABLE IF NOT EXISTS journal (
 -- Schema 6: the runs that may need a look when loopbox starts (`running` ones
 -- whose driver may be gone) are found through this, not by reading every run.
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
--- Schema 7: copies of workspace files a policy asked the host to keep
+-- Schema 7: ask-tier actions waiting for a person (`db/approvals.rs`). An approval
+-- is bound to its run, the call's place in the journal and the digest of the
+-- exact request; `consumed_at` is set when its decision took effect in the run.
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    event_seq INTEGER,
+    call_seq INTEGER,
+    digest TEXT NOT NULL,
+    request TEXT NOT NULL,
+    what TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    status TEXT NOT NULL,
+    requested_at INTEGER NOT NULL,
+    deadline INTEGER NOT NULL,
+    allow_self INTEGER NOT NULL,
+    decided_by TEXT,
+    decided_at INTEGER,
+    reason TEXT,
+    consumed_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS approvals_by_run ON approvals (run_id, status);
+CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals (status, deadline);
+-- Schema 7: every act of a person or a token, append-only (`db/audit.rs`); the
+-- triggers refuse any change to a written row, whoever asks.
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    tenant TEXT,
+    act TEXT NOT NULL,
+    target TEXT NOT NULL,
+    digest TEXT,
+    outcome TEXT NOT NULL,
+    detail TEXT
+);
+CREATE INDEX IF NOT EXISTS audit_by_tenant ON audit (tenant, seq);
+CREATE TRIGGER IF NOT EXISTS audit_is_append_only_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: its rows are never changed'); END;
+CREATE TRIGGER IF NOT EXISTS audit_is_append_only_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: its rows are never deleted'); END;
+-- Schema 8: copies of workspace files a policy asked the host to keep
 -- (`actions.snapshot`), to put back with `actions.restore`; `content` NULL is a
 -- path that was absent. Deleted with the snapshot, or when the run ends.
 CREATE TABLE IF NOT EXISTS snapshots (
@@ -85,14 +132,15 @@ CREATE TABLE IF NOT EXISTS snapshots (
 ";
 
 /// Indexes on columns added after schema 1, made once the columns exist.
-const LATER_INDEXES: &str = "
--- Schema 7: runs parked by a `sleep` decision, by the time they wake, so a
+const ADDED_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
+-- Schema 8: runs parked by a `sleep` decision, by the time they wake, so a
 -- scheduler finds the due ones without reading every run (`Db::due_runs`).
 CREATE INDEX IF NOT EXISTS runs_by_wake ON runs (wake_at) WHERE wake_at IS NOT NULL;
 ";
 
 /// Columns added after schema 1, each with the version that added it.
-const ADDED_COLUMNS: [(&str, &str, &str); 9] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 12] = [
     ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
@@ -106,7 +154,13 @@ const ADDED_COLUMNS: [(&str, &str, &str); 9] = [
     // Schema 5: bytes of keys and values in the run's state (limits.state_total_bytes),
     // kept by each commit so a write is checked without summing the state.
     ("runs", "state_bytes", "INTEGER NOT NULL DEFAULT 0"),
-    // Schema 7: when a run parked by a `sleep` decision wakes (ms since the epoch).
+    // Schema 7: a shared server's runs (`loopbox serve`): whose, where, started by whom.
+    // NULL for a workspace's own runs, whose store lives in the workspace.
+    ("runs", "tenant", "TEXT"),
+    ("runs", "workspace", "TEXT"),
+    // Who started the run (`local:USER`, or `TENANT/TOKEN-NAME` on a server).
+    ("runs", "started_by", "TEXT"),
+    // Schema 8: when a run parked by a `sleep` decision wakes (ms since the epoch).
     ("runs", "wake_at", "INTEGER"),
 ];
 
@@ -169,7 +223,7 @@ fn upgrade(conn: &Connection) -> Result<()> {
             }
         }
     }
-    conn.execute_batch(LATER_INDEXES)
+    conn.execute_batch(ADDED_INDEXES)
         .context("failed to create the indexes")?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     Ok(())

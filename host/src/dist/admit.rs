@@ -167,6 +167,10 @@ pub struct PolicyEntry {
     /// What it may read of the workspace: nothing unless this section says.
     #[serde(default = "WorkspaceConfig::nothing")]
     pub workspace: WorkspaceConfig,
+    /// `[policies.NAME.confirm]`: its own answer to ask-tier actions with nobody
+    /// at a terminal; the top level's `[confirm]` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<crate::exec::confirm::ConfirmConfig>,
     /// The keys its `shell` section sets (`sandbox`, `rlimits.cpu_seconds`, ...),
     /// so a key it leaves out takes the top level's value, not the default.
     /// Filled in by [`crate::config::Config::parse`]; not read from the file.

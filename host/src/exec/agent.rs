@@ -207,27 +207,20 @@ impl AgentRunner {
     pub async fn send(&self, req: AgentRequest<'_>) -> Result<AgentReply, AgentError> {
         match (&self.config.runner, &self.config.openai) {
             (RunnerKind::Openai, Some(openai)) => {
-                let (openai, db, cap, timeout) = (
-                    openai.clone(),
-                    self.db.clone(),
-                    self.output_cap,
-                    self.timeout(req.timeout),
-                );
+                let call = Chat {
+                    cfg: openai.clone(),
+                    host: self.env.host().clone(),
+                    db: self.db.clone(),
+                    timeout: self.timeout(req.timeout),
+                    cap: self.output_cap,
+                };
                 let (text, model, session) = (
                     req.text.to_string(),
                     req.model.map(String::from),
                     req.session.map(String::from),
                 );
                 tokio::task::spawn_blocking(move || {
-                    chat(
-                        &openai,
-                        &db,
-                        &text,
-                        model.as_deref(),
-                        session.as_deref(),
-                        timeout,
-                        cap,
-                    )
+                    chat(&call, &text, model.as_deref(), session.as_deref())
                 })
                 .await
                 .map_err(|e| AgentError::Http(format!("the request task failed: {e}")))?
@@ -308,16 +301,31 @@ impl AgentRunner {
     }
 }
 
+/// What one chat-completions exchange is sent with: the runner's section, where
+/// its API key variable is read, the store keeping conversations, its bounds.
+struct Chat {
+    cfg: OpenAiConfig,
+    host: crate::exec::child_env::HostEnv,
+    db: Db,
+    timeout: Duration,
+    cap: usize,
+}
+
 /// One chat-completions exchange in a conversation kept in the store.
 fn chat(
-    cfg: &OpenAiConfig,
-    db: &Db,
+    call: &Chat,
     text: &str,
     model: Option<&str>,
     session: Option<&str>,
-    timeout: Duration,
-    cap: usize,
 ) -> Result<AgentReply, AgentError> {
+    let Chat {
+        cfg,
+        host,
+        db,
+        timeout,
+        cap,
+    } = call;
+    let (timeout, cap) = (*timeout, *cap);
     let started = Instant::now();
     let (session, mut messages) = match session {
         Some(id) => {
@@ -361,7 +369,7 @@ fn chat(
     let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
     let mut request = agent.post(&url).header("Content-Type", "application/json");
     if let Some(var) = &cfg.api_key_env {
-        let key = std::env::var(var).map_err(|_| {
+        let key = host.var(var).ok_or_else(|| {
             AgentError::Http(format!(
                 "environment variable `{var}` (agent.openai.api_key_env) is not set"
             ))

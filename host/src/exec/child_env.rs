@@ -2,35 +2,73 @@
 //! user chose to pass, a working directory that stays inside the workspace.
 //! Shared by shell actions and the agent runner.
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct ChildEnv {
     root: PathBuf,
     path: String,
     passed: Vec<(String, String)>,
+    host: HostEnv,
+}
+
+/// Where `pass_env` finds "the host's variables": loopbox's own environment,
+/// or (a server's run) the values its tenant was given, and nothing else.
+#[derive(Debug, Clone, Default)]
+pub enum HostEnv {
+    #[default]
+    Process,
+    Given(Arc<BTreeMap<String, String>>),
+}
+
+impl HostEnv {
+    /// The value of host variable `name`.
+    pub fn var(&self, name: &str) -> Option<String> {
+        match self {
+            HostEnv::Process => std::env::var(name).ok(),
+            HostEnv::Given(vars) => vars.get(name).cloned(),
+        }
+    }
 }
 
 impl ChildEnv {
     /// `PATH` is `path`; of the host's variables, those named in `pass_env`
     /// (never `PATH`). `root` must be canonical (the workspace root).
     pub fn new(path: &str, pass_env: &[String], root: &Path) -> ChildEnv {
+        ChildEnv::from_host(path, pass_env, root, HostEnv::Process)
+    }
+
+    fn from_host(path: &str, pass_env: &[String], root: &Path, host: HostEnv) -> ChildEnv {
         let passed = pass_env
             .iter()
             .filter(|k| *k != "PATH")
-            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+            .filter_map(|k| host.var(k).map(|v| (k.clone(), v)))
             .collect();
         ChildEnv {
             root: root.to_path_buf(),
             path: path.to_string(),
             passed,
+            host,
         }
     }
 
     /// The same root and `PATH`, with the host variables named in `pass_env`
     /// instead (the agent's own, `agent.pass_env`).
     pub fn with_pass_env(&self, pass_env: &[String]) -> ChildEnv {
-        ChildEnv::new(&self.path, pass_env, &self.root)
+        ChildEnv::from_host(&self.path, pass_env, &self.root, self.host.clone())
+    }
+
+    /// The same, with `pass_env`'s values read from `host` instead of loopbox's
+    /// own environment.
+    pub fn with_host(&self, pass_env: &[String], host: HostEnv) -> ChildEnv {
+        ChildEnv::from_host(&self.path, pass_env, &self.root, host)
+    }
+
+    /// Where this environment's host variables come from.
+    pub fn host(&self) -> &HostEnv {
+        &self.host
     }
 
     /// The names of the host variables passed (those set in loopbox's environment).

@@ -10,14 +10,13 @@
 //! run (`done`, `escalate`), later events of that session are answered with nothing.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 
 use crate::bindings::{Decision, Event};
 use crate::db::{Db, RunStatus, lock};
-use crate::exec::confirm::NoOneToAsk;
+use crate::exec::confirm::Asking;
 use crate::hook::agents::{Agent, Kind};
 use crate::hook::input::HookInput;
 use crate::hook::render::{HookOutput, render};
@@ -75,12 +74,11 @@ pub async fn answer(
             how,
         )??;
     }
-    // Stdin carries the hook's JSON: there is no one to ask about ask-tier actions.
-    let confirm = Arc::new(NoOneToAsk(
-        "a hook cannot ask anyone (its stdin is the hook input); approve it with an allow rule instead",
-    ));
+    // Stdin carries the hook's JSON and the agent waits for the answer: an
+    // ask-tier action records a pending approval and is declined, naming it; a
+    // later event with the same request finds the decision.
     let ctx = prepared
-        .context(&id, db.clone(), Ui::quiet(), confirm)
+        .context(&id, db.clone(), Ui::quiet(), Asking::Hook)
         .map_err(|e| e.error)?;
     if existing.is_none() {
         db.create_hook_run(

@@ -309,6 +309,24 @@ impl Journal {
         }
     }
 
+    /// Where call `seq` stands in the run's journal: (event number, call number).
+    /// The event's row (pending) and the calls before it are written first when
+    /// they are not yet, so the place survives a crash: an approval is bound to
+    /// it. None when the journal is off or a scenario answers the calls.
+    pub fn position(&self, seq: i64) -> Result<Option<(i64, i64)>> {
+        let mut j = self.lock();
+        if !j.enabled || j.script.is_some() {
+            return Ok(None);
+        }
+        if j.event_seq.is_none() || !j.buffered.is_empty() {
+            let event_seq =
+                j.db.journal_event(&j.run, (j.event_seq, &j.event), &j.buffered)?;
+            j.event_seq = Some(event_seq);
+            j.buffered.clear();
+        }
+        Ok(j.event_seq.map(|e| (e, seq)))
+    }
+
     /// Durably record how action `seq` ended.
     pub fn finish(&self, seq: i64, result: &str) -> Result<()> {
         let mut j = self.lock();

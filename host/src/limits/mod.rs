@@ -7,6 +7,7 @@
 //! They rank below the capabilities and the engine, which both obey them.
 
 pub mod meter;
+pub mod quota;
 pub mod stop;
 
 use std::fmt;

@@ -3,7 +3,9 @@
 //! signal task raises the second; the event in progress sees the request at
 //! its next host call (the meter refuses it), inside the guest (the epoch
 //! callback), or while it waits on the host (the event's watchdog), so no
-//! event outlives a stop request by more than a moment.
+//! event outlives a stop request by more than a moment. An action that waits
+//! for an approval stops its event the same way ([`StopReason::Waiting`]),
+//! from its own host call.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -16,6 +18,10 @@ pub enum StopReason {
     Cancelled,
     /// SIGINT or SIGTERM: the run stops where it is, to be resumed.
     Interrupted,
+    /// An ask-tier action waits for a person's approval: the event stops where
+    /// it is (its journal kept) and the run waits; it is resumed once the
+    /// approval is decided. Raised by the action's host call, never by `Stop`.
+    Waiting,
 }
 
 impl std::fmt::Display for StopReason {
@@ -23,6 +29,7 @@ impl std::fmt::Display for StopReason {
         f.write_str(match self {
             StopReason::Cancelled => "the run was cancelled (loopbox runs cancel)",
             StopReason::Interrupted => "loopbox was interrupted (SIGINT or SIGTERM)",
+            StopReason::Waiting => "an action waits for a person's approval",
         })
     }
 }
@@ -49,6 +56,7 @@ impl Stop {
         let code = match reason {
             StopReason::Cancelled => 1,
             StopReason::Interrupted => 2,
+            StopReason::Waiting => 3,
         };
         if self
             .reason
@@ -63,6 +71,7 @@ impl Stop {
         match self.reason.load(Ordering::SeqCst) {
             1 => Some(StopReason::Cancelled),
             2 => Some(StopReason::Interrupted),
+            3 => Some(StopReason::Waiting),
             _ => None,
         }
     }

@@ -15,8 +15,10 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use crate::bindings::{Decision, Event, Outcome, Turn};
+use crate::caps::actions::NotNow;
 use crate::db::{Budget, Db, JournalRow, RunRecord, RunStatus};
 use crate::exec::agent::AgentRequest;
+use crate::exec::confirm::AskRequest;
 use crate::exec::sandbox::Sandbox;
 use crate::limits::stop::StopReason;
 use crate::run::RunContext;
@@ -37,10 +39,15 @@ pub enum RunEnd {
     Blocked(String),
     /// The run is parked until something arrives (an answer, a tick).
     Waiting(String),
+    /// An ask-tier action waits for a person's approval (`loopbox runs approve`,
+    /// or a server's dashboard); the run goes on once it is decided.
+    AwaitingApproval(String),
     /// The policy failed: a trap, a limit, an error, a malformed decision, non-determinism.
     Fault(PolicyFault),
     /// The run used its turns (`run.max_turns`).
     TurnBudget(u32),
+    /// A budget shared with other runs is used up (a server tenant's quota): its key and value.
+    Quota(String),
     /// The agent could not be reached or failed.
     Agent(String),
     /// `loopbox runs cancel` stopped the run.
@@ -59,13 +66,14 @@ impl RunEnd {
             RunEnd::Done(o) if o.success => RunStatus::Done,
             RunEnd::Stopped { .. } => RunStatus::Done,
             RunEnd::Escalated(_) => RunStatus::Escalated,
-            RunEnd::Waiting(_) => RunStatus::Waiting,
+            RunEnd::Waiting(_) | RunEnd::AwaitingApproval(_) => RunStatus::Waiting,
             RunEnd::Cancelled => RunStatus::Cancelled,
             RunEnd::TurnUnknown(_) | RunEnd::Interrupted => RunStatus::Interrupted,
             RunEnd::Done(_)
             | RunEnd::Blocked(_)
             | RunEnd::Fault(_)
             | RunEnd::TurnBudget(_)
+            | RunEnd::Quota(_)
             | RunEnd::Agent(_) => RunStatus::Failed,
         }
     }
@@ -78,12 +86,12 @@ impl RunEnd {
             }
             RunEnd::Escalated(r) => r.clone(),
             RunEnd::Blocked(r) => format!("blocked: {r}"),
-            RunEnd::Waiting(w) => w.clone(),
+            RunEnd::Waiting(w) | RunEnd::AwaitingApproval(w) => w.clone(),
             RunEnd::Fault(f) => f.to_string(),
             RunEnd::TurnBudget(n) => format!(
                 "the run used all {n} of its turns (run.max_turns) without the policy finishing"
             ),
-            RunEnd::Agent(e) => e.clone(),
+            RunEnd::Agent(e) | RunEnd::Quota(e) => e.clone(),
             RunEnd::Cancelled => "the run was cancelled".into(),
             RunEnd::Interrupted => {
                 "loopbox was interrupted (SIGINT or SIGTERM); the run stopped where it stood".into()
@@ -166,7 +174,7 @@ impl Asker for NoAsker {
 
 pub struct DriveOptions<'a> {
     pub max_turns: u32,
-    pub asker: &'a dyn Asker,
+    pub asker: &'a (dyn Asker + Sync),
     /// Ticks delivered, in order, whenever the policy passes outside a turn.
     pub ticks: VecDeque<String>,
     /// Send again an agent turn whose outcome a crash left unknown.
@@ -200,7 +208,7 @@ pub async fn drive(
                 let after_turn = matches!(event, Event::TurnComplete(_));
                 match ctx.deliver_numbered(policy, &event).await? {
                     (seq, Ok(d)) => (seq, d, after_turn),
-                    (_, Err(f)) => return Ok(fault_end(f)),
+                    (_, Err(f)) => return fault_end(ctx, f),
                 }
             }
             Next::Redeliver { seq, event } => {
@@ -208,7 +216,7 @@ pub async fn drive(
                     .is_ok_and(|v| v["type"] == "turn-complete");
                 match ctx.redeliver(policy, seq, event).await? {
                     Ok(d) => (seq, d, after_turn),
-                    Err(f) => return Ok(fault_end(f)),
+                    Err(f) => return fault_end(ctx, f),
                 }
             }
         };
@@ -280,15 +288,43 @@ fn stop_end(reason: StopReason) -> RunEnd {
     match reason {
         StopReason::Cancelled => RunEnd::Cancelled,
         StopReason::Interrupted => RunEnd::Interrupted,
+        // Said with the approval it waits for by `fault_end`; a bare stop has none.
+        StopReason::Waiting => {
+            RunEnd::AwaitingApproval("an action waits for a person's approval".into())
+        }
     }
 }
 
-/// How a failed event ends the run: a stop request is not the policy's fault.
-fn fault_end(f: PolicyFault) -> RunEnd {
-    match f {
+/// How a failed event ends the run: a stop request is not the policy's fault,
+/// and an action waiting for an approval parks the run.
+fn fault_end(ctx: &RunContext, f: PolicyFault) -> Result<RunEnd> {
+    Ok(match f {
+        PolicyFault::Stopped(StopReason::Waiting) => awaiting(ctx)?,
         PolicyFault::Stopped(reason) => stop_end(reason),
         f => RunEnd::Fault(f),
-    }
+    })
+}
+
+/// The run's end while its pending approvals wait, naming them and how to decide.
+pub fn awaiting(ctx: &RunContext) -> Result<RunEnd> {
+    let pending = ctx.db.approvals(&crate::db::approvals::ApprovalFilter {
+        run: Some(ctx.id.clone()),
+        status: Some(crate::db::approvals::ApprovalStatus::Pending),
+        ..Default::default()
+    })?;
+    let what: Vec<String> = pending
+        .iter()
+        .map(|a| format!("approval {} of {} ({})", a.id, a.what, a.rule))
+        .collect();
+    Ok(RunEnd::AwaitingApproval(format!(
+        "waiting for {}: approve it with `loopbox runs approve {id}`, or deny it with `loopbox runs deny {id} --reason TEXT`",
+        if what.is_empty() {
+            "a person's approval".to_string()
+        } else {
+            what.join("; ")
+        },
+        id = ctx.id
+    )))
 }
 
 /// What an agent turn returned, as journaled.
@@ -343,19 +379,28 @@ async fn agent_turn(
                         ctx.config.shell.agent_section()
                     ))));
                 };
-                // An `inject` is a message from the policy like a `prompt` action: the same tier governs it.
-                if let Err(why) = ctx
-                    .allow_message(
-                        agent.config().tier,
-                        &format!(
-                            "agent turn {}: `{}`",
-                            *turns + 1,
-                            crate::ui::shorten(&crate::ui::sanitize(message), 60)
-                        ),
-                    )
-                    .await
-                {
-                    return Ok(Err(RunEnd::Agent(why)));
+                // An `inject` is a message from the policy like a `prompt` action: the
+                // same tier governs it. Its place is call 0 of the injecting event.
+                let ask = AskRequest {
+                    what: format!(
+                        "agent turn {}: `{}`",
+                        *turns + 1,
+                        crate::ui::shorten(&crate::ui::sanitize(message), 60)
+                    ),
+                    rule: String::new(),
+                    request: json!({"kind": "turn", "message": message, "agent": agent.config().command}),
+                    position: Some((seq, 0)),
+                };
+                match ctx.allow_message(agent.config().tier, ask).await {
+                    Ok(()) => {}
+                    Err(NotNow::Waiting(_)) => return Ok(Err(awaiting(ctx)?)),
+                    Err(NotNow::Failed(e)) => return Err(e),
+                    Err(NotNow::Denied(why) | NotNow::Declined(why)) => {
+                        return Ok(Err(RunEnd::Agent(why)));
+                    }
+                }
+                if let Err(why) = ctx.spend_quota(crate::limits::quota::Spend::AgentTurn) {
+                    return Ok(Err(RunEnd::Quota(why)));
                 }
                 if journaled {
                     let row = JournalRow {

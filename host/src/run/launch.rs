@@ -25,7 +25,7 @@ use anyhow::anyhow;
 
 use crate::config::{Config, Discovered};
 use crate::db::{Db, RunOptions, RunRecord};
-use crate::exec::confirm::Confirm;
+use crate::exec::confirm::{Approvals, Asking};
 use crate::exec::grants::{ExtraRules, parse_cli_rule};
 use crate::exec::sandbox::Sandbox;
 use crate::limits::stop::{Stop, StopReason};
@@ -223,6 +223,7 @@ impl<'a> Launch<'a> {
         }
         if let Some(i) = &installed {
             options.policy_name = Some(i.name.clone());
+            options.signer = i.locked.as_ref().and_then(|l| l.signed_by.clone());
         }
         let config = for_run(all, &options)?;
         let rules = cli_rules(&options)?;
@@ -234,6 +235,7 @@ impl<'a> Launch<'a> {
             installed,
             options,
             rules,
+            extras: RunExtras::default(),
         })
     }
 }
@@ -307,6 +309,18 @@ pub struct Prepared<'a> {
     pub options: RunOptions,
     /// Rules from the command line.
     pub rules: ExtraRules,
+    /// What a server adds to the run's confines (none for `loopbox run`).
+    pub extras: RunExtras,
+}
+
+/// What a server adds to a run beside its config: where `pass_env` finds its
+/// values (the tenant's credentials), paths its commands and agent never see
+/// (other tenants' roots, the server's data), and the quota it shares.
+#[derive(Clone, Default)]
+pub struct RunExtras {
+    pub host_env: crate::exec::child_env::HostEnv,
+    pub hidden: Vec<PathBuf>,
+    pub quota: Option<Arc<dyn crate::limits::quota::Quota>>,
 }
 
 impl Prepared<'_> {
@@ -331,9 +345,14 @@ impl Prepared<'_> {
     /// admitted (digests, signature) before it compiles; a stored run started by
     /// name is resolved again from its `[policies.NAME]`.
     pub fn load(&self) -> Result<Policy, LaunchError> {
-        let runtime = runtime(&self.config, self.workspace)?;
+        self.load_with(&runtime(&self.config, self.workspace)?)
+    }
+
+    /// [`Prepared::load`] on a runtime the caller keeps (a server's one engine
+    /// and cache for every run; its cache directory is the caller's choice).
+    pub fn load_with(&self, runtime: &Runtime) -> Result<Policy, LaunchError> {
         let loaded = match (&self.installed, &self.options.policy_name) {
-            (Some(i), _) => i.load(&runtime, &self.config),
+            (Some(i), _) => i.load(runtime, &self.config),
             (None, Some(name)) => {
                 let installed = Installed::resolve(
                     &self.config,
@@ -345,14 +364,16 @@ impl Prepared<'_> {
                 .ok_or_else(|| {
                     LaunchError::usage(anyhow!("there is no [policies.{name}] in the config"))
                 })?;
-                installed.load(&runtime, &self.config)
+                installed.load(runtime, &self.config)
             }
             (None, None) => runtime.load(&self.source),
         };
         loaded.map_err(LaunchError::usage)
     }
 
-    /// The run's context, with `confirm` to approve ask-tier actions. For a YAML
+    /// The run's context, with who is `asking` about ask-tier actions (a decision
+    /// already recorded for a call always comes first; see
+    /// [`crate::exec::confirm::Approvals`]). For a YAML
     /// loop, its own `max_steps` and `timeout` govern it (loopbox's budgets stay a
     /// safety net well above) and its shell runs with bash, as in little-loops;
     /// the policy chooses neither.
@@ -361,7 +382,7 @@ impl Prepared<'_> {
         id: &str,
         db: Db,
         ui: Ui,
-        confirm: Arc<dyn Confirm>,
+        asking: Asking,
     ) -> Result<RunContext, LaunchError> {
         let yaml_loop = self.is_yaml_loop();
         let mut config = self.config.clone();
@@ -375,12 +396,22 @@ impl Prepared<'_> {
                 self.options.policy_name.as_deref(),
             );
         }
+        let confirm = Arc::new(Approvals::new(
+            db.clone(),
+            id,
+            config.confirm,
+            config.approvals.clone(),
+            asking,
+        ));
         let access = Access {
             rules: self.rules.clone(),
             confirm,
             protected: crate::run::own_files(self.config_path.clone(), &self.source),
             support: None,
             bash_scripts: yaml_loop,
+            host_env: self.extras.host_env.clone(),
+            hidden: self.extras.hidden.clone(),
+            quota: self.extras.quota.clone(),
         };
         RunContext::with_access(
             id.to_string(),
@@ -397,17 +428,44 @@ impl Prepared<'_> {
     /// (giving up its lease). `signals` were caught before the run was marked
     /// running. A failure of loopbox itself says how to continue the run.
     pub fn drive(&self, d: Drive<'_>, signals: Signals, next: Next) -> Result<Ended, LaunchError> {
+        let Signals {
+            runtime,
+            int,
+            term,
+            second,
+        } = signals;
+        let stop = Arc::new(Stop::new());
+        let id = d.run.id.clone();
+        runtime.block_on(async {
+            let signals = tokio::spawn(watch_signals(int, term, stop.clone(), id, second));
+            let ended = self.drive_async(d, next, stop).await;
+            signals.abort();
+            ended
+        })
+    }
+
+    /// [`Prepared::drive`] on the caller's runtime, with no signals caught:
+    /// raising `stop` stops the run where it stands (a server stopping, or
+    /// cancelling one of its runs). The ending is recorded, as there.
+    pub async fn drive_async(
+        &self,
+        d: Drive<'_>,
+        next: Next,
+        stop: Arc<Stop>,
+    ) -> Result<Ended, LaunchError> {
         let Drive {
             db,
             run,
             policy,
             ui,
-            confirm,
+            asking,
             asker,
             banner,
             resend_turn,
         } = d;
-        let ctx = self.context(&run.id, db.clone(), ui.clone(), confirm)?;
+        let ctx = self
+            .context(&run.id, db.clone(), ui.clone(), asking)?
+            .sharing_stop(stop);
         if banner {
             ui.line(grants_banner(
                 &run,
@@ -434,24 +492,7 @@ impl Prepared<'_> {
             ticks,
             resend_turn,
         };
-        let Signals {
-            runtime,
-            int,
-            term,
-            second,
-        } = signals;
-        let end = runtime.block_on(async {
-            let signals = tokio::spawn(watch_signals(
-                int,
-                term,
-                ctx.stop().clone(),
-                run.id.clone(),
-                second,
-            ));
-            let end = driver::drive(&ctx, &policy, next, opts).await;
-            signals.abort();
-            end
-        });
+        let end = driver::drive(&ctx, &policy, next, opts).await;
         ui.finish();
         let end = end.map_err(|e| {
             LaunchError::internal(e.context(format!("run {} stopped; once the cause is fixed, continue it with `loopbox runs resume {}`", run.id, run.id)))
@@ -483,10 +524,10 @@ pub struct Drive<'a> {
     pub run: RunRecord,
     pub policy: Policy,
     pub ui: Ui,
-    /// Who approves ask-tier actions.
-    pub confirm: Arc<dyn Confirm>,
+    /// Who is asked about ask-tier actions.
+    pub asking: Asking,
     /// Who answers an `ask` decision.
-    pub asker: &'a dyn Asker,
+    pub asker: &'a (dyn Asker + Sync),
     /// Print the grants banner (a new run) or a one-line "resuming" note.
     pub banner: bool,
     /// Send again an agent turn whose outcome a crash left unknown.

@@ -26,7 +26,7 @@ use wasmtime::component::ResourceTable;
 
 use crate::bindings::{Decision, Event, PolicyInfo};
 use crate::caps::RunFacts;
-use crate::caps::actions::{ActionGrants, ActionsConfig, ActionsHost};
+use crate::caps::actions::{ActionGrants, ActionsConfig, ActionsHost, NotNow};
 use crate::caps::log::LogHost;
 use crate::caps::state::StateHost;
 use crate::caps::wasi::{CapturedOutput, LazyWasi};
@@ -35,11 +35,13 @@ use crate::config::Config;
 use crate::db::{Db, EventCommit};
 use crate::error::HostError;
 use crate::exec::agent::AgentRunner;
+use crate::exec::child_env::HostEnv;
 use crate::exec::confirm::{Confirm, NoOneToAsk};
 use crate::exec::grants::ExtraRules;
 use crate::exec::sandbox::Sandbox;
 use crate::journal::{Journal, JournalBudget};
 use crate::limits::meter::Meter;
+use crate::limits::quota::Quota;
 use crate::limits::stop::{Stop, StopReason};
 use crate::run::record::{
     decision_json, describe_decision, event_json, parse_event, validate_decision,
@@ -64,6 +66,14 @@ pub struct Access {
     /// Run `script` actions with `bash -c` rather than `sh -c`: set by the
     /// launcher for `builtin:fsm` (see `run::launch`); a policy never chooses.
     pub bash_scripts: bool,
+    /// Where `pass_env` finds its values: loopbox's own environment, or (a
+    /// server's run) the values its tenant was given.
+    pub host_env: HostEnv,
+    /// Paths commands and the agent never see besides those the config hides
+    /// (a server's: the other tenants' roots, its data directory).
+    pub hidden: Vec<PathBuf>,
+    /// A budget the run shares with others (a server tenant's quotas).
+    pub quota: Option<Arc<dyn Quota>>,
 }
 
 impl Default for Access {
@@ -74,6 +84,9 @@ impl Default for Access {
             protected: Vec::new(),
             support: None,
             bash_scripts: false,
+            host_env: HostEnv::Process,
+            hidden: Vec::new(),
+            quota: None,
         }
     }
 }
@@ -149,6 +162,9 @@ impl RunContext {
             support: access.support.clone(),
             db: &db,
             limits: &config.limits,
+            host_env: &access.host_env,
+            hidden: &access.hidden,
+            quota: access.quota.as_ref(),
         };
         let sections = ActionsConfig {
             shell: &config.shell,
@@ -182,6 +198,12 @@ impl RunContext {
             seed: Default::default(),
             stop: Arc::new(Stop::new()),
         })
+    }
+
+    /// Share `stop` as the run's stop request: whoever holds it can stop the run.
+    pub fn sharing_stop(mut self, stop: Arc<Stop>) -> RunContext {
+        self.stop = stop;
+        self
     }
 
     /// The run's stop request: raise it to end the event in progress (see [`crate::limits::stop`]).
@@ -226,22 +248,23 @@ impl RunContext {
         self.grants.agent.as_ref()
     }
 
+    /// Count an agent turn against the run's shared quota, if it has one; `Err` names it.
+    pub fn spend_quota(&self, spend: crate::limits::quota::Spend) -> Result<(), String> {
+        match &self.grants.quota {
+            Some(q) => q.spend(spend),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the agent tier lets a message from the policy through (see
-    /// [`ActionGrants::message_allowed`]); `Err` says why not.
+    /// [`ActionGrants::message_allowed`]); `Err` says why not, or that it waits
+    /// for an approval.
     pub async fn allow_message(
         &self,
         tier: crate::exec::config::PromptTier,
-        what: &str,
-    ) -> Result<(), String> {
-        use crate::bindings::actions::ActionError;
-        self.grants
-            .message_allowed(&self.log, tier, what)
-            .await
-            .map_err(|e| match e {
-                ActionError::Denied(why) => format!("{why} ({what})"),
-                ActionError::Declined(why) => why,
-                other => other.to_string(),
-            })
+        ask: crate::exec::confirm::AskRequest,
+    ) -> Result<(), NotNow> {
+        self.grants.message_allowed(&self.log, tier, ask).await
     }
 
     /// The data for one instance's Store; `event` is the number of the event it handles.

@@ -42,7 +42,8 @@ pub async fn sleep(ctx: &RunContext, timer: &Timer) -> Result<Result<(), RunEnd>
             }
             match ctx.stop().requested() {
                 Some(StopReason::Cancelled) => return Ok(Err(RunEnd::Cancelled)),
-                Some(StopReason::Interrupted) => {
+                // (`Waiting` is raised by an action, never while the run sleeps.)
+                Some(StopReason::Interrupted | StopReason::Waiting) => {
                     return Ok(Err(RunEnd::Waiting(parked(&ctx.id, &when, &timer.reason))));
                 }
                 None => {}

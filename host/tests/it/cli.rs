@@ -533,7 +533,31 @@ fn command_line_rules_tiers_and_yes() {
     let dir = tempfile::tempdir().unwrap();
     let probe = probe().to_string_lossy().into_owned();
     let input = r#"{"op": "exec", "argv": ["echo", "hi"]}"#;
-    // Ask-tier with no terminal (CI is set): declined, and the policy sees why.
+    // Ask-tier with no terminal (CI is set): the run waits for an approval
+    // (`tests/it/approvals.rs`); with `[confirm] unattended = "decline"` the
+    // action is declined at once, and the policy sees why.
+    let o = loopbox(
+        dir.path(),
+        &["run", &probe, "--input", input, "--ask", "echo", "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (code(&o), v["status"].as_str()),
+        (4, Some("waiting")),
+        "{v}"
+    );
+    assert!(
+        v["summary"]
+            .as_str()
+            .unwrap()
+            .contains("of exec `echo hi` (--ask (echo))"),
+        "{v}"
+    );
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[confirm]\nunattended = \"decline\"\n",
+    )
+    .unwrap();
     let o = loopbox(
         dir.path(),
         &["run", &probe, "--input", input, "--ask", "echo", "--json"],
@@ -545,9 +569,10 @@ fn command_line_rules_tiers_and_yes() {
         data["err"]["message"]
             .as_str()
             .unwrap()
-            .contains("pass --yes to approve ask-tier actions"),
+            .contains("needs a person's yes (--ask (echo)), and nobody is at a terminal"),
         "{v}"
     );
+    std::fs::remove_file(dir.path().join("loopbox.toml")).unwrap();
     // --yes approves it, and the banner says so.
     let o = loopbox(
         dir.path(),

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod approvals;
 mod bounds;
 mod cli;
 mod conformance;

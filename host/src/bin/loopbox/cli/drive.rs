@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{Failure, exit};
 use loopbox::db::{Db, RunRecord};
-use loopbox::exec::confirm::{ApproveAll, Confirm, NoOneToAsk};
+use loopbox::exec::confirm::{Answer, ApproveAll, AskRequest, Asking, Confirm};
 use loopbox::run::driver::{Asker, Next, NoAsker, RunEnd};
 use loopbox::run::launch::{self, Ended, Failed, LaunchError, Prepared, Signals};
 use loopbox::ui::{Ui, Untrusted};
@@ -59,16 +59,16 @@ impl Drive {
             resend_turn,
         } = self;
         let ui = if json { Ui::quiet() } else { Ui::detect(false) };
-        let confirm: Arc<dyn Confirm> = if run.options.yes {
-            Arc::new(ApproveAll)
-        } else if json {
-            Arc::new(NoOneToAsk(
-                "--json runs ask no one; pass --yes to approve ask-tier actions",
-            ))
+        // With nobody at a terminal (or --json), an ask-tier action waits for an
+        // approval (`loopbox runs approve`), or is declined ([confirm] unattended).
+        let asking = if run.options.yes {
+            Asking::Here(Arc::new(ApproveAll))
+        } else if json || !can_ask() {
+            Asking::Nobody
         } else {
-            Arc::new(TerminalConfirm { ui: ui.clone() })
+            Asking::Here(Arc::new(TerminalConfirm { ui: ui.clone() }))
         };
-        let asker: Box<dyn Asker> = if json {
+        let asker: Box<dyn Asker + Sync> = if json {
             Box::new(NoAsker)
         } else {
             Box::new(TerminalAsker { ui: ui.clone() })
@@ -79,7 +79,7 @@ impl Drive {
             run,
             policy,
             ui,
-            confirm,
+            asking,
             asker: asker.as_ref(),
             banner,
             resend_turn,
@@ -107,7 +107,9 @@ fn report(ended: &Ended, id: &str, store: &Path, source: &PolicySource, json: bo
     } else {
         loopbox::outln!("{}: {}", end.status(), Untrusted(&end.summary()));
         match end {
-            RunEnd::Waiting(_) => loopbox::outln!("run {id} is parked in {}", store.display()),
+            RunEnd::Waiting(_) | RunEnd::AwaitingApproval(_) => {
+                loopbox::outln!("run {id} is parked in {}", store.display())
+            }
             RunEnd::TurnUnknown(_) => loopbox::outln!(
                 "resume it with `loopbox runs resume {id} --resend-turn`, or stop it with `loopbox runs cancel {id}`"
             ),
@@ -141,16 +143,25 @@ struct TerminalConfirm {
 }
 
 impl Confirm for TerminalConfirm {
-    fn confirm(&self, action: &str, rule: &str) -> Result<bool, String> {
+    fn confirm(&self, ask: &AskRequest) -> anyhow::Result<Answer> {
         let message = format!(
             "The policy wants to run {} (needs a yes: {})",
-            Untrusted(action),
-            Untrusted(rule)
+            Untrusted(&ask.what),
+            Untrusted(&ask.rule)
         );
-        let answer = read_answer(&self.ui, &message, "Allow it? [y/N] ")
-            .ok_or("there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions")?;
-        Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+        Ok(match read_answer(&self.ui, &message, "Allow it? [y/N] ") {
+            None => Answer::NoOneToAsk(
+                "there is no terminal to ask on (stdin is not a terminal, or CI is set); run on a terminal, or pass --yes to approve ask-tier actions".into(),
+            ),
+            Some(a) if matches!(a.trim(), "y" | "Y" | "yes" | "YES" | "Yes") => Answer::Approved,
+            Some(_) => Answer::Declined("the user said no".into()),
+        })
     }
+}
+
+/// Whether a person can be asked on this terminal (stdin is one, and `CI` is not set).
+pub fn can_ask() -> bool {
+    std::io::stdin().is_terminal() && std::env::var_os("CI").is_none()
 }
 
 /// Asks on the terminal; declines (returns None) without one or under CI.
@@ -171,7 +182,7 @@ impl Asker for TerminalAsker {
 /// Show `message` and read one line from the person at the terminal; None without one
 /// (stdin not a terminal, or `CI` set), or when reading fails.
 pub fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
-    if !std::io::stdin().is_terminal() || std::env::var_os("CI").is_some() {
+    if !can_ask() {
         return None;
     }
     let mut answer = String::new();
@@ -208,9 +219,9 @@ fn exit_code(end: &RunEnd, yaml_loop: bool) -> i32 {
         RunEnd::Stopped { .. } => exit::OK,
         RunEnd::Done(_) | RunEnd::Blocked(_) => exit::FAILURE,
         RunEnd::Escalated(_) => exit::ESCALATED,
-        RunEnd::Waiting(_) => exit::WAITING,
+        RunEnd::Waiting(_) | RunEnd::AwaitingApproval(_) => exit::WAITING,
         RunEnd::Fault(_) => exit::FAULT,
-        RunEnd::TurnBudget(_) => exit::TURN_BUDGET,
+        RunEnd::TurnBudget(_) | RunEnd::Quota(_) => exit::TURN_BUDGET,
         RunEnd::Agent(_) => exit::AGENT,
         RunEnd::Cancelled => exit::CANCELLED,
         RunEnd::TurnUnknown(_) => exit::UNKNOWN_TURN,

@@ -91,25 +91,12 @@ fn load<'a>(
         .map_err(|f| no_space(f, workspace, &seen, again))?;
     let run = db.existing_run(id).map_err(Failure::lookup)?;
     refuse_ended(id, &run)?;
-    // The config as the run's options name it; pinned grants hold it to the run's.
-    let mut found = None;
-    let prepared = Launch::resume(workspace, &run).prepare(|f| {
-        found = Some(f.clone());
-        Ok::<_, Failure>(())
-    })?;
+    // The config as the run's options name it, obeyed only once the user trusts
+    // it, as `loopbox run` requires: a store and a config that came with a cloned
+    // project (a planted run) are never continued on their word. Pinned grants
+    // then hold it to the run's.
+    let prepared = Launch::resume(workspace, &run).prepare(super::super::trust::obey)?;
     let now = prepared.pin();
-    // Accepting changed grants obeys the config as it is now, so it must be approved as
-    // `loopbox run` requires; checked before the new grants are pinned to the run.
-    if accept_config_change
-        && let Some(found) = &found
-        && run
-            .options
-            .grants
-            .as_ref()
-            .is_some_and(|p| !loopbox::run::pin::differences(p, &now).is_empty())
-    {
-        super::super::trust::obey(found)?;
-    }
     let how = "pass --accept-config-change to continue under the config as it is now";
     let changed = loopbox::run::pin::hold(
         &db,
@@ -241,6 +228,28 @@ pub fn resume(args: ResumeArgs, json: bool, workspace: &Path) -> Result<i32, Fai
     )?;
     let next = resume_point(&l.db, &l.run).map_err(Failure::internal)?;
     drive(l, workspace, json, args.resend_turn, next, &again)
+}
+
+/// Continue a run after a decision on its pending approval (`runs approve|deny`):
+/// the event it stopped in is delivered again, and the decided action runs (or
+/// is declined) where it waited.
+pub fn resume_after_decision(
+    id: &str,
+    workspace: &Path,
+    json: bool,
+    allow_policy_change: bool,
+    accept_config_change: bool,
+) -> Result<i32, Failure> {
+    let again = Again(format!("loopbox runs resume {id}"));
+    let l = load(
+        id,
+        workspace,
+        allow_policy_change,
+        accept_config_change,
+        &again,
+    )?;
+    let next = resume_point(&l.db, &l.run).map_err(Failure::internal)?;
+    drive(l, workspace, json, false, next, &again)
 }
 
 pub fn answer(args: AnswerArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {

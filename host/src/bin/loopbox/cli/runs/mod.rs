@@ -1,7 +1,8 @@
 //! `loopbox runs`: the runs in this workspace's store (standalone runs and
 //! hook sessions alike, newest first), and the commands that look into one run
-//! or move it on: show, log, resume, answer, tick, cancel.
+//! or move it on: show, log, resume, answer, tick, approve, deny, cancel.
 
+mod approve;
 mod cancel;
 mod cont;
 mod export;
@@ -38,6 +39,10 @@ enum RunsCommand {
     Answer(cont::AnswerArgs),
     /// Deliver a `tick` to a run waiting for events, or wake a sleeping one now
     Tick(cont::TickArgs),
+    /// Approve the ask-tier action a run waits for, then continue the run
+    Approve(approve::DecideArgs),
+    /// Deny the ask-tier action a run waits for (the policy gets `declined`), then continue the run
+    Deny(approve::DecideArgs),
     /// Stop a run: now if no process drives it, else at its next step
     Cancel(cancel::CancelArgs),
     /// Write a run as a scenario file for `loopbox test` (--scenario)
@@ -52,6 +57,18 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
         Some(RunsCommand::Resume(a)) => cont::resume(a, args.json, workspace),
         Some(RunsCommand::Answer(a)) => cont::answer(a, args.json, workspace),
         Some(RunsCommand::Tick(a)) => cont::tick(a, args.json, workspace),
+        Some(RunsCommand::Approve(a)) => approve::execute(
+            a,
+            loopbox::db::approvals::Verdict::Approve,
+            args.json,
+            workspace,
+        ),
+        Some(RunsCommand::Deny(a)) => approve::execute(
+            a,
+            loopbox::db::approvals::Verdict::Deny,
+            args.json,
+            workspace,
+        ),
         Some(RunsCommand::Cancel(a)) => cancel::execute(a, args.json, workspace),
         Some(RunsCommand::Export(a)) => export::execute(a, args.json, workspace),
     }

@@ -50,6 +50,12 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
     let events = db.events(&run.id).map_err(Failure::internal)?;
     let journal = db.journal_of_run(&run.id).map_err(Failure::internal)?;
     let alive = run.lease.as_ref().is_some_and(|o| o.is_alive());
+    let approvals = db
+        .approvals(&loopbox::db::approvals::ApprovalFilter {
+            run: Some(run.id.clone()),
+            ..Default::default()
+        })
+        .map_err(Failure::internal)?;
     let contract = contract_of(&run);
     let wakes = db.wake_at(&run.id).map_err(Failure::internal)?;
     let actions: Vec<&(i64, JournalRow)> = journal
@@ -78,6 +84,13 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             "driver": run.lease.as_ref().map(|o| json!({"pid": o.pid, "host": o.host, "alive": o.is_alive()})),
             "cancel_requested": run.cancel_requested,
             "wakes": wakes.map(rfc3339),
+            "started_by": run.place.started_by,
+            "approvals": approvals.iter().map(|a| json!({
+                "id": a.id, "status": a.status, "what": a.what, "rule": a.rule, "digest": a.digest,
+                "request": a.request, "requested": rfc3339(a.requested_at_ms), "deadline": rfc3339(a.deadline_ms),
+                "decided_by": a.decided_by, "decided": a.decided_at_ms.map(rfc3339), "reason": a.reason,
+                "used": a.consumed_at_ms.map(rfc3339),
+            })).collect::<Vec<_>>(),
             "events": events.iter().map(|e| json!({
                 "seq": e.seq, "at": rfc3339(e.at_ms), "event": parse(&Some(e.event.clone())),
                 "decision": parse(&e.decision), "error": parse(&e.error), "pending": e.pending,
@@ -134,13 +147,44 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             if o.is_alive() { "running" } else { "gone" }
         );
     }
+    for a in &approvals {
+        let decided = match (&a.decided_by, a.decided_at_ms) {
+            (Some(who), Some(at)) => format!(" by {} at {} UTC", one_line(who), utc(at)),
+            _ => format!(" until {} UTC", utc(a.deadline_ms)),
+        };
+        let reason = a
+            .reason
+            .as_deref()
+            .map(|r| format!(": {}", one_line(&shorten(r, 100))))
+            .unwrap_or_default();
+        loopbox::outln!(
+            "approval: {} {}{decided}{reason}: {} ({})",
+            a.id,
+            a.status,
+            one_line(&a.what),
+            one_line(&a.rule)
+        );
+    }
+    if approvals
+        .iter()
+        .any(|a| a.status == loopbox::db::approvals::ApprovalStatus::Pending)
+    {
+        loopbox::outln!(
+            "          decide with `loopbox runs approve {0}` or `loopbox runs deny {0} --reason TEXT`",
+            run.id
+        );
+    }
     loopbox::outln!("events:");
+    let waits_for_approval = approvals
+        .iter()
+        .any(|a| a.status == loopbox::db::approvals::ApprovalStatus::Pending);
     for e in &events {
         let kind = serde_json::from_str::<Value>(&e.event)
             .ok()
             .and_then(|v| v["type"].as_str().map(String::from))
             .unwrap_or_default();
         let after = match (&e.decision, &e.error, e.pending) {
+            (_, _, true) if waits_for_approval => "(waiting for an approval)".to_string(),
             (_, _, true) => "(interrupted while it was handled)".to_string(),
             (Some(d), _, _) => loopbox::run::record::parse_decision(d)
                 .map(|d| format!("-> {}", loopbox::run::record::describe_decision(&d)))
