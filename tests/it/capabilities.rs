@@ -7,8 +7,8 @@ use serde_json::json;
 mod mcp;
 mod profiles;
 mod restore;
-mod worktree_at;
 mod server_access;
+mod worktree_at;
 
 fn err_kind(v: &serde_json::Value) -> (&str, &str) {
     (

@@ -19,8 +19,22 @@ use serde::Serialize;
 /// `state`, `workspace`, `log`, `types` and `latest` name that version's
 /// bindings and the newest's.
 macro_rules! older_imports {
-    // 0.3.0 had the worktree calls too: they convert like the rest.
+    // 0.3.0 had a prompt's profile and cwd, and the worktree calls: they
+    // convert like the rest.
     (worktrees) => {
+        impl From<actions::PromptRequest> for latest::actions::PromptRequest {
+            fn from(r: actions::PromptRequest) -> Self {
+                Self {
+                    text: r.text,
+                    kind: older_imports!(@kind r.kind),
+                    model: r.model,
+                    session: r.session,
+                    timeout_ms: r.timeout_ms,
+                    profile: r.profile,
+                    cwd: r.cwd,
+                }
+            }
+        }
         older_imports!(@common {
             async fn worktree_add(
                 &mut self,
@@ -40,7 +54,27 @@ macro_rules! older_imports {
         });
     };
     () => {
+        /// A 0.1.0 or 0.2.0 prompt goes to the `[agent]` section, in the workspace root.
+        impl From<actions::PromptRequest> for latest::actions::PromptRequest {
+            fn from(r: actions::PromptRequest) -> Self {
+                Self {
+                    text: r.text,
+                    kind: older_imports!(@kind r.kind),
+                    model: r.model,
+                    session: r.session,
+                    timeout_ms: r.timeout_ms,
+                    profile: None,
+                    cwd: None,
+                }
+            }
+        }
         older_imports!(@common {});
+    };
+    (@kind $k:expr) => {
+        match $k {
+            actions::PromptKind::Prompt => latest::actions::PromptKind::Prompt,
+            actions::PromptKind::SlashCommand => latest::actions::PromptKind::SlashCommand,
+        }
     };
     (@common { $($more:tt)* }) => {
         /// Link this contract's interfaces to the same capabilities as the newest's.
@@ -80,26 +114,6 @@ macro_rules! older_imports {
                         cwd: s.cwd,
                         timeout_ms: s.timeout_ms,
                     }),
-                }
-            }
-        }
-
-        /// An older contract's prompt goes to the `[agent]` section, in the workspace root.
-        impl From<actions::PromptRequest> for latest::actions::PromptRequest {
-            fn from(r: actions::PromptRequest) -> Self {
-                Self {
-                    text: r.text,
-                    kind: match r.kind {
-                        actions::PromptKind::Prompt => latest::actions::PromptKind::Prompt,
-                        actions::PromptKind::SlashCommand => {
-                            latest::actions::PromptKind::SlashCommand
-                        }
-                    },
-                    model: r.model,
-                    session: r.session,
-                    timeout_ms: r.timeout_ms,
-                    profile: None,
-                    cwd: None,
                 }
             }
         }
