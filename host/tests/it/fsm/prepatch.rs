@@ -5,38 +5,10 @@
 //! flagged (the failure terminal under `fail`); one that cannot pass before
 //! it is clean. The fork is gone afterwards.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use super::*;
-
-/// A directory holding `python`: an interpreter that has pytest (what
-/// little-loops runs, `python -m pytest`), outside /tmp (the sandbox's /tmp
-/// is its own) and outside any workspace.
-pub(crate) fn python_with_pytest() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = ["python3", "python"]
-            .iter()
-            .find_map(|p| {
-                let o = Command::new(p)
-                    .args(["-c", "import pytest, sys; print(sys.executable)"])
-                    .output()
-                    .ok()?;
-                o.status
-                    .success()
-                    .then(|| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
-            })
-            .expect("these tests need a Python with pytest: `python3 -m pip install pytest` (scripts/test.sh installs it)");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-with-pytest");
-        std::fs::create_dir_all(&dir).unwrap();
-        let link = dir.join("python");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(exe, link).unwrap();
-        dir
-    })
-    .clone()
-}
 
 fn config() -> String {
     format!(
