@@ -116,7 +116,11 @@ pub fn payload(
     input: &str,
     run_dir: &str,
     workspace: &Path,
+    delay: Option<f64>,
 ) -> Result<String> {
+    if let Some(d) = delay.filter(|d| !d.is_finite() || *d < 0.0) {
+        anyhow::bail!("--delay must be a number of seconds, 0 or more, not {d}");
+    }
     let workspace = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_path_buf());
@@ -128,6 +132,7 @@ pub fn payload(
         // Absolute, as `ll-loop run` makes it (`cli/loop/run.py`: `loops_dir.resolve()`).
         run_dir: Some(workspace.join(run_dir).to_string_lossy().into_owned()),
         workspace: Some(workspace.to_string_lossy().into_owned()),
+        delay,
     };
     loopbox_fsm::start::context(lp, &start).map_err(anyhow::Error::msg)?;
     Ok(start.to_json().to_string())

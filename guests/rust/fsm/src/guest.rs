@@ -39,7 +39,7 @@ impl Policy for Fsm {
             _ => return Ok(Decision::Pass),
         };
         let start = crate::start::parse(&input)?;
-        let lp = match crate::load(&start.path, &start.yaml, &mut WorkspaceFiles) {
+        let mut lp = match crate::load(&start.path, &start.yaml, &mut WorkspaceFiles) {
             Ok(lp) => lp,
             Err(problems) => {
                 let text = crate::render(&problems);
@@ -66,6 +66,7 @@ impl Policy for Fsm {
         for note in &lp.notes {
             log::info(&format!("note: {note}"));
         }
+        lp.backoff_ms = start.backoff_ms(&lp);
         let mut host = Host { cwd: None };
         let outcome = machine::start(&lp, &context, start.workspace.as_deref(), &mut host);
         settle(&lp, &input, outcome, &mut host)
@@ -115,12 +116,13 @@ fn wake() -> Result<Decision, String> {
     let saved: machine::Saved = serde_json::from_value(v["machine"].clone())
         .map_err(|e| format!("the parked machine cannot be read: {e}"))?;
     let start = crate::start::parse(&input)?;
-    let lp = crate::load(&start.path, &start.yaml, &mut WorkspaceFiles).map_err(|problems| {
+    let mut lp = crate::load(&start.path, &start.yaml, &mut WorkspaceFiles).map_err(|problems| {
         format!(
             "the loop no longer loads: {}",
             problems.first().map(|p| p.to_string()).unwrap_or_default()
         )
     })?;
+    lp.backoff_ms = start.backoff_ms(&lp);
     let mut host = Host { cwd: None };
     let outcome = machine::resume(&lp, saved, &mut host);
     settle(&lp, &input, outcome, &mut host)
