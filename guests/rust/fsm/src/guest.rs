@@ -116,12 +116,13 @@ fn wake() -> Result<Decision, String> {
     let saved: machine::Saved = serde_json::from_value(v["machine"].clone())
         .map_err(|e| format!("the parked machine cannot be read: {e}"))?;
     let start = crate::start::parse(&input)?;
-    let mut lp = crate::load(&start.path, &start.yaml, &mut WorkspaceFiles).map_err(|problems| {
-        format!(
-            "the loop no longer loads: {}",
-            problems.first().map(|p| p.to_string()).unwrap_or_default()
-        )
-    })?;
+    let mut lp =
+        crate::load(&start.path, &start.yaml, &mut WorkspaceFiles).map_err(|problems| {
+            format!(
+                "the loop no longer loads: {}",
+                problems.first().map(|p| p.to_string()).unwrap_or_default()
+            )
+        })?;
     lp.backoff_ms = start.backoff_ms(&lp);
     let mut host = Host { cwd: None };
     let outcome = machine::resume(&lp, saved, &mut host);
