@@ -403,6 +403,7 @@ mod tests {
                 r#"{"issue": "BUG-1"}"#,
                 ".loops/runs/r1/",
                 Path::new("/"),
+                None,
             )
             .unwrap(),
         )
@@ -411,7 +412,7 @@ mod tests {
             p,
             serde_json::json!({"path": "l.yaml", "yaml": text, "input": "{\"issue\": \"BUG-1\"}", "run_dir": "/.loops/runs/r1/", "workspace": "/"})
         );
-        let refused = payload(&lp, &file, "{}", ".loops/runs/r1/", Path::new("/"))
+        let refused = payload(&lp, &file, "{}", ".loops/runs/r1/", Path::new("/"), None)
             .unwrap_err()
             .to_string();
         assert!(

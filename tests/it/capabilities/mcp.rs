@@ -77,14 +77,8 @@ async fn a_granted_tool_answers_and_nothing_else_is_called() {
     assert_eq!(err_kind(&v).0, "invalid", "{v}");
     // What the policy sends never reaches the server's command line.
     let v = call(&ctx, "argv", json!({"x": "--evil", "y": "$(touch pwned)"})).await;
-    let argv: Value = serde_json::from_str(
-        &serde_json::from_str::<Value>(v["ok"]["answer"].as_str().unwrap()).unwrap()["content"][0]
-            ["text"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-    )
-    .unwrap();
+    let answer: Value = serde_json::from_str(v["ok"]["answer"].as_str().unwrap()).unwrap();
+    let argv: Value = serde_json::from_str(answer["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(argv, json!([]), "{v}");
     assert!(!ws.root().join("pwned").exists());
 }
