@@ -12,14 +12,22 @@ use crate::bindings::Timer;
 use crate::db::RunStatus;
 use crate::limits::stop::StopReason;
 use crate::run::RunContext;
-use crate::run::driver::RunEnd;
+
+/// Why a sleep ended before its timer was due.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Woken {
+    /// `loopbox runs cancel`: the run ends.
+    Cancelled,
+    /// SIGINT or SIGTERM: the run stays parked; the text says how it goes on.
+    Parked(String),
+}
 
 /// How often a sleeping run looks for a stop request or an earlier wake time.
 const LOOK: Duration = Duration::from_millis(200);
 
 /// Sleep until `timer` is due: `Ok(())` to deliver its tick, or how the run
 /// stops instead (cancelled; parked for a later `runs resume` when interrupted).
-pub async fn sleep(ctx: &RunContext, timer: &Timer) -> Result<Result<(), RunEnd>> {
+pub async fn sleep(ctx: &RunContext, timer: &Timer) -> Result<Result<(), Woken>> {
     let due = timer.until_ms;
     if now() < due {
         ctx.db.park_until(&ctx.id, due)?;
@@ -41,10 +49,10 @@ pub async fn sleep(ctx: &RunContext, timer: &Timer) -> Result<Result<(), RunEnd>
                 ctx.stop().request(StopReason::Cancelled);
             }
             match ctx.stop().requested() {
-                Some(StopReason::Cancelled) => return Ok(Err(RunEnd::Cancelled)),
+                Some(StopReason::Cancelled) => return Ok(Err(Woken::Cancelled)),
                 // (`Waiting` is raised by an action, never while the run sleeps.)
                 Some(StopReason::Interrupted | StopReason::Waiting) => {
-                    return Ok(Err(RunEnd::Waiting(parked(&ctx.id, &when, &timer.reason))));
+                    return Ok(Err(Woken::Parked(parked(&ctx.id, &when, &timer.reason))));
                 }
                 None => {}
             }
