@@ -28,6 +28,7 @@ pub mod project;
 pub mod run;
 pub(crate) mod runlog;
 pub mod scenario;
+pub mod serve;
 pub mod trust;
 pub mod ui;
 pub mod wasm;

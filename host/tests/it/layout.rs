@@ -329,6 +329,7 @@ const RANKS: &[&[&str]] = &[
     &["run"],
     &["hook", "trust", "project"],
     &["scenario"],
+    &["serve"],
 ];
 
 fn rank(top: &str) -> Option<usize> {

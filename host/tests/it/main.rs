@@ -13,4 +13,5 @@ mod hook;
 mod installed;
 mod layout;
 mod registry;
+mod serve;
 mod trust;

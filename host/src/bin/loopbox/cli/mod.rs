@@ -13,6 +13,7 @@ mod publish;
 mod pull;
 mod run;
 mod runs;
+mod serve;
 mod test;
 mod trust;
 mod validate;
@@ -100,6 +101,9 @@ enum Command {
     Key(key::KeyArgs),
     /// Approve a config file (loopbox.toml) after reviewing its grants; --list, --revoke
     Trust(trust::TrustArgs),
+    /// Run the shared server (tenants, tokens, approvals from anywhere, an audit log, an HTTP API);
+    /// `serve token`, `serve audit`, `serve tenant-config` manage it
+    Serve(serve::ServeArgs),
 }
 
 /// A failure with the exit code it should end the process with.
@@ -194,6 +198,7 @@ impl Command {
             Command::Publish(a) => a.json,
             Command::Key(_) => false,
             Command::Trust(a) => a.json,
+            Command::Serve(a) => a.json(),
             // A hook answers in its agent's protocol; `new` prints no JSON.
             Command::Hook(_) | Command::New(_) => false,
         }
@@ -241,6 +246,7 @@ fn main_with(cli: Cli) -> i32 {
         Command::Publish(args) => publish::execute(args, &workspace),
         Command::Key(args) => key::execute(args),
         Command::Trust(args) => trust::execute(args, &workspace),
+        Command::Serve(args) => serve::execute(args),
     };
     match result {
         Ok(code) => code,

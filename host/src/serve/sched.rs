@@ -1,0 +1,391 @@
+//! The scheduler: which queued run is driven next, and driving it.
+//!
+//! A run waits its turn in one FIFO queue. The dispatcher takes the oldest
+//! run whose tenant is below `tenants.NAME.max_running` while the server is
+//! below `server.max_running` (a tenant at its limit keeps its place; the
+//! runs behind it of other tenants go first). A taken run is driven on the
+//! server's tokio runtime through the launcher, exactly as `loopbox runs
+//! resume` drives it: the store says where it stands, and an answer or tick
+//! from its inbox is delivered only if the run still stands where it stood
+//! when the answer was accepted.
+//!
+//! The queue in memory follows the store: a run is `queued` there first, so
+//! a server killed with anything queued finds it again at start (see
+//! [`super::Server::recover`]).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result, anyhow};
+use tokio::sync::Notify;
+
+use super::Server;
+use super::store::InboxKind;
+use crate::bindings::{Decision, Event};
+use crate::db::{Db, LogRecord, RunRecord, RunStatus, now_ms};
+use crate::exec::child_env::HostEnv;
+use crate::exec::confirm::Asking;
+use crate::limits::stop::{Stop, StopReason};
+use crate::run::driver::{Next, NoAsker, resume_point};
+use crate::run::launch::{Drive, Launch, LaunchError, RunExtras};
+use crate::ui::Ui;
+
+/// How a queued run is to be continued (what `POST .../resume` may ask).
+#[derive(Debug, Clone, Default)]
+pub struct Continue {
+    pub resend_turn: bool,
+    pub allow_policy_change: bool,
+    pub accept_config_change: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Queued {
+    run: String,
+    tenant: String,
+    how: Continue,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Queued>,
+    /// Runs being driven: their tenant and their stop request.
+    running: BTreeMap<String, (String, Arc<Stop>)>,
+    per_tenant: BTreeMap<String, u32>,
+    /// No more runs are taken (the server is stopping).
+    closed: bool,
+}
+
+/// The queue and the runs being driven.
+#[derive(Default)]
+pub struct Queue {
+    state: Mutex<State>,
+    changed: Notify,
+    /// Signalled each time a driven run ends.
+    ended: Notify,
+}
+
+impl Queue {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Put `run` (already `queued` in the store) at the end of the queue.
+    pub fn push(&self, run: &str, tenant: &str, how: Continue) {
+        let mut s = self.state();
+        if s.queue.iter().any(|q| q.run == run) || s.running.contains_key(run) {
+            return;
+        }
+        s.queue.push_back(Queued {
+            run: run.to_string(),
+            tenant: tenant.to_string(),
+            how,
+        });
+        drop(s);
+        self.changed.notify_one();
+    }
+
+    /// Whether `run` is being driven here now.
+    pub fn is_running(&self, run: &str) -> bool {
+        self.state().running.contains_key(run)
+    }
+
+    /// Stop `run` where it stands, if it is being driven here.
+    pub fn stop(&self, run: &str, reason: StopReason) -> bool {
+        match self.state().running.get(run) {
+            Some((_, stop)) => {
+                stop.request(reason);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Take `run` out of the queue (it was cancelled before its turn).
+    pub fn remove(&self, run: &str) {
+        self.state().queue.retain(|q| q.run != run);
+    }
+
+    /// The tenant's runs waiting for their turn (taken ones are not).
+    pub fn queued(&self, tenant: &str) -> u64 {
+        self.state()
+            .queue
+            .iter()
+            .filter(|q| q.tenant == tenant)
+            .count() as u64
+    }
+
+    /// Runs driven now: all, and the tenant's.
+    pub fn running(&self, tenant: &str) -> (usize, u32) {
+        let s = self.state();
+        (
+            s.running.len(),
+            s.per_tenant.get(tenant).copied().unwrap_or(0),
+        )
+    }
+
+    /// Take the runs that may start now, in queue order, within the limits.
+    fn take(&self, server: &Server) -> Vec<(Queued, Arc<Stop>)> {
+        let mut s = self.state();
+        if s.closed {
+            return vec![];
+        }
+        let mut out = vec![];
+        let mut i = 0;
+        while i < s.queue.len() {
+            if s.running.len() >= server.settings.max_running as usize {
+                break;
+            }
+            let tenant = s.queue[i].tenant.clone();
+            let limit = server.tenants.get(&tenant).map_or(0, |t| t.max_running);
+            if s.per_tenant.get(&tenant).copied().unwrap_or(0) >= limit {
+                i += 1;
+                continue;
+            }
+            let q = s.queue.remove(i).expect("index in range");
+            let stop = Arc::new(Stop::new());
+            s.running
+                .insert(q.run.clone(), (tenant.clone(), stop.clone()));
+            *s.per_tenant.entry(tenant).or_default() += 1;
+            out.push((q, stop));
+        }
+        out
+    }
+
+    fn finished(&self, run: &str) {
+        let mut s = self.state();
+        if let Some((tenant, _)) = s.running.remove(run)
+            && let Some(n) = s.per_tenant.get_mut(&tenant)
+        {
+            *n = n.saturating_sub(1);
+        }
+        drop(s);
+        self.changed.notify_one();
+        self.ended.notify_waiters();
+    }
+
+    /// Take no more runs, and stop those being driven where they stand.
+    pub fn close(&self) -> usize {
+        let mut s = self.state();
+        s.closed = true;
+        for (_, stop) in s.running.values() {
+            stop.request(StopReason::Interrupted);
+        }
+        s.running.len()
+    }
+
+    /// Wait until no run is being driven.
+    pub async fn drained(&self) {
+        loop {
+            let ended = self.ended.notified();
+            if self.state().running.is_empty() {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// Drive queued runs as their turns come, forever.
+pub async fn dispatch(server: Arc<Server>) {
+    loop {
+        let changed = server.queue.changed.notified();
+        for (q, stop) in server.queue.take(&server) {
+            let server = server.clone();
+            tokio::spawn(async move {
+                let id = q.run.clone();
+                if let Err(e) = drive(&server, &q, stop).await {
+                    server.note_failure(&id, &e);
+                }
+                server.queue.finished(&id);
+            });
+        }
+        changed.await;
+    }
+}
+
+/// A line in the run's log from the server itself.
+pub fn log_line(db: &Db, run: &str, level: &str, message: String) {
+    let _ = db.append_log(
+        run,
+        &[LogRecord {
+            at_ms: now_ms(),
+            level: level.into(),
+            source: "host".into(),
+            message,
+        }],
+    );
+}
+
+/// What a launch failure does to the run: one that never started fails
+/// (nothing can start it as it is); one that did stays `interrupted` for a
+/// person to resume once the cause is fixed. The error comes back for
+/// [`super::Server::note_failure`] to put in the run's log.
+fn launch_failed(db: &Db, run: &RunRecord, e: &LaunchError) -> anyhow::Error {
+    let started = db.started(&run.id).unwrap_or(true);
+    let why = format!("{:#}", e.error);
+    let status = if started {
+        RunStatus::Interrupted
+    } else {
+        RunStatus::Failed
+    };
+    let outcome = (!started)
+        .then(|| serde_json::json!({"success": false, "summary": why, "data": null}).to_string());
+    let _ = db.finish_driving(&run.id, status, outcome.as_deref());
+    anyhow!("{why}")
+}
+
+/// Whether a run standing at `next` takes an answer (it asked) or a tick (it
+/// waits for events outside a turn).
+pub fn takes(next: &Next, kind: InboxKind) -> bool {
+    matches!(
+        (next, kind),
+        (
+            Next::Act {
+                decision: Decision::Ask(_),
+                ..
+            },
+            InboxKind::Answer
+        ) | (
+            Next::Act {
+                decision: Decision::Pass,
+                after_turn: false,
+                ..
+            },
+            InboxKind::Tick
+        )
+    )
+}
+
+/// Drive one run from where the store says it stands until it ends, parks, or is stopped.
+async fn drive(server: &Arc<Server>, q: &Queued, stop: Arc<Stop>) -> Result<()> {
+    let db = Db::open(&server.data.store())?;
+    let run = db.existing_run(&q.run)?;
+    // Cancelled, or taken up some other way, since it was queued.
+    if run.status != RunStatus::Queued {
+        return Ok(());
+    }
+    let tenant = server
+        .tenants
+        .named(&q.tenant)
+        .context("the run's tenant is gone from the server config")?
+        .clone();
+    let workspace: PathBuf = run
+        .place
+        .workspace
+        .clone()
+        .context("the run has no workspace recorded")?;
+    // Checked again now: a root's contents may have changed since the run was accepted.
+    let checked = workspace
+        .canonicalize()
+        .map_err(anyhow::Error::from)
+        .and_then(|w| tenant.inside(&w).map(|_| w))
+        .with_context(|| format!("workspace `{}` cannot be used", workspace.display()));
+    let workspace = match checked {
+        Ok(w) => w,
+        Err(e) => return Err(launch_failed(&db, &run, &LaunchError::usage(e))),
+    };
+    let config = server.config_file(&tenant.name)?;
+    let prepared = Launch::resume(&workspace, &run)
+        .config_file(Some(config))
+        .prepare(|_| Ok::<_, LaunchError>(()));
+    let mut prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => return Err(launch_failed(&db, &run, &e)),
+    };
+    // The config and policy file are checked again: either may have changed since.
+    let checked = tenant.check_config(&prepared.config).and_then(|()| {
+        prepared
+            .source
+            .path()
+            .map_or(Ok(()), |p| tenant.check_source(p))
+    });
+    if let Err(e) = checked {
+        return Err(launch_failed(&db, &run, &LaunchError::usage(e)));
+    }
+    let how = format!(
+        "resume it accepting the change (`POST /api/v1/runs/{}/resume` with {{\"accept_config_change\": true}})",
+        run.id
+    );
+    let held = crate::run::pin::hold(
+        &db,
+        &run.id,
+        run.options.grants.as_ref(),
+        &prepared.pin(),
+        q.how.accept_config_change,
+        &how,
+    )?;
+    if let Err(e) = held {
+        return Err(launch_failed(&db, &run, &LaunchError::usage(e)));
+    }
+    // Loading compiles on a cache miss (seconds for a Python policy): off the async workers.
+    let loaded = tokio::task::block_in_place(|| prepared.load_with(&server.runtime));
+    let policy = match loaded {
+        Ok(p) => p,
+        Err(e) => return Err(launch_failed(&db, &run, &e)),
+    };
+    if policy.digest != run.policy_digest {
+        if !q.how.allow_policy_change {
+            let e = LaunchError::usage(anyhow!(
+                "the policy `{}` changed since run {} started; replaying its journal with different code can go wrong. \
+                 Restore the original policy, or resume with {{\"allow_policy_change\": true}}",
+                prepared.source,
+                run.id
+            ));
+            return Err(launch_failed(&db, &run, &e));
+        }
+        db.set_policy_digest(&run.id, &policy.digest)?;
+    }
+    prepared.extras = RunExtras {
+        host_env: HostEnv::Given(Arc::new(tenant.env.clone())),
+        hidden: tenant.hidden.clone(),
+        quota: server
+            .quotas
+            .get(&tenant.name)
+            .map(|q| q.clone() as Arc<dyn crate::limits::quota::Quota>),
+    };
+    if let Err(holder) = db.acquire(&run.id)? {
+        anyhow::bail!(
+            "run {} is being driven by another loopbox process (pid {} on {})",
+            run.id,
+            holder.pid,
+            holder.host
+        );
+    }
+    let run = db.existing_run(&run.id)?;
+    let mut next = resume_point(&db, &run)?;
+    // An answer or tick accepted while the run waited: delivered only where it still fits.
+    let inbox = server.store.inbox(&run.id)?;
+    if let Some(i) = &inbox {
+        let last = db.last_event(&run.id)?.map(|e| e.seq).unwrap_or(0);
+        let fits = last == i.after_seq && takes(&next, i.kind);
+        if fits {
+            next = Next::Deliver(match i.kind {
+                InboxKind::Answer => Event::UserInput(i.payload.clone()),
+                InboxKind::Tick => Event::Tick(i.payload.clone()),
+            });
+        } else {
+            server.store.clear_inbox(&run.id)?;
+        }
+    }
+    let fresh = db.last_event(&run.id)?.is_none();
+    let drive = Drive {
+        db: db.clone(),
+        run,
+        policy,
+        ui: Ui::quiet(),
+        asking: Asking::Nobody,
+        asker: &NoAsker,
+        banner: fresh,
+        resend_turn: q.how.resend_turn,
+    };
+    let ended = prepared.drive_async(drive, next, stop).await;
+    // Delivered once the run moved past where the answer was accepted; kept otherwise.
+    if let Some(i) = inbox {
+        let last = db.last_event(&q.run)?.map(|e| e.seq).unwrap_or(0);
+        if last != i.after_seq {
+            server.store.clear_inbox(&q.run)?;
+        }
+    }
+    ended.map(|_| ()).map_err(|e| e.error)
+}

@@ -1,0 +1,306 @@
+//! Tenants: each one's canonical workspace roots, its quotas, its agent
+//! credentials, and what its runs must never see (the other tenants' roots and
+//! the data directory).
+//!
+//! A run's workspace is resolved here: the path a caller gives is canonicalized
+//! (links followed) and must then lie inside one of the tenant's roots, so a
+//! link planted in a root cannot lead a run out of it. Roots of two tenants
+//! may not overlap.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+
+use super::config::{ServerConfig, TenantConfig, read_env_file};
+use super::data::within;
+
+/// One tenant, as the server config made it.
+#[derive(Debug)]
+pub struct Tenant {
+    pub name: String,
+    /// Canonical, each an existing directory.
+    pub roots: Vec<PathBuf>,
+    pub max_running: u32,
+    pub max_queued: u32,
+    pub actions_per_hour: u64,
+    pub agent_turns_per_day: u64,
+    /// Agent credentials: `env`, then the `env_file`'s (which win).
+    pub env: BTreeMap<String, String>,
+    /// What the tenant's commands and agent never see.
+    pub hidden: Vec<PathBuf>,
+}
+
+/// Every tenant of the server, by name.
+#[derive(Debug, Default)]
+pub struct Tenants {
+    map: BTreeMap<String, Arc<Tenant>>,
+}
+
+/// The canonical roots of every tenant in `config`, each checked to be an
+/// existing directory, no two tenants' overlapping.
+pub fn roots(config: &ServerConfig) -> Result<Vec<(String, PathBuf)>> {
+    let mut all: Vec<(String, PathBuf)> = Vec::new();
+    for (name, t) in &config.tenants {
+        for r in &t.roots {
+            let canon = r.canonicalize().with_context(|| {
+                format!("tenants.{name}.roots: `{}` cannot be used", r.display())
+            })?;
+            if !canon.is_dir() {
+                bail!("tenants.{name}.roots: `{}` is not a directory", r.display());
+            }
+            if canon == Path::new("/") {
+                bail!("tenants.{name}.roots: `/` would give the tenant the whole machine");
+            }
+            for (other, o) in &all {
+                if other != name && (within(&canon, o) || within(o, &canon)) {
+                    bail!(
+                        "tenants.{name}.roots: `{}` overlaps `{}`, a root of tenant `{other}`: each tenant's runs may see its own roots only, so no two tenants may share a directory",
+                        canon.display(),
+                        o.display()
+                    );
+                }
+            }
+            all.push((name.clone(), canon));
+        }
+    }
+    Ok(all)
+}
+
+impl Tenants {
+    /// The tenants of `config` (see [`roots`]), their env files read;
+    /// `data` is hidden from all of them.
+    pub fn load(config: &ServerConfig, data: &Path) -> Result<Tenants> {
+        let all = roots(config)?;
+        let mut map = BTreeMap::new();
+        for (name, t) in &config.tenants {
+            map.insert(name.clone(), Arc::new(tenant(name, t, &all, data)?));
+        }
+        Ok(Tenants { map })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Tenant>> {
+        self.map.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.map.keys().map(String::as_str)
+    }
+
+    /// A tenant the config names, or an error listing those it does.
+    pub fn named(&self, name: &str) -> Result<&Arc<Tenant>> {
+        self.get(name).with_context(|| {
+            let known: Vec<&str> = self.names().collect();
+            format!(
+                "there is no tenant `{name}` in the server config (it has: {}); add a [tenants.{name}] section",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })
+    }
+}
+
+fn tenant(name: &str, t: &TenantConfig, all: &[(String, PathBuf)], data: &Path) -> Result<Tenant> {
+    let mut env = t.env.clone();
+    if let Some(f) = &t.env_file {
+        env.extend(read_env_file(f).with_context(|| format!("tenants.{name}.env_file"))?);
+    }
+    let hidden = all
+        .iter()
+        .filter(|(other, _)| other != name)
+        .map(|(_, r)| r.clone())
+        .chain([data.to_path_buf()])
+        .collect();
+    Ok(Tenant {
+        name: name.to_string(),
+        roots: all
+            .iter()
+            .filter(|(o, _)| o == name)
+            .map(|(_, r)| r.clone())
+            .collect(),
+        max_running: t.max_running,
+        max_queued: t.max_queued,
+        actions_per_hour: t.actions_per_hour,
+        agent_turns_per_day: t.agent_turns_per_day,
+        env,
+        hidden,
+    })
+}
+
+impl Tenant {
+    /// The workspace a caller asked for: absolute, or relative to the
+    /// tenant's first root; canonicalized, and inside one of its roots.
+    pub fn workspace(&self, asked: &str) -> Result<PathBuf> {
+        if asked.is_empty() || asked.contains('\0') {
+            bail!(
+                "the workspace must be a path inside one of tenant `{}`'s roots",
+                self.name
+            );
+        }
+        let path = Path::new(asked);
+        let path = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.roots[0].join(path)
+        };
+        let canon = path.canonicalize().map_err(|e| {
+            anyhow::anyhow!(
+                "workspace `{}` cannot be used: {e}; give an existing directory inside one of tenant `{}`'s roots",
+                crate::ui::one_line(asked),
+                self.name
+            )
+        })?;
+        self.inside(&canon).map_err(|_| {
+            anyhow::anyhow!(
+                "workspace `{}` is not inside any of tenant `{}`'s roots ({}); a link out of a root is followed before this check",
+                crate::ui::one_line(asked),
+                self.name,
+                self.roots_list()
+            )
+        })?;
+        if !canon.is_dir() {
+            bail!(
+                "workspace `{}` is not a directory",
+                crate::ui::one_line(asked)
+            );
+        }
+        Ok(canon)
+    }
+
+    /// Ok when the canonical `path` is one of the tenant's roots or below one.
+    pub fn inside(&self, path: &Path) -> Result<()> {
+        if self.roots.iter().any(|r| within(path, r)) {
+            Ok(())
+        } else {
+            bail!(
+                "`{}` is outside tenant `{}`'s roots ({})",
+                path.display(),
+                self.name,
+                self.roots_list()
+            )
+        }
+    }
+
+    /// What a tenant's `loopbox.toml` may not say on a shared server, where the
+    /// machine is not the tenant's: no unconfined commands (`shell.sandbox =
+    /// "none"`), no credential stores of the server's user revealed
+    /// (`shell.reveal`), no UNIX sockets (another process's daemon, with the
+    /// server's rights), and no policy read from another tenant's root or the
+    /// data directory. A policy's section cannot widen the top level's, so the
+    /// top level is what is checked, with each source.
+    pub fn check_config(&self, config: &crate::config::Config) -> Result<()> {
+        let why = "on a shared server the tenant's config cannot weaken the sandbox its runs share the machine in";
+        if config.shell.sandbox == crate::exec::sandbox::SandboxChoice::None {
+            bail!(
+                "shell.sandbox = \"none\" would run tenant `{}`'s commands unconfined: {why}; remove it",
+                self.name
+            );
+        }
+        if !config.shell.reveal.is_empty() {
+            bail!(
+                "shell.reveal would show tenant `{}`'s commands the server user's credential stores ({}): {why}; remove it, and give the tenant its credentials in the server config (tenants.{}.env)",
+                self.name,
+                config.shell.reveal.join(", "),
+                self.name
+            );
+        }
+        if config.shell.unix_sockets {
+            bail!(
+                "shell.unix_sockets = true would let tenant `{}`'s commands reach daemons of the server's machine: {why}; remove it",
+                self.name
+            );
+        }
+        for (name, entry) in &config.policies {
+            let p = Path::new(&entry.source);
+            if p.is_absolute() {
+                self.check_source(p)
+                    .with_context(|| format!("[policies.{name}].source"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuse a policy file in another tenant's root or the data directory
+    /// (where it really is, links followed).
+    pub fn check_source(&self, path: &Path) -> Result<()> {
+        let real = super::data::resolved(path);
+        if let Some(h) = self.hidden.iter().find(|h| within(&real, h)) {
+            bail!(
+                "`{}` lies in `{}`, which tenant `{}`'s runs never see (another tenant's root, or the server's data)",
+                path.display(),
+                h.display(),
+                self.name
+            );
+        }
+        Ok(())
+    }
+
+    fn roots_list(&self) -> String {
+        self.roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str, dir: &Path) -> ServerConfig {
+        ServerConfig::parse(text, &dir.join("loopbox-server.toml")).unwrap()
+    }
+
+    #[test]
+    fn a_workspace_must_resolve_inside_a_root_links_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        for d in ["a/proj", "b/secret", "data"] {
+            std::fs::create_dir_all(t.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(t.join("b"), t.join("a/escape")).unwrap();
+        let c = config(
+            "[tenants.a]\nroots = [\"a\"]\n[tenants.b]\nroots = [\"b\"]\n",
+            t,
+        );
+        let tenants = Tenants::load(&c, &t.join("data")).unwrap();
+        let a = tenants.named("a").unwrap();
+        let real = t.canonicalize().unwrap();
+        assert_eq!(a.workspace("proj").unwrap(), real.join("a/proj"));
+        assert_eq!(
+            a.workspace(real.join("a/proj").to_str().unwrap()).unwrap(),
+            real.join("a/proj")
+        );
+        for bad in ["escape/secret", "../b", "/", "proj/../../b/secret"] {
+            let e = format!("{:#}", a.workspace(bad).unwrap_err());
+            assert!(
+                e.contains("is not inside any of tenant `a`'s roots"),
+                "{bad}: {e}"
+            );
+        }
+        let e = format!("{:#}", a.workspace("missing").unwrap_err());
+        assert!(e.contains("cannot be used"), "{e}");
+        // What a's runs never see: b's root and the data directory.
+        assert_eq!(a.hidden, [real.join("b"), t.join("data")]);
+        let e = format!("{:#}", tenants.named("c").unwrap_err());
+        assert!(e.contains("it has: a, b"), "{e}");
+    }
+
+    #[test]
+    fn overlapping_roots_of_two_tenants_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        std::fs::create_dir_all(t.join("a/inner")).unwrap();
+        let c = config(
+            "[tenants.a]\nroots = [\"a\"]\n[tenants.b]\nroots = [\"a/inner\"]\n",
+            t,
+        );
+        let e = format!("{:#}", roots(&c).unwrap_err());
+        assert!(e.contains("overlaps") && e.contains("tenant `a`"), "{e}");
+    }
+}

@@ -1,0 +1,398 @@
+//! Who may do what: every role against every class of endpoint, no token at
+//! all, and one tenant against another (its runs and approvals are 404, and
+//! its sandboxed commands cannot read the other's root or the server's data).
+
+use serde_json::{Value, json};
+
+use super::{ROLES, shared};
+
+/// One class of endpoint: the least role it needs and a request of that class.
+struct Class {
+    name: &'static str,
+    needs: &'static str,
+    method: &'static str,
+    path: String,
+    body: Option<Value>,
+}
+
+fn classes(n: usize) -> Vec<Class> {
+    let tc = super::tenant_config();
+    vec![
+        Class {
+            name: "read runs",
+            needs: "viewer",
+            method: "GET",
+            path: "/api/v1/runs".into(),
+            body: None,
+        },
+        Class {
+            name: "read approvals",
+            needs: "viewer",
+            method: "GET",
+            path: "/api/v1/approvals".into(),
+            body: None,
+        },
+        Class {
+            name: "read the audit log",
+            needs: "viewer",
+            method: "GET",
+            path: "/api/v1/audit".into(),
+            body: None,
+        },
+        Class {
+            name: "read policies",
+            needs: "viewer",
+            method: "GET",
+            path: "/api/v1/policies".into(),
+            body: None,
+        },
+        Class {
+            name: "start a run",
+            needs: "operator",
+            method: "POST",
+            path: "/api/v1/runs".into(),
+            body: Some(json!({"policy": "probe", "workspace": "proj", "input": {"op": "echo"}})),
+        },
+        Class {
+            name: "cancel a run",
+            needs: "operator",
+            method: "POST",
+            path: "/api/v1/runs/rnothere/cancel".into(),
+            body: Some(json!({})),
+        },
+        Class {
+            name: "resume a run",
+            needs: "operator",
+            method: "POST",
+            path: "/api/v1/runs/rnothere/resume".into(),
+            body: Some(json!({})),
+        },
+        Class {
+            name: "answer a run",
+            needs: "operator",
+            method: "POST",
+            path: "/api/v1/runs/rnothere/answer".into(),
+            body: Some(json!({"text": "x"})),
+        },
+        Class {
+            name: "tick a run",
+            needs: "operator",
+            method: "POST",
+            path: "/api/v1/runs/rnothere/tick".into(),
+            body: Some(json!({"payload": {}})),
+        },
+        Class {
+            name: "approve",
+            needs: "approver",
+            method: "POST",
+            path: "/api/v1/approvals/anothere/approve".into(),
+            body: Some(json!({"digest": "d"})),
+        },
+        Class {
+            name: "deny",
+            needs: "approver",
+            method: "POST",
+            path: "/api/v1/approvals/anothere/deny".into(),
+            body: Some(json!({})),
+        },
+        Class {
+            name: "list tokens",
+            needs: "admin",
+            method: "GET",
+            path: "/api/v1/tokens".into(),
+            body: None,
+        },
+        Class {
+            name: "make a token",
+            needs: "admin",
+            method: "POST",
+            path: "/api/v1/tokens".into(),
+            body: Some(json!({"name": format!("made-{n}"), "role": "viewer"})),
+        },
+        Class {
+            name: "read the config",
+            needs: "admin",
+            method: "GET",
+            path: "/api/v1/config".into(),
+            body: None,
+        },
+        Class {
+            name: "set the config",
+            needs: "admin",
+            method: "PUT",
+            path: "/api/v1/config".into(),
+            body: Some(json!({"text": tc})),
+        },
+    ]
+}
+
+fn rank(role: &str) -> usize {
+    ROLES.iter().position(|r| *r == role).unwrap()
+}
+
+#[test]
+fn every_role_against_every_endpoint_class() {
+    let srv = shared();
+    let mut table = vec![];
+    for (i, role) in ROLES.iter().enumerate() {
+        for c in classes(i) {
+            let r = srv.call(c.method, &c.path, srv.token("gamma", role), c.body.clone());
+            let allowed = rank(role) >= rank(c.needs);
+            table.push(format!("{role:<8} {:<20} {}", c.name, r.status));
+            if allowed {
+                assert!(
+                    ![401, 403].contains(&r.status) && r.status < 500,
+                    "{role} may {}: {} {}",
+                    c.name,
+                    r.status,
+                    r.body
+                );
+            } else {
+                assert_eq!(r.status, 403, "{role} may not {}: {}", c.name, r.body);
+                let e = r.error();
+                assert!(
+                    e.contains(&format!("has the {role} role"))
+                        && e.contains(&format!("needs the {} role or above", c.needs)),
+                    "{e}"
+                );
+            }
+        }
+    }
+    // Without a token, or with a wrong one, nothing but the health check answers.
+    for c in classes(99) {
+        let r = super::http(&srv.addr, c.method, &c.path, &[], None);
+        assert_eq!(r.status, 401, "{}: {}", c.name, r.body);
+        assert!(r.error().contains("this needs a token"), "{}", r.body);
+        let r = srv.call(
+            c.method,
+            &c.path,
+            "lbx_0000000000000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            c.body.clone(),
+        );
+        assert_eq!(r.status, 401, "{}: {}", c.name, r.body);
+    }
+    let r = super::http(&srv.addr, "GET", "/healthz", &[], None);
+    assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
+    eprintln!("{}", table.join("\n"));
+}
+
+#[test]
+fn another_tenants_runs_and_approvals_are_not_found() {
+    let srv = shared();
+    // beta's run waits for an approval.
+    let run = srv.start_probe(
+        "beta",
+        json!({"op": "exec", "argv": ["tee", "-a", "count.txt"], "stdin": "beta\n"}),
+    );
+    let approval = srv.pending_approval("beta", &run);
+    let aid = approval["id"].as_str().unwrap();
+    let digest = approval["digest"].as_str().unwrap();
+    let before = srv
+        .store()
+        .audit(&loopbox::db::audit::AuditFilter {
+            tenant: Some("beta".into()),
+            before: None,
+            limit: 1000,
+        })
+        .unwrap()
+        .len();
+    let alpha = srv.token("alpha", "admin");
+    for (method, path, body) in [
+        ("GET", format!("/api/v1/runs/{run}"), None),
+        ("GET", format!("/api/v1/runs/{run}/log"), None),
+        (
+            "POST",
+            format!("/api/v1/runs/{run}/cancel"),
+            Some(json!({})),
+        ),
+        (
+            "POST",
+            format!("/api/v1/runs/{run}/answer"),
+            Some(json!({"text": "x"})),
+        ),
+        (
+            "POST",
+            format!("/api/v1/runs/{run}/resume"),
+            Some(json!({})),
+        ),
+        ("GET", format!("/api/v1/approvals/{aid}"), None),
+        (
+            "POST",
+            format!("/api/v1/approvals/{aid}/approve"),
+            Some(json!({"digest": digest})),
+        ),
+        (
+            "POST",
+            format!("/api/v1/approvals/{aid}/deny"),
+            Some(json!({"reason": "no"})),
+        ),
+    ] {
+        let r = srv.call(method, &path, alpha, body);
+        assert_eq!(r.status, 404, "{method} {path}: {}", r.body);
+        assert!(r.error().starts_with("there is no "), "{}", r.body);
+    }
+    // alpha's lists do not show it.
+    let runs = srv.get("/api/v1/runs?limit=500", alpha).json();
+    assert!(
+        !runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == run.as_str())
+    );
+    let approvals = srv.get("/api/v1/approvals", alpha).json();
+    assert!(
+        !approvals["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == aid)
+    );
+    // Nothing of beta's changed: the run waits, its approval is pending, beta's audit log is as it was.
+    let v = srv
+        .get(&format!("/api/v1/runs/{run}"), srv.token("beta", "viewer"))
+        .json();
+    assert_eq!(v["status"], "waiting");
+    assert_eq!(v["approvals"][0]["status"], "pending");
+    let after = srv
+        .store()
+        .audit(&loopbox::db::audit::AuditFilter {
+            tenant: Some("beta".into()),
+            before: None,
+            limit: 1000,
+        })
+        .unwrap()
+        .len();
+    assert_eq!(before, after);
+    assert!(!srv.root("beta").join("proj/count.txt").exists());
+    // beta's approver decides it.
+    let r = srv.post(
+        &format!("/api/v1/approvals/{aid}/deny"),
+        srv.token("beta", "approver"),
+        json!({"reason": "not today"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = srv.wait_final("beta", &run);
+    assert_eq!(v["outcome"]["data"]["err"]["kind"], "declined", "{v:#}");
+}
+
+#[test]
+fn a_tenants_commands_cannot_read_another_tenants_root_or_the_servers_data() {
+    let srv = shared();
+    std::fs::write(srv.root("beta").join("proj/secret.txt"), "beta's secret\n").unwrap();
+    std::fs::write(srv.root("alpha").join("proj/mine.txt"), "alpha's own\n").unwrap();
+    let cat = |path: String| {
+        let run = srv.start_probe("alpha", json!({"op": "exec", "argv": ["cat", path]}));
+        let v = srv.wait_final("alpha", &run);
+        v["outcome"]["data"]["ok"].clone()
+    };
+    // The command works: it reads alpha's own file.
+    let own = cat(srv
+        .root("alpha")
+        .join("proj/mine.txt")
+        .display()
+        .to_string());
+    assert_eq!(
+        (own["exit_code"].as_i64(), own["stdout"].as_str()),
+        (Some(0), Some("alpha's own\n"))
+    );
+    for path in [
+        srv.root("beta").join("proj/secret.txt"),
+        srv.dir
+            .join("data")
+            .canonicalize()
+            .unwrap()
+            .join("loopbox.db"),
+        srv.dir
+            .join("data")
+            .canonicalize()
+            .unwrap()
+            .join("tenants/beta/loopbox.toml"),
+    ] {
+        let out = cat(path.display().to_string());
+        assert_ne!(out["exit_code"].as_i64(), Some(0), "{path:?}: {out}");
+        assert!(!out["stdout"].as_str().unwrap().contains("secret"), "{out}");
+        assert_eq!(out["stdout"], "", "{path:?}: {out}");
+    }
+}
+
+#[test]
+fn a_tenants_agent_gets_the_tenants_credentials_never_the_servers() {
+    let srv = shared();
+    let run = srv.start_probe("creds", json!({"op": "prompt", "text": "hello"}));
+    let v = srv.wait_final("creds", &run);
+    let out = v["outcome"]["data"]["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(out.starts_with("key=creds' own key "), "{v:#}");
+    assert!(!out.contains("server's own"), "{out}");
+    // No HOME in the tenant's env: the agent gets none, not the server's.
+    assert!(out.contains(" home= "), "{out}");
+    // Nor does it see another tenant's root.
+    assert!(out.trim_end().ends_with("beta=hidden"), "{out}");
+}
+
+#[test]
+fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
+    let srv = shared();
+    let admin = srv.token("delta", "admin");
+    let before = srv.get("/api/v1/config", admin).json();
+    let beta_policy = srv.root("beta").join("p.wasm");
+    for (text, want) in [
+        (
+            "[shell]\nsandbox = \"none\"\n".to_string(),
+            "shell.sandbox = \"none\" would run tenant `delta`'s commands unconfined",
+        ),
+        (
+            "[shell]\nreveal = [\"~/.ssh\"]\n".to_string(),
+            "shell.reveal would show tenant `delta`'s commands the server user's credential stores",
+        ),
+        (
+            "[shell]\nunix_sockets = true\n".to_string(),
+            "shell.unix_sockets = true",
+        ),
+        (
+            format!(
+                "[policies.theirs]\nsource = {:?}\nunsigned = true\n",
+                beta_policy.display().to_string()
+            ),
+            "which tenant `delta`'s runs never see",
+        ),
+    ] {
+        let r = srv.call("PUT", "/api/v1/config", admin, Some(json!({"text": text})));
+        assert_eq!(r.status, 400, "{text}: {}", r.body);
+        assert!(r.error().contains(want), "{text}: {}", r.body);
+    }
+    assert_eq!(
+        srv.get("/api/v1/config", admin).json(),
+        before,
+        "the config did not change"
+    );
+    let audit = srv.get("/api/v1/audit?act=config.set", admin).json();
+    let refused = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["outcome"].as_str().unwrap().starts_with("refused: "))
+        .count();
+    assert!(refused >= 4, "{audit:#}");
+    // The policies page: each installed policy, what it needs against what it is granted.
+    let p = srv
+        .get("/api/v1/policies", srv.token("delta", "viewer"))
+        .json();
+    let probe = &p["policies"][0];
+    assert_eq!(probe["name"], "probe");
+    assert_eq!(probe["grants"]["ask"], json!([["tee", "-a", "count.txt"]]));
+    assert_eq!(
+        probe["admission"],
+        "runs: unsigned (accepted: unsigned = true)"
+    );
+    assert!(
+        probe["component_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("blake3:"),
+        "{p:#}"
+    );
+}
