@@ -83,7 +83,7 @@ fn main() {
         text: spin(steps),
     };
     let lp = loopbox::loops::load(ws.path(), &file, &Config::default()).unwrap();
-    let input = payload(&lp, &file, "{}", ".loops/runs/bench/", ws.path(), None).unwrap();
+    let input = payload(&lp, &file, "{}", ".loops/runs/bench/", ws.path()).unwrap();
     let fsm = |journal: bool, sandbox: &str| Fsm {
         tokio: tokio::runtime::Builder::new_current_thread()
             .enable_all()

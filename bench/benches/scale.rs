@@ -116,7 +116,7 @@ fn active(ws: &Path, concurrent: usize, runs_each: usize, steps: u32) {
     let config =
         Arc::new(Config::parse("[shell]\nallow = [[\"true\"]]\nsandbox = \"none\"\n[limits]\nactions_per_run = 100000\n", Path::new("bench.toml")).unwrap());
     let lp = loopbox::loops::load(ws, &file, &config).unwrap();
-    let input = payload(&lp, &file, "{}", ".loops/runs/bench/", ws, None).unwrap();
+    let input = payload(&lp, &file, "{}", ".loops/runs/bench/", ws).unwrap();
     let db = Db::open(&ws.join("active.db")).unwrap();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -116,6 +116,18 @@ pub fn payload(
     input: &str,
     run_dir: &str,
     workspace: &Path,
+) -> Result<String> {
+    payload_delayed(lp, file, input, run_dir, workspace, None)
+}
+
+/// [`payload`] with `ll-loop run --delay`'s seconds: the run parks that long
+/// (a `sleep` decision) before its first state.
+pub fn payload_delayed(
+    lp: &Loop,
+    file: &LoopFile,
+    input: &str,
+    run_dir: &str,
+    workspace: &Path,
     delay: Option<f64>,
 ) -> Result<String> {
     if let Some(d) = delay.filter(|d| !d.is_finite() || *d < 0.0) {
@@ -403,7 +415,6 @@ mod tests {
                 r#"{"issue": "BUG-1"}"#,
                 ".loops/runs/r1/",
                 Path::new("/"),
-                None,
             )
             .unwrap(),
         )
@@ -412,12 +423,24 @@ mod tests {
             p,
             serde_json::json!({"path": "l.yaml", "yaml": text, "input": "{\"issue\": \"BUG-1\"}", "run_dir": "/.loops/runs/r1/", "workspace": "/"})
         );
-        let refused = payload(&lp, &file, "{}", ".loops/runs/r1/", Path::new("/"), None)
+        let refused = payload(&lp, &file, "{}", ".loops/runs/r1/", Path::new("/"))
             .unwrap_err()
             .to_string();
         assert!(
             refused.contains("requires input `issue` but none was given"),
             "{refused}"
         );
+        let input = r#"{"issue": "BUG-1"}"#;
+        let delayed: serde_json::Value = serde_json::from_str(
+            &payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(0.5)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(delayed["delay"], 0.5);
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let e = payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(bad))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--delay must be a number of seconds"), "{e}");
+        }
     }
 }

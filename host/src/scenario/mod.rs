@@ -344,7 +344,6 @@ async fn run_inner(
                 &text,
                 &crate::loops::run_dir(RUN_ID),
                 Path::new(WORKSPACE),
-                None,
             )?;
             (
                 Loaded::Own(Box::new(

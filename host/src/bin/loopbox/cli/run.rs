@@ -94,8 +94,9 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
                 "{}".to_string()
             };
             let run_dir = loops::run_dir(&id);
-            let payload = loops::payload(&lp, &file, &text, &run_dir, workspace, args.delay)
-                .map_err(Failure::usage)?;
+            let payload =
+                loops::payload_delayed(&lp, &file, &text, &run_dir, workspace, args.delay)
+                    .map_err(Failure::usage)?;
             loops::create_run_dir(workspace, &run_dir).map_err(Failure::usage)?;
             payload
         }
