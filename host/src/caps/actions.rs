@@ -20,6 +20,8 @@ use crate::bindings::actions::{
     self, ActionError, Output, PromptKind, PromptRequest, ShellRequest,
 };
 use crate::caps::RunFacts;
+use crate::caps::mcp::McpConfig;
+use crate::caps::snapshot::RestoreGrant;
 use crate::caps::worktree::{WorktreeConfig, Worktrees};
 use crate::db::approvals::Approval;
 use crate::db::{Budget, Db, Spent};
@@ -58,6 +60,13 @@ pub struct ActionGrants {
     pub bash_scripts: bool,
     /// `[worktree]`: the git worktrees the run may add, and those it holds.
     pub worktrees: Worktrees,
+    /// `[mcp]`: the MCP servers and tools a policy may call (`actions/mcp_call.rs`).
+    pub mcp: McpConfig,
+    /// `workspace.restore`: what `snapshot` and `restore` may take and put back
+    /// (`actions/restore.rs`).
+    pub restore: RestoreGrant,
+    /// `[limits]`, for the calls that read their own (snapshots, MCP messages).
+    pub limits: Limits,
     /// A budget shared with other runs (a server tenant's quotas), if any.
     pub quota: Option<Arc<dyn Quota>>,
 }
@@ -103,6 +112,9 @@ pub struct ActionsConfig<'a> {
     pub agent: Option<&'a AgentConfig>,
     pub profiles: &'a std::collections::BTreeMap<String, AgentConfig>,
     pub worktree: &'a WorktreeConfig,
+    pub mcp: &'a McpConfig,
+    /// `workspace.restore`: the patterns of the files `snapshot` and `restore` may touch.
+    pub restore: &'a [String],
 }
 
 impl ActionGrants {
@@ -121,6 +133,8 @@ impl ActionGrants {
             agent,
             profiles,
             worktree,
+            mcp,
+            restore,
         } = config;
         let root = facts.root;
         let sandbox = LazySandbox::new(shell.sandbox, facts.support.clone());
@@ -147,7 +161,9 @@ impl ActionGrants {
         let programs = agents()
             .filter(|a| a.runner != RunnerKind::Openai)
             .map(|a| a.command[0].as_str());
-        for name in programs.into_iter().chain(
+        // MCP servers are programs loopbox runs again too.
+        let servers = mcp.servers.values().map(|s| s.command[0].as_str());
+        for name in programs.into_iter().chain(servers).chain(
             rules
                 .rules()
                 .iter()
@@ -170,6 +186,13 @@ impl ActionGrants {
             hidden: with_extra(hidden.for_commands(&agent_state), facts.hidden),
             tmp_bytes: shell.tmp_bytes,
         };
+        let restore = RestoreGrant::new(
+            restore,
+            shell.sibling("workspace"),
+            root,
+            &confines.protected,
+            &confines.hidden,
+        );
         let runner = |a: AgentConfig| {
             let writable_outside = hidden.agent_state(Some(&a));
             // The agent's own settings, hooks and local install stay read-only though its state is writable.
@@ -212,6 +235,9 @@ impl ActionGrants {
             confines,
             bash_scripts,
             worktrees: Worktrees::new(worktree, root, &shell.path),
+            mcp: mcp.clone(),
+            restore,
+            limits: facts.limits.clone(),
             quota: facts.quota.cloned(),
         })
     }
@@ -1120,7 +1146,46 @@ impl actions::Host for ActionsHost {
         self.record(slot, false, &result)?;
         Ok(result.map(|_| ()))
     }
+
+    async fn worktree_at(
+        &mut self,
+        revision: String,
+        copy: Vec<String>,
+    ) -> wasmtime::Result<Result<String, ActionError>> {
+        self.worktree_at_call(revision, copy).await
+    }
+
+    async fn mcp_call(
+        &mut self,
+        req: actions::McpRequest,
+    ) -> wasmtime::Result<Result<actions::McpResult, ActionError>> {
+        self.mcp_call_call(req).await
+    }
+
+    async fn snapshot(
+        &mut self,
+        paths: Vec<String>,
+    ) -> wasmtime::Result<Result<String, ActionError>> {
+        self.snapshot_call(paths).await
+    }
+
+    async fn restore(
+        &mut self,
+        snapshot: String,
+        paths: Vec<String>,
+    ) -> wasmtime::Result<Result<Vec<String>, ActionError>> {
+        self.restore_call(snapshot, paths).await
+    }
+
+    async fn forget_snapshot(&mut self, snapshot: String) -> wasmtime::Result<()> {
+        self.forget_snapshot_call(snapshot).await
+    }
 }
+
+// The calls contract 0.4.0 added, each in its own file.
+mod mcp_call;
+mod restore;
+mod worktree_at;
 
 /// Link `actions` into `linker`; `get` finds this capability's host state in the store's data.
 pub fn add_to_linker<T: Send + 'static>(

@@ -16,6 +16,8 @@ pub mod lease;
 pub mod lock;
 mod runs;
 mod schema;
+mod snapshots;
+mod wake;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +29,7 @@ use rusqlite::{Connection, ErrorCode};
 pub use events::{EventCommit, EventRecord, LogRecord};
 pub use journal::{Budget, JournalRow, Spent};
 pub use runs::{NewRun, RunOptions, RunPlace, RunRecord, RunStatus, local_actor};
+pub use snapshots::SnapshotEntry;
 
 /// Directory under the workspace that holds the store.
 pub const STORE_DIR: &str = ".loopbox";

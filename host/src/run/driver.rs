@@ -252,6 +252,12 @@ pub async fn drive(
                     )));
                 }
             },
+            // A timer: sleep (parked) until it is due, then deliver its tick.
+            Decision::Sleep(timer) => match crate::run::timer::sleep(ctx, &timer).await? {
+                Ok(()) => Next::Deliver(Event::Tick(timer.tick)),
+                Err(crate::run::timer::Woken::Cancelled) => return Ok(RunEnd::Cancelled),
+                Err(crate::run::timer::Woken::Parked(why)) => return Ok(RunEnd::Waiting(why)),
+            },
             Decision::Inject(message) => match agent_turn(
                 ctx,
                 seq,
