@@ -78,6 +78,29 @@ pub async fn sleep(ctx: &RunContext, timer: &Timer) -> Result<Result<(), Woken>>
     Ok(Ok(()))
 }
 
+/// Whether `timer` is due now.
+pub fn due(timer: &Timer) -> bool {
+    now() >= timer.until_ms
+}
+
+/// Park the run until `timer` is due without sleeping here (a server's run:
+/// its sweep finds it through `Db::due_runs`); how the run waits, in words.
+pub fn park(ctx: &RunContext, timer: &Timer) -> Result<String> {
+    ctx.db.park_until(&ctx.id, timer.until_ms)?;
+    let when = crate::ui::utc(i64::try_from(timer.until_ms).unwrap_or(i64::MAX));
+    ctx.log.host(
+        "info",
+        format!(
+            "sleeping until {when} UTC: {}",
+            crate::ui::one_line(&timer.reason)
+        ),
+    );
+    Ok(format!(
+        "the run sleeps until {when} UTC ({})",
+        crate::ui::one_line(&timer.reason)
+    ))
+}
+
 /// Why a run stopped while it slept, and how it goes on.
 pub fn parked(id: &str, when: &str, reason: &str) -> String {
     format!(
