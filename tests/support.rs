@@ -35,11 +35,27 @@ pub fn guest(name: &str) -> PathBuf {
     })
 }
 
-/// One engine for the whole test process, as in the CLI.
+/// One engine for the whole test process, as in the CLI. Its component cache
+/// is this process's own (`loopbox-test-cache-PID`, about 370 MB with the Python
+/// and JavaScript guests); those of test processes that have ended are removed
+/// first, so running the tests again and again does not fill the disk.
 pub fn runtime() -> &'static Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
-        let cache = std::env::temp_dir().join(format!("loopbox-test-cache-{}", std::process::id()));
+        let tmp = std::env::temp_dir();
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("loopbox-test-cache-"))
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let cache = tmp.join(format!("loopbox-test-cache-{}", std::process::id()));
         Runtime::new(cache).expect("runtime")
     })
 }

@@ -13,5 +13,5 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::loopbox::policy::actions;
-pub use self::loopbox::policy::types::{Decision, Event, Origin, Outcome, ToolCall, Turn};
+pub use self::loopbox::policy::types::{Decision, Event, Origin, Outcome, Timer, ToolCall, Turn};
 pub use exports::loopbox::policy::policy::PolicyInfo;

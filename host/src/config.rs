@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::caps::mcp::McpConfig;
 use crate::caps::workspace::WorkspaceConfig;
 use crate::caps::worktree::WorktreeConfig;
 use crate::dist::admit::{PolicyEntry, TrustConfig};
@@ -69,6 +70,10 @@ pub struct Config {
     /// Left out of a run's pin when absent, so runs pinned before it existed resume.
     #[serde(default, skip_serializing_if = "WorktreeConfig::is_default")]
     pub worktree: WorktreeConfig,
+    /// `[mcp]`: MCP servers and the tools a policy may call (none when absent).
+    /// Left out of a run's pin when absent, as `[worktree]` is.
+    #[serde(default, skip_serializing_if = "McpConfig::is_default")]
+    pub mcp: McpConfig,
     /// `[confirm]`: what an ask-tier action does with nobody at a terminal (wait
     /// for an approval, or decline). Left out of a run's pin when default.
     #[serde(default, skip_serializing_if = "ConfirmConfig::is_default")]
@@ -387,8 +392,9 @@ impl Config {
             policies: [(name.to_string(), entry.clone())].into(),
             trust: self.trust.clone(),
             workspace: entry.workspace.clone(),
-            // An installed policy's section has no `[worktree]`: none granted.
+            // An installed policy's section has no `[worktree]` or `[mcp]`: none granted.
             worktree: WorktreeConfig::default(),
+            mcp: McpConfig::default(),
             // Its own `[policies.NAME.confirm]`, else the top level's.
             confirm: entry.confirm.unwrap_or(self.confirm),
             approvals: self.approvals.clone(),
@@ -437,6 +443,7 @@ impl Config {
     fn validate_grants(&self) -> Result<()> {
         self.workspace.validate()?;
         self.worktree.validate()?;
+        self.mcp.validate()?;
         self.shell.validate()?;
         if let Some(agent) = &self.agent {
             agent.validate(&self.shell.unsafe_env)?;

@@ -117,6 +117,22 @@ pub fn payload(
     run_dir: &str,
     workspace: &Path,
 ) -> Result<String> {
+    payload_delayed(lp, file, input, run_dir, workspace, None)
+}
+
+/// [`payload`] with `ll-loop run --delay`'s seconds: the run parks that long
+/// (a `sleep` decision) before its first state.
+pub fn payload_delayed(
+    lp: &Loop,
+    file: &LoopFile,
+    input: &str,
+    run_dir: &str,
+    workspace: &Path,
+    delay: Option<f64>,
+) -> Result<String> {
+    if let Some(d) = delay.filter(|d| !d.is_finite() || *d < 0.0) {
+        anyhow::bail!("--delay must be a number of seconds, 0 or more, not {d}");
+    }
     let workspace = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_path_buf());
@@ -128,6 +144,7 @@ pub fn payload(
         // Absolute, as `ll-loop run` makes it (`cli/loop/run.py`: `loops_dir.resolve()`).
         run_dir: Some(workspace.join(run_dir).to_string_lossy().into_owned()),
         workspace: Some(workspace.to_string_lossy().into_owned()),
+        delay,
     };
     loopbox_fsm::start::context(lp, &start).map_err(anyhow::Error::msg)?;
     Ok(start.to_json().to_string())
@@ -413,5 +430,17 @@ mod tests {
             refused.contains("requires input `issue` but none was given"),
             "{refused}"
         );
+        let input = r#"{"issue": "BUG-1"}"#;
+        let delayed: serde_json::Value = serde_json::from_str(
+            &payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(0.5)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(delayed["delay"], 0.5);
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let e = payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(bad))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--delay must be a number of seconds"), "{e}");
+        }
     }
 }

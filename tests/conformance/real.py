@@ -151,6 +151,23 @@ loop("rn-stepwise", input="demo")
 loop("sprint-build-and-validate", input="demo")
 loop("general-task", input="demo")
 loop("recursive-refine", input="demo")
+# Its `check_mcp` state calls `playwright/screenshot`: no MCP server is configured
+# (no `.mcp.json` for little-loops, no `[mcp.servers.playwright]` for loopbox), so
+# both route `not_found` to the next gate, as the loop's comment intends.
+loop("harness-multi-item", input="demo")
+# `maintain: true`, `backoff: 300`: both run it with `--delay 0.2` (ll-loop's own
+# flag, and loopbox run's), so 50 steps of restarts take seconds, not hours.
+loop("worktree-health", delay=0.2)
+# The code-run-gate oracle under `tamper_guard: fail` and `prepatch_check: fail`.
+loop("rn-implement", input="demo")
+loop("rn-remediate", context={"issue_id": "BUG-1"})
+# The oracle both reach only through `ll-auto` (rn-remediate's run_code_gate),
+# run on its own: its states under `tamper_guard: fail` and `prepatch_check: fail`.
+loop(
+    "oracles/code-run-gate",
+    context={"issue_id": "BUG-1", "run_dir": ".loops/runs/gate"},
+    files={".ll/ll-config.json": '{"project": {"test_cmd": "true", "build_cmd": "true"}}\n'},
+)
 
 
 # These take little-loops' path too (`real.py loopbox BIN NAME` tries one) and are
@@ -199,7 +216,7 @@ def fetch(dest: pathlib.Path) -> pathlib.Path:
 
 LOOPBOX_TOML = """[shell]
 scripts = true
-allow = [["git", "diff"]]
+allow = [["git", "diff"], ["git", "ls-files"], ["git", "merge-base"], ["git", "show"], ["sha256sum"]]
 
 [agent]
 command = ["./.conformance/agent", "{prompt}"]
@@ -214,13 +231,15 @@ allow = true
 
 
 def loopbox_input(spec: dict) -> list[str]:
-    """`--input` for loopbox: the context as a JSON object, else the text."""
+    """`--input` for loopbox: the context as a JSON object, else the text;
+    and `--delay`, as little-loops is given it."""
+    delay = ["--delay", str(spec["delay"])] if "delay" in spec else []
     if spec.get("context"):
         ctx = dict(spec["context"])
         if "input" in spec:
             ctx["input"] = spec["input"]
-        return ["--input", json.dumps(ctx)]
-    return ["--input", spec["input"]] if "input" in spec else []
+        return ["--input", json.dumps(ctx)] + delay
+    return (["--input", spec["input"]] if "input" in spec else []) + delay
 
 
 def prepare(name: str, corpus: pathlib.Path, work: pathlib.Path, spec: dict | None = None) -> None:
@@ -257,11 +276,15 @@ def record_one(ll_loop: str, name: str, corpus: pathlib.Path) -> dict:
             argv.append(spec["input"])
         for k, v in spec.get("context", {}).items():
             argv += ["--context", f"{k}={v}"]
+        if "delay" in spec:
+            argv += ["--delay", str(spec["delay"])]
         argv += ["--no-lock", "--quiet"]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LL_", "CLAUDE"))}
         env["PATH"] = f"{work / 'bin'}:{PATH}"
         env["LL_HOST_CLI"] = "claude-code"
-        done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=int(os.environ.get("REAL_TIMEOUT", "600")), env=env)
+        # Its own session: little-loops kills its process group at an MCP timeout.
+        done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=int(os.environ.get("REAL_TIMEOUT", "600")), env=env,
+                              start_new_session=True)
         events = sorted((work / ".loops" / ".history").glob("*/events.jsonl"))
         events = [e for e in events if e.parent.name.endswith(f"-{name}")] or events
         path, ending = [], {}

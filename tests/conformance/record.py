@@ -2,8 +2,9 @@
 """Record how little-loops runs the conformance loops: the states each run
 enters, how it ends and its exit code, into traces.json.
 
-    python3 -m venv /tmp/ll && /tmp/ll/bin/pip install little-loops==1.156.0
-    tests/conformance/record.py /tmp/ll/bin/ll-loop
+    python3 -m venv /tmp/ll && /tmp/ll/bin/pip install little-loops==1.156.0 pytest
+    tests/conformance/record.py /tmp/ll/bin/ll-loop              # every case
+    tests/conformance/record.py /tmp/ll/bin/ll-loop CASE.yaml... # these, the rest kept
 
 Each case runs in a fresh scratch directory holding a copy of loops/, with
 `ll-loop run LOOP.yaml [INPUT] --no-llm --no-lock`; the path is read from
@@ -83,11 +84,29 @@ CASES = [
     ("learning-stale.yaml", None),
     ("worktree.yaml", None),
     ("agent-profile.yaml", None),
+    ("mcp-tool.yaml", None),
+    ("maintain.yaml", None),
+    ("tamper-guard-revert.yaml", None),
+    ("prepatch-flagged.yaml", None),
+    ("prepatch-clean.yaml", None),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`
 # checks it out); loopbox's test makes the same (`common::branch_fixture`).
 BRANCHED = {"worktree.yaml"}
+
+# Cases that call the MCP server `probe` (`loops/mcp-server.py`), which
+# little-loops finds in `.mcp.json` and loopbox's test in `[mcp.servers.probe]`.
+MCP = {"mcp-tool.yaml"}
+
+# Cases run with the venv's own bin first on PATH: its `mcp-call` (the MCP
+# states' runner) and its `python` with pytest (the pre-patch check runs
+# `python -m pytest`); loopbox's test puts a Python with pytest on shell.path.
+VENV_PATH = MCP | {"prepatch-flagged.yaml", "prepatch-clean.yaml"}
+
+# Cases whose repository holds `fixtures/<loop>/`, committed on `main` before
+# the run (loopbox's test makes the same commit: `common::fixture_commit`).
+FIXTURES = HERE / "fixtures"
 
 # Cases whose `llm_structured` judge is the scripted `loops/judge-agent`:
 # little-loops runs it as `claude` (found on PATH), without --no-llm.
@@ -103,14 +122,26 @@ def run(ll_loop: str, loop: str, given: str | None) -> dict:
         # Loops live in .loops/, where ll-loop looks for the sub-loops they name.
         shutil.copytree(HERE / "loops", work / ".loops")
         subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
         if loop in BRANCHED:
-            git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
             subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "base"], cwd=work, check=True)
             subprocess.run(git + ["branch", "wt-feat"], cwd=work, check=True)
+        fixture = FIXTURES / loop.removesuffix(".yaml")
+        if fixture.is_dir():
+            shutil.copytree(fixture, work, dirs_exist_ok=True)
+            subprocess.run(["git", "symbolic-ref", "HEAD", "refs/heads/main"], cwd=work, check=True)
+            names = [p.name for p in fixture.iterdir()]
+            subprocess.run(git + ["add", "--"] + names, cwd=work, check=True)
+            subprocess.run(git + ["commit", "-q", "-m", "base"], cwd=work, check=True)
+        if loop in MCP:
+            servers = {"probe": {"command": "python3", "args": [".loops/mcp-server.py"]}}
+            (work / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
         argv = [ll_loop, "run", loop.removesuffix(".yaml")]
         if given is not None:
             argv.append(given)
         env = dict(os.environ)
+        if loop in VENV_PATH:
+            env["PATH"] = f"{pathlib.Path(ll_loop).parent}:{env['PATH']}"
         if loop in JUDGED:
             (work / "bin").mkdir()
             (work / "bin" / "claude").symlink_to(work / ".loops" / "judge-agent")
@@ -119,7 +150,9 @@ def run(ll_loop: str, loop: str, given: str | None) -> dict:
         else:
             argv.append("--no-llm")
         argv += ["--no-lock", "--quiet"]
-        done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300, env=env)
+        # Its own session: little-loops kills its process group at an MCP timeout.
+        done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300, env=env,
+                              start_new_session=True)
         events = sorted((work / ".loops" / ".history").glob("*/events.jsonl"))
         events = [e for e in events if f"-{loop.removesuffix('.yaml')}" in e.parent.name] or events
         path, ending = [], {}
@@ -151,7 +184,17 @@ def main() -> None:
          "import importlib.metadata as m; print(m.version('little-loops'))"],
         capture_output=True, text=True,
     ).stdout.strip() or "unknown"
-    traces = [run(ll_loop, loop, given) for loop, given in CASES]
+    only = set(sys.argv[2:])
+    kept = {}
+    if only:
+        old = json.loads((HERE / "traces.json").read_text())
+        kept = {(t["loop"], t["input"]): t for t in old["traces"]}
+    traces = [
+        run(ll_loop, loop, given)
+        if not only or loop in only or (loop, given) not in kept
+        else kept[(loop, given)]
+        for loop, given in CASES
+    ]
     out = {"little_loops": version, "traces": traces}
     (HERE / "traces.json").write_text(json.dumps(out, indent=2) + "\n")
     for t in traces:

@@ -4,8 +4,11 @@
 use loopbox_tests::*;
 use serde_json::json;
 
+mod mcp;
 mod profiles;
+mod restore;
 mod server_access;
+mod worktree_at;
 
 fn err_kind(v: &serde_json::Value) -> (&str, &str) {
     (

@@ -34,8 +34,8 @@ fn a_component_of_another_world_is_refused() {
     let e = load_err(&wasmtime_wat("(component)"));
     assert!(
         e.contains("component of another world")
-            && e.contains("loopbox:policy/policy@0.3.0")
-            && e.contains("supports contracts 0.1.0, 0.2.0 and 0.3.0"),
+            && e.contains("loopbox:policy/policy@0.4.0")
+            && e.contains("supports contracts 0.1.0, 0.2.0, 0.3.0 and 0.4.0"),
         "{e}"
     );
 }
@@ -49,7 +49,7 @@ fn a_component_of_a_newer_or_unreleased_contract_is_refused_with_what_it_needs()
     };
     let e = load_err(&claiming("9.0.0"));
     assert!(
-        e.contains("it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0 and 0.3.0: upgrade loopbox"),
+        e.contains("it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0, 0.3.0 and 0.4.0: upgrade loopbox"),
         "{e}"
     );
     let e = load_err(&claiming("0.0.1"));

@@ -1,5 +1,5 @@
 /// <reference path="./contract.d.ts" />
-import type { Output as HostOutput } from 'loopbox:policy/actions@0.3.0';
+import type { Output as HostOutput } from 'loopbox:policy/actions@0.4.0';
 
 /** What a finished action produced (`durationMs` as a number). */
 export type Output = Omit<HostOutput, 'durationMs'> & { durationMs: number };
@@ -43,6 +43,30 @@ export function slashCommand(command: string): Prompt;
 export function worktreeAdd(branch: string): string;
 /** Remove a worktree `worktreeAdd` made in this run. Throws an ActionError. */
 export function worktreeRemove(path: string): void;
+
+/** Check out `revision` in a new detached git worktree (the user's `[worktree]` grant), with `copy` copied in; its path. Throws an ActionError. */
+export function worktreeAt(revision: string, copy?: readonly string[]): string;
+
+/** What an MCP tool call returned. */
+export interface McpReply {
+  status: 'ok' | 'tool-error' | 'not-found' | 'no-answer';
+  /** The server's `result` (or JSON-RPC `error`). */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  answer: any;
+  durationMs: number;
+}
+/** Call `tool` of the user's MCP server `server` (`[mcp.servers.NAME]`). Throws an ActionError. */
+export function mcpCall(server: string, tool: string, args?: Record<string, unknown>, options?: { timeoutMs?: number }): McpReply;
+
+/** Copies of workspace files the host keeps (the user's `workspace.restore` grant). */
+export class Snapshot {
+  /** Keep copies of `paths`. Throws an ActionError. */
+  static take(paths: readonly string[]): Snapshot;
+  readonly id: string;
+  /** Put `paths` back as they were taken; the paths written. Throws an ActionError. */
+  restore(paths: readonly string[]): string[];
+  forget(): void;
+}
 
 /** Read-only access to the workspace's files; failures throw a WorkspaceError. */
 export const workspace: {

@@ -3,8 +3,18 @@
 // `loop-policy` world has: a `decider` policy imports index.js alone.
 // Every request is checked by the host against the user's grants; a refusal
 // throws an ActionError (Denied, Declined, ...), never crashes. Types: actions.d.ts.
-import { shell, prompt as hostPrompt, worktreeAdd as hostWorktreeAdd, worktreeRemove as hostWorktreeRemove } from 'loopbox:policy/actions@0.3.0';
-import { read as hostRead, listDir as hostListDir } from 'loopbox:policy/workspace@0.3.0';
+import {
+  shell,
+  prompt as hostPrompt,
+  worktreeAdd as hostWorktreeAdd,
+  worktreeRemove as hostWorktreeRemove,
+  worktreeAt as hostWorktreeAt,
+  mcpCall as hostMcpCall,
+  snapshot as hostSnapshot,
+  restore as hostRestore,
+  forgetSnapshot as hostForgetSnapshot,
+} from 'loopbox:policy/actions@0.4.0';
+import { read as hostRead, listDir as hostListDir } from 'loopbox:policy/workspace@0.4.0';
 import { WorkspaceError, actionError, hostMessage } from './errors.js';
 
 function text(what, value) {
@@ -153,6 +163,73 @@ export function worktreeRemove(path) {
     hostWorktreeRemove(text('worktreeRemove', path));
   } catch (e) {
     throw actionError(e);
+  }
+}
+
+/**
+ * Check out `revision` in a new detached git worktree the host makes (the
+ * user's `[worktree]` grant), with the workspace files `copy` names copied in;
+ * its path relative to the workspace. Remove it with `worktreeRemove`.
+ */
+export function worktreeAt(revision, copy = []) {
+  try {
+    return hostWorktreeAt(text('worktreeAt', revision), copy.map((p) => text('worktreeAt', p)));
+  } catch (e) {
+    throw actionError(e);
+  }
+}
+
+/**
+ * Call `tool` of the MCP server the user's loopbox.toml names `server`, with
+ * `args` (an object); `{ status, answer, durationMs }`, where `status` is
+ * `ok`, `tool-error`, `not-found` or `no-answer` and `answer` the server's
+ * result as a value. Throws an ActionError (a server or tool not granted: Denied).
+ */
+export function mcpCall(server, tool, args = {}, options = {}) {
+  let r;
+  try {
+    r = hostMcpCall({
+      server: text('mcpCall', server),
+      tool: text('mcpCall', tool),
+      arguments: JSON.stringify(args),
+      timeoutMs: millis(options.timeoutMs),
+    });
+  } catch (e) {
+    throw actionError(e);
+  }
+  return { status: r.status, answer: JSON.parse(r.answer), durationMs: Number(r.durationMs) };
+}
+
+/**
+ * Copies of workspace files the host keeps outside the workspace (the user's
+ * `workspace.restore` grant), to put back with `restore()`; `forget()` lets them go.
+ */
+export class Snapshot {
+  #id;
+  constructor(id) {
+    this.#id = id;
+  }
+  /** Keep copies of `paths`; a missing one, or one that is not a regular file, as absent. */
+  static take(paths) {
+    try {
+      return new Snapshot(hostSnapshot(paths.map((p) => text('Snapshot.take', p))));
+    } catch (e) {
+      throw actionError(e);
+    }
+  }
+  get id() {
+    return this.#id;
+  }
+  /** Put `paths` back as they were taken; the paths written. */
+  restore(paths) {
+    try {
+      return hostRestore(this.#id, paths.map((p) => text('Snapshot.restore', p)));
+    } catch (e) {
+      throw actionError(e);
+    }
+  }
+  forget() {
+    hostForgetSnapshot(this.#id);
   }
 }
 

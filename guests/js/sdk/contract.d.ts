@@ -1,11 +1,11 @@
 // TypeScript declarations for the bindings componentize-js generates from
-// loopbox's contract, loopbox:policy@0.3.0 (wit/policy.wit), in its
+// loopbox's contract, loopbox:policy@0.4.0 (wit/policy.wit), in its
 // conventions: variants are { tag, val } with kebab-case tags, records have
 // camelCase fields, an absent option is undefined, u64 is a bigint, and a
 // function returning result<T, E> returns T or throws an Error whose
 // `payload` is the E. A policy using loopbox-policy rarely needs these.
 
-declare module 'loopbox:policy/types@0.3.0' {
+declare module 'loopbox:policy/types@0.4.0' {
   /** A JSON document as UTF-8 text. */
   export type Json = string;
   export interface Origin {
@@ -47,6 +47,13 @@ declare module 'loopbox:policy/types@0.3.0' {
     summary: string;
     data?: Json;
   }
+  export interface Timer {
+    /** When to wake, in milliseconds since the Unix epoch. */
+    untilMs: bigint;
+    /** The payload of the `tick` the run wakes with. */
+    tick: Json;
+    reason: string;
+  }
   export type Decision =
     | { tag: 'pass' }
     | { tag: 'inject'; val: string }
@@ -54,10 +61,12 @@ declare module 'loopbox:policy/types@0.3.0' {
     | { tag: 'rewrite'; val: Json }
     | { tag: 'ask'; val: string }
     | { tag: 'done'; val: Outcome }
-    | { tag: 'escalate'; val: string };
+    | { tag: 'escalate'; val: string }
+    | { tag: 'sleep'; val: Timer };
 }
 
-declare module 'loopbox:policy/actions@0.3.0' {
+declare module 'loopbox:policy/actions@0.4.0' {
+  import type { Json } from 'loopbox:policy/types@0.4.0';
   export interface Command {
     argv: string[];
     cwd?: string;
@@ -109,9 +118,32 @@ declare module 'loopbox:policy/actions@0.3.0' {
   export function worktreeAdd(branch: string): string;
   /** Throws an Error whose `payload` is the ActionError. */
   export function worktreeRemove(path: string): void;
+  /** Throws an Error whose `payload` is the ActionError. */
+  export function worktreeAt(revision: string, copy: string[]): string;
+  export interface McpRequest {
+    server: string;
+    tool: string;
+    /** The tool's arguments: a JSON object, as text. */
+    arguments: Json;
+    timeoutMs?: bigint;
+  }
+  export type McpStatus = 'ok' | 'tool-error' | 'not-found' | 'no-answer';
+  export interface McpResult {
+    status: McpStatus;
+    /** The server's `result` (or JSON-RPC `error`), as JSON text. */
+    answer: Json;
+    durationMs: bigint;
+  }
+  /** Throws an Error whose `payload` is the ActionError. */
+  export function mcpCall(req: McpRequest): McpResult;
+  /** Throws an Error whose `payload` is the ActionError. */
+  export function snapshot(paths: string[]): string;
+  /** Throws an Error whose `payload` is the ActionError. */
+  export function restore(snapshot: string, paths: string[]): string[];
+  export function forgetSnapshot(snapshot: string): void;
 }
 
-declare module 'loopbox:policy/state@0.3.0' {
+declare module 'loopbox:policy/state@0.4.0' {
   export function get(key: string): string | undefined;
   /** Throws an Error whose `payload` names the limit. */
   export function set(key: string, value: string): void;
@@ -119,20 +151,20 @@ declare module 'loopbox:policy/state@0.3.0' {
   export function keys(prefix: string): string[];
 }
 
-declare module 'loopbox:policy/workspace@0.3.0' {
+declare module 'loopbox:policy/workspace@0.4.0' {
   /** Throws an Error whose `payload` says why. */
   export function read(path: string): string;
   /** Throws an Error whose `payload` says why. */
   export function listDir(dir: string): string[];
 }
 
-declare module 'loopbox:policy/log@0.3.0' {
+declare module 'loopbox:policy/log@0.4.0' {
   export type Level = 'debug' | 'info' | 'warn' | 'error';
   export function write(level: Level, message: string): void;
   export function progress(message: string): void;
 }
 
-declare module 'loopbox:policy/policy@0.3.0' {
+declare module 'loopbox:policy/policy@0.4.0' {
   export interface PolicyInfo {
     name: string;
     version: string;

@@ -1,6 +1,6 @@
 /// <reference path="./contract.d.ts" />
-import type { Decision, Event, Json, Origin, ToolCall, Turn } from 'loopbox:policy/types@0.3.0';
-import type { PolicyInfo } from 'loopbox:policy/policy@0.3.0';
+import type { Decision, Event, Json, Origin, ToolCall, Turn } from 'loopbox:policy/types@0.4.0';
+import type { PolicyInfo } from 'loopbox:policy/policy@0.4.0';
 
 export type { Decision, Event, Json, Origin, ToolCall, Turn, PolicyInfo };
 export {
@@ -20,7 +20,7 @@ export {
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
 /** The contract this SDK is written against. */
-export const CONTRACT: '0.3.0';
+export const CONTRACT: '0.4.0';
 
 /** Nothing to add: the agent may stop, the tool call proceeds (the contract's `pass`). */
 export function wait(): Decision;
@@ -34,6 +34,8 @@ export function rewrite(value: unknown): Decision;
 export function ask(question: string): Decision;
 /** Hand the run to a person and park it; `reason` says why. */
 export function escalate(reason: string): Decision;
+/** Park the run until `untilMs` (ms since the Unix epoch), then wake it with a `tick` carrying `payload`. */
+export function sleepUntil(untilMs: number, payload: unknown, reason: string): Decision;
 /** Finish the run; `data` (any JSON value) is structured detail for scripts. */
 export function done(success: boolean, summary: string, data?: unknown): Decision;
 

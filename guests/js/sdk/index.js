@@ -14,9 +14,9 @@
 //
 // This module imports only `state` and `log`, so a policy using it alone can be
 // built for the `decider` world; actions.js (commands, prompts, files) needs
-// `loop-policy`. Types: index.d.ts. Contract: loopbox:policy@0.3.0 (CONTRACT).
-import * as hostState from 'loopbox:policy/state@0.3.0';
-import * as hostLog from 'loopbox:policy/log@0.3.0';
+// `loop-policy`. Types: index.d.ts. Contract: loopbox:policy@0.4.0 (CONTRACT).
+import * as hostState from 'loopbox:policy/state@0.4.0';
+import * as hostLog from 'loopbox:policy/log@0.4.0';
 import { PolicyError, ActionError, hostMessage } from './errors.js';
 
 export {
@@ -32,7 +32,7 @@ export {
 } from './errors.js';
 
 /** The contract this SDK is written against (`package loopbox:policy@...` in wit/policy.wit). */
-export const CONTRACT = '0.3.0';
+export const CONTRACT = '0.4.0';
 
 // --- decisions ---------------------------------------------------------------
 
@@ -68,6 +68,15 @@ export const rewrite = (value) => ({ tag: 'rewrite', val: toJson('rewrite', valu
 export const ask = (question) => ({ tag: 'ask', val: text('ask', question) });
 /** Hand the run to a person and park it; `reason` says why. */
 export const escalate = (reason) => ({ tag: 'escalate', val: text('escalate', reason) });
+/**
+ * Park the run until `untilMs` (milliseconds since the Unix epoch), then have
+ * it woken with a `tick` carrying `payload` (any JSON value); `reason` is shown
+ * to the person.
+ */
+export function sleepUntil(untilMs, payload, reason) {
+  if (!Number.isSafeInteger(untilMs) || untilMs < 0) throw new TypeError(`sleepUntil: ${untilMs} is not a time in milliseconds`);
+  return { tag: 'sleep', val: { untilMs: BigInt(untilMs), tick: toJson('sleepUntil', payload), reason: text('sleepUntil', reason) } };
+}
 
 /** Finish the run; `data` (any JSON value) is structured detail for scripts. */
 export function done(success, summary, data) {

@@ -3,5 +3,5 @@
 //! refuses with a type mismatch). This makes cargo rebuild the SDK when it changes.
 
 fn main() {
-    println!("cargo:rerun-if-changed=../../../wit/released/0.3.0");
+    println!("cargo:rerun-if-changed=../../../wit/released/0.4.0");
 }

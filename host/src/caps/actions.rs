@@ -22,6 +22,8 @@ use crate::bindings::actions::{
     self, ActionError, Output, PromptKind, PromptRequest, ShellRequest,
 };
 use crate::caps::RunFacts;
+use crate::caps::mcp::McpConfig;
+use crate::caps::snapshot::RestoreGrant;
 use crate::caps::worktree::{WorktreeConfig, Worktrees};
 use crate::db::approvals::Approval;
 use crate::db::{Budget, Db, Spent};
@@ -63,6 +65,13 @@ pub struct ActionGrants {
     pub bash_scripts: bool,
     /// `[worktree]`: the git worktrees the run may add, and those it holds.
     pub worktrees: Worktrees,
+    /// `[mcp]`: the MCP servers and tools a policy may call (`actions/mcp_call.rs`).
+    pub mcp: McpConfig,
+    /// `workspace.restore`: what `snapshot` and `restore` may take and put back
+    /// (`actions/restore.rs`).
+    pub restore: RestoreGrant,
+    /// `[limits]`, for the calls that read their own (snapshots, MCP messages).
+    pub limits: Limits,
     /// A budget shared with other runs (a server tenant's quotas), if any.
     pub quota: Option<Arc<dyn Quota>>,
     /// `run.max_cost_usd` and `run.max_tokens`: checked before each prompt.
@@ -117,6 +126,9 @@ pub struct ActionsConfig<'a> {
     pub prices: &'a Prices,
     /// The run's spend budget (`[run]`, narrowed by `[policies.NAME.run]`).
     pub budget: SpendBudget,
+    pub mcp: &'a McpConfig,
+    /// `workspace.restore`: the patterns of the files `snapshot` and `restore` may touch.
+    pub restore: &'a [String],
 }
 
 impl ActionGrants {
@@ -137,6 +149,8 @@ impl ActionGrants {
             worktree,
             prices,
             budget,
+            mcp,
+            restore,
         } = config;
         let prices = Arc::new(prices.clone());
         let root = facts.root;
@@ -164,7 +178,9 @@ impl ActionGrants {
         let programs = agents()
             .filter(|a| a.runner != RunnerKind::Openai)
             .map(|a| a.command[0].as_str());
-        for name in programs.into_iter().chain(
+        // MCP servers are programs loopbox runs again too.
+        let servers = mcp.servers.values().map(|s| s.command[0].as_str());
+        for name in programs.into_iter().chain(servers).chain(
             rules
                 .rules()
                 .iter()
@@ -187,6 +203,13 @@ impl ActionGrants {
             hidden: with_extra(hidden.for_commands(&agent_state), facts.hidden),
             tmp_bytes: shell.tmp_bytes,
         };
+        let restore = RestoreGrant::new(
+            restore,
+            shell.sibling("workspace"),
+            root,
+            &confines.protected,
+            &confines.hidden,
+        );
         let runner = |a: AgentConfig| {
             let writable_outside = hidden.agent_state(Some(&a));
             // The agent's own settings, hooks and local install stay read-only though its state is writable.
@@ -230,6 +253,9 @@ impl ActionGrants {
             confines,
             bash_scripts,
             worktrees: Worktrees::new(worktree, root, &shell.path),
+            mcp: mcp.clone(),
+            restore,
+            limits: facts.limits.clone(),
             quota: facts.quota.cloned(),
             budget,
         })
@@ -1209,7 +1235,46 @@ impl actions::Host for ActionsHost {
         self.record(slot, false, &result)?;
         Ok(result.map(|_| ()))
     }
+
+    async fn worktree_at(
+        &mut self,
+        revision: String,
+        copy: Vec<String>,
+    ) -> wasmtime::Result<Result<String, ActionError>> {
+        self.worktree_at_call(revision, copy).await
+    }
+
+    async fn mcp_call(
+        &mut self,
+        req: actions::McpRequest,
+    ) -> wasmtime::Result<Result<actions::McpResult, ActionError>> {
+        self.mcp_call_call(req).await
+    }
+
+    async fn snapshot(
+        &mut self,
+        paths: Vec<String>,
+    ) -> wasmtime::Result<Result<String, ActionError>> {
+        self.snapshot_call(paths).await
+    }
+
+    async fn restore(
+        &mut self,
+        snapshot: String,
+        paths: Vec<String>,
+    ) -> wasmtime::Result<Result<Vec<String>, ActionError>> {
+        self.restore_call(snapshot, paths).await
+    }
+
+    async fn forget_snapshot(&mut self, snapshot: String) -> wasmtime::Result<()> {
+        self.forget_snapshot_call(snapshot).await
+    }
 }
+
+// The calls contract 0.4.0 added, each in its own file.
+mod mcp_call;
+mod restore;
+mod worktree_at;
 
 /// Link `actions` into `linker`; `get` finds this capability's host state in the store's data.
 pub fn add_to_linker<T: Send + 'static>(

@@ -14,7 +14,10 @@
 //! unless the user's config says so.
 
 pub mod actions;
+pub mod beneath;
 pub mod log;
+pub mod mcp;
+pub mod snapshot;
 pub mod state;
 pub mod wasi;
 pub mod workspace;

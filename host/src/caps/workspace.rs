@@ -331,6 +331,12 @@ pub struct WorkspaceConfig {
     /// is all of it. A section that leaves `read` out grants no reads.
     #[serde(default)]
     pub read: Vec<String>,
+    /// Patterns (little-loops' `project.test_patterns` syntax) of the files a
+    /// policy may keep copies of and put back (`actions.snapshot`,
+    /// `actions.restore`): none unless named. Left out of a run's pin when
+    /// empty, so runs pinned before it existed resume.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restore: Vec<String>,
 }
 
 impl Default for WorkspaceConfig {
@@ -338,6 +344,7 @@ impl Default for WorkspaceConfig {
     fn default() -> Self {
         WorkspaceConfig {
             read: vec![".".into()],
+            restore: Vec::new(),
         }
     }
 }
@@ -345,7 +352,10 @@ impl Default for WorkspaceConfig {
 impl WorkspaceConfig {
     /// An installed policy without a `[policies.NAME.workspace]` section: nothing.
     pub fn nothing() -> Self {
-        WorkspaceConfig { read: Vec::new() }
+        WorkspaceConfig {
+            read: Vec::new(),
+            restore: Vec::new(),
+        }
     }
 
     /// What serde cannot check of `[workspace]`: each `read` path is one this
@@ -361,6 +371,11 @@ impl WorkspaceConfig {
                     }
                 })
                 .map_err(|e| anyhow::anyhow!("workspace.read[{i}]: {e}"))?;
+        }
+        for (i, p) in self.restore.iter().enumerate() {
+            if p.is_empty() || p.len() > 256 || p.contains('\0') {
+                anyhow::bail!("workspace.restore[{i}]: a pattern is 1 to 256 bytes");
+            }
         }
         Ok(())
     }

@@ -183,6 +183,16 @@ pub fn check_branch(b: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A revision `worktree-at` takes: `HEAD`, a branch or tag name by git's rules
+/// (see [`check_branch`]), or a commit id (4 to 64 hex digits). Never starting with
+/// `-`, and resolved with `--end-of-options` before use, so it cannot be a flag.
+pub fn check_revision(r: &str) -> Result<(), String> {
+    if r == "HEAD" || ((4..=64).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Ok(());
+    }
+    check_branch(r).map_err(|e| e.replacen("is not a branch name", "is not a revision", 1))
+}
+
 /// little-loops' directory name for a branch: `re.sub(r"[^a-zA-Z0-9-]", "-", b)`.
 fn safe_branch(b: &str) -> String {
     b.chars()
@@ -310,6 +320,168 @@ impl Worktrees {
         held.open.push(rel.clone());
         self.write_record(&mut held);
         Ok(rel)
+    }
+
+    /// Check out `revision` in a new detached worktree (`.worktrees/prepatch-*`,
+    /// as little-loops names its pre-patch forks), then copy the workspace files
+    /// `copy` names into it at the same paths; its path relative to the workspace.
+    /// A copy that is a link or not a regular file fails the whole call (the
+    /// fork must hold every file asked for): what a policy asks to test in the
+    /// fork is never silently left out.
+    pub fn add_at(&self, revision: &str, copy: &[String], cap: u64) -> Result<String, ActionError> {
+        self.config.permits(revision).map_err(ActionError::Denied)?;
+        check_revision(revision).map_err(ActionError::Invalid)?;
+        let files = self.copies(copy, cap)?;
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.open.len() >= self.config.max_open as usize {
+            return Err(ActionError::Denied(format!(
+                "the run holds {} git worktrees already, the most worktree.max_open allows: remove one first",
+                held.open.len()
+            )));
+        }
+        let base = self.base()?;
+        let stem = format!("prepatch-{}", timestamp());
+        let name = (1..=16)
+            .map(|n| {
+                if n == 1 {
+                    stem.clone()
+                } else {
+                    format!("{stem}-{n}")
+                }
+            })
+            .find(|name| std::fs::create_dir(base.join(name)).is_ok())
+            .ok_or_else(|| unavailable(format!("cannot create {BASE}/{stem}")))?;
+        let rel = format!("{BASE}/{name}");
+        self.fork(&rel, revision, &files)?;
+        held.open.push(rel.clone());
+        self.write_record(&mut held);
+        Ok(rel)
+    }
+
+    /// Take over a worktree a replayed `worktree-at` made, making it again
+    /// (checkout and copies) where it is gone.
+    pub fn adopt_at(
+        &self,
+        rel: &str,
+        revision: &str,
+        copy: &[String],
+        cap: u64,
+    ) -> Result<(), ActionError> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.open.iter().any(|o| o == rel) {
+            return Ok(());
+        }
+        let name = rel
+            .strip_prefix(BASE)
+            .and_then(|n| n.strip_prefix('/'))
+            .filter(|n| n.starts_with("prepatch-") && !n.contains('/'))
+            .ok_or_else(|| unavailable(format!("`{rel}` is not a worktree path")))?;
+        if std::fs::symlink_metadata(self.root.join(rel)).is_err() {
+            check_revision(revision).map_err(ActionError::Invalid)?;
+            let files = self.copies(copy, cap)?;
+            std::fs::create_dir(self.base()?.join(name))
+                .map_err(|e| unavailable(format!("cannot create {rel} again: {e}")))?;
+            self.fork(rel, revision, &files)?;
+        }
+        held.open.push(rel.to_string());
+        self.write_record(&mut held);
+        Ok(())
+    }
+
+    /// The workspace files to copy into a fork: read before anything is
+    /// checked out, each a regular file reached without a link; missing ones
+    /// are left out, as little-loops copies only the files there.
+    fn copies(&self, copy: &[String], cap: u64) -> Result<Vec<(String, Vec<u8>)>, ActionError> {
+        for rel in copy {
+            if let Some(why) = crate::caps::snapshot::never_written(rel) {
+                return Err(ActionError::Denied(format!(
+                    "`{}` is {why}: the host never copies it into a worktree",
+                    crate::ui::shorten(&crate::ui::sanitize(rel), 120)
+                )));
+            }
+        }
+        let workspace = crate::caps::beneath::Beneath::open(&self.root)
+            .map_err(|e| unavailable(format!("cannot open the workspace: {e}")))?;
+        let mut files = Vec::new();
+        let mut total = 0u64;
+        for rel in copy {
+            match workspace.read(rel, cap.saturating_sub(total)) {
+                Ok(Some(bytes)) => {
+                    total += bytes.len() as u64;
+                    files.push((rel.clone(), bytes));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(ActionError::Invalid(format!(
+                        "cannot copy into the worktree: {e} (limits.snapshot_bytes = {cap} bounds the copies)"
+                    )));
+                }
+            }
+        }
+        Ok(files)
+    }
+
+    /// Check out `revision`, detached, in the empty directory `rel`, and write
+    /// `files` into it; on failure the directory goes.
+    fn fork(
+        &self,
+        rel: &str,
+        revision: &str,
+        files: &[(String, Vec<u8>)],
+    ) -> Result<(), ActionError> {
+        let dir = self.root.join(rel);
+        if dir.canonicalize().ok().as_deref() != Some(dir.as_path()) {
+            let _ = self.delete(rel);
+            return Err(unavailable(format!(
+                "`{rel}` does not resolve to itself (a link in the way): remove `{BASE}`"
+            )));
+        }
+        let sha = self
+            .git_out(&[
+                "rev-parse".as_ref(),
+                "--verify".as_ref(),
+                "--quiet".as_ref(),
+                "--end-of-options".as_ref(),
+                format!("{revision}^{{commit}}").as_ref(),
+            ])
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| s.len() >= 40 && s.bytes().all(|b| b.is_ascii_hexdigit()));
+        let Some(sha) = sha else {
+            let _ = self.delete(rel);
+            return Err(unavailable(format!(
+                "`{}` does not resolve to a commit in the workspace's repository",
+                crate::ui::shorten(&crate::ui::sanitize(revision), 60)
+            )));
+        };
+        let made = self
+            .git(&[
+                "worktree".as_ref(),
+                "add".as_ref(),
+                "--detach".as_ref(),
+                "--quiet".as_ref(),
+                "--".as_ref(),
+                dir.as_os_str(),
+                sha.as_ref(),
+            ])
+            .and_then(|()| match std::fs::symlink_metadata(dir.join(".git")) {
+                Ok(m) if m.is_file() => Ok(()),
+                _ => Err("git left no `.git` file in it".to_string()),
+            })
+            .map_err(|e| format!("git could not check out `{sha}` in a worktree: {e}"))
+            // Written from the fork's own root: a link the commit holds is not followed.
+            .and_then(|()| {
+                let fork = crate::caps::beneath::Beneath::open(&dir).map_err(|e| e.to_string())?;
+                files.iter().try_for_each(|(rel, bytes)| {
+                    fork.write(rel, bytes)
+                        .map_err(|e| format!("cannot copy the files into the worktree: {e}"))
+                })
+            });
+        if let Err(e) = made {
+            let _ = self.delete(rel);
+            return Err(unavailable(e));
+        }
+        Ok(())
     }
 
     /// Take over a worktree a replayed `add` made before the run stopped, making it
@@ -441,6 +613,11 @@ impl Worktrees {
 
     /// Run git in the workspace with hooks and repository-chosen programs off.
     fn git(&self, args: &[&std::ffi::OsStr]) -> Result<(), String> {
+        self.git_out(args).map(|_| ())
+    }
+
+    /// [`Worktrees::git`], keeping the first [`GIT_OUTPUT_BYTES`] of its stdout.
+    fn git_out(&self, args: &[&std::ffi::OsStr]) -> Result<String, String> {
         let Some(git) = &self.git else {
             return Err("no `git` on shell.path (outside the workspace)".into());
         };
@@ -467,19 +644,32 @@ impl Worktrees {
         }
         cmd.args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| format!("cannot start git: {e}"))?;
-        let mut stderr = child.stderr.take().expect("piped");
-        let reader = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = (&mut stderr)
-                .take(GIT_OUTPUT_BYTES)
-                .read_to_string(&mut text);
-            // Drain the rest so git never blocks on a full pipe.
-            let _ = std::io::copy(&mut stderr, &mut std::io::sink());
-            text
-        });
+        let capped = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                if let Some(mut r) = r {
+                    let _ = (&mut r).take(GIT_OUTPUT_BYTES).read_to_string(&mut text);
+                    // Drain the rest so git never blocks on a full pipe.
+                    let _ = std::io::copy(&mut r, &mut std::io::sink());
+                }
+                text
+            })
+        };
+        let out = capped(
+            child
+                .stdout
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        let err = capped(
+            child
+                .stderr
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
         let started = Instant::now();
         let status = loop {
             match child.try_wait() {
@@ -493,9 +683,10 @@ impl Worktrees {
                 Err(e) => return Err(format!("waiting for git: {e}")),
             }
         };
-        let text = reader.join().unwrap_or_default();
+        let stdout = out.join().unwrap_or_default();
+        let text = err.join().unwrap_or_default();
         match status {
-            Some(s) if s.success() => Ok(()),
+            Some(s) if s.success() => Ok(stdout),
             Some(s) => Err(format!(
                 "{} ({s})",
                 crate::ui::shorten(&crate::ui::sanitize(text.trim()), 400)

@@ -16,7 +16,9 @@ pub mod lease;
 pub mod lock;
 mod runs;
 mod schema;
+mod snapshots;
 mod spend;
+mod wake;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +30,7 @@ use rusqlite::{Connection, ErrorCode};
 pub use events::{EventCommit, EventRecord, LogRecord};
 pub use journal::{Budget, JournalRow, Spent};
 pub use runs::{NewRun, RunOptions, RunPlace, RunRecord, RunStatus, local_actor};
+pub use snapshots::SnapshotEntry;
 pub use spend::TurnCharge;
 pub(crate) use spend::{SPEND_COLUMNS, totals_at};
 

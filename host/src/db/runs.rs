@@ -132,6 +132,18 @@ fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     })
 }
 
+/// A run that ended keeps no snapshots (`actions.snapshot`): no later event can restore them.
+fn forget_snapshots_of_ended(
+    tx: &rusqlite::Transaction<'_>,
+    id: &str,
+    status: RunStatus,
+) -> rusqlite::Result<()> {
+    if status.is_final() {
+        tx.exec("DELETE FROM snapshots WHERE run_id = ?1", [id])?;
+    }
+    Ok(())
+}
+
 /// Where a run stands; stored as its lower-case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -413,7 +425,9 @@ impl Db {
 
     pub fn set_status(&self, id: &str, status: RunStatus, outcome: Option<&str>) -> Result<()> {
         self.write("update the run's status", |tx| {
-            tx.exec("UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4 WHERE id = ?1", params![id, status, outcome, now_ms()])?;
+            // A timer (`wake_at`) lasts only while the run is parked by it.
+            tx.exec("UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, wake_at = CASE WHEN ?2 = 'waiting' THEN wake_at END WHERE id = ?1", params![id, status, outcome, now_ms()])?;
+            forget_snapshots_of_ended(tx, id, status)?;
             Ok(())
         })
     }
@@ -422,9 +436,10 @@ impl Db {
     pub fn finish_driving(&self, id: &str, status: RunStatus, outcome: Option<&str>) -> Result<()> {
         self.write("record how the run ended", |tx| {
             tx.exec(
-                "UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, lease = NULL WHERE id = ?1",
+                "UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, lease = NULL, wake_at = CASE WHEN ?2 = 'waiting' THEN wake_at END WHERE id = ?1",
                 params![id, status, outcome, now_ms()],
             )?;
+            forget_snapshots_of_ended(tx, id, status)?;
             Ok(())
         })
     }

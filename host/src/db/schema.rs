@@ -4,13 +4,15 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The oldest schema whose tables this loopbox can read as they are: a
 /// read-only command reads such a store without upgrading it, so it needs no
 /// write and no free space. Schema 6 added only an index; schema 7's run
 /// columns are read as empty and its tables (approvals, audit) as empty;
-/// schema 8's spend columns as nothing spent.
+/// schema 8's `wake_at` is read only where present (`Db::wake_at`), and its
+/// `snapshots` table only by runs, which upgrade the store first; schema 9's
+/// spend columns are read as nothing spent.
 pub const READABLE_FROM: i64 = 5;
 
 /// The schema that added `approvals`, `audit` and the runs' tenant, workspace
@@ -18,7 +20,7 @@ pub const READABLE_FROM: i64 = 5;
 pub const APPROVALS: i64 = 7;
 
 /// The schema that added the runs' spend totals (`spend_*`).
-pub const SPEND: i64 = 8;
+pub const SPEND: i64 = 9;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -121,15 +123,28 @@ CREATE TRIGGER IF NOT EXISTS audit_is_append_only_update BEFORE UPDATE ON audit
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: its rows are never changed'); END;
 CREATE TRIGGER IF NOT EXISTS audit_is_append_only_delete BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: its rows are never deleted'); END;
+-- Schema 8: copies of workspace files a policy asked the host to keep
+-- (`actions.snapshot`), to put back with `actions.restore`; `content` NULL is a
+-- path that was absent. Deleted with the snapshot, or when the run ends.
+CREATE TABLE IF NOT EXISTS snapshots (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    id INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    content BLOB,
+    PRIMARY KEY (run_id, id, path)
+);
 ";
 
 /// Indexes on columns added after schema 1, made once the columns exist.
 const ADDED_INDEXES: &str = "
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
+-- Schema 8: runs parked by a `sleep` decision, by the time they wake, so a
+-- scheduler finds the due ones without reading every run (`Db::due_runs`).
+CREATE INDEX IF NOT EXISTS runs_by_wake ON runs (wake_at) WHERE wake_at IS NOT NULL;
 ";
 
 /// Columns added after schema 1, each with the version that added it.
-const ADDED_COLUMNS: [(&str, &str, &str); 20] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 21] = [
     ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
@@ -149,7 +164,9 @@ const ADDED_COLUMNS: [(&str, &str, &str); 20] = [
     ("runs", "workspace", "TEXT"),
     // Who started the run (`local:USER`, or `TENANT/TOKEN-NAME` on a server).
     ("runs", "started_by", "TEXT"),
-    // Schema 8: what the run's agent turns spent (`crate::spend::Totals`), a sum of
+    // Schema 8: when a run parked by a `sleep` decision wakes (ms since the epoch).
+    ("runs", "wake_at", "INTEGER"),
+    // Schema 9: what the run's agent turns spent (`crate::spend::Totals`), a sum of
     // the charges in its journal, each added in the transaction that journals it.
     ("runs", "spend_turns", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "spend_unmetered", "INTEGER NOT NULL DEFAULT 0"),

@@ -59,25 +59,35 @@ pub struct Finished {
     pub truncated: bool,
 }
 
-pub async fn run(spec: Spec) -> std::io::Result<Finished> {
-    let started = Instant::now();
+/// A started child: its group, the watcher that ends it with loopbox, the
+/// parent's ends of its pipes, and its exit.
+struct Launched {
+    group: Group,
+    reaper: Option<Reaper>,
+    stdin: Option<OwnedFd>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    exited: tokio::task::JoinHandle<std::io::Result<i32>>,
+}
+
+/// Start `spec`'s child with stdout and stderr piped, and stdin piped when
+/// `pipe_stdin` (else `/dev/null`).
+fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io::Result<Launched> {
     // Every descriptor is close-on-exec here; the child's dup2 onto 0, 1 and 2
     // clears that for its own copies only, so no other child inherits a pipe.
-    let (stdin_child, stdin_parent) = match spec.stdin {
-        Some(_) => {
-            let (r, w) = above_stdio(crate::exec::fd::pipe()?)?;
-            (r, Some(w))
-        }
-        None => (above_stdio_one(dev_null()?)?, None),
+    let (stdin_child, stdin_parent) = if pipe_stdin {
+        let (r, w) = above_stdio(crate::exec::fd::pipe()?)?;
+        (r, Some(w))
+    } else {
+        (above_stdio_one(dev_null()?)?, None)
     };
     let (out_r, out_w) = above_stdio(crate::exec::fd::pipe()?)?;
     let (err_r, err_w) = above_stdio(crate::exec::fd::pipe()?)?;
     let rlimits = spec.rlimits.as_ref().map(clamped).unwrap_or_default();
     // Above every number they are moved to in the child, so none overwrites another.
-    let first_free = crate::exec::sandbox::PASSED_FD + spec.pass_fd.len() as i32;
-    let spec_is_bwrap = !spec.pass_fd.is_empty();
-    let pass_fd = spec
-        .pass_fd
+    let first_free = crate::exec::sandbox::PASSED_FD + spec_pass_fd.len() as i32;
+    let spec_is_bwrap = !spec_pass_fd.is_empty();
+    let pass_fd = spec_pass_fd
         .into_iter()
         .map(|fd| at_or_above(fd, first_free))
         .collect::<std::io::Result<Vec<_>>>()?;
@@ -112,7 +122,28 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
             )
         })?)
     };
-    let mut exited = tokio::task::spawn_blocking(move || spawn::reap(pid));
+    let exited = tokio::task::spawn_blocking(move || spawn::reap(pid));
+    Ok(Launched {
+        group,
+        reaper,
+        stdin: stdin_parent,
+        stdout: out_r,
+        stderr: err_r,
+        exited,
+    })
+}
+
+pub async fn run(mut spec: Spec) -> std::io::Result<Finished> {
+    let started = Instant::now();
+    let pass_fd = std::mem::take(&mut spec.pass_fd);
+    let Launched {
+        group,
+        reaper,
+        stdin: stdin_parent,
+        stdout: out_r,
+        stderr: err_r,
+        mut exited,
+    } = launch(pass_fd, &spec, spec.stdin.is_some())?;
 
     if let (Some(text), Some(w)) = (spec.stdin, stdin_parent) {
         let mut stdin = pipe::Sender::from_owned_fd(w)?;
@@ -173,6 +204,125 @@ pub async fn run(spec: Spec) -> std::io::Result<Finished> {
         timed_out,
         truncated: cut_out || cut_err,
     })
+}
+
+/// A child spoken to line by line (an MCP server): stdin and stdout piped,
+/// stderr kept to the spec's `output_cap` (the rest drained). Its process
+/// group is killed when the session is dropped or stopped; `spec.stdin` and
+/// `spec.timeout` are not used (the caller bounds each read).
+pub struct Session {
+    stdin: Option<pipe::Sender>,
+    stdout: pipe::Receiver,
+    /// Bytes read past the last line handed out.
+    pending: Vec<u8>,
+    stderr: tokio::task::JoinHandle<std::io::Result<(Vec<u8>, bool)>>,
+    exited: tokio::task::JoinHandle<std::io::Result<i32>>,
+    group: Group,
+    _reaper: Option<Reaper>,
+}
+
+/// One line of a session's stdout.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    /// The line, without its newline.
+    Text(Vec<u8>),
+    /// The child closed its stdout.
+    End,
+    /// More than the cap arrived without a newline: the session is not read further.
+    TooLong,
+}
+
+impl Session {
+    pub fn start(mut spec: Spec) -> std::io::Result<Session> {
+        let pass_fd = std::mem::take(&mut spec.pass_fd);
+        let l = launch(pass_fd, &spec, true)?;
+        let stdin = match l.stdin {
+            Some(w) => Some(pipe::Sender::from_owned_fd(w)?),
+            None => None,
+        };
+        let stderr = tokio::spawn(read_capped(
+            pipe::Receiver::from_owned_fd(l.stderr)?,
+            spec.output_cap,
+        ));
+        Ok(Session {
+            stdin,
+            stdout: pipe::Receiver::from_owned_fd(l.stdout)?,
+            pending: Vec::new(),
+            stderr,
+            exited: l.exited,
+            group: l.group,
+            _reaper: l.reaper,
+        })
+    }
+
+    /// Write `line` and a newline to the child's stdin.
+    pub async fn send(&mut self, line: &str) -> std::io::Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the session's stdin is closed"))?;
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        stdin.write_all(&bytes).await?;
+        stdin.flush().await
+    }
+
+    /// The next line of stdout, at most `max` bytes.
+    pub async fn line(&mut self, max: usize) -> std::io::Result<Line> {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            if let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+                let rest = self.pending.split_off(i + 1);
+                let mut line = std::mem::replace(&mut self.pending, rest);
+                line.pop();
+                if line.len() > max {
+                    return Ok(Line::TooLong);
+                }
+                return Ok(Line::Text(line));
+            }
+            if self.pending.len() > max {
+                return Ok(Line::TooLong);
+            }
+            let n = self.stdout.read(&mut buf).await?;
+            if n == 0 {
+                return Ok(Line::End);
+            }
+            self.pending.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// Close stdin (a server's cue to exit), give the child [`DRAIN_GRACE`] to
+    /// exit, then SIGTERM and [`KILL_GRACE`], then kill its group; what it
+    /// wrote to stderr.
+    pub async fn stop(mut self) -> String {
+        drop(self.stdin.take());
+        if tokio::time::timeout(DRAIN_GRACE, &mut self.exited)
+            .await
+            .is_ok()
+        {
+            self.group.signal(libc::SIGKILL);
+            return self.stderr().await;
+        }
+        self.group.signal(libc::SIGTERM);
+        if tokio::time::timeout(KILL_GRACE, &mut self.exited)
+            .await
+            .is_err()
+        {
+            self.group.signal(libc::SIGKILL);
+            let _ = (&mut self.exited).await;
+        }
+        self.group.signal(libc::SIGKILL);
+        self.stderr().await
+    }
+
+    async fn stderr(&mut self) -> String {
+        let stderr = match tokio::time::timeout(DRAIN_GRACE, &mut self.stderr).await {
+            Ok(Ok(Ok((v, _)))) => v,
+            _ => Vec::new(),
+        };
+        String::from_utf8_lossy(&stderr).into_owned()
+    }
 }
 
 /// A child's process group: SIGKILLed when dropped.
@@ -520,6 +670,38 @@ mod tests {
         let f = run(s).await.unwrap();
         assert_eq!((f.exit_code, f.stdout.as_str()), (Some(0), "started\n"));
         assert!(f.duration < Duration::from_secs(10), "{f:?}");
+    }
+
+    #[tokio::test]
+    async fn a_session_reads_bounded_lines_and_its_group_dies_when_stopped() {
+        let s = spec(
+            "/bin/sh",
+            &[
+                "-c",
+                "sleep 60 & while read -r l; do echo \"got $l\"; done; echo bye >&2",
+            ],
+        );
+        let mut session = Session::start(s).unwrap();
+        session.send("one").await.unwrap();
+        session.send("two").await.unwrap();
+        assert_eq!(
+            session.line(100).await.unwrap(),
+            Line::Text(b"got one".to_vec())
+        );
+        assert_eq!(
+            session.line(100).await.unwrap(),
+            Line::Text(b"got two".to_vec())
+        );
+        session.send(&"x".repeat(500)).await.unwrap();
+        assert_eq!(session.line(100).await.unwrap(), Line::TooLong);
+        let started = Instant::now();
+        let stderr = session.stop().await;
+        assert_eq!(stderr, "bye\n");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // A child that says nothing and exits: the end, never a hang.
+        let mut quiet = Session::start(spec("/bin/true", &[])).unwrap();
+        assert_eq!(quiet.line(100).await.unwrap(), Line::End);
+        quiet.stop().await;
     }
 
     #[tokio::test]

@@ -59,6 +59,12 @@ pub struct Limits {
     /// and one run may record over all its events.
     pub journal_bytes_per_event: u64,
     pub journal_bytes_per_run: u64,
+    /// Bytes of workspace files one run's snapshots (`actions.snapshot`) may
+    /// hold in the store together.
+    pub snapshot_bytes: u64,
+    /// The largest message an MCP server (`actions.mcp-call`) may send; a
+    /// larger one ends the call (`no-answer`) and the server.
+    pub mcp_message_bytes: u64,
 }
 
 impl Default for Limits {
@@ -83,13 +89,15 @@ impl Default for Limits {
             read_bytes: 4 << 20,
             journal_bytes_per_event: 32 << 20,
             journal_bytes_per_run: 256 << 20,
+            snapshot_bytes: 64 << 20,
+            mcp_message_bytes: 4 << 20,
         }
     }
 }
 
 impl Limits {
     pub fn validate(&self) -> Result<()> {
-        let positive: [(&str, u64); 18] = [
+        let positive: [(&str, u64); 20] = [
             ("fuel_per_event", self.fuel_per_event),
             ("cpu_ms_per_event", self.cpu_ms_per_event),
             ("wall_ms_per_event", self.wall_ms_per_event),
@@ -108,6 +116,8 @@ impl Limits {
             ("read_bytes", self.read_bytes),
             ("journal_bytes_per_event", self.journal_bytes_per_event),
             ("journal_bytes_per_run", self.journal_bytes_per_run),
+            ("snapshot_bytes", self.snapshot_bytes),
+            ("mcp_message_bytes", self.mcp_message_bytes),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -167,6 +177,8 @@ pub enum Limit {
     ReadBytes,
     JournalBytes,
     JournalRunBytes,
+    SnapshotBytes,
+    McpMessageBytes,
 }
 
 impl Limit {
@@ -191,6 +203,8 @@ impl Limit {
             Limit::ReadBytes => "limits.read_bytes",
             Limit::JournalBytes => "limits.journal_bytes_per_event",
             Limit::JournalRunBytes => "limits.journal_bytes_per_run",
+            Limit::SnapshotBytes => "limits.snapshot_bytes",
+            Limit::McpMessageBytes => "limits.mcp_message_bytes",
         }
     }
 
@@ -214,6 +228,8 @@ impl Limit {
             Limit::ReadBytes => "tried to read a file over the size limit",
             Limit::JournalBytes => "recorded more host-call journal than one event may",
             Limit::JournalRunBytes => "recorded more host-call journal than one run may",
+            Limit::SnapshotBytes => "asked the host to keep more snapshot bytes than one run may",
+            Limit::McpMessageBytes => "got an MCP server message over the size limit",
         }
     }
 }

@@ -14,7 +14,7 @@ use super::{Language, MANIFEST, check_name};
 const WIT: &str = include_str!("../../../wit/policy.wit");
 const SDK_LIB: &str = include_str!("../../../guests/rust/sdk/src/lib.rs");
 /// Where the SDK finds the contract in the repository, and in a scaffold.
-const SDK_WIT_IN_REPO: &str = "path: \"../../../wit/released/0.3.0\"";
+const SDK_WIT_IN_REPO: &str = "path: \"../../../wit/released/0.4.0\"";
 const SDK_WIT_IN_SCAFFOLD: &str = "path: \"../wit\"";
 
 /// The Python SDK (`guests/python/sdk/loopbox_policy`), vendored beside app.py,

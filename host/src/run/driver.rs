@@ -185,6 +185,9 @@ pub struct DriveOptions<'a> {
     pub ticks: VecDeque<String>,
     /// Send again an agent turn whose outcome a crash left unknown.
     pub resend_turn: bool,
+    /// End the drive when the policy sleeps (the run parked until its wake
+    /// time), rather than sleeping here: a server's runs, which its sweep wakes.
+    pub park_sleeps: bool,
 }
 
 /// Run `policy` from `next` until it ends or parks.
@@ -257,6 +260,16 @@ pub async fn drive(
                         crate::ui::sanitize(&q)
                     )));
                 }
+            },
+            // A server parks a sleeping run and frees its slot: its sweep wakes it when due.
+            Decision::Sleep(timer) if opts.park_sleeps && !crate::run::timer::due(&timer) => {
+                return Ok(RunEnd::Waiting(crate::run::timer::park(ctx, &timer)?));
+            }
+            // A timer: sleep (parked) until it is due, then deliver its tick.
+            Decision::Sleep(timer) => match crate::run::timer::sleep(ctx, &timer).await? {
+                Ok(()) => Next::Deliver(Event::Tick(timer.tick)),
+                Err(crate::run::timer::Woken::Cancelled) => return Ok(RunEnd::Cancelled),
+                Err(crate::run::timer::Woken::Parked(why)) => return Ok(RunEnd::Waiting(why)),
             },
             Decision::Inject(message) => match agent_turn(
                 ctx,

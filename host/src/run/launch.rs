@@ -462,6 +462,7 @@ impl Prepared<'_> {
             asker,
             banner,
             resend_turn,
+            park_sleeps,
         } = d;
         let ctx = self
             .context(&run.id, db.clone(), ui.clone(), asking)?
@@ -491,6 +492,7 @@ impl Prepared<'_> {
             asker,
             ticks,
             resend_turn,
+            park_sleeps,
         };
         // The run's trace: this process's span, under the run's root (see crate::telemetry).
         let span = crate::telemetry::process_span(
@@ -566,6 +568,9 @@ pub struct Drive<'a> {
     pub banner: bool,
     /// Send again an agent turn whose outcome a crash left unknown.
     pub resend_turn: bool,
+    /// End the drive when the policy sleeps, leaving the run parked until its
+    /// wake time (a server, whose sweep wakes it); else sleep here.
+    pub park_sleeps: bool,
 }
 
 /// How a driven run ended, as recorded.

@@ -6,7 +6,8 @@
 //! host calls answered from the journal.
 //!
 //! Beside it: [`driver`], the standalone loop behind `loopbox run`; [`record`],
-//! events and decisions as JSON; [`pin`], the grants a run keeps for its life.
+//! events and decisions as JSON; [`pin`], the grants a run keeps for its life;
+//! [`timer`], a run parked by a `sleep` decision until its tick is due.
 //! A run's stop request is [`crate::limits::stop`], below the engine that
 //! obeys it; its crash points for tests are [`crate::journal::crashpoint`].
 
@@ -15,6 +16,7 @@ pub mod installed;
 pub mod launch;
 pub mod pin;
 pub mod record;
+pub mod timer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -171,6 +173,8 @@ impl RunContext {
             worktree: &config.worktree,
             prices: &config.prices,
             budget: config.run.budget(),
+            mcp: &config.mcp,
+            restore: &config.workspace.restore,
         };
         let grants = Arc::new(ActionGrants::new(
             sections,
@@ -551,6 +555,7 @@ fn decision_kind(d: &Decision) -> &'static str {
         Decision::Ask(_) => "ask",
         Decision::Done(_) => "done",
         Decision::Escalate(_) => "escalate",
+        Decision::Sleep(_) => "sleep",
     }
 }
 

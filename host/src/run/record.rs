@@ -87,6 +87,9 @@ pub fn decision_json(d: &Decision) -> Value {
             json!({"type": "done", "success": o.success, "summary": o.summary, "data": o.data.as_deref().map(embed)})
         }
         Decision::Escalate(r) => json!({"type": "escalate", "reason": r}),
+        Decision::Sleep(t) => {
+            json!({"type": "sleep", "until_ms": t.until_ms, "tick": embed(&t.tick), "reason": t.reason})
+        }
     }
 }
 
@@ -110,6 +113,13 @@ pub fn parse_decision(text: &str) -> anyhow::Result<Decision> {
             data: v.get("data").filter(|d| !d.is_null()).map(Value::to_string),
         }),
         "escalate" => Decision::Escalate(s("reason")?),
+        "sleep" => Decision::Sleep(crate::bindings::Timer {
+            until_ms: v["until_ms"]
+                .as_u64()
+                .ok_or_else(|| anyhow::anyhow!("the decision has no `until_ms`"))?,
+            tick: v["tick"].to_string(),
+            reason: s("reason")?,
+        }),
         other => anyhow::bail!("unknown decision type `{other}`"),
     })
 }
@@ -134,6 +144,11 @@ pub fn describe_decision(d: &Decision) -> String {
             short(&o.summary)
         ),
         Decision::Escalate(r) => format!("escalate: {}", short(r)),
+        Decision::Sleep(t) => format!(
+            "sleep until {} UTC: {}",
+            crate::ui::utc(t.until_ms as i64),
+            short(&t.reason)
+        ),
     }
 }
 
@@ -150,6 +165,7 @@ pub fn validate_decision(d: &Decision, max_bytes: u64) -> Result<(), String> {
             .chain(o.data.as_deref().map(|x| ("done.data", x)))
             .collect(),
         Decision::Escalate(r) => vec![("escalate", r)],
+        Decision::Sleep(t) => vec![("sleep.reason", &t.reason), ("sleep.tick", &t.tick)],
     };
     for (what, text) in texts {
         if text.len() as u64 > max_bytes {
@@ -162,6 +178,7 @@ pub fn validate_decision(d: &Decision, max_bytes: u64) -> Result<(), String> {
     let json_field = match d {
         Decision::Rewrite(p) => Some(("rewrite", p.as_str())),
         Decision::Done(o) => o.data.as_deref().map(|x| ("done.data", x)),
+        Decision::Sleep(t) => Some(("sleep.tick", t.tick.as_str())),
         _ => None,
     };
     if let Some((what, text)) = json_field {

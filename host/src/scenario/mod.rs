@@ -155,6 +155,8 @@ fn clamp_to_defaults(config: &mut Config) {
         read_bytes,
         journal_bytes_per_event,
         journal_bytes_per_run,
+        snapshot_bytes,
+        mcp_message_bytes,
         actions_per_run
     );
     let turns = crate::config::RunConfig::default().max_turns;
@@ -589,6 +591,9 @@ pub fn ending(last: Option<&(Result<Decision, PolicyFault>, bool)>) -> Value {
                 json!({"type": "waiting", "reason": "the policy is waiting for events"})
             }
             Decision::Ask(q) => json!({"type": "waiting", "reason": q}),
+            Decision::Sleep(t) => {
+                json!({"type": "waiting", "reason": t.reason, "until_ms": t.until_ms})
+            }
             Decision::Inject(m) => json!({"type": "open", "message": m}),
             Decision::Rewrite(_) => json!({"type": "decided", "decision": decision_json(d)}),
         },

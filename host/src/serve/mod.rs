@@ -284,12 +284,20 @@ impl Server {
 
     /// Settle approvals past their deadline (each a decline, audited as
     /// `loopbox`'s act), and wake the runs whose approval was decided.
+    /// Once a second: expire overdue approvals, and queue again the waiting runs
+    /// whose approval was decided or whose timer is due.
     pub fn sweep_approvals(&self) -> Result<()> {
         let db = self.store.db();
         for a in db.overdue_approvals(crate::db::now_ms())? {
             db.settle_approval(&a.id, &Settle::Expired)?;
         }
         for id in db.runs_with_decided_approvals()? {
+            if let Some(tenant) = db.existing_run(&id)?.place.tenant {
+                self.requeue(&id, &tenant, &[RunStatus::Waiting], Continue::default())?;
+            }
+        }
+        // Runs whose `sleep` timer is due (parked by the driver, or woken early by a tick).
+        for (id, _) in db.due_runs(WAKE_BATCH)? {
             if let Some(tenant) = db.existing_run(&id)?.place.tenant {
                 self.requeue(&id, &tenant, &[RunStatus::Waiting], Continue::default())?;
             }
@@ -301,6 +309,9 @@ impl Server {
         self.stopping.load(Ordering::SeqCst)
     }
 }
+
+/// Due runs the sweep queues at a time (the rest at its next pass).
+const WAKE_BATCH: u32 = 200;
 
 /// Hold the data directory for this process (`DATA/serve.lock`, `flock`): a
 /// second server on the same data would drive the same runs.

@@ -378,6 +378,8 @@ async fn drive(server: &Arc<Server>, q: &Queued, stop: Arc<Stop>) -> Result<()> 
         asker: &NoAsker,
         banner: fresh,
         resend_turn: q.how.resend_turn,
+        // A sleeping run gives its slot back; the sweep wakes it when due.
+        park_sleeps: true,
     };
     let ended = prepared.drive_async(drive, next, stop).await;
     // Delivered once the run moved past where the answer was accepted; kept otherwise.

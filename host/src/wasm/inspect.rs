@@ -11,7 +11,7 @@ use crate::wasm::policy::{PACKAGE, Policy};
 pub struct Inspection {
     pub policy: String,
     pub world: &'static str,
-    /// The contract it was built for: `loopbox:policy@0.3.0`.
+    /// The contract it was built for: `loopbox:policy@0.4.0`.
     pub contract: String,
     pub size_bytes: usize,
     pub digest: String,

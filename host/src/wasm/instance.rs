@@ -59,6 +59,15 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
             log: |s| &mut s.log,
         },
     )?;
+    crate::wasm::contract::v0_3::add_to_linker(
+        linker,
+        crate::wasm::contract::v0_1::Capabilities {
+            actions: |s| &mut s.actions,
+            state: |s| &mut s.state,
+            workspace: |s| &mut s.workspace,
+            log: |s| &mut s.log,
+        },
+    )?;
     Ok(())
 }
 

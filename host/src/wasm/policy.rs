@@ -20,7 +20,7 @@ use crate::limits::meter::Meter;
 use crate::limits::{Limit, LimitExceeded, Limits};
 use crate::wasm::builtin;
 use crate::wasm::cache::CacheOutcome;
-use crate::wasm::contract::{self, Contract, v0_1};
+use crate::wasm::contract::{self, Contract, v0_1, v0_3};
 use crate::wasm::engine::{EpochTicker, ticks};
 use crate::wasm::fault::PolicyFault;
 use crate::wasm::instance::InstanceState;
@@ -154,9 +154,11 @@ type HandleFn<'a, E, D> = TypedFunc<(&'a E,), (Result<D, String>,)>;
 impl Exports {
     fn find(pre: &InstancePre<InstanceState>, contract: Contract) -> Result<Exports> {
         match contract {
-            // 0.2.0's types have the newest's shapes (only `actions` grew in 0.3.0).
+            Contract::V0_4 => Exports::typed::<PolicyInfo, Event, Decision>(pre, contract),
+            // 0.2.0's and 0.3.0's events and info have the newest's shapes; their
+            // decisions lack `sleep` (0.4.0).
             Contract::V0_3 | Contract::V0_2 => {
-                Exports::typed::<PolicyInfo, Event, Decision>(pre, contract)
+                Exports::typed::<PolicyInfo, Event, v0_3::Decision>(pre, contract)
             }
             Contract::V0_1 => {
                 Exports::typed::<v0_1::Info, v0_1::Event, v0_1::Decision>(pre, contract)
@@ -408,18 +410,26 @@ impl Policy {
         };
         let (info, handle) = (&self.exports.info, &self.exports.handle);
         match (call, self.exports.contract) {
-            (Call::Info, Contract::V0_3 | Contract::V0_2) => {
+            (Call::Info, Contract::V0_4 | Contract::V0_3 | Contract::V0_2) => {
                 // SAFETY: `Exports::find` type-checked this export against this
                 // signature, of the contract it holds, for the component `pre` instantiates.
                 let f = unsafe { InfoFn::<PolicyInfo>::new_unchecked(func(store, info)?) };
                 let (info,) = f.call_async(&mut *store, ()).await?;
                 Ok(Ok(Returned::Info(info)))
             }
-            (Call::Handle(event), Contract::V0_3 | Contract::V0_2) => {
+            (Call::Handle(event), Contract::V0_4) => {
                 // SAFETY: as above, for `handle`.
                 let f = unsafe { HandleFn::<Event, Decision>::new_unchecked(func(store, handle)?) };
                 let (decision,) = f.call_async(&mut *store, (event,)).await?;
                 Ok(decision.map(Returned::Decision))
+            }
+            (Call::Handle(event), Contract::V0_3 | Contract::V0_2) => {
+                // SAFETY: as above, with contract 0.3.0's decision type.
+                let f = unsafe {
+                    HandleFn::<Event, v0_3::Decision>::new_unchecked(func(store, handle)?)
+                };
+                let (decision,) = f.call_async(&mut *store, (event,)).await?;
+                Ok(decision.map(|d| Returned::Decision(d.into())))
             }
             // An older contract: the event adapted down, the answer up.
             (Call::Info, Contract::V0_1) => {

@@ -416,9 +416,9 @@ fn inspect_describes_a_builtin() {
             "policy       builtin:ralph",
             "info         ralph 0.1.0: Re-feed a prompt until the reply carries the completion promise or iterations run out",
             "world        loopbox:policy/decider",
-            "contract     loopbox:policy@0.3.0",
+            "contract     loopbox:policy@0.4.0",
             "capabilities state",
-            "exports      loopbox:policy/policy@0.3.0",
+            "exports      loopbox:policy/policy@0.4.0",
         ]
     );
     assert!(out.contains("\nlanguage     Rust"), "{out}");

@@ -74,6 +74,7 @@ fn loops_take_the_path_little_loops_takes_and_end_the_same_way() {
         if loop_file == "worktree.yaml" {
             branch_fixture(dir.path());
         }
+        fixture_commit(dir.path(), loop_file.trim_end_matches(".yaml"));
         let ran = run(dir.path(), loop_file, input);
         let want_path: Vec<String> = t["path"]
             .as_array()

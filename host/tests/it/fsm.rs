@@ -5,6 +5,10 @@
 use crate::common;
 mod alias_bomb;
 mod learning;
+mod mcp;
+mod parked;
+mod prepatch;
+mod revert;
 mod runs_the_same;
 mod tamper_guard;
 mod worktree;
@@ -380,9 +384,9 @@ fn validate_names_each_problem_with_its_line() {
         ],
     );
     invalid(
-        "name: e\ninitial: a\nmax_step: 3\nbackoff: 5\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    loop: other.yaml\n    next: done\n  done:\n    terminal: true\n",
+        "name: e\ninitial: a\nmax_step: 3\non_max_iterations: a\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    loop: other.yaml\n    next: done\n  done:\n    terminal: true\n",
         &[
-            "4: `backoff` is not supported by loopbox: a policy cannot sleep between steps; add a state that runs `sleep N` if you need a pause",
+            "4: `on_max_iterations` is not supported by loopbox: use `max_steps` and `on_max_steps`",
             "6: state `a`: give `loop` or `action`, not both",
             "9: state `a`: sub-loop `other.yaml` cannot be read (other.yaml: `other.yaml` does not exist in the workspace)",
         ],
@@ -391,15 +395,14 @@ fn validate_names_each_problem_with_its_line() {
     noted(
         "name: e\ninitial: a\nmax_step: 3\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    next: done\n  done:\n    terminal: true\n",
         &[
-            "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits, tamper_guard, prepatch_check)",
-            "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, model, agent, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, worktree, fragment, description, throttle, retryable_exit_codes, type, learning, tamper_guard, prepatch_check, on_<verdict>)",
+            "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits, tamper_guard, prepatch_check, maintain, backoff)",
+            "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, model, agent, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, worktree, fragment, description, throttle, retryable_exit_codes, type, learning, tamper_guard, prepatch_check, params, on_maintain, on_<verdict>)",
         ],
     );
     invalid(
         "name: f\ninitial: a\nstates:\n  a:\n    action: echo 3\n    evaluate:\n      type: output_regex\n    on_yes: b\n    on_no: c\n  b:\n    action: echo 3\n    evaluate:\n      type: mcp_result\n    on_yes: done\n  c:\n    action: echo 3\n    evaluate:\n      type: output_numeric\n      operator: approx\n      target: many\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
         &[
-            "7: state `a`: evaluate: unknown evaluator type `output_regex` (types: exit_code, output_contains, output_numeric, output_json, convergence, llm_structured, diff_stall, score_stall, open_question_stall, action_stall, classify, harbor_scorer)",
-            "13: state `b`: evaluate: evaluator `mcp_result` is not supported by loopbox: MCP tools are not reachable from the sandbox",
+            "7: state `a`: evaluate: unknown evaluator type `output_regex` (types: exit_code, output_contains, output_numeric, output_json, convergence, llm_structured, diff_stall, score_stall, open_question_stall, action_stall, classify, harbor_scorer, mcp_result)",
             "19: state `c`: evaluate: `operator` must be one of eq, ne, lt, le, gt, ge, not `approx`",
             "20: state `c`: evaluate: `target` must be a number or a `${...}` reference, not `many`",
         ],
@@ -407,8 +410,7 @@ fn validate_names_each_problem_with_its_line() {
     invalid(
         "name: g\ninitial: a\nstates:\n  a:\n    action: print('hi')\n    action_type: python\n    next: b\n  b:\n    action: github/create_issue\n    action_type: mcp_tool\n    next: done\n  done:\n    terminal: true\n",
         &[
-            "6: state `a`: `action_type` must be one of shell, prompt, slash_command, not `python`",
-            "10: state `b`: `action_type: mcp_tool` is not supported by loopbox: MCP tools are not reachable from the sandbox; call the tool through a command granted in loopbox.toml (`shell.allow`) from a shell state, or route around this state as little-loops does when the server is missing (`not_found`)",
+            "6: state `a`: `action_type` must be one of shell, prompt, slash_command, mcp_tool, not `python`",
         ],
     );
     invalid(

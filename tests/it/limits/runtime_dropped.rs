@@ -17,7 +17,12 @@ async fn the_compute_limit_holds_after_the_runtime_that_loaded_the_policy_is_dro
         runtime.load(&PolicySource::Path(guest("probe"))).unwrap()
     };
     let ws = Workspace::new();
-    let ctx = ws.run(&policy, "[limits]\ncpu_ms_per_event = 200");
+    // Fuel out of the way, as in `a_busy_loop_runs_out_of_compute_time`: the
+    // default 2e9 burns in about 190 ms on a fast machine, a race with 200 ms.
+    let ctx = ws.run(
+        &policy,
+        "[limits]\nfuel_per_event = 18000000000000000000\ncpu_ms_per_event = 200",
+    );
     let event = Event::Start(json!({"op": "spin"}).to_string());
     let started = std::time::Instant::now();
     let f = deliver(&ctx, &policy, event).await.unwrap_err();

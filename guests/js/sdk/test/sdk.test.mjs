@@ -59,6 +59,35 @@ test('script and prompts', () => {
   assert.throws(() => actions.prompt('x').profile(3), TypeError);
 });
 
+test('the 0.4.0 calls: a pre-patch worktree, MCP tools, snapshots, a timer', () => {
+  const host = new FakeHost();
+  host.answer = '.worktrees/prepatch-1';
+  assert.equal(actions.worktreeAt('abc123', ['tests/test_a.py']), '.worktrees/prepatch-1');
+  host.answer = { status: 'tool-error', answer: '{"isError": true}', durationMs: 7n };
+  assert.deepEqual(actions.mcpCall('pw', 'shot', { url: 'http://x' }, { timeoutMs: 500 }), {
+    status: 'tool-error',
+    answer: { isError: true },
+    durationMs: 7,
+  });
+  host.answer = '3';
+  const snap = actions.Snapshot.take(['tests/test_a.py']);
+  host.answer = ['tests/test_a.py'];
+  assert.deepEqual(snap.restore(['tests/test_a.py']), ['tests/test_a.py']);
+  snap.forget();
+  assert.deepEqual(host.calls, [
+    ['worktree-at', { revision: 'abc123', copy: ['tests/test_a.py'] }],
+    ['mcp-call', { server: 'pw', tool: 'shot', arguments: '{"url":"http://x"}', timeoutMs: 500n }],
+    ['snapshot', ['tests/test_a.py']],
+    ['restore', { id: '3', paths: ['tests/test_a.py'] }],
+    ['forget-snapshot', '3'],
+  ]);
+  assert.deepEqual(sdk.sleepUntil(1000, { n: 1 }, 'backoff'), {
+    tag: 'sleep',
+    val: { untilMs: 1000n, tick: '{"n":1}', reason: 'backoff' },
+  });
+  assert.throws(() => sdk.sleepUntil(-1, {}, 'x'), TypeError);
+});
+
 test('every action error kind becomes its exception', () => {
   const cases = [
     [{ tag: 'denied', val: 'add ["make"] to shell.allow' }, sdk.Denied],

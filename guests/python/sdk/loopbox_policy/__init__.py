@@ -26,7 +26,7 @@ against the user's grants: a refusal is an :class:`ActionError` to handle (its
 ``kind`` says which), never a crash. An uncaught :class:`PolicyError` (an
 ``ActionError`` included) fails the event with its message.
 
-The SDK targets the contract ``loopbox:policy@0.3.0`` (:data:`CONTRACT`); it is
+The SDK targets the contract ``loopbox:policy@0.4.0`` (:data:`CONTRACT`); it is
 built into the component by componentize-py with the generated ``wit_world``
 bindings. A policy that calls only :mod:`state` and :mod:`log` imports nothing
 else and may be built for the ``decider`` world, which needs no grants.
@@ -75,6 +75,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "Prompt",
+    "Snapshot",
     "ToolCall",
     "Turn",
     "Unavailable",
@@ -86,19 +87,22 @@ __all__ = [
     "exec",
     "inject",
     "log",
+    "mcp_call",
     "prompt",
     "rewrite",
     "script",
     "slash_command",
+    "sleep_until",
     "state",
     "wait",
     "workspace",
     "worktree_add",
+    "worktree_at",
     "worktree_remove",
 ]
 
 #: The contract this SDK is written against (``package loopbox:policy@...`` in wit/policy.wit).
-CONTRACT = "0.3.0"
+CONTRACT = "0.4.0"
 
 
 def _preload() -> None:
@@ -171,6 +175,19 @@ def escalate(reason: str) -> Decision:
     from wit_world.imports import types
 
     return types.Decision_Escalate(_text("escalate", reason))
+
+
+def sleep_until(until_ms: int, payload: object, reason: str) -> Decision:
+    """Park the run until ``until_ms`` (milliseconds since the Unix epoch), then
+    have it woken with a ``tick`` carrying ``payload`` (any JSON value);
+    ``reason`` is shown to the person."""
+    from wit_world.imports import types
+
+    if not isinstance(until_ms, int) or isinstance(until_ms, bool) or not 0 <= until_ms < 2**64:
+        raise TypeError("sleep_until(until_ms, ...): %r is not a time in milliseconds" % (until_ms,))
+    return types.Decision_Sleep(
+        types.Timer(until_ms=until_ms, tick=_dump("sleep_until", payload), reason=_text("sleep_until", reason))
+    )
 
 
 def done(success: bool, summary: str, data: object = None) -> Decision:
@@ -448,6 +465,97 @@ def worktree_remove(path: str) -> None:
         raise action_error(e.value) from None
 
 
+def worktree_at(revision: str, copy: Sequence[str] = ()) -> str:
+    """Check out ``revision`` in a new detached git worktree the host makes (the
+    user's ``[worktree]`` grant), with the workspace files ``copy`` names copied
+    in; its path relative to the workspace. Raises :class:`ActionError`."""
+    from componentize_py_types import Err
+
+    try:
+        from wit_world.imports import actions
+    except ImportError:
+        raise _decider() from None
+    try:
+        path: str = actions.worktree_at(_text("worktree_at", revision), [_text("worktree_at", p) for p in copy])
+        return path
+    except Err as e:
+        raise action_error(e.value) from None
+
+
+def mcp_call(
+    server: str, tool: str, arguments: Optional[Dict[str, JsonValue]] = None, timeout_ms: Optional[int] = None
+) -> Tuple[str, JsonValue, int]:
+    """Call ``tool`` of the MCP server the user's loopbox.toml names ``server``
+    (``[mcp.servers.NAME]``): ``(status, answer, duration_ms)``, where status is
+    ``ok``, ``tool-error``, ``not-found`` or ``no-answer`` and answer the
+    server's result. Raises :class:`ActionError` (a server or tool not granted: :class:`Denied`)."""
+    from componentize_py_types import Err
+
+    try:
+        from wit_world.imports import actions
+    except ImportError:
+        raise _decider() from None
+    request = actions.McpRequest(
+        server=_text("mcp_call", server),
+        tool=_text("mcp_call", tool),
+        arguments=_dump("mcp_call", arguments or {}),
+        timeout_ms=_timeout(timeout_ms),
+    )
+    try:
+        r = actions.mcp_call(request)
+    except Err as e:
+        raise action_error(e.value) from None
+    status = {
+        actions.McpStatus.OK: "ok",
+        actions.McpStatus.TOOL_ERROR: "tool-error",
+        actions.McpStatus.NOT_FOUND: "not-found",
+        actions.McpStatus.NO_ANSWER: "no-answer",
+    }[r.status]
+    answer: JsonValue = _json.loads(r.answer)
+    return status, answer, r.duration_ms
+
+
+class Snapshot:
+    """Copies of workspace files the host keeps outside the workspace (the user's
+    ``workspace.restore`` grant), to put back with :meth:`restore`."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id: str) -> None:  # noqa: A002 - the contract's name
+        self.id = id
+
+    @staticmethod
+    def take(paths: Sequence[str]) -> "Snapshot":
+        """Keep copies of ``paths`` (a missing one, or one that is not a regular
+        file, as absent). Raises :class:`ActionError`."""
+        from componentize_py_types import Err
+
+        try:
+            from wit_world.imports import actions
+        except ImportError:
+            raise _decider() from None
+        try:
+            return Snapshot(actions.snapshot([_text("Snapshot.take", p) for p in paths]))
+        except Err as e:
+            raise action_error(e.value) from None
+
+    def restore(self, paths: Sequence[str]) -> List[str]:
+        """Put ``paths`` back as they were taken; the paths written."""
+        from componentize_py_types import Err
+        from wit_world.imports import actions
+
+        try:
+            written: List[str] = actions.restore(self.id, [_text("Snapshot.restore", p) for p in paths])
+            return written
+        except Err as e:
+            raise action_error(e.value) from None
+
+    def forget(self) -> None:
+        from wit_world.imports import actions
+
+        actions.forget_snapshot(self.id)
+
+
 # --- the policy --------------------------------------------------------------
 
 
@@ -538,13 +646,14 @@ def _check_decision(decision: object, event: object) -> None:
         types.Decision_Ask,
         types.Decision_Done,
         types.Decision_Escalate,
+        types.Decision_Sleep,
     )
     if not isinstance(decision, kinds):
         from componentize_py_types import Err
 
         raise Err(
             "the handler of %s returned %s, not a decision: return wait(), inject(...), block(...), "
-            "rewrite(...), ask(...), done(...) or escalate(...) from loopbox_policy"
+            "rewrite(...), ask(...), done(...), escalate(...) or sleep_until(...) from loopbox_policy"
             % (_re.sub(r"(?<!^)(?=[A-Z])", "-", type(event).__name__.replace("Event_", "")).lower(), _short(decision))
         )
 

@@ -90,6 +90,7 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
             .targets()
             .chain(s.on_retry_exhausted.iter())
             .chain(s.on_throttle_hard.iter())
+            .chain(s.on_maintain.iter())
         {
             if t.state != CURRENT && !known(t) {
                 out.push(at(
@@ -131,6 +132,7 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
             .targets()
             .chain(s.on_retry_exhausted.iter())
             .chain(s.on_throttle_hard.iter())
+            .chain(s.on_maintain.iter().filter(|_| lp.maintain))
             .chain(lp.circuit.iter().filter_map(|c| c.on_repeated.as_ref()))
         {
             if names.contains(t.state.as_str()) && reached.insert(t.state.as_str()) {
@@ -188,12 +190,14 @@ fn unrouted_verdicts(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
     }
     let kind = match (&s.evaluate, &s.action) {
         (Some(e), _) => &e.kind,
+        (None, Some(Action::Mcp { .. })) => &EvalKind::McpResult,
         (None, Some(a)) if !a.is_prompt() => &EvalKind::ExitCode,
         _ => return,
     };
     let verdicts: &[&str] = match kind {
         // Its verdict is whatever the output says.
         EvalKind::Classify { .. } => return,
+        EvalKind::McpResult => &["success", "tool_error", "not_found", "timeout"],
         EvalKind::LlmStructured { .. } => &["yes"],
         EvalKind::Convergence { .. } => &["target", "progress", "stall"],
         _ => &["yes", "no"],
@@ -227,6 +231,14 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
         }
         Some(Action::Exec(argv)) => {
             out.extend(argv.iter().map(|a| ("exec", a.clone(), s.action_line)))
+        }
+        Some(Action::Mcp { tool, params }) => {
+            out.push(("action", tool.clone(), s.action_line));
+            for v in params.values() {
+                strings(v, &mut |t| {
+                    out.push(("params", t.to_string(), s.action_line))
+                });
+            }
         }
         None => {}
     }

@@ -11,6 +11,7 @@ pub mod learning;
 pub mod load;
 pub mod machine;
 pub mod markers;
+pub mod mcp;
 pub mod prepatch;
 pub mod problem;
 pub mod resolve;

@@ -23,6 +23,20 @@ pub struct Start {
     pub run_dir: Option<String>,
     /// The workspace directory as commands and the agent see it, `${env.PWD}`.
     pub workspace: Option<String>,
+    /// Seconds to pause after each route, in place of the loop's `backoff`
+    /// (`loopbox run --delay`, as `ll-loop run --delay`).
+    pub delay: Option<f64>,
+}
+
+impl Start {
+    /// The loop's `backoff` as this run keeps it, in milliseconds: `--delay`
+    /// when given, else the loop's own.
+    pub fn backoff_ms(&self, lp: &Loop) -> u64 {
+        match self.delay {
+            Some(s) if s.is_finite() && s >= 0.0 => (s * 1000.0).round() as u64,
+            _ => lp.backoff_ms,
+        }
+    }
 }
 
 impl Start {
@@ -42,6 +56,9 @@ impl Start {
             if let Some(v) = value {
                 m.insert(name.into(), json!(v));
             }
+        }
+        if let Some(d) = self.delay {
+            m.insert("delay".into(), json!(d));
         }
         Value::Object(m)
     }
@@ -72,6 +89,11 @@ pub fn parse(input: &str) -> Result<Start, String> {
             let input = text(&mut m, "input")?;
             let run_dir = text(&mut m, "run_dir")?;
             let workspace = text(&mut m, "workspace")?;
+            let delay = match m.remove("delay") {
+                None | Some(Value::Null) => None,
+                Some(Value::Number(n)) => n.as_f64().filter(|d| d.is_finite() && *d >= 0.0),
+                Some(_) => None,
+            };
             let context = match m.remove("context") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(c)) => c,
@@ -79,7 +101,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
             };
             if let Some(k) = m.keys().next() {
                 return Err(format!(
-                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace)"
+                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay)"
                 ));
             }
             Ok(Start {
@@ -89,6 +111,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
                 input,
                 run_dir,
                 workspace,
+                delay,
             })
         }
         _ => Err(
@@ -205,6 +228,10 @@ pub fn referenced_context(lp: &Loop) -> std::collections::BTreeSet<String> {
                 templates.push(t)
             }
             Some(Action::Exec(argv)) => templates.extend(argv.iter().map(String::as_str)),
+            Some(Action::Mcp { tool, params }) => {
+                templates.push(tool);
+                templates.extend(params.values().filter_map(|v| v.as_str()));
+            }
             None => {}
         }
         if let Some(e) = &state.evaluate
@@ -252,6 +279,7 @@ mod tests {
             input: Some("fix it".into()),
             run_dir: Some(".loops/runs/r1/".into()),
             workspace: None,
+            delay: Some(0.5),
         };
         assert_eq!(parse(&start.to_json().to_string()), Ok(start));
         assert_eq!(parse("\"name: b\"").unwrap().path, "loop.yaml");

@@ -11,14 +11,24 @@
 //!
 //! The guard fails closed: when it cannot look (a command refused or timed
 //! out, too many files, output cut short) that is a finding, never a pass.
-//! `revert` is refused when the loop is read (see [`REVERT_REFUSED`]).
+//!
+//! `revert` (`apply_tamper_policy`): the modified and deleted test files that
+//! git tracks are put back, the untracked ones stay findings, and added ones
+//! are left alone. little-loops puts them back with `git checkout --`, from
+//! git's index; loopbox puts them back from copies the host kept when the
+//! state began (`actions.snapshot`/`restore`, granted by `workspace.restore`),
+//! since the sandbox keeps `.git` read-only. The two differ only for a test
+//! file already changed, and not staged, before the state: loopbox keeps
+//! that earlier change, little-loops drops it. `passed` is whether every
+//! revertable file was put back; under `revert` it routes nothing, as in
+//! little-loops.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::machine::{Out, Request, World};
+use crate::machine::{Level, Out, Request, World};
 
 /// Candidate files one snapshot may hold. Past it the guard does not look
 /// (a finding): hashing them would take minutes and a policy or agent that
@@ -34,9 +44,6 @@ const HASH_TIMEOUT_MS: u64 = 60_000;
 const HASH_BATCH: usize = 4096;
 const HASH_BATCH_BYTES: usize = 256 << 10;
 
-/// Why `tamper_guard: revert` is refused, for the loader.
-pub const REVERT_REFUSED: &str = "`tamper_guard: revert` restores test files with `git checkout`, which writes the repository's index, and the sandbox keeps `.git` read-only; use `fail` (the run goes to the loop's failure terminal) or `allow`";
-
 /// little-loops' default `project.test_patterns` (`config/core.py`).
 const DEFAULT_TEST_PATTERNS: &[&str] = &[
     "**/test_*.py",
@@ -46,11 +53,12 @@ const DEFAULT_TEST_PATTERNS: &[&str] = &[
     "**/conftest.py",
 ];
 
-/// The two policies loopbox runs (`revert` is refused at load).
+/// little-loops' three policies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
     Fail,
     Allow,
+    Revert,
 }
 
 impl Policy {
@@ -58,6 +66,7 @@ impl Policy {
         match self {
             Policy::Fail => "fail",
             Policy::Allow => "allow",
+            Policy::Revert => "revert",
         }
     }
 }
@@ -71,6 +80,7 @@ pub fn effective(state: Option<&str>, lp: Option<&str>) -> Option<Policy> {
     match raw {
         "fail" => Some(Policy::Fail),
         "allow" => Some(Policy::Allow),
+        "revert" => Some(Policy::Revert),
         _ => None,
     }
 }
@@ -83,6 +93,14 @@ pub struct Project {
     pub prepatch_enabled: bool,
     /// `parallel.base_branch` (default `main`).
     pub base_branch: String,
+    /// `project.src_dir` (default `src/`): prepended to the pre-patch run's
+    /// `PYTHONPATH`, and required in the pre-patch worktree.
+    pub src_dir: String,
+    /// `prepatch_check.timeout_s` (default 300): each pre-patch pytest run's limit.
+    pub prepatch_timeout_s: u64,
+    /// `prepatch_check.modified_hard` (default false): a modified test that
+    /// passes before the patch is a hard flag, not a soft one.
+    pub modified_hard: bool,
 }
 
 impl Default for Project {
@@ -94,6 +112,9 @@ impl Default for Project {
                 .collect(),
             prepatch_enabled: false,
             base_branch: "main".into(),
+            src_dir: "src/".into(),
+            prepatch_timeout_s: 300,
+            modified_hard: false,
         }
     }
 }
@@ -138,6 +159,21 @@ pub fn project(world: &mut dyn World) -> Result<Project, String> {
         .and_then(Value::as_bool)
     {
         p.prepatch_enabled = b;
+    }
+    if let Some(d) = v.pointer("/project/src_dir").and_then(Value::as_str) {
+        p.src_dir = d.to_string();
+    }
+    if let Some(t) = v
+        .pointer("/prepatch_check/timeout_s")
+        .and_then(Value::as_u64)
+    {
+        p.prepatch_timeout_s = t;
+    }
+    if let Some(b) = v
+        .pointer("/prepatch_check/modified_hard")
+        .and_then(Value::as_bool)
+    {
+        p.modified_hard = b;
     }
     if let Some(b) = v
         .pointer("/parallel/base_branch")
@@ -436,6 +472,9 @@ pub struct Snapshot {
     /// Path to its content's hash; `None` when missing or unreadable.
     pub hashes: BTreeMap<String, Option<String>>,
     pub trouble: Option<String>,
+    /// Under `revert`: the host's copies of the files there (its snapshot
+    /// id), or why it keeps none.
+    pub kept: Option<Result<String, String>>,
 }
 
 /// Hash `paths` (content only). Missing and unreadable files are `None`, as
@@ -542,19 +581,19 @@ pub fn snapshot(world: &mut dyn World, project: &Project) -> Snapshot {
                 Ok(None) => {}
                 Err(e) => {
                     return Snapshot {
-                        hashes: BTreeMap::new(),
                         trouble: Some(e),
+                        ..Default::default()
                     };
                 }
             }
             if all.len() > MAX_GUARDED_FILES * 10 {
                 return Snapshot {
-                    hashes: BTreeMap::new(),
                     trouble: Some(format!(
                         "`git ls-files` listed {} files, more than the tamper guard reads ({})",
                         all.len(),
                         MAX_GUARDED_FILES * 10
                     )),
+                    ..Default::default()
                 };
             }
             paths.extend(all.into_iter().filter(|p| is_guarded(p, project)));
@@ -562,8 +601,8 @@ pub fn snapshot(world: &mut dyn World, project: &Project) -> Snapshot {
         Ok(None) => {}
         Err(e) => {
             return Snapshot {
-                hashes: BTreeMap::new(),
                 trouble: Some(e),
+                ..Default::default()
             };
         }
     }
@@ -586,6 +625,8 @@ pub struct Report {
     /// Why the guard could not look, when it could not.
     pub trouble: Option<String>,
     pub passed: bool,
+    /// Under `revert`: the files put back.
+    pub reverted: Vec<String>,
 }
 
 impl Report {
@@ -601,7 +642,7 @@ impl Report {
             "policy": self.policy.name(),
             "passed": self.passed,
             "findings": findings,
-            "reverted": [],
+            "reverted": self.reverted,
         });
         if let Some(t) = &self.trouble {
             r["unverified"] = json!(t);
@@ -699,12 +740,77 @@ pub fn check(
             is_config: false,
         });
     }
-    let passed = policy == Policy::Allow || findings.is_empty();
+    let (passed, reverted) = match policy {
+        Policy::Allow => (true, Vec::new()),
+        Policy::Fail => (findings.is_empty(), Vec::new()),
+        Policy::Revert => revert(world, before, &findings),
+    };
     Report {
         policy,
         findings,
         trouble,
         passed,
+        reverted,
+    }
+}
+
+/// The `revert` policy: put back the modified and deleted files git tracks,
+/// from the host's copies; whether every modified or deleted one was (an
+/// untracked one never is, nor is any when the guard could not look), and
+/// which were.
+fn revert(world: &mut dyn World, before: &Snapshot, findings: &[Finding]) -> (bool, Vec<String>) {
+    if findings.is_empty() {
+        return (true, Vec::new());
+    }
+    let revertable: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| f.kind == "modified" || f.kind == "deleted")
+        .collect();
+    if revertable.is_empty() {
+        // Only added files (or an unverified look): nothing to put back.
+        let unverified = findings.iter().any(|f| f.kind == "unverified");
+        return (!unverified, Vec::new());
+    }
+    let kept = match &before.kept {
+        Some(Ok(id)) => id.clone(),
+        Some(Err(e)) => {
+            world.log(
+                Level::Warn,
+                &format!("tamper_guard: revert: the host kept no copies of the test files ({e}); nothing is put back"),
+            );
+            return (false, Vec::new());
+        }
+        None => return (false, Vec::new()),
+    };
+    let tracked: BTreeSet<String> =
+        match command(world, git(&["ls-files", "-z", "--cached"]), GIT_TIMEOUT_MS) {
+            Ok(Some(out)) => names(&out).into_iter().collect(),
+            Ok(None) => BTreeSet::new(),
+            Err(e) => {
+                world.log(
+                    Level::Warn,
+                    &format!("tamper_guard: revert: cannot tell which files git tracks: {e}"),
+                );
+                return (false, Vec::new());
+            }
+        };
+    let paths: Vec<String> = revertable
+        .iter()
+        .filter(|f| tracked.contains(&f.path))
+        .map(|f| f.path.clone())
+        .collect();
+    if paths.is_empty() {
+        return (false, Vec::new());
+    }
+    match world.restore(&kept, &paths) {
+        Ok(written) => (written.len() == revertable.len(), written),
+        Err(e) => {
+            world.log(
+                Level::Warn,
+                &format!("tamper_guard: revert: the files could not be put back: {e}"),
+            );
+            (false, Vec::new())
+        }
     }
 }
 

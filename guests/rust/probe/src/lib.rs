@@ -255,6 +255,56 @@ mod component {
                     Err(e) => output_json(Err(e)),
                 }
             }
+            "worktree_at" => {
+                match actions::worktree_at(op["revision"].as_str().unwrap_or(""), &strs(op, "copy"))
+                {
+                    Ok(path) => json!({"ok": path}),
+                    Err(e) => output_json(Err(e)),
+                }
+            }
+            "snapshot" => match actions::snapshot(&strs(op, "paths")) {
+                Ok(id) => json!({"ok": id}),
+                Err(e) => output_json(Err(e)),
+            },
+            "restore" => {
+                match actions::restore(op["snapshot"].as_str().unwrap_or(""), &strs(op, "paths")) {
+                    Ok(written) => json!({"ok": written}),
+                    Err(e) => output_json(Err(e)),
+                }
+            }
+            "snapshot_restore" => {
+                // Take, let `then_script` change the files, put back: one event.
+                let id = match actions::snapshot(&strs(op, "paths")) {
+                    Ok(id) => id,
+                    Err(e) => return Ok(json!({"snapshot": output_json(Err(e))})),
+                };
+                let changed = op["then_script"].as_str().map(|src| {
+                    output_json(actions::shell(&ShellRequest::Script(Script {
+                        source: src.into(),
+                        cwd: None,
+                        timeout_ms: None,
+                    })))
+                });
+                let restored = match actions::restore(&id, &strs(op, "restore")) {
+                    Ok(w) => json!({"ok": w}),
+                    Err(e) => output_json(Err(e)),
+                };
+                actions::forget_snapshot(&id);
+                json!({"snapshot": id, "changed": changed, "restored": restored})
+            }
+            "mcp" => match actions::mcp_call(&actions::McpRequest {
+                server: op["server"].as_str().unwrap_or("").into(),
+                tool: op["tool"].as_str().unwrap_or("").into(),
+                arguments: op.get("arguments").map_or("{}".into(), |a| {
+                    a.as_str().map_or_else(|| a.to_string(), String::from)
+                }),
+                timeout_ms: op["timeout_ms"].as_u64(),
+            }) {
+                Ok(r) => json!({"ok": {
+                    "status": format!("{:?}", r.status), "answer": r.answer, "duration_ms": r.duration_ms,
+                }}),
+                Err(e) => output_json(Err(e)),
+            },
             "read" => match loopbox::policy::workspace::read(op["path"].as_str().unwrap_or("")) {
                 Ok(s) => json!({"ok": s}),
                 Err(e) => json!({"err": e}),
@@ -280,6 +330,18 @@ mod component {
             Some("inject") => Decision::Inject(op["message"].as_str().unwrap_or("go on").into()),
             Some("rewrite") => Decision::Rewrite(data.to_string()),
             Some("block") => Decision::Block("probe blocks".into()),
+            // A timer: until `until_ms`, or `sleep_ms` from now; the tick is `tick`.
+            Some("sleep") => Decision::Sleep(loopbox_guest::Timer {
+                until_ms: op["until_ms"].as_u64().unwrap_or_else(|| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_millis() as u64)
+                        .unwrap_or(0);
+                    now + op["sleep_ms"].as_u64().unwrap_or(0)
+                }),
+                tick: op["tick"].to_string(),
+                reason: "probe sleeps".into(),
+            }),
             Some("malformed") => Decision::Done(Outcome {
                 success: true,
                 summary: "bad data".into(),

@@ -44,14 +44,14 @@
 // The generated code names this crate by its public path, from inside it too.
 extern crate self as loopbox_guest;
 
-/// The contract this SDK targets: it is built against `loopbox:policy@0.3.0`
-/// (`wit/released/0.3.0`), which every loopbox since 0.3.0 loads.
-pub const CONTRACT_VERSION: &str = "0.3.0";
+/// The contract this SDK targets: it is built against `loopbox:policy@0.4.0`
+/// (`wit/released/0.4.0`), which every loopbox since 0.4.0 loads.
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../../wit/released/0.3.0",
+        path: "../../../wit/released/0.4.0",
         world: "loop-policy",
         pub_export_macro: true,
         default_bindings_module: "loopbox_guest::bindings",
@@ -78,7 +78,10 @@ impl ActionError {
         }
     }
 }
-pub use bindings::loopbox::policy::types::{Decision, Event, Origin, Outcome, ToolCall, Turn};
+pub use bindings::loopbox::policy::actions::{McpResult, McpStatus};
+pub use bindings::loopbox::policy::types::{
+    Decision, Event, Origin, Outcome, Timer, ToolCall, Turn,
+};
 
 use bindings::loopbox::policy::actions::{
     self as host_actions, Command, PromptKind, PromptRequest, Script, ShellRequest,
@@ -128,6 +131,22 @@ pub fn done(success: bool, summary: impl Into<String>) -> Decision {
         summary: summary.into(),
         data: None,
     })
+}
+
+/// Park the run until `until_ms` (milliseconds since the Unix epoch), then
+/// have it woken with `tick(payload)`; `reason` is shown to the person.
+pub fn sleep_until<T: serde::Serialize>(
+    until_ms: u64,
+    payload: &T,
+    reason: impl Into<String>,
+) -> Result<Decision, String> {
+    let tick =
+        serde_json::to_string(payload).map_err(|e| format!("the tick does not serialize: {e}"))?;
+    Ok(Decision::Sleep(Timer {
+        until_ms,
+        tick,
+        reason: reason.into(),
+    }))
 }
 
 /// Finish the run with an outcome carrying structured data for scripts.
@@ -327,7 +346,55 @@ pub fn worktree_add(branch: &str) -> Result<String, ActionError> {
     host_actions::worktree_add(branch)
 }
 
-/// Remove a worktree [`worktree_add`] made in this run.
+/// Remove a worktree [`worktree_add`] or [`worktree_at`] made in this run.
 pub fn worktree_remove(path: &str) -> Result<(), ActionError> {
     host_actions::worktree_remove(path)
+}
+
+/// Check out `revision` in a new detached git worktree the host makes (the
+/// user's `[worktree]` grant), with the workspace files `copy` names copied in
+/// at the same paths; its path, relative to the workspace. Remove it with
+/// [`worktree_remove`].
+pub fn worktree_at(revision: &str, copy: &[String]) -> Result<String, ActionError> {
+    host_actions::worktree_at(revision, copy)
+}
+
+/// Call `tool` of the MCP server the user's loopbox.toml names `server`
+/// (`[mcp.servers.NAME]`), with `arguments` (a JSON object).
+pub fn mcp_call<T: serde::Serialize>(
+    server: &str,
+    tool: &str,
+    arguments: &T,
+    timeout_ms: Option<u64>,
+) -> Result<McpResult, ActionError> {
+    let arguments = serde_json::to_string(arguments)
+        .map_err(|e| ActionError::Invalid(format!("the arguments do not serialize: {e}")))?;
+    host_actions::mcp_call(&host_actions::McpRequest {
+        server: server.into(),
+        tool: tool.into(),
+        arguments,
+        timeout_ms,
+    })
+}
+
+/// Copies of workspace files the host keeps outside the workspace (the user's
+/// `workspace.restore` grant), to put back with [`Snapshot::restore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot(pub String);
+
+impl Snapshot {
+    /// Keep copies of `paths` (a missing one, or one that is not a regular file, as absent).
+    pub fn take(paths: &[String]) -> Result<Snapshot, ActionError> {
+        host_actions::snapshot(paths).map(Snapshot)
+    }
+
+    /// Put `paths` back as they were taken; the paths written.
+    pub fn restore(&self, paths: &[String]) -> Result<Vec<String>, ActionError> {
+        host_actions::restore(&self.0, paths)
+    }
+
+    /// Let the host forget the copies.
+    pub fn forget(self) {
+        host_actions::forget_snapshot(&self.0)
+    }
 }

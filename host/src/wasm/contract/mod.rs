@@ -3,7 +3,7 @@
 //!
 //! A released contract never changes. The host keeps one set of bindings per
 //! released version: the newest is [`crate::bindings`], which the rest
-//! of loopbox speaks; an older one ([`v0_1`], [`v0_2`]) links the same
+//! of loopbox speaks; an older one ([`v0_1`], [`v0_2`], [`v0_3`]) links the same
 //! capabilities through `From` conversions, sees events adapted down (a 0.1.0
 //! policy has no `origin`) and has its decisions adapted up. A component names its version
 //! in its interface names (`loopbox:policy/policy@0.1.0`); [`detect`] reads it
@@ -19,7 +19,64 @@ use serde::Serialize;
 /// `state`, `workspace`, `log`, `types` and `latest` name that version's
 /// bindings and the newest's.
 macro_rules! older_imports {
+    // 0.3.0 had a prompt's profile and cwd, and the worktree calls: they
+    // convert like the rest.
+    (worktrees) => {
+        impl From<actions::PromptRequest> for latest::actions::PromptRequest {
+            fn from(r: actions::PromptRequest) -> Self {
+                Self {
+                    text: r.text,
+                    kind: older_imports!(@kind r.kind),
+                    model: r.model,
+                    session: r.session,
+                    timeout_ms: r.timeout_ms,
+                    profile: r.profile,
+                    cwd: r.cwd,
+                }
+            }
+        }
+        older_imports!(@common {
+            async fn worktree_add(
+                &mut self,
+                branch: String,
+            ) -> wasmtime::Result<Result<String, actions::ActionError>> {
+                let r = latest::actions::Host::worktree_add(self, branch).await?;
+                Ok(r.map_err(Into::into))
+            }
+
+            async fn worktree_remove(
+                &mut self,
+                path: String,
+            ) -> wasmtime::Result<Result<(), actions::ActionError>> {
+                let r = latest::actions::Host::worktree_remove(self, path).await?;
+                Ok(r.map_err(Into::into))
+            }
+        });
+    };
     () => {
+        /// A 0.1.0 or 0.2.0 prompt goes to the `[agent]` section, in the workspace root.
+        impl From<actions::PromptRequest> for latest::actions::PromptRequest {
+            fn from(r: actions::PromptRequest) -> Self {
+                Self {
+                    text: r.text,
+                    kind: older_imports!(@kind r.kind),
+                    model: r.model,
+                    session: r.session,
+                    timeout_ms: r.timeout_ms,
+                    profile: None,
+                    cwd: None,
+                }
+            }
+        }
+        older_imports!(@common {});
+    };
+    (@kind $k:expr) => {
+        match $k {
+            actions::PromptKind::Prompt => latest::actions::PromptKind::Prompt,
+            actions::PromptKind::SlashCommand => latest::actions::PromptKind::SlashCommand,
+        }
+    };
+    (@common { $($more:tt)* }) => {
         /// Link this contract's interfaces to the same capabilities as the newest's.
         pub(crate) fn add_to_linker<T: Send + 'static>(
             linker: &mut Linker<T>,
@@ -57,26 +114,6 @@ macro_rules! older_imports {
                         cwd: s.cwd,
                         timeout_ms: s.timeout_ms,
                     }),
-                }
-            }
-        }
-
-        /// An older contract's prompt goes to the `[agent]` section, in the workspace root.
-        impl From<actions::PromptRequest> for latest::actions::PromptRequest {
-            fn from(r: actions::PromptRequest) -> Self {
-                Self {
-                    text: r.text,
-                    kind: match r.kind {
-                        actions::PromptKind::Prompt => latest::actions::PromptKind::Prompt,
-                        actions::PromptKind::SlashCommand => {
-                            latest::actions::PromptKind::SlashCommand
-                        }
-                    },
-                    model: r.model,
-                    session: r.session,
-                    timeout_ms: r.timeout_ms,
-                    profile: None,
-                    cwd: None,
                 }
             }
         }
@@ -121,6 +158,8 @@ macro_rules! older_imports {
                 let r = latest::actions::Host::prompt(self, req.into()).await?;
                 Ok(r.map(Into::into).map_err(Into::into))
             }
+
+            $($more)*
         }
 
         impl state::Host for StateHost {
@@ -179,6 +218,7 @@ macro_rules! older_imports {
 
 pub mod v0_1;
 pub mod v0_2;
+pub mod v0_3;
 
 /// The contract's WIT package name.
 pub const PACKAGE: &str = "loopbox:policy";
@@ -196,22 +236,32 @@ pub enum Contract {
     /// `worktree-add` and `worktree-remove`.
     #[serde(rename = "0.3.0")]
     V0_3,
+    /// `wit/released/0.4.0`: the `sleep` decision; `worktree-at`, `mcp-call`,
+    /// `snapshot`, `restore` and `forget-snapshot`.
+    #[serde(rename = "0.4.0")]
+    V0_4,
 }
 
 /// Every released version, oldest first.
-pub const RELEASED: [Contract; 3] = [Contract::V0_1, Contract::V0_2, Contract::V0_3];
+pub const RELEASED: [Contract; 4] = [
+    Contract::V0_1,
+    Contract::V0_2,
+    Contract::V0_3,
+    Contract::V0_4,
+];
 
 impl Contract {
     /// The version `wit/policy.wit` declares, which `loopbox new`, the SDKs and
     /// the builtins target.
-    pub const LATEST: Contract = Contract::V0_3;
+    pub const LATEST: Contract = Contract::V0_4;
 
-    /// `0.3.0`.
+    /// `0.4.0`.
     pub const fn version(self) -> &'static str {
         match self {
             Contract::V0_1 => "0.1.0",
             Contract::V0_2 => "0.2.0",
             Contract::V0_3 => "0.3.0",
+            Contract::V0_4 => "0.4.0",
         }
     }
 
@@ -231,7 +281,7 @@ impl std::fmt::Display for Contract {
     }
 }
 
-/// `0.1.0, 0.2.0 and 0.3.0`: the versions this loopbox supports, for messages.
+/// `0.1.0, 0.2.0, 0.3.0 and 0.4.0`: the versions this loopbox supports, for messages.
 pub fn supported() -> String {
     let v: Vec<&str> = RELEASED.iter().map(|c| c.version()).collect();
     match v.split_last() {
@@ -319,7 +369,7 @@ mod tests {
     /// blake3 of each `wit/released/VERSION/policy.wit`. A released contract
     /// never changes: a policy built against it must keep loading. Releasing a
     /// version adds a line here (and a `Contract` case with its bindings).
-    const RELEASED_DIGESTS: [(&str, &str); 3] = [
+    const RELEASED_DIGESTS: [(&str, &str); 4] = [
         (
             "0.1.0",
             "e60efe7de7e95c3fa83df6ed789067d39bf09a342b09455750609fbfd68e2428",
@@ -331,6 +381,10 @@ mod tests {
         (
             "0.3.0",
             "e11956f2e925825cf18bf6c614d22ce06a077cf09659604a0b7b4d6ca61d0e4d",
+        ),
+        (
+            "0.4.0",
+            "b6cda34ff3b6f9de8b17aecc7d8d5fa1e5c4b689161812f2866f0e64778b5265",
         ),
     ];
 
@@ -401,7 +455,7 @@ mod tests {
         }
         let both = exports(&["loopbox:policy/policy@0.1.0", "loopbox:policy/policy@0.2.0"]);
         assert_eq!(detect(&both).unwrap(), Contract::V0_2);
-        assert_eq!(supported(), "0.1.0, 0.2.0 and 0.3.0");
+        assert_eq!(supported(), "0.1.0, 0.2.0, 0.3.0 and 0.4.0");
     }
 
     #[test]
@@ -410,10 +464,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0 and 0.3.0: upgrade loopbox"),
+            e.contains("built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0, 0.3.0 and 0.4.0: upgrade loopbox"),
             "{e}"
         );
-        let e = detect(&exports(&["loopbox:policy/policy@0.4.0"]))
+        let e = detect(&exports(&["loopbox:policy/policy@0.5.0"]))
             .unwrap_err()
             .to_string();
         assert!(e.contains("newer than this loopbox"), "{e}");
@@ -421,7 +475,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("never released") && e.contains("0.1.0, 0.2.0 and 0.3.0"),
+            e.contains("never released") && e.contains("0.1.0, 0.2.0, 0.3.0 and 0.4.0"),
             "{e}"
         );
         let e = detect(&exports(&["wasi:cli/run@0.2.0"]))
@@ -429,7 +483,7 @@ mod tests {
             .to_string();
         assert!(
             e.contains("component of another world")
-                && e.contains("supports contracts 0.1.0, 0.2.0 and 0.3.0"),
+                && e.contains("supports contracts 0.1.0, 0.2.0, 0.3.0 and 0.4.0"),
             "{e}"
         );
     }

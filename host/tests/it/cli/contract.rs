@@ -2,7 +2,9 @@
 //! `wit/released/0.1.0` (`guests/rust/contract-0.1`) runs on today's host, by
 //! `run` and by a hook whose event carries an `origin` 0.1.0 never had; one
 //! built against 0.2.0 (`guests/rust/contract-0.2`) prompts the `[agent]`
-//! section; one claiming a contract newer than the host is refused with what
+//! section; one built against 0.3.0 (`guests/rust/contract-0.3`) keeps its
+//! decisions (0.4.0 added `sleep`) and its calls (a prompt's profile, a
+//! worktree); one claiming a contract newer than the host is refused with what
 //! it needs.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +21,19 @@ fn policy_0_2() -> PathBuf {
         .get_or_init(|| {
             loopbox_guest_build::Repo::containing(&repo())
                 .build_rust_guests(&["contract-0-2"])
+                .remove(0)
+                .1
+        })
+        .clone()
+}
+
+/// `guests/rust/contract-0.3`, built from source by the guests' build machinery.
+fn policy_0_3() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            loopbox_guest_build::Repo::containing(&repo())
+                .build_rust_guests(&["contract-0-3"])
                 .remove(0)
                 .1
         })
@@ -280,8 +295,79 @@ fn a_policy_for_a_newer_contract_is_refused_with_what_it_needs() {
         assert_eq!(code(&o), 2, "{args:?}: {}{}", stdout(&o), stderr(&o));
         assert_eq!(
             stderr(&o),
-            "error: failed to load policy `new.wasm`: it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0 and 0.3.0: upgrade loopbox to a version that supports 9.0.0, or rebuild the policy against `loopbox:policy@0.3.0`\n",
+            "error: failed to load policy `new.wasm`: it was built for contract `loopbox:policy@9.0.0`, newer than this loopbox, which supports 0.1.0, 0.2.0, 0.3.0 and 0.4.0: upgrade loopbox to a version that supports 9.0.0, or rebuild the policy against `loopbox:policy@0.4.0`\n",
             "{args:?}"
         );
     }
+}
+
+#[test]
+fn a_policy_built_for_contract_0_3_0_runs_on_todays_host_with_its_profiles_and_worktrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::copy(policy_0_3(), ws.join("old.wasm")).unwrap();
+    std::fs::write(
+        ws.join("loopbox.toml"),
+        "[agent]\ncommand = [\"echo\", \"default agent:\", \"{prompt}\"]\noutput = \"text\"\n\n\
+         [agents.other]\ncommand = [\"echo\", \"other profile:\", \"{prompt}\"]\n\n\
+         [worktree]\nallow = true\n",
+    )
+    .unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "base",
+        ],
+        &["branch", "feat"],
+    ] {
+        assert!(
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(ws)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let o = loopbox(ws, &["inspect", "old.wasm"]);
+    assert!(
+        stdout(&o).contains("\ncontract     loopbox:policy@0.3.0\n"),
+        "{}",
+        stdout(&o)
+    );
+    // Its decision (0.3.0's `done`) and its profile reach today's host.
+    let o = loopbox(
+        ws,
+        &[
+            "run",
+            "old.wasm",
+            "--input",
+            r#"{"prompt": "hi", "profile": "other"}"#,
+        ],
+    );
+    assert_eq!(
+        (code(&o), normalize(&o.stdout)),
+        (0, "done: 0.3.0 got: other profile: hi\n".to_string()),
+        "{}",
+        stderr(&o)
+    );
+    // Its worktree calls, linked under their 0.3.0 names.
+    let o = loopbox(
+        ws,
+        &["run", "old.wasm", "--input", r#"{"worktree": "feat"}"#],
+    );
+    let out = normalize(&o.stdout);
+    assert!(
+        code(&o) == 0 && out.starts_with("done: 0.3.0 had a worktree at .worktrees/"),
+        "{out}{}",
+        stderr(&o)
+    );
 }

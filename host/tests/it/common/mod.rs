@@ -95,12 +95,77 @@ pub fn conformance_workspace() -> tempfile::TempDir {
     assert!(init.success(), "git init");
     // The judge of `llm_structured` cases is the scripted `judge-agent`, as
     // in `record.py`.
+    // The MCP cases' server is `probe` (`.mcp.json` for little-loops); the
+    // pre-patch cases run `python -m pytest` (a Python with pytest on shell.path);
+    // `tamper_guard: revert` needs the host's copies of the test files.
     std::fs::write(
         dir.path().join("loopbox.toml"),
-        "[shell]\nscripts = true\nallow = [[\"git\", \"ls-files\"], [\"git\", \"diff\"], [\"git\", \"merge-base\"], [\"sha256sum\"]]\n\n[agent]\ncommand = [\"./.loops/judge-agent\", \"{prompt}\"]\noutput = \"text\"\n\n[agents.loop-specialist]\nargs = [\"--agent\", \"loop-specialist\"]\n\n[worktree]\nallow = true\n",
+        format!(
+            "[shell]\nscripts = true\npath = \"{}:/usr/local/bin:/usr/bin:/bin\"\nallow = [[\"git\", \"ls-files\"], [\"git\", \"diff\"], [\"git\", \"merge-base\"], [\"git\", \"show\"], [\"sha256sum\"]]\n\n\
+             [agent]\ncommand = [\"./.loops/judge-agent\", \"{{prompt}}\"]\noutput = \"text\"\n\n[agents.loop-specialist]\nargs = [\"--agent\", \"loop-specialist\"]\n\n\
+             [worktree]\nallow = true\n\n[workspace]\nread = [\".\"]\nrestore = [\"**/test_*.py\", \"**/*_test.py\", \"**/tests/**\", \"conftest.py\", \"**/conftest.py\"]\n\n\
+             [mcp.servers.probe]\ncommand = [\"python3\", \".loops/mcp-server.py\"]\ntools = [\"echo\", \"fail\", \"nope\"]\n",
+            python_with_pytest().display()
+        ),
     )
     .unwrap();
     dir
+}
+
+/// The files `tests/conformance/fixtures/<case>/` holds, copied into the
+/// conformance workspace `dir` and committed on `main`, as `record.py` does.
+pub fn fixture_commit(dir: &Path, case: &str) {
+    let fixture = repo().join("tests/conformance/fixtures").join(case);
+    if !fixture.is_dir() {
+        return;
+    }
+    copy_dir(&fixture, dir);
+    let names: Vec<String> = std::fs::read_dir(&fixture)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
+    let mut add = vec!["add", "--"];
+    add.extend(names.iter().map(String::as_str));
+    git(&add);
+    git(&["commit", "-q", "-m", "base"]);
+}
+
+/// A directory holding `python`: an interpreter that has pytest (what
+/// little-loops' pre-patch check runs, `python -m pytest`), outside /tmp (the
+/// sandbox's /tmp is its own) and outside any workspace.
+pub fn python_with_pytest() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = ["python3", "python"]
+            .iter()
+            .find_map(|p| {
+                let o = Command::new(p)
+                    .args(["-c", "import pytest, sys; print(sys.executable)"])
+                    .output()
+                    .ok()?;
+                o.status
+                    .success()
+                    .then(|| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+            })
+            .expect("these tests need a Python with pytest: `python3 -m pip install pytest` (scripts/test.sh installs it)");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-with-pytest");
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("python");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(exe, link).unwrap();
+        dir
+    })
+    .clone()
 }
 
 /// A commit and the branch `wt-feat` in a conformance workspace, as

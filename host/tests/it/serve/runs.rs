@@ -487,3 +487,21 @@ fn a_session_cookie_is_http_only_strict_and_needs_its_csrf_token_to_act() {
     assert_eq!(r.status, 401);
     assert!(r.error().contains("your session has ended"), "{}", r.body);
 }
+
+#[test]
+fn a_sleeping_run_gives_its_slot_back_and_the_server_wakes_it_when_due() {
+    let srv = shared();
+    let sleeps = srv.start_probe(
+        "alpha",
+        json!({"op": "echo", "then": "sleep", "sleep_ms": 1500, "tick": {"op": "echo", "n": 7}}),
+    );
+    // Parked, not driven: its slot is free while it sleeps.
+    let v = srv.wait_run("alpha", &sleeps, |v| v["status"] == "waiting");
+    assert_eq!(v["driven"], false, "{v:#}");
+    let v = srv.wait_final("alpha", &sleeps);
+    assert_eq!(
+        (v["status"].as_str(), v["outcome"]["data"]["n"].as_i64()),
+        (Some("done"), Some(7)),
+        "the sweep woke it and its tick was delivered: {v:#}"
+    );
+}

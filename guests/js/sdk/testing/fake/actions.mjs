@@ -4,3 +4,8 @@ export const shell = (req) => h().action('shell', req);
 export const prompt = (req) => h().action('prompt', req);
 export const worktreeAdd = (branch) => h().action('worktree-add', branch);
 export const worktreeRemove = (path) => void h().action('worktree-remove', path);
+export const worktreeAt = (revision, copy) => h().action('worktree-at', { revision, copy });
+export const mcpCall = (req) => h().action('mcp-call', req);
+export const snapshot = (paths) => h().action('snapshot', paths);
+export const restore = (id, paths) => h().action('restore', { id, paths });
+export const forgetSnapshot = (id) => void h().action('forget-snapshot', id);

@@ -51,6 +51,12 @@ impl<'a> Machine<'a> {
         let Some(action) = &state.action else {
             return Acted::Nothing;
         };
+        if let Action::Mcp { tool, params } = action {
+            return match mcp_call(&self.r, state, tool, params, world) {
+                Ok(out) => Acted::Ran(out),
+                Err(e) => Acted::Refused(e),
+            };
+        }
         match request(&self.r, state, action) {
             Err(e) => Acted::Refused(e),
             Ok(req) => match world.act(req) {
@@ -147,6 +153,22 @@ pub(super) fn render_json_map(
         .collect()
 }
 
+/// An `mcp_tool` state's call: `server/tool` and `params` interpolated, with
+/// little-loops' time limit for it (the state's `timeout`, else the loop's
+/// `default_timeout`, else 30 s).
+fn mcp_call(
+    r: &Run,
+    state: &State,
+    tool: &str,
+    params: &Map<String, Value>,
+    world: &mut dyn World,
+) -> Result<Out, String> {
+    let spec = interp::render(tool, r).map_err(|e| format!("action: {e}"))?;
+    let args = render_json_map(params, r).map_err(|e| format!("params: {e}"))?;
+    let timeout_ms = state.timeout_s.or(r.lp.default_timeout_s).unwrap_or(30) * 1000;
+    crate::mcp::call(world, &spec, &Value::Object(args), timeout_ms)
+}
+
 /// The state's action as a host request, its text interpolated.
 pub(super) fn request(r: &Run, state: &State, action: &Action) -> Result<Request, String> {
     let render = |t: &str| interp::render(t, r).map_err(|e| format!("action: {e}"));
@@ -179,5 +201,6 @@ pub(super) fn request(r: &Run, state: &State, action: &Action) -> Result<Request
             timeout_ms,
             profile: state.agent.clone(),
         },
+        Action::Mcp { .. } => return Err("an MCP tool call is not a host request".into()),
     })
 }

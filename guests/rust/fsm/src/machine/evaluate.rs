@@ -30,6 +30,7 @@ pub(super) fn evaluate(
     let default_kind;
     let kind = match (&state.evaluate, &state.action) {
         (Some(e), _) => &e.kind,
+        (None, Some(crate::spec::Action::Mcp { .. })) => &EvalKind::McpResult,
         (None, Some(a)) if a.is_prompt() => {
             default_kind = EvalKind::LlmStructured {
                 prompt: None,
@@ -50,7 +51,7 @@ pub(super) fn evaluate(
     if state.evaluate.is_some() {
         // little-loops: a timed-out action is an error whatever the evaluator;
         // a failed one is for evaluators that do not read exit codes themselves.
-        if code == 124 {
+        if code == 124 && !matches!(kind, EvalKind::McpResult) {
             return Ok(Verdict {
                 verdict: "error".into(),
                 detail: "the action timed out".into(),
@@ -64,6 +65,7 @@ pub(super) fn evaluate(
                 | EvalKind::HistoryStall { .. }
                 | EvalKind::ActionStall { .. }
                 | EvalKind::HarborScorer
+                | EvalKind::McpResult
         );
         if code != 0 && !reads_exit_code {
             return Ok(Verdict {
@@ -106,6 +108,7 @@ pub(super) fn evaluate(
         }
         EvalKind::Classify { line } => eval::classify(&text, *line),
         EvalKind::HarborScorer => eval::harbor_scorer(&text, code),
+        EvalKind::McpResult => crate::mcp::verdict(&text, code),
         EvalKind::DiffStall { scope, max_stall } => {
             let mut argv: Vec<String> = ["git", "diff", "--stat"].map(String::from).to_vec();
             if !scope.is_empty() {

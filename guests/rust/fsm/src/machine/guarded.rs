@@ -36,13 +36,30 @@ impl<'a> Machine<'a> {
             return None;
         }
         let tamper = tamper.map(|policy| {
-            let snap = match tamper::project(world) {
+            let mut snap = match tamper::project(world) {
                 Ok(project) => tamper::snapshot(world, &project),
                 Err(e) => tamper::Snapshot {
                     trouble: Some(e),
                     ..Default::default()
                 },
             };
+            // `revert` puts files back as they are now: the host keeps copies.
+            if policy == tamper::Policy::Revert && snap.trouble.is_none() {
+                let present: Vec<String> = snap
+                    .hashes
+                    .iter()
+                    .filter(|(_, h)| h.is_some())
+                    .map(|(p, _)| p.clone())
+                    .collect();
+                let kept = world.snapshot(&present);
+                if let Err(e) = &kept {
+                    world.log(
+                        Level::Warn,
+                        &format!("`{}`: tamper_guard (revert): the host keeps no copies of the test files, so none can be put back: {e}", state.name),
+                    );
+                }
+                snap.kept = Some(kept);
+            }
             (policy, snap)
         });
         Some(Entry { tamper, prepatch })
@@ -63,26 +80,62 @@ impl<'a> Machine<'a> {
             return Ok(None);
         };
         let project = tamper::project(world);
+        // A `fail` finding of the pre-patch check; tamper's wins when both route.
+        let mut prepatch_target = None;
         if let Some(policy) = entry.prepatch {
+            let mut memo = std::mem::take(&mut self.prepatch_memo);
             let checked = project
                 .as_ref()
-                .map_err(|e| format!("prepatch_check: {e}"))
-                .and_then(|p| prepatch::check(world, p, policy, &state.name, succeeded));
+                .map_err(|e| prepatch::Trouble::Refused(format!("prepatch_check: {e}")))
+                .and_then(|p| prepatch::check(world, p, policy, &state.name, succeeded, &mut memo));
+            self.prepatch_memo = memo;
             match checked {
-                Ok(record) => self.append("_prepatch_check", record),
-                Err(e) if policy == prepatch::Policy::Fail => {
+                Ok(c) => {
+                    if c.flagged {
+                        world.log(
+                            Level::Warn,
+                            &format!(
+                                "`{}`: prepatch_check ({}): a test the step added passes before the patch too (flagged)",
+                                state.name,
+                                policy.name()
+                            ),
+                        );
+                        if policy == prepatch::Policy::Fail {
+                            prepatch_target = failure_target(self.r.lp, state);
+                        }
+                    }
+                    self.append("_prepatch_check", c.record);
+                }
+                Err(prepatch::Trouble::Raised(e)) => {
                     return Err(failed(End::Error, format!("state `{}`: {e}", state.name)));
                 }
-                Err(e) => world.log(
-                    Level::Warn,
-                    &format!(
-                        "`{}`: prepatch_check ({}) gave no verdict: {e}",
-                        state.name,
-                        policy.name()
-                    ),
-                ),
+                Err(prepatch::Trouble::Refused(e)) => {
+                    // A spent loopbox budget ends the run, wherever its refusal is quoted.
+                    if let Some(end) = e
+                        .find(super::BUDGET_EXHAUSTED)
+                        .and_then(|i| super::budget_spent(&e[i..], &state.name))
+                    {
+                        return Err(end);
+                    }
+                    if policy == prepatch::Policy::Fail {
+                        return Err(failed(
+                            End::Error,
+                            format!(
+                                "state `{}`: prepatch_check gave no verdict: {e}",
+                                state.name
+                            ),
+                        ));
+                    }
+                    world.log(
+                        Level::Warn,
+                        &format!(
+                            "`{}`: prepatch_check ({}) gave no verdict: {e}",
+                            state.name,
+                            policy.name()
+                        ),
+                    );
+                }
             }
-            // Only a `flagged` verdict routes, and loopbox never reaches one.
         }
         if let Some((policy, before)) = &entry.tamper {
             let report = match &project {
@@ -95,12 +148,17 @@ impl<'a> Machine<'a> {
                     tamper::check(world, &tamper::Project::default(), &broken, *policy)
                 }
             };
+            if let Some(Ok(id)) = &before.kept {
+                world.forget_snapshot(id);
+            }
             self.append("_tamper_guard", report.record(&state.name));
             if !report.findings.is_empty() {
-                let target = if report.passed {
-                    None
-                } else {
+                // Only `fail` routes (`_check_tamper_guard`): `revert` and `allow` record.
+                let enforced = !report.passed && *policy == tamper::Policy::Fail;
+                let target = if enforced {
                     failure_target(self.r.lp, state)
+                } else {
+                    None
                 };
                 world.log(
                     Level::Warn,
@@ -109,7 +167,15 @@ impl<'a> Machine<'a> {
                         state.name,
                         policy.name(),
                         report.describe(),
-                        match (&target, report.passed) {
+                        match (&target, !enforced) {
+                            (_, true) if *policy == tamper::Policy::Revert => format!(
+                                "; put back: {}",
+                                if report.reverted.is_empty() {
+                                    "nothing".to_string()
+                                } else {
+                                    report.reverted.join(", ")
+                                }
+                            ),
                             (_, true) => String::new(),
                             (Some(t), false)
                                 if self.r.lp.states.iter().any(|s| &s.name == t && s.failure) =>
@@ -131,7 +197,7 @@ impl<'a> Machine<'a> {
                 }
             }
         }
-        Ok(None)
+        Ok(prepatch_target)
     }
 
     fn append(&mut self, key: &str, record: Value) {
@@ -191,6 +257,9 @@ mod tests {
         files: BTreeMap<String, String>,
         refuse_git: bool,
         logs: Vec<String>,
+        /// The host's copies (`snapshot`), and whether it keeps any.
+        kept: Vec<BTreeMap<String, String>>,
+        no_snapshots: bool,
     }
 
     impl World for Files {
@@ -246,6 +315,28 @@ mod tests {
                 .get(path)
                 .cloned()
                 .ok_or_else(|| format!("`{path}` does not exist in the workspace"))
+        }
+        fn snapshot(&mut self, paths: &[String]) -> Result<String, String> {
+            if self.no_snapshots {
+                return Err("denied: not granted".into());
+            }
+            let copy = paths
+                .iter()
+                .filter_map(|p| self.files.get(p).map(|t| (p.clone(), t.clone())))
+                .collect();
+            self.kept.push(copy);
+            Ok(self.kept.len().to_string())
+        }
+        fn restore(&mut self, id: &str, paths: &[String]) -> Result<Vec<String>, String> {
+            let kept = &self.kept[id.parse::<usize>().unwrap() - 1];
+            let mut written = Vec::new();
+            for p in paths {
+                if let Some(t) = kept.get(p) {
+                    self.files.insert(p.clone(), t.clone());
+                    written.push(p.clone());
+                }
+            }
+            Ok(written)
         }
     }
 
@@ -336,6 +427,42 @@ states:
                 &mut w
             ),
             ["prep", "work", "done"]
+        );
+    }
+
+    #[test]
+    fn revert_puts_back_what_the_action_changed_and_routes_as_usual() {
+        let reverting = GUARDED.replace("tamper_guard: fail\n", "tamper_guard: revert\n");
+        let mut w = Files::default();
+        let path = run(
+            &reverting.replace("ACTION", "write tests/test_a.py two"),
+            &mut w,
+        );
+        assert_eq!(path, ["prep", "work", "done"]);
+        assert_eq!(w.files["tests/test_a.py"], "one");
+        assert!(
+            w.logs
+                .iter()
+                .any(|l| l.contains("tamper_guard (revert)")
+                    && l.contains("put back: tests/test_a.py")),
+            "{:?}",
+            w.logs
+        );
+        // Without the host's copies nothing is put back, and nothing routes either.
+        let mut w = Files {
+            no_snapshots: true,
+            ..Default::default()
+        };
+        let path = run(
+            &reverting.replace("ACTION", "write tests/test_a.py two"),
+            &mut w,
+        );
+        assert_eq!(path, ["prep", "work", "done"]);
+        assert_eq!(w.files["tests/test_a.py"], "two");
+        assert!(
+            w.logs.iter().any(|l| l.contains("keeps no copies")),
+            "{:?}",
+            w.logs
         );
     }
 }

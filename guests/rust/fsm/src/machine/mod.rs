@@ -33,9 +33,12 @@ mod evaluate;
 mod guarded;
 mod guards;
 mod learning;
+mod saved;
 mod step;
 mod sub_loop;
 mod world;
+
+pub use saved::Saved;
 
 pub use world::{Level, Out, Request, World};
 
@@ -194,7 +197,8 @@ pub fn run(lp: &Loop, input: &Map<String, Value>, world: &mut dyn World) -> Endi
     run_in(lp, input, None, world)
 }
 
-/// [`run`], with the workspace directory `${env.PWD}` names.
+/// [`run`], with the workspace directory `${env.PWD}` names. The loop's
+/// `backoff` does not park it (see [`start`]).
 pub fn run_in(
     lp: &Loop,
     input: &Map<String, Value>,
@@ -202,6 +206,35 @@ pub fn run_in(
     world: &mut dyn World,
 ) -> Ending {
     run_at(lp, input, workspace.map(str::to_string), world, 0, true)
+}
+
+/// How a top-level run stands when [`start`] or [`resume`] returns.
+#[derive(Debug)]
+pub enum Outcome {
+    Ended(Ending),
+    /// The loop's `backoff` is due and the world parks the run: it goes on with
+    /// [`resume`] once `ms` have passed, from `saved`.
+    Parked {
+        saved: Box<Saved>,
+        ms: u64,
+    },
+}
+
+/// Run a top-level loop until it ends, or until a `backoff` pause the world
+/// parks it for ([`World::backoff`]).
+pub fn start(
+    lp: &Loop,
+    input: &Map<String, Value>,
+    workspace: Option<&str>,
+    world: &mut dyn World,
+) -> Outcome {
+    let m = Machine::new(lp, input, workspace.map(str::to_string), world, 0, true);
+    m.drive(world, true)
+}
+
+/// Go on with a run [`start`] (or an earlier `resume`) parked.
+pub fn resume(lp: &Loop, saved: Saved, world: &mut dyn World) -> Outcome {
+    Machine::restore(lp, saved).drive(world, true)
 }
 
 /// `markers`: act on `LOOP_STOP:`/`FATAL_ERROR:` (a top-level loop, or a
@@ -214,52 +247,105 @@ fn run_at(
     depth: usize,
     markers: bool,
 ) -> Ending {
-    let mut context = lp.context.clone();
-    context.extend(input.clone());
-    let started = world.now_ms();
-    let mut m = Machine {
-        r: Run {
-            lp,
-            context,
-            captured: Map::new(),
-            prev: None,
-            param: Map::new(),
-            state: lp.initial.state.clone(),
-            step: 0,
-            started,
-            now: started,
-            stalls: BTreeMap::new(),
-            workspace,
-        },
-        path: Vec::new(),
-        summary_ran: false,
-        retries: BTreeMap::new(),
-        throttle: BTreeMap::new(),
-        recent: Default::default(),
-        seen: BTreeMap::new(),
-        fingerprints: BTreeMap::new(),
-        edges: BTreeMap::new(),
-        came_from: None,
-        depth,
-        markers,
-        holds: BTreeMap::new(),
-    };
-    let finish = loop {
-        if let Err(finish) = m.step(world) {
-            break finish;
-        }
-    };
-    if finish.end == End::Terminal && m.path.len() < PATH_KEPT {
-        m.path.push(m.r.state.clone());
+    match Machine::new(lp, input, workspace, world, depth, markers).drive(world, false) {
+        Outcome::Ended(e) => e,
+        // `drive` parks nothing when told not to.
+        Outcome::Parked { .. } => unreachable!("a run that may not park parked"),
     }
-    Ending {
-        success: finish.success,
-        summary: finish.summary,
-        end: finish.end,
-        state: m.r.state,
-        steps: m.r.step,
-        path: m.path,
-        captured: m.r.captured,
+}
+
+impl<'a> Machine<'a> {
+    fn new(
+        lp: &'a Loop,
+        input: &Map<String, Value>,
+        workspace: Option<String>,
+        world: &mut dyn World,
+        depth: usize,
+        markers: bool,
+    ) -> Machine<'a> {
+        let mut context = lp.context.clone();
+        context.extend(input.clone());
+        let started = world.now_ms();
+        Machine {
+            r: Run {
+                lp,
+                context,
+                captured: Map::new(),
+                prev: None,
+                param: Map::new(),
+                state: lp.initial.state.clone(),
+                step: 0,
+                started,
+                now: started,
+                stalls: BTreeMap::new(),
+                workspace,
+            },
+            path: Vec::new(),
+            summary_ran: false,
+            retries: BTreeMap::new(),
+            throttle: BTreeMap::new(),
+            recent: Default::default(),
+            seen: BTreeMap::new(),
+            fingerprints: BTreeMap::new(),
+            edges: BTreeMap::new(),
+            came_from: None,
+            depth,
+            markers,
+            holds: BTreeMap::new(),
+            maintained: 0,
+            backoff_warned: false,
+            prepatch_memo: BTreeMap::new(),
+        }
+    }
+
+    /// Step until the loop ends; with `park`, until a `backoff` the world
+    /// parks for. A sub-loop never parks (its parent's event is in flight):
+    /// its `backoff` is skipped, with a warning.
+    fn drive(mut self, world: &mut dyn World, park: bool) -> Outcome {
+        let finish = loop {
+            match self.step(world) {
+                Err(finish) => break finish,
+                Ok(None) => {}
+                Ok(Some(ms)) if park && self.depth == 0 => {
+                    if world.backoff(ms) {
+                        return Outcome::Parked {
+                            saved: Box::new(self.save()),
+                            ms,
+                        };
+                    }
+                }
+                Ok(Some(ms)) => {
+                    if !self.backoff_warned {
+                        self.backoff_warned = true;
+                        world.log(
+                            Level::Warn,
+                            &format!(
+                                "`{}`: `backoff: {}s` is not kept here: {}",
+                                self.r.lp.name,
+                                ms as f64 / 1000.0,
+                                if self.depth > 0 {
+                                    "a sub-loop runs within its parent's step, so it does not pause between its states"
+                                } else {
+                                    "this run goes on at once"
+                                }
+                            ),
+                        );
+                    }
+                }
+            }
+        };
+        if finish.end == End::Terminal && self.path.len() < PATH_KEPT {
+            self.path.push(self.r.state.clone());
+        }
+        Outcome::Ended(Ending {
+            success: finish.success,
+            summary: finish.summary,
+            end: finish.end,
+            state: self.r.state,
+            steps: self.r.step,
+            path: self.path,
+            captured: self.r.captured,
+        })
     }
 }
 
@@ -304,6 +390,13 @@ struct Machine<'a> {
     markers: bool,
     /// Consecutive `cannot_judge` re-runs of each state.
     holds: BTreeMap<String, u32>,
+    /// `maintain` restarts so far (little-loops' `_iteration_count`).
+    maintained: u32,
+    /// A skipped `backoff` was said once.
+    backoff_warned: bool,
+    /// `prepatch_check` evidence by (step diff hash, base), as little-loops'
+    /// `_prepatch_check_memo` keeps it for the run.
+    prepatch_memo: BTreeMap<(String, String), Value>,
 }
 
 #[cfg(test)]

@@ -17,8 +17,9 @@ use super::{End, Finish, Machine, PATH_KEPT, budget_spent, failed};
 const ABSTENTION_HOLD_CAP: u32 = 2;
 
 impl<'a> Machine<'a> {
-    /// One turn of little-loops' main loop: the caps, then one state.
-    pub(super) fn step(&mut self, world: &mut dyn World) -> Result<(), Finish> {
+    /// One turn of little-loops' main loop: the caps, then one state. `Some(ms)`:
+    /// the loop's `backoff` pause is due before the next turn.
+    pub(super) fn step(&mut self, world: &mut dyn World) -> Result<Option<u64>, Finish> {
         let lp = self.r.lp;
         if self.r.step >= lp.max_steps {
             match &lp.on_max_steps {
@@ -63,6 +64,28 @@ impl<'a> Machine<'a> {
             }
             None => {}
         }
+        // `maintain`: a terminal state starts the loop again (a step of its
+        // own, no state entered, no backoff), as `executor.py` `run` does.
+        if state.terminal && lp.maintain {
+            self.r.step += 1;
+            self.maintained += 1;
+            let target = state
+                .on_maintain
+                .as_ref()
+                .map_or(&lp.initial.state, |t| &t.state);
+            world.log(
+                Level::Info,
+                &format!(
+                    "step {} `{}`: maintain -> `{target}` (pass {})",
+                    self.r.step,
+                    state.name,
+                    self.maintained + 1
+                ),
+            );
+            self.came_from = Some(state.name.clone());
+            self.r.state = target.clone();
+            return Ok(None);
+        }
         if state.terminal {
             let is_summary = lp
                 .on_max_steps
@@ -89,13 +112,19 @@ impl<'a> Machine<'a> {
                 self.retries.remove(&state.name);
                 self.came_from = Some(state.name.clone());
                 self.r.state = exhausted.state.clone();
-                return Ok(());
+                return Ok(None);
             }
         }
         self.enter(state, world);
         let next = self.execute(state, world)?;
         let next = match next {
             Some(n) => n,
+            // `maintain`: where nothing routes, the loop starts again.
+            None if lp.maintain => state
+                .on_maintain
+                .as_ref()
+                .map_or(&lp.initial.state, |t| &t.state)
+                .clone(),
             None if self.summary_ran => return Err(self.out_of_steps()),
             None => {
                 return Err(failed(
@@ -120,7 +149,8 @@ impl<'a> Machine<'a> {
         }
         self.came_from = Some(state.name.clone());
         self.r.state = next;
-        Ok(())
+        // little-loops sleeps `backoff` seconds after every route.
+        Ok((lp.backoff_ms > 0).then_some(lp.backoff_ms))
     }
 
     /// The loop's time ran out just after a route: run the pending state's

@@ -708,4 +708,5 @@ fn stall_evaluators_keep_their_state_in_the_run() {
 
 mod agent;
 mod learning;
+mod maintain;
 mod worktree;

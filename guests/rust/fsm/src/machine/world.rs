@@ -80,4 +80,44 @@ pub trait World {
         let _ = cwd;
         None
     }
+    /// Check out `revision` in a detached git worktree the host makes, with
+    /// the workspace files `copy` names copied in; its path, relative to the
+    /// workspace. [`World::worktree_remove`] removes it.
+    fn worktree_at(&mut self, revision: &str, copy: &[String]) -> Result<String, String> {
+        let _ = copy;
+        Err(format!("no git worktree at `{revision}` here"))
+    }
+    /// Call `tool` of the MCP server `server` with `arguments` (a JSON object).
+    fn mcp_call(
+        &mut self,
+        server: &str,
+        tool: &str,
+        arguments: &str,
+        timeout_ms: Option<u64>,
+    ) -> crate::mcp::Reply {
+        let _ = (tool, arguments, timeout_ms);
+        crate::mcp::Reply::Unreachable(format!("no MCP server `{server}` here"))
+    }
+    /// Have the host keep copies of `paths` (test files, for `tamper_guard:
+    /// revert`); the snapshot's id.
+    fn snapshot(&mut self, paths: &[String]) -> Result<String, String> {
+        let _ = paths;
+        Err("no snapshots here".into())
+    }
+    /// Put `paths` back from snapshot `id`; the paths written.
+    fn restore(&mut self, id: &str, paths: &[String]) -> Result<Vec<String>, String> {
+        let _ = (id, paths);
+        Err("no snapshots here".into())
+    }
+    /// Let the host forget snapshot `id`.
+    fn forget_snapshot(&mut self, id: &str) {
+        let _ = id;
+    }
+    /// The loop's `backoff`: a pause of `ms` after a route. `true` parks the
+    /// run (the host keeps the timer and the loop goes on at the next event);
+    /// `false` goes on at once (a world that cannot park, a test).
+    fn backoff(&mut self, ms: u64) -> bool {
+        let _ = ms;
+        false
+    }
 }

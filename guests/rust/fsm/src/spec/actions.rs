@@ -44,6 +44,12 @@ pub enum Action {
     Exec(Vec<String>),
     Prompt(String),
     SlashCommand(String),
+    /// `action_type: mcp_tool`: `server/tool` (interpolated), with `params`,
+    /// the tool's arguments (their strings interpolated).
+    Mcp {
+        tool: String,
+        params: serde_json::Map<String, serde_json::Value>,
+    },
 }
 
 impl Action {
@@ -145,6 +151,27 @@ pub(super) fn read_action(
     let exec = f.take("exec").and_then(|n| read_exec(n, what, p));
     let action_type_line = value_line(entries, "action_type").unwrap_or(key.line);
     let action_type = f.string(p, "action_type", what);
+    let params = f.take("params").map(|n| (n.line, n.to_json()));
+    let params = match params {
+        None => serde_json::Map::new(),
+        // little-loops: `params` only with `action_type: mcp_tool` (structural_rules.py).
+        Some((line, _)) if action_type.as_deref() != Some("mcp_tool") => {
+            p.at(
+                line,
+                format!("{what}'params' field is only valid when action_type is 'mcp_tool'"),
+            );
+            serde_json::Map::new()
+        }
+        Some((_, serde_json::Value::Object(m))) => m,
+        Some((_, serde_json::Value::Null)) => serde_json::Map::new(),
+        Some((line, _)) => {
+            p.at(
+                line,
+                format!("{what}`params` must map the tool's argument names to values"),
+            );
+            serde_json::Map::new()
+        }
+    };
     match (action_text, exec) {
         (Some(_), Some(_)) => {
             p.at(key.line, format!("{what}has both `action` and `exec`; keep one (`exec` runs a program without a shell)"));
@@ -162,10 +189,7 @@ pub(super) fn read_action(
             Some("shell") => Some(Action::Shell(text)),
             Some("prompt") => Some(Action::Prompt(text)),
             Some("slash_command") => Some(Action::SlashCommand(text)),
-            Some("mcp_tool") => {
-                p.at(action_type_line, format!("{what}`action_type: mcp_tool` is not supported by loopbox: MCP tools are not reachable from the sandbox; call the tool through a command granted in loopbox.toml (`shell.allow`) from a shell state, or route around this state as little-loops does when the server is missing (`not_found`)"));
-                None
-            }
+            Some("mcp_tool") => Some(Action::Mcp { tool: text, params }),
             Some(other) => {
                 p.at(
                     action_type_line,

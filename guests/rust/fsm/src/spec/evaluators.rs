@@ -118,6 +118,9 @@ pub enum EvalKind {
     },
     /// A scorer's exit 0 and a number is `yes`; a failing exit `no`.
     HarborScorer,
+    /// An MCP tool call's result: `success`, `tool_error`, `not_found` or
+    /// `timeout` (see [`crate::mcp`]).
+    McpResult,
 }
 
 /// Which output line `classify` reads.
@@ -146,12 +149,12 @@ impl EvalKind {
             EvalKind::ActionStall { .. } => "action_stall",
             EvalKind::Classify { .. } => "classify",
             EvalKind::HarborScorer => "harbor_scorer",
+            EvalKind::McpResult => "mcp_result",
         }
     }
 }
 
 const REFUSED_EVALUATORS: &[(&str, &str)] = &[
-    ("mcp_result", "MCP tools are not reachable from the sandbox"),
     ("comparator", "it writes baseline files; not supported"),
     ("contract", "not supported"),
 ];
@@ -168,6 +171,7 @@ pub const EVALUATORS: &[&str] = &[
     "action_stall",
     "classify",
     "harbor_scorer",
+    "mcp_result",
 ];
 const EVAL_FIELDS: &[&str] = &[
     "type",
@@ -248,6 +252,7 @@ pub(super) fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option
             max_repeat: read_count(&mut f, "max_repeat", 2, &w, p),
         }),
         "harbor_scorer" => Some(EvalKind::HarborScorer),
+        "mcp_result" => Some(EvalKind::McpResult),
         "classify" => Some(EvalKind::Classify {
             line: match f.take("line").map(|n| &n.value) {
                 None => Pick::Last,

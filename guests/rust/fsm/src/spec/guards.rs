@@ -1,8 +1,7 @@
 //! `tamper_guard` and `prepatch_check`, on a loop (the default) or a state
 //! (its override). little-loops keeps any text and warns at validation on
 //! an unknown value, which then guards nothing (`_validate_tamper_guard`,
-//! `_validate_prepatch_check`); so does loopbox, with a note. `revert` is
-//! refused: see [`crate::tamper::REVERT_REFUSED`].
+//! `_validate_prepatch_check`); so does loopbox, with a note.
 
 use crate::problem::Problems;
 
@@ -21,11 +20,7 @@ pub(super) fn read_guards(f: &mut Fields, p: &mut Problems, what: &str) -> Guard
     let prepatch_line = value_line(f.entries, "prepatch_check").unwrap_or(0);
     let tamper_guard = f.string(p, "tamper_guard", what);
     match tamper_guard.as_deref() {
-        None | Some("fail" | "allow") => {}
-        Some("revert") => p.at(
-            tamper_line,
-            format!("{what}{}", crate::tamper::REVERT_REFUSED),
-        ),
+        None | Some("fail" | "allow" | "revert") => {}
         Some(other) => p.note(
             tamper_line,
             format!("{what}`tamper_guard: {other}` is not one of allow, fail, revert: the state runs unguarded, as in little-loops"),
@@ -64,15 +59,12 @@ mod tests {
     }
 
     #[test]
-    fn fail_and_allow_load_revert_is_refused_with_why_and_unknown_values_are_noted() {
+    fn fail_allow_and_revert_load_and_unknown_values_are_noted() {
         let lp = load("tamper_guard: fail\n", "    prepatch_check: warn\n").unwrap();
         assert_eq!(lp.guards.tamper_guard.as_deref(), Some("fail"));
         assert_eq!(lp.states[0].guards.prepatch_check.as_deref(), Some("warn"));
-        let e = load("", "    tamper_guard: revert\n").unwrap_err();
-        assert!(
-            e.contains("g.yaml:6") && e.contains("`.git` read-only"),
-            "{e}"
-        );
+        let lp = load("", "    tamper_guard: revert\n").unwrap();
+        assert_eq!(lp.states[0].guards.tamper_guard.as_deref(), Some("revert"));
         let lp = load("tamper_guard: sometimes\nprepatch_check: never\n", "").unwrap();
         let notes: Vec<String> = lp.notes.iter().map(|n| n.to_string()).collect();
         assert!(

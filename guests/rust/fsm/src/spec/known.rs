@@ -5,14 +5,6 @@
 // Fields little-loops knows that loopbox refuses, with why. Anything else
 // unknown is reported as unknown, with the fields that are supported.
 const REFUSED_LOOP_FIELDS: &[(&str, &str)] = &[
-    (
-        "backoff",
-        "a policy cannot sleep between steps; add a state that runs `sleep N` if you need a pause",
-    ),
-    (
-        "maintain",
-        "a loopbox run ends at its terminal state and does not restart itself: run the loop again on a schedule instead (a cron job or systemd timer, or `while loopbox run LOOP; do sleep BACKOFF; done`)",
-    ),
     ("on_max_iterations", "use `max_steps` and `on_max_steps`"),
     (
         "config",
@@ -66,13 +58,11 @@ const LOOP_FIELDS: &[&str] = &[
     "max_edge_revisits",
     "tamper_guard",
     "prepatch_check",
+    "maintain",
+    "backoff",
 ];
 
 pub(super) const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[
-    (
-        "params",
-        "MCP tools are not reachable from the sandbox: call the tool through a command granted in loopbox.toml's `shell.allow` from a shell state instead",
-    ),
     (
         "tools",
         "the agent's tools are the user's choice: define an `[agents.NAME]` profile in loopbox.toml whose `args` carry `--tools ...` and name it with `agent:`",
@@ -80,10 +70,6 @@ pub(super) const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[
     (
         "append_to_messages",
         "message history is not kept between prompts",
-    ),
-    (
-        "on_maintain",
-        "`maintain` is not supported: run the loop again on a schedule (a cron job or systemd timer)",
     ),
 ];
 const NOTED_STATE_FIELDS: &[(&str, &str)] = &[
@@ -142,9 +128,11 @@ const STATE_FIELDS: &[&str] = &[
     "learning",
     "tamper_guard",
     "prepatch_check",
+    "params",
+    "on_maintain",
     "on_<verdict>",
 ];
-pub const ACTION_TYPES: &[&str] = &["shell", "prompt", "slash_command"];
+pub const ACTION_TYPES: &[&str] = &["shell", "prompt", "slash_command", "mcp_tool"];
 
 /// What a loop or a state may hold besides the fields loopbox reads.
 pub(super) struct FieldSets {

@@ -72,6 +72,13 @@ pub struct Loop {
     pub capture_reachability_ok: bool,
     /// The loop's `tamper_guard` and `prepatch_check`, every state's default.
     pub guards: Guards,
+    /// `maintain: true`: a terminal state (or a state nothing routes from)
+    /// starts the loop again at its `on_maintain`, else `initial`, until
+    /// `max_steps` or the timeout ends it.
+    pub maintain: bool,
+    /// `backoff`, in milliseconds: the pause after each route between states
+    /// (a top-level loop's run parks that long, see [`crate::machine`]).
+    pub backoff_ms: u64,
     /// The files the loop was put together from; tagged lines index it.
     pub files: Vec<String>,
     /// What loopbox reads but does not act on; the loop runs anyway.

@@ -54,6 +54,9 @@ pub struct State {
     /// `type: learning` with a `learning:` block: the state proves its
     /// targets instead of running an action (see [`crate::learning`]).
     pub learning: Option<super::Learning>,
+    /// Where a `maintain: true` loop starts again after this state (when it is
+    /// terminal, or routes nowhere); the loop's `initial` when absent.
+    pub on_maintain: Option<Target>,
 }
 
 pub(super) fn read_states(node: &Node, p: &mut Problems) -> Vec<State> {
@@ -226,6 +229,7 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         .uint(p, "max_retries", &what)
         .map(|n| n.min(u32::MAX as u64) as u32);
     let on_retry_exhausted = f.target(p, "on_retry_exhausted", &what);
+    let on_maintain = f.target(p, "on_maintain", &what);
 
     if routes.table {
         // little-loops: a `route` table decides alone; `on_*` beside it are never read.
@@ -271,6 +275,7 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         retryable_exit_codes,
         guards,
         learning,
+        on_maintain,
     };
     check_state(&state, key, failure_line, &what, p);
     Some(state)

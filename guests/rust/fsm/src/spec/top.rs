@@ -60,6 +60,26 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         .map_or(DEFAULT_MAX_EDGE_REVISITS, |n| n.min(u32::MAX as u64) as u32);
     let capture_reachability_ok = f.boolean(p, "capture_reachability_ok", "").unwrap_or(false);
     let guards = super::guards::read_guards(&mut f, p, "");
+    let maintain = f.boolean(p, "maintain", "").unwrap_or(false);
+    let backoff_line = key_line(entries, "backoff").unwrap_or(root.line);
+    let backoff_ms = match f.number(p, "backoff", "") {
+        None => 0,
+        Some(super::Number::Value(v)) if v >= 0.0 && v.is_finite() => (v * 1000.0).round() as u64,
+        Some(super::Number::Value(v)) => {
+            p.at(backoff_line, format!("backoff must be >= 0, got {v}"));
+            0
+        }
+        Some(super::Number::Expr(t)) => match t.trim().parse::<f64>() {
+            Ok(v) if v >= 0.0 && v.is_finite() => (v * 1000.0).round() as u64,
+            _ => {
+                p.at(
+                    backoff_line,
+                    format!("`backoff` must be a number of seconds, not `{t}`"),
+                );
+                0
+            }
+        },
+    };
     for (key, _) in f.unused() {
         if !key.name.ends_with("_ok") {
             leftover(p, key, "", &LOOP_FIELD_SETS);
@@ -106,6 +126,8 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         max_edge_revisits,
         capture_reachability_ok,
         guards,
+        maintain,
+        backoff_ms,
         files: Vec::new(),
         notes: Vec::new(),
     })

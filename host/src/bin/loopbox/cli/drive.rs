@@ -83,6 +83,7 @@ impl Drive {
             asker: asker.as_ref(),
             banner,
             resend_turn,
+            park_sleeps: false,
         };
         let ended = prepared.drive(drive, signals, next)?;
         Ok(report(&ended, &id, &store, &prepared.source, json))

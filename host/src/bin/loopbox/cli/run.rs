@@ -44,6 +44,10 @@ pub struct RunArgs {
     /// Approve every ask-tier action without asking
     #[arg(long)]
     yes: bool,
+    /// For a YAML loop: pause this many seconds after each route, in place of
+    /// its `backoff` (as `ll-loop run --delay`)
+    #[arg(long, value_name = "SECONDS")]
+    delay: Option<f64>,
     /// Print the result as one JSON object on stdout (and no progress)
     #[arg(long)]
     pub(super) json: bool,
@@ -91,9 +95,16 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
             };
             let run_dir = loops::run_dir(&id);
             let payload =
-                loops::payload(&lp, &file, &text, &run_dir, workspace).map_err(Failure::usage)?;
+                loops::payload_delayed(&lp, &file, &text, &run_dir, workspace, args.delay)
+                    .map_err(Failure::usage)?;
             loops::create_run_dir(workspace, &run_dir).map_err(Failure::usage)?;
             payload
+        }
+        None if args.delay.is_some() => {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--delay is for a YAML loop (its `backoff`); `{}` is not one",
+                args.policy
+            )));
         }
         None => json_arg("--input", &args.input)?,
     };

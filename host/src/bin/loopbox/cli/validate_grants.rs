@@ -4,7 +4,9 @@
 //! `git diff --stat` and for the commands `tamper_guard` and `prepatch_check`
 //! run, an `[agent]` for prompts and the judge (`[agents.NAME]` for the
 //! prompts of a state with `agent: NAME`), `[worktree]` for a sub-loop's
-//! `worktree:`, and
+//! `worktree:` and for `prepatch_check`'s pre-patch worktree (with the scripts
+//! grant its pytest runs need), `[mcp.servers.NAME]` with the tool in `tools`
+//! for an `mcp_tool` state, `workspace.restore` for `tamper_guard: revert`, and
 //! `shell.network` for states whose commands reach the network (without it
 //! they fail in the sandbox, and the verdict changes with them). Each need is
 //! checked against the grants in use; nothing here runs anything.
@@ -262,6 +264,30 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
                     prompts_status,
                 );
             }
+            Some(Action::Mcp { tool, .. }) => {
+                let (key, status) = match loopbox_fsm::mcp::split(tool) {
+                    _ if tool.contains("${") => {
+                        ("[mcp.servers.NAME]".to_string(), Status::AtRunTime)
+                    }
+                    Some((server, name)) => (
+                        format!("[mcp.servers.{server}] tools = [{}]", json!(name)),
+                        if config.mcp.permits(server, name).is_ok() {
+                            Status::Granted
+                        } else {
+                            Status::Missing
+                        },
+                    ),
+                    None => ("[mcp.servers.NAME]".to_string(), Status::Missing),
+                };
+                add(
+                    key,
+                    format!(
+                        "`action_type: mcp_tool` calls `{tool}` (without it the state sees `not_found`)"
+                    ),
+                    &s.name,
+                    status,
+                );
+            }
             None => {}
         }
         if s.learning.is_some() {
@@ -311,6 +337,39 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
                     argv_status(&argv)
                 },
             );
+        }
+        let tamper = loopbox_fsm::tamper::effective(
+            s.guards.tamper_guard.as_deref(),
+            lp.guards.tamper_guard.as_deref(),
+        );
+        if tamper == Some(loopbox_fsm::tamper::Policy::Revert) && s.action.is_some() {
+            add(
+                format!(
+                    "{}.restore = [\"**/test_*.py\", \"**/*_test.py\", \"**/tests/**\", \"conftest.py\", \"**/conftest.py\"]",
+                    config.shell.sibling("workspace")
+                ),
+                "`tamper_guard: revert` has the host keep copies of the test files and put changed ones back".into(),
+                &s.name,
+                if config.workspace.restore.is_empty() {
+                    Status::Missing
+                } else {
+                    Status::Granted
+                },
+            );
+        }
+        let prepatch = loopbox_fsm::prepatch::effective(
+            s.guards.prepatch_check.as_deref(),
+            lp.guards.prepatch_check.as_deref(),
+        );
+        if prepatch.is_some() {
+            let why = "`prepatch_check`, when `.ll/ll-config.json` enables it, runs the new tests with pytest in a pre-patch worktree";
+            add(
+                "[worktree] allow = true".into(),
+                why.into(),
+                &s.name,
+                Status::AtRunTime,
+            );
+            add(scripts.clone(), why.into(), &s.name, Status::AtRunTime);
         }
         if let Some(tmpl) = s.sub.as_ref().and_then(|sub| sub.worktree.as_deref()) {
             let status = match config.worktree.grants(tmpl) {
@@ -379,6 +438,13 @@ fn guard_commands(lp: &Loop, s: &State) -> Vec<(Vec<&'static str>, &'static str,
             false,
         ));
         out.push((vec!["git", "diff", "-z", "--name-only", "HEAD"], why, false));
+        if tamper == Some(loopbox_fsm::tamper::Policy::Revert) {
+            out.push((
+                vec!["git", "ls-files", "-z", "--cached"],
+                "`tamper_guard: revert` asks git which changed files it tracks",
+                false,
+            ));
+        }
         out.push((vec!["sha256sum", "-z", "--", "tests/test_x.py"], why, false));
     }
     let prepatch = loopbox_fsm::prepatch::effective(
@@ -389,6 +455,12 @@ fn guard_commands(lp: &Loop, s: &State) -> Vec<(Vec<&'static str>, &'static str,
         let why = "`prepatch_check`, when `.ll/ll-config.json` enables it, reads the diff";
         out.push((vec!["git", "merge-base", "HEAD", "main"], why, true));
         out.push((vec!["git", "diff", "main", "--"], why, true));
+        out.push((
+            vec!["git", "ls-files", "-z", "--others", "--exclude-standard"],
+            why,
+            true,
+        ));
+        out.push((vec!["git", "show", "main:tests/test_x.py"], why, true));
     }
     out
 }

@@ -47,9 +47,10 @@ pub struct AnswerArgs {
 pub struct TickArgs {
     /// The run's id
     id: String,
-    /// The tick's payload: JSON, or @FILE
+    /// The tick's payload: JSON, or @FILE. Left out for a run sleeping on its
+    /// own timer (a `sleep` decision), which wakes now with the tick it named
     #[arg(value_name = "JSON|@FILE")]
-    payload: String,
+    payload: Option<String>,
     /// Continue even though the policy file changed since the run started
     #[arg(long)]
     allow_policy_change: bool,
@@ -277,7 +278,37 @@ pub fn answer(args: AnswerArgs, json: bool, workspace: &Path) -> Result<i32, Fai
 }
 
 pub fn tick(args: TickArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {
-    let payload = json_arg("the tick", &args.payload)?;
+    let payload = args
+        .payload
+        .as_deref()
+        .map(|p| json_arg("the tick", p))
+        .transpose()?;
+    // A run a live process sleeps in (its timer): its wake time comes forward,
+    // and that process delivers the tick at its next look.
+    let seen = read_store(workspace)?;
+    let run = seen.existing_run(&args.id).map_err(Failure::lookup)?;
+    let sleeper = run.lease.as_ref().filter(|o| o.is_alive());
+    if let Some(owner) = sleeper
+        && seen.wake_at(&run.id).map_err(Failure::internal)?.is_some()
+    {
+        refuse_payload(&args.id, payload.is_some())?;
+        let db = open_store(workspace)?;
+        db.wake_now(&run.id).map_err(Failure::internal)?;
+        if json {
+            loopbox::outln!(
+                "{}",
+                serde_json::json!({"run_id": run.id, "woken": true, "driver_pid": owner.pid})
+            );
+        } else {
+            loopbox::outln!(
+                "woke run {}: the loopbox process driving it (pid {}) delivers its tick now",
+                run.id,
+                owner.pid
+            );
+        }
+        return Ok(super::super::exit::OK);
+    }
+    drop(seen);
     let again = Again(format!("loopbox runs tick {} JSON", args.id));
     let l = load(
         &args.id,
@@ -288,19 +319,52 @@ pub fn tick(args: TickArgs, json: bool, workspace: &Path) -> Result<i32, Failure
     )?;
     match resume_point(&l.db, &l.run).map_err(Failure::internal)? {
         Next::Act {
+            decision: Decision::Sleep(timer),
+            ..
+        } => {
+            refuse_payload(&args.id, payload.is_some())?;
+            drive(
+                l,
+                workspace,
+                json,
+                false,
+                Next::Deliver(Event::Tick(timer.tick)),
+                &again,
+            )
+        }
+        Next::Act {
             decision: Decision::Pass,
             after_turn: false,
             ..
-        } => drive(
-            l,
-            workspace,
-            json,
-            false,
-            Next::Deliver(Event::Tick(payload)),
-            &again,
-        ),
+        } => {
+            let Some(payload) = payload else {
+                return Err(Failure::usage(anyhow::anyhow!(
+                    "run {} waits for a tick: give its payload (`loopbox runs tick {} JSON`)",
+                    args.id,
+                    args.id
+                )));
+            };
+            drive(
+                l,
+                workspace,
+                json,
+                false,
+                Next::Deliver(Event::Tick(payload)),
+                &again,
+            )
+        }
         other => Err(not_waiting(&args.id, "a tick", &other)),
     }
+}
+
+/// A run sleeping on its own timer wakes with the tick its policy named.
+fn refuse_payload(id: &str, given: bool) -> Result<(), Failure> {
+    if given {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "run {id} sleeps on its own timer and wakes with the tick its policy named: wake it now with `loopbox runs tick {id}` (no payload)"
+        )));
+    }
+    Ok(())
 }
 
 fn not_waiting(id: &str, what: &str, next: &Next) -> Failure {
@@ -314,6 +378,13 @@ fn not_waiting(id: &str, what: &str, next: &Next) -> Failure {
             after_turn: false,
             ..
         } => format!("it waits for a tick: `loopbox runs tick {id} JSON`"),
+        Next::Act {
+            decision: Decision::Sleep(t),
+            ..
+        } => format!(
+            "it sleeps until {} UTC: `loopbox runs tick {id}` wakes it now, `loopbox runs resume {id}` goes on at that time",
+            loopbox::ui::utc(i64::try_from(t.until_ms).unwrap_or(i64::MAX))
+        ),
         Next::Redeliver { .. } => {
             format!("it was interrupted while handling an event: `loopbox runs resume {id}`")
         }

@@ -37,7 +37,7 @@ enum RunsCommand {
     Resume(cont::ResumeArgs),
     /// Answer the question a parked run asked (delivers `user-input`)
     Answer(cont::AnswerArgs),
-    /// Deliver a `tick` to a run waiting for events
+    /// Deliver a `tick` to a run waiting for events, or wake a sleeping one now
     Tick(cont::TickArgs),
     /// Approve the ask-tier action a run waits for, then continue the run
     Approve(approve::DecideArgs),
@@ -111,14 +111,26 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
     // Read only: a run whose driver is gone shows as interrupted without being marked so.
     let db = read_store(workspace)?;
     let runs = db.list_runs().map_err(Failure::internal)?;
+    // When each parked run wakes (a `sleep` decision's timer), if it does.
+    let wakes: Vec<Option<i64>> = runs
+        .iter()
+        .map(|(r, _)| {
+            if r.status == loopbox::db::RunStatus::Waiting {
+                db.wake_at(&r.id).ok().flatten()
+            } else {
+                None
+            }
+        })
+        .collect();
     if json {
         let rows: Vec<_> = runs
             .iter()
-            .map(|(r, last)| {
+            .zip(&wakes)
+            .map(|((r, last), wakes)| {
                 json!({
                     "id": r.id, "policy": r.policy, "status": r.seen_status(), "started": rfc3339(r.created_at_ms),
                     "updated": rfc3339(r.updated_at_ms), "last_event": last, "turns": r.turns, "actions": r.actions,
-                    "spend": spend_json(&r.spent),
+                    "wakes": wakes.map(rfc3339), "spend": spend_json(&r.spent),
                 })
             })
             .collect();
@@ -126,7 +138,7 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
         return Ok(exit::OK);
     }
     loopbox::outln!(
-        "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}",
+        "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}  WAKES (UTC)",
         "ID",
         "POLICY",
         "STATUS",
@@ -135,9 +147,9 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
         "ACTIONS",
         "COST"
     );
-    for (r, last) in &runs {
+    for ((r, last), wakes) in runs.iter().zip(&wakes) {
         loopbox::outln!(
-            "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}",
+            "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}  {}",
             r.id,
             keep_tail(&one_line(&r.policy), 28),
             // As a str: the status's Display ignores the column's width.
@@ -145,7 +157,8 @@ fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
             utc(r.created_at_ms),
             one_line(last.as_deref().unwrap_or("-")),
             r.actions,
-            r.spent.cost_text()
+            r.spent.cost_text(),
+            wakes.map_or("-".to_string(), utc)
         );
     }
     Ok(exit::OK)

@@ -58,6 +58,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         .map_err(Failure::internal)?;
     let contract = contract_of(&run);
     let charges = db.charges(&run.id).map_err(Failure::internal)?;
+    let wakes = db.wake_at(&run.id).map_err(Failure::internal)?;
     let actions: Vec<&(i64, JournalRow)> = journal
         .iter()
         .filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn"))
@@ -83,6 +84,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             "outcome": parse(&run.outcome), "input": parse(&Some(run.input.clone())),
             "driver": run.lease.as_ref().map(|o| json!({"pid": o.pid, "host": o.host, "alive": o.is_alive()})),
             "cancel_requested": run.cancel_requested,
+            "wakes": wakes.map(rfc3339),
             "started_by": run.place.started_by,
             "spend": super::spend_json(&run.spent),
             "agent_turns": charges.iter().map(|c| json!({
@@ -117,6 +119,14 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         .and_then(|o| o["summary"].as_str().map(|s| format!(": {}", Untrusted(s))))
         .unwrap_or_default();
     loopbox::outln!("status:   {}{outcome_line}", run.seen_status());
+    if let Some(w) = wakes {
+        loopbox::outln!(
+            "wakes:    {} UTC (`loopbox runs resume {}` goes on then; `loopbox runs tick {}` now)",
+            utc(w),
+            run.id,
+            run.id
+        );
+    }
     loopbox::outln!("grants:   {}", super::super::drive::grant_set(&run.options));
     loopbox::outln!(
         "contract: {}",
