@@ -114,7 +114,7 @@ fn a_cost_budget_stops_the_run_before_the_turn_that_would_pass_it() {
     let list = String::from_utf8_lossy(&loopbox(ws.path(), &["runs"]).stdout).into_owned();
     assert!(
         list.lines()
-            .any(|l| l.starts_with(id) && l.trim_end().ends_with("$1.0000")),
+            .any(|l| l.starts_with(id) && l.split_whitespace().any(|w| w == "$1.0000")),
         "{list}"
     );
     let listed = json_of(&loopbox(ws.path(), &["runs", "--json"]));
