@@ -18,6 +18,7 @@ pub mod beneath;
 pub mod log;
 pub mod mcp;
 pub mod snapshot;
+pub mod spend;
 pub mod state;
 pub mod wasi;
 pub mod workspace;

@@ -324,7 +324,14 @@ impl RunContext {
             workspace: self
                 .workspace
                 .host(meter.clone(), limits.read_bytes, journal.clone()),
-            log: LogHost::new(self.log.clone(), meter, limits.log_bytes_per_event),
+            log: LogHost::new(self.log.clone(), meter.clone(), limits.log_bytes_per_event),
+            spend: crate::caps::spend::SpendHost::new(
+                self.db.clone(),
+                self.id.clone(),
+                meter,
+                journal.clone(),
+                self.grants.budget.clone(),
+            ),
             stdout: out,
             stderr: err,
         })

@@ -13,6 +13,7 @@ use crate::caps::{
     self,
     actions::ActionsHost,
     log::LogHost,
+    spend::SpendHost,
     state::StateHost,
     wasi::{CapturedOutput, LazyWasi},
     workspace::WorkspaceHost,
@@ -27,6 +28,7 @@ pub struct InstanceState {
     pub state: StateHost,
     pub workspace: WorkspaceHost,
     pub log: LogHost,
+    pub spend: SpendHost,
     pub stdout: CapturedOutput,
     pub stderr: CapturedOutput,
 }
@@ -39,6 +41,7 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
     caps::state::add_to_linker(linker, |s| &mut s.state)?;
     caps::workspace::add_to_linker(linker, |s| &mut s.workspace)?;
     caps::log::add_to_linker(linker, |s| &mut s.log)?;
+    caps::spend::add_to_linker(linker, |s| &mut s.spend)?;
     caps::wasi::add_to_linker(linker)?;
     // Components of older contracts reach the same capabilities.
     crate::wasm::contract::v0_1::add_to_linker(

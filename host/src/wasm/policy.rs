@@ -225,7 +225,9 @@ const WASI_PACKAGES: [&str; 6] = [
 fn provided(name: &str, contract: Contract) -> bool {
     let ours = ["types", "actions", "state", "workspace", "log"]
         .iter()
-        .any(|i| name == contract.interface(i));
+        .any(|i| name == contract.interface(i))
+        // `spend` came with 0.4.0.
+        || (contract >= Contract::V0_4 && name == contract.interface("spend"));
     ours || WASI_PACKAGES.iter().any(|p| name.starts_with(p))
 }
 

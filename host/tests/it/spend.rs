@@ -401,3 +401,45 @@ fn a_prompt_action_past_the_budget_is_refused_as_budget_exhausted() {
     assert_eq!(kinds, ["prompt", "prompt"]);
     assert_eq!(s["prompts"], 2);
 }
+
+#[test]
+fn a_policy_reads_what_the_run_spent_and_its_budget() {
+    // One prompt ($0.10, 1100 tokens in, 1000 of them cached, 50 out), then a tick
+    // whose handler reads the totals through the `spend` interface (contract 0.4.0).
+    let (ws, _bin) = costly("max_cost_usd = 0.9\nmax_tokens = 1000000");
+    let probe = common::probe().to_string_lossy().into_owned();
+    let o = loopbox(
+        ws.path(),
+        &[
+            "run",
+            &probe,
+            "--input",
+            r#"{"op": "prompt", "text": "first", "then": "pass"}"#,
+            "--tick",
+            r#"{"op": "spend"}"#,
+            "--json",
+        ],
+    );
+    let out = json_of(&o);
+    assert_eq!(common::code(&o), 0, "{out}");
+    assert_eq!(
+        out["outcome"]["data"],
+        json!({
+            "spent": {"turns": 1, "input_tokens": 1100, "cache_read_tokens": 1000, "cache_write_tokens": 0,
+                      "output_tokens": 50, "cost_usd": 0.1, "cost_known": true},
+            "budget": {"max_cost_usd": 0.9, "max_tokens": 1000000},
+        })
+    );
+    // The read is journaled with the tick's event, so a replay answers what it read.
+    let db = loopbox::db::Db::open_read_only(&ws.path().join(".loopbox/loopbox.db")).unwrap();
+    let journal = db.journal_of_run(out["run_id"].as_str().unwrap()).unwrap();
+    let read = journal
+        .iter()
+        .find(|(_, r)| r.kind == "spend")
+        .expect("the spend read is in the journal");
+    let recorded: Value = serde_json::from_str(read.1.result.as_deref().unwrap()).unwrap();
+    assert!(
+        close(recorded["cost_usd"].as_f64().unwrap(), 0.1),
+        "{recorded}"
+    );
+}

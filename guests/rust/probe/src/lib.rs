@@ -305,6 +305,16 @@ mod component {
                 }}),
                 Err(e) => output_json(Err(e)),
             },
+            "spend" => {
+                let t = loopbox::policy::spend::spent();
+                let b = loopbox::policy::spend::budget();
+                json!({
+                    "spent": {"turns": t.turns, "input_tokens": t.input_tokens, "cache_read_tokens": t.cache_read_tokens,
+                              "cache_write_tokens": t.cache_write_tokens, "output_tokens": t.output_tokens,
+                              "cost_usd": t.cost_usd, "cost_known": t.cost_known},
+                    "budget": {"max_cost_usd": b.max_cost_usd, "max_tokens": b.max_tokens},
+                })
+            }
             "read" => match loopbox::policy::workspace::read(op["path"].as_str().unwrap_or("")) {
                 Ok(s) => json!({"ok": s}),
                 Err(e) => json!({"err": e}),

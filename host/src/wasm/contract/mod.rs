@@ -237,7 +237,7 @@ pub enum Contract {
     #[serde(rename = "0.3.0")]
     V0_3,
     /// `wit/released/0.4.0`: the `sleep` decision; `worktree-at`, `mcp-call`,
-    /// `snapshot`, `restore` and `forget-snapshot`.
+    /// `snapshot`, `restore` and `forget-snapshot`; the `spend` interface.
     #[serde(rename = "0.4.0")]
     V0_4,
 }
@@ -384,7 +384,8 @@ mod tests {
         ),
         (
             "0.4.0",
-            "b6cda34ff3b6f9de8b17aecc7d8d5fa1e5c4b689161812f2866f0e64778b5265",
+            // With `spend` (issue 36), added before 0.4.0 was released in a stop.
+            "a4d4a4c4c88c5fece8c6a156cf02d6576d0a9150522c6df1d8763aca2309c1ff",
         ),
     ];
 
