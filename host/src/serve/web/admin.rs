@@ -13,8 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::act;
-use super::page::{Ctx, Viewer, age, error, page, untrusted};
-use super::runs::{pretty, text_of};
+use super::page::{Ctx, Viewer, age, error, page, pretty, text_of, untrusted};
 use crate::db::audit::AuditFilter;
 use crate::serve::Server;
 use crate::serve::api::admin as api;

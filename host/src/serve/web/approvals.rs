@@ -14,8 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::act;
-use super::page::{Ctx, Viewer, age, error, page, status, until, untrusted};
-use super::runs::{pretty, text_of};
+use super::page::{Ctx, Viewer, age, error, page, pretty, status, text_of, until, untrusted};
 use crate::db::approvals::{ApprovalFilter, ApprovalStatus};
 use crate::serve::Server;
 use crate::serve::api::approvals as api;
@@ -219,7 +218,10 @@ mod tests {
         let a = pending(json!(["tee", "-a", long, "it's"]));
         let mut ctx = Ctx::anonymous();
         let html = approval_card(&ctx, &a, 0, "inbox").into_string();
-        assert!(html.contains(&format!("tee -a {long} 'it'\\''s'")), "{html}");
+        assert!(
+            html.contains(&format!("tee -a {long} 'it'\\''s'")),
+            "{html}"
+        );
         assert!(html.contains("/usr/bin/tee") && html.contains("unsigned") && html.contains("d1g"));
         // Nobody signed in (or a role too low): no buttons.
         assert!(!html.contains("<form"), "{html}");
@@ -228,13 +230,23 @@ mod tests {
             role: Role::Approver,
             name: "n".into(),
             token_id: "i".into(),
-            via: crate::serve::auth::Via::Session { id: "s".into(), csrf: "C5RF".into() },
+            via: crate::serve::auth::Via::Session {
+                id: "s".into(),
+                csrf: "C5RF".into(),
+            },
         });
         let html = approval_card(&ctx, &a, 0, "inbox").into_string();
         assert!(html.contains(r#"name="digest" value="d1g""#), "{html}");
         assert!(html.contains(r#"name="csrf_token" value="C5RF""#), "{html}");
-        assert!(html.contains(r#"formaction="/approvals/a1/deny?from=inbox""#), "{html}");
+        assert!(
+            html.contains(r#"formaction="/approvals/a1/deny?from=inbox""#),
+            "{html}"
+        );
         ctx.caller.as_mut().unwrap().role = Role::Operator;
-        assert!(!approval_card(&ctx, &a, 0, "inbox").into_string().contains("Approve"));
+        assert!(
+            !approval_card(&ctx, &a, 0, "inbox")
+                .into_string()
+                .contains("Approve")
+        );
     }
 }

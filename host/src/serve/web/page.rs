@@ -10,6 +10,7 @@ use axum::extract::FromRequestParts;
 use axum::http::{StatusCode, request::Parts};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, html};
+use serde_json::Value;
 
 use crate::serve::Server;
 use crate::serve::auth::session::CSRF_FIELD;
@@ -21,7 +22,10 @@ pub struct Viewer(pub Caller);
 impl FromRequestParts<Arc<Server>> for Viewer {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, server: &Arc<Server>) -> Result<Viewer, Response> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        server: &Arc<Server>,
+    ) -> Result<Viewer, Response> {
         match crate::serve::api::extract::authenticate(&parts.headers, server) {
             Ok(c) => Ok(Viewer(c)),
             Err(e) if e.status == StatusCode::UNAUTHORIZED => {
@@ -91,6 +95,23 @@ pub fn untrusted(s: &str) -> String {
     crate::ui::sanitize(s)
 }
 
+/// A JSON value as short text: a string as it is, anything else as compact JSON.
+pub fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => untrusted(s),
+        Value::Null => String::new(),
+        v => untrusted(&v.to_string()),
+    }
+}
+
+/// A JSON value spelled out for a `<pre>` (pretty JSON; a string as it is).
+pub fn pretty(v: &Value) -> String {
+    match v {
+        Value::String(s) => untrusted(s),
+        v => untrusted(&serde_json::to_string_pretty(v).unwrap_or_default()),
+    }
+}
+
 /// The sections of the navigation, and who sees each.
 const NAV: [(&str, &str, Role); 5] = [
     ("/runs", "Runs", Role::Viewer),
@@ -150,9 +171,10 @@ pub fn page(ctx: &Ctx, title: &str, here: &str, refresh_ms: Option<u32>, body: M
 /// A run's status as a word and a sign (for those who cannot tell the colours apart).
 pub fn status(s: &str) -> Markup {
     let sign = match s {
-        "queued" => "…",
+        // Signs every common font has (Debian's chromium showed ⏸ as a box).
+        "queued" => "○",
         "running" => "▶",
-        "waiting" => "⏸",
+        "waiting" => "◐",
         "interrupted" => "⚠",
         "done" => "✓",
         "failed" => "✗",
@@ -161,7 +183,7 @@ pub fn status(s: &str) -> Markup {
         "pending" => "?",
         "approved" => "✓",
         "denied" => "✗",
-        "expired" => "⌛",
+        "expired" => "◌",
         "void" => "⊘",
         _ => "·",
     };
@@ -269,7 +291,10 @@ mod tests {
     #[test]
     fn a_status_reads_without_colour_and_a_strange_one_is_escaped() {
         let s = status("waiting").into_string();
-        assert!(s.contains("⏸") && s.contains("waiting") && s.contains("s-waiting"), "{s}");
+        assert!(
+            s.contains("◐") && s.contains("waiting") && s.contains("s-waiting"),
+            "{s}"
+        );
         let s = status("<b>x</b>").into_string();
         assert!(s.contains("&lt;b&gt;") && s.contains("s-other"), "{s}");
     }

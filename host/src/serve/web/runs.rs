@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::act;
 use super::approvals::approval_card;
-use super::page::{Ctx, Viewer, age, age_of, error, page, status, untrusted};
+use super::page::{Ctx, Viewer, age, age_of, error, page, pretty, status, text_of, untrusted};
 use crate::db::RunStatus;
 use crate::serve::Server;
 use crate::serve::api::extract::{Acting, Authed};
@@ -95,11 +95,7 @@ pub async fn list(
             );
         }
         Err(e) => {
-            return error(
-                &ctx,
-                axum::http::StatusCode::BAD_REQUEST,
-                &format!("{e:#}"),
-            );
+            return error(&ctx, axum::http::StatusCode::BAD_REQUEST, &format!("{e:#}"));
         }
     };
     let now = crate::db::now_ms();
@@ -377,23 +373,6 @@ fn waits_for(view: &Value) -> Option<&'static str> {
     }
 }
 
-/// A JSON value as short text: a string as it is, anything else as compact JSON.
-pub fn text_of(v: &Value) -> String {
-    match v {
-        Value::String(s) => untrusted(s),
-        Value::Null => String::new(),
-        v => untrusted(&v.to_string()),
-    }
-}
-
-/// A JSON value spelled out for a `<pre>` (pretty JSON; a string as it is).
-pub fn pretty(v: &Value) -> String {
-    match v {
-        Value::String(s) => untrusted(s),
-        v => untrusted(&serde_json::to_string_pretty(v).unwrap_or_default()),
-    }
-}
-
 /// An action's request in one line: `argv…` of an exec, a script's text, a prompt's.
 fn request_line(req: &Value) -> String {
     // A journaled request is `{"exec": {...}}`, `{"script": {...}}`, `{"prompt": {...}}`.
@@ -423,7 +402,10 @@ fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
     let id = v["id"].as_str().unwrap_or_default();
     let st = v["status"].as_str().unwrap_or("");
     let finished = st.parse::<RunStatus>().is_ok_and(RunStatus::is_final);
-    let policy = v["policy_name"].as_str().or(v["policy"].as_str()).unwrap_or("");
+    let policy = v["policy_name"]
+        .as_str()
+        .or(v["policy"].as_str())
+        .unwrap_or("");
     let waits = waits_for(v);
     let empty = Vec::new();
     let approvals = v["approvals"].as_array().unwrap_or(&empty);
@@ -659,15 +641,24 @@ mod tests {
         assert!(!html.contains("<img"), "{html}");
         assert!(!html.contains("<b>") && !html.contains("<i>"), "{html}");
         // ... and it is all there to read.
-        assert!(html.contains("&lt;script&gt;alert(3)&lt;/script&gt;"), "{html}");
-        assert!(html.contains("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(3)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"),
+            "{html}"
+        );
     }
 
     #[test]
     fn text_that_reorders_or_hides_reads_as_escapes() {
         // An approver must read the command that runs, not one it poses as.
         let line = request_line(&json!({"argv": ["echo", "safe\u{202e}fr- mr"]}));
-        assert!(line.contains("\\u{202e}") && !line.contains('\u{202e}'), "{line}");
+        assert!(
+            line.contains("\\u{202e}") && !line.contains('\u{202e}'),
+            "{line}"
+        );
     }
 
     #[test]
@@ -676,7 +667,10 @@ mod tests {
         assert_eq!(waits_for(&v("ask")), Some("answer"));
         assert_eq!(waits_for(&v("pass")), Some("tick"));
         assert_eq!(waits_for(&v("done")), None);
-        assert_eq!(waits_for(&json!({"status": "done", "events": [{"decision": {"type": "ask"}}]})), None);
+        assert_eq!(
+            waits_for(&json!({"status": "done", "events": [{"decision": {"type": "ask"}}]})),
+            None
+        );
     }
 
     #[test]
@@ -686,7 +680,10 @@ mod tests {
             policy: Some("a&b".into()),
             ..Default::default()
         };
-        assert_eq!(list_href(&q, Some("r9")), "/runs?status=done&policy=a%26b&before=r9");
+        assert_eq!(
+            list_href(&q, Some("r9")),
+            "/runs?status=done&policy=a%26b&before=r9"
+        );
         assert_eq!(list_href(&ListQuery::default(), None), "/runs");
     }
 }

@@ -18,8 +18,8 @@ use super::page::{Ctx, error, page};
 use crate::serve::Server;
 use crate::serve::api::extract::{Acting, Body, authenticate, same_origin};
 use crate::serve::api::runs::Nothing;
-use crate::serve::auth::session::CSRF_FIELD;
 use crate::serve::auth::secret;
+use crate::serve::auth::session::CSRF_FIELD;
 
 /// The sign-in form's cookie, which its hidden field must repeat.
 pub const LOGIN_COOKIE: &str = "loopbox_login";
@@ -52,7 +52,11 @@ pub async fn form(
     };
     let cookie = format!(
         "{LOGIN_COOKIE}={csrf}; Path=/login; Max-Age={LOGIN_TTL_S}; HttpOnly; SameSite=Strict{}",
-        if server.secure_cookies { "; Secure" } else { "" }
+        if server.secure_cookies {
+            "; Secure"
+        } else {
+            ""
+        }
     );
     let note = match q.note.as_deref() {
         Some("signed-out") => Some("You signed out."),
@@ -136,18 +140,18 @@ pub async fn sign_in(
             Ok(s) => s,
             Err(e) => return error(&anon, StatusCode::BAD_REQUEST, &e.to_string()),
         };
-    let answer =
-        match crate::serve::api::admin::sign_in(State(server.clone()), Body(sign_in)).await {
-            Ok(a) => a.into_response(),
-            Err(e) => return error(&anon, e.status, &e.error),
-        };
+    let answer = match crate::serve::api::admin::sign_in(State(server.clone()), Body(sign_in)).await
+    {
+        Ok(a) => a.into_response(),
+        Err(e) => return error(&anon, e.status, &e.error),
+    };
     let mut to = Redirect::to("/runs").into_response();
     if let Some(c) = answer.headers().get(header::SET_COOKIE) {
         to.headers_mut().append(header::SET_COOKIE, c.clone());
     }
     // The form's cookie has done its job.
-    if let Ok(v) = format!("{LOGIN_COOKIE}=; Path=/login; Max-Age=0; HttpOnly; SameSite=Strict")
-        .parse()
+    if let Ok(v) =
+        format!("{LOGIN_COOKIE}=; Path=/login; Max-Age=0; HttpOnly; SameSite=Strict").parse()
     {
         to.headers_mut().append(header::SET_COOKIE, v);
     }
