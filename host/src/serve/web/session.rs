@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::page::{Ctx, error, page};
 use crate::serve::Server;
-use crate::serve::api::extract::{Acting, Body, authenticate, same_origin};
+use crate::serve::api::extract::{Acting, BODY_TIMEOUT, Body, authenticate, same_origin};
 use crate::serve::api::runs::Nothing;
 use crate::serve::auth::secret;
 use crate::serve::auth::session::CSRF_FIELD;
@@ -99,22 +99,32 @@ fn login_cookie(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Sign in with a token from the form: the session cookie, and on to the runs.
-pub async fn sign_in(
-    State(server): State<Arc<Server>>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
+pub async fn sign_in(State(server): State<Arc<Server>>, req: axum::extract::Request) -> Response {
     let anon = Ctx::anonymous();
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
     if let Err(e) = same_origin(&headers) {
         return error(&anon, e.status, &e.error);
     }
-    if body.len() > LOGIN_BODY_BYTES {
-        return error(
-            &anon,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "the sign-in form is larger than a token needs",
-        );
-    }
+    // Read no more than a token needs, and not for longer than any body.
+    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, LOGIN_BODY_BYTES));
+    let body = match read.await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => {
+            return error(
+                &anon,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the sign-in form is larger than a token needs",
+            );
+        }
+        Err(_) => {
+            return error(
+                &anon,
+                StatusCode::REQUEST_TIMEOUT,
+                "the sign-in form did not arrive in time; send it again",
+            );
+        }
+    };
     let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
     let field = |name: &str| {
         fields

@@ -233,3 +233,57 @@ fn a_pages_post_by_a_role_too_low_is_refused_by_the_server() {
     let v = srv.wait_final("web", &run);
     assert_eq!(v["outcome"]["summary"], "answer: blue");
 }
+
+#[test]
+fn signing_in_needs_the_forms_own_cookie_and_a_bounded_body() {
+    let srv = shared();
+    let token = srv.token("web", "viewer");
+    let form = |csrf: &str| format!("csrf_token={csrf}&token={token}");
+    let post = |cookie: Option<&str>, body: &[u8]| {
+        let mut headers = vec![("Content-Type", "application/x-www-form-urlencoded")];
+        if let Some(c) = cookie {
+            headers.push(("Cookie", c));
+        }
+        http(&srv.addr, "POST", "/login", &headers, Some(body))
+    };
+    let page = http(&srv.addr, "GET", "/login", &[], None);
+    let cookie = page
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let field = cookie.split_once('=').unwrap().1.to_string();
+    // A valid token with no form cookie (another site's form), or a field that is not the cookie's.
+    for (c, f) in [(None, field.as_str()), (Some(cookie.as_str()), "forged")] {
+        let r = post(c, form(f).as_bytes());
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(
+            r.body.contains("CSRF token is missing or wrong"),
+            "{}",
+            r.body
+        );
+        assert!(r.header("set-cookie").is_none(), "no session");
+    }
+    let r = post(Some(&cookie), &vec![b'x'; 10_000]);
+    assert_eq!(r.status, 413, "{}", r.body);
+    // The form as the browser sends it signs in.
+    let r = post(Some(&cookie), form(&field).as_bytes());
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some("/runs")),
+        "{}",
+        r.body
+    );
+    let session = r
+        .headers
+        .iter()
+        .find(|(k, v)| k == "set-cookie" && v.starts_with("loopbox_session="))
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert!(
+        session.contains("HttpOnly") && session.contains("SameSite=Strict"),
+        "{session}"
+    );
+}
