@@ -9,7 +9,8 @@
 #    componentize-py for the Python guests, Node.js (when missing) and the npm
 #    packages for the JavaScript guests, bubblewrap for the sandbox tests, and
 #    docker-registry (the CNCF distribution registry) and skopeo (another OCI
-#    client) for the registry tests
+#    client) for the registry tests, and chromium with the pinned playwright-core
+#    (host/tests/browser) for the dashboard's browser tests
 # 2. house habits: rustfmt's formatting, and clippy clean with -D warnings and every
 #    unsafe block explained (clippy::undocumented_unsafe_blocks)
 # 3. host unit tests, guests built from source by build scripts, integration and
@@ -69,12 +70,16 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then apt_install
 if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
 if ! [ -x /usr/bin/docker-registry ]; then apt_install docker-registry; fi
 if ! command -v skopeo >/dev/null; then apt_install skopeo; fi
+# The dashboard's browser tests drive Debian's chromium (no browser download).
+if ! [ -x /usr/bin/chromium ]; then apt_install chromium; fi
 
 # JavaScript guests are built with the componentize-js pinned in the lockfile. Not
 # `npm ci`: it rejects lockfiles written on one platform that lack other platforms'
 # optional native packages; `install --no-save` installs the locked versions and
 # leaves the lockfile alone.
 (cd guests/js && npm install --no-save --no-audit --no-fund --loglevel=error)
+# playwright-core, pinned in host/tests/browser's lockfile (no native packages: `npm ci`).
+(cd host/tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 
 cargo fmt --all --check
 (cd guests/rust && cargo fmt --all --check)

@@ -12,6 +12,7 @@
 //! - [`sched`]: the queue, and driving a run through the launcher.
 //! - [`http`]: accepting connections (bounded, with a header timeout).
 //! - [`api`]: the JSON API under `/api/v1`.
+//! - [`web`]: the dashboard, pages over the API's handlers.
 //!
 //! [`Server`] is what they share. [`serve`] starts it: it takes the data
 //! directory's lock (one server per data directory), picks up what its last
@@ -28,6 +29,7 @@ pub mod quota;
 pub mod sched;
 pub mod store;
 pub mod tenant;
+pub mod web;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -359,7 +361,7 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         .await
         .with_context(|| format!("failed to listen on {listen}"))?;
     let addr = listener.local_addr()?;
-    let app = api::router(server.clone());
+    let app = api::router(server.clone()).merge(web::router(server.clone()));
     let accepting = tokio::spawn(http::accept(listener, app, max_connections as usize));
     let dispatching = tokio::spawn(sched::dispatch(server.clone()));
     let sweeping = {

@@ -151,8 +151,13 @@ mod component {
                 json!({"printed": s.len()})
             }
             "log" => {
+                // `text` logs those words as they are (the dashboard's escaping tests).
+                let line = match op["text"].as_str() {
+                    Some(t) => t.to_string(),
+                    None => format!("probe says {}", big(op)),
+                };
                 for _ in 0..op["count"].as_u64().unwrap_or(1) {
-                    log::write(Level::Info, &format!("probe says {}", big(op)));
+                    log::write(Level::Info, &line);
                 }
                 json!({"logged": true})
             }

@@ -10,6 +10,7 @@ mod crash;
 mod load;
 mod runs;
 mod spend;
+mod web;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -305,8 +306,8 @@ impl Drop for Srv {
 }
 
 /// The server every test without special needs shares: tenants alpha, beta,
-/// gamma, delta (roomy; delta for the bad-input tests alone) and tiny (small
-/// quotas), started once.
+/// gamma, delta (roomy; delta for the bad-input tests alone), web (the
+/// dashboard's) and tiny (small quotas), started once.
 pub fn shared() -> &'static Srv {
     static SHARED: OnceLock<Srv> = OnceLock::new();
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
@@ -321,6 +322,8 @@ pub fn shared() -> &'static Srv {
                 ("beta", roomy),
                 ("gamma", roomy),
                 ("delta", roomy),
+                // The dashboard's browser tests (web.rs).
+                ("web", roomy),
                 (
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",

@@ -1,0 +1,689 @@
+//! The runs pages: the tenant's runs (filtered, paged through the
+//! `runs_by_tenant` index, live), starting one, and one run (its status and
+//! outcome, the buttons its caller's role may use, its approvals, the live
+//! log, the journal of actions, the timeline of events and decisions, its
+//! state and grants). One run's page reads the API's own view of the run,
+//! bounded whatever the run holds.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::act;
+use super::approvals::approval_card;
+use super::page::{Ctx, Viewer, age, age_of, error, page, pretty, status, text_of, untrusted};
+use crate::db::RunStatus;
+use crate::serve::Server;
+use crate::serve::api::extract::{Acting, Authed};
+use crate::serve::api::runs as api;
+use crate::serve::auth::Role;
+use crate::serve::store::{RunFilter, RunRow};
+
+/// Runs on a page.
+pub const PAGE: usize = 50;
+/// How often a live page reloads its live parts.
+const REFRESH_MS: u32 = 2000;
+
+/// `/`: the runs.
+pub async fn home() -> Response {
+    act::see("/runs")
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    before: Option<String>,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+/// The runs page's link with `q`'s filters and another `before`.
+fn list_href(q: &ListQuery, before: Option<&str>) -> String {
+    let mut parts: Vec<(&str, &str)> = vec![];
+    if let Some(s) = q.status.as_deref().filter(|s| !s.is_empty()) {
+        parts.push(("status", s));
+    }
+    if let Some(p) = q.policy.as_deref().filter(|s| !s.is_empty()) {
+        parts.push(("policy", p));
+    }
+    if let Some(b) = before {
+        parts.push(("before", b));
+    }
+    if parts.is_empty() {
+        return "/runs".into();
+    }
+    format!(
+        "/runs?{}",
+        serde_urlencoded::to_string(parts).unwrap_or_default()
+    )
+}
+
+pub async fn list(
+    State(server): State<Arc<Server>>,
+    Viewer(caller): Viewer,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let ctx = Ctx::of(&server, &caller);
+    let status_filter = match q.status.as_deref().filter(|s| !s.is_empty()) {
+        Some(s) => match s.parse::<RunStatus>() {
+            Ok(s) => Some(s),
+            Err(e) => return error(&ctx, axum::http::StatusCode::BAD_REQUEST, &e),
+        },
+        None => None,
+    };
+    let filter = RunFilter {
+        status: status_filter,
+        policy: q.policy.clone().filter(|p| !p.is_empty()),
+        before: q.before.clone().filter(|b| !b.is_empty()),
+        limit: PAGE,
+    };
+    let rows = match server.store.runs(&caller.tenant, &filter) {
+        Ok(r) => r,
+        Err(e) if crate::db::is_store_error(&e) => {
+            return error(
+                &ctx,
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("{e:#}"),
+            );
+        }
+        Err(e) => {
+            return error(&ctx, axum::http::StatusCode::BAD_REQUEST, &format!("{e:#}"));
+        }
+    };
+    let now = crate::db::now_ms();
+    let filtered = filter.status.is_some() || filter.policy.is_some();
+    let older = (rows.len() == PAGE)
+        .then(|| rows.last().map(|r| r.id.clone()))
+        .flatten();
+    let body = html! {
+        div.head {
+            h1 { "Runs" }
+            @if ctx.may(Role::Operator) {
+                a.button.primary href="/runs/new" { "Start a run" }
+            }
+        }
+        @if let Some(n) = act::notice(q.note.as_deref()) { p.note role="status" { (n) } }
+        form.filters method="get" action="/runs" {
+            label { "Status "
+                select name="status" {
+                    option value="" { "any" }
+                    @for s in RunStatus::ALL {
+                        option value=(s.as_str()) selected[filter.status == Some(s)] { (s.as_str()) }
+                    }
+                }
+            }
+            label { "Policy "
+                input type="text" name="policy" value=(q.policy.as_deref().unwrap_or("")) placeholder="name";
+            }
+            button type="submit" { "Filter" }
+            @if filtered { a href="/runs" { "Clear" } }
+        }
+        div #runs data-live {
+            @if rows.is_empty() {
+                div.empty {
+                    @if filtered {
+                        p { "No runs match these filters." } p { a href="/runs" { "Show every run" } }
+                    } @else if filter.before.is_some() {
+                        p { "No older runs." } p { a href="/runs" { "Back to the newest" } }
+                    } @else {
+                        p { "No runs yet in tenant " strong { (caller.tenant) } "." }
+                        @if ctx.may(Role::Operator) {
+                            p { a href="/runs/new" { "Start the first one" } }
+                        } @else {
+                            p.muted { "An operator of the tenant starts runs; they appear here as they go." }
+                        }
+                    }
+                }
+            } @else {
+                table.runs {
+                    thead { tr {
+                        th { "Status" } th { "Run" } th { "Policy" } th { "Tenant" }
+                        th { "Started" } th.num { "Actions" } th { "Updated" }
+                    } }
+                    tbody {
+                        @for r in &rows { (run_row(r, &caller.tenant, now)) }
+                    }
+                }
+            }
+        }
+        nav.pager {
+            @if filter.before.is_some() { a href=(list_href(&q, None)) { "← Newest" } }
+            @if let Some(o) = &older { a href=(list_href(&q, Some(o))) { "Older →" } }
+        }
+    };
+    // Only the first page follows new runs as they come.
+    let refresh = filter.before.is_none().then_some(REFRESH_MS);
+    page(&ctx, "Runs", "/runs", refresh, body).into_response()
+}
+
+fn run_row(r: &RunRow, tenant: &str, now: i64) -> Markup {
+    let name = r.policy_name.as_deref().unwrap_or(&r.policy);
+    html! {
+        tr {
+            td data-label="Status" { (status(r.status.as_str())) }
+            td data-label="Run" {
+                a.mono href={ "/runs/" (r.id) } { (r.id) }
+                @if let Some(s) = &r.summary { div.summary { (untrusted(s)) } }
+            }
+            td data-label="Policy" { (untrusted(name)) }
+            td data-label="Tenant" { (tenant) }
+            td data-label="Started" {
+                (age(r.created_at_ms, now))
+                @if let Some(b) = &r.started_by { div.muted { "by " (untrusted(b)) } }
+            }
+            td.num data-label="Actions" { (r.actions) }
+            td data-label="Updated" { (age(r.updated_at_ms, now)) }
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct NewQuery {
+    #[serde(default)]
+    policy: Option<String>,
+}
+
+/// The form that starts a run (operators and above).
+pub async fn new(
+    State(server): State<Arc<Server>>,
+    Viewer(caller): Viewer,
+    Query(q): Query<NewQuery>,
+) -> Response {
+    let ctx = Ctx::of(&server, &caller);
+    if let Err(why) = caller.may(Role::Operator, "start a run") {
+        return error(&ctx, axum::http::StatusCode::FORBIDDEN, &why);
+    }
+    let installed = {
+        let server = server.clone();
+        let tenant = caller.tenant.clone();
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+            let path = server.config_file(&tenant)?;
+            let config = crate::config::Config::load(&path)?;
+            Ok(config.policies.keys().cloned().collect())
+        })
+        .await
+    };
+    let names = match installed {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => {
+            return error(
+                &ctx,
+                axum::http::StatusCode::BAD_REQUEST,
+                &format!("the tenant's loopbox.toml cannot be read: {e:#}"),
+            );
+        }
+        Err(e) => {
+            return error(
+                &ctx,
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                &e.to_string(),
+            );
+        }
+    };
+    let roots: Vec<String> = server
+        .tenants
+        .get(&caller.tenant)
+        .map(|t| t.roots.iter().map(|r| r.display().to_string()).collect())
+        .unwrap_or_default();
+    let body = html! {
+        h1 { "Start a run" }
+        @if names.is_empty() {
+            div.empty {
+                p { "Tenant " strong { (caller.tenant) } " has no policy installed." }
+                p.muted { "An admin adds one as " code { "[policies.NAME]" } " to the tenant's loopbox.toml." }
+            }
+        } @else {
+            form.card.stack method="post" action="/runs" {
+                (ctx.csrf())
+                label for="policy" { "Policy" }
+                select #policy name="policy" required {
+                    @for n in &names {
+                        option value=(n) selected[q.policy.as_deref() == Some(n.as_str())] { (untrusted(n)) }
+                    }
+                }
+                label for="workspace" { "Workspace" }
+                input #workspace type="text" name="workspace" required spellcheck="false";
+                p.hint { "A directory inside one of the tenant's roots, absolute or relative to the first: "
+                    @for (i, r) in roots.iter().enumerate() { @if i > 0 { ", " } code { (r) } } }
+                label for="input" { "Input (JSON)" }
+                textarea #input name="input" rows="6" spellcheck="false" { "{}" }
+                button.primary type="submit" { "Start" }
+            }
+        }
+    };
+    page(&ctx, "Start a run", "/runs", None, body).into_response()
+}
+
+/// Start a run from the form: the API's start, then the new run's page.
+pub async fn start(State(server): State<Arc<Server>>, req: Request) -> Response {
+    let a = match Acting::<api::StartBody>::from_request(req, &server).await {
+        Ok(a) => a,
+        Err(e) => return act::refused(&server, None, &e),
+    };
+    let caller = a.caller.clone();
+    match api::start(State(server.clone()), a).await {
+        Ok(r) => match act::json_of(r.into_response()).await {
+            Some(v) if v["id"].is_string() => act::see(&format!(
+                "/runs/{}?note=started",
+                v["id"].as_str().unwrap_or_default()
+            )),
+            _ => act::unexpected(&server, &caller, "the run was started"),
+        },
+        Err(e) => act::refused(&server, Some(&caller), &e),
+    }
+}
+
+/// A form's act on a run: cancel, resume, answer or tick, through the API.
+pub async fn act(
+    State(server): State<Arc<Server>>,
+    Path((id, what)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    let back = |note: &str| format!("/runs/{id}?note={note}");
+    macro_rules! acting {
+        ($t:ty) => {
+            match Acting::<$t>::from_request(req, &server).await {
+                Ok(a) => a,
+                Err(e) => return act::refused(&server, None, &e),
+            }
+        };
+    }
+    let p = Path(id.clone());
+    let s = State(server.clone());
+    match what.as_str() {
+        "cancel" => {
+            let a = acting!(api::Nothing);
+            let c = a.caller.clone();
+            act::outcome(&server, &c, api::cancel(s, p, a).await, &back("cancelled"))
+        }
+        "resume" => {
+            let a = acting!(api::ResumeBody);
+            let c = a.caller.clone();
+            act::outcome(&server, &c, api::resume(s, p, a).await, &back("resumed"))
+        }
+        "answer" => {
+            let a = acting!(api::AnswerBody);
+            let c = a.caller.clone();
+            act::outcome(&server, &c, api::answer(s, p, a).await, &back("answered"))
+        }
+        "tick" => {
+            let a = acting!(api::TickBody);
+            let c = a.caller.clone();
+            act::outcome(&server, &c, api::tick(s, p, a).await, &back("ticked"))
+        }
+        _ => error(
+            &Ctx::anonymous(),
+            axum::http::StatusCode::NOT_FOUND,
+            "a run takes cancel, resume, answer or tick",
+        ),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ShowQuery {
+    #[serde(default)]
+    note: Option<String>,
+}
+
+/// One run's page.
+pub async fn show(
+    State(server): State<Arc<Server>>,
+    Viewer(caller): Viewer,
+    Path(id): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Response {
+    let ctx = Ctx::of(&server, &caller);
+    let view = match api::show(State(server.clone()), Authed(caller.clone()), Path(id)).await {
+        Ok(axum::Json(v)) => v,
+        Err(e) => return error(&ctx, e.status, &e.error),
+    };
+    let now = crate::db::now_ms();
+    let status_text = view["status"].as_str().unwrap_or("");
+    let finished = status_text
+        .parse::<RunStatus>()
+        .is_ok_and(RunStatus::is_final);
+    let title = view["policy_name"]
+        .as_str()
+        .or(view["policy"].as_str())
+        .map(untrusted)
+        .unwrap_or_default();
+    let body = run_page(&ctx, &view, now, act::notice(q.note.as_deref()));
+    let refresh = (!finished).then_some(REFRESH_MS);
+    page(&ctx, &format!("{title} · run"), "/runs", refresh, body).into_response()
+}
+
+/// What the run's latest decision waits for: an answer (`ask`), a tick (`pass`).
+fn waits_for(view: &Value) -> Option<&'static str> {
+    if view["status"] != "waiting" {
+        return None;
+    }
+    let last = view["events"].as_array()?.last()?;
+    match last["decision"]["type"].as_str()? {
+        "ask" => Some("answer"),
+        "pass" => Some("tick"),
+        _ => None,
+    }
+}
+
+/// An action's request in one line: `argv…` of an exec, a script's text, a prompt's.
+fn request_line(req: &Value) -> String {
+    // A journaled request is `{"exec": {...}}`, `{"script": {...}}`, `{"prompt": {...}}`.
+    if let Some(m) = req.as_object()
+        && m.len() == 1
+        && let Some((kind, inner)) = m.iter().next()
+        && inner.is_object()
+    {
+        return format!("{} {}", untrusted(kind), request_line(inner));
+    }
+    if let Some(argv) = req["argv"].as_array() {
+        let words: Vec<String> = argv
+            .iter()
+            .map(|a| a.as_str().unwrap_or_default().to_string())
+            .collect();
+        return untrusted(&crate::exec::grants::show_argv(&words));
+    }
+    for k in ["script", "source", "text", "prompt"] {
+        if let Some(s) = req[k].as_str() {
+            return untrusted(s);
+        }
+    }
+    text_of(req)
+}
+
+fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
+    let id = v["id"].as_str().unwrap_or_default();
+    let st = v["status"].as_str().unwrap_or("");
+    let finished = st.parse::<RunStatus>().is_ok_and(RunStatus::is_final);
+    let policy = v["policy_name"]
+        .as_str()
+        .or(v["policy"].as_str())
+        .unwrap_or("");
+    let waits = waits_for(v);
+    let empty = Vec::new();
+    let approvals = v["approvals"].as_array().unwrap_or(&empty);
+    let journal = v["journal"].as_array().unwrap_or(&empty);
+    let events = v["events"].as_array().unwrap_or(&empty);
+    html! {
+        div.head {
+            h1 { (untrusted(policy)) " " span.mono.muted { (id) } }
+        }
+        @if let Some(n) = note { p.note role="status" { (n) } }
+        section #summary data-live {
+            div.statusline {
+                (status(st))
+                @if v["driven"] == true { span.muted { " driven now" } }
+                @if v["cancel_requested"] == true && !finished { span.muted { " · cancel requested" } }
+                @if let Some(w) = waits { span.muted { " · waits for " @if w == "answer" { "an answer" } @else { "a tick" } } }
+            }
+            @if !v["outcome"].is_null() {
+                div.outcome {
+                    strong { "Outcome: " }
+                    (text_of(&v["outcome"]["summary"]))
+                    @if !v["outcome"]["data"].is_null() {
+                        details { summary { "data" } pre { (pretty(&v["outcome"]["data"])) } }
+                    }
+                }
+            }
+            dl.facts {
+                dt { "Policy" } dd { (untrusted(policy)) @if v["policy_name"].is_string() { div.muted.mono { (text_of(&v["policy"])) } } }
+                dt { "Digest" } dd.mono.wrap { (text_of(&v["policy_digest"])) }
+                dt { "Tenant" } dd { (text_of(&v["tenant"])) }
+                dt { "Workspace" } dd.mono.wrap { (text_of(&v["workspace"])) }
+                dt { "Started" } dd { (age_of(v["started"].as_str().unwrap_or(""), now)) @if v["started_by"].is_string() { " by " (text_of(&v["started_by"])) } }
+                dt { "Updated" } dd { (age_of(v["updated"].as_str().unwrap_or(""), now)) }
+                dt { "Counts" } dd { (v["turns"].as_u64().unwrap_or(0)) " turns · " (v["actions"].as_u64().unwrap_or(0)) " actions · " (v["prompts"].as_u64().unwrap_or(0)) " prompts" }
+                dt { "Grants" } dd { (text_of(&v["grants"])) }
+            }
+            @if ctx.may(Role::Operator) && !finished {
+                div.actions {
+                    @if st == "interrupted" {
+                        form.inline method="post" action={ "/runs/" (id) "/resume" } {
+                            (ctx.csrf())
+                            label.check { input type="checkbox" name="resend_turn" value="true"; " resend the agent turn" }
+                            label.check { input type="checkbox" name="accept_config_change" value="true"; " accept a changed config" }
+                            button type="submit" { "Resume" }
+                        }
+                    }
+                    @if waits == Some("answer") {
+                        form.inline method="post" action={ "/runs/" (id) "/answer" } {
+                            (ctx.csrf())
+                            label for="answer" { "Answer" }
+                            input #answer type="text" name="text" required;
+                            button.primary type="submit" { "Send answer" }
+                        }
+                    }
+                    @if waits == Some("tick") {
+                        form.inline method="post" action={ "/runs/" (id) "/tick" } {
+                            (ctx.csrf())
+                            label for="tick" { "Tick (JSON)" }
+                            input #tick.mono type="text" name="payload" value="{}" required;
+                            button type="submit" { "Send tick" }
+                        }
+                    }
+                    form.inline method="post" action={ "/runs/" (id) "/cancel" } {
+                        (ctx.csrf())
+                        button.danger type="submit" { "Cancel run" }
+                    }
+                }
+            }
+        }
+        section #approvals data-live {
+            @if !approvals.is_empty() {
+                h2 { "Approvals" }
+                @for a in approvals { (approval_card(ctx, a, now, "run")) }
+            }
+        }
+        section.log {
+            h2 { "Live log" }
+            pre #log data-run=(id) data-final[finished] aria-live="polite" {}
+            p.muted.small #log-state {}
+        }
+        section #journal data-live {
+            h2 { "Journal of actions" }
+            @if journal.is_empty() {
+                p.empty { "No actions yet." }
+            } @else {
+                @let total = v["journal_total"].as_u64().unwrap_or(0);
+                @if total as usize > journal.len() { p.muted { "The latest " (journal.len()) " of " (total) "." } }
+                table.journal {
+                    thead { tr { th { "#" } th { "Action" } th { "Outcome" } th.num { "Exit" } th.num { "Time" } th { "Started" } } }
+                    tbody {
+                        @for j in journal { (journal_row(j, now)) }
+                    }
+                }
+            }
+        }
+        section #timeline data-live {
+            h2 { "Timeline" }
+            @if events.is_empty() {
+                p.empty { "No events yet." }
+            } @else {
+                @let total = v["events_total"].as_u64().unwrap_or(0);
+                @if total as usize > events.len() { p.muted { "The latest " (events.len()) " of " (total) "." } }
+                ol.timeline {
+                    @for e in events { (event_item(e, now)) }
+                }
+            }
+        }
+        section #state data-live {
+            h2 { "State" }
+            @match v["state"].as_object() {
+                Some(m) if !m.is_empty() => {
+                    dl.state { @for (k, val) in m { dt.mono { (untrusted(k)) } dd { pre { (pretty(val)) } } } }
+                }
+                _ => { p.empty { "The policy keeps no state." } }
+            }
+        }
+        section {
+            h2 { "Grants and input" }
+            details { summary { "Pinned grants (" (text_of(&v["grants"])) ")" } pre { (pretty(&v["pinned_grants"])) } }
+            details { summary { "Start input" } pre { (pretty(&v["input"])) } }
+        }
+    }
+}
+
+fn journal_row(j: &Value, now: i64) -> Markup {
+    let outcome = j["outcome"].as_str().unwrap_or("");
+    let shown = match outcome {
+        "ok" => "done",
+        "error" => "failed",
+        "running" => "running",
+        _ => "interrupted",
+    };
+    html! {
+        tr {
+            td.mono data-label="#" { (j["event"]) "." (j["seq"]) }
+            td data-label="Action" {
+                span.kind { (text_of(&j["kind"])) } " "
+                code.wrap { (request_line(&j["request"])) }
+                @if !j["error"].is_null() {
+                    div.err { strong { (text_of(&j["error"]["kind"])) } ": " (text_of(&j["error"]["message"])) }
+                }
+                @let out = j["stdout"].as_str().unwrap_or("");
+                @let err = j["stderr"].as_str().unwrap_or("");
+                @if !out.is_empty() || !err.is_empty() {
+                    details {
+                        summary { "output" }
+                        @if !out.is_empty() { pre.out { (untrusted(out)) } }
+                        @if !err.is_empty() { pre.out.stderr { (untrusted(err)) } }
+                    }
+                }
+            }
+            td data-label="Outcome" { span class={ "status s-" (shown) } { (outcome) } @if j["timed_out"] == true { " (timed out)" } }
+            td.num data-label="Exit" { (text_of(&j["exit_code"])) }
+            td.num data-label="Time" { @if let Some(ms) = j["duration_ms"].as_u64() { (ms) " ms" } }
+            td data-label="Started" { (age_of(j["started"].as_str().unwrap_or(""), now)) }
+        }
+    }
+}
+
+fn event_item(e: &Value, now: i64) -> Markup {
+    let ev = &e["event"];
+    let kind = ev["type"].as_str().unwrap_or("event");
+    let detail = match kind {
+        "start" => text_of(&ev["input"]),
+        "tick" => text_of(&ev["payload"]),
+        "user-input" => text_of(&ev["text"]),
+        "turn-complete" => text_of(&ev["response"]),
+        "tool-call" => format!("{} {}", text_of(&ev["name"]), text_of(&ev["input"])),
+        "custom" => format!("{} {}", text_of(&ev["name"]), text_of(&ev["payload"])),
+        _ => text_of(ev),
+    };
+    let d = &e["decision"];
+    let d_kind = d["type"].as_str();
+    let d_text = match d_kind {
+        Some("inject") => text_of(&d["message"]),
+        Some("block" | "escalate") => text_of(&d["reason"]),
+        Some("ask") => text_of(&d["question"]),
+        Some("done") => text_of(&d["summary"]),
+        Some("rewrite") => text_of(&d["payload"]),
+        _ => String::new(),
+    };
+    html! {
+        li {
+            div.when { span.mono { "#" (e["seq"]) } " " (age_of(e["at"].as_str().unwrap_or(""), now)) }
+            div {
+                span.kind { (untrusted(kind)) } " " span.detail { (crate::ui::shorten(&detail, 300)) }
+            }
+            @if let Some(k) = d_kind {
+                div.decision { "→ " strong { (untrusted(k)) }
+                    @if d["type"] == "done" { @if d["success"] == true { " (success)" } @else { " (failure)" } }
+                    @if !d_text.is_empty() { ": " (crate::ui::shorten(&d_text, 300)) } }
+            } @else if e["pending"] == true {
+                div.decision.muted { "→ being handled" }
+            }
+            @if !e["error"].is_null() { div.err { (crate::ui::shorten(&text_of(&e["error"]), 300)) } }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A run whose every word is hostile, as the API shows it.
+    fn hostile_view() -> Value {
+        let img = "\"><img src=x onerror=alert(1)>";
+        json!({
+            "id": "r1", "status": "done", "policy": "<script>alert(1)</script>.wasm",
+            "policy_name": "<script>alert(2)</script>", "tenant": "web", "workspace": "/w/\"><b>",
+            "started": "2026-11-27T00:15:53.565Z", "updated": "2026-11-27T00:15:53.565Z",
+            "started_by": "web/<i>x</i>", "grants": "[policies.<script>]", "pinned_grants": {"<script>": 1},
+            "outcome": {"summary": "<script>alert(3)</script>", "data": {"k": img}},
+            "input": {"argv": ["echo", img]},
+            "events": [{"seq": 1, "at": "2026-11-27T00:15:53.565Z",
+                        "event": {"type": "start", "input": {"x": "<script>alert(4)</script>"}},
+                        "decision": {"type": "done", "success": true, "summary": "<script>alert(5)</script>"},
+                        "error": null, "pending": false}],
+            "journal": [{"event": 1, "seq": 1, "kind": "shell", "request": {"kind": "exec", "argv": ["echo", img]},
+                         "outcome": "ok", "exit_code": 0, "duration_ms": 3, "stdout": format!("{img}\n"), "stderr": "<script>",
+                         "error": null, "started": "2026-11-27T00:15:53.565Z"}],
+            "state": {"<k>": "<script>alert(6)</script>"},
+            "approvals": [],
+        })
+    }
+
+    #[test]
+    fn a_hostile_runs_words_are_escaped_on_its_page() {
+        let ctx = Ctx::anonymous();
+        let html = run_page(&ctx, &hostile_view(), 0, None).into_string();
+        // Nothing the run wrote becomes markup: no element, no attribute.
+        assert!(!html.contains("<script"), "{html}");
+        assert!(!html.contains("<img"), "{html}");
+        assert!(!html.contains("<b>") && !html.contains("<i>"), "{html}");
+        // ... and it is all there to read.
+        assert!(
+            html.contains("&lt;script&gt;alert(3)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn text_that_reorders_or_hides_reads_as_escapes() {
+        // An approver must read the command that runs, not one it poses as.
+        let line = request_line(&json!({"argv": ["echo", "safe\u{202e}fr- mr"]}));
+        assert!(
+            line.contains("\\u{202e}") && !line.contains('\u{202e}'),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn the_decision_a_waiting_run_stands_at_picks_its_form() {
+        let v = |d: &str| json!({"status": "waiting", "events": [{"decision": {"type": d}}]});
+        assert_eq!(waits_for(&v("ask")), Some("answer"));
+        assert_eq!(waits_for(&v("pass")), Some("tick"));
+        assert_eq!(waits_for(&v("done")), None);
+        assert_eq!(
+            waits_for(&json!({"status": "done", "events": [{"decision": {"type": "ask"}}]})),
+            None
+        );
+    }
+
+    #[test]
+    fn the_pager_keeps_the_filters() {
+        let q = ListQuery {
+            status: Some("done".into()),
+            policy: Some("a&b".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            list_href(&q, Some("r9")),
+            "/runs?status=done&policy=a%26b&before=r9"
+        );
+        assert_eq!(list_href(&ListQuery::default(), None), "/runs");
+    }
+}
