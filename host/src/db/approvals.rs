@@ -10,12 +10,12 @@
 //! voids the old approval and asks anew, so no decision ever covers a request
 //! the person did not see.
 
+use crate::db::engine::{OptionalExtension, Row, params};
 use anyhow::Result;
-use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::audit::{AuditEntry, Refused, append};
-use super::{Cached, Db, now_ms, page_size};
+use super::{Db, now_ms, page_size};
 
 /// Where an approval stands; stored as its lower-case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -162,7 +162,7 @@ pub enum Settle {
 
 const COLUMNS: &str = "id, run_id, event_seq, call_seq, digest, request, what, rule, status, requested_at, deadline, allow_self, decided_by, decided_at, reason, consumed_at";
 
-fn approval(r: &rusqlite::Row<'_>) -> rusqlite::Result<Approval> {
+fn approval(r: &Row) -> crate::db::engine::Result<Approval> {
     let event: Option<i64> = r.get(2)?;
     let call: Option<i64> = r.get(3)?;
     let request: String = r.get(5)?;
@@ -176,11 +176,7 @@ fn approval(r: &rusqlite::Row<'_>) -> rusqlite::Result<Approval> {
         what: r.get(6)?,
         rule: r.get(7)?,
         status: ApprovalStatus::parse(&status).ok_or_else(|| {
-            rusqlite::Error::FromSqlConversionFailure(
-                8,
-                rusqlite::types::Type::Text,
-                format!("`{status}` is not an approval status").into(),
-            )
+            crate::db::engine::Error::conversion(8, format!("`{status}` is not an approval status"))
         })?,
         requested_at_ms: r.get(9)?,
         deadline_ms: r.get(10)?,

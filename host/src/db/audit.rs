@@ -8,11 +8,11 @@
 //! act that did not happen nor misses one that did; an act that was refused
 //! changes nothing and is logged on its own, with the reason.
 
+use crate::db::engine::params;
 use anyhow::Result;
-use rusqlite::params;
 use serde::Serialize;
 
-use super::{Cached, Db, now_ms, page_size};
+use super::{Db, now_ms, page_size};
 
 /// One act to record.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -51,17 +51,17 @@ pub struct AuditFilter {
     pub limit: usize,
 }
 
-pub(super) fn append(tx: &rusqlite::Transaction<'_>, e: &AuditEntry) -> Result<i64> {
+pub(super) fn append(tx: &crate::db::Conn, e: &AuditEntry) -> Result<i64> {
     let outcome = if e.outcome.is_empty() {
         "ok"
     } else {
         &e.outcome
     };
-    tx.exec(
-        "INSERT INTO audit (at, actor, tenant, act, target, digest, outcome, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    Ok(tx.row(
+        "INSERT INTO audit (at, actor, tenant, act, target, digest, outcome, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING seq",
         params![now_ms(), e.actor, e.tenant, e.act, e.target, e.digest, outcome, e.detail],
-    )?;
-    Ok(tx.last_insert_rowid())
+        |r| r.get(0),
+    )?)
 }
 
 /// Why an act was refused, told to whoever asked; the store is unchanged.
@@ -76,7 +76,7 @@ impl Db {
     pub fn audit_act<T>(
         &self,
         entry: AuditEntry,
-        act: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<Result<T, Refused>>,
+        mut act: impl FnMut(&crate::db::Conn) -> Result<Result<T, Refused>>,
     ) -> Result<Result<T, Refused>> {
         let done = self.write(&format!("record `{}`", entry.act), |tx| {
             match act(tx)? {
@@ -98,7 +98,7 @@ impl Db {
                             tx,
                             &AuditEntry {
                                 outcome: format!("refused: {why}"),
-                                ..entry
+                                ..entry.clone()
                             },
                         )
                     })?;

@@ -4,9 +4,8 @@
 //! action starts, in one transaction with the budget it spends, the calls
 //! before it and (the first time) its event's row, marked pending.
 
-use crate::db::Cached;
+use crate::db::engine::{Conn, OptionalExtension, Row, params};
 use anyhow::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 
 use super::journal::{Budget, JournalRow, Spent, SpentError, insert_rows, spend};
 use super::{Db, now_ms};
@@ -50,7 +49,7 @@ pub struct EventRecord {
     pub pending: bool,
 }
 
-fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
+fn event_record(r: &Row) -> crate::db::engine::Result<EventRecord> {
     Ok(EventRecord {
         seq: r.get(0)?,
         at_ms: r.get(1)?,
@@ -64,7 +63,7 @@ fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
 const EVENT_COLUMNS: &str = "seq, at, event, decision, error, pending";
 
 /// The next event number of `run`.
-fn next_event_seq(tx: &rusqlite::Connection, run: &str) -> rusqlite::Result<i64> {
+fn next_event_seq(tx: &crate::db::Conn, run: &str) -> crate::db::engine::Result<i64> {
     tx.row(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1",
         [run],
@@ -316,7 +315,7 @@ impl Db {
 }
 
 /// Bytes `key` and its value take in the run's state, 0 when absent.
-fn entry_size(c: &Connection, run: &str, key: &str) -> rusqlite::Result<i64> {
+fn entry_size(c: &Conn, run: &str, key: &str) -> crate::db::engine::Result<i64> {
     Ok(c.row(
         "SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2",
         [run, key],
@@ -326,7 +325,7 @@ fn entry_size(c: &Connection, run: &str, key: &str) -> rusqlite::Result<i64> {
     .unwrap_or(0))
 }
 
-fn append_log(tx: &rusqlite::Transaction<'_>, run: &str, lines: &[LogRecord]) -> Result<()> {
+fn append_log(tx: &crate::db::Conn, run: &str, lines: &[LogRecord]) -> Result<()> {
     if lines.is_empty() {
         return Ok(());
     }

@@ -3,9 +3,8 @@
 //! policy sees it. This is the lower layer: [`super::events`] writes rows
 //! together with their event, never the other way round.
 
-use crate::db::Cached;
+use crate::db::engine::{OptionalExtension, params};
 use anyhow::Result;
-use rusqlite::{OptionalExtension, params};
 
 use super::{Db, now_ms};
 
@@ -45,7 +44,7 @@ pub enum Spent {
 }
 
 pub(super) fn insert_rows(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &crate::db::Conn,
     run: &str,
     event_seq: i64,
     rows: &[JournalRow],
@@ -72,7 +71,7 @@ pub(super) fn insert_rows(
     add_bytes(tx, run, bytes)
 }
 
-fn add_bytes(tx: &rusqlite::Transaction<'_>, run: &str, bytes: u64) -> Result<()> {
+fn add_bytes(tx: &crate::db::Conn, run: &str, bytes: u64) -> Result<()> {
     if bytes > 0 {
         tx.exec(
             "UPDATE runs SET journal_bytes = journal_bytes + ?2 WHERE id = ?1",
@@ -82,11 +81,7 @@ fn add_bytes(tx: &rusqlite::Transaction<'_>, run: &str, bytes: u64) -> Result<()
     Ok(())
 }
 
-pub(super) fn spend(
-    tx: &rusqlite::Transaction<'_>,
-    run: &str,
-    budget: &Budget,
-) -> Result<Result<(), Spent>> {
+pub(super) fn spend(tx: &crate::db::Conn, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
     if let Some(limit) = budget.prompts
         && tx.exec(
             "UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2",

@@ -10,6 +10,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod engine;
 mod events;
 mod journal;
 pub mod lease;
@@ -27,6 +28,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use rusqlite::{Connection, ErrorCode};
 
+pub use engine::{Conn, Engine};
+
 pub use events::{EventCommit, EventRecord, LogRecord};
 pub use journal::{Budget, JournalRow, Spent};
 pub use runs::{NewRun, RunOptions, RunPlace, RunRecord, RunStatus, local_actor};
@@ -41,7 +44,7 @@ pub const STORE_FILE: &str = "loopbox.db";
 
 #[derive(Clone)]
 pub struct Db {
-    conn: Arc<Mutex<Connection>>,
+    conn: Arc<Mutex<Conn>>,
     path: PathBuf,
     /// The store file's device and inode when opened (none for an in-memory
     /// store): a store deleted or replaced under a run is noticed at its next write.
@@ -49,6 +52,8 @@ pub struct Db {
     /// The store's schema: [`schema::SCHEMA_VERSION`], or an older one a
     /// read-only command reads as it is (see [`Db::open_read_only`]).
     schema: i64,
+    /// A PostgreSQL store's URL (none for SQLite), to open more connections with.
+    url: Option<Arc<str>>,
 }
 
 /// How long a write waits for another process's write to finish.
@@ -57,33 +62,6 @@ const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Db").field("path", &self.path).finish()
-    }
-}
-
-/// `execute` and `query_row` through the connection's statement cache.
-/// rusqlite's own prepare (and parse) the SQL on every call.
-pub(crate) trait Cached {
-    fn exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
-    fn row<T, P: rusqlite::Params, F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>>(
-        &self,
-        sql: &str,
-        params: P,
-        f: F,
-    ) -> rusqlite::Result<T>;
-}
-
-impl Cached for Connection {
-    fn exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
-        self.prepare_cached(sql)?.execute(params)
-    }
-
-    fn row<T, P: rusqlite::Params, F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>>(
-        &self,
-        sql: &str,
-        params: P,
-        f: F,
-    ) -> rusqlite::Result<T> {
-        self.prepare_cached(sql)?.query_row(params, f)
     }
 }
 
@@ -142,10 +120,11 @@ impl Db {
                 .with_context(context)?;
             schema::migrate(&conn).with_context(context)?;
             return Ok(Db {
-                conn: Arc::new(Mutex::new(conn)),
+                conn: Arc::new(Mutex::new(Conn::sqlite(conn))),
                 path: path.to_path_buf(),
                 identity: None,
                 schema: schema::SCHEMA_VERSION,
+                url: None,
             });
         }
         match std::fs::metadata(path) {
@@ -184,10 +163,11 @@ impl Db {
             .with_context(context)?;
         let identity = Some(file_identity(path).with_context(context)?);
         Ok(Db {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: Arc::new(Mutex::new(Conn::sqlite(conn))),
             path: path.to_path_buf(),
             identity,
             schema: schema::SCHEMA_VERSION,
+            url: None,
         })
     }
 
@@ -239,11 +219,63 @@ impl Db {
         }
         let identity = Some(file_identity(path).with_context(context)?);
         Ok(Db {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: Arc::new(Mutex::new(Conn::sqlite(conn))),
             path: path.to_path_buf(),
             identity,
             schema: version,
+            url: None,
         })
+    }
+
+    /// Open the store `store` names: a PostgreSQL URL (`postgres://…`), or an
+    /// SQLite file's path.
+    pub fn open_store(store: &str) -> Result<Db> {
+        if engine::postgres::is_url(store) {
+            Db::open_postgres(store)
+        } else {
+            Db::open(Path::new(store))
+        }
+    }
+
+    /// Connect to the PostgreSQL store at `url`, making its tables when it has none.
+    pub fn open_postgres(url: &str) -> Result<Db> {
+        let conn = engine::postgres::PgConn::connect(url)?;
+        let label = conn.label().to_string();
+        let conn = Conn::postgres(conn);
+        schema::migrate_postgres(&conn)
+            .with_context(|| format!("failed to open the store `{label}`"))?;
+        Ok(Db {
+            conn: Arc::new(Mutex::new(conn)),
+            path: PathBuf::from(label),
+            identity: None,
+            schema: schema::SCHEMA_VERSION,
+            url: Some(url.into()),
+        })
+    }
+
+    /// Which engine the store is on.
+    pub fn engine(&self) -> Engine {
+        self.conn().engine()
+    }
+
+    /// Another connection to the same store (a server reads through one of its own).
+    pub fn second_connection(&self) -> Result<Conn> {
+        if let Some(url) = &self.url {
+            return Ok(Conn::postgres(engine::postgres::PgConn::connect(url)?));
+        }
+        let conn = Connection::open_with_flags(
+            &self.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        configure(&conn)?;
+        Ok(Conn::sqlite(conn))
+    }
+
+    /// Make the tables `ddl` declares (written for SQLite, `CREATE … IF NOT
+    /// EXISTS`), as this store's engine spells them.
+    pub fn create_tables(&self, ddl: &str) -> Result<()> {
+        let c = self.conn();
+        Ok(c.execute_batch(&schema::ddl_for(c.engine(), ddl))?)
     }
 
     /// Whether the store has the tables and columns of schema `version` (an
@@ -271,31 +303,42 @@ impl Db {
         &self.path
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    fn conn(&self) -> MutexGuard<'_, Conn> {
         // A panic while holding the lock cannot leave SQLite half-written (it has its own
         // transactions), so a poisoned lock is still safe to use.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Run `f` in one transaction; the error names the store and what to do
-    /// when it is damaged or the disk is full.
-    fn write<T>(
-        &self,
-        what: &str,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let mut c = self.conn();
-        let attempt = (|| {
-            // IMMEDIATE takes the write lock first (waiting up to BUSY_TIMEOUT): a deferred
-            // transaction that reads, then writes, fails at once with "database is locked"
-            // when another process wrote in between.
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let value = f(&tx)?;
-            self.check_identity()?;
-            tx.commit()?;
-            Ok(value)
-        })();
-        attempt
+    /// when it is damaged or the disk is full. A transaction cut short by a
+    /// lost PostgreSQL connection committed nothing: it is run again, once, on
+    /// a new connection.
+    fn write<T>(&self, what: &str, mut f: impl FnMut(&Conn) -> Result<T>) -> Result<T> {
+        let c = self.conn();
+        let mut attempt = || -> Result<T> {
+            c.reconnect_if_lost()?;
+            // Writers wait for one another (SQLite's IMMEDIATE, PostgreSQL's write lock): a
+            // deferred transaction that reads, then writes, fails at once with "database is
+            // locked" when another process wrote in between.
+            c.begin_write()?;
+            let done = (|| {
+                let value = f(&c)?;
+                self.check_identity()?;
+                c.commit()?;
+                Ok(value)
+            })();
+            if done.is_err() {
+                c.rollback();
+            }
+            done
+        };
+        let mut result = attempt();
+        if let Err(e) = &result
+            && crate::error::find::<engine::Error>(e).is_some_and(engine::Error::is_connection_lost)
+        {
+            result = attempt();
+        }
+        result
             .map_err(|e| explain(&self.path, e))
             .with_context(|| format!("failed to {what}"))
     }
@@ -459,6 +502,7 @@ pub fn advise(e: anyhow::Error) -> anyhow::Error {
 /// Whether `e` came from the store (rather than, say, a missing run).
 pub fn is_store_error(e: &anyhow::Error) -> bool {
     crate::error::find::<rusqlite::Error>(e).is_some()
+        || crate::error::find::<engine::Error>(e).is_some()
 }
 
 /// Add what to do to the errors a user can act on: a damaged store, a full disk.
@@ -939,7 +983,7 @@ mod tests {
             "{plan:?}"
         );
         // The rows the query steps through do not grow with the finished runs.
-        let mut stmt = c.prepare(&sql).unwrap();
+        let mut stmt = c.as_sqlite().unwrap().prepare(&sql).unwrap();
         let rows = stmt.query_map(["running"], |_| Ok(())).unwrap().count();
         let steps = stmt.get_status(rusqlite::StatementStatus::VmStep);
         assert!(rows == 0 && steps < 100, "{rows} rows in {steps} steps");
@@ -967,6 +1011,8 @@ mod tests {
         };
         let version = |db: &Db| -> i64 {
             db.conn()
+                .as_sqlite()
+                .unwrap()
                 .pragma_query_value(None, "user_version", |r| r.get(0))
                 .unwrap()
         };

@@ -1,9 +1,8 @@
 //! Run rows: creation, status, counters and budgets, the driver's lease, and
 //! cancellation requests.
 
-use crate::db::Cached;
+use crate::db::engine::{OptionalExtension, Row, params};
 use anyhow::{Context, Result};
-use rusqlite::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::audit::AuditEntry;
@@ -104,7 +103,7 @@ pub(super) fn runs_with_status_sql(columns: &str) -> String {
     format!("SELECT {columns} FROM runs WHERE status = ?1 ORDER BY created_at, id")
 }
 
-fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+fn run_record(r: &Row) -> crate::db::engine::Result<RunRecord> {
     let options: String = r.get(12)?;
     let lease: Option<String> = r.get(13)?;
     Ok(RunRecord {
@@ -134,10 +133,10 @@ fn run_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
 
 /// A run that ended keeps no snapshots (`actions.snapshot`): no later event can restore them.
 fn forget_snapshots_of_ended(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &crate::db::Conn,
     id: &str,
     status: RunStatus,
-) -> rusqlite::Result<()> {
+) -> crate::db::engine::Result<()> {
     if status.is_final() {
         tx.exec("DELETE FROM snapshots WHERE run_id = ?1", [id])?;
     }
@@ -217,17 +216,15 @@ impl std::str::FromStr for RunStatus {
     }
 }
 
-impl rusqlite::ToSql for RunStatus {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
+impl crate::db::engine::ToValue for RunStatus {
+    fn to_value(&self) -> crate::db::engine::Value {
+        crate::db::engine::Value::Text(self.as_str().into())
     }
 }
 
-impl rusqlite::types::FromSql for RunStatus {
-    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
-        v.as_str()?
-            .parse()
-            .map_err(|e: String| rusqlite::types::FromSqlError::Other(e.into()))
+impl crate::db::engine::FromValue for RunStatus {
+    fn from_value(v: &crate::db::engine::Value) -> std::result::Result<Self, String> {
+        String::from_value(v)?.parse()
     }
 }
 
@@ -257,7 +254,7 @@ struct RunRow {
 }
 
 impl RunRow {
-    fn insert(&self, tx: &rusqlite::Transaction<'_>) -> Result<()> {
+    fn insert(&self, tx: &crate::db::Conn) -> Result<()> {
         tx.exec(
             "INSERT INTO runs (id, policy, policy_digest, input, status, created_at, updated_at, seed, options, lease, tenant, workspace, started_by)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",

@@ -4,6 +4,8 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
+use super::engine::{Conn, Engine};
+
 pub const SCHEMA_VERSION: i64 = 9;
 
 /// The oldest schema whose tables this loopbox can read as they are: a
@@ -119,10 +121,6 @@ CREATE TABLE IF NOT EXISTS audit (
     detail TEXT
 );
 CREATE INDEX IF NOT EXISTS audit_by_tenant ON audit (tenant, seq);
-CREATE TRIGGER IF NOT EXISTS audit_is_append_only_update BEFORE UPDATE ON audit
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: its rows are never changed'); END;
-CREATE TRIGGER IF NOT EXISTS audit_is_append_only_delete BEFORE DELETE ON audit
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: its rows are never deleted'); END;
 -- Schema 8: copies of workspace files a policy asked the host to keep
 -- (`actions.snapshot`), to put back with `actions.restore`; `content` NULL is a
 -- path that was absent. Deleted with the snapshot, or when the run ends.
@@ -133,6 +131,32 @@ CREATE TABLE IF NOT EXISTS snapshots (
     content BLOB,
     PRIMARY KEY (run_id, id, path)
 );
+";
+
+/// The audit log's guard on SQLite (see `POSTGRES_EXTRAS` for PostgreSQL's).
+const SQLITE_TRIGGERS: &str = "
+CREATE TRIGGER IF NOT EXISTS audit_is_append_only_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: its rows are never changed'); END;
+CREATE TRIGGER IF NOT EXISTS audit_is_append_only_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: its rows are never deleted'); END;
+";
+
+/// What PostgreSQL needs beyond the shared tables: the SQLite functions the
+/// shared SQL calls, the audit log's guard, and the `rowid` SQLite gives
+/// every table that listings order by.
+const POSTGRES_EXTRAS: &str = "
+CREATE OR REPLACE FUNCTION json_extract(doc text, path text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT (doc::jsonb) #>> string_to_array(substr(path, 3), '.') $$;
+CREATE OR REPLACE FUNCTION json_valid(doc text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    AS $$ BEGIN PERFORM doc::jsonb; RETURN true; EXCEPTION WHEN others THEN RETURN false; END $$;
+CREATE OR REPLACE FUNCTION loopbox_audit_append_only() RETURNS trigger LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'the audit log is append-only: its rows are never %',
+        CASE TG_OP WHEN 'UPDATE' THEN 'changed' ELSE 'deleted' END; END $$;
+CREATE OR REPLACE TRIGGER audit_is_append_only BEFORE UPDATE OR DELETE ON audit
+    FOR EACH ROW EXECUTE FUNCTION loopbox_audit_append_only();
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS rowid BIGSERIAL;
 ";
 
 /// Indexes on columns added after schema 1, made once the columns exist.
@@ -232,6 +256,8 @@ fn upgrade(conn: &Connection) -> Result<()> {
     }
     conn.execute_batch(TABLES)
         .context("failed to create the tables")?;
+    conn.execute_batch(SQLITE_TRIGGERS)
+        .context("failed to create the tables")?;
     for (table, column, decl) in ADDED_COLUMNS {
         let present: bool = conn.query_row(
             &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
@@ -251,4 +277,75 @@ fn upgrade(conn: &Connection) -> Result<()> {
         .context("failed to create the indexes")?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     Ok(())
+}
+
+/// `ddl` (written for SQLite) as `engine` spells it: PostgreSQL has no
+/// `INTEGER` of SQLite's 64 bits, no `REAL`, no `BLOB`, no `WITHOUT ROWID`.
+pub fn ddl_for(engine: Engine, ddl: &str) -> String {
+    match engine {
+        Engine::Sqlite => ddl.to_string(),
+        Engine::Postgres => ddl
+            .replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+            .replace("INTEGER", "BIGINT")
+            .replace(" REAL", " DOUBLE PRECISION")
+            .replace(" BLOB", " BYTEA")
+            .replace(") WITHOUT ROWID;", ");"),
+    }
+}
+
+/// The key of the advisory lock an upgrade of a PostgreSQL store holds.
+const UPGRADE_LOCK: i64 = 0x6c6f_6f70_626f_79;
+
+/// Bring a PostgreSQL store to [`SCHEMA_VERSION`]: the same tables and
+/// columns as SQLite's, made in one transaction under a lock, so servers and
+/// workers starting at once make them once. The version is kept in
+/// `loopbox_schema` (PostgreSQL has no `user_version`).
+pub fn migrate_postgres(conn: &Conn) -> Result<()> {
+    conn.execute_batch(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({UPGRADE_LOCK}); CREATE TABLE IF NOT EXISTS loopbox_schema (version BIGINT NOT NULL)"
+    ))
+    .context("failed to lock the store to upgrade it")?;
+    let upgraded = (|| -> Result<()> {
+        let version: i64 = conn.query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM loopbox_schema",
+            [],
+            |r| r.get(0),
+        )?;
+        if version > SCHEMA_VERSION {
+            bail!(
+                "it was written by a newer loopbox (schema {version}, this one knows {SCHEMA_VERSION}); upgrade loopbox"
+            );
+        }
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        let pg = |sql: &str| ddl_for(Engine::Postgres, sql);
+        conn.execute_batch(&pg(TABLES))
+            .context("failed to create the tables")?;
+        for (table, column, decl) in ADDED_COLUMNS {
+            conn.execute_batch(&pg(&format!(
+                "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {decl}"
+            )))
+            .with_context(|| format!("failed to add {table}.{column}"))?;
+        }
+        conn.execute_batch(ADDED_INDEXES)
+            .context("failed to create the indexes")?;
+        conn.execute_batch(POSTGRES_EXTRAS)
+            .context("failed to create the functions and triggers")?;
+        conn.execute("DELETE FROM loopbox_schema", [])?;
+        conn.execute(
+            "INSERT INTO loopbox_schema (version) VALUES (?1)",
+            [SCHEMA_VERSION],
+        )?;
+        Ok(())
+    })();
+    match upgraded {
+        Ok(()) => conn
+            .commit()
+            .context("failed to commit the store's upgrade"),
+        Err(e) => {
+            conn.rollback();
+            Err(e)
+        }
+    }
 }

@@ -4,10 +4,10 @@
 //! can change them; a run's copies are capped in bytes together
 //! (`limits.snapshot_bytes`), and deleted when the run ends.
 
+use crate::db::engine::{OptionalExtension, params};
 use anyhow::Result;
-use rusqlite::{OptionalExtension, params};
 
-use super::{Cached, Db};
+use super::Db;
 
 /// One path of a snapshot: its bytes, or `None` when it was absent.
 pub type SnapshotEntry = (String, Option<Vec<u8>>);

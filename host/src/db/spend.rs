@@ -6,10 +6,10 @@
 //! totals are recomputed from its transcript tally and set whole, with the
 //! event that read them (`EventCommit::spend`).
 
+use crate::db::engine::{OptionalExtension, Row, params};
 use anyhow::Result;
-use rusqlite::{OptionalExtension, params};
 
-use super::{Cached, Db, now_ms};
+use super::{Db, now_ms};
 use crate::spend::transcript::Tally;
 use crate::spend::{Charge, Tokens, Totals};
 
@@ -26,12 +26,12 @@ pub struct TurnCharge {
     pub charge: Charge,
 }
 
-fn int(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
+fn int(r: &Row, i: usize) -> crate::db::engine::Result<u64> {
     Ok(r.get::<_, i64>(i)?.max(0) as u64)
 }
 
 /// The totals in a run row's spend columns ([`SPEND_COLUMNS`]), starting at column `at`.
-pub(crate) fn totals_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Totals> {
+pub(crate) fn totals_at(r: &Row, at: usize) -> crate::db::engine::Result<Totals> {
     Ok(Totals {
         turns: int(r, at)?,
         unmetered: int(r, at + 1)?,
@@ -52,7 +52,7 @@ pub(crate) const SPEND_COLUMNS: &str = TOTALS;
 const TOTALS: &str = "spend_turns, spend_unmetered, spend_unpriced, spend_input_tokens, spend_output_tokens, spend_cache_read_tokens, spend_cache_write_tokens, spend_cost_usd";
 
 /// Add `charge` to the run's totals, inside the caller's transaction.
-pub(super) fn add(tx: &rusqlite::Transaction<'_>, run: &str, charge: &Charge) -> Result<()> {
+pub(super) fn add(tx: &crate::db::Conn, run: &str, charge: &Charge) -> Result<()> {
     let mut one = Totals::default();
     one.add(charge);
     let t = &one.tokens;
@@ -161,7 +161,7 @@ impl Db {
 
 /// Keep a hook session's tally and totals, inside the caller's transaction.
 pub(super) fn write_tally(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &crate::db::Conn,
     run: &str,
     tally: &Tally,
     totals: &Totals,

@@ -4,10 +4,10 @@
 //! decision itself (the last event's) stays the source of the time; the column
 //! is its index, cleared by any status but `waiting`.
 
+use crate::db::engine::{OptionalExtension, params};
 use anyhow::Result;
-use rusqlite::{OptionalExtension, params};
 
-use super::{Cached, Db, RunStatus, now_ms};
+use super::{Db, RunStatus, now_ms};
 
 /// The due runs (`?1`: now), through the `runs_by_wake` index (the unary `+`
 /// keeps SQLite from taking `runs_by_status` instead, which would read every
@@ -49,7 +49,9 @@ impl Db {
             .optional()
         {
             Ok(v) => Ok(v.flatten()),
-            Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.contains("no such column") => {
+            Err(crate::db::engine::Error::Sqlite(rusqlite::Error::SqliteFailure(_, Some(m))))
+                if m.contains("no such column") =>
+            {
                 Ok(None)
             }
             Err(e) => Err(e.into()),

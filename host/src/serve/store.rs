@@ -12,8 +12,8 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::db::engine::{Conn, OptionalExtension, Row, params};
 use anyhow::{Context, Result};
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::auth::secret::{self, Minted, SESSION_PREFIX, TOKEN_PREFIX};
@@ -69,7 +69,7 @@ pub const SESSIONS_PER_TOKEN: i64 = 20;
 #[derive(Clone)]
 pub struct Store {
     db: Db,
-    reader: Arc<Mutex<Connection>>,
+    reader: Arc<Mutex<Conn>>,
 }
 
 /// A token as listed (never its hash).
@@ -150,13 +150,12 @@ pub struct RunFilter {
     pub limit: usize,
 }
 
-fn role_of(text: &str) -> rusqlite::Result<Role> {
-    text.parse().map_err(|e: String| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
-    })
+fn role_of(text: &str) -> crate::db::engine::Result<Role> {
+    text.parse()
+        .map_err(|e: String| crate::db::engine::Error::conversion(3, e))
 }
 
-fn token_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenInfo> {
+fn token_info(r: &Row) -> crate::db::engine::Result<TokenInfo> {
     Ok(TokenInfo {
         id: r.get(0)?,
         tenant: r.get(1)?,
@@ -175,19 +174,14 @@ const TOKEN_COLUMNS: &str =
 impl Store {
     /// Open (creating) the store at `path` with the server's tables.
     pub fn open(path: &Path) -> Result<Store> {
-        let db = Db::open(path)?;
-        let context = || format!("failed to open the store `{}`", path.display());
-        let conn = Connection::open_with_flags(
-            path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .with_context(context)?;
-        conn.busy_timeout(std::time::Duration::from_secs(30))
-            .with_context(context)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .with_context(context)?;
-        conn.set_prepared_statement_cache_capacity(64);
-        conn.execute_batch(TABLES)
+        Store::with(Db::open(path)?)
+    }
+
+    /// The server's part of the store `db` (SQLite or PostgreSQL), its tables made.
+    pub fn with(db: Db) -> Result<Store> {
+        let context = || format!("failed to open the store `{}`", db.path().display());
+        let conn = db.second_connection().with_context(context)?;
+        db.create_tables(TABLES)
             .context("failed to create the server's tables")
             .with_context(context)?;
         Ok(Store {
@@ -200,7 +194,7 @@ impl Store {
         &self.db
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    fn conn(&self) -> MutexGuard<'_, Conn> {
         self.reader.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -509,7 +503,7 @@ impl Store {
         act: &str,
         run: &str,
         detail: Option<serde_json::Value>,
-        change: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<Result<T, Refused>>,
+        change: impl FnMut(&crate::db::Conn) -> Result<Result<T, Refused>>,
     ) -> Result<Result<T, Refused>> {
         let entry = AuditEntry {
             actor: caller_actor.to_string(),
@@ -678,12 +672,12 @@ impl Store {
 
 /// Write an answer or tick into `run`'s inbox inside an act's transaction.
 pub fn put_inbox(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &crate::db::Conn,
     run: &str,
     after_seq: i64,
     kind: InboxKind,
     payload: &str,
-) -> rusqlite::Result<()> {
+) -> crate::db::engine::Result<()> {
     tx.execute(
         "INSERT INTO serve_inbox (run_id, after_seq, kind, payload, at) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (run_id) DO UPDATE SET after_seq = excluded.after_seq, kind = excluded.kind, payload = excluded.payload, at = excluded.at",
@@ -817,13 +811,15 @@ mod tests {
         // The page reads through the index, and its steps do not grow with the store.
         let c = store.conn();
         let mut stmt = c
+            .as_sqlite()
+            .unwrap()
             .prepare(
                 "SELECT id FROM runs INDEXED BY runs_by_tenant WHERE tenant = ?1 AND (?2 IS NULL OR status = ?2)
                  ORDER BY created_at DESC, id DESC LIMIT 50",
             )
             .unwrap();
         let n = stmt
-            .query_map(params!["a", None::<String>], |_| Ok(()))
+            .query_map(rusqlite::params!["a", None::<String>], |_| Ok(()))
             .unwrap()
             .count();
         let steps = stmt.get_status(rusqlite::StatementStatus::VmStep);
@@ -895,7 +891,7 @@ impl Store {
         )?;
         let mut rows = stmt
             .query_map(params![run, SHOWN_BYTES, SHOWN_ROWS], |r| {
-                let opt = |i: usize| -> rusqlite::Result<Option<(String, i64)>> {
+                let opt = |i: usize| -> crate::db::engine::Result<Option<(String, i64)>> {
                     Ok(match r.get::<_, Option<String>>(i)? {
                         Some(t) => Some((t, r.get(i + 1)?)),
                         None => None,

@@ -546,7 +546,7 @@ fn deliver(
             let moved = tx.execute(
                 "UPDATE runs SET status = 'queued', updated_at = ?2 WHERE id = ?1 AND status = 'waiting'
                  AND (SELECT MAX(seq) FROM events WHERE run_id = ?1) = ?3",
-                rusqlite::params![id, crate::db::now_ms(), seq],
+                crate::db::engine::params![id, crate::db::now_ms(), seq],
             )?;
             if moved == 0 {
                 return Ok(Err(Refused(format!(
@@ -628,7 +628,7 @@ pub async fn cancel(
         }
         tx.execute(
             "UPDATE runs SET cancel = 1, updated_at = ?2 WHERE id = ?1",
-            rusqlite::params![id, crate::db::now_ms()],
+            crate::db::engine::params![id, crate::db::now_ms()],
         )?;
         // Nobody drives it: it ends here. A driven run ends at its next step.
         if !driven {
@@ -695,7 +695,7 @@ pub async fn resume(
         }
         tx.execute(
             "UPDATE runs SET status = 'queued', updated_at = ?2 WHERE id = ?1 AND status = 'interrupted'",
-            rusqlite::params![id, crate::db::now_ms()],
+            crate::db::engine::params![id, crate::db::now_ms()],
         )?;
         Ok(Ok(()))
     })?;

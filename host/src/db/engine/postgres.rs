@@ -1,0 +1,408 @@
+//! The PostgreSQL engine: a tokio-postgres client whose connection (the
+//! socket and the protocol) is driven by one background thread of its own,
+//! with a current-thread runtime. The store's callers block on the client's
+//! requests with a small executor of their own ([`block_on`]): the client's
+//! futures only talk to the connection task through channels, so this works
+//! the same inside a tokio runtime (the server's, the CLI's) and outside one,
+//! where the synchronous `postgres` crate would panic.
+//!
+//! A connection that was lost (the server restarted) is made again at the next
+//! call; the transaction it was in did not commit, and the caller sees an
+//! error it can retry ([`super::Error::is_connection_lost`]).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::BytesMut;
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
+use tokio_postgres::{Client, Config, NoTls, Statement};
+
+use super::{Error, Result, Row, Value};
+
+/// The key of the advisory lock every write transaction takes, so writers
+/// follow one another as SQLite's do (see [`PgConn::begin_write`]).
+const WRITE_LOCK: i64 = 0x6c6f_6f70_626f_78; // "loopbox"
+
+/// How long making a connection may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A connection to a PostgreSQL store, made again when it was lost.
+pub struct PgConn {
+    config: Config,
+    /// The store as shown to a user: the URL without its password.
+    label: String,
+    client: RefCell<Option<Client>>,
+    statements: RefCell<HashMap<String, Statement>>,
+}
+
+/// Whether `store` names a PostgreSQL store rather than an SQLite file.
+pub fn is_url(store: &str) -> bool {
+    store.starts_with("postgres://") || store.starts_with("postgresql://")
+}
+
+/// `url` without its password, to show in messages.
+pub fn label(config: &Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(h) => h.clone(),
+            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".into());
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "postgres://{}@{host}:{port}/{}",
+        config.get_user().unwrap_or(""),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+impl PgConn {
+    /// Connect to the store at `url` (`postgres://user:password@host:port/db?…`).
+    pub fn connect(url: &str) -> Result<PgConn> {
+        let config: Config = url.parse().map_err(|e| {
+            Error::Connection(format!(
+                "`{}` is not a PostgreSQL URL ({e}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+                redact(url)
+            ))
+        })?;
+        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(Error::Connection(
+                "sslmode=require is not supported by this loopbox yet: connect over a trusted network, or through a TLS tunnel, with sslmode=disable".into(),
+            ));
+        }
+        let conn = PgConn {
+            label: label(&config),
+            config,
+            client: RefCell::new(None),
+            statements: RefCell::new(HashMap::new()),
+        };
+        conn.reconnect_if_lost()?;
+        Ok(conn)
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Connect again when the connection was lost (or never made).
+    pub fn reconnect_if_lost(&self) -> Result<()> {
+        let lost = self.client.borrow().as_ref().is_none_or(Client::is_closed);
+        if lost {
+            self.statements.borrow_mut().clear();
+            *self.client.borrow_mut() = None;
+            *self.client.borrow_mut() = Some(connect(&self.config, &self.label)?);
+        }
+        Ok(())
+    }
+
+    /// Run `f` with the client; a lost connection is forgotten, to be made again.
+    fn with<T>(&self, f: impl FnOnce(&Client) -> Result<T>) -> Result<T> {
+        self.reconnect_if_lost()?;
+        let guard = self.client.borrow();
+        let client = guard
+            .as_ref()
+            .ok_or_else(|| Error::Connection(format!("no connection to {}", self.label)))?;
+        let out = f(client);
+        drop(guard);
+        if let Err(e) = &out
+            && e.is_connection_lost()
+        {
+            *self.client.borrow_mut() = None;
+        }
+        out
+    }
+
+    fn statement(&self, client: &Client, sql: &str) -> Result<Statement> {
+        if let Some(s) = self.statements.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let translated = super::numbered_placeholders(sql);
+        let s = block_on(client.prepare(&translated))?;
+        self.statements
+            .borrow_mut()
+            .insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+
+    pub fn execute(&self, sql: &str, params: &[Value]) -> Result<usize> {
+        self.with(|c| {
+            let s = self.statement(c, sql)?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            Ok(block_on(c.execute(&s, &refs))? as usize)
+        })
+    }
+
+    pub fn query(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        self.with(|c| {
+            let s = self.statement(c, sql)?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            block_on(c.query(&s, &refs))?.iter().map(row).collect()
+        })
+    }
+
+    pub fn query_one(&self, sql: &str, params: &[Value]) -> Result<Option<Row>> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
+    pub fn batch(&self, sql: &str) -> Result<()> {
+        self.with(|c| Ok(block_on(c.batch_execute(sql))?))
+    }
+
+    /// Begin a transaction that holds the store's write lock until it ends:
+    /// writers run one after another, as on SQLite, so a transaction that
+    /// reads, then writes what it read (the next event's number, a lease) sees
+    /// every write committed before it. Readers are not held up.
+    pub fn begin_write(&self) -> Result<()> {
+        self.batch(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+        ))
+    }
+}
+
+/// `url` with its password replaced by `***`.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The thread that drives every connection's socket.
+fn runtime() -> &'static tokio::runtime::Handle {
+    static RUNTIME: OnceLock<tokio::runtime::Handle> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("failed to start the PostgreSQL connection thread's runtime");
+        let handle = rt.handle().clone();
+        std::thread::Builder::new()
+            .name("loopbox-postgres".into())
+            .spawn(move || rt.block_on(std::future::pending::<()>()))
+            .expect("failed to start the PostgreSQL connection thread");
+        handle
+    })
+}
+
+fn connect(config: &Config, label: &str) -> Result<Client> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let mut config = config.clone();
+    config.connect_timeout(CONNECT_TIMEOUT);
+    config.keepalives(true);
+    runtime().spawn(async move {
+        let made = config.connect(NoTls).await.map(|(client, connection)| {
+            tokio::spawn(async move {
+                // Ends when the server or the client closes it; the client then reports it closed.
+                let _ = connection.await;
+            });
+            client
+        });
+        let _ = tx.send(made);
+    });
+    match rx.recv_timeout(CONNECT_TIMEOUT + std::time::Duration::from_secs(5)) {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(Error::Connection(format!(
+            "failed to connect to the store {label}: {e}; check that PostgreSQL is running there and that the URL's user, password and database are right"
+        ))),
+        Err(_) => Err(Error::Connection(format!(
+            "failed to connect to the store {label}: no answer in {}s",
+            CONNECT_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// Wait for `f` on this thread, whatever runtime (if any) it belongs to.
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Sync + Send>;
+
+/// A value bound as the type the server inferred for its parameter.
+impl ToSql for Value {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> std::result::Result<IsNull, BoxError> {
+        let wrong = |what: &str| -> BoxError {
+            format!("{what} cannot be bound to a parameter of type {ty}").into()
+        };
+        match self {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Int(i) => match *ty {
+                Type::INT8 => i.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*i)?.to_sql(ty, out),
+                Type::FLOAT8 => (*i as f64).to_sql(ty, out),
+                Type::FLOAT4 => (*i as f32).to_sql(ty, out),
+                Type::BOOL => (*i != 0).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    i.to_string().as_str().to_sql(&Type::TEXT, out)
+                }
+                _ => Err(wrong("an integer")),
+            },
+            Value::Real(f) => match *ty {
+                Type::FLOAT8 => f.to_sql(ty, out),
+                Type::FLOAT4 => (*f as f32).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR => f.to_string().as_str().to_sql(&Type::TEXT, out),
+                _ => Err(wrong("a real")),
+            },
+            Value::Text(t) => match *ty {
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    t.as_str().to_sql(&Type::TEXT, out)
+                }
+                Type::BYTEA => t.as_bytes().to_sql(ty, out),
+                Type::INT8 => t.parse::<i64>()?.to_sql(ty, out),
+                _ => Err(wrong("text")),
+            },
+            Value::Blob(b) => match *ty {
+                Type::BYTEA => b.as_slice().to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR => std::str::from_utf8(b)?.to_sql(&Type::TEXT, out),
+                _ => Err(wrong("a blob")),
+            },
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        // Every type is tried; `to_sql` refuses the ones a value cannot be.
+        true
+    }
+
+    to_sql_checked!();
+}
+
+/// A column's value, whatever its type.
+struct Column(Value);
+
+impl<'a> FromSql<'a> for Column {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> std::result::Result<Column, BoxError> {
+        Ok(Column(match *ty {
+            Type::BOOL => Value::Int(bool::from_sql(ty, raw)? as i64),
+            Type::INT2 => Value::Int(i16::from_sql(ty, raw)? as i64),
+            Type::INT4 => Value::Int(i32::from_sql(ty, raw)? as i64),
+            Type::INT8 => Value::Int(i64::from_sql(ty, raw)?),
+            Type::OID => Value::Int(u32::from_sql(ty, raw)? as i64),
+            Type::FLOAT4 => Value::Real(f32::from_sql(ty, raw)? as f64),
+            Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
+            Type::NUMERIC => numeric(raw)?,
+            Type::BYTEA => Value::Blob(raw.to_vec()),
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON => {
+                Value::Text(std::str::from_utf8(raw)?.to_string())
+            }
+            _ => return Err(format!("a column of type {ty} cannot be read").into()),
+        }))
+    }
+
+    fn from_sql_null(_: &Type) -> std::result::Result<Column, BoxError> {
+        Ok(Column(Value::Null))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+fn row(r: &tokio_postgres::Row) -> Result<Row> {
+    let values = (0..r.len())
+        .map(|i| r.try_get::<_, Column>(i).map(|c| c.0))
+        .collect::<std::result::Result<_, _>>()?;
+    Ok(Row { values })
+}
+
+/// A `numeric` (what `SUM` of integers gives): an integer when it has no
+/// fraction and fits, else a real.
+fn numeric(raw: &[u8]) -> std::result::Result<Value, BoxError> {
+    let word = |i: usize| -> std::result::Result<u16, BoxError> {
+        raw.get(i * 2..i * 2 + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(|| "a numeric value was cut short".into())
+    };
+    let (ndigits, weight, sign, scale) = (word(0)?, word(1)? as i16, word(2)?, word(3)?);
+    if sign == 0xC000 {
+        return Ok(Value::Real(f64::NAN));
+    }
+    let mut whole: i128 = 0;
+    let mut value = 0f64;
+    let mut fits = scale == 0;
+    for i in 0..ndigits as usize {
+        let d = word(4 + i)? as i128;
+        let power = weight as i32 - i as i32;
+        value += d as f64 * 10000f64.powi(power);
+        if power >= 0 {
+            whole = 10000i128
+                .checked_pow(power as u32)
+                .and_then(|p| d.checked_mul(p))
+                .and_then(|x| whole.checked_add(x))
+                .unwrap_or_else(|| {
+                    fits = false;
+                    0
+                });
+        } else if d != 0 {
+            fits = false;
+        }
+    }
+    let negative = sign == 0x4000;
+    Ok(match i64::try_from(whole) {
+        Ok(w) if fits => Value::Int(if negative { -w } else { w }),
+        _ => Value::Real(if negative { -value } else { value }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+        let e = PgConn::connect("postgres://u:secret@127.0.0.1:1/db?bogus=1")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!e.contains("secret") && e.contains("u:***"), "{e}");
+    }
+
+    #[test]
+    fn numerics_read_as_integers_or_reals() {
+        let n = |words: &[u16]| {
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+            numeric(&bytes).unwrap()
+        };
+        // 1234_5678: two base-10000 digits, weight 1.
+        assert_eq!(n(&[2, 1, 0, 0, 1234, 5678]), Value::Int(12_345_678));
+        assert_eq!(n(&[1, 2, 0x4000, 0, 7]), Value::Int(-7_0000_0000));
+        assert_eq!(n(&[0, 0, 0, 0]), Value::Int(0));
+        assert_eq!(n(&[2, 0, 0, 1, 3, 5000]), Value::Real(3.5));
+    }
+}
