@@ -72,6 +72,13 @@ if ! [ -x /usr/bin/docker-registry ]; then apt_install docker-registry; fi
 if ! command -v skopeo >/dev/null; then apt_install skopeo; fi
 # The dashboard's browser tests drive Debian's chromium (no browser download).
 if ! [ -x /usr/bin/chromium ]; then apt_install chromium; fi
+# PostgreSQL for the PostgreSQL store's tests (db::engine::pg_server starts one per
+# test binary on loopback). Its server refuses to run as root: the tests run it as
+# the system user loopbox-pg when they run as root.
+if ! [ -x /usr/lib/postgresql/15/bin/postgres ] && ! command -v postgres >/dev/null; then apt_install postgresql; fi
+if [ "$(id -u)" = 0 ] && ! id loopbox-pg >/dev/null 2>&1; then
+  useradd --system --no-create-home --shell /usr/sbin/nologin loopbox-pg
+fi
 
 # JavaScript guests are built with the componentize-js pinned in the lockfile. Not
 # `npm ci`: it rejects lockfiles written on one platform that lack other platforms'

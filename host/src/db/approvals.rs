@@ -478,14 +478,19 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    crate::db::on_both_engines!(
+        a_decision_is_recorded_once_with_its_audit_row,
+        a_wrong_digest_a_void_or_overdue_approval_and_self_approval_are_refused,
+        another_tenants_approval_is_not_found,
+    );
+
     use crate::db::RunPlace;
 
-    fn store() -> (tempfile::TempDir, Db) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open_workspace(dir.path()).unwrap();
+    fn store(db: Db) -> Db {
         db.create_driven_run("r1", "p", "d", "{}", &Default::default())
             .unwrap();
-        (dir, db)
+        db
     }
 
     fn ask(db: &Db, allow_self: bool, timeout_ms: u64) -> Approval {
@@ -514,9 +519,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_decision_is_recorded_once_with_its_audit_row() {
-        let (_d, db) = store();
+    fn a_decision_is_recorded_once_with_its_audit_row(db: Db) {
+        let db = store(db);
         let a = ask(&db, true, 60_000);
         assert_eq!(db.approval_at("r1", 2, 3).unwrap().unwrap().id, a.id);
         let done = db
@@ -563,9 +567,8 @@ mod tests {
         assert_eq!(log[1].entry.digest.as_deref(), Some("d1"));
     }
 
-    #[test]
-    fn a_wrong_digest_a_void_or_overdue_approval_and_self_approval_are_refused() {
-        let (_d, db) = store();
+    fn a_wrong_digest_a_void_or_overdue_approval_and_self_approval_are_refused(db: Db) {
+        let db = store(db);
         let a = ask(&db, false, 60_000);
         let e = db
             .decide_approval(&decide(&a.id, "local:bob", Some("other")))
@@ -601,10 +604,7 @@ mod tests {
         );
     }
 
-    #[test]
-    fn another_tenants_approval_is_not_found() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(&dir.path().join("server.db")).unwrap();
+    fn another_tenants_approval_is_not_found(db: Db) {
         let place = RunPlace {
             tenant: Some("beta".into()),
             ..Default::default()

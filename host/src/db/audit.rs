@@ -195,6 +195,11 @@ pub fn user_name() -> String {
 mod tests {
     use super::*;
 
+    crate::db::on_both_engines!(
+        an_act_and_its_row_commit_together_and_a_refusal_keeps_nothing_but_its_row,
+        a_written_row_can_be_neither_changed_nor_deleted,
+    );
+
     fn entry(act: &str) -> AuditEntry {
         AuditEntry {
             actor: "alpha/alice".into(),
@@ -205,10 +210,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_act_and_its_row_commit_together_and_a_refusal_keeps_nothing_but_its_row() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open_workspace(dir.path()).unwrap();
+    fn an_act_and_its_row_commit_together_and_a_refusal_keeps_nothing_but_its_row(db: Db) {
         db.create_run("r1", "p", "d", "{}").unwrap();
         let done = db
             .audit_act(entry("cancel"), |tx| {
@@ -256,10 +258,7 @@ mod tests {
         assert!(other.is_empty());
     }
 
-    #[test]
-    fn a_written_row_can_be_neither_changed_nor_deleted() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open_workspace(dir.path()).unwrap();
+    fn a_written_row_can_be_neither_changed_nor_deleted(db: Db) {
         db.audit_note(&entry("approve")).unwrap();
         let c = db.conn();
         for sql in ["UPDATE audit SET outcome = 'forged'", "DELETE FROM audit"] {

@@ -317,7 +317,7 @@ impl Db {
 /// Bytes `key` and its value take in the run's state, 0 when absent.
 fn entry_size(c: &Conn, run: &str, key: &str) -> crate::db::engine::Result<i64> {
     Ok(c.row(
-        "SELECT length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) FROM state WHERE run_id = ?1 AND key = ?2",
+        "SELECT octet_length(key) + octet_length(value) FROM state WHERE run_id = ?1 AND key = ?2",
         [run, key],
         |r| r.get(0),
     )

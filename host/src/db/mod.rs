@@ -526,6 +526,53 @@ fn explain(path: &Path, e: anyhow::Error) -> anyhow::Error {
     })
 }
 
+/// The stores a test of the store runs on: a new SQLite file, and a schema of
+/// its own on the process's PostgreSQL server (see `engine::pg_server`).
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Db;
+
+    pub(crate) fn sqlite() -> (Option<tempfile::TempDir>, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("loopbox.db")).unwrap();
+        (Some(dir), db)
+    }
+
+    pub(crate) fn postgres() -> (Option<tempfile::TempDir>, Db) {
+        let server =
+            super::engine::pg_server::PgServer::shared(false).unwrap_or_else(|e| panic!("{e:#}"));
+        let url = server.fresh_store().unwrap_or_else(|e| panic!("{e:#}"));
+        (
+            None,
+            Db::open_postgres(&url).unwrap_or_else(|e| panic!("{e:#}")),
+        )
+    }
+}
+
+/// `#[test]`s that run each named `fn(Db)` on both engines: `on_sqlite::NAME`
+/// and `on_postgres::NAME`.
+#[cfg(test)]
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(#[test]
+            fn $name() {
+                let (_dir, db) = $crate::db::testing::sqlite();
+                super::$name(db)
+            })*
+        }
+        mod on_postgres {
+            $(#[test]
+            fn $name() {
+                let (_dir, db) = $crate::db::testing::postgres();
+                super::$name(db)
+            })*
+        }
+    };
+}
+#[cfg(test)]
+pub(crate) use on_both_engines;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,16 +598,23 @@ mod tests {
         );
     }
 
-    fn db() -> (tempfile::TempDir, Db) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open_workspace(dir.path()).unwrap();
+    on_both_engines!(
+        an_event_commits_state_and_log_together,
+        the_state_total_follows_every_commit,
+        state_is_per_run_and_prefix_is_literal,
+        every_run_status_round_trips_through_the_store_and_a_strange_one_is_refused,
+        an_intent_writes_the_pending_event_and_the_calls_before_it,
+        a_spent_budget_writes_nothing,
+        a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over,
+    );
+
+    fn with_run(db: Db) -> Db {
         db.create_run("r1", "builtin:ralph", "d", "{}").unwrap();
-        (dir, db)
+        db
     }
 
-    #[test]
-    fn an_event_commits_state_and_log_together() {
-        let (_d, db) = db();
+    fn an_event_commits_state_and_log_together(db: Db) {
+        let db = with_run(db);
         let commit = EventCommit {
             event: "{}".into(),
             decision: Some("\"pass\"".into()),
@@ -590,16 +644,15 @@ mod tests {
     fn summed(db: &Db, run: &str) -> u64 {
         db.conn()
             .query_row(
-                "SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE run_id = ?1",
+                "SELECT COALESCE(SUM(octet_length(key) + octet_length(value)), 0) FROM state WHERE run_id = ?1",
                 [run],
                 |r| r.get::<_, i64>(0),
             )
             .unwrap() as u64
     }
 
-    #[test]
-    fn the_state_total_follows_every_commit() {
-        let (_d, db) = db();
+    fn the_state_total_follows_every_commit(db: Db) {
+        let db = with_run(db);
         db.create_run("r2", "p", "d", "{}").unwrap();
         let commit = |run: &str, writes: &[(&str, Option<&str>)]| {
             let c = EventCommit {
@@ -665,9 +718,8 @@ mod tests {
         assert_eq!(db.state_total("empty").unwrap(), 0);
     }
 
-    #[test]
-    fn state_is_per_run_and_prefix_is_literal() {
-        let (_d, db) = db();
+    fn state_is_per_run_and_prefix_is_literal(db: Db) {
+        let db = with_run(db);
         db.create_run("r2", "p", "d", "{}").unwrap();
         let w = |k: &str| EventCommit {
             state_writes: vec![(k.into(), Some("0".into()))],
@@ -680,10 +732,7 @@ mod tests {
         assert_eq!(db.state_keys("r2", "").unwrap(), ["a%c"]);
     }
 
-    #[test]
-    fn every_run_status_round_trips_through_the_store_and_a_strange_one_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(&dir.path().join("s.db")).unwrap();
+    fn every_run_status_round_trips_through_the_store_and_a_strange_one_is_refused(db: Db) {
         db.create_run("r", "p", "d", "{}").unwrap();
         assert_eq!(db.run("r").unwrap().unwrap().status, RunStatus::Running);
         for status in RunStatus::ALL {
@@ -809,9 +858,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_intent_writes_the_pending_event_and_the_calls_before_it() {
-        let (_d, db) = db();
+    fn an_intent_writes_the_pending_event_and_the_calls_before_it(db: Db) {
+        let db = with_run(db);
         let budget = Budget {
             actions: Some(5),
             ..Default::default()
@@ -855,9 +903,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_spent_budget_writes_nothing() {
-        let (_d, db) = db();
+    fn a_spent_budget_writes_nothing(db: Db) {
+        let db = with_run(db);
         let budget = Budget {
             actions: Some(0),
             ..Default::default()
@@ -876,9 +923,8 @@ mod tests {
         assert!(db.journal("r1", 1).unwrap().is_empty());
     }
 
-    #[test]
-    fn a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over() {
-        let (_d, db) = db();
+    fn a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over(db: Db) {
+        let db = with_run(db);
         assert_eq!(db.acquire("r1").unwrap(), Ok(()));
         // Another live process holds it.
         let mut child = std::process::Command::new("sleep")
@@ -947,7 +993,8 @@ mod tests {
 
     #[test]
     fn finding_interrupted_runs_reads_only_the_running_ones_through_an_index() {
-        let (_d, db) = db();
+        let (_d, db) = testing::sqlite();
+        let db = with_run(db);
         finished_runs(&db, 2000);
         // A row only a scan of every run would read, and fail on.
         db.conn()

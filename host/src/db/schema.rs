@@ -215,7 +215,7 @@ const ADDED_COLUMNS: [(&str, &str, &str); 21] = [
 /// Counts a new column starts from, for a store that already has rows.
 const BACKFILLS: [(&str, &str); 1] = [(
     "state_bytes",
-    "UPDATE runs SET state_bytes = (SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))), 0) FROM state WHERE state.run_id = runs.id)",
+    "UPDATE runs SET state_bytes = (SELECT COALESCE(SUM(octet_length(key) + octet_length(value)), 0) FROM state WHERE state.run_id = runs.id)",
 )];
 
 /// Bring the store to [`SCHEMA_VERSION`]. The upgrade runs under an exclusive

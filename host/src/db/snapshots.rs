@@ -103,12 +103,12 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    crate::db::on_both_engines!(snapshots_are_capped_per_run_and_go_when_the_run_ends,);
+
     use crate::db::RunStatus;
 
-    #[test]
-    fn snapshots_are_capped_per_run_and_go_when_the_run_ends() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(&dir.path().join("s.db")).unwrap();
+    fn snapshots_are_capped_per_run_and_go_when_the_run_ends(db: Db) {
         db.create_run("r", "p", "d", "{}").unwrap();
         let one = vec![
             ("tests/test_a.py".to_string(), Some(b"assert 1\n".to_vec())),

@@ -194,6 +194,9 @@ pub(super) fn write_tally(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    crate::db::on_both_engines!(a_result_is_charged_once_and_the_totals_match_the_journal,);
+
     use crate::db::{Budget, JournalRow};
     use crate::spend::CostSource;
 
@@ -211,10 +214,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_result_is_charged_once_and_the_totals_match_the_journal() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open_workspace(dir.path()).unwrap();
+    fn a_result_is_charged_once_and_the_totals_match_the_journal(db: Db) {
         db.create_run("r", "p", "d", "{}").unwrap();
         let row = JournalRow {
             seq: 0,

@@ -725,10 +725,10 @@ impl Store {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("loopbox.db")).unwrap();
+    crate::db::on_both_engines!(a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all,);
+
+    fn a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all(db: Db) {
+        let store = Store::with(db).unwrap();
         let made = store
             .create_token("a", "alice", Role::Operator, "local:test")
             .unwrap()

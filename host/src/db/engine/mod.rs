@@ -11,6 +11,7 @@
 //! inside tokio runtimes and from plain threads alike (see `postgres.rs` for
 //! how that works with an asynchronous client).
 
+pub mod pg_server;
 pub mod postgres;
 mod sqlite;
 

@@ -17,6 +17,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::BytesMut;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
@@ -117,12 +118,35 @@ impl PgConn {
         out
     }
 
-    fn statement(&self, client: &Client, sql: &str) -> Result<Statement> {
+    /// `sql` prepared (once), its parameters' types as the server infers them
+    /// from their use. A parameter it cannot infer (`?1 IS NULL OR tenant =
+    /// ?1`, where the first use decides) takes the type of the value bound
+    /// this time, or `text` for a NULL.
+    fn statement(&self, client: &Client, sql: &str, params: &[Value]) -> Result<Statement> {
         if let Some(s) = self.statements.borrow().get(sql) {
             return Ok(s.clone());
         }
         let translated = super::numbered_placeholders(sql);
-        let s = block_on(client.prepare(&translated))?;
+        let s = match block_on(client.prepare(&translated)) {
+            // 42P18 when nothing says; 42P08 when uses disagree.
+            Err(e)
+                if e.code().is_some_and(|c| {
+                    *c == SqlState::INDETERMINATE_DATATYPE || *c == SqlState::AMBIGUOUS_PARAMETER
+                }) =>
+            {
+                let types: Vec<Type> = params
+                    .iter()
+                    .map(|v| match v {
+                        Value::Int(_) => Type::INT8,
+                        Value::Real(_) => Type::FLOAT8,
+                        Value::Blob(_) => Type::BYTEA,
+                        Value::Text(_) | Value::Null => Type::TEXT,
+                    })
+                    .collect();
+                block_on(client.prepare_typed(&translated, &types))?
+            }
+            s => s?,
+        };
         self.statements
             .borrow_mut()
             .insert(sql.to_string(), s.clone());
@@ -131,7 +155,7 @@ impl PgConn {
 
     pub fn execute(&self, sql: &str, params: &[Value]) -> Result<usize> {
         self.with(|c| {
-            let s = self.statement(c, sql)?;
+            let s = self.statement(c, sql, params)?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
             Ok(block_on(c.execute(&s, &refs))? as usize)
@@ -140,7 +164,7 @@ impl PgConn {
 
     pub fn query(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
         self.with(|c| {
-            let s = self.statement(c, sql)?;
+            let s = self.statement(c, sql, params)?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
             block_on(c.query(&s, &refs))?.iter().map(row).collect()
