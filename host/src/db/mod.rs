@@ -964,6 +964,42 @@ mod tests {
     }
 
     #[test]
+    fn a_restarted_postgresql_loses_nothing_and_a_cut_transaction_runs_again_once() {
+        let server = engine::pg_server::PgServer::start_own(false).unwrap();
+        let db = Db::open_postgres(&server.fresh_store().unwrap()).unwrap();
+        let db = with_run(db);
+        let event = |n: i64| EventCommit {
+            event: format!("{{\"n\":{n}}}"),
+            decision: Some("\"pass\"".into()),
+            ..Default::default()
+        };
+        assert_eq!(db.commit_event("r1", &event(1)).unwrap(), 1);
+        // Between two steps: the next read and the next write find a new connection.
+        server.restart().unwrap();
+        assert_eq!(db.run("r1").unwrap().unwrap().status, RunStatus::Running);
+        assert_eq!(db.commit_event("r1", &event(2)).unwrap(), 2);
+        // In the middle of one: the cut transaction committed nothing and runs again.
+        let mut tries = 0;
+        db.write("test", |tx| {
+            tries += 1;
+            tx.exec(
+                "INSERT INTO run_log (run_id, seq, at, level, source, message) VALUES ('r1', 1, 0, 'info', 't', 'once')",
+                [],
+            )?;
+            if tries == 1 {
+                server.restart()?;
+            }
+            tx.exec("UPDATE runs SET turns = turns + 1 WHERE id = 'r1'", [])?;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(tries, 2);
+        assert_eq!(db.log("r1").unwrap().len(), 1);
+        assert_eq!(db.run("r1").unwrap().unwrap().turns, 1);
+        assert_eq!(db.events("r1").unwrap().len(), 2);
+    }
+
+    #[test]
     fn a_damaged_store_says_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.db");

@@ -508,12 +508,20 @@ impl Conn {
     }
 
     pub(crate) fn commit(&self) -> Result<()> {
-        self.execute_batch("COMMIT")
+        match &self.inner {
+            Inner::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
+            Inner::Postgres(c) => c.commit(),
+        }
     }
 
     /// End a failed transaction; a connection that is gone has nothing to roll back.
     pub(crate) fn rollback(&self) {
-        let _ = self.execute_batch("ROLLBACK");
+        match &self.inner {
+            Inner::Sqlite(c) => {
+                let _ = c.execute_batch("ROLLBACK");
+            }
+            Inner::Postgres(c) => c.rollback(),
+        }
     }
 
     /// Make sure a PostgreSQL connection lost earlier is made again.

@@ -33,6 +33,8 @@ pub struct PgServer {
 enum Ask {
     /// Stop the server (fast shutdown), then start it again on the same port.
     Restart(Sender<Result<()>>),
+    /// Stop it for good, and remove its data.
+    Stop,
 }
 
 static SHARED: OnceLock<std::result::Result<PgServer, String>> = OnceLock::new();
@@ -81,10 +83,21 @@ impl PgServer {
         &self.dir
     }
 
+    /// A server of the caller's own (to restart without disturbing other
+    /// tests), stopped when dropped.
+    pub fn start_own(durable: bool) -> Result<PgServer> {
+        PgServer::start(durable)
+    }
+
     fn start(durable: bool) -> Result<PgServer> {
+        static STARTED: AtomicU64 = AtomicU64::new(0);
         let bin = bin_dir()?;
         remove_stale_dirs();
-        let dir = std::env::temp_dir().join(format!("loopbox-pg-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "loopbox-pg-{}-{}",
+            std::process::id(),
+            STARTED.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("failed to create `{}`", dir.display()))?;
@@ -140,6 +153,7 @@ impl PgServer {
         }
         let postgres = bin.join("postgres");
         let log = dir.join("log");
+        let scratch = dir.clone();
         let spawn = move || -> Result<Child> {
             let log = std::fs::OpenOptions::new()
                 .create(true)
@@ -175,7 +189,9 @@ impl PgServer {
                     });
                     let _ = reply.send(again);
                 }
+                // Asked to stop, or dropped.
                 stop(&mut child);
+                let _ = std::fs::remove_dir_all(&scratch);
             })
             .context("failed to start the PostgreSQL keeper thread")?;
         first
@@ -192,6 +208,13 @@ impl PgServer {
             dir,
             keeper: Mutex::new(asks),
         })
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let keeper = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = keeper.send(Ask::Stop);
     }
 }
 
@@ -303,7 +326,7 @@ fn remove_stale_dirs() {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix("loopbox-pg-"))
-            .and_then(|p| p.parse::<i32>().ok())
+            .and_then(|p| p.split('-').next()?.parse::<i32>().ok())
         else {
             continue;
         };

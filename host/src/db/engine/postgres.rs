@@ -37,6 +37,9 @@ pub struct PgConn {
     label: String,
     client: RefCell<Option<Client>>,
     statements: RefCell<HashMap<String, Statement>>,
+    /// Inside `begin_write` … `commit`/`rollback`: a lost connection then
+    /// fails the statement (the caller retries the whole transaction).
+    in_transaction: std::cell::Cell<bool>,
 }
 
 /// Whether `store` names a PostgreSQL store rather than an SQLite file.
@@ -81,6 +84,7 @@ impl PgConn {
             config,
             client: RefCell::new(None),
             statements: RefCell::new(HashMap::new()),
+            in_transaction: std::cell::Cell::new(false),
         };
         conn.reconnect_if_lost()?;
         Ok(conn)
@@ -93,6 +97,13 @@ impl PgConn {
     /// Connect again when the connection was lost (or never made).
     pub fn reconnect_if_lost(&self) -> Result<()> {
         let lost = self.client.borrow().as_ref().is_none_or(Client::is_closed);
+        if lost && self.in_transaction.get() {
+            // Never carry on a transaction on a new connection: what it wrote so far is gone.
+            return Err(Error::Connection(format!(
+                "the connection to {} was lost in the middle of a transaction, which did not commit",
+                self.label
+            )));
+        }
         if lost {
             self.statements.borrow_mut().clear();
             *self.client.borrow_mut() = None;
@@ -101,8 +112,18 @@ impl PgConn {
         Ok(())
     }
 
-    /// Run `f` with the client; a lost connection is forgotten, to be made again.
-    fn with<T>(&self, f: impl FnOnce(&Client) -> Result<T>) -> Result<T> {
+    /// Run `f` with the client; a lost connection is forgotten, to be made
+    /// again. A statement on its own (not in a transaction) is run again once
+    /// on the new connection: it either committed whole before, or not at all,
+    /// and the statements run on their own are reads.
+    fn with<T>(&self, mut f: impl FnMut(&Client) -> Result<T>) -> Result<T> {
+        match self.with_once(&mut f) {
+            Err(e) if e.is_connection_lost() && !self.in_transaction.get() => self.with_once(f),
+            done => done,
+        }
+    }
+
+    fn with_once<T>(&self, f: impl FnOnce(&Client) -> Result<T>) -> Result<T> {
         self.reconnect_if_lost()?;
         let guard = self.client.borrow();
         let client = guard
@@ -184,9 +205,25 @@ impl PgConn {
     /// reads, then writes what it read (the next event's number, a lease) sees
     /// every write committed before it. Readers are not held up.
     pub fn begin_write(&self) -> Result<()> {
-        self.batch(&format!(
+        self.in_transaction.set(true);
+        let begun = self.batch(&format!(
             "BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-        ))
+        ));
+        if begun.is_err() {
+            self.in_transaction.set(false);
+        }
+        begun
+    }
+
+    pub fn commit(&self) -> Result<()> {
+        let done = self.batch("COMMIT");
+        self.in_transaction.set(false);
+        done
+    }
+
+    pub fn rollback(&self) {
+        let _ = self.batch("ROLLBACK");
+        self.in_transaction.set(false);
     }
 }
 
