@@ -204,7 +204,7 @@ impl Db {
         let id = new_id()?;
         let now = now_ms();
         let deadline = now.saturating_add(a.timeout_ms.min(i64::MAX as u64) as i64);
-        self.write("record the approval request", |tx| {
+        self.write_run(a.run, "record the approval request", |tx| {
             tx.exec(
                 &format!("INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10, ?11, NULL, NULL, NULL, NULL)"),
                 params![

@@ -84,7 +84,7 @@ impl Db {
         intent: &JournalRow,
         budget: &Budget,
     ) -> Result<Result<i64, Spent>> {
-        self.write("journal the action", |tx| {
+        self.write_run(run, "journal the action", |tx| {
             if let Err(spent) = spend(tx, run, budget)? {
                 // Nothing is written: the transaction is dropped by the caller's rollback.
                 return Err(SpentError(spent).into());
@@ -117,7 +117,7 @@ impl Db {
         event: (Option<i64>, &str),
         earlier: &[JournalRow],
     ) -> Result<i64> {
-        self.write("journal the event", |tx| {
+        self.write_run(run, "journal the event", |tx| {
             let seq = match event.0 {
                 Some(seq) => seq,
                 None => {
@@ -133,7 +133,7 @@ impl Db {
 
     /// Commit one handled event atomically; returns its sequence number.
     pub fn commit_event(&self, run: &str, commit: &EventCommit) -> Result<i64> {
-        self.write("commit the event", |tx| {
+        self.write_run(run, "commit the event", |tx| {
             let now = now_ms();
             let seq = match commit.seq {
                 Some(seq) => {
@@ -282,7 +282,7 @@ impl Db {
 
     /// Log lines that belong to no event (the driver's own).
     pub fn append_log(&self, run: &str, lines: &[LogRecord]) -> Result<()> {
-        self.write("write the run log", |tx| append_log(tx, run, lines))
+        self.write_run(run, "write the run log", |tx| append_log(tx, run, lines))
     }
 
     pub fn log(&self, run: &str) -> Result<Vec<LogRecord>> {

@@ -155,7 +155,7 @@ impl Db {
 
     /// Spend `budget` without journaling (the journal is off).
     pub fn spend(&self, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
-        self.write("count the action", |tx| spend(tx, run, budget))
+        self.write_run(run, "count the action", |tx| spend(tx, run, budget))
     }
 
     /// Durably record an action's result, and what the agent turn behind it
@@ -169,7 +169,7 @@ impl Db {
         result: &str,
         charge: Option<&crate::spend::Charge>,
     ) -> Result<()> {
-        self.write("journal the action's result", |tx| {
+        self.write_run(run, "journal the action's result", |tx| {
             let open: bool = tx
                 .row(
                     "SELECT result IS NULL FROM journal WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",

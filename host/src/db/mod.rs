@@ -10,6 +10,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod claim;
 pub mod engine;
 mod events;
 mod journal;
@@ -54,6 +55,8 @@ pub struct Db {
     schema: i64,
     /// A PostgreSQL store's URL (none for SQLite), to open more connections with.
     url: Option<Arc<str>>,
+    /// The runs this handle (and its clones) holds by claim (`claim.rs`).
+    fences: claim::Fences,
 }
 
 /// How long a write waits for another process's write to finish.
@@ -125,6 +128,7 @@ impl Db {
                 identity: None,
                 schema: schema::SCHEMA_VERSION,
                 url: None,
+                fences: Default::default(),
             });
         }
         match std::fs::metadata(path) {
@@ -168,6 +172,7 @@ impl Db {
             identity,
             schema: schema::SCHEMA_VERSION,
             url: None,
+            fences: Default::default(),
         })
     }
 
@@ -224,6 +229,7 @@ impl Db {
             identity,
             schema: version,
             url: None,
+            fences: Default::default(),
         })
     }
 
@@ -250,7 +256,16 @@ impl Db {
             identity: None,
             schema: schema::SCHEMA_VERSION,
             url: Some(url.into()),
+            fences: Default::default(),
         })
+    }
+
+    /// Another handle to the same store, with a connection and claims of its own.
+    pub fn reopen(&self) -> Result<Db> {
+        match &self.url {
+            Some(url) => Db::open_postgres(url),
+            None => Db::open(&self.path),
+        }
     }
 
     /// Which engine the store is on.

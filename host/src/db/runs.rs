@@ -421,7 +421,7 @@ impl Db {
     }
 
     pub fn set_status(&self, id: &str, status: RunStatus, outcome: Option<&str>) -> Result<()> {
-        self.write("update the run's status", |tx| {
+        self.write_run(id, "update the run's status", |tx| {
             // A timer (`wake_at`) lasts only while the run is parked by it.
             tx.exec("UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, wake_at = CASE WHEN ?2 = 'waiting' THEN wake_at END WHERE id = ?1", params![id, status, outcome, now_ms()])?;
             forget_snapshots_of_ended(tx, id, status)?;
@@ -431,18 +431,21 @@ impl Db {
 
     /// Set the status the driver ends with, and give up the lease.
     pub fn finish_driving(&self, id: &str, status: RunStatus, outcome: Option<&str>) -> Result<()> {
-        self.write("record how the run ended", |tx| {
+        self.write_run(id, "record how the run ended", |tx| {
             tx.exec(
-                "UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, lease = NULL, wake_at = CASE WHEN ?2 = 'waiting' THEN wake_at END WHERE id = ?1",
+                "UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, lease = NULL, lease_expires = NULL, wake_at = CASE WHEN ?2 = 'waiting' THEN wake_at END WHERE id = ?1",
                 params![id, status, outcome, now_ms()],
             )?;
             forget_snapshots_of_ended(tx, id, status)?;
             Ok(())
-        })
+        })?;
+        // Ended by its holder: the claim is over.
+        self.forget_fence(id);
+        Ok(())
     }
 
     pub fn add_turn(&self, id: &str) -> Result<u32> {
-        self.write("count the turn", |tx| {
+        self.write_run(id, "count the turn", |tx| {
             tx.exec(
                 "UPDATE runs SET turns = turns + 1, updated_at = ?2 WHERE id = ?1",
                 params![id, now_ms()],
@@ -453,9 +456,9 @@ impl Db {
 
     /// Record that the run has taken at least `turns` turns.
     pub fn note_turns(&self, id: &str, turns: u32) -> Result<()> {
-        self.write("count the turn", |tx| {
+        self.write_run(id, "count the turn", |tx| {
             tx.exec(
-                "UPDATE runs SET turns = MAX(turns, ?2), updated_at = ?3 WHERE id = ?1",
+                "UPDATE runs SET turns = CASE WHEN turns > ?2 THEN turns ELSE ?2 END, updated_at = ?3 WHERE id = ?1",
                 params![id, turns, now_ms()],
             )?;
             Ok(())

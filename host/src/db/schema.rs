@@ -6,7 +6,7 @@ use rusqlite::Connection;
 
 use super::engine::{Conn, Engine};
 
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The oldest schema whose tables this loopbox can read as they are: a
 /// read-only command reads such a store without upgrading it, so it needs no
@@ -14,7 +14,8 @@ pub const SCHEMA_VERSION: i64 = 9;
 /// columns are read as empty and its tables (approvals, audit) as empty;
 /// schema 8's `wake_at` is read only where present (`Db::wake_at`), and its
 /// `snapshots` table only by runs, which upgrade the store first; schema 9's
-/// spend columns are read as nothing spent.
+/// spend columns are read as nothing spent; schema 10's lease columns and
+/// `workers` table only by claims, which upgrade the store first.
 pub const READABLE_FROM: i64 = 5;
 
 /// The schema that added `approvals`, `audit` and the runs' tenant, workspace
@@ -23,6 +24,9 @@ pub const APPROVALS: i64 = 7;
 
 /// The schema that added the runs' spend totals (`spend_*`).
 pub const SPEND: i64 = 9;
+
+/// The schema that added leases that fail over (`lease_epoch`, `lease_expires`, `workers`).
+pub const LEASES: i64 = 10;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -124,6 +128,15 @@ CREATE INDEX IF NOT EXISTS audit_by_tenant ON audit (tenant, seq);
 -- Schema 8: copies of workspace files a policy asked the host to keep
 -- (`actions.snapshot`), to put back with `actions.restore`; `content` NULL is a
 -- path that was absent. Deleted with the snapshot, or when the run ends.
+-- Schema 10: `loopbox worker` processes as they last reported (`db/claim.rs`).
+CREATE TABLE IF NOT EXISTS workers (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    slots INTEGER NOT NULL,
+    held TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS snapshots (
     run_id TEXT NOT NULL REFERENCES runs(id),
     id INTEGER NOT NULL,
@@ -168,7 +181,7 @@ CREATE INDEX IF NOT EXISTS runs_by_wake ON runs (wake_at) WHERE wake_at IS NOT N
 ";
 
 /// Columns added after schema 1, each with the version that added it.
-const ADDED_COLUMNS: [(&str, &str, &str); 21] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 23] = [
     ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
@@ -210,6 +223,10 @@ const ADDED_COLUMNS: [(&str, &str, &str); 21] = [
     ("runs", "spend_cost_usd", "REAL NOT NULL DEFAULT 0"),
     // A hook session's transcript tally (`crate::spend::transcript::Tally`, JSON).
     ("runs", "spend_tally", "TEXT"),
+    // Schema 10: leases that fail over (`db/claim.rs`): the epoch grows at each
+    // claim, and an unrenewed lease expires (ms since the epoch).
+    ("runs", "lease_epoch", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "lease_expires", "INTEGER"),
 ];
 
 /// Counts a new column starts from, for a store that already has rows.

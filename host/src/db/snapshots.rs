@@ -25,7 +25,7 @@ impl Db {
             .iter()
             .map(|(p, c)| (p.len() + c.as_ref().map_or(0, Vec::len)) as u64)
             .sum();
-        self.write("keep the snapshot", |tx| {
+        self.write_run(run, "keep the snapshot", |tx| {
             let held: i64 = tx.row(
                 "SELECT COALESCE(SUM(length(path) + COALESCE(length(content), 0)), 0) FROM snapshots WHERE run_id = ?1",
                 [run],
@@ -90,7 +90,7 @@ impl Db {
 
     /// Forget snapshot `id` of run `run`.
     pub fn snapshot_forget(&self, run: &str, id: i64) -> Result<()> {
-        self.write("forget the snapshot", |tx| {
+        self.write_run(run, "forget the snapshot", |tx| {
             tx.exec(
                 "DELETE FROM snapshots WHERE run_id = ?1 AND id = ?2",
                 params![run, id],

@@ -98,7 +98,9 @@ impl Db {
     /// Add a turn's charge to the run's totals when it has no journal row
     /// (`run.journal = false`).
     pub fn add_charge(&self, run: &str, charge: &Charge) -> Result<()> {
-        self.write("record what the agent turn cost", |tx| add(tx, run, charge))
+        self.write_run(run, "record what the agent turn cost", |tx| {
+            add(tx, run, charge)
+        })
     }
 
     /// Every charged agent turn of the run, in order.
@@ -153,7 +155,7 @@ impl Db {
 
     /// Keep a hook session's transcript tally and the totals priced from it.
     pub fn set_tally(&self, run: &str, tally: &Tally, totals: &Totals) -> Result<()> {
-        self.write("record what the agent session spent", |tx| {
+        self.write_run(run, "record what the agent session spent", |tx| {
             write_tally(tx, run, tally, totals)
         })
     }

@@ -18,7 +18,7 @@ impl Db {
     /// Park the run until `until_ms`: status `waiting`, its wake time recorded.
     pub fn park_until(&self, id: &str, until_ms: u64) -> Result<()> {
         let until = i64::try_from(until_ms).unwrap_or(i64::MAX);
-        self.write("record the run's wake time", |tx| {
+        self.write_run(id, "record the run's wake time", |tx| {
             tx.exec(
                 "UPDATE runs SET status = ?2, wake_at = ?3, updated_at = ?4 WHERE id = ?1",
                 params![id, RunStatus::Waiting, until, now_ms()],
@@ -32,7 +32,7 @@ impl Db {
     pub fn wake_now(&self, id: &str) -> Result<bool> {
         self.write("wake the run", |tx| {
             Ok(tx.exec(
-                "UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1 AND wake_at IS NOT NULL",
+                "UPDATE runs SET wake_at = CASE WHEN wake_at < ?2 THEN wake_at ELSE ?2 END WHERE id = ?1 AND wake_at IS NOT NULL",
                 params![id, now_ms()],
             )? > 0)
         })

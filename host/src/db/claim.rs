@@ -1,0 +1,377 @@
+//! Leases that fail over (schema 10), for runs driven by `loopbox worker`
+//! processes on several machines sharing one store: a lease has an owner, an
+//! expiry (`lease_expires`, kept fresh by heartbeats) and an epoch that grows
+//! at each claim. A run is claimable when it is queued, or when its lease
+//! expired (its worker died, paused or lost the network).
+//!
+//! Fencing: a handle that claimed a run remembers the epoch, and every write
+//! it makes for that run ([`Db::write_run`]: events, intents, results, state,
+//! status, log, spend, snapshots) first checks, in the same transaction, that
+//! the run's epoch is still that one, locking the run's row until the commit.
+//! A worker that lost its lease therefore commits nothing more; the error it
+//! gets ([`LeaseLost`]) tells it to stop the run. Without a claim (a
+//! standalone run on SQLite) writes are not fenced, and the same-host lease
+//! of `lease.rs` applies as before.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+
+use super::engine::{Engine, params};
+use super::{Db, RunStatus, now_ms};
+
+/// The default lease: taken over by another worker once this long passes
+/// without a heartbeat.
+pub const DEFAULT_TTL_MS: i64 = 15_000;
+
+/// The runs a handle holds by claim, with their epochs (shared by its clones).
+pub(crate) type Fences = Arc<Mutex<HashMap<String, i64>>>;
+
+/// A run this handle claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub run: String,
+    pub epoch: i64,
+    /// Whether another worker held it before (its lease expired): the run
+    /// resumes from its journal.
+    pub takeover: bool,
+}
+
+/// A write refused because the run's lease is no longer this handle's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the lease of run `{run}` was taken over (this worker held epoch {epoch}): nothing of this step was recorded, and this worker stops the run"
+)]
+pub struct LeaseLost {
+    pub run: String,
+    pub epoch: i64,
+}
+
+/// Which runs [`Db::claim`] may take.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimFilter {
+    /// Only these tenants' runs (none: any).
+    pub tenants: Vec<String>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Db {
+    /// Claim up to `filter.limit` runnable runs for `owner`, each with a lease
+    /// of `ttl_ms`: queued runs, and runs whose lease expired, oldest first.
+    /// On PostgreSQL the candidates are read `FOR UPDATE SKIP LOCKED`, so
+    /// workers claiming at once never wait on, or take, the same run.
+    pub fn claim(&self, owner: &str, ttl_ms: i64, filter: &ClaimFilter) -> Result<Vec<Claim>> {
+        let skip_locked = match self.engine() {
+            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
+            Engine::Sqlite => "",
+        };
+        let sql = format!(
+            "SELECT id, lease_epoch, status FROM runs
+             WHERE (status = 'queued' OR (status = 'running' AND lease_expires IS NOT NULL AND lease_expires < ?1))
+             ORDER BY updated_at, id LIMIT ?2{skip_locked}"
+        );
+        let tenants = &filter.tenants;
+        let limit = filter.limit.max(1) as i64;
+        let claims = self.write("claim runs", |tx| {
+            let now = now_ms();
+            // Tenants are filtered here rather than in SQL: the list is short, and one
+            // statement serves every filter. Reading a few more rows costs little.
+            let candidates: Vec<(String, i64, String)> =
+                tx.query(&sql, params![now, limit * 4], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+            let mut claims = Vec::new();
+            for (id, epoch, status) in candidates {
+                if claims.len() as i64 >= limit {
+                    break;
+                }
+                if !tenants.is_empty() {
+                    let tenant: Option<String> =
+                        tx.row("SELECT tenant FROM runs WHERE id = ?1", [&id], |r| r.get(0))?;
+                    if !tenant.is_some_and(|t| tenants.contains(&t)) {
+                        continue;
+                    }
+                }
+                let epoch = epoch + 1;
+                tx.exec(
+                    "UPDATE runs SET status = ?2, lease = ?3, lease_epoch = ?4, lease_expires = ?5, updated_at = ?6 WHERE id = ?1",
+                    params![id, RunStatus::Running, owner, epoch, now + ttl_ms, now],
+                )?;
+                claims.push(Claim {
+                    run: id,
+                    epoch,
+                    takeover: status == RunStatus::Running.as_str(),
+                });
+            }
+            Ok(claims)
+        })?;
+        let mut fences = self.fences.lock().unwrap_or_else(|p| p.into_inner());
+        for c in &claims {
+            fences.insert(c.run.clone(), c.epoch);
+        }
+        Ok(claims)
+    }
+
+    /// Extend the lease on `run` by `ttl_ms` from now. `false`: the lease is
+    /// no longer this handle's (taken over), and the run must be stopped.
+    pub fn heartbeat(&self, run: &str, ttl_ms: i64) -> Result<bool> {
+        let Some(epoch) = self.fence_of(run) else {
+            return Ok(false);
+        };
+        let changed = self.write("renew the run's lease", |tx| {
+            Ok(tx.exec(
+                "UPDATE runs SET lease_expires = ?3 WHERE id = ?1 AND lease_epoch = ?2",
+                params![run, epoch, now_ms() + ttl_ms],
+            )?)
+        })?;
+        // A lost lease stays remembered: every later write for the run is refused too.
+        Ok(changed == 1)
+    }
+
+    /// Give the run back: queued again for another worker (a draining worker
+    /// hands back what it did not finish), if the lease is still this handle's.
+    pub fn hand_back(&self, run: &str) -> Result<bool> {
+        let Some(epoch) = self.fence_of(run) else {
+            return Ok(false);
+        };
+        let changed = self.write("hand the run back", |tx| {
+            Ok(tx.exec(
+                "UPDATE runs SET status = ?3, lease = NULL, lease_expires = NULL, updated_at = ?4 WHERE id = ?1 AND lease_epoch = ?2 AND status = 'running'",
+                params![run, epoch, RunStatus::Queued, now_ms()],
+            )?)
+        })?;
+        self.forget_fence(run);
+        Ok(changed == 1)
+    }
+
+    /// The epoch this handle holds `run` at, if it claimed it.
+    pub fn fence_of(&self, run: &str) -> Option<i64> {
+        self.fences
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run)
+            .copied()
+    }
+
+    pub(crate) fn forget_fence(&self, run: &str) {
+        self.fences
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run);
+    }
+
+    /// [`Db::write`] for a write a run's driver makes: when this handle holds
+    /// the run by claim, the run's epoch is checked first, in the same
+    /// transaction, and the run's row stays locked until the commit, so a
+    /// claim by another worker waits for it or comes after it.
+    pub(crate) fn write_run<T>(
+        &self,
+        run: &str,
+        what: &str,
+        mut f: impl FnMut(&super::Conn) -> Result<T>,
+    ) -> Result<T> {
+        let Some(epoch) = self.fence_of(run) else {
+            return self.write(what, f);
+        };
+        self.write(what, |tx| {
+            let held = tx.exec(
+                "UPDATE runs SET lease_epoch = lease_epoch WHERE id = ?1 AND lease_epoch = ?2",
+                params![run, epoch],
+            )?;
+            if held != 1 {
+                return Err(LeaseLost {
+                    run: run.to_string(),
+                    epoch,
+                }
+                .into());
+            }
+            f(tx)
+        })
+    }
+
+    /// The worker `id`'s report: its slots, the runs it holds, and now as its heartbeat.
+    pub fn report_worker(&self, id: &str, host: &str, slots: u32, held: &[String]) -> Result<()> {
+        let held = serde_json::to_string(held).context("failed to list the held runs")?;
+        self.write("report the worker", |tx| {
+            let now = now_ms();
+            tx.exec(
+                "INSERT INTO workers (id, host, slots, held, started_at, heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                 ON CONFLICT (id) DO UPDATE SET slots = excluded.slots, held = excluded.held, heartbeat_at = excluded.heartbeat_at",
+                params![id, host, slots, held, now],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Every worker that reported, the most recent heartbeat first.
+    pub fn workers(&self) -> Result<Vec<WorkerRecord>> {
+        if !self.has_schema(super::schema::LEASES) {
+            return Ok(Vec::new());
+        }
+        Ok(self.conn().query(
+            "SELECT id, host, slots, held, started_at, heartbeat_at FROM workers ORDER BY heartbeat_at DESC, id",
+            [],
+            |r| {
+                Ok(WorkerRecord {
+                    id: r.get(0)?,
+                    host: r.get(1)?,
+                    slots: r.get(2)?,
+                    held: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+                    started_at_ms: r.get(4)?,
+                    heartbeat_at_ms: r.get(5)?,
+                })
+            },
+        )?)
+    }
+}
+
+/// A worker as it last reported.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WorkerRecord {
+    pub id: String,
+    pub host: String,
+    pub slots: u32,
+    pub held: Vec<String>,
+    pub started_at_ms: i64,
+    pub heartbeat_at_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{EventCommit, NewRun, RunOptions, RunPlace};
+
+    crate::db::on_both_engines!(
+        a_worker_that_lost_its_lease_commits_nothing_and_the_next_claim_has_a_higher_epoch,
+        workers_claiming_at_once_take_each_run_once,
+    );
+
+    fn queue(db: &Db, id: &str, tenant: &str) {
+        db.create_queued_run(
+            NewRun {
+                id,
+                policy: "p",
+                digest: "d",
+                input: "{}",
+                options: &RunOptions::default(),
+                place: &RunPlace {
+                    tenant: Some(tenant.into()),
+                    ..Default::default()
+                },
+                status: RunStatus::Queued,
+            },
+            &Default::default(),
+        )
+        .unwrap();
+    }
+
+    fn event(n: i64) -> EventCommit {
+        EventCommit {
+            event: format!("{{\"n\":{n}}}"),
+            decision: Some("\"pass\"".into()),
+            ..Default::default()
+        }
+    }
+
+    fn a_worker_that_lost_its_lease_commits_nothing_and_the_next_claim_has_a_higher_epoch(db: Db) {
+        let a = db;
+        let b = a.reopen().unwrap();
+        queue(&a, "r1", "t");
+        queue(&a, "other", "u");
+        let only_t = ClaimFilter {
+            tenants: vec!["t".into()],
+            limit: 10,
+        };
+        let claimed = a.claim("a", 200, &only_t).unwrap();
+        assert_eq!(
+            claimed,
+            [Claim {
+                run: "r1".into(),
+                epoch: 1,
+                takeover: false
+            }]
+        );
+        assert_eq!(a.commit_event("r1", &event(1)).unwrap(), 1);
+        // Held and fresh: nobody else takes it.
+        assert!(b.claim("b", 200, &only_t).unwrap().is_empty());
+        assert!(a.heartbeat("r1", 200).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // Expired: taken over, with the next epoch.
+        let taken = b.claim("b", 10_000, &only_t).unwrap();
+        assert_eq!(
+            taken,
+            [Claim {
+                run: "r1".into(),
+                epoch: 2,
+                takeover: true
+            }]
+        );
+        // The old holder commits nothing, whatever it tries, and learns it lost the run.
+        let e = a.commit_event("r1", &event(2)).unwrap_err();
+        assert_eq!(
+            crate::error::find::<LeaseLost>(&e),
+            Some(&LeaseLost {
+                run: "r1".into(),
+                epoch: 1
+            }),
+            "{e:#}"
+        );
+        assert!(!a.heartbeat("r1", 200).unwrap());
+        let e = a.set_status("r1", RunStatus::Done, None).unwrap_err();
+        assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
+        let e = a.finish_driving("r1", RunStatus::Failed, None).unwrap_err();
+        assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
+        assert_eq!(a.events("r1").unwrap().len(), 1);
+        // The new holder carries on from the journal.
+        assert_eq!(b.commit_event("r1", &event(2)).unwrap(), 2);
+        assert!(b.hand_back("r1").unwrap());
+        assert_eq!(b.run("r1").unwrap().unwrap().status, RunStatus::Queued);
+        assert_eq!(b.claim("b", 1000, &only_t).unwrap()[0].epoch, 3);
+        // The other tenant's run was never claimed.
+        assert_eq!(b.run("other").unwrap().unwrap().status, RunStatus::Queued);
+    }
+
+    fn workers_claiming_at_once_take_each_run_once(db: Db) {
+        for i in 0..40 {
+            queue(&db, &format!("r{i:02}"), "t");
+        }
+        let handles: Vec<Db> = (0..4).map(|_| db.reopen().unwrap()).collect();
+        let claimed: Vec<Vec<String>> = std::thread::scope(|s| {
+            let joins: Vec<_> = handles
+                .iter()
+                .enumerate()
+                .map(|(w, h)| {
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        loop {
+                            let got = h
+                                .claim(
+                                    &format!("w{w}"),
+                                    60_000,
+                                    &ClaimFilter {
+                                        limit: 3,
+                                        ..Default::default()
+                                    },
+                                )
+                                .unwrap();
+                            if got.is_empty() {
+                                break mine;
+                            }
+                            mine.extend(got.into_iter().map(|c| c.run));
+                        }
+                    })
+                })
+                .collect();
+            joins.into_iter().map(|j| j.join().unwrap()).collect()
+        });
+        let mut all: Vec<String> = claimed.concat();
+        all.sort();
+        let expected: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
+        assert_eq!(all, expected, "each run claimed once: {claimed:?}");
+        db.report_worker("w0", "h", 4, &claimed[0]).unwrap();
+        let w = db.workers().unwrap();
+        assert_eq!((w.len(), w[0].held.len()), (1, claimed[0].len()));
+    }
+}
