@@ -18,6 +18,8 @@ pub const STORE_FILE: &str = "loopbox.db";
 pub struct DataDir {
     /// Canonical.
     root: PathBuf,
+    /// A PostgreSQL store (`--store`, `LOOPBOX_STORE`) in place of `loopbox.db` here.
+    store_url: Option<String>,
 }
 
 /// Whether `inner` is `outer` or lies below it (both canonical).
@@ -69,7 +71,34 @@ impl DataDir {
                 root.display()
             );
         }
-        Ok(DataDir { root })
+        Ok(DataDir {
+            root,
+            store_url: None,
+        })
+    }
+
+    /// Keep the runs and the server's tables in the PostgreSQL store at `url`.
+    pub fn with_store(self, url: Option<String>) -> DataDir {
+        DataDir {
+            store_url: url,
+            ..self
+        }
+    }
+
+    /// The store: the PostgreSQL one given, else `loopbox.db` here.
+    pub fn open_db(&self) -> Result<crate::db::Db> {
+        match &self.store_url {
+            Some(url) => crate::db::Db::open_postgres(url),
+            None => crate::db::Db::open(&self.store()),
+        }
+    }
+
+    /// The store opened for reading (a connection of its own).
+    pub fn open_db_read_only(&self) -> Result<crate::db::Db> {
+        match &self.store_url {
+            Some(url) => crate::db::Db::open_postgres(url),
+            None => crate::db::Db::open_read_only(&self.store()),
+        }
     }
 
     pub fn path(&self) -> &Path {

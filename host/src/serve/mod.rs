@@ -62,6 +62,27 @@ pub struct Options {
     pub listen: Option<SocketAddr>,
     /// `--data`, over `server.data`.
     pub data: Option<PathBuf>,
+    /// `--store postgres://…` (or `LOOPBOX_STORE`): the runs and the server's
+    /// tables in PostgreSQL rather than in `DATA/loopbox.db`.
+    pub store: Option<String>,
+}
+
+/// The PostgreSQL store `--store` names, else `LOOPBOX_STORE`; none for the
+/// data directory's SQLite file. Anything else given is refused, as it is not
+/// a store this server can share.
+pub fn store_option(given: Option<&str>) -> Result<Option<String>> {
+    let store = match given {
+        Some(s) => Some(s.to_string()),
+        None => std::env::var("LOOPBOX_STORE")
+            .ok()
+            .filter(|s| !s.is_empty()),
+    };
+    match store {
+        Some(s) if !crate::db::engine::postgres::is_url(&s) => anyhow::bail!(
+            "the store `{s}` is not a PostgreSQL URL: give --store postgres://USER:PASSWORD@HOST:PORT/DATABASE, or leave it out to keep the runs in the data directory"
+        ),
+        s => Ok(s),
+    }
 }
 
 /// The server config the options name, and its file (None: none, the defaults).
@@ -102,7 +123,7 @@ impl Setup {
                 )
             })?;
         let roots = tenant::roots(&config)?;
-        let data = DataDir::open(&data, &roots)?;
+        let data = DataDir::open(&data, &roots)?.with_store(store_option(opts.store.as_deref())?);
         let tenants = Tenants::load(&config, data.path())?;
         Ok(Setup {
             config,
@@ -113,7 +134,7 @@ impl Setup {
 
     /// The store, with the server's tables.
     pub fn store(&self) -> Result<Store> {
-        Store::open(&self.data.store())
+        Store::with(self.data.open_db()?)
     }
 }
 
@@ -147,7 +168,7 @@ impl Server {
             data,
             tenants,
         } = setup;
-        let store = Store::open(&data.store())?;
+        let store = Store::with(data.open_db()?)?;
         let cache =
             crate::wasm::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
         for name in tenants.names() {
@@ -244,7 +265,7 @@ impl Server {
             "loopbox serve: run {run}: {}",
             crate::ui::Untrusted(&format!("{e:#}"))
         );
-        if let Ok(db) = crate::db::Db::open(&self.data.store()) {
+        if let Ok(db) = self.data.open_db() {
             sched::log_line(
                 &db,
                 run,

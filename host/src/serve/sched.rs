@@ -259,7 +259,7 @@ pub fn takes(next: &Next, kind: InboxKind) -> bool {
 
 /// Drive one run from where the store says it stands until it ends, parks, or is stopped.
 async fn drive(server: &Arc<Server>, q: &Queued, stop: Arc<Stop>) -> Result<()> {
-    let db = Db::open(&server.data.store())?;
+    let db = server.data.open_db()?;
     let run = db.existing_run(&q.run)?;
     // Cancelled, or taken up some other way, since it was queued.
     if run.status != RunStatus::Queued {

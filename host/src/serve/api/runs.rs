@@ -405,7 +405,7 @@ pub async fn log(
         ))
     })?;
     // A connection of its own: streams never wait on the acts' writes.
-    let db = Db::open_read_only(&server.data.store())?;
+    let db = server.data.open_db_read_only()?;
     struct Follow {
         db: Db,
         run: String,

@@ -9,8 +9,20 @@ use super::{Srv, scratch, serve_cmd};
 
 #[test]
 fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_once() {
+    kill_9_then_restart(None);
+}
+
+/// The same on a PostgreSQL store: the server keeps nothing in its data directory's file.
+#[test]
+fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_once_on_postgres() {
+    let pg = loopbox::db::engine::pg_server::PgServer::shared(false).unwrap();
+    let store = pg.fresh_store().unwrap();
+    kill_9_then_restart(Some(&store));
+}
+
+fn kill_9_then_restart(store: Option<&str>) {
     let dir = scratch();
-    let mut srv = Srv::prepare(dir.path(), "", &[("solo", "max_running = 1\n")]);
+    let mut srv = Srv::prepare_on(dir.path(), "", &[("solo", "max_running = 1\n")], store);
     srv.start();
     let run = srv.start_probe(
         "solo",
@@ -73,6 +85,12 @@ fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_
         .get(&format!("/api/v1/runs/{run}"), srv.token("solo", "viewer"))
         .json();
     assert_eq!(v["journal"].as_array().unwrap().len(), 1, "{v:#}");
+    // Where the runs were kept.
+    assert_eq!(
+        srv.dir.join("data/loopbox.db").exists(),
+        store.is_none(),
+        "the store in use"
+    );
 }
 
 #[test]

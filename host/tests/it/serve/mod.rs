@@ -45,6 +45,16 @@ pub struct Srv {
     pub addr: String,
     pub tokens: BTreeMap<(String, String), String>,
     pub child: Option<Child>,
+    /// A PostgreSQL store (`LOOPBOX_STORE`) in place of `data/loopbox.db`.
+    pub store: Option<String>,
+}
+
+/// `cmd` with `store` as its `LOOPBOX_STORE` (none: the data directory's file).
+fn on_store<'c>(cmd: &'c mut Command, store: Option<&str>) -> &'c mut Command {
+    match store {
+        Some(s) => cmd.env("LOOPBOX_STORE", s),
+        None => cmd.env_remove("LOOPBOX_STORE"),
+    }
 }
 
 /// `loopbox serve ARGS` against `config` (the server config), run to its end.
@@ -64,6 +74,16 @@ impl Srv {
     /// `[tenants.NAME]`), each with a root holding `proj/`, its config set
     /// and a token of every role. Not started yet.
     pub fn prepare(dir: &Path, server_lines: &str, tenants: &[(&str, &str)]) -> Srv {
+        Srv::prepare_on(dir, server_lines, tenants, None)
+    }
+
+    /// [`Srv::prepare`], keeping everything in the PostgreSQL store `store`.
+    pub fn prepare_on(
+        dir: &Path,
+        server_lines: &str,
+        tenants: &[(&str, &str)],
+        store: Option<&str>,
+    ) -> Srv {
         let mut text =
             format!("[server]\nlisten = \"127.0.0.1:0\"\ndata = \"data\"\n{server_lines}\n");
         for (t, extra) in tenants {
@@ -78,7 +98,7 @@ impl Srv {
         std::fs::write(&tc, tenant_config()).unwrap();
         let mut tokens = BTreeMap::new();
         for (t, _) in tenants {
-            let out = Command::new(BIN)
+            let out = on_store(&mut Command::new(BIN), store)
                 .args(["serve", "--config"])
                 .arg(&config)
                 .args(["tenant-config", "--tenant", t, "--set"])
@@ -92,12 +112,16 @@ impl Srv {
             );
             for role in ROLES {
                 let name = format!("{role}-1");
-                let out = serve_cmd(
-                    &config,
-                    &[
+                let out = on_store(&mut Command::new(BIN), store)
+                    .arg("serve")
+                    .arg("--config")
+                    .arg(&config)
+                    .args([
                         "token", "create", "--tenant", t, "--role", role, "--name", &name,
-                    ],
-                );
+                    ])
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
                 assert!(
                     out.status.success(),
                     "{}",
@@ -113,6 +137,7 @@ impl Srv {
             addr: String::new(),
             tokens,
             child: None,
+            store: store.map(String::from),
         }
     }
 
@@ -120,7 +145,7 @@ impl Srv {
     pub fn set_config(&self, tenant: &str, text: &str) {
         let file = self.dir.join(format!("{tenant}-config.toml"));
         std::fs::write(&file, text).unwrap();
-        let out = Command::new(BIN)
+        let out = on_store(&mut Command::new(BIN), self.store.as_deref())
             .args(["serve", "--config"])
             .arg(&self.config)
             .args(["tenant-config", "--tenant", tenant, "--set"])
@@ -137,6 +162,7 @@ impl Srv {
     /// Start the server process; returns once it listens.
     pub fn start(&mut self) {
         let mut cmd = Command::new(BIN);
+        on_store(&mut cmd, self.store.as_deref());
         cmd.arg("serve")
             .arg("--config")
             .arg(&self.config)

@@ -25,7 +25,13 @@ pub struct RunsArgs {
     /// Print JSON (one array for the list)
     #[arg(long, global = true)]
     pub(super) json: bool,
+    /// A shared store, postgres://USER:PASSWORD@HOST:PORT/DB (default: LOOPBOX_STORE, else the workspace's)
+    #[arg(long, value_name = "URL", global = true)]
+    store: Option<String>,
 }
+
+/// The shared store `--store` or `LOOPBOX_STORE` names, for every command here.
+static SHARED_STORE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
 #[derive(Debug, Subcommand)]
 enum RunsCommand {
@@ -50,6 +56,8 @@ enum RunsCommand {
 }
 
 pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
+    let shared = loopbox::serve::store_option(args.store.as_deref()).map_err(Failure::usage)?;
+    let _ = SHARED_STORE.set(shared);
     match args.command {
         None => list(args.json, workspace),
         Some(RunsCommand::Show(a)) => show::execute(a, args.json, workspace),
@@ -76,12 +84,18 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
 
 /// The workspace's store, which must exist already.
 fn open_store(workspace: &Path) -> Result<Db, Failure> {
+    if let Some(url) = SHARED_STORE.get().cloned().flatten() {
+        return Db::open_postgres(&url).map_err(Failure::internal);
+    }
     Db::open(&store_path(workspace)?).map_err(Failure::internal)
 }
 
 /// The workspace's store, which must exist already, opened for reading only:
 /// what only looks at runs needs no free space and changes nothing.
 fn read_store(workspace: &Path) -> Result<Db, Failure> {
+    if let Some(url) = SHARED_STORE.get().cloned().flatten() {
+        return Db::open_postgres(&url).map_err(Failure::internal);
+    }
     Db::open_read_only(&store_path(workspace)?).map_err(Failure::internal)
 }
 

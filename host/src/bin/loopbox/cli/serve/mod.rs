@@ -27,6 +27,9 @@ pub struct ServeArgs {
     /// The data directory (default: server.data)
     #[arg(long, value_name = "DIR", global = true)]
     data: Option<PathBuf>,
+    /// The store, postgres://USER:PASSWORD@HOST:PORT/DB (default: LOOPBOX_STORE, else DATA/loopbox.db)
+    #[arg(long, value_name = "URL", global = true)]
+    store: Option<String>,
     #[command(subcommand)]
     command: Option<ServeCommand>,
 }
@@ -60,6 +63,7 @@ pub fn execute(args: ServeArgs) -> Result<i32, Failure> {
         config: args.config,
         listen: args.listen,
         data: args.data,
+        store: args.store,
     };
     match args.command {
         Some(ServeCommand::Token(t)) => token::execute(t, &setup(&opts)?),
