@@ -130,15 +130,13 @@ impl Db {
         Ok(changed == 1)
     }
 
-    /// Give the run back: queued again for another worker (a draining worker
-    /// hands back what it did not finish), if the lease is still this handle's.
-    pub fn hand_back(&self, run: &str) -> Result<bool> {
-        let Some(epoch) = self.fence_of(run) else {
-            return Ok(false);
-        };
+    /// Give the run back, queued again for another worker (a draining worker
+    /// hands back what it did not finish), if it is still as the claim at
+    /// `epoch` left it: running, or stopped (interrupted) by this worker.
+    pub fn hand_back(&self, run: &str, epoch: i64) -> Result<bool> {
         let changed = self.write("hand the run back", |tx| {
             Ok(tx.exec(
-                "UPDATE runs SET status = ?3, lease = NULL, lease_expires = NULL, updated_at = ?4 WHERE id = ?1 AND lease_epoch = ?2 AND status = 'running'",
+                "UPDATE runs SET status = ?3, lease = NULL, lease_expires = NULL, updated_at = ?4 WHERE id = ?1 AND lease_epoch = ?2 AND status IN ('running', 'interrupted')",
                 params![run, epoch, RunStatus::Queued, now_ms()],
             )?)
         })?;
@@ -326,7 +324,11 @@ mod tests {
         assert_eq!(a.events("r1").unwrap().len(), 1);
         // The new holder carries on from the journal.
         assert_eq!(b.commit_event("r1", &event(2)).unwrap(), 2);
-        assert!(b.hand_back("r1").unwrap());
+        assert!(
+            !a.hand_back("r1", 1).unwrap(),
+            "not the old holder's to give"
+        );
+        assert!(b.hand_back("r1", 2).unwrap());
         assert_eq!(b.run("r1").unwrap().unwrap().status, RunStatus::Queued);
         assert_eq!(b.claim("b", 1000, &only_t).unwrap()[0].epoch, 3);
         // The other tenant's run was never claimed.

@@ -9,10 +9,11 @@ use anyhow::Result;
 
 use super::{Db, RunStatus, now_ms};
 
-/// The due runs (`?1`: now), through the `runs_by_wake` index (the unary `+`
+/// The due runs (`?1`: now), through the `runs_by_wake` index (`status || ''`
 /// keeps SQLite from taking `runs_by_status` instead, which would read every
-/// waiting run, those waiting for an answer included).
-pub(super) const DUE_SQL: &str = "SELECT id, wake_at FROM runs WHERE wake_at IS NOT NULL AND wake_at <= ?1 AND +status = 'waiting' ORDER BY wake_at LIMIT ?2";
+/// waiting run, those waiting for an answer included; SQLite's unary `+`
+/// would too, but PostgreSQL has no `+` for text).
+pub(super) const DUE_SQL: &str = "SELECT id, wake_at FROM runs WHERE wake_at IS NOT NULL AND wake_at <= ?1 AND status || '' = 'waiting' ORDER BY wake_at LIMIT ?2";
 
 impl Db {
     /// Park the run until `until_ms`: status `waiting`, its wake time recorded.

@@ -85,6 +85,11 @@ impl DataDir {
         }
     }
 
+    /// Whether the store is a shared (PostgreSQL) one.
+    pub fn is_shared(&self) -> bool {
+        self.store_url.is_some()
+    }
+
     /// The store: the PostgreSQL one given, else `loopbox.db` here.
     pub fn open_db(&self) -> Result<crate::db::Db> {
         match &self.store_url {

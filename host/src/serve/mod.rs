@@ -30,6 +30,7 @@ pub mod sched;
 pub mod store;
 pub mod tenant;
 pub mod web;
+pub mod worker;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -280,7 +281,13 @@ impl Server {
     /// waiting runs whose approval was decided meanwhile.
     pub fn recover(&self) -> Result<usize> {
         let db = self.store.db();
-        for status in [RunStatus::Running, RunStatus::Interrupted] {
+        // On a shared store, workers take over runs whose lease expired.
+        let statuses: &[RunStatus] = if self.data.is_shared() {
+            &[]
+        } else {
+            &[RunStatus::Running, RunStatus::Interrupted]
+        };
+        for &status in statuses {
             for (id, tenant) in self.store.runs_with_status(status)? {
                 let run = db.existing_run(&id)?;
                 if run
@@ -384,7 +391,9 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
     let addr = listener.local_addr()?;
     let app = api::router(server.clone()).merge(web::router(server.clone()));
     let accepting = tokio::spawn(http::accept(listener, app, max_connections as usize));
-    let dispatching = tokio::spawn(sched::dispatch(server.clone()));
+    // On a shared store the server only queues: `loopbox worker` processes drive.
+    let dispatching =
+        (!server.data.is_shared()).then(|| tokio::spawn(sched::dispatch(server.clone())));
     let sweeping = {
         let server = server.clone();
         tokio::spawn(async move {
@@ -412,7 +421,9 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         _ = int.recv() => {}
     }
     accepting.abort();
-    dispatching.abort();
+    if let Some(d) = dispatching {
+        d.abort();
+    }
     sweeping.abort();
     Ok(())
 }

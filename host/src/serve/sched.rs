@@ -40,10 +40,10 @@ pub struct Continue {
 }
 
 #[derive(Debug, Clone)]
-struct Queued {
-    run: String,
-    tenant: String,
-    how: Continue,
+pub(super) struct Queued {
+    pub(super) run: String,
+    pub(super) tenant: String,
+    pub(super) how: Continue,
 }
 
 #[derive(Default)]
@@ -260,9 +260,28 @@ pub fn takes(next: &Next, kind: InboxKind) -> bool {
 /// Drive one run from where the store says it stands until it ends, parks, or is stopped.
 async fn drive(server: &Arc<Server>, q: &Queued, stop: Arc<Stop>) -> Result<()> {
     let db = server.data.open_db()?;
+    drive_with(server, &db, q, stop, false).await
+}
+
+/// [`drive`] through `db`. `claimed`: `db` holds the run by a fenced claim
+/// (`loopbox worker`, `db/claim.rs`), so it is not taken again here, and every
+/// write is checked against the claim's epoch.
+pub(super) async fn drive_with(
+    server: &Arc<Server>,
+    db: &Db,
+    q: &Queued,
+    stop: Arc<Stop>,
+    claimed: bool,
+) -> Result<()> {
+    let db = db.clone();
     let run = db.existing_run(&q.run)?;
-    // Cancelled, or taken up some other way, since it was queued.
-    if run.status != RunStatus::Queued {
+    // Cancelled, or taken up some other way, since it was queued (or claimed).
+    let ours = if claimed {
+        db.fence_of(&run.id).is_some() && run.status == RunStatus::Running
+    } else {
+        run.status == RunStatus::Queued
+    };
+    if !ours {
         return Ok(());
     }
     let tenant = server
@@ -344,7 +363,7 @@ async fn drive(server: &Arc<Server>, q: &Queued, stop: Arc<Stop>) -> Result<()> 
             .get(&tenant.name)
             .map(|q| q.clone() as Arc<dyn crate::limits::quota::Quota>),
     };
-    if let Err(holder) = db.acquire(&run.id)? {
+    if !claimed && let Err(holder) = db.acquire(&run.id)? {
         anyhow::bail!(
             "run {} is being driven by another loopbox process (pid {} on {})",
             run.id,

@@ -47,6 +47,9 @@ pub struct Srv {
     pub child: Option<Child>,
     /// A PostgreSQL store (`LOOPBOX_STORE`) in place of `data/loopbox.db`.
     pub store: Option<String>,
+    /// On a PostgreSQL store, the `loopbox worker` that drives the runs
+    /// (started and killed with the server).
+    pub worker: Option<Child>,
 }
 
 /// `cmd` with `store` as its `LOOPBOX_STORE` (none: the data directory's file).
@@ -138,6 +141,7 @@ impl Srv {
             tokens,
             child: None,
             store: store.map(String::from),
+            worker: None,
         }
     }
 
@@ -205,6 +209,51 @@ impl Srv {
             .unwrap_or_else(|| panic!("the server did not say where it listens: {first:?}"));
         self.addr = addr.to_string();
         self.child = Some(child);
+        if self.store.is_some() {
+            self.worker = Some(self.spawn_worker(&["--lease-ms", "1000"]));
+        }
+    }
+
+    /// A `loopbox worker ARGS` on this server's config and store; returns once it works.
+    pub fn spawn_worker(&self, args: &[&str]) -> Child {
+        let mut cmd = Command::new(BIN);
+        on_store(&mut cmd, self.store.as_deref());
+        cmd.arg("worker")
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env(
+                "LOOPBOX_CACHE_DIR",
+                std::env::temp_dir().join("loopbox-cli-test-cache"),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl only sets this child's parent-death signal; no allocation, no lock.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            tx.send(cmd.spawn()).unwrap();
+            loop {
+                std::thread::park();
+            }
+        });
+        let mut child = rx.recv().unwrap().unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(
+            first.contains("working"),
+            "the worker did not start: {first:?}"
+        );
+        child
     }
 
     pub fn token(&self, tenant: &str, role: &str) -> &str {
@@ -300,6 +349,10 @@ impl Srv {
     }
 
     pub fn kill9(&mut self) {
+        if let Some(mut w) = self.worker.take() {
+            w.kill().unwrap();
+            w.wait().unwrap();
+        }
         if let Some(mut c) = self.child.take() {
             c.kill().unwrap();
             c.wait().unwrap();

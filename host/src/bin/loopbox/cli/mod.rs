@@ -17,6 +17,7 @@ mod serve;
 mod test;
 mod trust;
 mod validate;
+mod worker;
 
 use std::path::PathBuf;
 
@@ -107,6 +108,8 @@ enum Command {
     /// Run the shared server (tenants, tokens, approvals from anywhere, an audit log, an HTTP API);
     /// `serve token`, `serve audit`, `serve tenant-config` manage it
     Serve(serve::ServeArgs),
+    /// Drive the runs of a shared PostgreSQL store (`--store`), beside other workers
+    Worker(worker::WorkerArgs),
 }
 
 /// A failure with the exit code it should end the process with.
@@ -210,6 +213,7 @@ impl Command {
             Command::Key(_) => false,
             Command::Trust(a) => a.json,
             Command::Serve(a) => a.json(),
+            Command::Worker(_) => false,
             // A hook answers in its agent's protocol; `new` prints no JSON.
             Command::Hook(_) | Command::New(_) => false,
         }
@@ -258,6 +262,7 @@ fn main_with(cli: Cli) -> i32 {
         Command::Key(args) => key::execute(args),
         Command::Trust(args) => trust::execute(args, &workspace),
         Command::Serve(args) => serve::execute(args),
+        Command::Worker(args) => worker::execute(args),
     };
     match result {
         Ok(code) => code,
