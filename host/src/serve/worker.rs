@@ -73,11 +73,8 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let server = Arc::new(Server::new(setup, "127.0.0.1:0".parse()?)?);
     // The handle that claims, and that every held run writes through: its claims are its fences.
     let db = server.data.open_db()?;
-    let id = format!(
-        "{}-{}",
-        crate::db::lease::Owner::me().host,
-        std::process::id()
-    );
+    // As a standalone run's lease reads (`host pid start-time`), so listings show who holds a run.
+    let id = crate::db::lease::Owner::me().to_string();
     let held: Arc<Mutex<BTreeMap<String, Arc<Stop>>>> = Arc::default();
     let filter = ClaimFilter { tenants, limit: 0 };
     let renew_every = Duration::from_millis((w.ttl_ms / 3).max(1) as u64);

@@ -27,6 +27,10 @@ use super::{Error, Result, Row, Value};
 /// follow one another as SQLite's do (see [`PgConn::begin_write`]).
 const WRITE_LOCK: i64 = 0x6c6f_6f70_626f_78; // "loopbox"
 
+/// How long a session may sit inside a transaction doing nothing before the
+/// server ends it (and rolls the transaction back).
+const IDLE_IN_TRANSACTION: &str = "SET idle_in_transaction_session_timeout = 10000";
+
 /// How long making a connection may take.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -107,7 +111,11 @@ impl PgConn {
         if lost {
             self.statements.borrow_mut().clear();
             *self.client.borrow_mut() = None;
-            *self.client.borrow_mut() = Some(connect(&self.config, &self.label)?);
+            let client = connect(&self.config, &self.label)?;
+            // A process stopped (SIGSTOP, a debugger) inside a transaction would hold the
+            // store's write lock for every other process: the server ends such a session.
+            block_on(client.batch_execute(IDLE_IN_TRANSACTION))?;
+            *self.client.borrow_mut() = Some(client);
         }
         Ok(())
     }

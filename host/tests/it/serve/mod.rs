@@ -9,6 +9,7 @@ mod bad_input;
 mod crash;
 mod load;
 mod runs;
+mod scale;
 mod spend;
 mod web;
 

@@ -1,0 +1,286 @@
+//! Runs on a shared PostgreSQL store, driven by `loopbox worker` processes:
+//! a failover campaign (4 workers, at least 100 kill -9 at the crash points,
+//! every run's action appending its own line to one file), and fencing (a
+//! worker stopped past its lease commits nothing once it wakes, and kills the
+//! command it had started).
+
+use std::collections::BTreeMap;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Srv, scratch};
+use loopbox::db::engine::pg_server::PgServer;
+
+/// The lease the workers here hold runs with.
+const TTL_MS: u64 = 1000;
+
+/// A server on a fresh PostgreSQL store with tenant `solo`, whose `probe` may
+/// append to `out.txt` and sleep; no worker yet.
+fn server(dir: &std::path::Path) -> Srv {
+    let pg = PgServer::shared(false).unwrap();
+    let store = pg.fresh_store().unwrap();
+    let mut srv = Srv::prepare_on(
+        dir,
+        "max_running = 64\n",
+        &[("solo", "max_running = 64\nmax_queued = 1000\n")],
+        Some(&store),
+    );
+    let probe = crate::common::probe().display().to_string();
+    srv.set_config(
+        "solo",
+        &format!(
+            "[shell]\nallow = [[\"tee\", \"-a\", \"out.txt\"], [\"sleep\"]]\n\n\
+             [policies.probe]\nsource = {probe:?}\nunsigned = true\n\n\
+             [policies.probe.shell]\nallow = [[\"tee\", \"-a\", \"out.txt\"], [\"sleep\"]]\n"
+        ),
+    );
+    srv.start();
+    // The tests start their own workers.
+    if let Some(mut w) = srv.worker.take() {
+        w.kill().unwrap();
+        w.wait().unwrap();
+    }
+    srv
+}
+
+fn worker(srv: &Srv, crash: Option<String>) -> Child {
+    let lease = TTL_MS.to_string();
+    match crash {
+        Some(c) => {
+            // SAFETY: set before the worker is spawned and removed right after, on this thread;
+            // the other tests of this binary never read LOOPBOX_CRASH_AT.
+            unsafe { std::env::set_var("LOOPBOX_CRASH_AT", &c) };
+            let w = srv.spawn_worker(&["--lease-ms", &lease, "--slots", "4"]);
+            // SAFETY: as above.
+            unsafe { std::env::remove_var("LOOPBOX_CRASH_AT") };
+            w
+        }
+        None => srv.spawn_worker(&["--lease-ms", &lease, "--slots", "4"]),
+    }
+}
+
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// The runs the worker with process id `pid` holds now (its lease is `HOST PID START`).
+fn held_by(store: &str, pid: u32) -> Vec<(String, String)> {
+    let c =
+        loopbox::db::Conn::postgres(loopbox::db::engine::postgres::PgConn::connect(store).unwrap());
+    c.query(
+        "SELECT id, lease FROM runs WHERE status = 'running' AND lease LIKE ?1",
+        [format!("{} {pid} %", host())],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap()
+}
+
+#[test]
+fn four_workers_killed_100_times_at_the_crash_points_lose_and_repeat_no_action() {
+    let dir = scratch();
+    let srv = server(dir.path());
+    let db = loopbox::db::Db::open_postgres(srv.store.as_deref().unwrap()).unwrap();
+    let points = [
+        "before-intent",
+        "action-started",
+        "action-finished",
+        "action-recorded",
+        "event-committed",
+    ];
+    let mut rng = 0x9e37_79b9_u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let crash = |next: &mut dyn FnMut() -> u64| {
+        format!(
+            "{}:{}",
+            points[(next() % points.len() as u64) as usize],
+            1 + next() % 3
+        )
+    };
+    let mut workers: Vec<Child> = (0..4)
+        .map(|_| worker(&srv, Some(crash(&mut next))))
+        .collect();
+    let mut runs: Vec<String> = Vec::new();
+    let mut kills = 0;
+    // Runs a killed worker held, with when it died: each must be claimed again within 2 x TTL.
+    let mut orphans: BTreeMap<String, (String, Instant)> = BTreeMap::new();
+    let mut takeovers: Vec<Duration> = Vec::new();
+    let started = Instant::now();
+    while kills < 100 {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "the campaign took too long: {kills} kills"
+        );
+        // Keep a dozen runs going.
+        let open = runs
+            .iter()
+            .filter(|r| !db.existing_run(r).unwrap().status.is_final())
+            .count();
+        for _ in open..12 {
+            let n = runs.len();
+            runs.push(srv.start_probe(
+                "solo",
+                json!({"op": "exec", "argv": ["tee", "-a", "out.txt"], "stdin": format!("run {n}\n")}),
+            ));
+        }
+        for w in workers.iter_mut() {
+            if w.try_wait().unwrap().is_some() {
+                for (r, lease) in held_by(srv.store.as_deref().unwrap(), w.id()) {
+                    orphans.insert(r, (lease, Instant::now()));
+                }
+                kills += 1;
+                *w = worker(&srv, Some(crash(&mut next)));
+            }
+        }
+        orphans.retain(|run, (owner, at)| {
+            let r = db.existing_run(run).unwrap();
+            let moved = r.status.is_final()
+                || r.lease.as_ref().map(|o| o.to_string()).as_deref() != Some(owner.as_str());
+            if moved {
+                takeovers.push(at.elapsed());
+            }
+            !moved
+        });
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The rest finish on workers that do not crash.
+    for w in workers.iter_mut() {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    let mut calm: Vec<Child> = (0..4).map(|_| worker(&srv, None)).collect();
+    let mut unknown = 0;
+    let out = srv.root("solo").join("proj/out.txt");
+    for r in &runs {
+        let v = srv.wait_final("solo", r);
+        if v["outcome"]["data"]["err"]["kind"] == "outcome-unknown" {
+            unknown += 1;
+        } else {
+            assert_eq!(v["status"], "done", "{v:#}");
+        }
+    }
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in text.lines() {
+        *seen.entry(line).or_default() += 1;
+    }
+    let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(duplicated.is_empty(), "actions run twice: {duplicated:?}");
+    // Lost: a run that says it did its action, whose line is not there.
+    let mut lost = Vec::new();
+    for (n, r) in runs.iter().enumerate() {
+        let v = srv
+            .get(&format!("/api/v1/runs/{r}"), srv.token("solo", "viewer"))
+            .json();
+        let line = format!("run {n}");
+        if v["outcome"]["data"]["ok"].is_object() && !seen.contains_key(line.as_str()) {
+            lost.push(line);
+        }
+    }
+    assert!(lost.is_empty(), "actions lost: {lost:?}");
+    let slowest = takeovers.iter().max().copied().unwrap_or_default();
+    assert!(
+        slowest <= Duration::from_millis(2 * TTL_MS),
+        "a takeover took {slowest:?}, over 2 x TTL"
+    );
+    eprintln!(
+        "failover campaign: {} runs, {kills} kill -9, {} takeovers (slowest {slowest:?}), {unknown} outcome-unknown, 0 duplicated, 0 lost, in {:?}",
+        runs.len(),
+        takeovers.len(),
+        started.elapsed()
+    );
+    for w in calm.iter_mut() {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+}
+
+/// Processes whose command line ends with `argv` (the command, and the
+/// sandbox that runs it).
+fn processes(argv: &[&str]) -> usize {
+    let want: Vec<u8> = argv[1..]
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                c.ends_with(&want)
+                    && c.split(|b| *b == 0)
+                        .any(|a| a.ends_with(argv[0].as_bytes()))
+            })
+        })
+        .count()
+}
+
+#[test]
+fn a_worker_stopped_past_its_lease_commits_nothing_when_it_wakes_and_kills_its_command() {
+    let dir = scratch();
+    let srv = server(dir.path());
+    let db = loopbox::db::Db::open_postgres(srv.store.as_deref().unwrap()).unwrap();
+    let mut first = worker(&srv, None);
+    let run = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "9.271"]}));
+    let v = srv.wait_run("solo", &run, |v| {
+        v["journal"].as_array().is_some_and(|j| !j.is_empty())
+    });
+    assert_eq!(v["status"], "running", "{v:#}");
+    let sleeping = Instant::now();
+    while processes(&["sleep", "9.271"]) == 0 {
+        assert!(
+            sleeping.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(first.id() as i32, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(TTL_MS + 300));
+    let mut second = worker(&srv, None);
+    let v = srv.wait_final("solo", &run);
+    assert_eq!(
+        v["outcome"]["data"]["err"]["kind"], "outcome-unknown",
+        "{v:#}"
+    );
+    let before: Value = v.clone();
+    let epoch = |db: &loopbox::db::Db| db.existing_run(&run).unwrap();
+    let ended = epoch(&db);
+    // SAFETY: as above.
+    unsafe { libc::kill(first.id() as i32, libc::SIGCONT) };
+    // It wakes, renews nothing, stops the run, and kills the command it started.
+    let woke = Instant::now();
+    while processes(&["sleep", "9.271"]) > 0 {
+        assert!(
+            woke.elapsed() < Duration::from_secs(5),
+            "the stopped worker's command still runs 5 s after it woke"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(TTL_MS));
+    let after = srv
+        .get(&format!("/api/v1/runs/{run}"), srv.token("solo", "viewer"))
+        .json();
+    assert_eq!(
+        (&after["status"], &after["journal"], &after["outcome"]),
+        (&before["status"], &before["journal"], &before["outcome"]),
+        "the woken worker changed the run"
+    );
+    let now = epoch(&db);
+    assert_eq!(
+        (now.status, now.updated_at_ms, now.actions),
+        (ended.status, ended.updated_at_ms, ended.actions)
+    );
+    for w in [&mut first, &mut second] {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+}
