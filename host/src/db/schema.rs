@@ -311,7 +311,7 @@ pub fn ddl_for(engine: Engine, ddl: &str) -> String {
 }
 
 /// The key of the advisory lock an upgrade of a PostgreSQL store holds.
-const UPGRADE_LOCK: i64 = 0x6c6f_6f70_626f_79;
+const UPGRADE_LOCK: i64 = 0x006c_6f6f_7062_6f79;
 
 /// Bring a PostgreSQL store to [`SCHEMA_VERSION`]: the same tables and
 /// columns as SQLite's, made in one transaction under a lock, so servers and

@@ -392,7 +392,7 @@ pub struct Conn {
 
 enum Inner {
     Sqlite(rusqlite::Connection),
-    Postgres(postgres::PgConn),
+    Postgres(Box<postgres::PgConn>),
 }
 
 impl Conn {
@@ -404,7 +404,7 @@ impl Conn {
 
     pub fn postgres(conn: postgres::PgConn) -> Conn {
         Conn {
-            inner: Inner::Postgres(conn),
+            inner: Inner::Postgres(Box::new(conn)),
         }
     }
 

@@ -293,13 +293,12 @@ fn as_server_user(mut cmd: Command, owner: Option<(u32, u32)>) -> Command {
     // (setgroups, setgid, setuid, prctl), which are async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
-            if let Some((uid, gid)) = owner {
-                if libc::setgroups(0, std::ptr::null()) != 0
+            if let Some((uid, gid)) = owner
+                && (libc::setgroups(0, std::ptr::null()) != 0
                     || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
+                    || libc::setuid(uid) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
             }
             // After setuid, which clears it.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {

@@ -25,7 +25,7 @@ use super::{Error, Result, Row, Value};
 
 /// The key of the advisory lock every write transaction takes, so writers
 /// follow one another as SQLite's do (see [`PgConn::begin_write`]).
-const WRITE_LOCK: i64 = 0x6c6f_6f70_626f_78; // "loopbox"
+const WRITE_LOCK: i64 = 0x006c_6f6f_7062_6f78; // "loopbox"
 
 /// How long a session may sit inside a transaction doing nothing before the
 /// server ends it (and rolls the transaction back).
