@@ -114,6 +114,14 @@ impl Db {
         Ok(claims)
     }
 
+    /// A wake-up each time a run becomes runnable (PostgreSQL's `LISTEN`); none on SQLite.
+    pub fn listen_runnable(&self) -> Result<Option<Arc<tokio::sync::Notify>>> {
+        match &self.url {
+            Some(url) => Ok(Some(super::engine::postgres::listen_runnable(url)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Extend the lease on `run` by `ttl_ms` from now. `false`: the lease is
     /// no longer this handle's (taken over), and the run must be stopped.
     pub fn heartbeat(&self, run: &str, ttl_ms: i64) -> Result<bool> {
@@ -135,10 +143,12 @@ impl Db {
     /// `epoch` left it: running, or stopped (interrupted) by this worker.
     pub fn hand_back(&self, run: &str, epoch: i64) -> Result<bool> {
         let changed = self.write("hand the run back", |tx| {
-            Ok(tx.exec(
+            let n = tx.exec(
                 "UPDATE runs SET status = ?3, lease = NULL, lease_expires = NULL, updated_at = ?4 WHERE id = ?1 AND lease_epoch = ?2 AND status IN ('running', 'interrupted')",
                 params![run, epoch, RunStatus::Queued, now_ms()],
-            )?)
+            )?;
+            notify_runnable(tx)?;
+            Ok(n)
         })?;
         self.forget_fence(run);
         Ok(changed == 1)
@@ -223,6 +233,21 @@ impl Db {
             },
         )?)
     }
+}
+
+/// Tell the workers listening that a run became runnable (on PostgreSQL, when
+/// the transaction commits; nothing on SQLite, whose runs one process drives).
+pub(crate) fn notify_runnable(tx: &super::Conn) -> Result<()> {
+    if tx.engine() == Engine::Postgres {
+        tx.exec(
+            &format!(
+                "SELECT pg_notify('{}', '')",
+                super::engine::postgres::RUNNABLE
+            ),
+            [],
+        )?;
+    }
+    Ok(())
 }
 
 /// A worker as it last reported.

@@ -378,6 +378,7 @@ impl Db {
         self.write("record the new run", |tx| {
             row.insert(tx)?;
             super::audit::append(tx, audit)?;
+            super::claim::notify_runnable(tx)?;
             Ok(())
         })
     }

@@ -700,6 +700,9 @@ impl Store {
             ),
             params![run, now_ms()],
         )?;
+        if n > 0 {
+            crate::db::claim::notify_runnable(&c)?;
+        }
         Ok(n > 0)
     }
 }

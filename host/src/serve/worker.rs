@@ -43,7 +43,7 @@ impl Default for WorkerOptions {
             slots: 4,
             tenants: Vec::new(),
             ttl_ms: crate::db::claim::DEFAULT_TTL_MS,
-            poll_ms: 100,
+            poll_ms: 500,
         }
     }
 }
@@ -78,6 +78,10 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let held: Arc<Mutex<BTreeMap<String, Arc<Stop>>>> = Arc::default();
     let filter = ClaimFilter { tenants, limit: 0 };
     let renew_every = Duration::from_millis((w.ttl_ms / 3).max(1) as u64);
+    // Woken at once when a run becomes runnable; the poll below is the fallback.
+    let runnable = db
+        .listen_runnable()?
+        .unwrap_or_else(|| Arc::new(tokio::sync::Notify::new()));
     let mut last_renewal = std::time::Instant::now();
     ready(&id);
     loop {
@@ -105,6 +109,7 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
         }
         let wait = Duration::from_millis(w.poll_ms).min(renew_every);
         tokio::select! {
+            _ = runnable.notified() => {}
             _ = tokio::time::sleep(wait) => {}
             _ = term.recv() => break,
             _ = int.recv() => break,

@@ -249,6 +249,49 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// The channel a transaction that made a run runnable notifies (on commit).
+pub const RUNNABLE: &str = "loopbox_runnable";
+
+/// A wake-up each time a run becomes runnable in the store at `url` (a
+/// `NOTIFY` on [`RUNNABLE`]), through a listening connection of its own that
+/// is made again when lost. Notifications are only a hint: a worker also
+/// looks on its own now and then (one made while the listener reconnects is
+/// not seen).
+pub fn listen_runnable(url: &str) -> Result<Arc<tokio::sync::Notify>> {
+    let config: Config = url.parse().map_err(|e| {
+        Error::Connection(format!("`{}` is not a PostgreSQL URL ({e})", redact(url)))
+    })?;
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let wake = notify.clone();
+    runtime().spawn(async move {
+        loop {
+            if let Ok((client, mut connection)) = config.connect(NoTls).await {
+                let heard = wake.clone();
+                let driver = tokio::spawn(async move {
+                    while let Some(Ok(m)) =
+                        std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                    {
+                        if matches!(m, tokio_postgres::AsyncMessage::Notification(_)) {
+                            heard.notify_one();
+                        }
+                    }
+                });
+                if client
+                    .batch_execute(&format!("LISTEN {RUNNABLE}"))
+                    .await
+                    .is_ok()
+                {
+                    // What became runnable while nobody listened is looked for now.
+                    wake.notify_one();
+                }
+                let _ = driver.await;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+    Ok(notify)
+}
+
 /// The thread that drives every connection's socket.
 fn runtime() -> &'static tokio::runtime::Handle {
     static RUNTIME: OnceLock<tokio::runtime::Handle> = OnceLock::new();
