@@ -180,6 +180,35 @@ pub async fn policies(
     Ok(Json(out))
 }
 
+/// The `loopbox worker` processes of a shared store, as they last reported:
+/// any caller sees each one's slots and heartbeat and how many runs it holds,
+/// and which of them are its own tenant's (never another tenant's run ids).
+pub async fn workers(
+    State(server): State<Arc<Server>>,
+    Authed(caller): Authed,
+) -> ApiResult<Json<Value>> {
+    let db = server.store.db();
+    let mut out = Vec::new();
+    for w in db.workers()? {
+        let mut mine = Vec::new();
+        for run in &w.held {
+            if db.run(run)?.and_then(|r| r.place.tenant).as_deref() == Some(&caller.tenant) {
+                mine.push(run.clone());
+            }
+        }
+        out.push(json!({
+            "id": w.id,
+            "host": w.host,
+            "slots": w.slots,
+            "held": w.held.len(),
+            "runs": mine,
+            "started": rfc3339(w.started_at_ms),
+            "heartbeat": rfc3339(w.heartbeat_at_ms),
+        }));
+    }
+    Ok(Json(json!({"workers": out})))
+}
+
 pub async fn tokens(
     State(server): State<Arc<Server>>,
     Authed(caller): Authed,

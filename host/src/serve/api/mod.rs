@@ -43,6 +43,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/approvals/{id}/deny", post(approvals::deny))
         .route("/api/v1/policies", get(admin::policies))
         .route("/api/v1/audit", get(admin::audit))
+        .route("/api/v1/workers", get(admin::workers))
         .route("/api/v1/spend", get(spend::tenant))
         .route(
             "/api/v1/tokens",

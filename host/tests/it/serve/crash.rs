@@ -85,6 +85,18 @@ fn kill_9_then_restart(store: Option<&str>) {
         .get(&format!("/api/v1/runs/{run}"), srv.token("solo", "viewer"))
         .json();
     assert_eq!(v["journal"].as_array().unwrap().len(), 1, "{v:#}");
+    if store.is_some() {
+        // The worker reports itself; another tenant's runs would not be named.
+        let w = srv
+            .get("/api/v1/workers", srv.token("solo", "viewer"))
+            .json();
+        let ws = w["workers"].as_array().unwrap();
+        assert!(
+            ws.iter()
+                .any(|w| w["slots"] == 4 && w["heartbeat"].is_string()),
+            "{w:#}"
+        );
+    }
     // Where the runs were kept.
     assert_eq!(
         srv.dir.join("data/loopbox.db").exists(),

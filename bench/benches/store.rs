@@ -1,0 +1,255 @@
+//! The PostgreSQL store next to SQLite (issue 35), on this machine, with a
+//! PostgreSQL of its own on loopback (`db::engine::pg_server`, `fsync` on, as
+//! in production):
+//!
+//! - Claim latency: a run is queued (its transaction commits), and one of 4
+//!   claimers (each a `Db` handle of its own, as a `loopbox worker` has) holds
+//!   it. PostgreSQL claimers are woken by `LISTEN/NOTIFY`; SQLite has no
+//!   notification, so its claimers poll every 10 ms.
+//! - Events per second across 4 workers: each thread claims queued runs and
+//!   delivers each one event through the `durable` test guest (a real policy
+//!   call, its state and log, the commit, every write fenced by the claim).
+//! - A shell action: the `durable` guest's 20 actions of `true` in one event,
+//!   journal on (intent and result are each a durable write), per action.
+//!
+//! `cargo bench -p loopbox-bench --bench store` (without `--bench`: one short
+//! round of each, as a smoke test).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use loopbox::bindings::{Decision, Event};
+use loopbox::config::Config;
+use loopbox::db::claim::ClaimFilter;
+use loopbox::db::engine::pg_server::PgServer;
+use loopbox::db::{Db, NewRun, RunOptions, RunPlace, RunStatus};
+use loopbox::run::RunContext;
+use loopbox::ui::Ui;
+use loopbox::wasm::policy::{Policy, PolicySource};
+use loopbox::wasm::runtime::Runtime;
+use loopbox_bench::{Variant, full_run, interleave, micros, percentile, table};
+
+const WORKERS: usize = 4;
+
+fn queue(db: &Db, id: &str) {
+    db.create_queued_run(
+        NewRun {
+            id,
+            policy: "durable",
+            digest: "d",
+            input: "{}",
+            options: &RunOptions::default(),
+            place: &RunPlace {
+                tenant: Some("bench".into()),
+                ..Default::default()
+            },
+            status: RunStatus::Queued,
+        },
+        &Default::default(),
+    )
+    .unwrap();
+}
+
+/// p50 and p99 from queueing a run to a claimer holding it, `n` runs queued
+/// one at a time (each after the last was claimed).
+fn claim_latency(db: &Db, n: usize) -> (Duration, Duration) {
+    let claimed = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done: Arc<std::sync::Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let claimers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let handle = db.reopen().unwrap();
+            let (claimed, stop, done) = (claimed.clone(), stop.clone(), done.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let wake = handle.listen_runnable().unwrap();
+                let filter = ClaimFilter {
+                    limit: 1,
+                    ..Default::default()
+                };
+                while !stop.load(Ordering::SeqCst) {
+                    for c in handle.claim(&format!("w{w}"), 60_000, &filter).unwrap() {
+                        done.lock().unwrap().push((c.run, Instant::now()));
+                        claimed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    match &wake {
+                        Some(n) => rt.block_on(async {
+                            let _ = tokio::time::timeout(Duration::from_millis(500), n.notified())
+                                .await;
+                        }),
+                        None => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            })
+        })
+        .collect();
+    // The listeners connect first.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut queued = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = format!("claim-{i}");
+        queue(db, &id);
+        queued.push((id, Instant::now()));
+        while claimed.load(Ordering::SeqCst) <= i {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for c in claimers {
+        c.join().unwrap();
+    }
+    let done = done.lock().unwrap();
+    let mut lat: Vec<Duration> = queued
+        .iter()
+        .map(|(id, at)| {
+            let (_, got) = done.iter().find(|(r, _)| r == id).unwrap();
+            got.saturating_duration_since(*at)
+        })
+        .collect();
+    lat.sort();
+    (percentile(&lat, 0.5), percentile(&lat, 0.99))
+}
+
+fn config(journal: bool) -> Config {
+    let text = format!(
+        "[shell]\nallow = [[\"true\"]]\nsandbox = \"none\"\n[limits]\nactions_per_run = 100000\n[run]\njournal = {journal}\n"
+    );
+    Config::parse(&text, Path::new("bench.toml")).unwrap()
+}
+
+/// One event of `actions` actions of `true` in run `id`, which `db` holds.
+async fn event(policy: &Policy, ws: &Path, db: &Db, config: &Arc<Config>, id: &str, actions: u32) {
+    let ctx = RunContext::new(id.to_string(), config.clone(), db.clone(), ws, Ui::quiet()).unwrap();
+    let input = serde_json::json!({"per_event": actions, "turns": 0, "file": "unused", "command": ["true"]}).to_string();
+    let d = ctx
+        .deliver(policy, &Event::Start(input))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(d, Decision::Done(ref o) if o.success), "{d:?}");
+}
+
+/// Events per second: WORKERS threads, each claiming queued runs and
+/// delivering one event to each, for `secs`.
+fn events_per_second(db: &Db, policy: &Policy, ws: &Path, secs: f64) -> f64 {
+    let per = 4000;
+    for i in 0..per {
+        queue(db, &format!("ev-{i}"));
+    }
+    let config = Arc::new(config(true));
+    let count = Arc::new(AtomicUsize::new(0));
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for w in 0..WORKERS {
+            let handle = db.reopen().unwrap();
+            let (count, config) = (count.clone(), config.clone());
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let filter = ClaimFilter {
+                    limit: 8,
+                    ..Default::default()
+                };
+                while Instant::now() < until {
+                    let claims = handle.claim(&format!("w{w}"), 60_000, &filter).unwrap();
+                    if claims.is_empty() {
+                        break;
+                    }
+                    for c in claims {
+                        rt.block_on(event(policy, ws, &handle, &config, &c.run, 0));
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let full = full_run();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(dir.path().join("cache")).unwrap();
+    let policy = runtime
+        .load(&PolicySource::Path(env!("DURABLE").into()))
+        .unwrap();
+    let pg = PgServer::shared(true).unwrap();
+    let stores = |name: &str| -> Vec<(&'static str, Db)> {
+        vec![
+            (
+                "SQLite",
+                Db::open(&dir.path().join(format!("{name}.db"))).unwrap(),
+            ),
+            (
+                "PostgreSQL",
+                Db::open_postgres(&pg.fresh_store().unwrap()).unwrap(),
+            ),
+        ]
+    };
+    let ws = tempfile::tempdir_in(dir.path()).unwrap();
+
+    let n = if full { 400 } else { 20 };
+    println!(
+        "\nclaim latency: a run queued (committed) -> one of {WORKERS} claimers holds it, {n} runs"
+    );
+    println!("{:<48}{:>12}{:>12}", "store", "p50", "p99");
+    for (name, db) in stores("claim") {
+        let how = if name == "SQLite" {
+            "SQLite (claimers poll every 10 ms)"
+        } else {
+            "PostgreSQL (LISTEN/NOTIFY, SKIP LOCKED)"
+        };
+        let (p50, p99) = claim_latency(&db, n);
+        println!("{how:<48}{:>12}{:>12}", micros(p50), micros(p99));
+    }
+
+    let secs = if full { 10.0 } else { 1.0 };
+    println!(
+        "\nevents per second: {WORKERS} workers, each claiming queued runs and delivering one event (the durable guest, no action) to each, {secs} s"
+    );
+    println!("{:<48}{:>12}", "store", "events/s");
+    for (name, db) in stores("events") {
+        let rate = events_per_second(&db, &policy, ws.path(), secs);
+        println!("{name:<48}{rate:>12.0}");
+    }
+
+    const ACTIONS: u32 = 20;
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = Arc::new(config(true));
+    let runs = std::cell::Cell::new(0);
+    let mut variants: Vec<Variant> = stores("actions")
+        .into_iter()
+        .map(|(name, db)| {
+            let (ws, config, policy, runs, tokio) =
+                (ws.path(), config.clone(), &policy, &runs, &tokio);
+            Variant::new(format!("loopbox, journal on, {name}"), 1, move || {
+                runs.set(runs.get() + 1);
+                let id = format!("act-{}", runs.get());
+                db.create_run(&id, "durable", &policy.digest, "{}").unwrap();
+                tokio.block_on(event(policy, ws, &db, &config, &id, ACTIONS));
+            })
+        })
+        .collect();
+    let rounds = if full { 40 } else { 1 };
+    interleave(&mut variants, 1, rounds);
+    for v in variants.iter_mut() {
+        v.samples = v.samples.iter().map(|d| *d / ACTIONS).collect();
+    }
+    table(
+        &format!(
+            "one shell action of `true`, per action ({ACTIONS} per event, {rounds} interleaved events of each)"
+        ),
+        &variants,
+    );
+}
