@@ -188,6 +188,46 @@ pub async fn audit(
     page(&ctx, "Audit", "/audit", None, body).into_response()
 }
 
+/// The `loopbox worker` processes of a shared store (docs/scale.md): each
+/// one's slots, last heartbeat, how many runs it holds and which are this
+/// tenant's. A server on SQLite drives its runs itself and lists none.
+pub async fn workers(State(server): State<Arc<Server>>, Viewer(caller): Viewer) -> Response {
+    let ctx = Ctx::of(&server, &caller);
+    let list = match api::workers(State(server.clone()), Authed(caller.clone())).await {
+        Ok(axum::Json(v)) => v,
+        Err(e) => return error(&ctx, e.status, &e.error),
+    };
+    let empty = vec![];
+    let list = list["workers"].as_array().unwrap_or(&empty);
+    let body = html! {
+        div.head { h1 { "Workers" } }
+        @if list.is_empty() {
+            div.empty { p { "No worker has reported: this server drives its runs itself, or none has started." } }
+        } @else {
+            table.audit {
+                thead { tr { th { "Worker" } th { "Host" } th.num { "Slots" } th.num { "Runs held" } th { "This tenant's" } th { "Last heartbeat" } } }
+                tbody {
+                    @for w in list {
+                        tr {
+                            td.mono data-label="Worker" { (text_of(&w["id"])) }
+                            td data-label="Host" { (text_of(&w["host"])) }
+                            td.num data-label="Slots" { (text_of(&w["slots"])) }
+                            td.num data-label="Runs held" { (text_of(&w["held"])) }
+                            td.wrap data-label="This tenant's" {
+                                @for r in w["runs"].as_array().unwrap_or(&empty) {
+                                    a.mono href={ "/runs/" (text_of(r)) } { (text_of(r)) } " "
+                                }
+                            }
+                            td data-label="Last heartbeat" { (text_of(&w["heartbeat"])) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(&ctx, "Workers", "/workers", None, body).into_response()
+}
+
 #[derive(Debug, Default, Deserialize)]
 pub struct TokensQuery {
     #[serde(default)]

@@ -51,6 +51,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/approvals/{id}/{verdict}", post(approvals::decide))
         .route("/policies", get(admin::policies))
         .route("/audit", get(admin::audit))
+        .route("/workers", get(admin::workers))
         .route("/tokens", get(admin::tokens).post(admin::create_token))
         .route("/tokens/{name}/revoke", post(admin::revoke_token))
         .route("/assets/{file}", get(assets::serve))
