@@ -84,6 +84,29 @@ fn a_tenants_daily_budget_stops_its_runs_and_its_spend_is_shown_per_run_and_tena
     assert_eq!(spend["day"]["turns"], 2);
     assert!(close(&spend["total"]["cost_usd"], 0.3));
     assert!(close(&spend["budgets"]["max_cost_usd_per_day"], 0.25));
+    // The dashboard shows the same: the tenant's day against its budget, each
+    // run's cost, and a run's agent turns.
+    let page = |path: &str| {
+        let auth = format!("Bearer {viewer}");
+        let r = super::http(&srv.addr, "GET", path, &[("Authorization", &auth)], None);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        r.body
+    };
+    let runs = page("/runs");
+    assert!(
+        runs.contains("Last 24 hours: <strong>$0.3000</strong> of $0.2500"),
+        "{runs}"
+    );
+    assert!(runs.contains(r#"data-label="Cost">$0.3000</td>"#), "{runs}");
+    let one = page(&format!("/runs/{first}"));
+    assert!(
+        one.contains("$0.3000 · 3450 tokens · 2 agent turns"),
+        "{one}"
+    );
+    assert!(
+        one.contains("Agent turns") && one.contains("$0.1000") && one.contains("$0.2000"),
+        "{one}"
+    );
 
     // Another run of the tenant starts no turn at all.
     let second = start_ralph(&srv);
