@@ -1024,6 +1024,20 @@ pub fn describe(f: &Finished) -> String {
     )
 }
 
+/// The result of an action the host does itself (a worktree, a restore): it
+/// succeeded, and `stdout` is what it says.
+fn host_output(stdout: String) -> Output {
+    Output {
+        exit_code: Some(0),
+        stdout,
+        stderr: String::new(),
+        duration_ms: 0,
+        timed_out: false,
+        truncated: false,
+        session: None,
+    }
+}
+
 fn to_output(f: Finished, session: Option<String>) -> Output {
     Output {
         exit_code: f.exit_code,
@@ -1168,15 +1182,7 @@ impl actions::Host for ActionsHost {
                 .host("info", format!("{}: checked out in {rel}", what())),
             Err(e) => self.log.host("warn", format!("{}: {e:?}", what())),
         }
-        let result = r.map(|rel| Output {
-            exit_code: Some(0),
-            stdout: rel,
-            stderr: String::new(),
-            duration_ms: 0,
-            timed_out: false,
-            truncated: false,
-            session: None,
-        });
+        let result = r.map(host_output);
         self.record(slot, true, &result)?;
         Ok(result.map(|o| o.stdout))
     }
@@ -1223,15 +1229,7 @@ impl actions::Host for ActionsHost {
             Ok(()) => self.log.host("info", format!("{}: removed", what())),
             Err(e) => self.log.host("warn", format!("{}: {e:?}", what())),
         }
-        let result = r.map(|()| Output {
-            exit_code: Some(0),
-            stdout: String::new(),
-            stderr: String::new(),
-            duration_ms: 0,
-            timed_out: false,
-            truncated: false,
-            session: None,
-        });
+        let result = r.map(|()| host_output(String::new()));
         self.record(slot, false, &result)?;
         Ok(result.map(|_| ()))
     }
