@@ -103,7 +103,7 @@ impl Setup {
             })?;
         let roots = tenant::roots(&config)?;
         let data = DataDir::open(&data, &roots)?;
-        let tenants = Tenants::load(&config, data.path())?;
+        let tenants = Tenants::load(&config, data.path(), file.as_deref())?;
         Ok(Setup {
             config,
             data,

@@ -5,7 +5,9 @@
 //! A run's workspace is resolved here: the path a caller gives is canonicalized
 //! (links followed) and must then lie inside one of the tenant's roots, so a
 //! link planted in a root cannot lead a run out of it. Roots of two tenants
-//! may not overlap.
+//! may not overlap. The server's own files that hold every tenant's
+//! credentials (its config file, with each `tenants.T.env`, and every
+//! `env_file`) are hidden from every tenant's runs, as the data directory is.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -74,12 +76,17 @@ pub fn roots(config: &ServerConfig) -> Result<Vec<(String, PathBuf)>> {
 
 impl Tenants {
     /// The tenants of `config` (see [`roots`]), their env files read;
-    /// `data` is hidden from all of them.
-    pub fn load(config: &ServerConfig, data: &Path) -> Result<Tenants> {
+    /// `data`, the config's own `file` and every tenant's `env_file` are
+    /// hidden from all of them (each holds credentials of every tenant, or of one).
+    pub fn load(config: &ServerConfig, data: &Path, file: Option<&Path>) -> Result<Tenants> {
         let all = roots(config)?;
+        let server_files = server_files(config, file);
         let mut map = BTreeMap::new();
         for (name, t) in &config.tenants {
-            map.insert(name.clone(), Arc::new(tenant(name, t, &all, data)?));
+            map.insert(
+                name.clone(),
+                Arc::new(tenant(name, t, &all, data, &server_files)?),
+            );
         }
         Ok(Tenants { map })
     }
@@ -108,7 +115,38 @@ impl Tenants {
     }
 }
 
-fn tenant(name: &str, t: &TenantConfig, all: &[(String, PathBuf)], data: &Path) -> Result<Tenant> {
+/// The server's files that hold tenants' credentials: its config file (each
+/// `tenants.T.env` is written there) and every `env_file`, as given and where
+/// a link leads, so neither name reaches them from a sandbox.
+fn server_files(config: &ServerConfig, file: Option<&Path>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let given = file.into_iter().chain(
+        config
+            .tenants
+            .values()
+            .filter_map(|t| t.env_file.as_deref()),
+    );
+    for f in given {
+        let absolute = std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf());
+        for p in [Some(absolute), f.canonicalize().ok()]
+            .into_iter()
+            .flatten()
+        {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn tenant(
+    name: &str,
+    t: &TenantConfig,
+    all: &[(String, PathBuf)],
+    data: &Path,
+    server_files: &[PathBuf],
+) -> Result<Tenant> {
     let mut env = t.env.clone();
     if let Some(f) = &t.env_file {
         env.extend(read_env_file(f).with_context(|| format!("tenants.{name}.env_file"))?);
@@ -118,6 +156,7 @@ fn tenant(name: &str, t: &TenantConfig, all: &[(String, PathBuf)], data: &Path) 
         .filter(|(other, _)| other != name)
         .map(|(_, r)| r.clone())
         .chain([data.to_path_buf()])
+        .chain(server_files.iter().cloned())
         .collect();
     Ok(Tenant {
         name: name.to_string(),
@@ -274,7 +313,7 @@ mod tests {
             "[tenants.a]\nroots = [\"a\"]\n[tenants.b]\nroots = [\"b\"]\n",
             t,
         );
-        let tenants = Tenants::load(&c, &t.join("data")).unwrap();
+        let tenants = Tenants::load(&c, &t.join("data"), None).unwrap();
         let a = tenants.named("a").unwrap();
         let real = t.canonicalize().unwrap();
         assert_eq!(a.workspace("proj").unwrap(), real.join("a/proj"));

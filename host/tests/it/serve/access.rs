@@ -308,10 +308,18 @@ fn a_tenants_commands_cannot_read_another_tenants_root_or_the_servers_data() {
             .canonicalize()
             .unwrap()
             .join("tenants/beta/loopbox.toml"),
+        // The server's config holds every tenant's `env` (creds' key), and an
+        // env file another tenant's: neither is alpha's to read.
+        srv.config.clone(),
+        srv.dir.join("creds.env"),
     ] {
         let out = cat(path.display().to_string());
         assert_ne!(out["exit_code"].as_i64(), Some(0), "{path:?}: {out}");
-        assert!(!out["stdout"].as_str().unwrap().contains("secret"), "{out}");
+        let stdout = out["stdout"].as_str().unwrap();
+        assert!(
+            !stdout.contains("secret") && !stdout.contains("creds'"),
+            "{path:?}: {out}"
+        );
         assert_eq!(out["stdout"], "", "{path:?}: {out}");
     }
 }

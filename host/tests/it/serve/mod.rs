@@ -314,6 +314,13 @@ pub fn shared() -> &'static Srv {
     SHARED.get_or_init(|| {
         let dir = DIR.get_or_init(scratch).path();
         let roomy = "max_running = 4\nmax_queued = 60\n";
+        // creds' env file: the server's (mode 0600), never a tenant command's to read.
+        let env_file = dir.join("creds.env");
+        std::fs::write(&env_file, "FILE_KEY=creds' file key\n").unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&env_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let mut srv = Srv::prepare(
             dir,
             "max_running = 6\nmax_body_bytes = 65536\n",
@@ -328,7 +335,10 @@ pub fn shared() -> &'static Srv {
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",
                 ),
-                ("creds", "env = { SECRET_KEY = \"creds' own key\" }\n"),
+                (
+                    "creds",
+                    "env = { SECRET_KEY = \"creds' own key\" }\nenv_file = \"creds.env\"\n",
+                ),
             ],
         );
         // creds' agent prints the credential it was given.
