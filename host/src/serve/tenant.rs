@@ -34,8 +34,12 @@ pub struct Tenant {
     pub max_tokens_per_day: Option<u64>,
     /// Agent credentials: `env`, then the `env_file`'s (which win).
     pub env: BTreeMap<String, String>,
-    /// What the tenant's commands and agent never see.
+    /// What the tenant's commands and agent never see: `theirs`, the server's
+    /// files holding credentials, and the component cache.
     pub hidden: Vec<PathBuf>,
+    /// Where no policy of the tenant may be loaded from: the other tenants'
+    /// roots and the data directory.
+    pub theirs: Vec<PathBuf>,
 }
 
 /// Every tenant of the server, by name.
@@ -115,17 +119,22 @@ impl Tenants {
     }
 }
 
-/// The server's files that hold tenants' credentials: its config file (each
-/// `tenants.T.env` is written there) and every `env_file`, as given and where
-/// a link leads, so neither name reaches them from a sandbox.
+/// The server's files no tenant's run may read: its config file (each
+/// `tenants.T.env` is written there), every `env_file`, and the component
+/// cache (every tenant's policies, compiled, and the registry store), as given
+/// and where a link leads, so neither name reaches them from a sandbox.
 fn server_files(config: &ServerConfig, file: Option<&Path>) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    let given = file.into_iter().chain(
-        config
-            .tenants
-            .values()
-            .filter_map(|t| t.env_file.as_deref()),
-    );
+    let cache = crate::wasm::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
+    let given = file
+        .into_iter()
+        .chain(
+            config
+                .tenants
+                .values()
+                .filter_map(|t| t.env_file.as_deref()),
+        )
+        .chain([cache.as_path()]);
     for f in given {
         let absolute = std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf());
         for p in [Some(absolute), f.canonicalize().ok()]
@@ -151,13 +160,13 @@ fn tenant(
     if let Some(f) = &t.env_file {
         env.extend(read_env_file(f).with_context(|| format!("tenants.{name}.env_file"))?);
     }
-    let hidden = all
+    let theirs: Vec<PathBuf> = all
         .iter()
         .filter(|(other, _)| other != name)
         .map(|(_, r)| r.clone())
         .chain([data.to_path_buf()])
-        .chain(server_files.iter().cloned())
         .collect();
+    let hidden = theirs.iter().chain(server_files).cloned().collect();
     Ok(Tenant {
         name: name.to_string(),
         roots: all
@@ -173,6 +182,7 @@ fn tenant(
         max_tokens_per_day: t.max_tokens_per_day,
         env,
         hidden,
+        theirs,
     })
 }
 
@@ -273,7 +283,7 @@ impl Tenant {
     /// (where it really is, links followed).
     pub fn check_source(&self, path: &Path) -> Result<()> {
         let real = super::data::resolved(path);
-        if let Some(h) = self.hidden.iter().find(|h| within(&real, h)) {
+        if let Some(h) = self.theirs.iter().find(|h| within(&real, h)) {
             bail!(
                 "`{}` lies in `{}`, which tenant `{}`'s runs never see (another tenant's root, or the server's data)",
                 path.display(),
@@ -331,7 +341,8 @@ mod tests {
         let e = format!("{:#}", a.workspace("missing").unwrap_err());
         assert!(e.contains("cannot be used"), "{e}");
         // What a's runs never see: b's root and the data directory.
-        assert_eq!(a.hidden, [real.join("b"), t.join("data")]);
+        assert_eq!(a.theirs, [real.join("b"), t.join("data")]);
+        assert!(a.hidden.starts_with(&a.theirs), "{:?}", a.hidden);
         let e = format!("{:#}", tenants.named("c").unwrap_err());
         assert!(e.contains("it has: a, b"), "{e}");
     }

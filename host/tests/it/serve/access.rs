@@ -312,6 +312,8 @@ fn a_tenants_commands_cannot_read_another_tenants_root_or_the_servers_data() {
         // env file another tenant's: neither is alpha's to read.
         srv.config.clone(),
         srv.dir.join("creds.env"),
+        // The component cache every tenant's policies are compiled into.
+        cached_file(&srv.cache),
     ] {
         let out = cat(path.display().to_string());
         assert_ne!(out["exit_code"].as_i64(), Some(0), "{path:?}: {out}");
@@ -322,6 +324,15 @@ fn a_tenants_commands_cannot_read_another_tenants_root_or_the_servers_data() {
         );
         assert_eq!(out["stdout"], "", "{path:?}: {out}");
     }
+}
+
+/// A file the server's component cache holds (a compiled policy's digest).
+fn cached_file(cache: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(cache.join("digests"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("nothing cached in {cache:?}"))
 }
 
 #[test]
