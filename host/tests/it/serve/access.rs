@@ -415,3 +415,66 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
         "{p:#}"
     );
 }
+
+#[test]
+fn a_log_stream_ends_when_its_token_is_revoked() {
+    use std::io::{Read, Write};
+    let srv = shared();
+    let admin = srv.token("gamma", "admin");
+    let made = srv.post(
+        "/api/v1/tokens",
+        admin,
+        json!({"name": "streamer", "role": "viewer"}),
+    );
+    assert_eq!(made.status, 201, "{}", made.body);
+    let token = made.json()["token"].as_str().unwrap().to_string();
+    let run = srv.start_probe("gamma", json!({"op": "echo", "then": "ask"}));
+    srv.wait_run("gamma", &run, |v| v["status"] == "waiting");
+    let mut s = std::net::TcpStream::connect(&srv.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+        .unwrap();
+    s.write_all(
+        format!(
+            "GET /api/v1/runs/{run}/log HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let mut read_for = |secs: u64, raw: &mut Vec<u8>| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let mut buf = [0u8; 4096];
+        while std::time::Instant::now() < until {
+            match s.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+        }
+        false
+    };
+    read_for(1, &mut raw);
+    assert!(
+        String::from_utf8_lossy(&raw).contains("event: log"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    let r = srv.call("DELETE", "/api/v1/tokens/streamer", admin, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The run goes on after the revocation: what it logs then is not the revoked token's.
+    let r = srv.post(
+        &format!("/api/v1/runs/{run}/answer"),
+        srv.token("gamma", "operator"),
+        json!({"text": "after the revocation"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    srv.wait_final("gamma", &run);
+    let closed = read_for(10, &mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    assert!(closed, "the stream stayed open: {text}");
+    assert!(!text.contains("after the revocation"), "{text}");
+    assert!(
+        text.contains("event: error") && text.contains("it was revoked"),
+        "{text}"
+    );
+}
