@@ -18,6 +18,11 @@ use anyhow::{Context, Result, bail};
 use super::config::{ServerConfig, TenantConfig, read_env_file};
 use super::data::within;
 
+/// What the agent presets write in the server user's home (`agent.writable`
+/// of `claude`, `codex` and `gemini`, see `exec::config`): the only entries of
+/// an agent's writable state outside its roots a tenant's config may name.
+const PRESET_STATE: [&str; 4] = ["~/.claude", "~/.claude.json", "~/.codex", "~/.gemini"];
+
 /// One tenant, as the server config made it.
 #[derive(Debug)]
 pub struct Tenant {
@@ -276,7 +281,63 @@ impl Tenant {
                     .with_context(|| format!("[policies.{name}].source"))?;
             }
         }
+        // The agent's writable state is bound into its sandbox over everything
+        // hidden: outside the tenant's roots, only what the presets write.
+        let agents =
+            config
+                .agent
+                .iter()
+                .map(|a| ("agent".to_string(), a))
+                .chain(
+                    config
+                        .profiles
+                        .iter()
+                        .map(|(n, a)| (format!("agents.{n}"), a)),
+                )
+                .chain(config.policies.iter().filter_map(|(n, e)| {
+                    e.agent.as_ref().map(|a| (format!("policies.{n}.agent"), a))
+                }));
+        for (section, a) in agents {
+            for p in a.writable.iter().flatten() {
+                self.check_agent_writable(p)
+                    .with_context(|| format!("{section}.writable: `{}`", crate::ui::one_line(p)))?;
+            }
+        }
         Ok(())
+    }
+
+    /// One `agent.writable` entry on a shared server: a preset's own state in
+    /// the server user's home, or a path inside one of the tenant's roots. Any
+    /// other (`/etc`, another tenant's root, the data directory) would be bound
+    /// writable into the tenant's agent's sandbox, over what it hides.
+    fn check_agent_writable(&self, entry: &str) -> Result<()> {
+        if Path::new(entry)
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            bail!("a `..` part could lead anywhere; name the directory itself");
+        }
+        if entry.starts_with("~/") {
+            if PRESET_STATE.contains(&entry) {
+                return Ok(());
+            }
+            bail!(
+                "on a shared server the agent may write in the server user's home only what the presets do ({}); give it a directory inside tenant `{}`'s roots ({}) instead",
+                PRESET_STATE.join(", "),
+                self.name,
+                self.roots_list()
+            );
+        }
+        let real = super::data::resolved(Path::new(entry));
+        if self.roots.iter().any(|r| within(&real, r)) {
+            return Ok(());
+        }
+        bail!(
+            "`{}` is outside tenant `{}`'s roots ({}): the agent of a shared server's tenant writes only there (and in the presets' own state)",
+            real.display(),
+            self.name,
+            self.roots_list()
+        )
     }
 
     /// Refuse a policy file in another tenant's root or the data directory

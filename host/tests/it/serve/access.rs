@@ -378,6 +378,23 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
             ),
             "which tenant `delta`'s runs never see",
         ),
+        // The agent's writable state is bound over what the sandbox hides: /etc
+        // (cron, passwd) as the server's user, another tenant's root, the store.
+        (
+            "[agent]\ncommand = [\"sh\"]\nprompt_input = \"stdin\"\nwritable = [\"/etc\"]\n".to_string(),
+            "agent.writable: `/etc`",
+        ),
+        (
+            format!(
+                "[policies.theirs]\nsource = \"builtin:ralph\"\n[policies.theirs.agent]\ncommand = [\"sh\"]\nprompt_input = \"stdin\"\nwritable = [{:?}]\n",
+                srv.root("beta").display().to_string()
+            ),
+            "is outside tenant `delta`'s roots",
+        ),
+        (
+            "[agents.sneaky]\ncommand = [\"sh\"]\nprompt_input = \"stdin\"\nwritable = [\"~/.claude/../../etc\"]\n".to_string(),
+            "a `..` part could lead anywhere",
+        ),
     ] {
         let r = srv.call("PUT", "/api/v1/config", admin, Some(json!({"text": text})));
         assert_eq!(r.status, 400, "{text}: {}", r.body);
@@ -395,7 +412,7 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
         .iter()
         .filter(|a| a["outcome"].as_str().unwrap().starts_with("refused: "))
         .count();
-    assert!(refused >= 4, "{audit:#}");
+    assert!(refused >= 7, "{audit:#}");
     // The policies page: each installed policy, what it needs against what it is granted.
     let p = srv
         .get("/api/v1/policies", srv.token("delta", "viewer"))
