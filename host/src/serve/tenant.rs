@@ -31,6 +31,8 @@ pub struct Tenant {
     pub roots: Vec<PathBuf>,
     pub max_running: u32,
     pub max_queued: u32,
+    /// Log streams its callers may hold open at once (`tenants.NAME.max_log_streams`).
+    pub max_log_streams: u32,
     pub actions_per_hour: u64,
     pub agent_turns_per_day: u64,
     /// `max_cost_usd_per_day` and `max_tokens_per_day`: what all its runs'
@@ -181,6 +183,7 @@ fn tenant(
             .collect(),
         max_running: t.max_running,
         max_queued: t.max_queued,
+        max_log_streams: t.max_log_streams,
         actions_per_hour: t.actions_per_hour,
         agent_turns_per_day: t.agent_turns_per_day,
         max_cost_usd_per_day: t.max_cost_usd_per_day,

@@ -400,6 +400,20 @@ pub async fn log(
         .and_then(|v| v.trim().parse::<i64>().ok())
         .or(q.after)
         .unwrap_or(0);
+    let tenant = server
+        .tenants
+        .get(&caller.tenant)
+        .map_or(0, |t| t.max_log_streams);
+    let own_slot = server
+        .tenant_streams
+        .get(&caller.tenant)
+        .and_then(|s| s.clone().try_acquire_owned().ok())
+        .ok_or_else(|| {
+            ApiError::quota(format!(
+                "tenant `{0}` holds {1} log streams open, its limit (tenants.{0}.max_log_streams = {1}); close one, or try again later",
+                caller.tenant, tenant
+            ))
+        })?;
     let slot = server.streams.clone().try_acquire_owned().map_err(|_| {
         ApiError::quota(format!(
             "{} log streams are open, the server's limit (server.max_log_streams = {}); close one, or try again later",
@@ -415,6 +429,7 @@ pub async fn log(
         ended: bool,
         pending: std::collections::VecDeque<SseEvent>,
         _slot: tokio::sync::OwnedSemaphorePermit,
+        _own_slot: tokio::sync::OwnedSemaphorePermit,
         /// The request's credentials, checked again as the stream goes on: a
         /// revoked token (or an ended session) gets no line after its end.
         server: Arc<Server>,
@@ -428,6 +443,7 @@ pub async fn log(
         ended: false,
         pending: Default::default(),
         _slot: slot,
+        _own_slot: own_slot,
         server: server.clone(),
         headers,
         checked: std::time::Instant::now(),
