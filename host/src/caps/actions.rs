@@ -925,6 +925,8 @@ impl ActionsHost {
                 "prompt_kind": format!("{:?}", req.kind),
                 "profile": req.profile,
                 "model": req.model,
+                // The conversation it goes on: another session is another request.
+                "session": req.session,
                 "agent": agent.config().command,
                 "cwd": cwd,
             });

@@ -183,6 +183,28 @@ fn runs_show_gives_the_approver_the_whole_request_and_approve_binds_to_its_diges
 }
 
 #[test]
+fn an_ask_tier_prompt_is_bound_to_the_session_it_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("loopbox.toml"),
+        "[agent]\ncommand = [\"echo\", \"{prompt}\"]\ntier = \"ask\"\n",
+    )
+    .unwrap();
+    let probe = probe().to_string_lossy().into_owned();
+    let op = json!({"op": "prompt", "text": "go on", "session": "sess-1"});
+    let o = loopbox(d, &["run", &probe, "--input", &op.to_string()]);
+    assert_eq!(code(&o), 4, "{}", text(&o));
+    let id = only_run(d);
+    let a = &show(d, &id)["approvals"][0];
+    assert_eq!(a["status"], "pending", "{a}");
+    // Another session is another conversation: the digest covers which one.
+    assert_eq!(a["request"]["request"]["session"], "sess-1", "{a}");
+    let o = loopbox(d, &["runs", "show", &id]);
+    assert!(text(&o).contains("session: sess-1"), "{}", text(&o));
+}
+
+#[test]
 fn a_denial_reaches_the_policy_as_declined_with_the_reason() {
     let dir = workspace("");
     let d = dir.path();

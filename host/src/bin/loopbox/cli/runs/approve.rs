@@ -106,6 +106,9 @@ pub fn describe(a: &Approval) -> Vec<String> {
         };
         lines.push(format!("input ({} bytes):\n{shown}{more}", text.len()));
     }
+    if let Some(session) = req["session"].as_str() {
+        lines.push(format!("session: {}", one_line(session)));
+    }
     for key in ["text", "message"] {
         if let Some(text) = req[key].as_str() {
             lines.push(format!("{key}:\n{text}"));
