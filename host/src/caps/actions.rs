@@ -24,7 +24,7 @@ use crate::bindings::actions::{
 use crate::caps::RunFacts;
 use crate::caps::mcp::McpConfig;
 use crate::caps::snapshot::RestoreGrant;
-use crate::caps::worktree::{WorktreeConfig, Worktrees};
+use crate::caps::worktree::{GitJail, WorktreeConfig, Worktrees};
 use crate::db::approvals::Approval;
 use crate::db::{Budget, Db, Spent};
 use crate::exec::agent::{AgentRequest, AgentRunner, AgentSandbox};
@@ -242,6 +242,16 @@ impl ActionGrants {
             .iter()
             .map(|(name, a)| (name.clone(), runner(a.clone())))
             .collect();
+        // The host's git runs confined as a command is, `.git` writable.
+        let worktrees = Worktrees::with_jail(
+            worktree,
+            root,
+            &shell.path,
+            Some(GitJail::new(
+                LazySandbox::new(shell.sandbox, facts.support.clone()),
+                confines.clone(),
+            )),
+        );
         Ok(ActionGrants {
             shell: shell.clone(),
             rules,
@@ -252,7 +262,7 @@ impl ActionGrants {
             sandbox,
             confines,
             bash_scripts,
-            worktrees: Worktrees::new(worktree, root, &shell.path),
+            worktrees,
             mcp: mcp.clone(),
             restore,
             limits: facts.limits.clone(),
@@ -915,6 +925,8 @@ impl ActionsHost {
                 "prompt_kind": format!("{:?}", req.kind),
                 "profile": req.profile,
                 "model": req.model,
+                // The conversation it goes on: another session is another request.
+                "session": req.session,
                 "agent": agent.config().command,
                 "cwd": cwd,
             });
