@@ -24,7 +24,7 @@ use crate::bindings::actions::{
 use crate::caps::RunFacts;
 use crate::caps::mcp::McpConfig;
 use crate::caps::snapshot::RestoreGrant;
-use crate::caps::worktree::{WorktreeConfig, Worktrees};
+use crate::caps::worktree::{GitJail, WorktreeConfig, Worktrees};
 use crate::db::approvals::Approval;
 use crate::db::{Budget, Db, Spent};
 use crate::exec::agent::{AgentRequest, AgentRunner, AgentSandbox};
@@ -242,6 +242,16 @@ impl ActionGrants {
             .iter()
             .map(|(name, a)| (name.clone(), runner(a.clone())))
             .collect();
+        // The host's git runs confined as a command is, `.git` writable.
+        let worktrees = Worktrees::with_jail(
+            worktree,
+            root,
+            &shell.path,
+            Some(GitJail::new(
+                LazySandbox::new(shell.sandbox, facts.support.clone()),
+                confines.clone(),
+            )),
+        );
         Ok(ActionGrants {
             shell: shell.clone(),
             rules,
@@ -252,7 +262,7 @@ impl ActionGrants {
             sandbox,
             confines,
             bash_scripts,
-            worktrees: Worktrees::new(worktree, root, &shell.path),
+            worktrees,
             mcp: mcp.clone(),
             restore,
             limits: facts.limits.clone(),
@@ -915,6 +925,8 @@ impl ActionsHost {
                 "prompt_kind": format!("{:?}", req.kind),
                 "profile": req.profile,
                 "model": req.model,
+                // The conversation it goes on: another session is another request.
+                "session": req.session,
                 "agent": agent.config().command,
                 "cwd": cwd,
             });
@@ -1022,6 +1034,20 @@ pub fn describe(f: &Finished) -> String {
             ""
         }
     )
+}
+
+/// The result of an action the host does itself (a worktree, a restore): it
+/// succeeded, and `stdout` is what it says.
+fn host_output(stdout: String) -> Output {
+    Output {
+        exit_code: Some(0),
+        stdout,
+        stderr: String::new(),
+        duration_ms: 0,
+        timed_out: false,
+        truncated: false,
+        session: None,
+    }
 }
 
 fn to_output(f: Finished, session: Option<String>) -> Output {
@@ -1168,15 +1194,7 @@ impl actions::Host for ActionsHost {
                 .host("info", format!("{}: checked out in {rel}", what())),
             Err(e) => self.log.host("warn", format!("{}: {e:?}", what())),
         }
-        let result = r.map(|rel| Output {
-            exit_code: Some(0),
-            stdout: rel,
-            stderr: String::new(),
-            duration_ms: 0,
-            timed_out: false,
-            truncated: false,
-            session: None,
-        });
+        let result = r.map(host_output);
         self.record(slot, true, &result)?;
         Ok(result.map(|o| o.stdout))
     }
@@ -1223,15 +1241,7 @@ impl actions::Host for ActionsHost {
             Ok(()) => self.log.host("info", format!("{}: removed", what())),
             Err(e) => self.log.host("warn", format!("{}: {e:?}", what())),
         }
-        let result = r.map(|()| Output {
-            exit_code: Some(0),
-            stdout: String::new(),
-            stderr: String::new(),
-            duration_ms: 0,
-            timed_out: false,
-            truncated: false,
-            session: None,
-        });
+        let result = r.map(|()| host_output(String::new()));
         self.record(slot, false, &result)?;
         Ok(result.map(|_| ()))
     }

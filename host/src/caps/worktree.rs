@@ -10,9 +10,14 @@
 //!   most [`MAX_BRANCH_BYTES`] bytes, and is passed after `--`;
 //! - git runs with an empty environment but `PATH`, `HOME`, `LANG`, and
 //!   `GIT_CONFIG_NOSYSTEM=1`; hooks (`core.hooksPath=/dev/null`), fsmonitor and
-//!   protocols are off, so the `post-checkout` hook does not run. What git reads
-//!   from `.git` was not written by a sandboxed command of this run: `.git` is
-//!   protected, unless `shell.writable` opens it;
+//!   protocols are off, so the `post-checkout` hook does not run;
+//! - git itself runs confined as a command is ([`GitJail`]: the same sandbox,
+//!   no network, what commands cannot see hidden) with only the repository's
+//!   `.git` opened for writing: what git reads from `.git` may have been written
+//!   by a sandboxed command after all (a repository nested in a wider workspace
+//!   a run used, where only the workspace root's `.git` is protected), and a
+//!   filter driver or anything else it names then runs inside the sandbox,
+//!   never with the user's rights outside it;
 //! - the worktree lies in `.worktrees/<timestamp>-subloop-<safe-branch>`, little-loops'
 //!   default base; its `.git` file (a pointer a command could aim at a hostile
 //!   config) is protected like `.git` at the root for as long as the worktree is
@@ -237,6 +242,30 @@ pub struct Worktrees {
     /// `git`, found on `shell.path` (never inside the workspace), if there.
     git: Option<PathBuf>,
     held: Mutex<Held>,
+    /// Where git runs: confined as a command (None: as it is, in unit tests).
+    jail: Option<GitJail>,
+}
+
+/// The sandbox git runs in: the run's, with the commands' confines but `.git`
+/// writable (git writes its worktree records, refs and index there) and no network.
+pub struct GitJail {
+    pub sandbox: crate::exec::sandbox::LazySandbox,
+    pub confines: crate::exec::sandbox::Confines,
+}
+
+impl GitJail {
+    /// The commands' `confines` with the workspace's own `.git` no longer protected.
+    pub fn new(
+        sandbox: crate::exec::sandbox::LazySandbox,
+        mut confines: crate::exec::sandbox::Confines,
+    ) -> GitJail {
+        let git_dir = confines.workspace.join(".git");
+        confines.protected.retain(|p| p.path != git_dir);
+        confines.network = false;
+        confines.unix_sockets = false;
+        confines.writable_outside.clear();
+        GitJail { sandbox, confines }
+    }
 }
 
 #[derive(Default)]
@@ -251,6 +280,16 @@ impl Worktrees {
     /// The run's worktrees in the canonical workspace `root`; `path` is `shell.path`.
     /// Removes what a loopbox process that died left behind.
     pub fn new(config: &WorktreeConfig, root: &Path, path: &str) -> Worktrees {
+        Worktrees::with_jail(config, root, path, None)
+    }
+
+    /// [`Worktrees::new`], git confined by `jail`.
+    pub fn with_jail(
+        config: &WorktreeConfig,
+        root: &Path,
+        path: &str,
+        jail: Option<GitJail>,
+    ) -> Worktrees {
         let git = path
             .split(':')
             .filter(|d| !d.is_empty())
@@ -261,6 +300,7 @@ impl Worktrees {
             config: config.clone(),
             git,
             held: Mutex::new(Held::default()),
+            jail,
         };
         w.sweep();
         w
@@ -616,30 +656,109 @@ impl Worktrees {
         self.git_out(args).map(|_| ())
     }
 
+    /// What git runs with besides its arguments: the variables and `-c` settings.
+    fn git_env() -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = ["PATH", "HOME", "LANG"]
+            .into_iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
+        for (k, v) in [
+            ("GIT_CONFIG_NOSYSTEM", "1"),
+            ("GIT_TERMINAL_PROMPT", "0"),
+            ("GIT_OPTIONAL_LOCKS", "0"),
+        ] {
+            env.push((k.into(), v.into()));
+        }
+        env
+    }
+
+    const GIT_SETTINGS: [&str; 6] = [
+        "core.hooksPath=/dev/null",
+        "core.fsmonitor=false",
+        "core.untrackedCache=false",
+        "protocol.allow=never",
+        "submodule.recurse=false",
+        "safe.bareRepository=explicit",
+    ];
+
+    /// git in [`GitJail`]: prepared as a command is, run to its end or its timeout.
+    fn git_confined(
+        &self,
+        jail: &GitJail,
+        git: &Path,
+        args: &[&std::ffi::OsStr],
+    ) -> Result<String, String> {
+        let mut argv: Vec<String> = vec!["-C".into(), self.root.display().to_string()];
+        for c in Self::GIT_SETTINGS {
+            argv.extend(["-c".to_string(), c.to_string()]);
+        }
+        for a in args {
+            argv.push(
+                a.to_str()
+                    .ok_or_else(|| format!("`{}` is not UTF-8 text", a.to_string_lossy()))?
+                    .to_string(),
+            );
+        }
+        let prepared = jail.confines.prepare(
+            jail.sandbox.get(),
+            git.to_path_buf(),
+            Some("git".into()),
+            argv,
+            &self.root,
+        )?;
+        let mut env = Self::git_env();
+        env.extend(prepared.env.iter().cloned());
+        let spec = crate::exec::process::Spec {
+            program: prepared.program,
+            arg0: prepared.arg0,
+            args: prepared.args,
+            cwd: self.root.clone(),
+            env,
+            stdin: None,
+            timeout: GIT_TIMEOUT,
+            output_cap: GIT_OUTPUT_BYTES as usize,
+            rlimits: None,
+            confinement: prepared.confinement,
+            pass_fd: prepared.pass_fd,
+        };
+        let _keep = (prepared._tmp, prepared._hold);
+        // A runtime of its own on a thread of its own: called from a runtime's
+        // worker (a run's start sweeps what a killed one left) or a blocking task alike.
+        let ran = std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?
+                    .block_on(crate::exec::process::run(spec))
+            })
+            .join()
+        });
+        let f = ran
+            .map_err(|_| "git's watcher failed".to_string())?
+            .map_err(|e| format!("cannot start git: {e}"))?;
+        match (f.exit_code, f.timed_out) {
+            (_, true) => Err(format!("git took longer than {}s", GIT_TIMEOUT.as_secs())),
+            (Some(0), _) => Ok(f.stdout),
+            (code, _) => Err(format!(
+                "{} (exit {})",
+                crate::ui::shorten(&crate::ui::sanitize(f.stderr.trim()), 400),
+                code.map_or("by a signal".to_string(), |c| c.to_string())
+            )),
+        }
+    }
+
     /// [`Worktrees::git`], keeping the first [`GIT_OUTPUT_BYTES`] of its stdout.
     fn git_out(&self, args: &[&std::ffi::OsStr]) -> Result<String, String> {
         let Some(git) = &self.git else {
             return Err("no `git` on shell.path (outside the workspace)".into());
         };
-        let mut cmd = Command::new(git);
-        cmd.env_clear();
-        for key in ["PATH", "HOME", "LANG"] {
-            if let Some(v) = std::env::var_os(key) {
-                cmd.env(key, v);
-            }
+        if let Some(jail) = &self.jail {
+            return self.git_confined(jail, git, args);
         }
-        cmd.env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_OPTIONAL_LOCKS", "0");
+        let mut cmd = Command::new(git);
+        cmd.env_clear().envs(Self::git_env());
         cmd.arg("-C").arg(&self.root);
-        for c in [
-            "core.hooksPath=/dev/null",
-            "core.fsmonitor=false",
-            "core.untrackedCache=false",
-            "protocol.allow=never",
-            "submodule.recurse=false",
-            "safe.bareRepository=explicit",
-        ] {
+        for c in Self::GIT_SETTINGS {
             cmd.arg("-c").arg(c);
         }
         cmd.args(args)

@@ -231,6 +231,12 @@ impl Db {
         Ok(self.conn().row("SELECT COUNT(*) FROM events WHERE run_id = ?1 AND pending = 0 AND (decision IS NOT NULL OR error IS NOT NULL) AND json_extract(event, '$.type') = 'turn-complete'", [run], |r| r.get::<_, i64>(0))? as u32)
     }
 
+    /// Count of the run's events its policy answered with `sleep` (each a
+    /// timer that wakes the run by itself: `limits.wakes_per_run`).
+    pub fn sleeps(&self, run: &str) -> Result<u64> {
+        Ok(self.conn().row("SELECT COUNT(*) FROM events WHERE run_id = ?1 AND decision IS NOT NULL AND json_extract(decision, '$.type') = 'sleep'", [run], |r| r.get::<_, i64>(0))?.max(0) as u64)
+    }
+
     /// Count of `tick` events the run was delivered (handled or pending).
     pub fn ticks_delivered(&self, run: &str) -> Result<usize> {
         Ok(self.conn().row("SELECT COUNT(*) FROM events WHERE run_id = ?1 AND json_extract(event, '$.type') = 'tick'", [run], |r| r.get::<_, i64>(0))? as usize)

@@ -546,7 +546,11 @@ pub fn parse_reply(format: AgentOutput, stdout: &str) -> (String, Option<String>
                         .iter()
                         .find_map(|k| v.get(*k).and_then(Value::as_str))
                         .map(String::from);
-                    (text, session, report::json_object(&v))
+                    (
+                        text,
+                        session,
+                        largest_report(stdout).or_else(|| report::json_object(&v)),
+                    )
                 }
                 None => (stdout.trim_end_matches('\n').to_string(), None, None),
             }
@@ -554,10 +558,51 @@ pub fn parse_reply(format: AgentOutput, stdout: &str) -> (String, Option<String>
     }
 }
 
+/// The usage an agent's stdout reports, when more than one line reports one:
+/// the largest (an unknown cost counting as the largest). An agent prints one
+/// result; a second can only come from something else writing to its stdout
+/// (a process of its tools reopening it through `/proc`), and taking the last
+/// would let that lower what the turn is charged.
+fn largest_report(stdout: &str) -> Option<Usage> {
+    let reports: Vec<Usage> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .filter(Value::is_object)
+        .filter_map(|v| report::json_object(&v))
+        .collect();
+    if reports.len() < 2 {
+        return None;
+    }
+    reports.into_iter().max_by(|a, b| {
+        let key = |u: &Usage| (u.cost_usd.unwrap_or(f64::INFINITY), u.tokens().total());
+        let (ka, kb) = (key(a), key(b));
+        ka.0.total_cmp(&kb.0).then(ka.1.cmp(&kb.1))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn a_second_report_on_the_agents_stdout_never_lowers_the_turns_charge() {
+        let real = r#"{"type":"result","result":"done","session_id":"s","total_cost_usd":5.0,"usage":{"input_tokens":1000,"output_tokens":500}}"#;
+        let forged = r#"{"type":"result","result":"done","session_id":"s","total_cost_usd":0.0,"usage":{"input_tokens":1,"output_tokens":1}}"#;
+        for out in [format!("{real}\n{forged}\n"), format!("{forged}\n{real}\n")] {
+            let (text, _, usage) = parse_reply(AgentOutput::Json, &out);
+            let u = usage.unwrap();
+            assert_eq!((text.as_str(), u.cost_usd), ("done", Some(5.0)), "{out}");
+            assert_eq!(u.tokens().total(), 1500);
+        }
+        // A report of unknown cost beside a known one: unknown, which stops a cost budget.
+        let unknown = r#"{"modelUsage":{"m":{"inputTokens":1,"outputTokens":1}}}"#;
+        let (_, _, usage) = parse_reply(AgentOutput::Json, &format!("{real}\n{unknown}\n"));
+        assert_eq!(usage.unwrap().cost_usd, None);
+        // One report, as agents print: as before.
+        let (_, _, usage) = parse_reply(AgentOutput::Json, real);
+        assert_eq!(usage.unwrap().cost_usd, Some(5.0));
+    }
 
     #[test]
     fn json_replies_carry_text_and_session() {

@@ -65,6 +65,10 @@ pub struct Limits {
     /// The largest message an MCP server (`actions.mcp-call`) may send; a
     /// larger one ends the call (`no-answer`) and the server.
     pub mcp_message_bytes: u64,
+    /// `sleep` decisions one run may make: each wakes the run by itself, so a
+    /// policy that sleeps until a time already past would otherwise loop (and
+    /// grow the store) without end.
+    pub wakes_per_run: u64,
 }
 
 impl Default for Limits {
@@ -91,13 +95,14 @@ impl Default for Limits {
             journal_bytes_per_run: 256 << 20,
             snapshot_bytes: 64 << 20,
             mcp_message_bytes: 4 << 20,
+            wakes_per_run: 10_000,
         }
     }
 }
 
 impl Limits {
     pub fn validate(&self) -> Result<()> {
-        let positive: [(&str, u64); 20] = [
+        let positive: [(&str, u64); 21] = [
             ("fuel_per_event", self.fuel_per_event),
             ("cpu_ms_per_event", self.cpu_ms_per_event),
             ("wall_ms_per_event", self.wall_ms_per_event),
@@ -118,6 +123,7 @@ impl Limits {
             ("journal_bytes_per_run", self.journal_bytes_per_run),
             ("snapshot_bytes", self.snapshot_bytes),
             ("mcp_message_bytes", self.mcp_message_bytes),
+            ("wakes_per_run", self.wakes_per_run),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -179,6 +185,7 @@ pub enum Limit {
     JournalRunBytes,
     SnapshotBytes,
     McpMessageBytes,
+    Wakes,
 }
 
 impl Limit {
@@ -205,6 +212,7 @@ impl Limit {
             Limit::JournalRunBytes => "limits.journal_bytes_per_run",
             Limit::SnapshotBytes => "limits.snapshot_bytes",
             Limit::McpMessageBytes => "limits.mcp_message_bytes",
+            Limit::Wakes => "limits.wakes_per_run",
         }
     }
 
@@ -230,6 +238,7 @@ impl Limit {
             Limit::JournalRunBytes => "recorded more host-call journal than one run may",
             Limit::SnapshotBytes => "asked the host to keep more snapshot bytes than one run may",
             Limit::McpMessageBytes => "got an MCP server message over the size limit",
+            Limit::Wakes => "slept (a timer that wakes the run) more times than one run may",
         }
     }
 }

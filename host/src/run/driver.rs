@@ -22,6 +22,7 @@ use crate::exec::agent::AgentRequest;
 use crate::exec::confirm::AskRequest;
 use crate::exec::sandbox::Sandbox;
 use crate::limits::stop::StopReason;
+use crate::limits::{Limit, LimitExceeded};
 use crate::run::RunContext;
 use crate::run::record::parse_decision;
 use crate::wasm::fault::PolicyFault;
@@ -232,6 +233,13 @@ pub async fn drive(
         if let Some(end) = stopped(ctx)? {
             return Ok(end);
         }
+        // Every timer wakes the run by itself: a policy sleeping until a time
+        // already past would loop without end, so the run's wakes are counted.
+        if matches!(decision, Decision::Sleep(_))
+            && let Some(over) = too_many_wakes(ctx)?
+        {
+            return Ok(RunEnd::Fault(PolicyFault::Limit(over)));
+        }
         next = match decision {
             Decision::Done(o) => return Ok(RunEnd::Done(o)),
             Decision::Escalate(r) => return Ok(RunEnd::Escalated(r)),
@@ -288,6 +296,14 @@ pub async fn drive(
         opts.resend_turn = false;
         tokio::task::yield_now().await;
     }
+}
+
+/// `limits.wakes_per_run`, when the run's `sleep` decisions (this one
+/// included: its event is stored) went past it.
+fn too_many_wakes(ctx: &RunContext) -> Result<Option<LimitExceeded>> {
+    let limit = ctx.config.limits.wakes_per_run;
+    let slept = ctx.db.sleeps(&ctx.id)?;
+    Ok((slept > limit).then(|| LimitExceeded::new(Limit::Wakes, limit).attempted(slept)))
 }
 
 /// How the run ends when it was asked to stop (a signal or `runs cancel`), if it was.

@@ -157,6 +157,7 @@ fn clamp_to_defaults(config: &mut Config) {
         journal_bytes_per_run,
         snapshot_bytes,
         mcp_message_bytes,
+        wakes_per_run,
         actions_per_run
     );
     let turns = crate::config::RunConfig::default().max_turns;

@@ -103,6 +103,10 @@ pub struct TenantConfig {
     /// The tenant's runs waiting for a turn to be driven.
     #[serde(default = "default_tenant_queued")]
     pub max_queued: u32,
+    /// Log streams (Server-Sent Events) the tenant's callers hold open at
+    /// once, within `server.max_log_streams`: one tenant cannot take them all.
+    #[serde(default = "default_tenant_streams")]
+    pub max_log_streams: u32,
     /// Shell and prompt actions of all the tenant's runs in any hour (0: no limit).
     #[serde(default = "default_actions_per_hour")]
     pub actions_per_hour: u64,
@@ -131,6 +135,9 @@ fn default_tenant_running() -> u32 {
 }
 fn default_tenant_queued() -> u32 {
     50
+}
+fn default_tenant_streams() -> u32 {
+    16
 }
 fn default_actions_per_hour() -> u64 {
     2000
@@ -234,6 +241,11 @@ impl ServerConfig {
             if t.max_running == 0 {
                 bail!(
                     "{at}tenants.{name}.max_running = 0 would never run anything: give at least 1"
+                );
+            }
+            if t.max_log_streams == 0 {
+                bail!(
+                    "{at}tenants.{name}.max_log_streams = 0 would refuse every log stream: give at least 1"
                 );
             }
             crate::spend::budget::SpendBudget {

@@ -125,7 +125,7 @@ impl Setup {
             })?;
         let roots = tenant::roots(&config)?;
         let data = DataDir::open(&data, &roots)?.with_store(store_option(opts.store.as_deref())?);
-        let tenants = Tenants::load(&config, data.path())?;
+        let tenants = Tenants::load(&config, data.path(), file.as_deref())?;
         Ok(Setup {
             config,
             data,
@@ -153,6 +153,9 @@ pub struct Server {
     pub queue: Queue,
     /// Log streams open now (`server.max_log_streams`).
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// ... and each tenant's (`tenants.NAME.max_log_streams`), so one tenant
+    /// holding streams open cannot leave the others none.
+    pub tenant_streams: BTreeMap<String, Arc<tokio::sync::Semaphore>>,
     /// Set once SIGTERM came: no new runs are taken.
     pub stopping: AtomicBool,
     /// Starts are checked against `max_queued` and recorded one at a time.
@@ -205,9 +208,20 @@ impl Server {
                 ),
             );
         }
+        let tenant_streams = tenants
+            .names()
+            .filter_map(|n| tenants.get(n))
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    Arc::new(tokio::sync::Semaphore::new(t.max_log_streams as usize)),
+                )
+            })
+            .collect();
         Ok(Server {
             store,
             data,
+            tenant_streams,
             tenants,
             quotas,
             runtime,

@@ -5,7 +5,9 @@
 //! A run's workspace is resolved here: the path a caller gives is canonicalized
 //! (links followed) and must then lie inside one of the tenant's roots, so a
 //! link planted in a root cannot lead a run out of it. Roots of two tenants
-//! may not overlap.
+//! may not overlap. The server's own files that hold every tenant's
+//! credentials (its config file, with each `tenants.T.env`, and every
+//! `env_file`) are hidden from every tenant's runs, as the data directory is.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,11 @@ use anyhow::{Context, Result, bail};
 use super::config::{ServerConfig, TenantConfig, read_env_file};
 use super::data::within;
 
+/// What the agent presets write in the server user's home (`agent.writable`
+/// of `claude`, `codex` and `gemini`, see `exec::config`): the only entries of
+/// an agent's writable state outside its roots a tenant's config may name.
+const PRESET_STATE: [&str; 4] = ["~/.claude", "~/.claude.json", "~/.codex", "~/.gemini"];
+
 /// One tenant, as the server config made it.
 #[derive(Debug)]
 pub struct Tenant {
@@ -24,6 +31,8 @@ pub struct Tenant {
     pub roots: Vec<PathBuf>,
     pub max_running: u32,
     pub max_queued: u32,
+    /// Log streams its callers may hold open at once (`tenants.NAME.max_log_streams`).
+    pub max_log_streams: u32,
     pub actions_per_hour: u64,
     pub agent_turns_per_day: u64,
     /// `max_cost_usd_per_day` and `max_tokens_per_day`: what all its runs'
@@ -32,8 +41,12 @@ pub struct Tenant {
     pub max_tokens_per_day: Option<u64>,
     /// Agent credentials: `env`, then the `env_file`'s (which win).
     pub env: BTreeMap<String, String>,
-    /// What the tenant's commands and agent never see.
+    /// What the tenant's commands and agent never see: `theirs`, the server's
+    /// files holding credentials, and the component cache.
     pub hidden: Vec<PathBuf>,
+    /// Where no policy of the tenant may be loaded from: the other tenants'
+    /// roots and the data directory.
+    pub theirs: Vec<PathBuf>,
 }
 
 /// Every tenant of the server, by name.
@@ -74,12 +87,17 @@ pub fn roots(config: &ServerConfig) -> Result<Vec<(String, PathBuf)>> {
 
 impl Tenants {
     /// The tenants of `config` (see [`roots`]), their env files read;
-    /// `data` is hidden from all of them.
-    pub fn load(config: &ServerConfig, data: &Path) -> Result<Tenants> {
+    /// `data`, the config's own `file` and every tenant's `env_file` are
+    /// hidden from all of them (each holds credentials of every tenant, or of one).
+    pub fn load(config: &ServerConfig, data: &Path, file: Option<&Path>) -> Result<Tenants> {
         let all = roots(config)?;
+        let server_files = server_files(config, file);
         let mut map = BTreeMap::new();
         for (name, t) in &config.tenants {
-            map.insert(name.clone(), Arc::new(tenant(name, t, &all, data)?));
+            map.insert(
+                name.clone(),
+                Arc::new(tenant(name, t, &all, data, &server_files)?),
+            );
         }
         Ok(Tenants { map })
     }
@@ -108,17 +126,54 @@ impl Tenants {
     }
 }
 
-fn tenant(name: &str, t: &TenantConfig, all: &[(String, PathBuf)], data: &Path) -> Result<Tenant> {
+/// The server's files no tenant's run may read: its config file (each
+/// `tenants.T.env` is written there), every `env_file`, and the component
+/// cache (every tenant's policies, compiled, and the registry store), as given
+/// and where a link leads, so neither name reaches them from a sandbox.
+fn server_files(config: &ServerConfig, file: Option<&Path>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let cache = crate::wasm::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
+    let given = file
+        .into_iter()
+        .chain(
+            config
+                .tenants
+                .values()
+                .filter_map(|t| t.env_file.as_deref()),
+        )
+        .chain([cache.as_path()]);
+    for f in given {
+        let absolute = std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf());
+        for p in [Some(absolute), f.canonicalize().ok()]
+            .into_iter()
+            .flatten()
+        {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn tenant(
+    name: &str,
+    t: &TenantConfig,
+    all: &[(String, PathBuf)],
+    data: &Path,
+    server_files: &[PathBuf],
+) -> Result<Tenant> {
     let mut env = t.env.clone();
     if let Some(f) = &t.env_file {
         env.extend(read_env_file(f).with_context(|| format!("tenants.{name}.env_file"))?);
     }
-    let hidden = all
+    let theirs: Vec<PathBuf> = all
         .iter()
         .filter(|(other, _)| other != name)
         .map(|(_, r)| r.clone())
         .chain([data.to_path_buf()])
         .collect();
+    let hidden = theirs.iter().chain(server_files).cloned().collect();
     Ok(Tenant {
         name: name.to_string(),
         roots: all
@@ -128,12 +183,14 @@ fn tenant(name: &str, t: &TenantConfig, all: &[(String, PathBuf)], data: &Path) 
             .collect(),
         max_running: t.max_running,
         max_queued: t.max_queued,
+        max_log_streams: t.max_log_streams,
         actions_per_hour: t.actions_per_hour,
         agent_turns_per_day: t.agent_turns_per_day,
         max_cost_usd_per_day: t.max_cost_usd_per_day,
         max_tokens_per_day: t.max_tokens_per_day,
         env,
         hidden,
+        theirs,
     })
 }
 
@@ -227,14 +284,70 @@ impl Tenant {
                     .with_context(|| format!("[policies.{name}].source"))?;
             }
         }
+        // The agent's writable state is bound into its sandbox over everything
+        // hidden: outside the tenant's roots, only what the presets write.
+        let agents =
+            config
+                .agent
+                .iter()
+                .map(|a| ("agent".to_string(), a))
+                .chain(
+                    config
+                        .profiles
+                        .iter()
+                        .map(|(n, a)| (format!("agents.{n}"), a)),
+                )
+                .chain(config.policies.iter().filter_map(|(n, e)| {
+                    e.agent.as_ref().map(|a| (format!("policies.{n}.agent"), a))
+                }));
+        for (section, a) in agents {
+            for p in a.writable.iter().flatten() {
+                self.check_agent_writable(p)
+                    .with_context(|| format!("{section}.writable: `{}`", crate::ui::one_line(p)))?;
+            }
+        }
         Ok(())
+    }
+
+    /// One `agent.writable` entry on a shared server: a preset's own state in
+    /// the server user's home, or a path inside one of the tenant's roots. Any
+    /// other (`/etc`, another tenant's root, the data directory) would be bound
+    /// writable into the tenant's agent's sandbox, over what it hides.
+    fn check_agent_writable(&self, entry: &str) -> Result<()> {
+        if Path::new(entry)
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            bail!("a `..` part could lead anywhere; name the directory itself");
+        }
+        if entry.starts_with("~/") {
+            if PRESET_STATE.contains(&entry) {
+                return Ok(());
+            }
+            bail!(
+                "on a shared server the agent may write in the server user's home only what the presets do ({}); give it a directory inside tenant `{}`'s roots ({}) instead",
+                PRESET_STATE.join(", "),
+                self.name,
+                self.roots_list()
+            );
+        }
+        let real = super::data::resolved(Path::new(entry));
+        if self.roots.iter().any(|r| within(&real, r)) {
+            return Ok(());
+        }
+        bail!(
+            "`{}` is outside tenant `{}`'s roots ({}): the agent of a shared server's tenant writes only there (and in the presets' own state)",
+            real.display(),
+            self.name,
+            self.roots_list()
+        )
     }
 
     /// Refuse a policy file in another tenant's root or the data directory
     /// (where it really is, links followed).
     pub fn check_source(&self, path: &Path) -> Result<()> {
         let real = super::data::resolved(path);
-        if let Some(h) = self.hidden.iter().find(|h| within(&real, h)) {
+        if let Some(h) = self.theirs.iter().find(|h| within(&real, h)) {
             bail!(
                 "`{}` lies in `{}`, which tenant `{}`'s runs never see (another tenant's root, or the server's data)",
                 path.display(),
@@ -274,7 +387,7 @@ mod tests {
             "[tenants.a]\nroots = [\"a\"]\n[tenants.b]\nroots = [\"b\"]\n",
             t,
         );
-        let tenants = Tenants::load(&c, &t.join("data")).unwrap();
+        let tenants = Tenants::load(&c, &t.join("data"), None).unwrap();
         let a = tenants.named("a").unwrap();
         let real = t.canonicalize().unwrap();
         assert_eq!(a.workspace("proj").unwrap(), real.join("a/proj"));
@@ -292,7 +405,8 @@ mod tests {
         let e = format!("{:#}", a.workspace("missing").unwrap_err());
         assert!(e.contains("cannot be used"), "{e}");
         // What a's runs never see: b's root and the data directory.
-        assert_eq!(a.hidden, [real.join("b"), t.join("data")]);
+        assert_eq!(a.theirs, [real.join("b"), t.join("data")]);
+        assert!(a.hidden.starts_with(&a.theirs), "{:?}", a.hidden);
         let e = format!("{:#}", tenants.named("c").unwrap_err());
         assert!(e.contains("it has: a, b"), "{e}");
     }

@@ -54,7 +54,9 @@ pub fn claude(v: &Value) -> Option<Usage> {
                 (
                     name.clone(),
                     Tokens {
-                        input: n(&m["inputTokens"]) + read + write,
+                        input: n(&m["inputTokens"])
+                            .saturating_add(read)
+                            .saturating_add(write),
                         output: n(&m["outputTokens"]),
                         cache_read: read,
                         cache_write: write,
@@ -71,7 +73,9 @@ pub fn claude(v: &Value) -> Option<Usage> {
             vec![(
                 String::new(),
                 Tokens {
-                    input: n(&u["input_tokens"]) + read + write,
+                    input: n(&u["input_tokens"])
+                        .saturating_add(read)
+                        .saturating_add(write),
                     output: n(&u["output_tokens"]),
                     cache_read: read,
                     cache_write: write,
@@ -97,13 +101,13 @@ pub fn gemini(v: &Value) -> Option<Usage> {
             let prompt = if t.get("prompt").is_some() {
                 n(&t["prompt"])
             } else {
-                n(&t["input"]) + cached
+                n(&t["input"]).saturating_add(cached)
             };
             (
                 name.clone(),
                 Tokens {
-                    input: prompt + n(&t["tool"]),
-                    output: n(&t["candidates"]) + n(&t["thoughts"]),
+                    input: prompt.saturating_add(n(&t["tool"])),
+                    output: n(&t["candidates"]).saturating_add(n(&t["thoughts"])),
                     cache_read: cached,
                     cache_write: 0,
                 },
@@ -208,6 +212,25 @@ mod tests {
         assert_eq!(u.main_model(), Some("claude-sonnet-4-5-20250929"));
         assert_eq!(u.tokens().total(), 1000 + 50 + 15);
         assert!(claude(&json!({"result": "hi"})).is_none());
+    }
+
+    #[test]
+    fn counts_past_u64_saturate_instead_of_overflowing() {
+        // An agent's report (or a line a tool appended to its transcript) is not
+        // the host's to trust: the largest counts neither panic nor wrap to little.
+        let max = u64::MAX;
+        let u = claude(&json!({"total_cost_usd": 0.0, "usage": {"input_tokens": max, "cache_read_input_tokens": 7, "cache_creation_input_tokens": 7, "output_tokens": 1}})).unwrap();
+        assert_eq!(u.tokens().input, max);
+        let u =
+            claude(&json!({"modelUsage": {"m": {"inputTokens": max, "cacheReadInputTokens": 1}}}))
+                .unwrap();
+        assert_eq!(u.tokens().input, max);
+        let u = gemini(&json!({"stats": {"models": {"g": {"tokens": {"prompt": max, "tool": 3, "candidates": max, "thoughts": 3}}}}})).unwrap();
+        assert_eq!((u.tokens().input, u.tokens().output), (max, max));
+        let u =
+            gemini(&json!({"stats": {"models": {"g": {"tokens": {"input": max, "cached": 9}}}}}))
+                .unwrap();
+        assert_eq!(u.tokens().input, max);
     }
 
     #[test]

@@ -191,7 +191,9 @@ fn parse(format: Format, v: &Value) -> Option<Line> {
                 n(&u["cache_creation_input_tokens"]),
             );
             let tokens = Tokens {
-                input: n(&u["input_tokens"]) + read + write,
+                input: n(&u["input_tokens"])
+                    .saturating_add(read)
+                    .saturating_add(write),
                 output: n(&u["output_tokens"]),
                 cache_read: read,
                 cache_write: write,
@@ -237,8 +239,8 @@ fn parse(format: Format, v: &Value) -> Option<Line> {
                 model: v["model"].as_str().map(String::from),
                 tokens: Tokens {
                     // `input` is promptTokenCount, cached tokens included.
-                    input: n(&t["input"]) + n(&t["tool"]),
-                    output: n(&t["output"]) + n(&t["thoughts"]),
+                    input: n(&t["input"]).saturating_add(n(&t["tool"])),
+                    output: n(&t["output"]).saturating_add(n(&t["thoughts"])),
                     cache_read: cached,
                     cache_write: 0,
                 },

@@ -1,7 +1,7 @@
 //! The data of one instance's Store: WASI's empty context, each capability's
 //! host state, and the resource limiter. Built fresh for every event by
 //! [`crate::run::RunContext::instance_state`] and dropped with the Store.
-//! [`add_to_linker`] links every capability against it, once per engine.
+//! [`add_to_linker`] links every capability against it, once per engine and contract.
 
 use anyhow::Result;
 use wasmtime::ResourceLimiter;
@@ -19,6 +19,7 @@ use crate::caps::{
     workspace::WorkspaceHost,
 };
 use crate::limits::{Limit, LimitExceeded, Limits};
+use crate::wasm::contract::Contract;
 
 pub struct InstanceState {
     pub wasi: LazyWasi,
@@ -33,45 +34,33 @@ pub struct InstanceState {
     pub stderr: CapturedOutput,
 }
 
-/// Every capability, linked once per engine.
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> Result<()> {
-    types::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s)
-        .map_err(crate::wasm_err)?;
-    caps::actions::add_to_linker(linker, |s| &mut s.actions)?;
-    caps::state::add_to_linker(linker, |s| &mut s.state)?;
-    caps::workspace::add_to_linker(linker, |s| &mut s.workspace)?;
-    caps::log::add_to_linker(linker, |s| &mut s.log)?;
-    caps::spend::add_to_linker(linker, |s| &mut s.spend)?;
+/// WASI and every capability as `contract` names them, linked once per
+/// engine and contract (see [`crate::wasm::runtime::Runtime`]): a component
+/// imports one contract's interfaces ([`crate::wasm::policy::classify`]
+/// refuses a mix), so a process links only the versions it loads.
+pub fn add_to_linker(linker: &mut Linker<InstanceState>, contract: Contract) -> Result<()> {
     caps::wasi::add_to_linker(linker)?;
     // Components of older contracts reach the same capabilities.
-    crate::wasm::contract::v0_1::add_to_linker(
-        linker,
-        crate::wasm::contract::v0_1::Capabilities {
-            actions: |s| &mut s.actions,
-            state: |s| &mut s.state,
-            workspace: |s| &mut s.workspace,
-            log: |s| &mut s.log,
-        },
-    )?;
-    crate::wasm::contract::v0_2::add_to_linker(
-        linker,
-        crate::wasm::contract::v0_1::Capabilities {
-            actions: |s| &mut s.actions,
-            state: |s| &mut s.state,
-            workspace: |s| &mut s.workspace,
-            log: |s| &mut s.log,
-        },
-    )?;
-    crate::wasm::contract::v0_3::add_to_linker(
-        linker,
-        crate::wasm::contract::v0_1::Capabilities {
-            actions: |s| &mut s.actions,
-            state: |s| &mut s.state,
-            workspace: |s| &mut s.workspace,
-            log: |s| &mut s.log,
-        },
-    )?;
-    Ok(())
+    let older = crate::wasm::contract::v0_1::Capabilities {
+        actions: |s: &mut InstanceState| &mut s.actions,
+        state: |s: &mut InstanceState| &mut s.state,
+        workspace: |s: &mut InstanceState| &mut s.workspace,
+        log: |s: &mut InstanceState| &mut s.log,
+    };
+    match contract {
+        Contract::V0_1 => crate::wasm::contract::v0_1::add_to_linker(linker, older),
+        Contract::V0_2 => crate::wasm::contract::v0_2::add_to_linker(linker, older),
+        Contract::V0_3 => crate::wasm::contract::v0_3::add_to_linker(linker, older),
+        Contract::V0_4 => {
+            types::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s)
+                .map_err(crate::wasm_err)?;
+            caps::actions::add_to_linker(linker, |s| &mut s.actions)?;
+            caps::state::add_to_linker(linker, |s| &mut s.state)?;
+            caps::workspace::add_to_linker(linker, |s| &mut s.workspace)?;
+            caps::log::add_to_linker(linker, |s| &mut s.log)?;
+            caps::spend::add_to_linker(linker, |s| &mut s.spend)
+        }
+    }
 }
 
 impl types::Host for InstanceState {}

@@ -287,13 +287,13 @@ pub fn check_component_bytes(bytes: &[u8]) -> Result<()> {
 }
 
 impl Policy {
-    pub(crate) fn new(
+    pub(crate) fn new<'l>(
         source: PolicySource,
         wasm: Arc<[u8]>,
         engine: &Engine,
         component: &Component,
         cache: CacheOutcome,
-        linker: &wasmtime::component::Linker<InstanceState>,
+        linker: impl FnOnce(Contract) -> Result<&'l wasmtime::component::Linker<InstanceState>>,
         ticker: &Arc<EpochTicker>,
     ) -> Result<Policy> {
         let ty = component.component_type();
@@ -302,7 +302,7 @@ impl Policy {
             exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
         };
         let (world, contract) = classify(&interface)?;
-        let pre = linker
+        let pre = linker(contract)?
             .instantiate_pre(component)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("it cannot be linked")?;

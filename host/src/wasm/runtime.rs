@@ -1,23 +1,27 @@
-//! The runtime: the process's one engine, the linker with every capability,
-//! and the compiled-component cache. [`Runtime::load`] turns a policy source
+//! The runtime: the process's one engine, a linker per contract version
+//! (built when a component of that version is first loaded), and the
+//! compiled-component cache. [`Runtime::load`] turns a policy source
 //! into a ready [`Policy`]. `[engine]` of `loopbox.toml` ([`EngineConfig`])
 //! is its section.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result};
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 use crate::wasm::cache::ComponentCache;
+use crate::wasm::contract::{Contract, RELEASED};
 use crate::wasm::engine::{self, EpochTicker};
 use crate::wasm::instance::InstanceState;
 use crate::wasm::policy::{Policy, PolicySource, check_component_bytes};
 
 pub struct Runtime {
     engine: Engine,
-    linker: Linker<InstanceState>,
+    /// One per released contract, in [`RELEASED`]'s order: a process links
+    /// only the versions it loads (a hook, one), not all of them.
+    linkers: [OnceLock<Linker<InstanceState>>; RELEASED.len()],
     cache: ComponentCache,
     /// Shared with every policy loaded here, which keeps it ticking.
     ticker: Arc<EpochTicker>,
@@ -33,13 +37,10 @@ impl Runtime {
         let engine = Engine::new(&engine::config(pool_instances))
             .map_err(crate::wasm_err)
             .context("failed to create the Wasm engine")?;
-        let mut linker = Linker::new(&engine);
-        crate::wasm::instance::add_to_linker(&mut linker)
-            .context("failed to link loopbox's capabilities")?;
         let ticker = Arc::new(EpochTicker::start(&engine)?);
         Ok(Runtime {
             engine,
-            linker,
+            linkers: Default::default(),
             cache: ComponentCache::new(cache_dir),
             ticker,
         })
@@ -51,6 +52,23 @@ impl Runtime {
 
     pub fn cache(&self) -> &ComponentCache {
         &self.cache
+    }
+
+    /// The linker of `contract`'s capabilities, built on first use.
+    fn linker(&self, contract: Contract) -> Result<&Linker<InstanceState>> {
+        let slot = RELEASED
+            .iter()
+            .position(|c| *c == contract)
+            .map(|i| &self.linkers[i])
+            .context("not a released contract")?;
+        if let Some(l) = slot.get() {
+            return Ok(l);
+        }
+        let mut linker = Linker::new(&self.engine);
+        crate::wasm::instance::add_to_linker(&mut linker, contract)
+            .with_context(|| format!("failed to link loopbox's capabilities for `{contract}`"))?;
+        // Two threads may build it at once; either result is the same linker.
+        Ok(slot.get_or_init(|| linker))
     }
 
     /// Read, check, compile (or load from the cache) and pre-link a policy.
@@ -89,7 +107,7 @@ impl Runtime {
             &self.engine,
             &component,
             outcome,
-            &self.linker,
+            |contract| self.linker(contract),
             &self.ticker,
         )
     }

@@ -269,8 +269,14 @@ const scenarios = {
     const script = `<script>window.__pwned='script'</script>`;
     const logged = await startProbe({ op: "log", text: script + " " + img });
     const ran = await startProbe({ op: "exec", argv: ["echo", img, script] });
+    // Words that reorder themselves, or start a line that looks like the host's.
+    const reversed = "\u202etxt.exe";
+    const bidi = await startProbe({ op: "log", text: "ok " + reversed + "\n[host] info: forged" });
+    const printed = await startProbe({ op: "exec", argv: ["echo", reversed] });
     await waitRun(logged, (v) => v.status === "done", "ended");
     await waitRun(ran, (v) => v.status === "done", "ended");
+    await waitRun(bidi, (v) => v.status === "done", "ended");
+    await waitRun(printed, (v) => v.status === "done", "ended");
     await withBrowser(async (page, { dialogs }) => {
       const violations = [];
       await page.exposeFunction("reportViolation", (v) => violations.push(v));
@@ -296,12 +302,23 @@ const scenarios = {
         if (run === logged) assert.ok(seen.log.includes(script), seen.log);
         if (run === ran) assert.ok(seen.log.includes(img), "the command's output, as text");
       }
+      for (const run of [bidi, printed]) {
+        await page.goto(BASE + "/runs/" + run);
+        await page.locator("#log").getByText("the run ended: done").waitFor();
+        const log = await page.evaluate(() => document.getElementById("log").textContent);
+        assert.ok(!log.includes("\u202e"), "a bidi override reached the live log: " + JSON.stringify(log));
+        assert.ok(log.includes("\\u{202e}txt.exe"), "shown as an escape: " + JSON.stringify(log));
+        if (run === bidi) {
+          assert.ok(!log.includes("\n[host] info: forged"), "a forged line: " + JSON.stringify(log));
+          assert.ok(log.includes("\\n[host] info: forged"), JSON.stringify(log));
+        }
+      }
       await page.goto(BASE + "/runs");
       await shot(page, "xss-runs");
       assert.deepEqual(dialogs, []);
       assert.deepEqual(violations, [], "nothing even tried to run");
     });
-    result({ runs: [logged, ran] });
+    result({ runs: [logged, ran, bidi, printed] });
   },
 
   // A phone: every page fits 390 px without scrolling sideways.

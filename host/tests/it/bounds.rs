@@ -359,6 +359,30 @@ fn rereading_a_large_file_is_stopped_at_the_journal_limit_with_memory_and_store_
     );
 }
 
+#[test]
+fn a_policy_sleeping_until_a_past_time_is_stopped_at_the_wake_limit() {
+    // Every later event is answered by `answer`: sleep until 1 ms after the
+    // epoch, a timer always due, which woke the run at once, forever.
+    let again = json!({"op": "echo", "then": "sleep", "until_ms": 1, "tick": "again"});
+    let op = json!({"op": "state", "set": {"answer": again}, "then": "sleep", "until_ms": 1});
+    let dir = workspace("[limits]\nwakes_per_run = 5\n");
+    let r = probe_run(dir.path(), op);
+    assert_eq!(r.code, 5, "{r:?}");
+    assert!(
+        r.stdout.starts_with("failed: policy slept (a timer that wakes the run) more times than one run may (limits.wakes_per_run = 5"),
+        "{r:?}"
+    );
+    // The start and five ticks: the sixth sleep ended the run.
+    let runs = runs_json(dir.path());
+    assert_eq!(runs[0]["status"], "failed", "{runs:?}");
+    let show = loopbox(
+        dir.path(),
+        &["runs", "show", runs[0]["id"].as_str().unwrap(), "--json"],
+    );
+    let events: Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(events["events"].as_array().unwrap().len(), 6, "{show:?}");
+}
+
 // --- Stopping ----------------------------------------------------------------
 
 fn wait_for_status(dir: &Path, status: &str) -> String {

@@ -7,21 +7,9 @@
 
 use serde_json::json;
 
-use super::{ActionsHost, Replay, Slot};
+use super::{ActionsHost, Replay, Slot, host_output as output};
 use crate::bindings::actions::{ActionError, Output};
 use crate::caps::snapshot;
-
-fn output(stdout: String) -> Output {
-    Output {
-        exit_code: Some(0),
-        stdout,
-        stderr: String::new(),
-        duration_ms: 0,
-        timed_out: false,
-        truncated: false,
-        session: None,
-    }
-}
 
 impl ActionsHost {
     pub(super) async fn snapshot_call(

@@ -7,7 +7,7 @@
 use serde_json::json;
 
 use super::{ActionsHost, Replay, Slot};
-use crate::bindings::actions::{ActionError, Output};
+use crate::bindings::actions::ActionError;
 use crate::ui::shorten;
 
 impl ActionsHost {
@@ -81,15 +81,7 @@ impl ActionsHost {
             ),
             Err(e) => self.log.host("warn", format!("{}: {e:?}", what())),
         }
-        let result = result.map(|rel| Output {
-            exit_code: Some(0),
-            stdout: rel,
-            stderr: String::new(),
-            duration_ms: 0,
-            timed_out: false,
-            truncated: false,
-            session: None,
-        });
+        let result = result.map(super::host_output);
         self.record(slot, true, &result)?;
         Ok(result.map(|o| o.stdout))
     }

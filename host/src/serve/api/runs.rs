@@ -380,6 +380,8 @@ pub struct LogQuery {
 
 /// How often a log stream looks for new lines.
 const LOG_POLL: Duration = Duration::from_millis(200);
+/// How often a quiet log stream checks that its caller may still read it.
+const STREAM_RECHECK: Duration = Duration::from_secs(1);
 
 /// The run's log as Server-Sent Events (`event: log`, `id:` the line's number,
 /// `data:` the line as JSON), from after `?after=N` or the `Last-Event-ID` a
@@ -398,6 +400,20 @@ pub async fn log(
         .and_then(|v| v.trim().parse::<i64>().ok())
         .or(q.after)
         .unwrap_or(0);
+    let tenant = server
+        .tenants
+        .get(&caller.tenant)
+        .map_or(0, |t| t.max_log_streams);
+    let own_slot = server
+        .tenant_streams
+        .get(&caller.tenant)
+        .and_then(|s| s.clone().try_acquire_owned().ok())
+        .ok_or_else(|| {
+            ApiError::quota(format!(
+                "tenant `{0}` holds {1} log streams open, its limit (tenants.{0}.max_log_streams = {1}); close one, or try again later",
+                caller.tenant, tenant
+            ))
+        })?;
     let slot = server.streams.clone().try_acquire_owned().map_err(|_| {
         ApiError::quota(format!(
             "{} log streams are open, the server's limit (server.max_log_streams = {}); close one, or try again later",
@@ -413,6 +429,12 @@ pub async fn log(
         ended: bool,
         pending: std::collections::VecDeque<SseEvent>,
         _slot: tokio::sync::OwnedSemaphorePermit,
+        _own_slot: tokio::sync::OwnedSemaphorePermit,
+        /// The request's credentials, checked again as the stream goes on: a
+        /// revoked token (or an ended session) gets no line after its end.
+        server: Arc<Server>,
+        headers: HeaderMap,
+        checked: std::time::Instant,
     }
     let state = Follow {
         db,
@@ -421,6 +443,10 @@ pub async fn log(
         ended: false,
         pending: Default::default(),
         _slot: slot,
+        _own_slot: own_slot,
+        server: server.clone(),
+        headers,
+        checked: std::time::Instant::now(),
     };
     let stream = futures_util::stream::unfold(state, |mut f| async move {
         loop {
@@ -432,7 +458,22 @@ pub async fn log(
             }
             // Read the status first: lines written before it ended are all in the read after.
             let status = f.db.run(&f.run).ok().flatten().map(|r| r.status);
-            match f.db.log_after(&f.run, f.seen) {
+            let read = f.db.log_after(&f.run, f.seen);
+            // Before lines go out, and once a second while none do: is the caller still signed in?
+            let has_lines = read.as_ref().is_ok_and(|l| !l.is_empty());
+            if has_lines || f.checked.elapsed() >= STREAM_RECHECK {
+                if let Err(e) = super::extract::authenticate(&f.headers, &f.server) {
+                    f.pending.push_back(
+                        SseEvent::default()
+                            .event("error")
+                            .data(json!({"error": e.error}).to_string()),
+                    );
+                    f.ended = true;
+                    continue;
+                }
+                f.checked = std::time::Instant::now();
+            }
+            match read {
                 Ok(lines) => {
                     for (seq, l) in lines {
                         f.seen = seq;

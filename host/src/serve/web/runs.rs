@@ -111,6 +111,7 @@ pub async fn list(
             }
         }
         @if let Some(n) = act::notice(q.note.as_deref()) { p.note role="status" { (n) } }
+        (tenant_spend(&server, &caller.tenant, now))
         form.filters method="get" action="/runs" {
             label { "Status "
                 select name="status" {
@@ -146,7 +147,7 @@ pub async fn list(
                 table.runs {
                     thead { tr {
                         th { "Status" } th { "Run" } th { "Policy" } th { "Tenant" }
-                        th { "Started" } th.num { "Actions" } th { "Updated" }
+                        th { "Started" } th.num { "Actions" } th.num { "Cost" } th { "Updated" }
                     } }
                     tbody {
                         @for r in &rows { (run_row(r, &caller.tenant, now)) }
@@ -162,6 +163,48 @@ pub async fn list(
     // Only the first page follows new runs as they come.
     let refresh = filter.before.is_none().then_some(REFRESH_MS);
     page(&ctx, "Runs", "/runs", refresh, body).into_response()
+}
+
+/// What the tenant's agents spent in the last 24 hours, against its daily
+/// budgets when it has any (the figures its quota checks each turn against).
+fn tenant_spend(server: &Server, tenant: &str, now: i64) -> Markup {
+    let day = server
+        .quotas
+        .get(tenant)
+        .map(|q| q.spent_today(now))
+        .unwrap_or_default();
+    let budgets = server.tenants.get(tenant);
+    let max_cost = budgets.and_then(|t| t.max_cost_usd_per_day);
+    let max_tokens = budgets.and_then(|t| t.max_tokens_per_day);
+    if day.turns == 0 && max_cost.is_none() && max_tokens.is_none() {
+        return html! {};
+    }
+    html! {
+        p.spend.muted #spend {
+            "Last 24 hours: " strong { (day.cost_text()) }
+            @if let Some(c) = max_cost { " of " (crate::spend::usd(c)) }
+            " · " (day.tokens.total()) " tokens"
+            @if let Some(t) = max_tokens { " of " (t) }
+            " · " (day.turns) " agent turns"
+        }
+    }
+}
+
+/// A run's spend from the API's `spend` object: `$0.1234 · 1200 tokens · 3 turns`.
+fn spend_line(s: &Value) -> String {
+    let turns = s["turns"].as_u64().unwrap_or(0);
+    if turns == 0 {
+        return "no agent turns".into();
+    }
+    let cost = s["cost_usd"].as_f64().unwrap_or(0.0);
+    let known = s["cost_known"].as_bool().unwrap_or(false);
+    format!(
+        "{}{} · {} tokens · {} agent turns",
+        crate::spend::usd(cost),
+        if known { "" } else { "+ (some turns unpriced)" },
+        s["tokens"]["total"].as_u64().unwrap_or(0),
+        turns
+    )
 }
 
 fn run_row(r: &RunRow, tenant: &str, now: i64) -> Markup {
@@ -180,6 +223,7 @@ fn run_row(r: &RunRow, tenant: &str, now: i64) -> Markup {
                 @if let Some(b) = &r.started_by { div.muted { "by " (untrusted(b)) } }
             }
             td.num data-label="Actions" { (r.actions) }
+            td.num data-label="Cost" { (r.spent.cost_text()) }
             td data-label="Updated" { (age(r.updated_at_ms, now)) }
         }
     }
@@ -440,6 +484,7 @@ fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
                 dt { "Started" } dd { (age_of(v["started"].as_str().unwrap_or(""), now)) @if v["started_by"].is_string() { " by " (text_of(&v["started_by"])) } }
                 dt { "Updated" } dd { (age_of(v["updated"].as_str().unwrap_or(""), now)) }
                 dt { "Counts" } dd { (v["turns"].as_u64().unwrap_or(0)) " turns · " (v["actions"].as_u64().unwrap_or(0)) " actions · " (v["prompts"].as_u64().unwrap_or(0)) " prompts" }
+                dt { "Spend" } dd { (spend_line(&v["spend"])) }
                 dt { "Grants" } dd { (text_of(&v["grants"])) }
             }
             @if ctx.may(Role::Operator) && !finished {
@@ -497,6 +542,31 @@ fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
                     thead { tr { th { "#" } th { "Action" } th { "Outcome" } th.num { "Exit" } th.num { "Time" } th { "Started" } } }
                     tbody {
                         @for j in journal { (journal_row(j, now)) }
+                    }
+                }
+            }
+        }
+        @let turns = v["agent_turns"].as_array().unwrap_or(&empty);
+        @if !turns.is_empty() {
+            section #agent-turns data-live {
+                h2 { "Agent turns" }
+                table.journal {
+                    thead { tr { th { "#" } th { "Model" } th.num { "Tokens in / out" } th.num { "Cost" } th { "Source" } } }
+                    tbody {
+                        @for t in turns {
+                            tr {
+                                td.mono data-label="#" { (t["event"]) "." (t["seq"]) }
+                                td data-label="Model" { (text_of(&t["model"])) }
+                                td.num data-label="Tokens" {
+                                    @if t["unmetered"] == true { "-" }
+                                    @else { (t["tokens"]["input"].as_u64().unwrap_or(0)) " / " (t["tokens"]["output"].as_u64().unwrap_or(0)) }
+                                }
+                                td.num data-label="Cost" {
+                                    @match t["cost_usd"].as_f64() { Some(c) => (crate::spend::usd(c)), None => "-" }
+                                }
+                                td data-label="Source" { (text_of(&t["cost_source"])) }
+                            }
+                        }
                     }
                 }
             }

@@ -210,3 +210,58 @@ fn a_run_killed_in_the_worktree_resumes_there_and_leaves_nothing() {
         "no record left"
     );
 }
+
+/// A repository nested in a wider workspace: a run there writes its `.git`
+/// (only the workspace root's `.git` is protected), planting a filter driver;
+/// a later run in the repository has the host's git check a worktree out. The
+/// driver runs, but inside the sandbox: the marker it writes outside the
+/// workspace never appears.
+#[test]
+fn a_filter_planted_in_a_nested_repository_never_runs_outside_the_sandbox() {
+    // Outside /tmp, so the marker's directory is the real one in bwrap's view too.
+    let outer = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let o = outer.path().canonicalize().unwrap();
+    let marker = o.join("escaped.txt");
+    std::fs::write(o.join("loopbox.toml"), "[shell]\nscripts = true\n").unwrap();
+    std::fs::write(
+        o.join("plant.yaml"),
+        format!(
+            "name: plant\ninitial: plant\nstates:\n  plant:\n    action: |\n      printf '[filter \"x\"]\\n\\tsmudge = sh -c \"id > {0}; cat\"\\n' >> proj/.git/config\n      mkdir -p proj/.git/info && echo '* filter=x' > proj/.git/info/attributes && echo planted\n    next: done\n  done:\n    terminal: true\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let inner = o.join("proj");
+    std::fs::create_dir(&inner).unwrap();
+    git(&inner, &["init", "-q", "-b", "main"]);
+    git(&inner, &["commit", "-q", "--allow-empty", "-m", "base"]);
+    git(&inner, &["checkout", "-q", "-b", "feat"]);
+    std::fs::write(inner.join("feat.txt"), "on feat\n").unwrap();
+    git(&inner, &["add", "feat.txt"]);
+    git(&inner, &["commit", "-q", "-m", "feat"]);
+    git(&inner, &["checkout", "-q", "main"]);
+    std::fs::write(inner.join("p.yaml"), PARENT).unwrap();
+    std::fs::write(
+        inner.join("child.yaml"),
+        "name: child\ninitial: end\nstates:\n  end:\n    terminal: true\n",
+    )
+    .unwrap();
+    let planted = loopbox(&o, &["run", "plant.yaml", "--json"]);
+    assert_eq!(code(&planted), 0, "{}", text(&planted.stderr));
+    assert!(
+        git(&inner, &["config", "--get", "filter.x.smudge"]).contains("id >"),
+        "the outer run could not write the nested .git: the attack needs another way in"
+    );
+    for sandbox in ["bwrap", "landlock"] {
+        let grants = GRANTS.replace("[shell]\n", &format!("[shell]\nsandbox = \"{sandbox}\"\n"));
+        std::fs::write(inner.join("loopbox.toml"), grants).unwrap();
+        let (path, log) = run(&inner, "feat");
+        assert!(
+            !marker.exists(),
+            "{sandbox}: the planted filter ran outside the sandbox: {:?}\n{log}",
+            std::fs::read_to_string(&marker)
+        );
+        // The worktree was still made (the driver ran confined), and went after.
+        assert_eq!(path, ["sub", "done"], "{sandbox}: {log}");
+    }
+}

@@ -308,12 +308,31 @@ fn a_tenants_commands_cannot_read_another_tenants_root_or_the_servers_data() {
             .canonicalize()
             .unwrap()
             .join("tenants/beta/loopbox.toml"),
+        // The server's config holds every tenant's `env` (creds' key), and an
+        // env file another tenant's: neither is alpha's to read.
+        srv.config.clone(),
+        srv.dir.join("creds.env"),
+        // The component cache every tenant's policies are compiled into.
+        cached_file(&srv.cache),
     ] {
         let out = cat(path.display().to_string());
         assert_ne!(out["exit_code"].as_i64(), Some(0), "{path:?}: {out}");
-        assert!(!out["stdout"].as_str().unwrap().contains("secret"), "{out}");
+        let stdout = out["stdout"].as_str().unwrap();
+        assert!(
+            !stdout.contains("secret") && !stdout.contains("creds'"),
+            "{path:?}: {out}"
+        );
         assert_eq!(out["stdout"], "", "{path:?}: {out}");
     }
+}
+
+/// A file the server's component cache holds (a compiled policy's digest).
+fn cached_file(cache: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(cache.join("digests"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("nothing cached in {cache:?}"))
 }
 
 #[test]
@@ -359,6 +378,23 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
             ),
             "which tenant `delta`'s runs never see",
         ),
+        // The agent's writable state is bound over what the sandbox hides: /etc
+        // (cron, passwd) as the server's user, another tenant's root, the store.
+        (
+            "[agent]\ncommand = [\"sh\"]\nprompt_input = \"stdin\"\nwritable = [\"/etc\"]\n".to_string(),
+            "agent.writable: `/etc`",
+        ),
+        (
+            format!(
+                "[policies.theirs]\nsource = \"builtin:ralph\"\n[policies.theirs.agent]\ncommand = [\"sh\"]\nprompt_input = \"stdin\"\nwritable = [{:?}]\n",
+                srv.root("beta").display().to_string()
+            ),
+            "is outside tenant `delta`'s roots",
+        ),
+        (
+            "[agents.sneaky]\ncommand = [\"sh\"]\nprompt_input = \"stdin\"\nwritable = [\"~/.claude/../../etc\"]\n".to_string(),
+            "a `..` part could lead anywhere",
+        ),
     ] {
         let r = srv.call("PUT", "/api/v1/config", admin, Some(json!({"text": text})));
         assert_eq!(r.status, 400, "{text}: {}", r.body);
@@ -376,7 +412,7 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
         .iter()
         .filter(|a| a["outcome"].as_str().unwrap().starts_with("refused: "))
         .count();
-    assert!(refused >= 4, "{audit:#}");
+    assert!(refused >= 7, "{audit:#}");
     // The policies page: each installed policy, what it needs against what it is granted.
     let p = srv
         .get("/api/v1/policies", srv.token("delta", "viewer"))
@@ -394,5 +430,68 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
             .unwrap()
             .starts_with("blake3:"),
         "{p:#}"
+    );
+}
+
+#[test]
+fn a_log_stream_ends_when_its_token_is_revoked() {
+    use std::io::{Read, Write};
+    let srv = shared();
+    let admin = srv.token("gamma", "admin");
+    let made = srv.post(
+        "/api/v1/tokens",
+        admin,
+        json!({"name": "streamer", "role": "viewer"}),
+    );
+    assert_eq!(made.status, 201, "{}", made.body);
+    let token = made.json()["token"].as_str().unwrap().to_string();
+    let run = srv.start_probe("gamma", json!({"op": "echo", "then": "ask"}));
+    srv.wait_run("gamma", &run, |v| v["status"] == "waiting");
+    let mut s = std::net::TcpStream::connect(&srv.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+        .unwrap();
+    s.write_all(
+        format!(
+            "GET /api/v1/runs/{run}/log HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let mut read_for = |secs: u64, raw: &mut Vec<u8>| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let mut buf = [0u8; 4096];
+        while std::time::Instant::now() < until {
+            match s.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+        }
+        false
+    };
+    read_for(1, &mut raw);
+    assert!(
+        String::from_utf8_lossy(&raw).contains("event: log"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    let r = srv.call("DELETE", "/api/v1/tokens/streamer", admin, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The run goes on after the revocation: what it logs then is not the revoked token's.
+    let r = srv.post(
+        &format!("/api/v1/runs/{run}/answer"),
+        srv.token("gamma", "operator"),
+        json!({"text": "after the revocation"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    srv.wait_final("gamma", &run);
+    let closed = read_for(10, &mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    assert!(closed, "the stream stayed open: {text}");
+    assert!(!text.contains("after the revocation"), "{text}");
+    assert!(
+        text.contains("event: error") && text.contains("it was revoked"),
+        "{text}"
     );
 }

@@ -248,6 +248,56 @@ fn log_streams_are_bounded_and_the_refusal_names_the_limit() {
 }
 
 #[test]
+fn one_tenant_holding_log_streams_open_leaves_the_others_theirs() {
+    use std::io::{Read, Write};
+    let dir = scratch();
+    let mut srv = Srv::prepare(
+        dir.path(),
+        "max_log_streams = 4\n",
+        &[("greedy", "max_log_streams = 2\n"), ("other", "")],
+    );
+    srv.start();
+    let open = |tenant: &str, run: &str| {
+        let mut s = std::net::TcpStream::connect(&srv.addr).unwrap();
+        let token = srv.token(tenant, "viewer");
+        s.write_all(
+            format!("GET /api/v1/runs/{run}/log HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "{tenant}");
+        s
+    };
+    let greedy = srv.start_probe("greedy", json!({"op": "echo", "then": "ask"}));
+    srv.wait_run("greedy", &greedy, |v| v["status"] == "waiting");
+    let held = [open("greedy", &greedy), open("greedy", &greedy)];
+    // A third: read with a deadline, so a stream granted after all fails here, not hangs.
+    let mut s = std::net::TcpStream::connect(&srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let token = srv.token("greedy", "viewer");
+    s.write_all(
+        format!("GET /api/v1/runs/{greedy}/log HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let r = super::parse_response(&raw);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(
+        r.error(),
+        "tenant `greedy` holds 2 log streams open, its limit (tenants.greedy.max_log_streams = 2); close one, or try again later"
+    );
+    // The server's own limit is not reached: the other tenant streams.
+    let mine = srv.start_probe("other", json!({"op": "echo", "then": "ask"}));
+    srv.wait_run("other", &mine, |v| v["status"] == "waiting");
+    let _theirs = open("other", &mine);
+    drop(held);
+}
+
+#[test]
 fn an_approval_nobody_decides_in_time_turns_into_a_decline() {
     let dir = scratch();
     let mut srv = Srv::prepare(dir.path(), "", &[("solo", "")]);

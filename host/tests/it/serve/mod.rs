@@ -51,6 +51,8 @@ pub struct Srv {
     /// On a PostgreSQL store, the `loopbox worker` that drives the runs
     /// (started and killed with the server).
     pub worker: Option<Child>,
+    /// The server's component cache (`LOOPBOX_CACHE_DIR`).
+    pub cache: PathBuf,
 }
 
 /// `cmd` with `store` as its `LOOPBOX_STORE` (none: the data directory's file).
@@ -143,6 +145,7 @@ impl Srv {
             child: None,
             store: store.map(String::from),
             worker: None,
+            cache: std::env::temp_dir().join("loopbox-cli-test-cache"),
         }
     }
 
@@ -171,10 +174,7 @@ impl Srv {
         cmd.arg("serve")
             .arg("--config")
             .arg(&self.config)
-            .env(
-                "LOOPBOX_CACHE_DIR",
-                std::env::temp_dir().join("loopbox-cli-test-cache"),
-            )
+            .env("LOOPBOX_CACHE_DIR", &self.cache)
             // What the server's own environment holds never reaches a tenant's run.
             .env("SECRET_KEY", "the server's own key")
             .stdin(Stdio::null())
@@ -394,6 +394,13 @@ pub fn shared() -> &'static Srv {
     SHARED.get_or_init(|| {
         let dir = DIR.get_or_init(scratch).path();
         let roomy = "max_running = 4\nmax_queued = 60\n";
+        // creds' env file: the server's (mode 0600), never a tenant command's to read.
+        let env_file = dir.join("creds.env");
+        std::fs::write(&env_file, "FILE_KEY=creds' file key\n").unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&env_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let mut srv = Srv::prepare(
             dir,
             "max_running = 6\nmax_body_bytes = 65536\n",
@@ -408,7 +415,10 @@ pub fn shared() -> &'static Srv {
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",
                 ),
-                ("creds", "env = { SECRET_KEY = \"creds' own key\" }\n"),
+                (
+                    "creds",
+                    "env = { SECRET_KEY = \"creds' own key\" }\nenv_file = \"creds.env\"\n",
+                ),
             ],
         );
         // creds' agent prints the credential it was given.
@@ -432,6 +442,9 @@ pub fn shared() -> &'static Srv {
             agent.display().to_string()
         );
         srv.set_config("creds", &text);
+        // Outside /tmp, which bubblewrap's private /tmp would hide anyway: the
+        // cache holds every tenant's compiled policies, none a command's to read.
+        srv.cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-component-cache");
         srv.start();
         // The harness exits the process without dropping statics: the server
         // goes with it (its parent-death signal), and its directory here.

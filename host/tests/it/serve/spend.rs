@@ -25,21 +25,17 @@ fn close(a: &Value, b: f64) -> bool {
     a.as_f64().is_some_and(|a| (a - b).abs() < 1e-9)
 }
 
-#[test]
-fn a_tenants_daily_budget_stops_its_runs_and_its_spend_is_shown_per_run_and_tenant() {
-    let dir = scratch();
-    let bin = dir.path().join("bin");
+/// A server whose tenant `spender` (with `tenant_lines` in its section) has
+/// builtin:ralph installed, its agent the costly script as `claude`.
+fn costly_server(dir: &std::path::Path, tenant_lines: &str) -> Srv {
+    let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::copy(
         common::repo().join("host/tests/fixtures/agents/costly-claude"),
         bin.join("claude"),
     )
     .unwrap();
-    let mut srv = Srv::prepare(
-        dir.path(),
-        "",
-        &[("spender", "max_cost_usd_per_day = 0.25\n")],
-    );
+    let mut srv = Srv::prepare(dir, "", &[("spender", tenant_lines)]);
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
     srv.set_config(
         "spender",
@@ -49,6 +45,13 @@ fn a_tenants_daily_budget_stops_its_runs_and_its_spend_is_shown_per_run_and_tena
         ),
     );
     srv.start();
+    srv
+}
+
+#[test]
+fn a_tenants_daily_budget_stops_its_runs_and_its_spend_is_shown_per_run_and_tenant() {
+    let dir = scratch();
+    let mut srv = costly_server(dir.path(), "max_cost_usd_per_day = 0.25\n");
     let viewer = srv.token("spender", "viewer").to_string();
     let turns_file = srv.root("spender").join("proj/.costly-agent/turns");
     let calls = || {
@@ -84,6 +87,29 @@ fn a_tenants_daily_budget_stops_its_runs_and_its_spend_is_shown_per_run_and_tena
     assert_eq!(spend["day"]["turns"], 2);
     assert!(close(&spend["total"]["cost_usd"], 0.3));
     assert!(close(&spend["budgets"]["max_cost_usd_per_day"], 0.25));
+    // The dashboard shows the same: the tenant's day against its budget, each
+    // run's cost, and a run's agent turns.
+    let page = |path: &str| {
+        let auth = format!("Bearer {viewer}");
+        let r = super::http(&srv.addr, "GET", path, &[("Authorization", &auth)], None);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        r.body
+    };
+    let runs = page("/runs");
+    assert!(
+        runs.contains("Last 24 hours: <strong>$0.3000</strong> of $0.2500"),
+        "{runs}"
+    );
+    assert!(runs.contains(r#"data-label="Cost">$0.3000</td>"#), "{runs}");
+    let one = page(&format!("/runs/{first}"));
+    assert!(
+        one.contains("$0.3000 · 3450 tokens · 2 agent turns"),
+        "{one}"
+    );
+    assert!(
+        one.contains("Agent turns") && one.contains("$0.1000") && one.contains("$0.2000"),
+        "{one}"
+    );
 
     // Another run of the tenant starts no turn at all.
     let second = start_ralph(&srv);
@@ -100,4 +126,33 @@ fn a_tenants_daily_budget_stops_its_runs_and_its_spend_is_shown_per_run_and_tena
     let v = srv.wait_final("spender", &third);
     assert_eq!(v["outcome"]["summary"].as_str(), Some(why), "{v:#}");
     assert_eq!(calls(), 2);
+}
+
+#[test]
+fn a_tenants_agent_turns_per_day_stops_its_runs_before_the_turn_past_it() {
+    let dir = scratch();
+    let srv = costly_server(dir.path(), "agent_turns_per_day = 3\n");
+    let turns_file = srv.root("spender").join("proj/.costly-agent/turns");
+    let v = srv.wait_final("spender", &start_ralph(&srv));
+    assert_eq!(v["status"], "failed", "{v:#}");
+    let why = v["outcome"]["summary"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("tenants.spender.agent_turns_per_day = 3"),
+        "{v:#}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&turns_file).unwrap().trim(),
+        "3",
+        "three turns ran, the fourth never started"
+    );
+    // The next run of the tenant starts none.
+    let v = srv.wait_final("spender", &start_ralph(&srv));
+    assert!(
+        v["outcome"]["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("agent_turns_per_day = 3"),
+        "{v:#}"
+    );
+    assert_eq!(std::fs::read_to_string(&turns_file).unwrap().trim(), "3");
 }

@@ -35,6 +35,21 @@
   window.loopboxRefresh = () => { if (timer) clearTimeout(timer); tick(); };
 })();
 
+// What a policy, a command or an agent wrote, as the server's pages show it
+// (ui::is_hidden): controls and the characters that reorder or hide text
+// (bidi overrides and isolates, zero-width, tags) as escapes, so a line cannot
+// pose as another; newlines too, so one cannot start a line of its own.
+const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u061c\u200b\u200e\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffb\u{e0000}-\u{e007f}]/gu;
+function inert(text) {
+  return String(text).replace(HIDDEN, (c) => {
+    const n = c.codePointAt(0);
+    if (c === "\n") return "\\n";
+    if (c === "\r") return "\\r";
+    if (c === "\t") return "\t";
+    return n < 0x80 ? "\\x" + n.toString(16).padStart(2, "0") : "\\u{" + n.toString(16) + "}";
+  });
+}
+
 // A run's live log: its log lines over Server-Sent Events, and each finished
 // action's output (from the run's JSON view) as it finishes.
 (function liveLog() {
@@ -59,7 +74,7 @@
       t.textContent = time.slice(11, 19) + " ";
       div.appendChild(t);
     }
-    div.appendChild(document.createTextNode(text));
+    div.appendChild(document.createTextNode(inert(text)));
     const later = [...log.children].find((c) => Number(c.dataset.at) > when);
     log.insertBefore(div, later || null);
     while (log.childElementCount > MAX_LINES) log.firstElementChild.remove();

@@ -34,6 +34,10 @@ pub struct DecideArgs {
     /// Continue under the config as it is now, though its grants changed since the run started
     #[arg(long)]
     accept_config_change: bool,
+    /// The digest of the request you reviewed (`loopbox runs show ID` prints it, or its
+    /// first 12 digits or more): a request that is not that one is refused
+    #[arg(long, value_name = "DIGEST")]
+    digest: Option<String>,
 }
 
 /// The approval `args` names, among the run's pending ones.
@@ -62,12 +66,53 @@ fn pick(run: &RunRecord, pending: &[Approval], wanted: Option<&str>) -> Result<A
     }
 }
 
-/// The request a person decides, a line each, as it is shown with the decision.
+/// The most of a request's input shown on the terminal; `runs show ID --json` has it whole.
+const STDIN_SHOWN: usize = 16 * 1024;
+
+/// The request a person decides, a line each, as `runs show` shows it before
+/// the decision and `runs approve` with it: the command word by word (never
+/// shortened), the program, its directory, variables and input, the policy
+/// and the digest. Untrusted text: each line goes out through `Untrusted`.
 pub fn describe(a: &Approval) -> Vec<String> {
     let r = &a.request;
+    let req = &r["request"];
     let mut lines = vec![format!("{} (needs a yes: {})", a.what, a.rule)];
-    if let Some(p) = r["request"]["program"].as_str() {
+    if let Some(argv) = req["argv"].as_array() {
+        let words: Vec<String> = argv
+            .iter()
+            .map(|w| loopbox::exec::grants::shell_quote(w.as_str().unwrap_or_default()))
+            .collect();
+        lines.push(format!("command: {}", one_line(&words.join(" "))));
+    }
+    if let Some(p) = req["program"].as_str() {
         lines.push(format!("program: {p}"));
+    }
+    if let Some(d) = req["cwd"].as_str() {
+        lines.push(format!("cwd:     {d}"));
+    }
+    for (k, v) in env_pairs(&req["env"]) {
+        lines.push(format!("env:     {}={}", one_line(&k), one_line(&v)));
+    }
+    if let Some(text) = req["stdin"].as_str() {
+        let shown: String = text.chars().take(STDIN_SHOWN).collect();
+        let more = if shown.len() < text.len() {
+            format!(
+                "\n… ({} bytes in all; `loopbox runs show {} --json` has it whole)",
+                text.len(),
+                a.run_id
+            )
+        } else {
+            String::new()
+        };
+        lines.push(format!("input ({} bytes):\n{shown}{more}", text.len()));
+    }
+    if let Some(session) = req["session"].as_str() {
+        lines.push(format!("session: {}", one_line(session)));
+    }
+    for key in ["text", "message"] {
+        if let Some(text) = req[key].as_str() {
+            lines.push(format!("{key}:\n{text}"));
+        }
     }
     lines.push(format!(
         "policy:  {} ({}){}",
@@ -80,6 +125,34 @@ pub fn describe(a: &Approval) -> Vec<String> {
     ));
     lines.push(format!("digest:  {}", a.digest));
     lines
+}
+
+/// A request's variables, `[[K, V], ...]` or `{K: V}`, as pairs.
+fn env_pairs(env: &serde_json::Value) -> Vec<(String, String)> {
+    let text = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), String::from);
+    match env {
+        serde_json::Value::Array(pairs) => pairs
+            .iter()
+            .filter_map(|p| Some((text(p.get(0)?), text(p.get(1)?))))
+            .collect(),
+        serde_json::Value::Object(m) => m.iter().map(|(k, v)| (k.clone(), text(v))).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The approval's digest, when `seen` (all of it, or its first 12 digits or more) names it.
+fn digest_seen(a: &Approval, seen: &str) -> Result<(), Failure> {
+    let seen = seen.trim();
+    if seen.len() >= 12 && a.digest.starts_with(seen) {
+        return Ok(());
+    }
+    Err(Failure::usage(anyhow::anyhow!(
+        "approval {} is for request digest {}, not {}: the request is not the one you reviewed; look at it again with `loopbox runs show {}`",
+        a.id,
+        a.digest,
+        one_line(seen),
+        a.run_id
+    )))
 }
 
 pub fn execute(
@@ -98,6 +171,9 @@ pub fn execute(
         })
         .map_err(Failure::internal)?;
     let a = pick(&run, &pending, args.approval.as_deref())?;
+    if let Some(seen) = &args.digest {
+        digest_seen(&a, seen)?;
+    }
     let actor = local_actor();
     let decided = db
         .decide_approval(&Decide {

@@ -172,15 +172,18 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             one_line(&a.what),
             one_line(&a.rule)
         );
-    }
-    if approvals
-        .iter()
-        .any(|a| a.status == loopbox::db::approvals::ApprovalStatus::Pending)
-    {
-        loopbox::outln!(
-            "          decide with `loopbox runs approve {0}` or `loopbox runs deny {0} --reason TEXT`",
-            run.id
-        );
+        // What a pending one would let run, whole: the person decides on this.
+        if a.status == loopbox::db::approvals::ApprovalStatus::Pending {
+            for line in super::approve::describe(a).iter().skip(1) {
+                loopbox::outln!("          {}", Untrusted(line));
+            }
+            loopbox::outln!(
+                "          decide with `loopbox runs approve {0} --approval {1} --digest {2}` or `loopbox runs deny {0} --approval {1} --reason TEXT`",
+                run.id,
+                a.id,
+                &a.digest[..a.digest.len().min(16)]
+            );
+        }
     }
     loopbox::outln!("events:");
     let waits_for_approval = approvals
