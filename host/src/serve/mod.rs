@@ -368,7 +368,10 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         .unwrap_or_else(|| config::DEFAULT_LISTEN.parse().expect("a valid address"));
     let mut term = signal(SignalKind::terminate()).context("failed to catch SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("failed to catch SIGINT")?;
-    let max_connections = setup.config.server.max_connections;
+    let limits = http::Limits {
+        connections: setup.config.server.max_connections as usize,
+        per_ip: setup.config.server.max_connections_per_ip as usize,
+    };
     let server = Arc::new(Server::new(setup, listen)?);
     server.recover()?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -376,7 +379,7 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         .with_context(|| format!("failed to listen on {listen}"))?;
     let addr = listener.local_addr()?;
     let app = api::router(server.clone()).merge(web::router(server.clone()));
-    let accepting = tokio::spawn(http::accept(listener, app, max_connections as usize));
+    let accepting = tokio::spawn(http::accept(listener, app, limits));
     let dispatching = tokio::spawn(sched::dispatch(server.clone()));
     let sweeping = {
         let server = server.clone();
