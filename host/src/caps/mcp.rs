@@ -11,8 +11,9 @@
 //! root; its command line is the user's, and nothing a policy sends reaches it
 //! but the tool's name and arguments, inside JSON. Every message is bounded
 //! (`limits.mcp_message_bytes`), and so is the whole call (its timeout, at
-//! most `shell.max_timeout_ms`): a server that answers garbage, too much or
-//! nothing ends the call as `no-answer` and is killed with its process group.
+//! most `shell.max_timeout_ms`, which bounds every write too): a server that
+//! answers garbage, too much or nothing, or never reads what it is sent,
+//! ends the call as `no-answer` and is killed with its process group.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -185,8 +186,8 @@ pub async fn call(
         };
     }
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    if let Err(e) = session.send(&initialized.to_string()).await {
-        return no_answer(format!("the server stopped reading: {e}"));
+    if let Err(why) = send(session, &initialized, deadline).await {
+        return no_answer(format!("the server stopped reading: {why}"));
     }
     let call = json!({
         "jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -227,9 +228,9 @@ async fn exchange(
     max_message: usize,
 ) -> Result<Value, Reply> {
     let method = request["method"].as_str().unwrap_or_default().to_string();
-    if let Err(e) = session.send(&request.to_string()).await {
+    if let Err(why) = send(session, request, deadline).await {
         return Err(no_answer(format!(
-            "the server stopped reading before `{method}`: {e}"
+            "the server stopped reading before `{method}`: {why}"
         )));
     }
     let mut others = 0usize;
@@ -273,8 +274,24 @@ async fn exchange(
             } else {
                 json!({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "loopbox offers no client features"}})
             };
-            let _ = session.send(&answer.to_string()).await;
+            if let Err(why) = send(session, &answer, deadline).await {
+                return Err(no_answer(format!(
+                    "the server stopped reading while loopbox awaited `{method}`: {why}"
+                )));
+            }
         }
+    }
+}
+
+/// Write `message` to the server by `deadline`: a server that never reads its
+/// input fills the pipe (a large request, or answers to its own requests,
+/// whose ids it chooses), and the write would wait for it forever.
+async fn send(session: &mut Session, message: &Value, deadline: Instant) -> Result<(), String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, session.send(&message.to_string())).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("it read nothing more within the call's time limit".into()),
     }
 }
 

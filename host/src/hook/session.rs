@@ -159,8 +159,16 @@ async fn answer_in_session(
     }
 
     // No event reaches the policy once the session has spent its budget.
-    let (spent, tally) = session_spend(&ctx, input, &id)?;
-    if let Err(e) = ctx.spend_budget().check(&spent) {
+    // The transcript is read whether or not a budget is set: its tally is kept
+    // with the event; the run's totals are read only when a budget needs them.
+    let tally = session_spend(&ctx, input, &id)?;
+    let budget = ctx.spend_budget();
+    let over = match &tally {
+        _ if !budget.is_set() => Ok(()),
+        Some((_, grown)) => budget.check(grown),
+        None => budget.check(&db.spent(&id)?),
+    };
+    if let Err(e) = over {
         ctx.log.host("warn", e.message.clone());
         db.append_log(&id, &ctx.log.take())?;
         if let Some((tally, totals)) = &tally {
@@ -237,14 +245,15 @@ fn budget_answer(input: &HookInput, why: &str) -> Result<HookOutput> {
 /// A transcript tally to keep, and the totals priced from it.
 type Kept = Option<(Tally, Totals)>;
 
-/// What the session has spent: its transcript read on from where the last
-/// event left it, priced with `[prices]`, and the new tally to keep when the
-/// transcript grew (the caller writes it with the event). When the transcript
-/// cannot be read the totals stand as they were, unless a budget needs them,
+/// What the session has spent when its transcript grew: the transcript read
+/// on from where the last event left it, priced with `[prices]`, as the new
+/// tally to keep (the caller writes it with the event) and the totals it gives.
+/// `None` when nothing changed: the run's recorded totals stand. When the
+/// transcript cannot be read they stand too, unless a budget needs them,
 /// which then cannot be kept and says so.
-fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<(Totals, Kept)> {
+fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<Kept> {
     let Some(path) = input.usage_transcript() else {
-        return Ok((ctx.db.spent(id)?, None));
+        return Ok(None);
     };
     let format = match input.agent {
         Agent::ClaudeCode => Format::ClaudeCode,
@@ -273,10 +282,10 @@ fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<(Total
             "warn",
             format!("what the session spent is not known: {why}"),
         );
-        return Ok((ctx.db.spent(id)?, None));
+        return Ok(None);
     }
     if before.as_ref() == Some(&tally) {
-        return Ok((ctx.db.spent(id)?, None));
+        return Ok(None);
     }
     let charge = crate::spend::price::charge(&tally.usage(), &ctx.config.prices, None);
     let totals = Totals {
@@ -290,7 +299,7 @@ fn session_spend(ctx: &RunContext, input: &HookInput, id: &str) -> Result<(Total
         tokens: charge.tokens,
         cost_usd: charge.cost_usd.unwrap_or(0.0),
     };
-    Ok((totals, Some((tally, totals))))
+    Ok(Some((tally, totals)))
 }
 
 /// The assistant's last message for a turn event: from the input, else (older

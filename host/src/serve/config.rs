@@ -58,6 +58,10 @@ pub struct ServerSection {
     /// Connections open at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: u32,
+    /// Connections open at once from one address, so that a flood from one
+    /// client (signed in or not) cannot take every connection.
+    #[serde(default = "default_max_connections_per_ip")]
+    pub max_connections_per_ip: u32,
 }
 
 fn default_max_running() -> u32 {
@@ -75,6 +79,9 @@ fn default_max_log_streams() -> u32 {
 fn default_max_connections() -> u32 {
     512
 }
+fn default_max_connections_per_ip() -> u32 {
+    64
+}
 
 impl Default for ServerSection {
     fn default() -> Self {
@@ -86,6 +93,7 @@ impl Default for ServerSection {
             session_hours: default_session_hours(),
             max_log_streams: default_max_log_streams(),
             max_connections: default_max_connections(),
+            max_connections_per_ip: default_max_connections_per_ip(),
         }
     }
 }
@@ -222,6 +230,12 @@ impl ServerConfig {
         range("session_hours", s.session_hours.into(), 1, 24 * 90)?;
         range("max_log_streams", s.max_log_streams.into(), 1, 100_000)?;
         range("max_connections", s.max_connections.into(), 4, 1_000_000)?;
+        range(
+            "max_connections_per_ip",
+            s.max_connections_per_ip.into(),
+            1,
+            1_000_000,
+        )?;
         self.engine
             .validate()
             .map_err(|e| anyhow::anyhow!("{}{e}", at("engine")))?;

@@ -396,7 +396,10 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         .unwrap_or_else(|| config::DEFAULT_LISTEN.parse().expect("a valid address"));
     let mut term = signal(SignalKind::terminate()).context("failed to catch SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("failed to catch SIGINT")?;
-    let max_connections = setup.config.server.max_connections;
+    let limits = http::Limits {
+        connections: setup.config.server.max_connections as usize,
+        per_ip: setup.config.server.max_connections_per_ip as usize,
+    };
     let server = Arc::new(Server::new(setup, listen)?);
     server.recover()?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -404,7 +407,7 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         .with_context(|| format!("failed to listen on {listen}"))?;
     let addr = listener.local_addr()?;
     let app = api::router(server.clone()).merge(web::router(server.clone()));
-    let accepting = tokio::spawn(http::accept(listener, app, max_connections as usize));
+    let accepting = tokio::spawn(http::accept(listener, app, limits));
     // On a shared store the server only queues: `loopbox worker` processes drive.
     let dispatching =
         (!server.data.is_shared()).then(|| tokio::spawn(sched::dispatch(server.clone())));

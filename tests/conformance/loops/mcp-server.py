@@ -18,6 +18,8 @@ Hostile behaviours, chosen by the tool name, for loopbox's tests:
   silent   -> never answers (and ignores SIGTERM)
   exit     -> exits without answering
   flood    -> notifications without end, never the answer
+  pings    -> ping requests with 60 KB ids, never reading what is sent back
+              (nor answering, and ignoring SIGTERM)
 """
 
 import json
@@ -73,6 +75,11 @@ def call(req_id, name, args):
         time.sleep(3600)
     elif name == "exit":
         os._exit(3)
+    elif name == "pings":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for i in range(8):
+            send({"jsonrpc": "2.0", "id": f"{i}-" + "p" * 60000, "method": "ping"})
+        time.sleep(3600)
     elif name == "flood":
         while True:
             send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}})

@@ -109,7 +109,7 @@ async fn a_hostile_server_ends_the_call_within_its_bounds() {
     let ctx = ws.run(
         &load("probe"),
         &config(
-            &["huge", "garbage", "silent", "exit", "flood"],
+            &["huge", "garbage", "silent", "exit", "flood", "pings"],
             "\n[limits]\nmcp_message_bytes = 65536\n",
         ),
     );
@@ -120,9 +120,13 @@ async fn a_hostile_server_ends_the_call_within_its_bounds() {
         ("silent", "within the call's time limit"),
         ("exit", "closed its output"),
         ("flood", "messages without answering"),
+        // Its answers fill the pipe it never reads: writing them is bounded too.
+        ("pings", "read nothing more within the call's time limit"),
     ] {
         let started = Instant::now();
-        let v = call(&ctx, tool, json!({})).await;
+        let v = tokio::time::timeout(Duration::from_secs(30), call(&ctx, tool, json!({})))
+            .await
+            .unwrap_or_else(|_| panic!("{tool}: the call outlived its 3 s limit by 27 s"));
         let took = started.elapsed();
         assert_eq!(v["ok"]["status"], "McpStatus::NoAnswer", "{tool}: {v}");
         let answer: Value = serde_json::from_str(v["ok"]["answer"].as_str().unwrap()).unwrap();

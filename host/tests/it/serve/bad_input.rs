@@ -381,3 +381,79 @@ fn a_replayed_approval_for_a_changed_request_is_refused_and_nothing_runs() {
         json!({}),
     );
 }
+
+/// A request for the run list from `source`, on a connection of its own; the
+/// status line, or why there was none within 5 s.
+fn runs_from(srv: &super::Srv, source: &str, token: &str) -> Result<String, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut s = rt
+        .block_on(async {
+            let sock = tokio::net::TcpSocket::new_v4()?;
+            sock.bind(format!("{source}:0").parse().unwrap())?;
+            sock.connect(srv.addr.parse().unwrap()).await?.into_std()
+        })
+        .map_err(|e| e.to_string())?;
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let head = format!(
+        "GET /api/v1/runs HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
+        srv.addr
+    );
+    s.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => Ok(String::from_utf8_lossy(&got)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()),
+        Err(e) => Err(format!("no answer within 5 s: {e}")),
+    }
+}
+
+#[test]
+fn a_flood_of_connections_from_one_address_leaves_room_for_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = super::Srv::prepare(
+        dir.path(),
+        "max_connections = 8\nmax_connections_per_ip = 2\n",
+        &[("solo", "")],
+    );
+    srv.start();
+    let token = srv.token("solo", "viewer").to_string();
+    // 127.0.0.1 opens 20 connections and sends nothing (each would hold its
+    // slot for the 10 s header timeout, and open again when closed).
+    let flood: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(&srv.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Another address is still served at once.
+    assert_eq!(
+        runs_from(&srv, "127.0.0.2", &token).as_deref(),
+        Ok("HTTP/1.1 200 OK")
+    );
+    // All but the flooding address's 2 were closed unread.
+    let closed = flood
+        .iter()
+        .filter(|s| {
+            let mut s: &TcpStream = s;
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            match s.read(&mut [0u8; 1]) {
+                Ok(n) => n == 0,
+                Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            }
+        })
+        .count();
+    assert_eq!(closed, 18);
+    // Its connections closed, the address has its share again.
+    drop(flood);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        runs_from(&srv, "127.0.0.1", &token).as_deref(),
+        Ok("HTTP/1.1 200 OK")
+    );
+}
