@@ -218,6 +218,7 @@ impl Server {
                 )
             })
             .collect();
+        let shared_store = data.is_shared();
         Ok(Server {
             store,
             data,
@@ -230,7 +231,11 @@ impl Server {
             )),
             settings: config.server,
             secure_cookies: !listen.ip().is_loopback(),
-            queue: Queue::default(),
+            queue: if shared_store {
+                Queue::on_shared_store()
+            } else {
+                Queue::default()
+            },
             stopping: AtomicBool::new(false),
             start_lock: tokio::sync::Mutex::new(()),
             start_slots: tokio::sync::Semaphore::new(STARTS_AT_ONCE),
@@ -272,6 +277,24 @@ impl Server {
             self.queue.push(run, tenant, how);
         }
         Ok(moved)
+    }
+
+    /// What `tenant`'s agents spent in the 24 hours before `now`. On a shared
+    /// store the turns were charged in the workers' processes, not here: read
+    /// from the store's journal (else the server showed a day of nothing).
+    pub fn spent_today(&self, tenant: &str, now: i64) -> Result<crate::spend::Totals> {
+        if self.data.is_shared() {
+            let mut day = crate::spend::Totals::default();
+            for (_, c) in self.store.charges_since(tenant, now - 24 * 3_600_000)? {
+                day.add(&c);
+            }
+            return Ok(day);
+        }
+        Ok(self
+            .quotas
+            .get(tenant)
+            .map(|q| q.spent_today(now))
+            .unwrap_or_default())
     }
 
     /// Record why the server could not drive `run` (in its log and on stderr).

@@ -59,6 +59,10 @@ struct State {
 /// The queue and the runs being driven.
 #[derive(Default)]
 pub struct Queue {
+    /// A shared store's runs wait there (`queued`) for the workers to claim:
+    /// nothing is kept here, or a server that only queues would hold every
+    /// run it ever started, and count them all as waiting.
+    shared: bool,
     state: Mutex<State>,
     changed: Notify,
     /// Signalled each time a driven run ends.
@@ -70,8 +74,20 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Put `run` (already `queued` in the store) at the end of the queue.
+    /// The queue of a server whose runs `loopbox worker` processes drive.
+    pub fn on_shared_store() -> Queue {
+        Queue {
+            shared: true,
+            ..Queue::default()
+        }
+    }
+
+    /// Put `run` (already `queued` in the store) at the end of the queue
+    /// (nothing on a shared store, where its status is its place in the queue).
     pub fn push(&self, run: &str, tenant: &str, how: Continue) {
+        if self.shared {
+            return;
+        }
         let mut s = self.state();
         if s.queue.iter().any(|q| q.run == run) || s.running.contains_key(run) {
             return;

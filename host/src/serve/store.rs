@@ -9,6 +9,7 @@
 //! reason. The server's tables are read through a connection of its own; the
 //! acts write through the `Db`'s.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -533,16 +534,21 @@ impl Store {
             );
         }
         let (at, after_id) = cursor.unzip();
+        // Every `?N IS NULL` is `CAST(?N AS …) IS NULL`: on PostgreSQL a parameter
+        // nothing types makes the engine type them all by the first values bound,
+        // text for the NULL cursor of a first page, and every listing failed
+        // (bigint < text).
         let mut stmt = c.prepare_cached(&format!(
             "SELECT id, policy, json_extract(options, '$.policy_name'), status, created_at, updated_at, turns, actions, workspace, started_by,
                     json_extract(outcome, '$.summary'), {}
-             FROM runs INDEXED BY runs_by_tenant
+             FROM {}
              WHERE tenant = ?1
-               AND (?2 IS NULL OR status = ?2)
-               AND (?3 IS NULL OR policy = ?3 OR json_extract(options, '$.policy_name') = ?3)
-               AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
+               AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
+               AND (CAST(?3 AS TEXT) IS NULL OR policy = ?3 OR json_extract(options, '$.policy_name') = ?3)
+               AND (CAST(?4 AS BIGINT) IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
              ORDER BY created_at DESC, id DESC LIMIT ?6",
-            crate::db::SPEND_COLUMNS
+            crate::db::SPEND_COLUMNS,
+            runs_by_tenant(&c)
         ))?;
         let rows = stmt
             .query_map(
@@ -585,6 +591,42 @@ impl Store {
             .query_map([status], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
+    }
+
+    /// How many runs each tenant has held by a live lease now (`running`, and
+    /// not expired: a dead worker's run waits to be taken over, and counting
+    /// it would keep a tenant at its `max_running` from ever taking it over).
+    pub fn running_by_tenant(&self) -> Result<BTreeMap<String, u64>> {
+        let c = self.conn();
+        let rows = c
+            .prepare_cached(
+                "SELECT tenant, COUNT(*) FROM runs WHERE status = 'running' AND lease_expires > ?1 AND tenant IS NOT NULL GROUP BY tenant",
+            )?
+            .query_map([now_ms()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows
+            .into_iter()
+            .map(|(t, n)| (t, n.max(0) as u64))
+            .collect())
+    }
+
+    /// How many of `tenant`'s runs are held by a live lease now (as [`Store::running_by_tenant`]).
+    pub fn running_runs(&self, tenant: &str) -> Result<u64> {
+        let c = self.conn();
+        let n: i64 = c
+            .prepare_cached("SELECT COUNT(*) FROM runs WHERE tenant = ?1 AND status = 'running' AND lease_expires > ?2")?
+            .query_row(params![tenant, now_ms()], |r| r.get(0))?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// How many of `tenant`'s runs wait in the store for a driver (`queued`):
+    /// on a shared store, the queue the workers claim from.
+    pub fn queued_runs(&self, tenant: &str) -> Result<u64> {
+        let c = self.conn();
+        let n: i64 = c
+            .prepare_cached("SELECT COUNT(*) FROM runs WHERE tenant = ?1 AND status = 'queued'")?
+            .query_row([tenant], |r| r.get(0))?;
+        Ok(n.max(0) as u64)
     }
 
     /// Actions and agent turns of `tenant`'s runs journaled since `since_ms`:
@@ -644,13 +686,14 @@ impl Store {
     pub fn tenant_spent(&self, tenant: &str) -> Result<crate::spend::Totals> {
         let c = self.conn();
         let t = c
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT COALESCE(SUM(spend_turns), 0), COALESCE(SUM(spend_unmetered), 0), COALESCE(SUM(spend_unpriced), 0),
                         COALESCE(SUM(spend_input_tokens), 0), COALESCE(SUM(spend_output_tokens), 0),
                         COALESCE(SUM(spend_cache_read_tokens), 0), COALESCE(SUM(spend_cache_write_tokens), 0),
                         COALESCE(SUM(spend_cost_usd), 0.0)
-                 FROM runs INDEXED BY runs_by_tenant WHERE tenant = ?1",
-            )?
+                 FROM {} WHERE tenant = ?1",
+                runs_by_tenant(&c)
+            ))?
             .query_row([tenant], |r| {
                 let n = |i| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
                 Ok(crate::spend::Totals {
@@ -843,6 +886,18 @@ mod tests {
 
 /// Text longer than this in a run's view is cut (the store keeps it whole).
 pub const SHOWN_BYTES: i64 = 4096;
+
+/// `runs` read through its tenant index: SQLite's planner is told to
+/// (`INDEXED BY`, which it otherwise skips for a tenant with most of the
+/// runs); PostgreSQL has no such clause (a syntax error there, which failed
+/// every run listing and spend total on a PostgreSQL store) and plans by its
+/// statistics.
+fn runs_by_tenant(c: &Conn) -> &'static str {
+    match c.engine() {
+        crate::db::engine::Engine::Sqlite => "runs INDEXED BY runs_by_tenant",
+        crate::db::engine::Engine::Postgres => "runs",
+    }
+}
 /// Events, and actions, a run's view shows: the latest ones.
 pub const SHOWN_ROWS: i64 = 500;
 

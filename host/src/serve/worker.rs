@@ -83,17 +83,66 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
         .listen_runnable()?
         .unwrap_or_else(|| Arc::new(tokio::sync::Notify::new()));
     let mut last_renewal = std::time::Instant::now();
+    // Set while the store is out of reach: how long to wait before claiming again.
+    let mut backoff: Option<Duration> = None;
+    // Tenants found at their max_running, not claimed from until then.
+    let mut full: BTreeMap<String, std::time::Instant> = BTreeMap::new();
+    let poll = Duration::from_millis(w.poll_ms);
     ready(&id);
     loop {
         let free = (w.slots as usize).saturating_sub(lock(&held).len());
-        if free > 0 {
+        full.retain(|_, until| *until > std::time::Instant::now());
+        if free > 0 && backoff.is_none() {
+            // Tenants at their max_running are not claimed from (the check after
+            // each claim is what guarantees it; this spares most hand-backs).
+            match tokio::task::block_in_place(|| server.store.running_by_tenant()) {
+                Ok(running) => {
+                    for (t, n) in running {
+                        if server
+                            .tenants
+                            .get(&t)
+                            .is_some_and(|t| n >= u64::from(t.max_running))
+                        {
+                            full.insert(t, std::time::Instant::now() + poll);
+                        }
+                    }
+                }
+                Err(e) => crate::errln!("loopbox worker: counting the running runs failed: {e:#}"),
+            }
+        }
+        let open: Vec<String> = filter
+            .tenants
+            .iter()
+            .filter(|t| !full.contains_key(*t))
+            .cloned()
+            .collect();
+        // Every tenant at its max_running: nothing to claim (an empty list would mean any).
+        if free > 0 && !open.is_empty() {
             let filter = ClaimFilter {
                 limit: free,
-                ..filter.clone()
+                tenants: open,
             };
-            let claims = tokio::task::block_in_place(|| db.claim(&id, w.ttl_ms, &filter))
-                .context("failed to claim runs")?;
+            let claims = match tokio::task::block_in_place(|| db.claim(&id, w.ttl_ms, &filter)) {
+                Ok(claims) => {
+                    backoff = None;
+                    claims
+                }
+                // The store is out of reach (PostgreSQL restarting, the network cut):
+                // the next call connects again; until one gets through, wait longer each time.
+                Err(e) => {
+                    let next = backoff.map_or(RECONNECT_FIRST, |b| (b * 2).min(RECONNECT_MAX));
+                    crate::errln!(
+                        "loopbox worker: claiming runs failed, trying again in {} ms: {e:#}",
+                        next.as_millis()
+                    );
+                    backoff = Some(next);
+                    Vec::new()
+                }
+            };
             for c in claims {
+                if over_max_running(&server, &db, &c, &mut full, poll) {
+                    continue;
+                }
                 let stop = Arc::new(Stop::new());
                 lock(&held).insert(c.run.clone(), stop.clone());
                 let (server, db, held) = (server.clone(), db.clone(), held.clone());
@@ -107,7 +156,7 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
             last_renewal = std::time::Instant::now();
             renew(&db, &id, &held, w.slots, w.ttl_ms);
         }
-        let wait = Duration::from_millis(w.poll_ms).min(renew_every);
+        let wait = backoff.unwrap_or(Duration::from_millis(w.poll_ms).min(renew_every));
         tokio::select! {
             _ = runnable.notified() => {}
             _ = tokio::time::sleep(wait) => {}
@@ -135,6 +184,57 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
         db.report_worker(&id, &crate::db::lease::Owner::me().host, 0, &[])
     })?;
     Ok(())
+}
+
+/// The first wait after a failed claim (the store out of reach), doubled at
+/// each failure up to [`RECONNECT_MAX`]: a restarted PostgreSQL is found again
+/// within about that long once it accepts connections, without a worker
+/// fleet hammering it meanwhile.
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// Whether claim `c` would take its tenant past `max_running`; if so it is
+/// handed back. The count is read after the claim committed, so of two
+/// workers that claim the tenant's last slot at once the later one sees both
+/// and backs off (both may, and claim again at their next look): never more
+/// than `max_running` driven at once.
+fn over_max_running(
+    server: &Server,
+    db: &Db,
+    c: &crate::db::claim::Claim,
+    full: &mut BTreeMap<String, std::time::Instant>,
+    poll: Duration,
+) -> bool {
+    let check = || -> Result<Option<String>> {
+        let tenant = db.existing_run(&c.run)?.place.tenant.unwrap_or_default();
+        let Some(max) = server
+            .tenants
+            .get(&tenant)
+            .map(|t| u64::from(t.max_running))
+        else {
+            return Ok(None);
+        };
+        Ok((server.store.running_runs(&tenant)? > max).then_some(tenant))
+    };
+    let check = || match check() {
+        Ok(Some(tenant)) => {
+            // Not claimed from again for a poll's time: a hand-back wakes every
+            // worker, and the tenant's runs would go round them all meanwhile.
+            full.insert(tenant, std::time::Instant::now() + poll);
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            crate::errln!("loopbox worker: run {}: {e:#}", c.run);
+            true
+        }
+    };
+    // Unknown (an error): given back rather than driven past a limit; claimed again later.
+    let over = tokio::task::block_in_place(check);
+    if over {
+        let _ = tokio::task::block_in_place(|| db.hand_back(&c.run, c.epoch));
+    }
+    over
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

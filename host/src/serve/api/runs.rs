@@ -242,7 +242,11 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
     let _one_at_a_time = server.start_lock.blocking_lock();
     // The queue in memory: a run the scheduler took is no longer waiting, though
     // the store says `queued` until its driver holds it.
-    let queued = server.queue.queued(&tenant.name);
+    let queued = if server.data.is_shared() {
+        server.store.queued_runs(&tenant.name)?
+    } else {
+        server.queue.queued(&tenant.name)
+    };
     if queued >= u64::from(tenant.max_queued) {
         let why = format!(
             "tenant `{}` has {queued} runs queued (tenants.{}.max_queued = {}); wait for some to start, or cancel some",
@@ -321,7 +325,7 @@ pub async fn show(
         status: None,
         limit: 100,
     })?;
-    let driven = server.queue.is_running(&run.id);
+    let driven = server.queue.is_running(&run.id) || held_by_worker(&server, &run);
     let charges = db.charges(&run.id)?;
     let journal: Vec<Value> = actions
         .iter()
@@ -659,9 +663,20 @@ pub async fn cancel(
         .map_err(ApiError::forbidden)?;
     let db = server.store.db();
     let run = own_run(db, &a.caller, &id)?;
-    let driven = server.queue.is_running(&id);
+    let in_process = server.queue.is_running(&id);
+    let mut by_worker = false;
     let done = server.store.run_act(&a.caller.actor(), &a.caller.tenant, "cancel", &id, None, |tx| {
-        let status: RunStatus = tx.query_row("SELECT status FROM runs WHERE id = ?1", [&id], |r| r.get(0))?;
+        let (status, expires): (RunStatus, Option<i64>) = tx.query_row(
+            "SELECT status, lease_expires FROM runs WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        // A worker whose lease is live drives it (a shared store): it sees the
+        // request at its next look and ends the run itself. Ending it here
+        // instead left the worker running the run's command, and writing after
+        // a status that said it had ended.
+        by_worker = status == RunStatus::Running && expires.is_some_and(|e| e > crate::db::now_ms());
+        let driven = in_process || by_worker;
         if status.is_final() {
             return Ok(Err(Refused(format!(
                 "run {id} already ended ({status}); there is nothing to cancel"
@@ -684,7 +699,13 @@ pub async fn cancel(
     done.map_err(refused)?;
     server.queue.remove(&id);
     let mut status = db.existing_run(&run.id)?.status;
-    if server
+    if by_worker {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !status.is_final() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            status = db.existing_run(&run.id)?.status;
+        }
+    } else if server
         .queue
         .stop(&id, crate::limits::stop::StopReason::Cancelled)
     {
@@ -751,4 +772,10 @@ pub async fn resume(
         },
     );
     Ok(Json(json!({"id": id, "status": RunStatus::Queued})))
+}
+
+/// Whether a `loopbox worker` drives `run` (a shared store): it is running
+/// under a lease, which a live worker renews every TTL/3.
+fn held_by_worker(server: &Server, run: &RunRecord) -> bool {
+    server.data.is_shared() && run.status == RunStatus::Running && run.lease.is_some()
 }

@@ -22,11 +22,7 @@ pub async fn tenant(
 ) -> ApiResult<Json<Value>> {
     let now = now_ms();
     let t = server.tenants.named(&caller.tenant)?;
-    let day = server
-        .quotas
-        .get(&caller.tenant)
-        .map(|q| q.spent_today(now))
-        .unwrap_or_default();
+    let day = server.spent_today(&caller.tenant, now)?;
     let total = server.store.tenant_spent(&caller.tenant)?;
     let mut day_json = day.json();
     day_json["since"] = json!(rfc3339(now - 24 * 3_600_000));

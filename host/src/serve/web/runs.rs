@@ -168,11 +168,7 @@ pub async fn list(
 /// What the tenant's agents spent in the last 24 hours, against its daily
 /// budgets when it has any (the figures its quota checks each turn against).
 fn tenant_spend(server: &Server, tenant: &str, now: i64) -> Markup {
-    let day = server
-        .quotas
-        .get(tenant)
-        .map(|q| q.spent_today(now))
-        .unwrap_or_default();
+    let day = server.spent_today(tenant, now).unwrap_or_default();
     let budgets = server.tenants.get(tenant);
     let max_cost = budgets.and_then(|t| t.max_cost_usd_per_day);
     let max_tokens = budgets.and_then(|t| t.max_tokens_per_day);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{http, parse_response, serve_cmd, shared};
+use super::{http, parse_response, shared};
 
 /// What a tenant has in the store: its runs and its live tokens.
 fn snapshot(tenant: &str) -> (usize, usize) {
@@ -189,19 +189,16 @@ fn wrong_and_revoked_tokens_are_refused() {
     bad.push(if last == 'A' { 'B' } else { 'A' });
     assert_eq!(srv.get("/api/v1/runs", &bad).status, 401);
     // Revoked with the command line while the server runs: refused at once, sessions too.
-    let made = serve_cmd(
-        &srv.config,
-        &[
-            "token",
-            "create",
-            "--tenant",
-            "delta",
-            "--role",
-            "operator",
-            "--name",
-            "short-lived",
-        ],
-    );
+    let made = srv.serve_cmd(&[
+        "token",
+        "create",
+        "--tenant",
+        "delta",
+        "--role",
+        "operator",
+        "--name",
+        "short-lived",
+    ]);
     assert!(
         made.status.success(),
         "{}",
@@ -235,17 +232,14 @@ fn wrong_and_revoked_tokens_are_refused() {
         200
     );
     let before = snapshot("delta");
-    let out = serve_cmd(
-        &srv.config,
-        &[
-            "token",
-            "revoke",
-            "--tenant",
-            "delta",
-            "--name",
-            "short-lived",
-        ],
-    );
+    let out = srv.serve_cmd(&[
+        "token",
+        "revoke",
+        "--tenant",
+        "delta",
+        "--name",
+        "short-lived",
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -270,37 +264,28 @@ fn wrong_and_revoked_tokens_are_refused() {
     );
     assert_eq!(snapshot("delta").0, before.0, "no run was started");
     // Revoking again names what is there.
-    let out = serve_cmd(
-        &srv.config,
-        &[
-            "token",
-            "revoke",
-            "--tenant",
-            "delta",
-            "--name",
-            "short-lived",
-        ],
-    );
+    let out = srv.serve_cmd(&[
+        "token",
+        "revoke",
+        "--tenant",
+        "delta",
+        "--name",
+        "short-lived",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr)
             .contains("tenant `delta` has no live token named `short-lived`")
     );
     // A duplicate name is refused; so is a tenant the config lacks.
-    let out = serve_cmd(
-        &srv.config,
-        &[
-            "token", "create", "--tenant", "delta", "--role", "viewer", "--name", "viewer-1",
-        ],
-    );
+    let out = srv.serve_cmd(&[
+        "token", "create", "--tenant", "delta", "--role", "viewer", "--name", "viewer-1",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("has a token named `viewer-1` already"));
-    let out = serve_cmd(
-        &srv.config,
-        &[
-            "token", "create", "--tenant", "omega", "--role", "viewer", "--name", "x",
-        ],
-    );
+    let out = srv.serve_cmd(&[
+        "token", "create", "--tenant", "omega", "--role", "viewer", "--name", "x",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(
         "there is no tenant `omega` in the server config (it has: alpha, beta, creds, delta, gamma, tiny, web)"

@@ -7,17 +7,11 @@ use serde_json::json;
 
 use super::{Srv, scratch, serve_cmd};
 
+/// On this run's engine (`LOOPBOX_TEST_ENGINE`): on PostgreSQL the server
+/// keeps nothing in its data directory's file, and its worker is killed with it.
 #[test]
 fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_once() {
-    kill_9_then_restart(None);
-}
-
-/// The same on a PostgreSQL store: the server keeps nothing in its data directory's file.
-#[test]
-fn kill_9_while_an_approval_is_pending_then_restart_and_approve_runs_the_action_once_on_postgres() {
-    let pg = loopbox::db::engine::pg_server::PgServer::shared(false).unwrap();
-    let store = pg.fresh_store().unwrap();
-    kill_9_then_restart(Some(&store));
+    kill_9_then_restart(super::engine_store().as_deref());
 }
 
 fn kill_9_then_restart(store: Option<&str>) {
@@ -105,6 +99,10 @@ fn kill_9_then_restart(store: Option<&str>) {
     );
 }
 
+/// SIGTERM to what drives the run: the server with its own store, which
+/// records the run interrupted for the next server; on a shared store the
+/// `loopbox worker`, which drains: it hands the run back (queued) for
+/// another worker.
 #[test]
 fn sigterm_stops_runs_where_they_stand_and_the_next_server_resumes_them() {
     let dir = scratch();
@@ -115,17 +113,54 @@ fn sigterm_stops_runs_where_they_stand_and_the_next_server_resumes_them() {
         v["journal"].as_array().is_some_and(|j| !j.is_empty())
     });
     let asked = Instant::now();
-    let status = srv.term();
-    assert!(status.success(), "{status:?}");
-    assert!(
-        asked.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        asked.elapsed()
-    );
-    let stored = srv.store().existing_run(&run).unwrap();
-    assert_eq!(stored.status.as_str(), "interrupted");
-    // The next incarnation picks it up: the action in flight is outcome-unknown to the policy.
-    srv.start();
+    if srv.store.is_some() {
+        let mut worker = srv.worker.take().unwrap();
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+        let status = loop {
+            if let Some(s) = worker.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                asked.elapsed() < Duration::from_secs(10),
+                "the worker did not drain within 10 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{status:?}");
+        let stored = srv.store().existing_run(&run).unwrap();
+        assert_eq!(
+            (stored.status.as_str(), stored.lease),
+            ("queued", None),
+            "handed back"
+        );
+        // The worker reported it holds nothing now.
+        let w = srv
+            .get("/api/v1/workers", srv.token("solo", "viewer"))
+            .json();
+        assert!(
+            w["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|w| w["held"] == 0),
+            "{w:#}"
+        );
+        srv.worker = Some(srv.spawn_worker(&["--lease-ms", "1000"]));
+    } else {
+        let status = srv.term();
+        assert!(status.success(), "{status:?}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            asked.elapsed()
+        );
+        let stored = srv.store().existing_run(&run).unwrap();
+        assert_eq!(stored.status.as_str(), "interrupted");
+        // The next incarnation picks it up.
+        srv.start();
+    }
+    // The action in flight is outcome-unknown to the policy.
     let v = srv.wait_final("solo", &run);
     assert_eq!(
         v["outcome"]["data"]["err"]["kind"], "outcome-unknown",
@@ -215,7 +250,7 @@ fn log_streams_are_bounded_and_the_refusal_names_the_limit() {
     );
     drop(held);
     // The audit log from the command line: the acts of the run's start, in order.
-    let out = serve_cmd(&srv.config, &["audit", "--tenant", "solo", "--json"]);
+    let out = srv.serve_cmd(&["audit", "--tenant", "solo", "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -239,7 +274,7 @@ fn log_streams_are_bounded_and_the_refusal_names_the_limit() {
             "config.set"
         ]
     );
-    let text = serve_cmd(&srv.config, &["audit"]);
+    let text = srv.serve_cmd(&["audit"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.lines().next().unwrap().contains("solo/operator-1") && text.contains(&run),

@@ -3,11 +3,20 @@
 //! and a token of every role, and once more by the tests that kill or stop it.
 //! Requests go over a plain TCP socket ([`http`]), so a test can send what no
 //! well-behaved client would (an oversized body, a forged header).
+//!
+//! The engine comes from `LOOPBOX_TEST_ENGINE`: unset (or `sqlite`), each
+//! server keeps its store in its data directory's `loopbox.db`; `postgres`,
+//! every server the tests prepare gets a fresh schema of this binary's one
+//! PostgreSQL ([`engine_store`]), `serve` only queues, and the harness starts a
+//! `loopbox worker` beside it to drive the runs. `scripts/test.sh` runs this
+//! module once per engine; a test that only makes sense on one engine says
+//! why and returns early on the other ([`on_postgres`]).
 
 mod access;
 mod bad_input;
 mod crash;
 mod load;
+mod pg_restart;
 mod runs;
 mod scale;
 mod spend;
@@ -75,12 +84,32 @@ pub fn serve_cmd(config: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Whether this run of the suite is on the PostgreSQL engine (`LOOPBOX_TEST_ENGINE=postgres`).
+pub fn on_postgres() -> bool {
+    match std::env::var("LOOPBOX_TEST_ENGINE").as_deref() {
+        Ok("postgres") => true,
+        Ok("sqlite") | Err(_) => false,
+        Ok(other) => panic!("LOOPBOX_TEST_ENGINE={other:?}: say `sqlite` or `postgres`"),
+    }
+}
+
+/// The store a server of this run gets: a fresh schema on this binary's
+/// PostgreSQL on that engine, else none (the data directory's file).
+pub fn engine_store() -> Option<String> {
+    on_postgres().then(|| {
+        loopbox::db::engine::pg_server::PgServer::shared(false)
+            .and_then(|pg| pg.fresh_store())
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    })
+}
+
 impl Srv {
     /// Lay out a server in `dir`: `tenants` (name, extra lines of its
     /// `[tenants.NAME]`), each with a root holding `proj/`, its config set
-    /// and a token of every role. Not started yet.
+    /// and a token of every role, on this run's engine ([`engine_store`]).
+    /// Not started yet.
     pub fn prepare(dir: &Path, server_lines: &str, tenants: &[(&str, &str)]) -> Srv {
-        Srv::prepare_on(dir, server_lines, tenants, None)
+        Srv::prepare_on(dir, server_lines, tenants, engine_store().as_deref())
     }
 
     /// [`Srv::prepare`], keeping everything in the PostgreSQL store `store`.
@@ -223,10 +252,9 @@ impl Srv {
             .arg("--config")
             .arg(&self.config)
             .args(args)
-            .env(
-                "LOOPBOX_CACHE_DIR",
-                std::env::temp_dir().join("loopbox-cli-test-cache"),
-            )
+            // The server's cache: the worker compiles the same policies, and
+            // hides that directory from the commands it runs as the server does.
+            .env("LOOPBOX_CACHE_DIR", &self.cache)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -257,6 +285,18 @@ impl Srv {
         child
     }
 
+    /// `loopbox serve ARGS` on this server's config and store, run to its end.
+    pub fn serve_cmd(&self, args: &[&str]) -> std::process::Output {
+        on_store(&mut Command::new(BIN), self.store.as_deref())
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
     pub fn token(&self, tenant: &str, role: &str) -> &str {
         &self.tokens[&(tenant.to_string(), role.to_string())]
     }
@@ -265,8 +305,12 @@ impl Srv {
         self.dir.join("roots").join(tenant).canonicalize().unwrap()
     }
 
+    /// The server's store, to read behind its back: its PostgreSQL schema, or its file.
     pub fn store(&self) -> loopbox::db::Db {
-        loopbox::db::Db::open_read_only(&self.dir.join("data/loopbox.db")).unwrap()
+        match &self.store {
+            Some(url) => loopbox::db::Db::open_postgres(url).unwrap(),
+            None => loopbox::db::Db::open_read_only(&self.dir.join("data/loopbox.db")).unwrap(),
+        }
     }
 
     /// A request with `token` as bearer.
