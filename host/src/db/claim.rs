@@ -114,6 +114,49 @@ impl Db {
         Ok(claims)
     }
 
+    /// Claim `run` itself for `owner` (`loopbox runs resume` on a shared
+    /// store), as a worker would: unless it ended or a live lease holds it,
+    /// its epoch grows and this handle's writes for it are fenced from now on.
+    /// `None`: it ended, or is held (by the lease now on it, when there is one).
+    pub fn claim_run(
+        &self,
+        owner: &str,
+        ttl_ms: i64,
+        run: &str,
+    ) -> Result<Result<Claim, Option<String>>> {
+        let claim = self.write("claim the run", |tx| {
+            let now = now_ms();
+            let (epoch, status, expires, lease): (i64, RunStatus, Option<i64>, Option<String>) = tx.query_row(
+                "SELECT lease_epoch, status, lease_expires, lease FROM runs WHERE id = ?1",
+                [run],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )?;
+            let held = status == RunStatus::Running && expires.is_some_and(|e| e >= now);
+            if status.is_final() || held {
+                return Ok(Err(lease.filter(|_| held)));
+            }
+            let changed = tx.exec(
+                "UPDATE runs SET status = ?2, lease = ?3, lease_epoch = ?4, lease_expires = ?5, updated_at = ?6 WHERE id = ?1 AND lease_epoch = ?7",
+                params![run, RunStatus::Running, owner, epoch + 1, now + ttl_ms, now, epoch],
+            )?;
+            if changed != 1 {
+                return Ok(Err(None));
+            }
+            Ok(Ok(Claim {
+                run: run.to_string(),
+                epoch: epoch + 1,
+                takeover: status == RunStatus::Running,
+            }))
+        })?;
+        if let Ok(c) = &claim {
+            self.fences
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(c.run.clone(), c.epoch);
+        }
+        Ok(claim)
+    }
+
     /// A wake-up each time a run becomes runnable (PostgreSQL's `LISTEN`); none on SQLite.
     pub fn listen_runnable(&self) -> Result<Option<Arc<tokio::sync::Notify>>> {
         match &self.url {

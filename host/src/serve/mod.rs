@@ -79,8 +79,10 @@ pub fn store_option(given: Option<&str>) -> Result<Option<String>> {
             .filter(|s| !s.is_empty()),
     };
     match store {
+        // Never the password: it would land in a terminal's scrollback, or a CI log.
         Some(s) if !crate::db::engine::postgres::is_url(&s) => anyhow::bail!(
-            "the store `{s}` is not a PostgreSQL URL: give --store postgres://USER:PASSWORD@HOST:PORT/DATABASE, or leave it out to keep the runs in the data directory"
+            "the store `{}` is not a PostgreSQL URL: give --store postgres://USER:PASSWORD@HOST:PORT/DATABASE, or leave it out to keep the runs in the data directory",
+            crate::db::engine::postgres::redact(&s)
         ),
         s => Ok(s),
     }

@@ -593,6 +593,35 @@ impl Store {
         Ok(rows)
     }
 
+    /// Forget the workers whose last heartbeat is older than `stale_ms` (they
+    /// died, or were stopped that long: one that comes back reports itself
+    /// again); their ids. Audited as `workers.forget` by `actor`, when any.
+    pub fn forget_dead_workers(&self, actor: &str, stale_ms: i64) -> Result<Vec<String>> {
+        let cutoff = now_ms() - stale_ms;
+        let dead: Vec<String> = self
+            .conn()
+            .prepare_cached("SELECT id FROM workers WHERE heartbeat_at < ?1 ORDER BY id")?
+            .query_map([cutoff], |r| r.get(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        if dead.is_empty() {
+            return Ok(dead);
+        }
+        let entry = AuditEntry {
+            actor: actor.to_string(),
+            act: "workers.forget".into(),
+            target: dead.join(", "),
+            outcome: format!("no heartbeat for {} ms", stale_ms),
+            ..Default::default()
+        };
+        self.db
+            .audit_act(entry, |tx| {
+                tx.execute("DELETE FROM workers WHERE heartbeat_at < ?1", [cutoff])?;
+                Ok(Ok(()))
+            })?
+            .map_err(|r| anyhow::anyhow!("{}", r.0))?;
+        Ok(dead)
+    }
+
     /// How many runs each tenant has held by a live lease now (`running`, and
     /// not expired: a dead worker's run waits to be taken over, and counting
     /// it would keep a tenant at its `max_running` from ever taking it over).

@@ -154,7 +154,7 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
         }
         if last_renewal.elapsed() >= renew_every {
             last_renewal = std::time::Instant::now();
-            renew(&db, &id, &held, w.slots, w.ttl_ms);
+            renew(&server, &db, &id, &held, w.slots, w.ttl_ms);
         }
         let wait = backoff.unwrap_or(Duration::from_millis(w.poll_ms).min(renew_every));
         tokio::select! {
@@ -177,7 +177,7 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
         tokio::time::sleep(Duration::from_millis(20)).await;
         if last_renewal.elapsed() >= renew_every {
             last_renewal = std::time::Instant::now();
-            renew(&db, &id, &held, w.slots, w.ttl_ms);
+            renew(&server, &db, &id, &held, w.slots, w.ttl_ms);
         }
     }
     tokio::task::block_in_place(|| {
@@ -185,6 +185,11 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     })?;
     Ok(())
 }
+
+/// A worker whose last heartbeat is older than this many of the TTL (this
+/// worker's) is taken for dead and its row removed from `workers`: 150 s with
+/// the default 15 s lease. Its runs were taken over long before (2 x TTL).
+const DEAD_AFTER_TTLS: i64 = 10;
 
 /// The first wait after a failed claim (the store out of reach), doubled at
 /// each failure up to [`RECONNECT_MAX`]: a restarted PostgreSQL is found again
@@ -243,7 +248,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Renew every held run's lease; stop each one whose lease was taken over.
 /// Report the worker with what it holds.
-fn renew(db: &Db, id: &str, held: &Mutex<BTreeMap<String, Arc<Stop>>>, slots: u32, ttl_ms: i64) {
+fn renew(
+    server: &Server,
+    db: &Db,
+    id: &str,
+    held: &Mutex<BTreeMap<String, Arc<Stop>>>,
+    slots: u32,
+    ttl_ms: i64,
+) {
     let runs: Vec<(String, Arc<Stop>)> = lock(held)
         .iter()
         .map(|(r, s)| (r.clone(), s.clone()))
@@ -268,6 +280,18 @@ fn renew(db: &Db, id: &str, held: &Mutex<BTreeMap<String, Arc<Stop>>>, slots: u3
         let host = crate::db::lease::Owner::me().host;
         if let Err(e) = db.report_worker(id, &host, slots, &names) {
             crate::errln!("loopbox worker: reporting to the store failed: {e:#}");
+        }
+        match server
+            .store
+            .forget_dead_workers(&format!("worker:{id}"), DEAD_AFTER_TTLS * ttl_ms)
+        {
+            Ok(gone) if !gone.is_empty() => crate::errln!(
+                "loopbox worker: forgot {} worker(s) without a heartbeat for {DEAD_AFTER_TTLS} x TTL: {}",
+                gone.len(),
+                gone.join(", ")
+            ),
+            Ok(_) => {}
+            Err(e) => crate::errln!("loopbox worker: forgetting dead workers failed: {e:#}"),
         }
     });
 }

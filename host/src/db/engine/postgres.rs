@@ -236,8 +236,8 @@ impl PgConn {
 }
 
 /// `url` with its password replaced by `***`.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+pub fn redact(url: &str) -> String {
+    let url = match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let userinfo = &url[s + 3..at];
             match userinfo.find(':') {
@@ -246,7 +246,19 @@ fn redact(url: &str) -> String {
             }
         }
         _ => url.to_string(),
+    };
+    // A password may also come as a parameter (`?password=…`, `&password=…`).
+    let mut out = String::with_capacity(url.len());
+    let mut rest = url.as_str();
+    while let Some(i) = rest.to_ascii_lowercase().find("password=") {
+        let after = i + "password=".len();
+        out.push_str(&rest[..after]);
+        out.push_str("***");
+        rest = &rest[after..];
+        rest = &rest[rest.find(['&', ' ']).unwrap_or(rest.len())..];
     }
+    out.push_str(rest);
+    out
 }
 
 /// The channel a transaction that made a run runnable notifies (on commit).
@@ -498,6 +510,10 @@ mod tests {
             "postgres://u:***@h:5/db"
         );
         assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+        assert_eq!(
+            redact("postgres://u@h/db?sslmode=require&Password=secret&x=1"),
+            "postgres://u@h/db?sslmode=require&Password=***&x=1"
+        );
         let e = PgConn::connect("postgres://u:secret@127.0.0.1:1/db?bogus=1")
             .err()
             .unwrap()

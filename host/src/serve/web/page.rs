@@ -41,6 +41,9 @@ pub struct Ctx {
     pub caller: Option<Caller>,
     /// Pending approvals of the tenant (at most [`PENDING_SHOWN`] counted).
     pub pending: usize,
+    /// The store is shared (PostgreSQL): `loopbox worker` processes drive the
+    /// runs, and the navigation shows them.
+    pub workers: bool,
 }
 
 /// Pending approvals counted for the navigation; more read "99+".
@@ -51,6 +54,7 @@ impl Ctx {
         Ctx {
             caller: None,
             pending: 0,
+            workers: false,
         }
     }
 
@@ -70,6 +74,7 @@ impl Ctx {
         Ctx {
             caller: Some(caller.clone()),
             pending,
+            workers: server.data.is_shared(),
         }
     }
 
@@ -113,8 +118,10 @@ pub fn pretty(v: &Value) -> String {
 }
 
 /// The sections of the navigation, and who sees each.
-const NAV: [(&str, &str, Role); 5] = [
+const NAV: [(&str, &str, Role); 6] = [
     ("/runs", "Runs", Role::Viewer),
+    // On a shared store only: the workers that drive the runs.
+    ("/workers", "Workers", Role::Viewer),
     ("/approvals", "Approvals", Role::Viewer),
     ("/policies", "Policies", Role::Viewer),
     ("/audit", "Audit", Role::Viewer),
@@ -141,7 +148,7 @@ pub fn page(ctx: &Ctx, title: &str, here: &str, refresh_ms: Option<u32>, body: M
                     @if let Some(c) = &ctx.caller {
                         nav {
                             @for (href, name, role) in NAV {
-                                @if c.role >= role {
+                                @if c.role >= role && (href != "/workers" || ctx.workers) {
                                     a href=(href) aria-current=[(href == here).then_some("page")] {
                                         (name)
                                         @if href == "/approvals" && ctx.pending > 0 {

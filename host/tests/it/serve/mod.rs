@@ -16,6 +16,7 @@ mod access;
 mod bad_input;
 mod crash;
 mod load;
+mod ops;
 mod pg_restart;
 mod runs;
 mod scale;

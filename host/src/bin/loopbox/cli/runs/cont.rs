@@ -204,7 +204,13 @@ fn drive(
     again: &Again,
 ) -> Result<i32, Failure> {
     let signals = catch_signals()?;
-    acquire(&l.db, &l.run.id).map_err(|f| no_space(f, workspace, &l.run, again))?;
+    // On a shared store, a claim (fenced, renewed); else this machine's lease.
+    let _held = if super::on_shared_store() {
+        Some(super::lease::claim(&l.db, &l.run.id)?)
+    } else {
+        acquire(&l.db, &l.run.id).map_err(|f| no_space(f, workspace, &l.run, again))?;
+        None
+    };
     let drive = Drive {
         signals,
         db: l.db,

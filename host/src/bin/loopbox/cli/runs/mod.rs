@@ -6,6 +6,7 @@ mod approve;
 mod cancel;
 mod cont;
 mod export;
+mod lease;
 mod log;
 mod show;
 
@@ -82,6 +83,11 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
     }
 }
 
+/// Whether the commands here work on a shared store (`--store`, `LOOPBOX_STORE`).
+fn on_shared_store() -> bool {
+    SHARED_STORE.get().is_some_and(Option::is_some)
+}
+
 /// The workspace's store, which must exist already.
 fn open_store(workspace: &Path) -> Result<Db, Failure> {
     if let Some(url) = SHARED_STORE.get().cloned().flatten() {
@@ -111,7 +117,9 @@ fn store_path(workspace: &Path) -> Result<std::path::PathBuf, Failure> {
 }
 
 fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
-    if !workspace.join(STORE_DIR).join(STORE_FILE).is_file() {
+    // A shared store is listed wherever the command runs (it said "no runs in
+    // . yet" outside a workspace, without looking at the store it was given).
+    if !on_shared_store() && !workspace.join(STORE_DIR).join(STORE_FILE).is_file() {
         if json {
             loopbox::outln!("[]");
         } else {
