@@ -14,7 +14,8 @@
 # 2. house habits: rustfmt's formatting, and clippy clean with -D warnings and every
 #    unsafe block explained (clippy::undocumented_unsafe_blocks)
 # 3. host unit tests, guests built from source by build scripts, integration and
-#    CLI tests, and the benchmarks run once as smoke tests (cargo test --all-targets)
+#    CLI tests, and the benchmarks run once as smoke tests (cargo test --all-targets),
+#    then the serve suite once more on a PostgreSQL store (LOOPBOX_TEST_ENGINE)
 #    and little-loops' shipped loops validated (tests/conformance/corpus.py)
 # 4. the guests' own native unit tests (Rust, and the Python CCW logic), and the
 #    Python and JavaScript SDKs' (with mypy and tsc)
@@ -92,6 +93,11 @@ cargo fmt --all --check
 (cd guests/rust && cargo fmt --all --check)
 cargo clippy --workspace --all-targets --locked -- -D warnings -W clippy::undocumented_unsafe_blocks
 cargo test --workspace --all-targets --locked
+# The serve suite again on a PostgreSQL store (one PostgreSQL for the binary, a
+# schema per server, `loopbox worker` processes driving the runs). The tests of
+# the shared store itself (failover, fencing, PostgreSQL restarts, runs resume)
+# ran above already: they make their own stores whatever the engine.
+LOOPBOX_TEST_ENGINE=postgres cargo test -p loopbox --test it --locked serve:: -- --skip serve::scale:: --skip serve::pg_restart::
 # little-loops' own loops (its 1.156.0 wheel, fetched from PyPI): all 103 it ships
 # must validate.
 python3 tests/conformance/corpus.py --loopbox "${CARGO_TARGET_DIR:-target}/debug/loopbox" --min 103

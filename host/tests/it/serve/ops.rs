@@ -28,7 +28,7 @@ fn a_store_urls_password_is_never_printed() {
     )
     .unwrap();
     let secret = "hunter2pw";
-    let cases: [(&str, &[&str], &str); 5] = [
+    let cases: [(&str, &[&str], &str); 7] = [
         // Not a PostgreSQL URL at all.
         ("worker", &[], "mysql://ops:hunter2pw@db.example/runs"),
         ("serve", &[], "mysql://ops:hunter2pw@db.example/runs"),
@@ -40,11 +40,21 @@ fn a_store_urls_password_is_never_printed() {
             &[],
             "postgres://ops@127.0.0.1:1/runs?password=hunter2pw",
         ),
-        // A port that is no number.
+        // A port that is no number: the URL is quoted back.
         (
             "worker",
             &[],
             "postgres://ops:hunter2pw@127.0.0.1:port/runs",
+        ),
+        (
+            "runs",
+            &[],
+            "postgres://ops@127.0.0.1:port/runs?sslmode=disable&password=hunter2pw",
+        ),
+        (
+            "serve",
+            &[],
+            "mysql://ops@db.example/runs?Password=hunter2pw",
         ),
     ];
     for (command, args, store) in cases {
