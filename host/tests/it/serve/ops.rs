@@ -103,6 +103,27 @@ fn the_dashboard_lists_workers_in_its_navigation_only_on_a_shared_store() {
     );
 }
 
+/// What a worker would not carry out is refused, not dropped: a resume's
+/// options on a shared store (the server only queues the run).
+#[test]
+fn a_resume_asking_what_workers_cannot_carry_is_refused_on_a_shared_store() {
+    let srv = shared();
+    let run = srv.start_probe("alpha", json!({"op": "echo"}));
+    srv.wait_final("alpha", &run);
+    let r = srv.post(
+        &format!("/api/v1/runs/{run}/resume"),
+        srv.token("alpha", "operator"),
+        json!({"resend_turn": true}),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    let said = r.error();
+    if on_postgres() {
+        assert!(said.contains("resend_turn"), "{said}");
+    } else {
+        assert!(said.contains("already ended (done)"), "{said}");
+    }
+}
+
 #[test]
 fn runs_resume_on_a_shared_store_claims_the_run_and_dead_workers_are_forgotten() {
     if on_postgres() {
