@@ -672,9 +672,9 @@ pub async fn cancel(
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         // A worker whose lease is live drives it (a shared store): it sees the
-        // request at its next look and ends the run itself. Ending it here
-        // instead left the worker running the run's command, and writing after
-        // a status that said it had ended.
+        // request at its next look, kills the command and ends the run itself,
+        // journaling the action's outcome before the run's end. Ended here
+        // instead, the run read `cancelled` while its command still ran.
         by_worker = status == RunStatus::Running && expires.is_some_and(|e| e > crate::db::now_ms());
         let driven = in_process || by_worker;
         if status.is_final() {

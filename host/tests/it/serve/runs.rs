@@ -216,7 +216,7 @@ fn a_run_is_answered_ticked_and_cancelled() {
         "{}",
         r.body
     );
-    let busy = srv.start_probe("alpha", json!({"op": "exec", "argv": ["sleep", "30"]}));
+    let busy = srv.start_probe("alpha", json!({"op": "exec", "argv": ["sleep", "30.173"]}));
     srv.wait_run("alpha", &busy, |v| {
         v["driven"] == true && v["journal"].as_array().is_some_and(|j| !j.is_empty())
     });
@@ -233,6 +233,14 @@ fn a_run_is_answered_ticked_and_cancelled() {
         "{:?}",
         asked.elapsed()
     );
+    // Its command is killed by whoever drives it (the server, or a worker on a shared store).
+    while super::scale::processes(&["sleep", "30.173"]) > 0 {
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "the cancelled run's command still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let r = srv.post(&format!("/api/v1/runs/{busy}/cancel"), op, json!({}));
     assert_eq!(r.status, 409);
     assert_eq!(

@@ -230,7 +230,7 @@ fn four_workers_killed_100_times_at_the_crash_points_lose_and_repeat_no_action()
 
 /// Processes whose command line ends with `argv` (the command, and the
 /// sandbox that runs it).
-fn processes(argv: &[&str]) -> usize {
+pub fn processes(argv: &[&str]) -> usize {
     let want: Vec<u8> = argv[1..]
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
