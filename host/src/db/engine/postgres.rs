@@ -21,11 +21,16 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
-use super::{Error, Result, Row, Value};
+use super::{Error, Result, Row, Scope, Value};
 
-/// The key of the advisory lock every write transaction takes, so writers
-/// follow one another as SQLite's do (see [`PgConn::begin_write`]).
+/// The key of the store's advisory lock: held exclusively by a write
+/// transaction of [`Scope::Store`], shared by the others (see
+/// [`PgConn::begin_write`]).
 const WRITE_LOCK: i64 = 0x006c_6f6f_7062_6f78; // "loopbox"
+
+/// The first key of a run's advisory lock (the two-key form, a key space of
+/// its own apart from [`WRITE_LOCK`]'s); the second is the run id's hash.
+const RUN_LOCK_CLASS: i32 = 0x6c62_7275; // "lbru"
 
 /// How long a session may sit inside a transaction doing nothing before the
 /// server ends it (and rolls the transaction back).
@@ -208,15 +213,34 @@ impl PgConn {
         self.with(|c| Ok(block_on(c.batch_execute(sql))?))
     }
 
-    /// Begin a transaction that holds the store's write lock until it ends:
-    /// writers run one after another, as on SQLite, so a transaction that
-    /// reads, then writes what it read (the next event's number, a lease) sees
-    /// every write committed before it. Readers are not held up.
-    pub fn begin_write(&self) -> Result<()> {
+    /// Begin a write transaction that holds, until it ends, the locks its
+    /// `scope` needs, each taken in the same round trip as the `BEGIN`:
+    ///
+    /// - [`Scope::Store`]: the store's lock, exclusively: writers run one
+    ///   after another, as on SQLite, so a transaction that reads, then writes
+    ///   what it read anywhere in the store (the audit log's next number, a
+    ///   token name's being free) sees every write committed before it.
+    /// - [`Scope::Run`]: the store's lock shared, then the run's own lock: a
+    ///   run's writers follow one another (its next event's number is read,
+    ///   then written), while writers of other runs commit in parallel and
+    ///   PostgreSQL groups their `fsync`s.
+    /// - [`Scope::Rows`]: the store's lock shared; the transaction locks the
+    ///   rows it reads itself (`FOR UPDATE SKIP LOCKED`).
+    ///
+    /// The store's lock is always taken first and a run's second, and no
+    /// transaction takes two runs', so writers cannot deadlock. Readers are
+    /// not held up.
+    pub fn begin_write(&self, scope: Scope<'_>) -> Result<()> {
         self.in_transaction.set(true);
-        let begun = self.batch(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-        ));
+        let sql = match scope {
+            Scope::Store => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
+            Scope::Rows => format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"),
+            Scope::Run(run) => format!(
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock({RUN_LOCK_CLASS}, {})",
+                run_key(run)
+            ),
+        };
+        let begun = self.batch(&sql);
         if begun.is_err() {
             self.in_transaction.set(false);
         }
@@ -233,6 +257,18 @@ impl PgConn {
         let _ = self.batch("ROLLBACK");
         self.in_transaction.set(false);
     }
+}
+
+/// The second key of `run`'s advisory lock: a hash of its id (FNV-1a, the
+/// same in every process and on every machine). Two runs whose ids hash
+/// alike only share a lock: their writers then follow one another.
+fn run_key(run: &str) -> i32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in run.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h as i32
 }
 
 /// `url` with its password replaced by `***`.
