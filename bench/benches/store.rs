@@ -6,9 +6,11 @@
 //!   claimers (each a `Db` handle of its own, as a `loopbox worker` has) holds
 //!   it. PostgreSQL claimers are woken by `LISTEN/NOTIFY`; SQLite has no
 //!   notification, so its claimers poll every 10 ms.
-//! - Events per second across 4 workers: each thread claims queued runs and
-//!   delivers each one event through the `durable` test guest (a real policy
-//!   call, its state and log, the commit, every write fenced by the claim).
+//! - Events per second across 4 workers: each thread claims a queued run and
+//!   delivers events to it through the `durable` test guest (a real policy
+//!   call, its state and log, the commit, every write fenced by the claim):
+//!   20 events per claim, as a worker holding a run drives it, and one event
+//!   per claim (a claim's transaction for each event).
 //! - A shell action: the `durable` guest's 20 actions of `true` in one event,
 //!   journal on (intent and result are each a durable write), per action.
 //!
@@ -134,12 +136,13 @@ async fn event(policy: &Policy, ws: &Path, db: &Db, config: &Arc<Config>, id: &s
     assert!(matches!(d, Decision::Done(ref o) if o.success), "{d:?}");
 }
 
-/// Events per second: WORKERS threads, each claiming queued runs and
-/// delivering one event to each, for `secs`.
-fn events_per_second(db: &Db, policy: &Policy, ws: &Path, secs: f64) -> f64 {
+/// Events per second: WORKERS threads, each claiming queued runs one at a
+/// time and delivering `per_claim` events to each (as a worker holding a run
+/// drives it; 1: a claim per event), for `secs`.
+fn events_per_second(db: &Db, policy: &Policy, ws: &Path, secs: f64, per_claim: usize) -> f64 {
     let per = 4000;
     for i in 0..per {
-        queue(db, &format!("ev-{i}"));
+        queue(db, &format!("ev-{per_claim}-{i}"));
     }
     let config = Arc::new(config(true));
     let count = Arc::new(AtomicUsize::new(0));
@@ -155,17 +158,22 @@ fn events_per_second(db: &Db, policy: &Policy, ws: &Path, secs: f64) -> f64 {
                     .build()
                     .unwrap();
                 let filter = ClaimFilter {
-                    limit: 8,
+                    limit: 1,
                     ..Default::default()
                 };
-                while Instant::now() < until {
+                'claiming: while Instant::now() < until {
                     let claims = handle.claim(&format!("w{w}"), 60_000, &filter).unwrap();
                     if claims.is_empty() {
                         break;
                     }
                     for c in claims {
-                        rt.block_on(event(policy, ws, &handle, &config, &c.run, 0));
-                        count.fetch_add(1, Ordering::Relaxed);
+                        for _ in 0..per_claim {
+                            rt.block_on(event(policy, ws, &handle, &config, &c.run, 0));
+                            count.fetch_add(1, Ordering::Relaxed);
+                            if Instant::now() >= until {
+                                break 'claiming;
+                            }
+                        }
                     }
                 }
             });
@@ -213,12 +221,19 @@ fn main() {
 
     let secs = if full { 10.0 } else { 1.0 };
     println!(
-        "\nevents per second: {WORKERS} workers, each claiming queued runs and delivering one event (the durable guest, no action) to each, {secs} s"
+        "\nevents per second: {WORKERS} workers (threads, a store handle each), each claiming a queued run, then delivering events to it (the durable guest, no action), {secs} s"
     );
     println!("{:<48}{:>12}", "store", "events/s");
-    for (name, db) in stores("events") {
-        let rate = events_per_second(&db, &policy, ws.path(), secs);
-        println!("{name:<48}{rate:>12.0}");
+    for per_claim in [20, 1] {
+        for (name, db) in stores(&format!("events-{per_claim}")) {
+            let rate = events_per_second(&db, &policy, ws.path(), secs, per_claim);
+            let how = if per_claim == 1 {
+                format!("{name}, one event per claim")
+            } else {
+                format!("{name}, {per_claim} events per claim")
+            };
+            println!("{how:<48}{rate:>12.0}");
+        }
     }
 
     const ACTIONS: u32 = 20;

@@ -14,6 +14,7 @@
 pub mod pg_server;
 pub mod postgres;
 mod sqlite;
+pub mod tls;
 
 use std::fmt;
 

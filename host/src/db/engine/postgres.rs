@@ -19,7 +19,9 @@ use std::task::{Context, Poll, Wake, Waker};
 use bytes::BytesMut;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
-use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres::{Client, Config, Statement};
+
+use super::tls::MakeRustls;
 
 use super::{Error, Result, Row, Scope, Value};
 
@@ -42,6 +44,7 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// A connection to a PostgreSQL store, made again when it was lost.
 pub struct PgConn {
     config: Config,
+    tls: MakeRustls,
     /// The store as shown to a user: the URL without its password.
     label: String,
     client: RefCell<Option<Client>>,
@@ -77,20 +80,11 @@ pub fn label(config: &Config) -> String {
 impl PgConn {
     /// Connect to the store at `url` (`postgres://user:password@host:port/db?…`).
     pub fn connect(url: &str) -> Result<PgConn> {
-        let config: Config = url.parse().map_err(|e| {
-            Error::Connection(format!(
-                "`{}` is not a PostgreSQL URL ({e}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE",
-                redact(url)
-            ))
-        })?;
-        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-            return Err(Error::Connection(
-                "sslmode=require is not supported by this loopbox yet: connect over a trusted network, or through a TLS tunnel, with sslmode=disable".into(),
-            ));
-        }
+        let (config, tls) = parse(url)?;
         let conn = PgConn {
             label: label(&config),
             config,
+            tls,
             client: RefCell::new(None),
             statements: RefCell::new(HashMap::new()),
             in_transaction: std::cell::Cell::new(false),
@@ -116,7 +110,7 @@ impl PgConn {
         if lost {
             self.statements.borrow_mut().clear();
             *self.client.borrow_mut() = None;
-            let client = connect(&self.config, &self.label)?;
+            let client = connect(&self.config, &self.tls, &self.label)?;
             // A process stopped (SIGSTOP, a debugger) inside a transaction would hold the
             // store's write lock for every other process: the server ends such a session.
             block_on(client.batch_execute(IDLE_IN_TRANSACTION))?;
@@ -271,6 +265,18 @@ fn run_key(run: &str) -> i32 {
     h as i32
 }
 
+/// The URL's connection settings, and its TLS (`sslmode`, `sslrootcert`; see `tls.rs`).
+fn parse(url: &str) -> Result<(Config, MakeRustls)> {
+    let split = super::tls::split(url, &redact(url))?;
+    let config: Config = split.url.parse().map_err(|e| {
+        Error::Connection(format!(
+            "`{}` is not a PostgreSQL URL ({e}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+            redact(url)
+        ))
+    })?;
+    Ok((config, split.tls))
+}
+
 /// `url` with its password replaced by `***`.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -294,14 +300,12 @@ pub const RUNNABLE: &str = "loopbox_runnable";
 /// looks on its own now and then (one made while the listener reconnects is
 /// not seen).
 pub fn listen_runnable(url: &str) -> Result<Arc<tokio::sync::Notify>> {
-    let config: Config = url.parse().map_err(|e| {
-        Error::Connection(format!("`{}` is not a PostgreSQL URL ({e})", redact(url)))
-    })?;
+    let (config, tls) = parse(url)?;
     let notify = Arc::new(tokio::sync::Notify::new());
     let wake = notify.clone();
     runtime().spawn(async move {
         loop {
-            if let Ok((client, mut connection)) = config.connect(NoTls).await {
+            if let Ok((client, mut connection)) = config.connect(tls.clone()).await {
                 let heard = wake.clone();
                 let driver = tokio::spawn(async move {
                     while let Some(Ok(m)) =
@@ -345,13 +349,14 @@ fn runtime() -> &'static tokio::runtime::Handle {
     })
 }
 
-fn connect(config: &Config, label: &str) -> Result<Client> {
+fn connect(config: &Config, tls: &MakeRustls, label: &str) -> Result<Client> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let mut config = config.clone();
+    let tls = tls.clone();
     config.connect_timeout(CONNECT_TIMEOUT);
     config.keepalives(true);
     runtime().spawn(async move {
-        let made = config.connect(NoTls).await.map(|(client, connection)| {
+        let made = config.connect(tls).await.map(|(client, connection)| {
             tokio::spawn(async move {
                 // Ends when the server or the client closes it; the client then reports it closed.
                 let _ = connection.await;
@@ -362,6 +367,10 @@ fn connect(config: &Config, label: &str) -> Result<Client> {
     });
     match rx.recv_timeout(CONNECT_TIMEOUT + std::time::Duration::from_secs(5)) {
         Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) if e.to_string().contains("TLS") => Err(Error::Connection(format!(
+            "failed to connect to the store {label}: {}; check the URL's sslmode, and that its sslrootcert names the CA that signed the server's certificate (and, with verify-full, that the certificate names the host in the URL)",
+            with_causes(&e)
+        ))),
         Ok(Err(e)) => Err(Error::Connection(format!(
             "failed to connect to the store {label}: {e}; check that PostgreSQL is running there and that the URL's user, password and database are right"
         ))),
@@ -370,6 +379,17 @@ fn connect(config: &Config, label: &str) -> Result<Client> {
             CONNECT_TIMEOUT.as_secs()
         ))),
     }
+}
+
+/// `e` and what caused it (a TLS handshake's error says why only in its source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 /// Wait for `f` on this thread, whatever runtime (if any) it belongs to.
