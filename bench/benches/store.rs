@@ -117,6 +117,22 @@ fn claim_latency(db: &Db, n: usize) -> (Duration, Duration) {
     (percentile(&lat, 0.5), percentile(&lat, 0.99))
 }
 
+/// Transactions committed in a PostgreSQL store's database so far (none on
+/// SQLite): what each event costs in commits, each a round trip and an `fsync`.
+fn commits(db: &Db) -> Option<i64> {
+    // A server process reports its counts when idle, at most once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let c = db.second_connection().unwrap();
+    c.as_sqlite().is_none().then(|| {
+        c.query_row(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    })
+}
+
 fn config(journal: bool) -> Config {
     let text = format!(
         "[shell]\nallow = [[\"true\"]]\nsandbox = \"none\"\n[limits]\nactions_per_run = 100000\n[run]\njournal = {journal}\n"
@@ -226,13 +242,22 @@ fn main() {
     println!("{:<48}{:>12}", "store", "events/s");
     for per_claim in [20, 1] {
         for (name, db) in stores(&format!("events-{per_claim}")) {
+            let before = commits(&db);
+            let started = Instant::now();
             let rate = events_per_second(&db, &policy, ws.path(), secs, per_claim);
+            let events = rate * started.elapsed().as_secs_f64();
             let how = if per_claim == 1 {
                 format!("{name}, one event per claim")
             } else {
                 format!("{name}, {per_claim} events per claim")
             };
-            println!("{how:<48}{rate:>12.0}");
+            match (before, commits(&db)) {
+                (Some(b), Some(a)) => println!(
+                    "{how:<48}{rate:>12.0}   ({:.1} commits per event)",
+                    (a - b) as f64 / events
+                ),
+                _ => println!("{how:<48}{rate:>12.0}"),
+            }
         }
     }
 
