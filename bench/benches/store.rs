@@ -117,8 +117,8 @@ fn claim_latency(db: &Db, n: usize) -> (Duration, Duration) {
     (percentile(&lat, 0.5), percentile(&lat, 0.99))
 }
 
-/// Transactions committed in a PostgreSQL store's database so far (none on
-/// SQLite): what each event costs in commits, each a round trip and an `fsync`.
+/// Transactions committed in a PostgreSQL store's database so far, reads on
+/// their own included (none on SQLite): what each event costs in round trips.
 fn commits(db: &Db) -> Option<i64> {
     // A server process reports its counts when idle, at most once a second.
     std::thread::sleep(Duration::from_millis(1500));
@@ -253,7 +253,7 @@ fn main() {
             };
             match (before, commits(&db)) {
                 (Some(b), Some(a)) => println!(
-                    "{how:<48}{rate:>12.0}   ({:.1} commits per event)",
+                    "{how:<48}{rate:>12.0}   ({:.1} transactions per event, reads included)",
                     (a - b) as f64 / events
                 ),
                 _ => println!("{how:<48}{rate:>12.0}"),
