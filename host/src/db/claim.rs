@@ -398,8 +398,8 @@ mod tests {
         }
     }
 
-    /// On PostgreSQL a run's writer holds that run only: another run's writer
-    /// commits meanwhile, while the same run's next writer, and a writer of
+    /// On PostgreSQL a run's writer holds that run only: another run's writer,
+    /// even through the same store handle, commits meanwhile, while the same run's next writer, and a writer of
     /// the whole store (a new run), wait until it commits.
     #[test]
     fn on_postgres_writers_of_different_runs_commit_in_parallel_and_of_one_run_in_turn() {
@@ -408,12 +408,14 @@ mod tests {
         let (_dir, db) = crate::db::testing::postgres();
         db.create_run("a", "p", "d", "{}").unwrap();
         db.create_run("b", "p", "d", "{}").unwrap();
-        let (holder, other, same, store) = (
-            db.reopen().unwrap(),
+        let (holder, same, store) = (
             db.reopen().unwrap(),
             db.reopen().unwrap(),
             db.reopen().unwrap(),
         );
+        // The same handle as the holder's, as a worker's slots share one: it writes
+        // on another of the handle's connections (`db/pool.rs`).
+        let other = holder.clone();
         let (held_tx, held) = mpsc::channel();
         let (release, release_rx) = mpsc::channel::<()>();
         std::thread::scope(|s| {
