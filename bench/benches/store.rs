@@ -6,9 +6,11 @@
 //!   claimers (each a `Db` handle of its own, as a `loopbox worker` has) holds
 //!   it. PostgreSQL claimers are woken by `LISTEN/NOTIFY`; SQLite has no
 //!   notification, so its claimers poll every 10 ms.
-//! - Events per second across 4 workers: each thread claims queued runs and
-//!   delivers each one event through the `durable` test guest (a real policy
-//!   call, its state and log, the commit, every write fenced by the claim).
+//! - Events per second across 4 workers: each thread claims a queued run and
+//!   delivers events to it through the `durable` test guest (a real policy
+//!   call, its state and log, the commit, every write fenced by the claim):
+//!   20 events per claim, as a worker holding a run drives it, and one event
+//!   per claim (a claim's transaction for each event).
 //! - A shell action: the `durable` guest's 20 actions of `true` in one event,
 //!   journal on (intent and result are each a durable write), per action.
 //!
@@ -115,6 +117,22 @@ fn claim_latency(db: &Db, n: usize) -> (Duration, Duration) {
     (percentile(&lat, 0.5), percentile(&lat, 0.99))
 }
 
+/// Transactions committed in a PostgreSQL store's database so far, reads on
+/// their own included (none on SQLite): what each event costs in round trips.
+fn commits(db: &Db) -> Option<i64> {
+    // A server process reports its counts when idle, at most once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let c = db.second_connection().unwrap();
+    c.as_sqlite().is_none().then(|| {
+        c.query_row(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    })
+}
+
 fn config(journal: bool) -> Config {
     let text = format!(
         "[shell]\nallow = [[\"true\"]]\nsandbox = \"none\"\n[limits]\nactions_per_run = 100000\n[run]\njournal = {journal}\n"
@@ -134,12 +152,13 @@ async fn event(policy: &Policy, ws: &Path, db: &Db, config: &Arc<Config>, id: &s
     assert!(matches!(d, Decision::Done(ref o) if o.success), "{d:?}");
 }
 
-/// Events per second: WORKERS threads, each claiming queued runs and
-/// delivering one event to each, for `secs`.
-fn events_per_second(db: &Db, policy: &Policy, ws: &Path, secs: f64) -> f64 {
+/// Events per second: WORKERS threads, each claiming queued runs one at a
+/// time and delivering `per_claim` events to each (as a worker holding a run
+/// drives it; 1: a claim per event), for `secs`.
+fn events_per_second(db: &Db, policy: &Policy, ws: &Path, secs: f64, per_claim: usize) -> f64 {
     let per = 4000;
     for i in 0..per {
-        queue(db, &format!("ev-{i}"));
+        queue(db, &format!("ev-{per_claim}-{i}"));
     }
     let config = Arc::new(config(true));
     let count = Arc::new(AtomicUsize::new(0));
@@ -155,17 +174,22 @@ fn events_per_second(db: &Db, policy: &Policy, ws: &Path, secs: f64) -> f64 {
                     .build()
                     .unwrap();
                 let filter = ClaimFilter {
-                    limit: 8,
+                    limit: 1,
                     ..Default::default()
                 };
-                while Instant::now() < until {
+                'claiming: while Instant::now() < until {
                     let claims = handle.claim(&format!("w{w}"), 60_000, &filter).unwrap();
                     if claims.is_empty() {
                         break;
                     }
                     for c in claims {
-                        rt.block_on(event(policy, ws, &handle, &config, &c.run, 0));
-                        count.fetch_add(1, Ordering::Relaxed);
+                        for _ in 0..per_claim {
+                            rt.block_on(event(policy, ws, &handle, &config, &c.run, 0));
+                            count.fetch_add(1, Ordering::Relaxed);
+                            if Instant::now() >= until {
+                                break 'claiming;
+                            }
+                        }
                     }
                 }
             });
@@ -213,12 +237,28 @@ fn main() {
 
     let secs = if full { 10.0 } else { 1.0 };
     println!(
-        "\nevents per second: {WORKERS} workers, each claiming queued runs and delivering one event (the durable guest, no action) to each, {secs} s"
+        "\nevents per second: {WORKERS} workers (threads, a store handle each), each claiming a queued run, then delivering events to it (the durable guest, no action), {secs} s"
     );
     println!("{:<48}{:>12}", "store", "events/s");
-    for (name, db) in stores("events") {
-        let rate = events_per_second(&db, &policy, ws.path(), secs);
-        println!("{name:<48}{rate:>12.0}");
+    for per_claim in [20, 1] {
+        for (name, db) in stores(&format!("events-{per_claim}")) {
+            let before = commits(&db);
+            let started = Instant::now();
+            let rate = events_per_second(&db, &policy, ws.path(), secs, per_claim);
+            let events = rate * started.elapsed().as_secs_f64();
+            let how = if per_claim == 1 {
+                format!("{name}, one event per claim")
+            } else {
+                format!("{name}, {per_claim} events per claim")
+            };
+            match (before, commits(&db)) {
+                (Some(b), Some(a)) => println!(
+                    "{how:<48}{rate:>12.0}   ({:.1} transactions per event, reads included)",
+                    (a - b) as f64 / events
+                ),
+                _ => println!("{how:<48}{rate:>12.0}"),
+            }
+        }
     }
 
     const ACTIONS: u32 = 20;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
-use super::engine::{Engine, params};
+use super::engine::{Engine, Scope, params};
 use super::{Db, RunStatus, now_ms};
 
 /// The default lease: taken over by another worker once this long passes
@@ -74,7 +74,9 @@ impl Db {
         );
         let tenants = &filter.tenants;
         let limit = filter.limit.max(1) as i64;
-        let claims = self.write("claim runs", |tx| {
+        // Every run this reads, it locks (or skips): claims go on in parallel
+        // with one another and with the runs' own writers.
+        let claims = self.write_in(Scope::Rows, "claim runs", |tx| {
             let now = now_ms();
             // Tenants are filtered here rather than in SQL: the list is short, and one
             // statement serves every filter. Reading a few more rows costs little.
@@ -171,7 +173,7 @@ impl Db {
         let Some(epoch) = self.fence_of(run) else {
             return Ok(false);
         };
-        let changed = self.write("renew the run's lease", |tx| {
+        let changed = self.write_in(Scope::Run(run), "renew the run's lease", |tx| {
             Ok(tx.exec(
                 "UPDATE runs SET lease_expires = ?3 WHERE id = ?1 AND lease_epoch = ?2",
                 params![run, epoch, now_ms() + ttl_ms],
@@ -185,7 +187,7 @@ impl Db {
     /// hands back what it did not finish), if it is still as the claim at
     /// `epoch` left it: running, or stopped (interrupted) by this worker.
     pub fn hand_back(&self, run: &str, epoch: i64) -> Result<bool> {
-        let changed = self.write("hand the run back", |tx| {
+        let changed = self.write_in(Scope::Run(run), "hand the run back", |tx| {
             let n = tx.exec(
                 "UPDATE runs SET status = ?3, lease = NULL, lease_expires = NULL, updated_at = ?4 WHERE id = ?1 AND lease_epoch = ?2 AND status IN ('running', 'interrupted')",
                 params![run, epoch, RunStatus::Queued, now_ms()],
@@ -213,7 +215,9 @@ impl Db {
             .remove(run);
     }
 
-    /// [`Db::write`] for a write a run's driver makes: when this handle holds
+    /// [`Db::write`] for a write a run's driver makes, which reads, then
+    /// writes, only that run's rows ([`Scope::Run`]: writers of other runs
+    /// commit in parallel on PostgreSQL). When this handle holds
     /// the run by claim, the run's epoch is checked first, in the same
     /// transaction, and the run's row stays locked until the commit, so a
     /// claim by another worker waits for it or comes after it.
@@ -224,9 +228,9 @@ impl Db {
         mut f: impl FnMut(&super::Conn) -> Result<T>,
     ) -> Result<T> {
         let Some(epoch) = self.fence_of(run) else {
-            return self.write(what, f);
+            return self.write_in(Scope::Run(run), what, f);
         };
-        self.write(what, |tx| {
+        self.write_in(Scope::Run(run), what, |tx| {
             let held = tx.exec(
                 "UPDATE runs SET lease_epoch = lease_epoch WHERE id = ?1 AND lease_epoch = ?2",
                 params![run, epoch],
@@ -312,6 +316,7 @@ mod tests {
     crate::db::on_both_engines!(
         a_worker_that_lost_its_lease_commits_nothing_and_the_next_claim_has_a_higher_epoch,
         workers_claiming_at_once_take_each_run_once,
+        writers_of_one_run_racing_number_its_events_and_log_lines_once,
     );
 
     fn queue(db: &Db, id: &str, tenant: &str) {
@@ -401,6 +406,104 @@ mod tests {
         assert_eq!(b.claim("b", 1000, &only_t).unwrap()[0].epoch, 3);
         // The other tenant's run was never claimed.
         assert_eq!(b.run("other").unwrap().unwrap().status, RunStatus::Queued);
+    }
+
+    /// Each event's and log line's number is read (the run's highest, plus
+    /// one), then written: writers of one run on several connections must
+    /// take turns, or two read the same number and one fails on the key.
+    fn writers_of_one_run_racing_number_its_events_and_log_lines_once(db: Db) {
+        db.create_run("r", "p", "d", "{}").unwrap();
+        db.create_run("s", "p", "d", "{}").unwrap();
+        let handles: Vec<Db> = (0..4).map(|_| db.reopen().unwrap()).collect();
+        std::thread::scope(|s| {
+            for (w, h) in handles.iter().enumerate() {
+                s.spawn(move || {
+                    for i in 0..25 {
+                        let mut e = event(i);
+                        e.log.push(crate::db::LogRecord {
+                            at_ms: 0,
+                            level: "info".into(),
+                            source: "policy".into(),
+                            message: format!("w{w} {i}"),
+                        });
+                        // Half of them on another run, which must not get in the way.
+                        let run = if i % 2 == 0 { "r" } else { "s" };
+                        h.commit_event(run, &e)
+                            .unwrap_or_else(|e| panic!("writer {w}, event {i}: {e:#}"));
+                    }
+                });
+            }
+        });
+        for (run, n) in [("r", 52), ("s", 48)] {
+            let seqs: Vec<i64> = db.events(run).unwrap().iter().map(|e| e.seq).collect();
+            assert_eq!(seqs, (1..=n).collect::<Vec<_>>(), "run {run}");
+            assert_eq!(db.log(run).unwrap().len(), n as usize, "run {run}");
+        }
+    }
+
+    /// On PostgreSQL a run's writer holds that run only: another run's writer,
+    /// even through the same store handle, commits meanwhile, while the same run's next writer, and a writer of
+    /// the whole store (a new run), wait until it commits.
+    #[test]
+    fn on_postgres_writers_of_different_runs_commit_in_parallel_and_of_one_run_in_turn() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let (_dir, db) = crate::db::testing::postgres();
+        db.create_run("a", "p", "d", "{}").unwrap();
+        db.create_run("b", "p", "d", "{}").unwrap();
+        let (holder, same, store) = (
+            db.reopen().unwrap(),
+            db.reopen().unwrap(),
+            db.reopen().unwrap(),
+        );
+        // The same handle as the holder's, as a worker's slots share one: it writes
+        // on another of the handle's connections (`db/pool.rs`).
+        let other = holder.clone();
+        let (held_tx, held) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                holder
+                    .write_run("a", "hold the run", |tx| {
+                        tx.exec(
+                            "INSERT INTO events (run_id, seq, at, event) VALUES ('a', 1, 0, '{}')",
+                            [],
+                        )?;
+                        held_tx.send(()).unwrap();
+                        // Not forever: a failed assertion below never releases it.
+                        // (The server ends a session idle in a transaction after 10 s.)
+                        let _ = release_rx.recv_timeout(Duration::from_secs(5));
+                        Ok(())
+                    })
+                    .unwrap();
+            });
+            held.recv_timeout(Duration::from_secs(30)).unwrap();
+            // Another run commits while `a` is held. (Before the store's writer
+            // below starts waiting: PostgreSQL queues a shared lock behind an
+            // exclusive one waiting for it, so that one is not starved.)
+            assert_eq!(other.commit_event("b", &event(1)).unwrap(), 1);
+            let (done_tx, done) = mpsc::channel();
+            let done_same = done_tx.clone();
+            s.spawn(move || {
+                let seq = same
+                    .commit_event("a", &event(2))
+                    .unwrap_or_else(|e| panic!("{e:#}"));
+                done_same.send(("same run", seq)).unwrap();
+            });
+            s.spawn(move || {
+                store.create_run("c", "p", "d", "{}").unwrap();
+                done_tx.send(("store", 0)).unwrap();
+            });
+            if let Ok(first) = done.recv_timeout(Duration::from_millis(500)) {
+                panic!("a writer went ahead of the one holding run `a`: {first:?}");
+            }
+            release.send(()).unwrap();
+            let mut finished: Vec<_> = (0..2)
+                .map(|_| done.recv_timeout(Duration::from_secs(30)).unwrap())
+                .collect();
+            finished.sort();
+            assert_eq!(finished, [("same run", 2), ("store", 0)]);
+        });
     }
 
     fn workers_claiming_at_once_take_each_run_once(db: Db) {

@@ -16,6 +16,7 @@ mod events;
 mod journal;
 pub mod lease;
 pub mod lock;
+pub mod pool;
 mod runs;
 mod schema;
 mod snapshots;
@@ -23,13 +24,13 @@ mod spend;
 mod wake;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use rusqlite::{Connection, ErrorCode};
 
-pub use engine::{Conn, Engine};
+pub use engine::{Conn, Engine, Scope};
 
 pub use events::{EventCommit, EventRecord, LogRecord};
 pub use journal::{Budget, JournalRow, Spent};
@@ -45,7 +46,7 @@ pub const STORE_FILE: &str = "loopbox.db";
 
 #[derive(Clone)]
 pub struct Db {
-    conn: Arc<Mutex<Conn>>,
+    conn: Arc<pool::Pool>,
     path: PathBuf,
     /// The store file's device and inode when opened (none for an in-memory
     /// store): a store deleted or replaced under a run is noticed at its next write.
@@ -123,7 +124,7 @@ impl Db {
                 .with_context(context)?;
             schema::migrate(&conn).with_context(context)?;
             return Ok(Db {
-                conn: Arc::new(Mutex::new(Conn::sqlite(conn))),
+                conn: Arc::new(pool::Pool::single(Conn::sqlite(conn))),
                 path: path.to_path_buf(),
                 identity: None,
                 schema: schema::SCHEMA_VERSION,
@@ -167,7 +168,7 @@ impl Db {
             .with_context(context)?;
         let identity = Some(file_identity(path).with_context(context)?);
         Ok(Db {
-            conn: Arc::new(Mutex::new(Conn::sqlite(conn))),
+            conn: Arc::new(pool::Pool::single(Conn::sqlite(conn))),
             path: path.to_path_buf(),
             identity,
             schema: schema::SCHEMA_VERSION,
@@ -224,7 +225,7 @@ impl Db {
         }
         let identity = Some(file_identity(path).with_context(context)?);
         Ok(Db {
-            conn: Arc::new(Mutex::new(Conn::sqlite(conn))),
+            conn: Arc::new(pool::Pool::single(Conn::sqlite(conn))),
             path: path.to_path_buf(),
             identity,
             schema: version,
@@ -251,7 +252,7 @@ impl Db {
         schema::migrate_postgres(&conn)
             .with_context(|| format!("failed to open the store `{label}`"))?;
         Ok(Db {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: Arc::new(pool::Pool::postgres(conn, url)),
             path: PathBuf::from(label),
             identity: None,
             schema: schema::SCHEMA_VERSION,
@@ -270,7 +271,7 @@ impl Db {
 
     /// Which engine the store is on.
     pub fn engine(&self) -> Engine {
-        self.conn().engine()
+        self.conn.engine()
     }
 
     /// Another connection to the same store (a server reads through one of its own).
@@ -318,24 +319,33 @@ impl Db {
         &self.path
     }
 
-    fn conn(&self) -> MutexGuard<'_, Conn> {
-        // A panic while holding the lock cannot leave SQLite half-written (it has its own
-        // transactions), so a poisoned lock is still safe to use.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    fn conn(&self) -> pool::Taken<'_> {
+        self.conn.take()
     }
 
-    /// Run `f` in one transaction; the error names the store and what to do
-    /// when it is damaged or the disk is full. A transaction cut short by a
-    /// lost PostgreSQL connection committed nothing: it is run again, once, on
-    /// a new connection.
-    fn write<T>(&self, what: &str, mut f: impl FnMut(&Conn) -> Result<T>) -> Result<T> {
+    /// Run `f` in one transaction that may read, then write, anything in the
+    /// store (every other writer waits; see [`Scope`]).
+    fn write<T>(&self, what: &str, f: impl FnMut(&Conn) -> Result<T>) -> Result<T> {
+        self.write_in(Scope::Store, what, f)
+    }
+
+    /// Run `f` in one transaction of `scope`; the error names the store and
+    /// what to do when it is damaged or the disk is full. A transaction cut
+    /// short by a lost PostgreSQL connection committed nothing: it is run
+    /// again, once, on a new connection.
+    fn write_in<T>(
+        &self,
+        scope: Scope<'_>,
+        what: &str,
+        mut f: impl FnMut(&Conn) -> Result<T>,
+    ) -> Result<T> {
         let c = self.conn();
         let mut attempt = || -> Result<T> {
             c.reconnect_if_lost()?;
             // Writers wait for one another (SQLite's IMMEDIATE, PostgreSQL's write lock): a
             // deferred transaction that reads, then writes, fails at once with "database is
             // locked" when another process wrote in between.
-            c.begin_write()?;
+            c.begin_write(scope)?;
             let done = (|| {
                 let value = f(&c)?;
                 self.check_identity()?;

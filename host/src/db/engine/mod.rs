@@ -14,6 +14,7 @@
 pub mod pg_server;
 pub mod postgres;
 mod sqlite;
+pub mod tls;
 
 use std::fmt;
 
@@ -25,6 +26,25 @@ pub enum Value {
     Real(f64),
     Text(String),
     Blob(Vec<u8>),
+}
+
+/// What a write transaction reads, then writes, and so what it must keep
+/// other writers out of until it commits (on PostgreSQL; SQLite has one
+/// writer at a time whatever the scope).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// Anything in the store (a new run, the audit log's numbers, approvals,
+    /// tokens, the schema): every other writer waits.
+    Store,
+    /// Only the rows of this run (its events' and log lines' numbers, its
+    /// journal, state, counters and lease): writers of other runs go on in
+    /// parallel, writers of the same run wait, and a [`Scope::Store`] writer
+    /// waits for all of them (and they for it).
+    Run(&'a str),
+    /// Only rows the transaction locks itself, each with `FOR UPDATE`
+    /// (claims, which skip locked rows): in parallel with every writer but a
+    /// [`Scope::Store`] one.
+    Rows,
 }
 
 /// Which engine a connection talks to.
@@ -497,13 +517,14 @@ impl Conn {
         }
     }
 
-    /// Begin a write transaction that waits for, then excludes, every other
-    /// writer: SQLite's `BEGIN IMMEDIATE`; on PostgreSQL a transaction holding
-    /// the store's write lock (see `postgres.rs`).
-    pub(crate) fn begin_write(&self) -> Result<()> {
+    /// Begin a write transaction of `scope`. SQLite has one writer at a time
+    /// whatever the scope (`BEGIN IMMEDIATE`: it waits for, then excludes,
+    /// every other writer); PostgreSQL lets writers of different runs commit
+    /// in parallel (see [`Scope`] and `postgres.rs`).
+    pub(crate) fn begin_write(&self, scope: Scope<'_>) -> Result<()> {
         match &self.inner {
             Inner::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
-            Inner::Postgres(c) => c.begin_write(),
+            Inner::Postgres(c) => c.begin_write(scope),
         }
     }
 

@@ -44,7 +44,7 @@ impl PgServer {
     /// `fsync` as in production (benchmarks); tests turn it off.
     pub fn shared(durable: bool) -> Result<&'static PgServer> {
         SHARED
-            .get_or_init(|| PgServer::start(durable).map_err(|e| format!("{e:#}")))
+            .get_or_init(|| PgServer::start(durable, None).map_err(|e| format!("{e:#}")))
             .as_ref()
             .map_err(|e| anyhow!("{e}"))
     }
@@ -86,10 +86,17 @@ impl PgServer {
     /// A server of the caller's own (to restart without disturbing other
     /// tests), stopped when dropped.
     pub fn start_own(durable: bool) -> Result<PgServer> {
-        PgServer::start(durable)
+        PgServer::start(durable, None)
     }
 
-    fn start(durable: bool) -> Result<PgServer> {
+    /// A server of the caller's own with TLS on (`ssl=on`), presenting the
+    /// certificate and key in these PEM files; clients may still connect
+    /// without TLS (`sslmode=disable`).
+    pub fn start_tls(cert: &Path, key: &Path) -> Result<PgServer> {
+        PgServer::start(false, Some((cert, key)))
+    }
+
+    fn start(durable: bool, tls: Option<(&Path, &Path)>) -> Result<PgServer> {
         static STARTED: AtomicU64 = AtomicU64::new(0);
         let bin = bin_dir()?;
         remove_stale_dirs();
@@ -150,6 +157,25 @@ impl PgServer {
             ] {
                 args.extend(["-c".into(), c.into()]);
             }
+        }
+        if let Some((cert, key)) = tls {
+            // The server reads them as its own user, and refuses a key others can read.
+            for (from, name, mode) in [(cert, "server.crt", 0o644), (key, "server.key", 0o600)] {
+                let to = dir.join(name);
+                std::fs::copy(from, &to)
+                    .with_context(|| format!("failed to copy `{}`", from.display()))?;
+                std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+                if let Some((uid, gid)) = owner {
+                    std::os::unix::fs::chown(&to, Some(uid), Some(gid))?;
+                }
+                let setting = if name == "server.crt" {
+                    "ssl_cert_file"
+                } else {
+                    "ssl_key_file"
+                };
+                args.extend(["-c".into(), format!("{setting}={}", to.display())]);
+            }
+            args.extend(["-c".into(), "ssl=on".into()]);
         }
         let postgres = bin.join("postgres");
         let log = dir.join("log");

@@ -19,13 +19,20 @@ use std::task::{Context, Poll, Wake, Waker};
 use bytes::BytesMut;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
-use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres::{Client, Config, Statement};
 
-use super::{Error, Result, Row, Value};
+use super::tls::MakeRustls;
 
-/// The key of the advisory lock every write transaction takes, so writers
-/// follow one another as SQLite's do (see [`PgConn::begin_write`]).
+use super::{Error, Result, Row, Scope, Value};
+
+/// The key of the store's advisory lock: held exclusively by a write
+/// transaction of [`Scope::Store`], shared by the others (see
+/// [`PgConn::begin_write`]).
 const WRITE_LOCK: i64 = 0x006c_6f6f_7062_6f78; // "loopbox"
+
+/// The first key of a run's advisory lock (the two-key form, a key space of
+/// its own apart from [`WRITE_LOCK`]'s); the second is the run id's hash.
+const RUN_LOCK_CLASS: i32 = 0x6c62_7275; // "lbru"
 
 /// How long a session may sit inside a transaction doing nothing before the
 /// server ends it (and rolls the transaction back).
@@ -37,6 +44,7 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// A connection to a PostgreSQL store, made again when it was lost.
 pub struct PgConn {
     config: Config,
+    tls: MakeRustls,
     /// The store as shown to a user: the URL without its password.
     label: String,
     client: RefCell<Option<Client>>,
@@ -72,20 +80,11 @@ pub fn label(config: &Config) -> String {
 impl PgConn {
     /// Connect to the store at `url` (`postgres://user:password@host:port/db?…`).
     pub fn connect(url: &str) -> Result<PgConn> {
-        let config: Config = url.parse().map_err(|e| {
-            Error::Connection(format!(
-                "`{}` is not a PostgreSQL URL ({e}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE",
-                redact(url)
-            ))
-        })?;
-        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-            return Err(Error::Connection(
-                "sslmode=require is not supported by this loopbox yet: connect over a trusted network, or through a TLS tunnel, with sslmode=disable".into(),
-            ));
-        }
+        let (config, tls) = parse(url)?;
         let conn = PgConn {
             label: label(&config),
             config,
+            tls,
             client: RefCell::new(None),
             statements: RefCell::new(HashMap::new()),
             in_transaction: std::cell::Cell::new(false),
@@ -111,7 +110,7 @@ impl PgConn {
         if lost {
             self.statements.borrow_mut().clear();
             *self.client.borrow_mut() = None;
-            let client = connect(&self.config, &self.label)?;
+            let client = connect(&self.config, &self.tls, &self.label)?;
             // A process stopped (SIGSTOP, a debugger) inside a transaction would hold the
             // store's write lock for every other process: the server ends such a session.
             block_on(client.batch_execute(IDLE_IN_TRANSACTION))?;
@@ -208,15 +207,34 @@ impl PgConn {
         self.with(|c| Ok(block_on(c.batch_execute(sql))?))
     }
 
-    /// Begin a transaction that holds the store's write lock until it ends:
-    /// writers run one after another, as on SQLite, so a transaction that
-    /// reads, then writes what it read (the next event's number, a lease) sees
-    /// every write committed before it. Readers are not held up.
-    pub fn begin_write(&self) -> Result<()> {
+    /// Begin a write transaction that holds, until it ends, the locks its
+    /// `scope` needs, each taken in the same round trip as the `BEGIN`:
+    ///
+    /// - [`Scope::Store`]: the store's lock, exclusively: writers run one
+    ///   after another, as on SQLite, so a transaction that reads, then writes
+    ///   what it read anywhere in the store (the audit log's next number, a
+    ///   token name's being free) sees every write committed before it.
+    /// - [`Scope::Run`]: the store's lock shared, then the run's own lock: a
+    ///   run's writers follow one another (its next event's number is read,
+    ///   then written), while writers of other runs commit in parallel and
+    ///   PostgreSQL groups their `fsync`s.
+    /// - [`Scope::Rows`]: the store's lock shared; the transaction locks the
+    ///   rows it reads itself (`FOR UPDATE SKIP LOCKED`).
+    ///
+    /// The store's lock is always taken first and a run's second, and no
+    /// transaction takes two runs', so writers cannot deadlock. Readers are
+    /// not held up.
+    pub fn begin_write(&self, scope: Scope<'_>) -> Result<()> {
         self.in_transaction.set(true);
-        let begun = self.batch(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-        ));
+        let sql = match scope {
+            Scope::Store => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
+            Scope::Rows => format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"),
+            Scope::Run(run) => format!(
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock({RUN_LOCK_CLASS}, {})",
+                run_key(run)
+            ),
+        };
+        let begun = self.batch(&sql);
         if begun.is_err() {
             self.in_transaction.set(false);
         }
@@ -233,6 +251,30 @@ impl PgConn {
         let _ = self.batch("ROLLBACK");
         self.in_transaction.set(false);
     }
+}
+
+/// The second key of `run`'s advisory lock: a hash of its id (FNV-1a, the
+/// same in every process and on every machine). Two runs whose ids hash
+/// alike only share a lock: their writers then follow one another.
+fn run_key(run: &str) -> i32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in run.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h as i32
+}
+
+/// The URL's connection settings, and its TLS (`sslmode`, `sslrootcert`; see `tls.rs`).
+fn parse(url: &str) -> Result<(Config, MakeRustls)> {
+    let split = super::tls::split(url, &redact(url))?;
+    let config: Config = split.url.parse().map_err(|e| {
+        Error::Connection(format!(
+            "`{}` is not a PostgreSQL URL ({e}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+            redact(url)
+        ))
+    })?;
+    Ok((config, split.tls))
 }
 
 /// `url` with its password replaced by `***`.
@@ -270,14 +312,12 @@ pub const RUNNABLE: &str = "loopbox_runnable";
 /// looks on its own now and then (one made while the listener reconnects is
 /// not seen).
 pub fn listen_runnable(url: &str) -> Result<Arc<tokio::sync::Notify>> {
-    let config: Config = url.parse().map_err(|e| {
-        Error::Connection(format!("`{}` is not a PostgreSQL URL ({e})", redact(url)))
-    })?;
+    let (config, tls) = parse(url)?;
     let notify = Arc::new(tokio::sync::Notify::new());
     let wake = notify.clone();
     runtime().spawn(async move {
         loop {
-            if let Ok((client, mut connection)) = config.connect(NoTls).await {
+            if let Ok((client, mut connection)) = config.connect(tls.clone()).await {
                 let heard = wake.clone();
                 let driver = tokio::spawn(async move {
                     while let Some(Ok(m)) =
@@ -321,13 +361,14 @@ fn runtime() -> &'static tokio::runtime::Handle {
     })
 }
 
-fn connect(config: &Config, label: &str) -> Result<Client> {
+fn connect(config: &Config, tls: &MakeRustls, label: &str) -> Result<Client> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let mut config = config.clone();
+    let tls = tls.clone();
     config.connect_timeout(CONNECT_TIMEOUT);
     config.keepalives(true);
     runtime().spawn(async move {
-        let made = config.connect(NoTls).await.map(|(client, connection)| {
+        let made = config.connect(tls).await.map(|(client, connection)| {
             tokio::spawn(async move {
                 // Ends when the server or the client closes it; the client then reports it closed.
                 let _ = connection.await;
@@ -338,6 +379,10 @@ fn connect(config: &Config, label: &str) -> Result<Client> {
     });
     match rx.recv_timeout(CONNECT_TIMEOUT + std::time::Duration::from_secs(5)) {
         Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) if e.to_string().contains("TLS") => Err(Error::Connection(format!(
+            "failed to connect to the store {label}: {}; check the URL's sslmode, and that its sslrootcert names the CA that signed the server's certificate (and, with verify-full, that the certificate names the host in the URL)",
+            with_causes(&e)
+        ))),
         Ok(Err(e)) => Err(Error::Connection(format!(
             "failed to connect to the store {label}: {e}; check that PostgreSQL is running there and that the URL's user, password and database are right"
         ))),
@@ -346,6 +391,17 @@ fn connect(config: &Config, label: &str) -> Result<Client> {
             CONNECT_TIMEOUT.as_secs()
         ))),
     }
+}
+
+/// `e` and what caused it (a TLS handshake's error says why only in its source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 /// Wait for `f` on this thread, whatever runtime (if any) it belongs to.
