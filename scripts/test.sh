@@ -77,6 +77,8 @@ if ! [ -x /usr/bin/chromium ]; then apt_install chromium; fi
 # test binary on loopback). Its server refuses to run as root: the tests run it as
 # the system user loopbox-pg when they run as root.
 if ! [ -x /usr/lib/postgresql/15/bin/postgres ] && ! command -v postgres >/dev/null; then apt_install postgresql; fi
+# The PostgreSQL TLS test makes its certificates with openssl.
+if ! command -v openssl >/dev/null; then apt_install openssl; fi
 if [ "$(id -u)" = 0 ] && ! id loopbox-pg >/dev/null 2>&1; then
   useradd --system --no-create-home --shell /usr/sbin/nologin loopbox-pg
 fi
