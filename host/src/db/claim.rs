@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
-use super::engine::{Engine, params};
+use super::engine::{Engine, Value, params};
 use super::{Db, RunStatus, now_ms};
 
 /// The default lease: taken over by another worker once this long passes
@@ -67,33 +67,33 @@ impl Db {
             Engine::Postgres => " FOR UPDATE SKIP LOCKED",
             Engine::Sqlite => "",
         };
+        // The tenants are part of the query, never filtered after it: a LIMIT
+        // taken first would let other tenants' older runs fill every candidate
+        // (a worker serving only `alpha` would never see alpha's run behind
+        // four of beta's), and would lock their rows from the workers that do
+        // serve them. Only placeholders are written into the SQL, never names.
+        let tenant_in = if filter.tenants.is_empty() {
+            String::new()
+        } else {
+            let marks: Vec<String> = (0..filter.tenants.len())
+                .map(|i| format!("?{}", i + 3))
+                .collect();
+            format!(" AND tenant IN ({})", marks.join(", "))
+        };
         let sql = format!(
             "SELECT id, lease_epoch, status FROM runs
-             WHERE (status = 'queued' OR (status = 'running' AND lease_expires IS NOT NULL AND lease_expires < ?1))
+             WHERE (status = 'queued' OR (status = 'running' AND lease_expires IS NOT NULL AND lease_expires < ?1)){tenant_in}
              ORDER BY updated_at, id LIMIT ?2{skip_locked}"
         );
-        let tenants = &filter.tenants;
         let limit = filter.limit.max(1) as i64;
         let claims = self.write("claim runs", |tx| {
             let now = now_ms();
-            // Tenants are filtered here rather than in SQL: the list is short, and one
-            // statement serves every filter. Reading a few more rows costs little.
+            let mut values = vec![Value::Int(now), Value::Int(limit)];
+            values.extend(filter.tenants.iter().map(|t| Value::Text(t.clone())));
             let candidates: Vec<(String, i64, String)> =
-                tx.query(&sql, params![now, limit * 4], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })?;
+                tx.query(&sql, values, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
             let mut claims = Vec::new();
             for (id, epoch, status) in candidates {
-                if claims.len() as i64 >= limit {
-                    break;
-                }
-                if !tenants.is_empty() {
-                    let tenant: Option<String> =
-                        tx.row("SELECT tenant FROM runs WHERE id = ?1", [&id], |r| r.get(0))?;
-                    if !tenant.is_some_and(|t| tenants.contains(&t)) {
-                        continue;
-                    }
-                }
                 let epoch = epoch + 1;
                 tx.exec(
                     "UPDATE runs SET status = ?2, lease = ?3, lease_epoch = ?4, lease_expires = ?5, updated_at = ?6 WHERE id = ?1",
@@ -269,6 +269,7 @@ mod tests {
     crate::db::on_both_engines!(
         a_worker_that_lost_its_lease_commits_nothing_and_the_next_claim_has_a_higher_epoch,
         workers_claiming_at_once_take_each_run_once,
+        a_worker_sees_its_tenants_runs_behind_any_number_of_others,
     );
 
     fn queue(db: &Db, id: &str, tenant: &str) {
@@ -400,5 +401,36 @@ mod tests {
         db.report_worker("w0", "h", 4, &claimed[0]).unwrap();
         let w = db.workers().unwrap();
         assert_eq!((w.len(), w[0].held.len()), (1, claimed[0].len()));
+    }
+
+    fn a_worker_sees_its_tenants_runs_behind_any_number_of_others(db: Db) {
+        // Tenant u floods the queue first (and no worker of u is running).
+        for i in 0..20 {
+            queue(&db, &format!("u{i:02}"), "u");
+        }
+        queue(&db, "t1", "t");
+        let only_t = ClaimFilter {
+            tenants: vec!["t".into(), "v".into()],
+            limit: 1,
+        };
+        let got = db.claim("w", 60_000, &only_t).unwrap();
+        assert_eq!(
+            got.iter().map(|c| c.run.as_str()).collect::<Vec<_>>(),
+            ["t1"],
+            "a worker of tenant t must claim t's run whatever u queued before it"
+        );
+        // u's runs were neither claimed nor held from u's workers.
+        let other = db.reopen().unwrap();
+        let u = other
+            .claim(
+                "wu",
+                60_000,
+                &ClaimFilter {
+                    tenants: vec!["u".into()],
+                    limit: 20,
+                },
+            )
+            .unwrap();
+        assert_eq!(u.len(), 20);
     }
 }
