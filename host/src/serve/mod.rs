@@ -80,7 +80,9 @@ pub fn store_option(given: Option<&str>) -> Result<Option<String>> {
     };
     match store {
         Some(s) if !crate::db::engine::postgres::is_url(&s) => anyhow::bail!(
-            "the store `{s}` is not a PostgreSQL URL: give --store postgres://USER:PASSWORD@HOST:PORT/DATABASE, or leave it out to keep the runs in the data directory"
+            "the store `{}` is not a PostgreSQL URL: give --store postgres://USER:PASSWORD@HOST:PORT/DATABASE, or leave it out to keep the runs in the data directory",
+            // A mistyped scheme still carries the password: never print it.
+            crate::db::engine::postgres::redact(&s)
         ),
         s => Ok(s),
     }

@@ -235,18 +235,42 @@ impl PgConn {
     }
 }
 
-/// `url` with its password replaced by `***`.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
+/// `url` with its password replaced by `***`, wherever it is written: in the
+/// user information (`postgres://u:PASSWORD@h/db`) or as a parameter
+/// (`?password=…`, or `password=…` in a `key=value` string given by mistake).
+/// Used for every message that shows a store the user gave, which may end up
+/// in a CI log or a terminal others read.
+pub fn redact(url: &str) -> String {
+    let mut out = match url.find("://") {
+        Some(s) => {
+            // The user information ends at the last `@` before the path or query.
+            let rest = &url[s + 3..];
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => {
+                    let userinfo = &rest[..at];
+                    match userinfo.find(':') {
+                        Some(c) => {
+                            format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &rest[at..])
+                        }
+                        None => url.to_string(),
+                    }
+                }
                 None => url.to_string(),
             }
         }
-        _ => url.to_string(),
+        None => url.to_string(),
+    };
+    let mut from = 0;
+    while let Some(k) = out[from..].to_ascii_lowercase().find("password=") {
+        let start = from + k + "password=".len();
+        let end = out[start..]
+            .find(|c: char| c == '&' || c.is_whitespace())
+            .map_or(out.len(), |e| start + e);
+        out.replace_range(start..end, "***");
+        from = start + 3;
     }
+    out
 }
 
 /// The channel a transaction that made a run runnable notifies (on commit).
@@ -498,6 +522,24 @@ mod tests {
             "postgres://u:***@h:5/db"
         );
         assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+        // A password as a parameter, or with a `/` or `@` in it, is hidden too.
+        assert_eq!(
+            redact("postgres://u@h/db?sslmode=disable&password=secret&x=1"),
+            "postgres://u@h/db?sslmode=disable&password=***&x=1"
+        );
+        assert_eq!(
+            redact("postgres://u:se@c/ret@h/db?application_name=a@b"),
+            "postgres://u:***@h/db?application_name=a@b"
+        );
+        assert_eq!(
+            redact("host=h user=u PASSWORD=secret dbname=d"),
+            "host=h user=u PASSWORD=*** dbname=d"
+        );
+        let e = PgConn::connect("postgres://u@127.0.0.1:1/db?password=secret&bogus=1")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!e.contains("secret") && e.contains("password=***"), "{e}");
         let e = PgConn::connect("postgres://u:secret@127.0.0.1:1/db?bogus=1")
             .err()
             .unwrap()

@@ -284,3 +284,48 @@ fn a_worker_stopped_past_its_lease_commits_nothing_when_it_wakes_and_kills_its_c
         let _ = w.wait();
     }
 }
+
+#[test]
+fn a_store_given_wrong_is_refused_without_printing_its_password() {
+    let dir = scratch();
+    for (args, env) in [
+        (
+            vec!["worker", "--store", "postgress://u:s3cr3t-pw@h/db"],
+            None,
+        ),
+        (
+            vec!["runs", "--store", "postgresql+psycopg://u:s3cr3t-pw@h/db"],
+            None,
+        ),
+        (vec!["worker"], Some("host=h user=u password=s3cr3t-pw")),
+        (
+            vec![
+                "worker",
+                "--store",
+                "postgres://u@127.0.0.1:1/db?password=s3cr3t-pw&bogus=1",
+            ],
+            None,
+        ),
+    ] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loopbox"));
+        cmd.current_dir(dir.path())
+            .args(&args)
+            .env_remove("LOOPBOX_STORE");
+        if args[0] == "worker" {
+            cmd.arg("--data").arg(dir.path().join("data"));
+        }
+        if let Some(v) = env {
+            cmd.env("LOOPBOX_STORE", v);
+        }
+        let out = cmd.output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{args:?}: {stdout}{stderr}");
+        assert!(
+            !stdout.contains("s3cr3t") && !stderr.contains("s3cr3t") && stderr.contains("***"),
+            "{args:?} printed the store's password: {stdout}{stderr}"
+        );
+    }
+}
