@@ -214,11 +214,19 @@ impl RunContext {
     }
 
     /// Raise the stop request when `loopbox runs cancel` (another process) leaves one
-    /// in the store. Never resolves.
+    /// in the store. Never resolves. The store is read on a blocking thread: a
+    /// read that hangs (a PostgreSQL cut off by the network) must not hold up
+    /// the `select!` it runs in, which is what stops the work when asked.
     async fn poll_cancel(&self) {
         loop {
             tokio::time::sleep(CANCEL_POLL).await;
-            if self.db.cancel_requested(&self.id).unwrap_or(false) {
+            let (db, id) = (self.db.clone(), self.id.clone());
+            let asked = tokio::task::spawn_blocking(move || db.cancel_requested(&id))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(false);
+            if asked {
                 self.stop.request(StopReason::Cancelled);
             }
         }

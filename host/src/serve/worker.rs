@@ -11,10 +11,17 @@
 //! run's guest and kills its commands, and the fence refuses whatever the run
 //! still tries to write. SIGTERM drains: no more claims, the held runs stop
 //! where they stand, and each is handed back (queued) for another worker.
+//!
+//! A worker cut off from the store (a network partition, a PostgreSQL that
+//! stopped answering) cannot learn that its lease was taken over, and its
+//! renewal may hang rather than fail. So a watchdog thread of its own stops
+//! each held run whose lease was last renewed a TTL ago, when another worker
+//! may claim it, whatever the renewal is doing: the run's commands are killed
+//! instead of writing into the workspace beside its new holder's.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
@@ -75,7 +82,9 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let db = server.data.open_db()?;
     // As a standalone run's lease reads (`host pid start-time`), so listings show who holds a run.
     let id = crate::db::lease::Owner::me().to_string();
-    let held: Arc<Mutex<BTreeMap<String, Arc<Stop>>>> = Arc::default();
+    let held: Arc<Mutex<BTreeMap<String, Held>>> = Arc::default();
+    let ttl = Duration::from_millis(w.ttl_ms as u64);
+    watch_leases(Arc::downgrade(&held), ttl);
     let filter = ClaimFilter { tenants, limit: 0 };
     let renew_every = Duration::from_millis((w.ttl_ms / 3).max(1) as u64);
     // Woken at once when a run becomes runnable; the poll below is the fallback.
@@ -91,11 +100,19 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
                 limit: free,
                 ..filter.clone()
             };
+            let claimed_at = Instant::now();
             let claims = tokio::task::block_in_place(|| db.claim(&id, w.ttl_ms, &filter))
                 .context("failed to claim runs")?;
             for c in claims {
                 let stop = Arc::new(Stop::new());
-                lock(&held).insert(c.run.clone(), stop.clone());
+                lock(&held).insert(
+                    c.run.clone(),
+                    Held {
+                        stop: stop.clone(),
+                        // The claim is a renewal: taken before the claim was written.
+                        renewed: claimed_at,
+                    },
+                );
                 let (server, db, held) = (server.clone(), db.clone(), held.clone());
                 tokio::spawn(async move {
                     drive_claimed(&server, &db, &c.run, stop).await;
@@ -118,8 +135,8 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     // Drain: stop the held runs where they stand; each is handed back as it ends.
     let n = {
         let held = lock(&held);
-        for stop in held.values() {
-            stop.request(StopReason::Interrupted);
+        for h in held.values() {
+            h.stop.request(StopReason::Interrupted);
         }
         held.len()
     };
@@ -141,17 +158,58 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A run this worker drives: how to stop it, and when its lease was last
+/// renewed (the time before the renewal was sent, so never later than the
+/// expiry the store holds).
+struct Held {
+    stop: Arc<Stop>,
+    renewed: Instant,
+}
+
+/// Stop every held run whose lease was last renewed `ttl` ago or more: from
+/// then on another worker may hold it. A thread of its own, so a renewal
+/// that hangs on a dead connection (a partition drops packets; TCP may wait
+/// minutes to say so) cannot keep this one from acting. Ends with the worker.
+fn watch_leases(held: std::sync::Weak<Mutex<BTreeMap<String, Held>>>, ttl: Duration) {
+    let every = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(200));
+    let spawned = std::thread::Builder::new()
+        .name("loopbox-lease-watch".into())
+        .spawn(move || {
+            while let Some(held) = held.upgrade() {
+                for (run, h) in lock(&held).iter() {
+                    if h.renewed.elapsed() >= ttl && h.stop.requested().is_none() {
+                        crate::errln!(
+                            "loopbox worker: run {run}: its lease could not be renewed for {} ms (the store is out of reach) and may be another worker's now; stopping it and killing its commands",
+                            ttl.as_millis()
+                        );
+                        h.stop.request(StopReason::Interrupted);
+                    }
+                }
+                drop(held);
+                std::thread::sleep(every);
+            }
+        });
+    if let Err(e) = spawned {
+        crate::errln!("loopbox worker: failed to start the lease watchdog: {e}");
+    }
+}
+
 /// Renew every held run's lease; stop each one whose lease was taken over.
 /// Report the worker with what it holds.
-fn renew(db: &Db, id: &str, held: &Mutex<BTreeMap<String, Arc<Stop>>>, slots: u32, ttl_ms: i64) {
+fn renew(db: &Db, id: &str, held: &Mutex<BTreeMap<String, Held>>, slots: u32, ttl_ms: i64) {
     let runs: Vec<(String, Arc<Stop>)> = lock(held)
         .iter()
-        .map(|(r, s)| (r.clone(), s.clone()))
+        .map(|(r, h)| (r.clone(), h.stop.clone()))
         .collect();
     tokio::task::block_in_place(|| {
         for (run, stop) in &runs {
+            let sent = Instant::now();
             match db.heartbeat(run, ttl_ms) {
-                Ok(true) => {}
+                Ok(true) => {
+                    if let Some(h) = lock(held).get_mut(run) {
+                        h.renewed = sent;
+                    }
+                }
                 Ok(false) => {
                     crate::errln!(
                         "loopbox worker: run {run}: its lease was taken over; stopping it (nothing more of it is recorded here)"

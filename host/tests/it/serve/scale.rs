@@ -329,3 +329,121 @@ fn a_store_given_wrong_is_refused_without_printing_its_password() {
         );
     }
 }
+
+/// A TCP relay to PostgreSQL that can be cut: from then on it forwards
+/// nothing either way but keeps every connection open, as a partition that
+/// drops packets looks to the worker (its requests wait for answers that
+/// never come). Returns the relay's port and its switch.
+fn relay(to: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cut = std::sync::Arc::new(AtomicBool::new(false));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let pipe = |mut from: TcpStream, mut to: TcpStream, cut: std::sync::Arc<AtomicBool>| {
+        std::thread::spawn(move || {
+            from.set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
+            let mut buf = [0u8; 16384];
+            loop {
+                if cut.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                match from.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    };
+    let switch = cut.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            pipe(
+                client.try_clone().unwrap(),
+                server.try_clone().unwrap(),
+                switch.clone(),
+            );
+            pipe(server, client, switch.clone());
+        }
+    });
+    (port, cut)
+}
+
+#[test]
+fn a_worker_cut_off_from_the_store_kills_its_command_once_its_lease_may_be_taken() {
+    let dir = scratch();
+    let srv = server(dir.path());
+    let store = srv.store.clone().unwrap();
+    let pg_port: u16 = store
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (port, cut) = relay(pg_port);
+    let relayed = store.replace(
+        &format!("127.0.0.1:{pg_port}/"),
+        &format!("127.0.0.1:{port}/"),
+    );
+    let lease = TTL_MS.to_string();
+    let mut first = srv.spawn_worker(&["--lease-ms", &lease, "--slots", "4", "--store", &relayed]);
+    let run = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "9.373"]}));
+    let started = Instant::now();
+    while processes(&["sleep", "9.373"]) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    let cut_at = Instant::now();
+    let mut second = worker(&srv, None);
+    // Another worker may take the run over one TTL after the last renewal: by
+    // then the cut-off worker's command must be gone, though that worker cannot
+    // reach the store to learn it lost the run.
+    while processes(&["sleep", "9.373"]) > 0 {
+        assert!(
+            cut_at.elapsed() < Duration::from_millis(3 * TTL_MS),
+            "the cut-off worker's command still runs {:?} after the cut, beside the run's new holder",
+            cut_at.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed = cut_at.elapsed();
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the cut-off worker is still running (only its run stopped)"
+    );
+    let v = srv.wait_final("solo", &run);
+    assert_eq!(
+        v["outcome"]["data"]["err"]["kind"], "outcome-unknown",
+        "{v:#}"
+    );
+    eprintln!(
+        "cut off: its command was killed {killed:?} after the cut (TTL {TTL_MS} ms); the run ended {:?} after it",
+        cut_at.elapsed()
+    );
+    for w in [&mut first, &mut second] {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+}
