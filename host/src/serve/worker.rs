@@ -148,9 +148,9 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
             renew(&db, &id, &held, w.slots, w.ttl_ms);
         }
     }
-    tokio::task::block_in_place(|| {
-        db.report_worker(&id, &crate::db::lease::Owner::me().host, 0, &[])
-    })?;
+    // Stopped, holding nothing: gone from the workers' listing (a worker
+    // killed instead is forgotten an hour after its last report).
+    tokio::task::block_in_place(|| db.forget_worker(&id))?;
     Ok(())
 }
 
