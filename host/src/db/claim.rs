@@ -291,6 +291,7 @@ mod tests {
         workers_claiming_at_once_take_each_run_once,
         a_worker_sees_its_tenants_runs_behind_any_number_of_others,
         workers_gone_for_an_hour_or_stopped_leave_the_workers_table,
+        a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run,
     );
 
     fn queue(db: &Db, id: &str, tenant: &str) {
@@ -476,5 +477,32 @@ mod tests {
         db.forget_worker("h 9001 1").unwrap();
         let ids: Vec<String> = db.workers().unwrap().into_iter().map(|w| w.id).collect();
         assert_eq!(ids, ["h 9000 1"]);
+    }
+
+    fn a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run(db: Db) {
+        let a = db;
+        let b = a.reopen().unwrap();
+        queue(&a, "r1", "t");
+        let all = ClaimFilter {
+            limit: 1,
+            ..Default::default()
+        };
+        assert_eq!(a.claim("a", 100, &all).unwrap().len(), 1);
+        a.save_conversation(Some("r1"), "oa-1", "[1]").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(b.claim("b", 60_000, &all).unwrap()[0].epoch, 2);
+        // The old holder's agent turn ends late: what it says is not kept.
+        let e = a
+            .save_conversation(Some("r1"), "oa-1", "[1, \"stale turn\"]")
+            .unwrap_err();
+        assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
+        let e = a
+            .save_conversation(Some("r1"), "oa-2", "[\"stale\"]")
+            .unwrap_err();
+        assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
+        assert_eq!(b.conversation("oa-1").unwrap().as_deref(), Some("[1]"));
+        assert_eq!(b.conversation("oa-2").unwrap(), None);
+        b.save_conversation(Some("r1"), "oa-1", "[1, 2]").unwrap();
+        assert_eq!(b.conversation("oa-1").unwrap().as_deref(), Some("[1, 2]"));
     }
 }

@@ -157,6 +157,7 @@ impl RunContext {
         // Placeholders a loopbox killed with SIGKILL left (a hook's workspace comes from its event).
         crate::exec::sandbox::placeholder::clean_stale(&root);
         let facts = RunFacts {
+            run: &id,
             root: &root,
             own_files: &access.protected,
             support: access.support.clone(),
