@@ -485,11 +485,15 @@ impl Store {
             .optional()?)
     }
 
-    /// Drop `run`'s inbox (delivered, or stale).
-    pub fn clear_inbox(&self, run: &str) -> Result<()> {
+    /// Drop `run`'s inbox (delivered, or stale) if it is still the one read,
+    /// accepted after event `after_seq`. A newer one (the run asked again, and
+    /// was answered) is kept: the driver that read the old one may be a worker
+    /// that lost the run meanwhile, finishing late, and must not throw away an
+    /// answer meant for the run's new holder.
+    pub fn clear_inbox(&self, run: &str, after_seq: i64) -> Result<()> {
         let c = self.conn();
-        c.prepare_cached("DELETE FROM serve_inbox WHERE run_id = ?1")?
-            .execute([run])?;
+        c.prepare_cached("DELETE FROM serve_inbox WHERE run_id = ?1 AND after_seq = ?2")?
+            .execute(params![run, after_seq])?;
         Ok(())
     }
 
@@ -728,7 +732,43 @@ impl Store {
 mod tests {
     use super::*;
 
-    crate::db::on_both_engines!(a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all,);
+    crate::db::on_both_engines!(
+        a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all,
+        a_late_driver_clears_the_answer_it_read_never_a_newer_one,
+    );
+
+    fn a_late_driver_clears_the_answer_it_read_never_a_newer_one(db: Db) {
+        let store = Store::with(db).unwrap();
+        store
+            .db()
+            .create_queued_run(
+                crate::db::NewRun {
+                    id: "r1",
+                    policy: "p",
+                    digest: "d",
+                    input: "{}",
+                    options: &Default::default(),
+                    place: &Default::default(),
+                    status: RunStatus::Queued,
+                },
+                &Default::default(),
+            )
+            .unwrap();
+        // A driver read the answer given after event 3, and delivered it; the run
+        // went on elsewhere, asked again after event 5, and was answered.
+        put_inbox(&store.conn(), "r1", 3, InboxKind::Answer, "\"yes\"").unwrap();
+        let read = store.inbox("r1").unwrap().unwrap();
+        put_inbox(&store.conn(), "r1", 5, InboxKind::Answer, "\"no\"").unwrap();
+        // The first driver, finishing late, clears what it read: the new answer stays.
+        store.clear_inbox("r1", read.after_seq).unwrap();
+        let kept = store
+            .inbox("r1")
+            .unwrap()
+            .expect("the newer answer was deleted");
+        assert_eq!((kept.after_seq, kept.payload.as_str()), (5, "\"no\""));
+        store.clear_inbox("r1", 5).unwrap();
+        assert!(store.inbox("r1").unwrap().is_none());
+    }
 
     fn a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all(db: Db) {
         let store = Store::with(db).unwrap();
