@@ -59,6 +59,9 @@ pub struct ClaimFilter {
     pub tenants: Vec<String>,
     /// At most this many.
     pub limit: usize,
+    /// Each tenant's `max_running`: no more of its runs are claimed while
+    /// that many hold a live lease, whichever workers hold them.
+    pub max_running: HashMap<String, u32>,
 }
 
 impl Db {
@@ -71,33 +74,65 @@ impl Db {
             Engine::Postgres => " FOR UPDATE SKIP LOCKED",
             Engine::Sqlite => "",
         };
-        // The tenants are part of the query, never filtered after it: a LIMIT
-        // taken first would let other tenants' older runs fill every candidate
-        // (a worker serving only `alpha` would never see alpha's run behind
-        // four of beta's), and would lock their rows from the workers that do
-        // serve them. Only placeholders are written into the SQL, never names.
-        let tenant_in = if filter.tenants.is_empty() {
-            String::new()
-        } else {
-            let marks: Vec<String> = (0..filter.tenants.len())
-                .map(|i| format!("?{}", i + 3))
-                .collect();
-            format!(" AND tenant IN ({})", marks.join(", "))
-        };
-        let sql = format!(
-            "SELECT id, lease_epoch, status FROM runs
-             WHERE (status = 'queued' OR (status = 'running' AND lease_expires IS NOT NULL AND lease_expires < ?1)){tenant_in}
-             ORDER BY updated_at, id LIMIT ?2{skip_locked}"
-        );
         let limit = filter.limit.max(1) as i64;
         let claims = self.write("claim runs", |tx| {
             let now = now_ms();
+            // Each tenant's room under its `max_running`, counted over every
+            // worker's live leases (the write lock keeps the count true until
+            // the commit): workers on several machines keep a tenant's limit
+            // as one server does, so one tenant cannot take every slot.
+            let mut room: HashMap<&str, i64> = HashMap::new();
+            if !filter.max_running.is_empty() {
+                let running: HashMap<String, i64> = tx
+                    .query(
+                        "SELECT tenant, COUNT(*) FROM runs WHERE status = 'running' AND lease_expires IS NOT NULL AND lease_expires >= ?1 AND tenant IS NOT NULL GROUP BY tenant",
+                        [now],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )?
+                    .into_iter()
+                    .collect();
+                for (t, max) in &filter.max_running {
+                    room.insert(t, *max as i64 - running.get(t).copied().unwrap_or(0));
+                }
+            }
+            let open: Vec<&String> = filter
+                .tenants
+                .iter()
+                .filter(|t| room.get(t.as_str()).is_none_or(|r| *r > 0))
+                .collect();
+            if !filter.tenants.is_empty() && open.is_empty() {
+                return Ok(Vec::new());
+            }
+            // The tenants are part of the query, never filtered after it: a LIMIT
+            // taken first would let other tenants' older runs (or those of a tenant
+            // at its limit) fill every candidate, so a worker serving `alpha` would
+            // never see alpha's run behind four of beta's, and would lock their
+            // rows from the workers that serve them. Only placeholders are written
+            // into the SQL, never names.
+            let tenant_in = if open.is_empty() {
+                String::new()
+            } else {
+                let marks: Vec<String> = (0..open.len()).map(|i| format!("?{}", i + 3)).collect();
+                format!(" AND tenant IN ({})", marks.join(", "))
+            };
+            let sql = format!(
+                "SELECT id, lease_epoch, status, tenant FROM runs
+                 WHERE (status = 'queued' OR (status = 'running' AND lease_expires IS NOT NULL AND lease_expires < ?1)){tenant_in}
+                 ORDER BY updated_at, id LIMIT ?2{skip_locked}"
+            );
             let mut values = vec![Value::Int(now), Value::Int(limit)];
-            values.extend(filter.tenants.iter().map(|t| Value::Text(t.clone())));
-            let candidates: Vec<(String, i64, String)> =
-                tx.query(&sql, values, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            values.extend(open.iter().map(|t| Value::Text(t.to_string())));
+            let candidates: Vec<(String, i64, String, Option<String>)> =
+                tx.query(&sql, values, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
             let mut claims = Vec::new();
-            for (id, epoch, status) in candidates {
+            for (id, epoch, status, tenant) in candidates {
+                if let Some(left) = tenant.as_deref().and_then(|t| room.get_mut(t)) {
+                    // Full now: the rest of its runs wait for one of its runs to end.
+                    if *left <= 0 {
+                        continue;
+                    }
+                    *left -= 1;
+                }
                 let epoch = epoch + 1;
                 tx.exec(
                     "UPDATE runs SET status = ?2, lease = ?3, lease_epoch = ?4, lease_expires = ?5, updated_at = ?6 WHERE id = ?1",
@@ -292,6 +327,7 @@ mod tests {
         a_worker_sees_its_tenants_runs_behind_any_number_of_others,
         workers_gone_for_an_hour_or_stopped_leave_the_workers_table,
         a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run,
+        a_tenant_at_its_max_running_takes_no_more_slots_from_any_worker,
     );
 
     fn queue(db: &Db, id: &str, tenant: &str) {
@@ -329,6 +365,7 @@ mod tests {
         let only_t = ClaimFilter {
             tenants: vec!["t".into()],
             limit: 10,
+            ..Default::default()
         };
         let claimed = a.claim("a", 200, &only_t).unwrap();
         assert_eq!(
@@ -434,6 +471,7 @@ mod tests {
         let only_t = ClaimFilter {
             tenants: vec!["t".into(), "v".into()],
             limit: 1,
+            ..Default::default()
         };
         let got = db.claim("w", 60_000, &only_t).unwrap();
         assert_eq!(
@@ -450,6 +488,7 @@ mod tests {
                 &ClaimFilter {
                     tenants: vec!["u".into()],
                     limit: 20,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -504,5 +543,57 @@ mod tests {
         assert_eq!(b.conversation("oa-2").unwrap(), None);
         b.save_conversation(Some("r1"), "oa-1", "[1, 2]").unwrap();
         assert_eq!(b.conversation("oa-1").unwrap().as_deref(), Some("[1, 2]"));
+    }
+
+    fn a_tenant_at_its_max_running_takes_no_more_slots_from_any_worker(db: Db) {
+        // Tenant a (max_running 2) queued first and a lot; b (max_running 5) once.
+        for i in 0..10 {
+            queue(&db, &format!("a{i}"), "a");
+        }
+        queue(&db, "b1", "b");
+        let filter = ClaimFilter {
+            tenants: vec!["a".into(), "b".into()],
+            limit: 1,
+            max_running: [("a".to_string(), 2), ("b".to_string(), 5)].into(),
+        };
+        // Four workers with a free slot each.
+        let workers: Vec<Db> = (0..4).map(|_| db.reopen().unwrap()).collect();
+        let mut got: Vec<String> = Vec::new();
+        for (i, w) in workers.iter().enumerate() {
+            got.extend(
+                w.claim(&format!("w{i}"), 60_000, &filter)
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| c.run),
+            );
+        }
+        got.sort();
+        assert_eq!(
+            got,
+            ["a0", "a1", "b1"],
+            "a tenant's max_running holds across workers"
+        );
+        // One claim with room for many takes no more than the tenant's room either.
+        let more = workers[3]
+            .claim(
+                "w3",
+                60_000,
+                &ClaimFilter {
+                    limit: 8,
+                    ..filter.clone()
+                },
+            )
+            .unwrap();
+        assert!(more.is_empty(), "{more:?}");
+        // One of a's runs ends: one more of a's may start.
+        workers[0].hand_back("a0", 1).unwrap();
+        db.set_status("a0", RunStatus::Done, None).unwrap();
+        let next = workers[1]
+            .claim("w1", 60_000, &ClaimFilter { limit: 8, ..filter })
+            .unwrap();
+        assert_eq!(
+            next.iter().map(|c| c.run.as_str()).collect::<Vec<_>>(),
+            ["a2"]
+        );
     }
 }

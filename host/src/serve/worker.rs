@@ -85,7 +85,17 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let held: Arc<Mutex<BTreeMap<String, Held>>> = Arc::default();
     let ttl = Duration::from_millis(w.ttl_ms as u64);
     watch_leases(Arc::downgrade(&held), ttl);
-    let filter = ClaimFilter { tenants, limit: 0 };
+    // Each tenant's max_running holds across every worker (the claim counts
+    // the store's live leases), as it does on one server.
+    let max_running: std::collections::HashMap<String, u32> = tenants
+        .iter()
+        .filter_map(|t| Some((t.clone(), server.tenants.get(t)?.max_running)))
+        .collect();
+    let filter = ClaimFilter {
+        tenants,
+        limit: 0,
+        max_running,
+    };
     let renew_every = Duration::from_millis((w.ttl_ms / 3).max(1) as u64);
     // Woken at once when a run becomes runnable; the poll below is the fallback.
     let runnable = db

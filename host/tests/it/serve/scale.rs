@@ -19,12 +19,20 @@ const TTL_MS: u64 = 1000;
 /// A server on a fresh PostgreSQL store with tenant `solo`, whose `probe` may
 /// append to `out.txt` and sleep; no worker yet.
 fn server(dir: &std::path::Path) -> Srv {
+    server_with(dir, 64)
+}
+
+/// [`server`], tenant `solo` limited to `max_running` runs at once.
+fn server_with(dir: &std::path::Path, max_running: u32) -> Srv {
     let pg = PgServer::shared(false).unwrap();
     let store = pg.fresh_store().unwrap();
     let mut srv = Srv::prepare_on(
         dir,
         "max_running = 64\n",
-        &[("solo", "max_running = 64\nmax_queued = 1000\n")],
+        &[(
+            "solo",
+            &format!("max_running = {max_running}\nmax_queued = 1000\n"),
+        )],
         Some(&store),
     );
     let probe = crate::common::probe().display().to_string();
@@ -446,4 +454,39 @@ fn a_worker_cut_off_from_the_store_kills_its_command_once_its_lease_may_be_taken
         let _ = w.kill();
         let _ = w.wait();
     }
+}
+
+#[test]
+fn workers_keep_a_tenants_max_running() {
+    let dir = scratch();
+    let srv = server_with(dir.path(), 1);
+    let mut w = worker(&srv, None);
+    let first = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "2.417"]}));
+    let started = Instant::now();
+    while processes(&["sleep", "2.417"]) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "0.1"]}));
+    // The worker has 3 free slots and polls every TTL/3: the second run stays
+    // queued while the first runs, as tenants.solo.max_running = 1 says.
+    std::thread::sleep(Duration::from_millis(TTL_MS));
+    let v = srv
+        .get(
+            &format!("/api/v1/runs/{second}"),
+            srv.token("solo", "viewer"),
+        )
+        .json();
+    assert_eq!(
+        v["status"], "queued",
+        "a second run of a tenant with max_running = 1 started beside the first: {v:#}"
+    );
+    for r in [&first, &second] {
+        assert_eq!(srv.wait_final("solo", r)["status"], "done");
+    }
+    let _ = w.kill();
+    let _ = w.wait();
 }
