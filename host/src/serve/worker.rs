@@ -61,7 +61,7 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let setup = Setup::open(opts)?;
     if !setup.data.is_shared() {
         bail!(
-            "loopbox worker drives the runs of a shared store: give --store postgres://USER:PASSWORD@HOST:PORT/DB (or set LOOPBOX_STORE)"
+            "loopbox worker drives the runs of a shared store: set LOOPBOX_STORE=postgres://USER:PASSWORD@HOST:PORT/DB (or give --store postgres://USER@HOST:PORT/DB, with no password)"
         );
     }
     let mut tenants = w.tenants.clone();

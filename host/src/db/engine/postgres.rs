@@ -51,6 +51,16 @@ pub fn is_url(store: &str) -> bool {
     store.starts_with("postgres://") || store.starts_with("postgresql://")
 }
 
+/// Whether `store` carries a password (in its user information, or as a
+/// `password=` parameter), as far as it can be read at all.
+pub fn has_password(store: &str) -> bool {
+    match store.parse::<Config>() {
+        Ok(c) => c.get_password().is_some(),
+        // Not a URL tokio-postgres reads: whatever looks like a password counts.
+        Err(_) => redact(store) != store,
+    }
+}
+
 /// `url` without its password, to show in messages.
 pub fn label(config: &Config) -> String {
     let host = config

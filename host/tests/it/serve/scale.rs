@@ -490,3 +490,68 @@ fn workers_keep_a_tenants_max_running() {
     let _ = w.kill();
     let _ = w.wait();
 }
+
+#[test]
+fn a_store_password_is_refused_on_the_command_line_and_no_tenant_command_reads_it() {
+    let dir = scratch();
+    // On the command line it is anyone's: refused, without being printed.
+    for sub in ["worker", "serve", "runs"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_loopbox"))
+            .current_dir(dir.path())
+            .args([
+                sub,
+                "--store",
+                "postgres://loopbox:pw-on-argv@127.0.0.1:1/db",
+            ])
+            .args(if sub == "runs" {
+                vec![]
+            } else {
+                vec!["--data", "data"]
+            })
+            .env_remove("LOOPBOX_STORE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sub}: {stderr}");
+        assert!(
+            stderr.contains("password on the command line")
+                && stderr.contains("LOOPBOX_STORE=")
+                && !stderr.contains("pw-on-argv"),
+            "{sub}: {stderr}"
+        );
+    }
+    // Given in the environment (the way left), a tenant's command sees it
+    // nowhere, though under Landlock it reads every process's arguments.
+    let mut srv = server(dir.path());
+    let probe = crate::common::probe().display().to_string();
+    let script = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; tr '\\0' '\\n' < $p/environ 2>/dev/null; done";
+    let rule = serde_json::to_string(&["sh", "-c", script]).unwrap();
+    srv.set_config(
+        "solo",
+        &format!(
+            "[shell]\nsandbox = \"landlock\"\nallow = [{rule}]\n\n\
+             [policies.probe]\nsource = {probe:?}\nunsigned = true\n\n\
+             [policies.probe.shell]\nsandbox = \"landlock\"\nallow = [{rule}]\n"
+        ),
+    );
+    // A mark in the URL stands for its password (the test server has none).
+    let marked = format!("{}&application_name=s3cr3tpw", srv.store.clone().unwrap());
+    srv.store = Some(marked);
+    let mut w = srv.spawn_worker(&["--lease-ms", "1000"]);
+    let run = srv.start_probe("solo", json!({"op": "exec", "argv": ["sh", "-c", script]}));
+    let v = srv.wait_final("solo", &run);
+    let stdout = v["outcome"]["data"]["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        stdout.contains("loopbox worker --config"),
+        "the command should see the machine's processes under Landlock (else this proves nothing): {v:#}"
+    );
+    let seen: Vec<&str> = stdout.lines().filter(|l| l.contains("s3cr3tpw")).collect();
+    assert!(
+        seen.is_empty(),
+        "a tenant's command read the store URL: {seen:?}"
+    );
+    let _ = w.kill();
+    let _ = w.wait();
+}
