@@ -462,27 +462,33 @@ fn workers_keep_a_tenants_max_running() {
     let srv = server_with(dir.path(), 1);
     let mut w = worker(&srv, None);
     let first = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "2.417"]}));
-    let started = Instant::now();
-    while processes(&["sleep", "2.417"]) == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the command never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Running, its command started (the action is journaled).
+    srv.wait_run("solo", &first, |v| {
+        v["journal"].as_array().is_some_and(|j| !j.is_empty())
+    });
     let second = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "0.1"]}));
-    // The worker has 3 free slots and polls every TTL/3: the second run stays
-    // queued while the first runs, as tenants.solo.max_running = 1 says.
-    std::thread::sleep(Duration::from_millis(TTL_MS));
-    let v = srv
-        .get(
-            &format!("/api/v1/runs/{second}"),
-            srv.token("solo", "viewer"),
-        )
-        .json();
-    assert_eq!(
-        v["status"], "queued",
-        "a second run of a tenant with max_running = 1 started beside the first: {v:#}"
+    // The worker has 3 free slots and looks every TTL/3, but tenants.solo.max_running
+    // = 1: the second run waits, queued, until the first ends.
+    let get = |r: &str| {
+        srv.get(&format!("/api/v1/runs/{r}"), srv.token("solo", "viewer"))
+            .json()
+    };
+    let mut polls = 0;
+    loop {
+        let (a, b) = (get(&first), get(&second));
+        if a["status"] != "running" {
+            break;
+        }
+        assert_ne!(
+            b["status"], "running",
+            "a second run of a tenant with max_running = 1 started beside the first: {b:#}"
+        );
+        polls += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        polls > 5,
+        "the first run ended before the second was looked at"
     );
     for r in [&first, &second] {
         assert_eq!(srv.wait_final("solo", r)["status"], "done");
