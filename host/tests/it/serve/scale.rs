@@ -474,11 +474,16 @@ fn workers_keep_a_tenants_max_running() {
             .json()
     };
     let mut polls = 0;
+    let watching = Instant::now();
     loop {
         let (a, b) = (get(&first), get(&second));
         if a["status"] != "running" {
             break;
         }
+        assert!(
+            watching.elapsed() < Duration::from_secs(60),
+            "the first run never ended: {a:#}"
+        );
         assert_ne!(
             b["status"], "running",
             "a second run of a tenant with max_running = 1 started beside the first: {b:#}"
