@@ -236,6 +236,7 @@ impl ActionGrants {
                 Some(sandbox),
             )
             .with_prices(prices.clone())
+            .for_run(facts.run)
         };
         let agent = agent.cloned().map(runner);
         let profiles = profiles

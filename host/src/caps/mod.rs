@@ -36,6 +36,8 @@ use crate::limits::quota::Quota;
 /// What a capability's per-run state is built from besides its own section:
 /// the run's facts, the same for every capability.
 pub struct RunFacts<'a> {
+    /// The run's id.
+    pub run: &'a str,
     /// The workspace, canonical.
     pub root: &'a Path,
     /// Files of loopbox's own the sandbox keeps read-only besides the protected

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
-use super::engine::{Engine, Scope, params};
+use super::engine::{Engine, Scope, Value, params};
 use super::{Db, RunStatus, now_ms};
 
 /// The default lease: taken over by another worker once this long passes
@@ -48,6 +48,10 @@ pub struct LeaseLost {
     pub epoch: i64,
 }
 
+/// A worker whose last report is this old (an hour) is dropped from the
+/// `workers` table: it is gone, and its runs were taken over long ago.
+pub const FORGET_WORKER_MS: i64 = 3_600_000;
+
 /// Which runs [`Db::claim`] may take.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimFilter {
@@ -55,7 +59,14 @@ pub struct ClaimFilter {
     pub tenants: Vec<String>,
     /// At most this many.
     pub limit: usize,
+    /// Each tenant's `max_running`: no more of its runs are claimed while
+    /// that many hold a live lease, whichever workers hold them.
+    pub max_running: HashMap<String, u32>,
 }
+
+/// Held by a claim that counts tenants' running runs, until it commits
+/// (the key spells "claims").
+const CLAIMS_COUNT_LOCK: &str = "SELECT pg_advisory_xact_lock(109317141917043)";
 
 impl Db {
     /// Claim up to `filter.limit` runnable runs for `owner`, each with a lease
@@ -67,34 +78,72 @@ impl Db {
             Engine::Postgres => " FOR UPDATE SKIP LOCKED",
             Engine::Sqlite => "",
         };
-        let sql = format!(
-            "SELECT id, lease_epoch, status FROM runs
-             WHERE (status = 'queued' OR (status = 'running' AND lease_expires IS NOT NULL AND lease_expires < ?1))
-             ORDER BY updated_at, id LIMIT ?2{skip_locked}"
-        );
-        let tenants = &filter.tenants;
         let limit = filter.limit.max(1) as i64;
         // Every run this reads, it locks (or skips): claims go on in parallel
         // with one another and with the runs' own writers.
         let claims = self.write_in(Scope::Rows, "claim runs", |tx| {
             let now = now_ms();
-            // Tenants are filtered here rather than in SQL: the list is short, and one
-            // statement serves every filter. Reading a few more rows costs little.
-            let candidates: Vec<(String, i64, String)> =
-                tx.query(&sql, params![now, limit * 4], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })?;
-            let mut claims = Vec::new();
-            for (id, epoch, status) in candidates {
-                if claims.len() as i64 >= limit {
-                    break;
+            // Each tenant's room under its `max_running`, counted over every
+            // worker's live leases (the write lock keeps the count true until
+            // the commit): workers on several machines keep a tenant's limit
+            // as one server does, so one tenant cannot take every slot.
+            let mut room: HashMap<&str, i64> = HashMap::new();
+            if !filter.max_running.is_empty() {
+                // Claims run in parallel with the runs' writers, not with each
+                // other's counts: two claimers counting at once would each see
+                // the tenant's last slot free. SQLite's writers are one at a time.
+                if self.engine() == Engine::Postgres {
+                    tx.execute_batch(CLAIMS_COUNT_LOCK)?;
                 }
-                if !tenants.is_empty() {
-                    let tenant: Option<String> =
-                        tx.row("SELECT tenant FROM runs WHERE id = ?1", [&id], |r| r.get(0))?;
-                    if !tenant.is_some_and(|t| tenants.contains(&t)) {
+                let running: HashMap<String, i64> = tx
+                    .query(
+                        "SELECT tenant, COUNT(*) FROM runs WHERE status = 'running' AND lease_expires IS NOT NULL AND lease_expires >= ?1 AND tenant IS NOT NULL GROUP BY tenant",
+                        [now],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )?
+                    .into_iter()
+                    .collect();
+                for (t, max) in &filter.max_running {
+                    room.insert(t, *max as i64 - running.get(t).copied().unwrap_or(0));
+                }
+            }
+            let open: Vec<&String> = filter
+                .tenants
+                .iter()
+                .filter(|t| room.get(t.as_str()).is_none_or(|r| *r > 0))
+                .collect();
+            if !filter.tenants.is_empty() && open.is_empty() {
+                return Ok(Vec::new());
+            }
+            // The tenants are part of the query, never filtered after it: a LIMIT
+            // taken first would let other tenants' older runs (or those of a tenant
+            // at its limit) fill every candidate, so a worker serving `alpha` would
+            // never see alpha's run behind four of beta's, and would lock their
+            // rows from the workers that serve them. Only placeholders are written
+            // into the SQL, never names.
+            let tenant_in = if open.is_empty() {
+                String::new()
+            } else {
+                let marks: Vec<String> = (0..open.len()).map(|i| format!("?{}", i + 3)).collect();
+                format!(" AND tenant IN ({})", marks.join(", "))
+            };
+            let sql = format!(
+                "SELECT id, lease_epoch, status, tenant FROM runs
+                 WHERE (status = 'queued' OR (status = 'running' AND lease_expires IS NOT NULL AND lease_expires < ?1)){tenant_in}
+                 ORDER BY updated_at, id LIMIT ?2{skip_locked}"
+            );
+            let mut values = vec![Value::Int(now), Value::Int(limit)];
+            values.extend(open.iter().map(|t| Value::Text(t.to_string())));
+            let candidates: Vec<(String, i64, String, Option<String>)> =
+                tx.query(&sql, values, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            let mut claims = Vec::new();
+            for (id, epoch, status, tenant) in candidates {
+                if let Some(left) = tenant.as_deref().and_then(|t| room.get_mut(t)) {
+                    // Full now: the rest of its runs wait for one of its runs to end.
+                    if *left <= 0 {
                         continue;
                     }
+                    *left -= 1;
                 }
                 let epoch = epoch + 1;
                 tx.exec(
@@ -246,16 +295,32 @@ impl Db {
         })
     }
 
-    /// The worker `id`'s report: its slots, the runs it holds, and now as its heartbeat.
+    /// The worker `id`'s report: its slots, the runs it holds, and now as its
+    /// heartbeat. Workers silent for [`FORGET_WORKER_MS`] are forgotten here:
+    /// each worker process is a row of its own (`host pid start-time`), so
+    /// restarts, crash loops and machines that come and go would otherwise
+    /// grow the table, and every listing of it, forever.
     pub fn report_worker(&self, id: &str, host: &str, slots: u32, held: &[String]) -> Result<()> {
         let held = serde_json::to_string(held).context("failed to list the held runs")?;
         self.write("report the worker", |tx| {
             let now = now_ms();
             tx.exec(
+                "DELETE FROM workers WHERE heartbeat_at < ?1",
+                params![now - FORGET_WORKER_MS],
+            )?;
+            tx.exec(
                 "INSERT INTO workers (id, host, slots, held, started_at, heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
                  ON CONFLICT (id) DO UPDATE SET slots = excluded.slots, held = excluded.held, heartbeat_at = excluded.heartbeat_at",
                 params![id, host, slots, held, now],
             )?;
+            Ok(())
+        })
+    }
+
+    /// Forget the worker `id` (it stopped, holding nothing).
+    pub fn forget_worker(&self, id: &str) -> Result<()> {
+        self.write("forget the worker", |tx| {
+            tx.exec("DELETE FROM workers WHERE id = ?1", [id])?;
             Ok(())
         })
     }
@@ -317,6 +382,10 @@ mod tests {
         a_worker_that_lost_its_lease_commits_nothing_and_the_next_claim_has_a_higher_epoch,
         workers_claiming_at_once_take_each_run_once,
         writers_of_one_run_racing_number_its_events_and_log_lines_once,
+        a_worker_sees_its_tenants_runs_behind_any_number_of_others,
+        workers_gone_for_an_hour_or_stopped_leave_the_workers_table,
+        a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run,
+        a_tenant_at_its_max_running_takes_no_more_slots_from_any_worker,
     );
 
     fn queue(db: &Db, id: &str, tenant: &str) {
@@ -354,6 +423,7 @@ mod tests {
         let only_t = ClaimFilter {
             tenants: vec!["t".into()],
             limit: 10,
+            ..Default::default()
         };
         let claimed = a.claim("a", 200, &only_t).unwrap();
         assert_eq!(
@@ -546,5 +616,140 @@ mod tests {
         db.report_worker("w0", "h", 4, &claimed[0]).unwrap();
         let w = db.workers().unwrap();
         assert_eq!((w.len(), w[0].held.len()), (1, claimed[0].len()));
+    }
+
+    fn a_worker_sees_its_tenants_runs_behind_any_number_of_others(db: Db) {
+        // Tenant u floods the queue first (and no worker of u is running).
+        for i in 0..20 {
+            queue(&db, &format!("u{i:02}"), "u");
+        }
+        queue(&db, "t1", "t");
+        let only_t = ClaimFilter {
+            tenants: vec!["t".into(), "v".into()],
+            limit: 1,
+            ..Default::default()
+        };
+        let got = db.claim("w", 60_000, &only_t).unwrap();
+        assert_eq!(
+            got.iter().map(|c| c.run.as_str()).collect::<Vec<_>>(),
+            ["t1"],
+            "a worker of tenant t must claim t's run whatever u queued before it"
+        );
+        // u's runs were neither claimed nor held from u's workers.
+        let other = db.reopen().unwrap();
+        let u = other
+            .claim(
+                "wu",
+                60_000,
+                &ClaimFilter {
+                    tenants: vec!["u".into()],
+                    limit: 20,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(u.len(), 20);
+    }
+
+    fn workers_gone_for_an_hour_or_stopped_leave_the_workers_table(db: Db) {
+        // 500 worker processes that came and went (restarts, a crash loop).
+        for i in 0..500 {
+            db.report_worker(&format!("h {i} 1"), "h", 4, &[]).unwrap();
+        }
+        let old = now_ms() - FORGET_WORKER_MS - 1;
+        db.conn()
+            .exec("UPDATE workers SET heartbeat_at = ?1", [old])
+            .unwrap();
+        db.report_worker("h 9000 1", "h", 4, &["r".into()]).unwrap();
+        db.report_worker("h 9001 1", "h", 4, &[]).unwrap();
+        let ids: Vec<String> = db.workers().unwrap().into_iter().map(|w| w.id).collect();
+        assert_eq!(
+            ids.len(),
+            2,
+            "silent workers are forgotten: {} left",
+            ids.len()
+        );
+        db.forget_worker("h 9001 1").unwrap();
+        let ids: Vec<String> = db.workers().unwrap().into_iter().map(|w| w.id).collect();
+        assert_eq!(ids, ["h 9000 1"]);
+    }
+
+    fn a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run(db: Db) {
+        let a = db;
+        let b = a.reopen().unwrap();
+        queue(&a, "r1", "t");
+        let all = ClaimFilter {
+            limit: 1,
+            ..Default::default()
+        };
+        assert_eq!(a.claim("a", 100, &all).unwrap().len(), 1);
+        a.save_conversation(Some("r1"), "oa-1", "[1]").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(b.claim("b", 60_000, &all).unwrap()[0].epoch, 2);
+        // The old holder's agent turn ends late: what it says is not kept.
+        let e = a
+            .save_conversation(Some("r1"), "oa-1", "[1, \"stale turn\"]")
+            .unwrap_err();
+        assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
+        let e = a
+            .save_conversation(Some("r1"), "oa-2", "[\"stale\"]")
+            .unwrap_err();
+        assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
+        assert_eq!(b.conversation("oa-1").unwrap().as_deref(), Some("[1]"));
+        assert_eq!(b.conversation("oa-2").unwrap(), None);
+        b.save_conversation(Some("r1"), "oa-1", "[1, 2]").unwrap();
+        assert_eq!(b.conversation("oa-1").unwrap().as_deref(), Some("[1, 2]"));
+    }
+
+    fn a_tenant_at_its_max_running_takes_no_more_slots_from_any_worker(db: Db) {
+        // Tenant a (max_running 2) queued first and a lot; b (max_running 5) once.
+        for i in 0..10 {
+            queue(&db, &format!("a{i}"), "a");
+        }
+        queue(&db, "b1", "b");
+        let filter = ClaimFilter {
+            tenants: vec!["a".into(), "b".into()],
+            limit: 1,
+            max_running: [("a".to_string(), 2), ("b".to_string(), 5)].into(),
+        };
+        // Four workers with a free slot each.
+        let workers: Vec<Db> = (0..4).map(|_| db.reopen().unwrap()).collect();
+        let mut got: Vec<String> = Vec::new();
+        for (i, w) in workers.iter().enumerate() {
+            got.extend(
+                w.claim(&format!("w{i}"), 60_000, &filter)
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| c.run),
+            );
+        }
+        got.sort();
+        assert_eq!(
+            got,
+            ["a0", "a1", "b1"],
+            "a tenant's max_running holds across workers"
+        );
+        // One claim with room for many takes no more than the tenant's room either.
+        let more = workers[3]
+            .claim(
+                "w3",
+                60_000,
+                &ClaimFilter {
+                    limit: 8,
+                    ..filter.clone()
+                },
+            )
+            .unwrap();
+        assert!(more.is_empty(), "{more:?}");
+        // One of a's runs ends: one more of a's may start.
+        workers[0].hand_back("a0", 1).unwrap();
+        db.set_status("a0", RunStatus::Done, None).unwrap();
+        let next = workers[1]
+            .claim("w1", 60_000, &ClaimFilter { limit: 8, ..filter })
+            .unwrap();
+        assert_eq!(
+            next.iter().map(|c| c.run.as_str()).collect::<Vec<_>>(),
+            ["a2"]
+        );
     }
 }

@@ -620,14 +620,26 @@ impl Db {
             .optional()?)
     }
 
-    pub fn save_conversation(&self, session: &str, messages: &str) -> Result<()> {
-        self.write("save the agent conversation", |tx| {
+    /// Keep the conversation `session` as `messages`. Saved for `run` (the run
+    /// whose agent turn it was), the write is fenced as the run's others are:
+    /// a worker that lost the run's lease keeps nothing of a turn it finished late.
+    pub fn save_conversation(
+        &self,
+        run: Option<&str>,
+        session: &str,
+        messages: &str,
+    ) -> Result<()> {
+        let save = |tx: &super::Conn| {
             tx.exec(
                 "INSERT INTO agent_conversations (session, messages, updated_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session) DO UPDATE SET messages = excluded.messages, updated_at = excluded.updated_at",
                 params![session, messages, now_ms()],
             )?;
             Ok(())
-        })
+        };
+        match run {
+            Some(run) => self.write_run(run, "save the agent conversation", save),
+            None => self.write("save the agent conversation", save),
+        }
     }
 }

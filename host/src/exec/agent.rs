@@ -43,6 +43,8 @@ pub struct AgentRunner {
     program: Option<(std::path::PathBuf, String)>,
     /// `[prices]`, for replies that report tokens but no cost.
     prices: std::sync::Arc<Prices>,
+    /// The run whose agent this is: its conversations are saved as its writes (fenced).
+    run: Option<String>,
 }
 
 /// Where the agent CLI runs: the run's sandbox, with the agent's own confines.
@@ -159,7 +161,14 @@ impl AgentRunner {
             sandbox: sandbox.map(std::sync::Arc::new),
             program,
             prices: Default::default(),
+            run: None,
         }
+    }
+
+    /// The agent of run `id`: what it saves in the store is that run's write.
+    pub fn for_run(mut self, id: &str) -> AgentRunner {
+        self.run = Some(id.to_string());
+        self
     }
 
     /// Price replies that report tokens but no cost with `prices` (`[prices]`).
@@ -246,6 +255,7 @@ impl AgentRunner {
                     cfg: openai.clone(),
                     host: self.env.host().clone(),
                     db: self.db.clone(),
+                    run: self.run.clone(),
                     timeout: self.timeout(req.timeout),
                     cap: self.output_cap,
                 };
@@ -345,6 +355,7 @@ struct Chat {
     cfg: OpenAiConfig,
     host: crate::exec::child_env::HostEnv,
     db: Db,
+    run: Option<String>,
     timeout: Duration,
     cap: usize,
 }
@@ -361,6 +372,7 @@ fn chat(
         cfg,
         host,
         db,
+        run,
         timeout,
         cap,
     } = call;
@@ -440,8 +452,12 @@ fn chat(
         })?
         .to_string();
     messages.push(json!({"role": "assistant", "content": reply}));
-    db.save_conversation(&session, &Value::Array(messages).to_string())
-        .map_err(|e| AgentError::Http(format!("cannot save conversation `{session}`: {e:#}")))?;
+    db.save_conversation(
+        run.as_deref(),
+        &session,
+        &Value::Array(messages).to_string(),
+    )
+    .map_err(|e| AgentError::Http(format!("cannot save conversation `{session}`: {e:#}")))?;
 
     let truncated = reply.len() > cap;
     let mut text = reply;

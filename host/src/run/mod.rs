@@ -157,6 +157,7 @@ impl RunContext {
         // Placeholders a loopbox killed with SIGKILL left (a hook's workspace comes from its event).
         crate::exec::sandbox::placeholder::clean_stale(&root);
         let facts = RunFacts {
+            run: &id,
             root: &root,
             own_files: &access.protected,
             support: access.support.clone(),
@@ -214,11 +215,19 @@ impl RunContext {
     }
 
     /// Raise the stop request when `loopbox runs cancel` (another process) leaves one
-    /// in the store. Never resolves.
+    /// in the store. Never resolves. The store is read on a blocking thread: a
+    /// read that hangs (a PostgreSQL cut off by the network) must not hold up
+    /// the `select!` it runs in, which is what stops the work when asked.
     async fn poll_cancel(&self) {
         loop {
             tokio::time::sleep(CANCEL_POLL).await;
-            if self.db.cancel_requested(&self.id).unwrap_or(false) {
+            let (db, id) = (self.db.clone(), self.id.clone());
+            let asked = tokio::task::spawn_blocking(move || db.cancel_requested(&id))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(false);
+            if asked {
                 self.stop.request(StopReason::Cancelled);
             }
         }

@@ -70,7 +70,8 @@ pub struct Options {
 
 /// The PostgreSQL store `--store` names, else `LOOPBOX_STORE`; none for the
 /// data directory's SQLite file. Anything else given is refused, as it is not
-/// a store this server can share.
+/// a store this server can share, and so is a `--store` with a password in it:
+/// a process's arguments are public on its machine, its environment is not.
 pub fn store_option(given: Option<&str>) -> Result<Option<String>> {
     let store = match given {
         Some(s) => Some(s.to_string()),
@@ -78,10 +79,20 @@ pub fn store_option(given: Option<&str>) -> Result<Option<String>> {
             .ok()
             .filter(|s| !s.is_empty()),
     };
+    if let Some(s) = given
+        && crate::db::engine::postgres::has_password(s)
+    {
+        anyhow::bail!(
+            "the store `{}` has its password on the command line, where every process on this machine reads it (`ps`, /proc/PID/cmdline; a tenant's command in a Landlock sandbox too): \
+             give the URL in the environment instead, LOOPBOX_STORE=postgres://USER:PASSWORD@HOST:PORT/DATABASE (readable by this user only), and leave --store out",
+            crate::db::engine::postgres::redact(s)
+        );
+    }
     match store {
         // Never the password: it would land in a terminal's scrollback, or a CI log.
         Some(s) if !crate::db::engine::postgres::is_url(&s) => anyhow::bail!(
-            "the store `{}` is not a PostgreSQL URL: give --store postgres://USER:PASSWORD@HOST:PORT/DATABASE, or leave it out to keep the runs in the data directory",
+            "the store `{}` is not a PostgreSQL URL: set LOOPBOX_STORE=postgres://USER:PASSWORD@HOST:PORT/DATABASE, or leave it out to keep the runs in the data directory",
+            // A mistyped scheme still carries the password: never print it.
             crate::db::engine::postgres::redact(&s)
         ),
         s => Ok(s),

@@ -400,7 +400,7 @@ pub(super) async fn drive_with(
                 InboxKind::Tick => Event::Tick(i.payload.clone()),
             });
         } else {
-            server.store.clear_inbox(&run.id)?;
+            server.store.clear_inbox(&run.id, i.after_seq)?;
         }
     }
     let fresh = db.last_event(&run.id)?.is_none();
@@ -421,7 +421,7 @@ pub(super) async fn drive_with(
     if let Some(i) = inbox {
         let last = db.last_event(&q.run)?.map(|e| e.seq).unwrap_or(0);
         if last != i.after_seq {
-            server.store.clear_inbox(&q.run)?;
+            server.store.clear_inbox(&q.run, i.after_seq)?;
         }
     }
     ended.map(|_| ()).map_err(|e| e.error)

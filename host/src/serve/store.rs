@@ -486,11 +486,15 @@ impl Store {
             .optional()?)
     }
 
-    /// Drop `run`'s inbox (delivered, or stale).
-    pub fn clear_inbox(&self, run: &str) -> Result<()> {
+    /// Drop `run`'s inbox (delivered, or stale) if it is still the one read,
+    /// accepted after event `after_seq`. A newer one (the run asked again, and
+    /// was answered) is kept: the driver that read the old one may be a worker
+    /// that lost the run meanwhile, finishing late, and must not throw away an
+    /// answer meant for the run's new holder.
+    pub fn clear_inbox(&self, run: &str, after_seq: i64) -> Result<()> {
         let c = self.conn();
-        c.prepare_cached("DELETE FROM serve_inbox WHERE run_id = ?1")?
-            .execute([run])?;
+        c.prepare_cached("DELETE FROM serve_inbox WHERE run_id = ?1 AND after_seq = ?2")?
+            .execute(params![run, after_seq])?;
         Ok(())
     }
 
@@ -620,32 +624,6 @@ impl Store {
             })?
             .map_err(|r| anyhow::anyhow!("{}", r.0))?;
         Ok(dead)
-    }
-
-    /// How many runs each tenant has held by a live lease now (`running`, and
-    /// not expired: a dead worker's run waits to be taken over, and counting
-    /// it would keep a tenant at its `max_running` from ever taking it over).
-    pub fn running_by_tenant(&self) -> Result<BTreeMap<String, u64>> {
-        let c = self.conn();
-        let rows = c
-            .prepare_cached(
-                "SELECT tenant, COUNT(*) FROM runs WHERE status = 'running' AND lease_expires > ?1 AND tenant IS NOT NULL GROUP BY tenant",
-            )?
-            .query_map([now_ms()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows
-            .into_iter()
-            .map(|(t, n)| (t, n.max(0) as u64))
-            .collect())
-    }
-
-    /// How many of `tenant`'s runs are held by a live lease now (as [`Store::running_by_tenant`]).
-    pub fn running_runs(&self, tenant: &str) -> Result<u64> {
-        let c = self.conn();
-        let n: i64 = c
-            .prepare_cached("SELECT COUNT(*) FROM runs WHERE tenant = ?1 AND status = 'running' AND lease_expires > ?2")?
-            .query_row(params![tenant, now_ms()], |r| r.get(0))?;
-        Ok(n.max(0) as u64)
     }
 
     /// How many of `tenant`'s runs wait in the store for a driver (`queued`):
@@ -800,7 +778,43 @@ impl Store {
 mod tests {
     use super::*;
 
-    crate::db::on_both_engines!(a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all,);
+    crate::db::on_both_engines!(
+        a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all,
+        a_late_driver_clears_the_answer_it_read_never_a_newer_one,
+    );
+
+    fn a_late_driver_clears_the_answer_it_read_never_a_newer_one(db: Db) {
+        let store = Store::with(db).unwrap();
+        store
+            .db()
+            .create_queued_run(
+                crate::db::NewRun {
+                    id: "r1",
+                    policy: "p",
+                    digest: "d",
+                    input: "{}",
+                    options: &Default::default(),
+                    place: &Default::default(),
+                    status: RunStatus::Queued,
+                },
+                &Default::default(),
+            )
+            .unwrap();
+        // A driver read the answer given after event 3, and delivered it; the run
+        // went on elsewhere, asked again after event 5, and was answered.
+        put_inbox(&store.conn(), "r1", 3, InboxKind::Answer, "\"yes\"").unwrap();
+        let read = store.inbox("r1").unwrap().unwrap();
+        put_inbox(&store.conn(), "r1", 5, InboxKind::Answer, "\"no\"").unwrap();
+        // The first driver, finishing late, clears what it read: the new answer stays.
+        store.clear_inbox("r1", read.after_seq).unwrap();
+        let kept = store
+            .inbox("r1")
+            .unwrap()
+            .expect("the newer answer was deleted");
+        assert_eq!((kept.after_seq, kept.payload.as_str()), (5, "\"no\""));
+        store.clear_inbox("r1", 5).unwrap();
+        assert!(store.inbox("r1").unwrap().is_none());
+    }
 
     fn a_token_keeps_its_newest_sessions_and_a_revoked_one_loses_them_all(db: Db) {
         let store = Store::with(db).unwrap();

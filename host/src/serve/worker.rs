@@ -11,10 +11,17 @@
 //! run's guest and kills its commands, and the fence refuses whatever the run
 //! still tries to write. SIGTERM drains: no more claims, the held runs stop
 //! where they stand, and each is handed back (queued) for another worker.
+//!
+//! A worker cut off from the store (a network partition, a PostgreSQL that
+//! stopped answering) cannot learn that its lease was taken over, and its
+//! renewal may hang rather than fail. So a watchdog thread of its own stops
+//! each held run whose lease was last renewed a TTL ago, when another worker
+//! may claim it, whatever the renewal is doing: the run's commands are killed
+//! instead of writing into the workspace beside its new holder's.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
@@ -54,7 +61,7 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let setup = Setup::open(opts)?;
     if !setup.data.is_shared() {
         bail!(
-            "loopbox worker drives the runs of a shared store: give --store postgres://USER:PASSWORD@HOST:PORT/DB (or set LOOPBOX_STORE)"
+            "loopbox worker drives the runs of a shared store: set LOOPBOX_STORE=postgres://USER:PASSWORD@HOST:PORT/DB (or give --store postgres://USER@HOST:PORT/DB, with no password)"
         );
     }
     let mut tenants = w.tenants.clone();
@@ -75,8 +82,20 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let db = server.data.open_db()?;
     // As a standalone run's lease reads (`host pid start-time`), so listings show who holds a run.
     let id = crate::db::lease::Owner::me().to_string();
-    let held: Arc<Mutex<BTreeMap<String, Arc<Stop>>>> = Arc::default();
-    let filter = ClaimFilter { tenants, limit: 0 };
+    let held: Arc<Mutex<BTreeMap<String, Held>>> = Arc::default();
+    let ttl = Duration::from_millis(w.ttl_ms as u64);
+    watch_leases(Arc::downgrade(&held), ttl);
+    // Each tenant's max_running holds across every worker (the claim counts
+    // the store's live leases), as it does on one server.
+    let max_running: std::collections::HashMap<String, u32> = tenants
+        .iter()
+        .filter_map(|t| Some((t.clone(), server.tenants.get(t)?.max_running)))
+        .collect();
+    let filter = ClaimFilter {
+        tenants,
+        limit: 0,
+        max_running,
+    };
     let renew_every = Duration::from_millis((w.ttl_ms / 3).max(1) as u64);
     // Woken at once when a run becomes runnable; the poll below is the fallback.
     let runnable = db
@@ -85,43 +104,16 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let mut last_renewal = std::time::Instant::now();
     // Set while the store is out of reach: how long to wait before claiming again.
     let mut backoff: Option<Duration> = None;
-    // Tenants found at their max_running, not claimed from until then.
-    let mut full: BTreeMap<String, std::time::Instant> = BTreeMap::new();
-    let poll = Duration::from_millis(w.poll_ms);
     ready(&id);
     loop {
         let free = (w.slots as usize).saturating_sub(lock(&held).len());
-        full.retain(|_, until| *until > std::time::Instant::now());
         if free > 0 && backoff.is_none() {
-            // Tenants at their max_running are not claimed from (the check after
-            // each claim is what guarantees it; this spares most hand-backs).
-            match tokio::task::block_in_place(|| server.store.running_by_tenant()) {
-                Ok(running) => {
-                    for (t, n) in running {
-                        if server
-                            .tenants
-                            .get(&t)
-                            .is_some_and(|t| n >= u64::from(t.max_running))
-                        {
-                            full.insert(t, std::time::Instant::now() + poll);
-                        }
-                    }
-                }
-                Err(e) => crate::errln!("loopbox worker: counting the running runs failed: {e:#}"),
-            }
-        }
-        let open: Vec<String> = filter
-            .tenants
-            .iter()
-            .filter(|t| !full.contains_key(*t))
-            .cloned()
-            .collect();
-        // Every tenant at its max_running: nothing to claim (an empty list would mean any).
-        if free > 0 && !open.is_empty() {
             let filter = ClaimFilter {
                 limit: free,
-                tenants: open,
+                ..filter.clone()
             };
+            // The claim is a renewal: the time taken before it was written.
+            let claimed_at = Instant::now();
             let claims = match tokio::task::block_in_place(|| db.claim(&id, w.ttl_ms, &filter)) {
                 Ok(claims) => {
                     backoff = None;
@@ -140,15 +132,27 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
                 }
             };
             for c in claims {
-                if over_max_running(&server, &db, &c, &mut full, poll) {
-                    continue;
-                }
                 let stop = Arc::new(Stop::new());
-                lock(&held).insert(c.run.clone(), stop.clone());
+                lock(&held).insert(
+                    c.run.clone(),
+                    Held {
+                        stop: stop.clone(),
+                        // The claim is a renewal: taken before the claim was written.
+                        renewed: claimed_at,
+                    },
+                );
                 let (server, db, held) = (server.clone(), db.clone(), held.clone());
                 tokio::spawn(async move {
-                    drive_claimed(&server, &db, &c.run, stop).await;
-                    lock(&held).remove(&c.run);
+                    drive_claimed(&server, &db, &c.run, stop.clone()).await;
+                    // Only its own entry: this worker may have claimed the run
+                    // again after its lease ran out, and that drive is held now.
+                    let mut held = lock(&held);
+                    if held
+                        .get(&c.run)
+                        .is_some_and(|h| Arc::ptr_eq(&h.stop, &stop))
+                    {
+                        held.remove(&c.run);
+                    }
                 });
             }
         }
@@ -167,8 +171,8 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     // Drain: stop the held runs where they stand; each is handed back as it ends.
     let n = {
         let held = lock(&held);
-        for stop in held.values() {
-            stop.request(StopReason::Interrupted);
+        for h in held.values() {
+            h.stop.request(StopReason::Interrupted);
         }
         held.len()
     };
@@ -180,9 +184,9 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
             renew(&server, &db, &id, &held, w.slots, w.ttl_ms);
         }
     }
-    tokio::task::block_in_place(|| {
-        db.report_worker(&id, &crate::db::lease::Owner::me().host, 0, &[])
-    })?;
+    // Stopped, holding nothing: gone from the workers' listing (a worker
+    // killed instead is forgotten an hour after its last report).
+    tokio::task::block_in_place(|| db.forget_worker(&id))?;
     Ok(())
 }
 
@@ -198,52 +202,44 @@ const DEAD_AFTER_TTLS: i64 = 10;
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
-/// Whether claim `c` would take its tenant past `max_running`; if so it is
-/// handed back. The count is read after the claim committed, so of two
-/// workers that claim the tenant's last slot at once the later one sees both
-/// and backs off (both may, and claim again at their next look): never more
-/// than `max_running` driven at once.
-fn over_max_running(
-    server: &Server,
-    db: &Db,
-    c: &crate::db::claim::Claim,
-    full: &mut BTreeMap<String, std::time::Instant>,
-    poll: Duration,
-) -> bool {
-    let check = || -> Result<Option<String>> {
-        let tenant = db.existing_run(&c.run)?.place.tenant.unwrap_or_default();
-        let Some(max) = server
-            .tenants
-            .get(&tenant)
-            .map(|t| u64::from(t.max_running))
-        else {
-            return Ok(None);
-        };
-        Ok((server.store.running_runs(&tenant)? > max).then_some(tenant))
-    };
-    let check = || match check() {
-        Ok(Some(tenant)) => {
-            // Not claimed from again for a poll's time: a hand-back wakes every
-            // worker, and the tenant's runs would go round them all meanwhile.
-            full.insert(tenant, std::time::Instant::now() + poll);
-            true
-        }
-        Ok(None) => false,
-        Err(e) => {
-            crate::errln!("loopbox worker: run {}: {e:#}", c.run);
-            true
-        }
-    };
-    // Unknown (an error): given back rather than driven past a limit; claimed again later.
-    let over = tokio::task::block_in_place(check);
-    if over {
-        let _ = tokio::task::block_in_place(|| db.hand_back(&c.run, c.epoch));
-    }
-    over
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A run this worker drives: how to stop it, and when its lease was last
+/// renewed (the time before the renewal was sent, so never later than the
+/// expiry the store holds).
+struct Held {
+    stop: Arc<Stop>,
+    renewed: Instant,
+}
+
+/// Stop every held run whose lease was last renewed `ttl` ago or more: from
+/// then on another worker may hold it. A thread of its own, so a renewal
+/// that hangs on a dead connection (a partition drops packets; TCP may wait
+/// minutes to say so) cannot keep this one from acting. Ends with the worker.
+fn watch_leases(held: std::sync::Weak<Mutex<BTreeMap<String, Held>>>, ttl: Duration) {
+    let every = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(200));
+    let spawned = std::thread::Builder::new()
+        .name("loopbox-lease-watch".into())
+        .spawn(move || {
+            while let Some(held) = held.upgrade() {
+                for (run, h) in lock(&held).iter() {
+                    if h.renewed.elapsed() >= ttl && h.stop.requested().is_none() {
+                        crate::errln!(
+                            "loopbox worker: run {run}: its lease could not be renewed for {} ms (the store is out of reach) and may be another worker's now; stopping it and killing its commands",
+                            ttl.as_millis()
+                        );
+                        h.stop.request(StopReason::Interrupted);
+                    }
+                }
+                drop(held);
+                std::thread::sleep(every);
+            }
+        });
+    if let Err(e) = spawned {
+        crate::errln!("loopbox worker: failed to start the lease watchdog: {e}");
+    }
 }
 
 /// Renew every held run's lease; stop each one whose lease was taken over.
@@ -252,18 +248,23 @@ fn renew(
     server: &Server,
     db: &Db,
     id: &str,
-    held: &Mutex<BTreeMap<String, Arc<Stop>>>,
+    held: &Mutex<BTreeMap<String, Held>>,
     slots: u32,
     ttl_ms: i64,
 ) {
     let runs: Vec<(String, Arc<Stop>)> = lock(held)
         .iter()
-        .map(|(r, s)| (r.clone(), s.clone()))
+        .map(|(r, h)| (r.clone(), h.stop.clone()))
         .collect();
     tokio::task::block_in_place(|| {
         for (run, stop) in &runs {
+            let sent = Instant::now();
             match db.heartbeat(run, ttl_ms) {
-                Ok(true) => {}
+                Ok(true) => {
+                    if let Some(h) = lock(held).get_mut(run) {
+                        h.renewed = sent;
+                    }
+                }
                 Ok(false) => {
                     crate::errln!(
                         "loopbox worker: run {run}: its lease was taken over; stopping it (nothing more of it is recorded here)"

@@ -59,6 +59,16 @@ pub fn is_url(store: &str) -> bool {
     store.starts_with("postgres://") || store.starts_with("postgresql://")
 }
 
+/// Whether `store` carries a password (in its user information, or as a
+/// `password=` parameter), as far as it can be read at all.
+pub fn has_password(store: &str) -> bool {
+    match store.parse::<Config>() {
+        Ok(c) => c.get_password().is_some(),
+        // Not a URL tokio-postgres reads: whatever looks like a password counts.
+        Err(_) => redact(store) != store,
+    }
+}
+
 /// `url` without its password, to show in messages.
 pub fn label(config: &Config) -> String {
     let host = config
@@ -277,29 +287,41 @@ fn parse(url: &str) -> Result<(Config, MakeRustls)> {
     Ok((config, split.tls))
 }
 
-/// `url` with its password replaced by `***`.
+/// `url` with its password replaced by `***`, wherever it is written: in the
+/// user information (`postgres://u:PASSWORD@h/db`) or as a parameter
+/// (`?password=…`, or `password=…` in a `key=value` string given by mistake).
+/// Used for every message that shows a store the user gave, which may end up
+/// in a CI log or a terminal others read.
 pub fn redact(url: &str) -> String {
-    let url = match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
+    let mut out = match url.find("://") {
+        Some(s) => {
+            // The user information ends at the last `@` before the path or query.
+            let rest = &url[s + 3..];
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => {
+                    let userinfo = &rest[..at];
+                    match userinfo.find(':') {
+                        Some(c) => {
+                            format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &rest[at..])
+                        }
+                        None => url.to_string(),
+                    }
+                }
                 None => url.to_string(),
             }
         }
-        _ => url.to_string(),
+        None => url.to_string(),
     };
-    // A password may also come as a parameter (`?password=…`, `&password=…`).
-    let mut out = String::with_capacity(url.len());
-    let mut rest = url.as_str();
-    while let Some(i) = rest.to_ascii_lowercase().find("password=") {
-        let after = i + "password=".len();
-        out.push_str(&rest[..after]);
-        out.push_str("***");
-        rest = &rest[after..];
-        rest = &rest[rest.find(['&', ' ']).unwrap_or(rest.len())..];
+    let mut from = 0;
+    while let Some(k) = out[from..].to_ascii_lowercase().find("password=") {
+        let start = from + k + "password=".len();
+        let end = out[start..]
+            .find(|c: char| c == '&' || c.is_whitespace())
+            .map_or(out.len(), |e| start + e);
+        out.replace_range(start..end, "***");
+        from = start + 3;
     }
-    out.push_str(rest);
     out
 }
 
@@ -570,6 +592,24 @@ mod tests {
             redact("postgres://u@h/db?sslmode=require&Password=secret&x=1"),
             "postgres://u@h/db?sslmode=require&Password=***&x=1"
         );
+        // A password as a parameter, or with an `@` in it, is hidden too.
+        assert_eq!(
+            redact("postgres://u@h/db?sslmode=disable&password=secret&x=1"),
+            "postgres://u@h/db?sslmode=disable&password=***&x=1"
+        );
+        assert_eq!(
+            redact("postgres://u:se@cret@h/db?application_name=a@b"),
+            "postgres://u:***@h/db?application_name=a@b"
+        );
+        assert_eq!(
+            redact("host=h user=u PASSWORD=secret dbname=d"),
+            "host=h user=u PASSWORD=*** dbname=d"
+        );
+        let e = PgConn::connect("postgres://u@127.0.0.1:1/db?password=secret&bogus=1")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!e.contains("secret") && e.contains("password=***"), "{e}");
         let e = PgConn::connect("postgres://u:secret@127.0.0.1:1/db?bogus=1")
             .err()
             .unwrap()

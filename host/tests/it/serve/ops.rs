@@ -134,7 +134,7 @@ fn runs_resume_on_a_shared_store_claims_the_run_and_dead_workers_are_forgotten()
     }
     let store = PgServer::shared(false).unwrap().fresh_store().unwrap();
     let dir = scratch();
-    let srv = server_on(dir.path(), &store);
+    let srv = server_on(dir.path(), &store, 64);
     // A worker that stopped reporting an hour ago.
     let hour_ago = loopbox::db::now_ms() - 3_600_000;
     pg(&store)

@@ -56,7 +56,7 @@ fn postgres_restarted_fast_then_immediate_under_two_workers_loses_and_repeats_no
     let pg = PgServer::start_own(true).unwrap();
     let store = pg.fresh_store().unwrap();
     let dir = scratch();
-    let srv = server_on(dir.path(), &store);
+    let srv = server_on(dir.path(), &store, 64);
     let mut workers = [worker(&srv, None), worker(&srv, None)];
     let runs: Vec<String> = (0..RUNS)
         .map(|n| {

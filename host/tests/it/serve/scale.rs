@@ -23,16 +23,24 @@ pub const TTL_MS: u64 = 3000;
 /// A server on a fresh schema of this binary's PostgreSQL, with tenant `solo`,
 /// whose `probe` may append to `out.txt` and sleep; no worker yet.
 fn server(dir: &std::path::Path) -> Srv {
+    server_with(dir, 64)
+}
+
+/// [`server`], tenant `solo` limited to `max_running` runs at once.
+fn server_with(dir: &std::path::Path, max_running: u32) -> Srv {
     let pg = PgServer::shared(false).unwrap();
-    server_on(dir, &pg.fresh_store().unwrap())
+    server_on(dir, &pg.fresh_store().unwrap(), max_running)
 }
 
 /// [`server`] on the PostgreSQL store `store`.
-pub fn server_on(dir: &std::path::Path, store: &str) -> Srv {
+pub fn server_on(dir: &std::path::Path, store: &str, max_running: u32) -> Srv {
     let mut srv = Srv::prepare_on(
         dir,
         "max_running = 64\n",
-        &[("solo", "max_running = 64\nmax_queued = 1000\n")],
+        &[(
+            "solo",
+            &format!("max_running = {max_running}\nmax_queued = 1000\n"),
+        )],
         Some(store),
     );
     let probe = crate::common::probe().display().to_string();
@@ -308,4 +316,278 @@ fn a_worker_stopped_past_its_lease_commits_nothing_when_it_wakes_and_kills_its_c
         let _ = w.kill();
         let _ = w.wait();
     }
+}
+
+#[test]
+fn a_store_given_wrong_is_refused_without_printing_its_password() {
+    let dir = scratch();
+    for (args, env) in [
+        (
+            vec!["worker", "--store", "postgress://u:s3cr3t-pw@h/db"],
+            None,
+        ),
+        (
+            vec!["runs", "--store", "postgresql+psycopg://u:s3cr3t-pw@h/db"],
+            None,
+        ),
+        (vec!["worker"], Some("host=h user=u password=s3cr3t-pw")),
+        (
+            vec![
+                "worker",
+                "--store",
+                "postgres://u@127.0.0.1:1/db?password=s3cr3t-pw&bogus=1",
+            ],
+            None,
+        ),
+    ] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loopbox"));
+        cmd.current_dir(dir.path())
+            .args(&args)
+            .env_remove("LOOPBOX_STORE");
+        if args[0] == "worker" {
+            cmd.arg("--data").arg(dir.path().join("data"));
+        }
+        if let Some(v) = env {
+            cmd.env("LOOPBOX_STORE", v);
+        }
+        let out = cmd.output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{args:?}: {stdout}{stderr}");
+        assert!(
+            !stdout.contains("s3cr3t") && !stderr.contains("s3cr3t") && stderr.contains("***"),
+            "{args:?} printed the store's password: {stdout}{stderr}"
+        );
+    }
+}
+
+/// A TCP relay to PostgreSQL that can be cut: from then on it forwards
+/// nothing either way but keeps every connection open, as a partition that
+/// drops packets looks to the worker (its requests wait for answers that
+/// never come). Returns the relay's port and its switch.
+fn relay(to: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cut = std::sync::Arc::new(AtomicBool::new(false));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let pipe = |mut from: TcpStream, mut to: TcpStream, cut: std::sync::Arc<AtomicBool>| {
+        std::thread::spawn(move || {
+            from.set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
+            let mut buf = [0u8; 16384];
+            loop {
+                if cut.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                match from.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    };
+    let switch = cut.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            pipe(
+                client.try_clone().unwrap(),
+                server.try_clone().unwrap(),
+                switch.clone(),
+            );
+            pipe(server, client, switch.clone());
+        }
+    });
+    (port, cut)
+}
+
+#[test]
+fn a_worker_cut_off_from_the_store_kills_its_command_once_its_lease_may_be_taken() {
+    let dir = scratch();
+    let srv = server(dir.path());
+    let store = srv.store.clone().unwrap();
+    let pg_port: u16 = store
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (port, cut) = relay(pg_port);
+    let relayed = store.replace(
+        &format!("127.0.0.1:{pg_port}/"),
+        &format!("127.0.0.1:{port}/"),
+    );
+    let lease = TTL_MS.to_string();
+    let mut first = srv.spawn_worker(&["--lease-ms", &lease, "--slots", "4", "--store", &relayed]);
+    let run = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "9.373"]}));
+    let started = Instant::now();
+    while processes(&["sleep", "9.373"]) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    let cut_at = Instant::now();
+    let mut second = worker(&srv, None);
+    // Another worker may take the run over one TTL after the last renewal: by
+    // then the cut-off worker's command must be gone, though that worker cannot
+    // reach the store to learn it lost the run.
+    while processes(&["sleep", "9.373"]) > 0 {
+        assert!(
+            cut_at.elapsed() < Duration::from_millis(3 * TTL_MS),
+            "the cut-off worker's command still runs {:?} after the cut, beside the run's new holder",
+            cut_at.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed = cut_at.elapsed();
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the cut-off worker is still running (only its run stopped)"
+    );
+    let v = srv.wait_final("solo", &run);
+    assert_eq!(
+        v["outcome"]["data"]["err"]["kind"], "outcome-unknown",
+        "{v:#}"
+    );
+    eprintln!(
+        "cut off: its command was killed {killed:?} after the cut (TTL {TTL_MS} ms); the run ended {:?} after it",
+        cut_at.elapsed()
+    );
+    for w in [&mut first, &mut second] {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+}
+
+#[test]
+fn workers_keep_a_tenants_max_running() {
+    let dir = scratch();
+    let srv = server_with(dir.path(), 1);
+    let mut w = worker(&srv, None);
+    let first = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "2.417"]}));
+    // Running, its command started (the action is journaled).
+    srv.wait_run("solo", &first, |v| {
+        v["journal"].as_array().is_some_and(|j| !j.is_empty())
+    });
+    let second = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "0.1"]}));
+    // The worker has 3 free slots and looks every TTL/3, but tenants.solo.max_running
+    // = 1: the second run waits, queued, until the first ends.
+    let get = |r: &str| {
+        srv.get(&format!("/api/v1/runs/{r}"), srv.token("solo", "viewer"))
+            .json()
+    };
+    let mut polls = 0;
+    let watching = Instant::now();
+    loop {
+        let (a, b) = (get(&first), get(&second));
+        if a["status"] != "running" {
+            break;
+        }
+        assert!(
+            watching.elapsed() < Duration::from_secs(60),
+            "the first run never ended: {a:#}"
+        );
+        assert_ne!(
+            b["status"], "running",
+            "a second run of a tenant with max_running = 1 started beside the first: {b:#}"
+        );
+        polls += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        polls > 5,
+        "the first run ended before the second was looked at"
+    );
+    for r in [&first, &second] {
+        assert_eq!(srv.wait_final("solo", r)["status"], "done");
+    }
+    let _ = w.kill();
+    let _ = w.wait();
+}
+
+#[test]
+fn a_store_password_is_refused_on_the_command_line_and_no_tenant_command_reads_it() {
+    let dir = scratch();
+    // On the command line it is anyone's: refused, without being printed.
+    for sub in ["worker", "serve", "runs"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_loopbox"))
+            .current_dir(dir.path())
+            .args([
+                sub,
+                "--store",
+                "postgres://loopbox:pw-on-argv@127.0.0.1:1/db",
+            ])
+            .args(if sub == "runs" {
+                vec![]
+            } else {
+                vec!["--data", "data"]
+            })
+            .env_remove("LOOPBOX_STORE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sub}: {stderr}");
+        assert!(
+            stderr.contains("password on the command line")
+                && stderr.contains("LOOPBOX_STORE=")
+                && !stderr.contains("pw-on-argv"),
+            "{sub}: {stderr}"
+        );
+    }
+    // Given in the environment (the way left), a tenant's command sees it
+    // nowhere, though under Landlock it reads every process's arguments.
+    let mut srv = server(dir.path());
+    let probe = crate::common::probe().display().to_string();
+    let script = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; tr '\\0' '\\n' < $p/environ 2>/dev/null; done";
+    let rule = serde_json::to_string(&["sh", "-c", script]).unwrap();
+    srv.set_config(
+        "solo",
+        &format!(
+            "[shell]\nsandbox = \"landlock\"\nallow = [{rule}]\n\n\
+             [policies.probe]\nsource = {probe:?}\nunsigned = true\n\n\
+             [policies.probe.shell]\nsandbox = \"landlock\"\nallow = [{rule}]\n"
+        ),
+    );
+    // A mark in the URL stands for its password (the test server has none).
+    let marked = format!("{}&application_name=s3cr3tpw", srv.store.clone().unwrap());
+    srv.store = Some(marked);
+    let mut w = srv.spawn_worker(&["--lease-ms", "1000"]);
+    let run = srv.start_probe("solo", json!({"op": "exec", "argv": ["sh", "-c", script]}));
+    let v = srv.wait_final("solo", &run);
+    let stdout = v["outcome"]["data"]["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        stdout.contains("loopbox worker --config"),
+        "the command should see the machine's processes under Landlock (else this proves nothing): {v:#}"
+    );
+    let seen: Vec<&str> = stdout.lines().filter(|l| l.contains("s3cr3tpw")).collect();
+    assert!(
+        seen.is_empty(),
+        "a tenant's command read the store URL: {seen:?}"
+    );
+    let _ = w.kill();
+    let _ = w.wait();
 }

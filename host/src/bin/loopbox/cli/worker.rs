@@ -12,7 +12,7 @@ use loopbox::serve::worker::WorkerOptions;
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    /// The shared store, postgres://USER:PASSWORD@HOST:PORT/DB (default: LOOPBOX_STORE)
+    /// The shared store, postgres://USER@HOST:PORT/DB, no password here (default: LOOPBOX_STORE, which may hold one)
     #[arg(long, value_name = "URL")]
     store: Option<String>,
     /// The server config naming the tenants and their roots this worker serves

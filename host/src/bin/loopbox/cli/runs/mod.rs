@@ -26,7 +26,7 @@ pub struct RunsArgs {
     /// Print JSON (one array for the list)
     #[arg(long, global = true)]
     pub(super) json: bool,
-    /// A shared store, postgres://USER:PASSWORD@HOST:PORT/DB (default: LOOPBOX_STORE, else the workspace's)
+    /// A shared store, postgres://USER@HOST:PORT/DB, no password here (default: LOOPBOX_STORE, which may hold one; else the workspace's)
     #[arg(long, value_name = "URL", global = true)]
     store: Option<String>,
 }

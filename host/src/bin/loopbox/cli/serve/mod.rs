@@ -27,7 +27,7 @@ pub struct ServeArgs {
     /// The data directory (default: server.data)
     #[arg(long, value_name = "DIR", global = true)]
     data: Option<PathBuf>,
-    /// The store, postgres://USER:PASSWORD@HOST:PORT/DB (default: LOOPBOX_STORE, else DATA/loopbox.db)
+    /// The store, postgres://USER@HOST:PORT/DB, no password here (default: LOOPBOX_STORE, which may hold one; else DATA/loopbox.db)
     #[arg(long, value_name = "URL", global = true)]
     store: Option<String>,
     #[command(subcommand)]
