@@ -9,7 +9,6 @@
 //! reason. The server's tables are read through a connection of its own; the
 //! acts write through the `Db`'s.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
