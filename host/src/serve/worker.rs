@@ -84,6 +84,10 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let id = crate::db::lease::Owner::me().to_string();
     let held: Arc<Mutex<BTreeMap<String, Held>>> = Arc::default();
     let ttl = Duration::from_millis(w.ttl_ms as u64);
+    // A store that does not answer within two leases has let them go: give up
+    // on it then (never below the server's idle-in-transaction limit, which
+    // ends a stalled writer that a wait for its lock may be queued behind).
+    crate::db::engine::postgres::set_answer_deadline((2 * ttl).max(ANSWER_DEADLINE_MIN));
     watch_leases(Arc::downgrade(&held), ttl);
     // Each tenant's max_running holds across every worker (the claim counts
     // the store's live leases), as it does on one server.
@@ -114,7 +118,18 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
             };
             // The claim is a renewal: the time taken before it was written.
             let claimed_at = Instant::now();
-            let claims = match tokio::task::block_in_place(|| db.claim(&id, w.ttl_ms, &filter)) {
+            // Off this task, raced with the signals: a store out of reach holds
+            // a call for up to its answer deadline, and SIGTERM must not wait.
+            let claiming = {
+                let (db, id, ttl_ms) = (db.clone(), id.clone(), w.ttl_ms);
+                tokio::task::spawn_blocking(move || db.claim(&id, ttl_ms, &filter))
+            };
+            let claimed = tokio::select! {
+                done = claiming => done.unwrap_or_else(|e| Err(anyhow::anyhow!("the claim failed: {e}"))),
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            };
+            let claims = match claimed {
                 Ok(claims) => {
                     backoff = None;
                     claims
@@ -158,7 +173,16 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
         }
         if last_renewal.elapsed() >= renew_every {
             last_renewal = std::time::Instant::now();
-            renew(&server, &db, &id, &held, w.slots, w.ttl_ms);
+            let renewing = {
+                let (server, db, id, held) = (server.clone(), db.clone(), id.clone(), held.clone());
+                let (slots, ttl_ms) = (w.slots, w.ttl_ms);
+                tokio::task::spawn_blocking(move || renew(&server, &db, &id, &held, slots, ttl_ms))
+            };
+            tokio::select! {
+                _ = renewing => {}
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
         }
         let wait = backoff.unwrap_or(Duration::from_millis(w.poll_ms).min(renew_every));
         tokio::select! {
@@ -177,16 +201,35 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
         held.len()
     };
     crate::errln!("loopbox worker: stopping: {n} run(s) stop where they stand and are handed back");
+    let draining = Instant::now();
     while !lock(&held).is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if last_renewal.elapsed() >= renew_every {
-            last_renewal = std::time::Instant::now();
-            renew(&server, &db, &id, &held, w.slots, w.ttl_ms);
+        if draining.elapsed() >= ttl {
+            // Stuck in a store that does not answer: their leases run out and
+            // other workers take them over; their commands were stopped above.
+            crate::errln!(
+                "loopbox worker: {} run(s) could not be handed back within the lease ({} ms); they are taken over once it runs out",
+                lock(&held).len(),
+                ttl.as_millis()
+            );
+            break;
         }
+        // Not renewed meanwhile: a run handed back within its lease keeps its
+        // epoch, and one that is not is taken over once the lease runs out.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Stopped, holding nothing: gone from the workers' listing (a worker
-    // killed instead is forgotten an hour after its last report).
-    tokio::task::block_in_place(|| db.forget_worker(&id))?;
+    // killed instead, or whose store is out of reach, is forgotten later).
+    let leaving = tokio::task::spawn_blocking(move || db.forget_worker(&id));
+    match tokio::time::timeout(LEAVE_WAIT, leaving).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => {
+            crate::errln!("loopbox worker: leaving the workers' listing failed: {e:#}")
+        }
+        _ => crate::errln!(
+            "loopbox worker: the store did not answer in {} s; the workers' listing forgets this worker later",
+            LEAVE_WAIT.as_secs()
+        ),
+    }
     Ok(())
 }
 
@@ -194,6 +237,13 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
 /// worker's) is taken for dead and its row removed from `workers`: 150 s with
 /// the default 15 s lease. Its runs were taken over long before (2 x TTL).
 const DEAD_AFTER_TTLS: i64 = 10;
+
+/// How long a stopping worker waits to remove its row from the workers' listing.
+const LEAVE_WAIT: Duration = Duration::from_secs(2);
+
+/// The least a worker waits for the store's answer (see `work`): above
+/// PostgreSQL's `idle_in_transaction_session_timeout` the store sets (10 s).
+const ANSWER_DEADLINE_MIN: Duration = Duration::from_secs(12);
 
 /// The first wait after a failed claim (the store out of reach), doubled at
 /// each failure up to [`RECONNECT_MAX`]: a restarted PostgreSQL is found again
@@ -256,45 +306,43 @@ fn renew(
         .iter()
         .map(|(r, h)| (r.clone(), h.stop.clone()))
         .collect();
-    tokio::task::block_in_place(|| {
-        for (run, stop) in &runs {
-            let sent = Instant::now();
-            match db.heartbeat(run, ttl_ms) {
-                Ok(true) => {
-                    if let Some(h) = lock(held).get_mut(run) {
-                        h.renewed = sent;
-                    }
-                }
-                Ok(false) => {
-                    crate::errln!(
-                        "loopbox worker: run {run}: its lease was taken over; stopping it (nothing more of it is recorded here)"
-                    );
-                    stop.request(StopReason::Interrupted);
-                }
-                // The store is out of reach: the lease runs out unless a later renewal gets through.
-                Err(e) => {
-                    crate::errln!("loopbox worker: run {run}: renewing its lease failed: {e:#}")
+    for (run, stop) in &runs {
+        let sent = Instant::now();
+        match db.heartbeat(run, ttl_ms) {
+            Ok(true) => {
+                if let Some(h) = lock(held).get_mut(run) {
+                    h.renewed = sent;
                 }
             }
+            Ok(false) => {
+                crate::errln!(
+                    "loopbox worker: run {run}: its lease was taken over; stopping it (nothing more of it is recorded here)"
+                );
+                stop.request(StopReason::Interrupted);
+            }
+            // The store is out of reach: the lease runs out unless a later renewal gets through.
+            Err(e) => {
+                crate::errln!("loopbox worker: run {run}: renewing its lease failed: {e:#}")
+            }
         }
-        let names: Vec<String> = runs.into_iter().map(|(r, _)| r).collect();
-        let host = crate::db::lease::Owner::me().host;
-        if let Err(e) = db.report_worker(id, &host, slots, &names) {
-            crate::errln!("loopbox worker: reporting to the store failed: {e:#}");
-        }
-        match server
-            .store
-            .forget_dead_workers(&format!("worker:{id}"), DEAD_AFTER_TTLS * ttl_ms)
-        {
-            Ok(gone) if !gone.is_empty() => crate::errln!(
-                "loopbox worker: forgot {} worker(s) without a heartbeat for {DEAD_AFTER_TTLS} x TTL: {}",
-                gone.len(),
-                gone.join(", ")
-            ),
-            Ok(_) => {}
-            Err(e) => crate::errln!("loopbox worker: forgetting dead workers failed: {e:#}"),
-        }
-    });
+    }
+    let names: Vec<String> = runs.into_iter().map(|(r, _)| r).collect();
+    let host = crate::db::lease::Owner::me().host;
+    if let Err(e) = db.report_worker(id, &host, slots, &names) {
+        crate::errln!("loopbox worker: reporting to the store failed: {e:#}");
+    }
+    match server
+        .store
+        .forget_dead_workers(&format!("worker:{id}"), DEAD_AFTER_TTLS * ttl_ms)
+    {
+        Ok(gone) if !gone.is_empty() => crate::errln!(
+            "loopbox worker: forgot {} worker(s) without a heartbeat for {DEAD_AFTER_TTLS} x TTL: {}",
+            gone.len(),
+            gone.join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => crate::errln!("loopbox worker: forgetting dead workers failed: {e:#}"),
+    }
 }
 
 /// Drive one claimed run until it ends, parks or is stopped; a run stopped by

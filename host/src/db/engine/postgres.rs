@@ -1,7 +1,7 @@
 //! The PostgreSQL engine: a tokio-postgres client whose connection (the
 //! socket and the protocol) is driven by one background thread of its own,
 //! with a current-thread runtime. The store's callers block on the client's
-//! requests with a small executor of their own ([`block_on`]): the client's
+//! requests with a small executor of their own ([`block_on_until`]): the client's
 //! futures only talk to the connection task through channels, so this works
 //! the same inside a tokio runtime (the server's, the CLI's) and outside one,
 //! where the synchronous `postgres` crate would panic.
@@ -40,6 +40,38 @@ const IDLE_IN_TRANSACTION: &str = "SET idle_in_transaction_session_timeout = 100
 
 /// How long making a connection may take.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a request may wait for the server's answer, in milliseconds (see
+/// [`set_answer_deadline`]). A partition that drops packets, or a proxy that
+/// swallows them, leaves a request unanswered for as long as TCP keeps trying
+/// (minutes): past this, the connection counts as lost, so nothing that waits on
+/// the store (a worker's renewal, its SIGTERM drain) waits longer than this.
+static ANSWER_DEADLINE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(30_000);
+
+/// Give up on a request the server has not answered in `d` (at least 1 s):
+/// `loopbox worker` sets its lease's TTL, since a store that does not answer in
+/// a TTL has let the lease go anyway. A lock wait (writers of one run, or the
+/// store's lock) counts too: keep it above the longest transaction.
+pub fn set_answer_deadline(d: std::time::Duration) {
+    let ms = d.as_millis().clamp(1_000, u128::from(u32::MAX)) as u64;
+    ANSWER_DEADLINE_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `request`'s answer, or a lost connection past the answer deadline.
+fn answer<T>(
+    label: &str,
+    request: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+) -> Result<T> {
+    let ms = ANSWER_DEADLINE_MS.load(std::sync::atomic::Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+    match block_on_until(request, Some(deadline)) {
+        Some(done) => Ok(done?),
+        None => Err(Error::Connection(format!(
+            "the store {label} did not answer in {}s (answer deadline); the connection is dropped and made again at the next call",
+            ms / 1000
+        ))),
+    }
+}
 
 /// A connection to a PostgreSQL store, made again when it was lost.
 pub struct PgConn {
@@ -123,7 +155,7 @@ impl PgConn {
             let client = connect(&self.config, &self.tls, &self.label)?;
             // A process stopped (SIGSTOP, a debugger) inside a transaction would hold the
             // store's write lock for every other process: the server ends such a session.
-            block_on(client.batch_execute(IDLE_IN_TRANSACTION))?;
+            answer(&self.label, client.batch_execute(IDLE_IN_TRANSACTION))?;
             *self.client.borrow_mut() = Some(client);
         }
         Ok(())
@@ -165,9 +197,9 @@ impl PgConn {
             return Ok(s.clone());
         }
         let translated = super::numbered_placeholders(sql);
-        let s = match block_on(client.prepare(&translated)) {
+        let s = match answer(&self.label, client.prepare(&translated)) {
             // 42P18 when nothing says; 42P08 when uses disagree.
-            Err(e)
+            Err(Error::Postgres(e))
                 if e.code().is_some_and(|c| {
                     *c == SqlState::INDETERMINATE_DATATYPE || *c == SqlState::AMBIGUOUS_PARAMETER
                 }) =>
@@ -181,7 +213,7 @@ impl PgConn {
                         Value::Text(_) | Value::Null => Type::TEXT,
                     })
                     .collect();
-                block_on(client.prepare_typed(&translated, &types))?
+                answer(&self.label, client.prepare_typed(&translated, &types))?
             }
             s => s?,
         };
@@ -196,7 +228,7 @@ impl PgConn {
             let s = self.statement(c, sql, params)?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            Ok(block_on(c.execute(&s, &refs))? as usize)
+            Ok(answer(&self.label, c.execute(&s, &refs))? as usize)
         })
     }
 
@@ -205,7 +237,10 @@ impl PgConn {
             let s = self.statement(c, sql, params)?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            block_on(c.query(&s, &refs))?.iter().map(row).collect()
+            answer(&self.label, c.query(&s, &refs))?
+                .iter()
+                .map(row)
+                .collect()
         })
     }
 
@@ -214,7 +249,7 @@ impl PgConn {
     }
 
     pub fn batch(&self, sql: &str) -> Result<()> {
-        self.with(|c| Ok(block_on(c.batch_execute(sql))?))
+        self.with(|c| answer(&self.label, c.batch_execute(sql)))
     }
 
     /// Begin a write transaction that holds, until it ends, the locks its
@@ -426,8 +461,9 @@ fn with_causes(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Wait for `f` on this thread, whatever runtime (if any) it belongs to.
-pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
+/// Wait for `f` on this thread, whatever runtime (if any) it belongs to,
+/// giving up (`None`) at `deadline`.
+fn block_on_until<F: Future>(f: F, deadline: Option<std::time::Instant>) -> Option<F::Output> {
     struct Unpark(std::thread::Thread);
     impl Wake for Unpark {
         fn wake(self: Arc<Self>) {
@@ -442,9 +478,15 @@ pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
     loop {
         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
+            return Some(v);
         }
-        std::thread::park();
+        match deadline {
+            None => std::thread::park(),
+            Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                Some(left) if !left.is_zero() => std::thread::park_timeout(left),
+                _ => return None,
+            },
+        }
     }
 }
 

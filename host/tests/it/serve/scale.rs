@@ -475,6 +475,23 @@ fn a_worker_cut_off_from_the_store_kills_its_command_once_its_lease_may_be_taken
         "cut off: its command was killed {killed:?} after the cut (TTL {TTL_MS} ms); the run ended {:?} after it",
         cut_at.elapsed()
     );
+    // Still cut off, it is told to stop: every store call it sits in gives up
+    // at the answer deadline (12 s for a worker), and the drain at the TTL.
+    let termed = Instant::now();
+    // SAFETY: a plain signal to a child process this test started and still owns.
+    assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGTERM) }, 0);
+    while first.try_wait().unwrap().is_none() {
+        assert!(
+            termed.elapsed() < Duration::from_secs(45),
+            "a worker cut off from its store ignores SIGTERM: still running {:?} after it",
+            termed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "cut off: the worker exited {:?} after SIGTERM",
+        termed.elapsed()
+    );
     for w in [&mut first, &mut second] {
         let _ = w.kill();
         let _ = w.wait();

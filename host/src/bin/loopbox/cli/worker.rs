@@ -47,17 +47,19 @@ pub fn execute(args: WorkerArgs) -> Result<i32, Failure> {
         ..Default::default()
     };
     let runtime = super::tokio()?;
-    runtime
-        .block_on(loopbox::serve::worker::work(&opts, w, |id| {
-            loopbox::outln!("loopbox worker: {id} working");
-        }))
-        .map_err(|e| {
-            if loopbox::db::is_store_error(&e) {
-                Failure::internal(e)
-            } else {
-                Failure::usage(e)
-            }
-        })?;
+    let worked = runtime.block_on(loopbox::serve::worker::work(&opts, w, |id| {
+        loopbox::outln!("loopbox worker: {id} working");
+    }));
+    // A run left to its lease after the drain may still sit in a store call
+    // (each bounded by the store's answer deadline): the process does not wait.
+    runtime.shutdown_background();
+    worked.map_err(|e| {
+        if loopbox::db::is_store_error(&e) {
+            Failure::internal(e)
+        } else {
+            Failure::usage(e)
+        }
+    })?;
     loopbox::outln!("loopbox worker: stopped");
     Ok(exit::OK)
 }
