@@ -385,6 +385,7 @@ mod tests {
         a_worker_sees_its_tenants_runs_behind_any_number_of_others,
         workers_gone_for_an_hour_or_stopped_leave_the_workers_table,
         a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run,
+        a_tenants_agent_conversation_is_found_by_its_runs_only,
         a_tenant_at_its_max_running_takes_no_more_slots_from_any_worker,
     );
 
@@ -674,6 +675,29 @@ mod tests {
         assert_eq!(ids, ["h 9000 1"]);
     }
 
+    fn a_tenants_agent_conversation_is_found_by_its_runs_only(db: Db) {
+        queue(&db, "a1", "alpha");
+        queue(&db, "a2", "alpha");
+        queue(&db, "b1", "beta");
+        db.save_conversation(Some("a1"), "oa-5e55", "[\"alpha's secret\"]")
+            .unwrap();
+        // Another run of the tenant continues it; the other tenant's run, or a
+        // run of no tenant, knowing the id, finds nothing.
+        assert_eq!(
+            db.conversation(Some("a2"), "oa-5e55").unwrap().as_deref(),
+            Some("[\"alpha's secret\"]")
+        );
+        assert_eq!(db.conversation(Some("b1"), "oa-5e55").unwrap(), None);
+        assert_eq!(db.conversation(None, "oa-5e55").unwrap(), None);
+        // Nor does beta overwrite it by saving under the same id.
+        db.save_conversation(Some("b1"), "oa-5e55", "[\"beta\"]")
+            .unwrap();
+        assert_eq!(
+            db.conversation(Some("a1"), "oa-5e55").unwrap().as_deref(),
+            Some("[\"alpha's secret\"]")
+        );
+    }
+
     fn a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run(db: Db) {
         let a = db;
         let b = a.reopen().unwrap();
@@ -695,10 +719,16 @@ mod tests {
             .save_conversation(Some("r1"), "oa-2", "[\"stale\"]")
             .unwrap_err();
         assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
-        assert_eq!(b.conversation("oa-1").unwrap().as_deref(), Some("[1]"));
-        assert_eq!(b.conversation("oa-2").unwrap(), None);
+        assert_eq!(
+            b.conversation(Some("r1"), "oa-1").unwrap().as_deref(),
+            Some("[1]")
+        );
+        assert_eq!(b.conversation(Some("r1"), "oa-2").unwrap(), None);
         b.save_conversation(Some("r1"), "oa-1", "[1, 2]").unwrap();
-        assert_eq!(b.conversation("oa-1").unwrap().as_deref(), Some("[1, 2]"));
+        assert_eq!(
+            b.conversation(Some("r1"), "oa-1").unwrap().as_deref(),
+            Some("[1, 2]")
+        );
     }
 
     fn a_tenant_at_its_max_running_takes_no_more_slots_from_any_worker(db: Db) {

@@ -609,15 +609,41 @@ impl Db {
     }
 
     /// The messages of an agent conversation (JSON), if it exists.
-    pub fn conversation(&self, session: &str) -> Result<Option<String>> {
+    /// The messages of agent conversation `session`, as run `run` may see it:
+    /// conversations belong to the tenant whose run began them (a run without a
+    /// tenant, one user's own, sees those without one), so a policy that learns
+    /// another tenant's session id still finds nothing there.
+    pub fn conversation(&self, run: Option<&str>, session: &str) -> Result<Option<String>> {
+        let key = self.conversation_key(&self.conn(), run, session)?;
         Ok(self
             .conn()
             .row(
                 "SELECT messages FROM agent_conversations WHERE session = ?1",
-                [session],
+                [&key],
                 |r| r.get(0),
             )
             .optional()?)
+    }
+
+    /// Where `session` of `run`'s tenant is kept: the id itself, after the
+    /// tenant's name when the run has one (tenant names have no `/`).
+    fn conversation_key(
+        &self,
+        c: &super::Conn,
+        run: Option<&str>,
+        session: &str,
+    ) -> Result<String> {
+        let tenant: Option<String> = match run {
+            Some(run) => c
+                .row("SELECT tenant FROM runs WHERE id = ?1", [run], |r| r.get(0))
+                .optional()?
+                .flatten(),
+            None => None,
+        };
+        Ok(match tenant {
+            Some(t) => format!("{t}/{session}"),
+            None => session.to_string(),
+        })
     }
 
     /// Keep the conversation `session` as `messages`. Saved for `run` (the run
@@ -630,10 +656,11 @@ impl Db {
         messages: &str,
     ) -> Result<()> {
         let save = |tx: &super::Conn| {
+            let key = self.conversation_key(tx, run, session)?;
             tx.exec(
                 "INSERT INTO agent_conversations (session, messages, updated_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session) DO UPDATE SET messages = excluded.messages, updated_at = excluded.updated_at",
-                params![session, messages, now_ms()],
+                params![key, messages, now_ms()],
             )?;
             Ok(())
         };

@@ -360,6 +360,26 @@ struct Chat {
     cap: usize,
 }
 
+/// A new conversation's id: 128 random bits, so one tenant's policy cannot
+/// guess another's (the store also keeps each tenant's apart).
+fn new_session_id() -> Result<String, AgentError> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| AgentError::Http("the system's random source failed".into()))?;
+    Ok(format!(
+        "oa-{}",
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    ))
+}
+
+/// Whether `id` is spelled as [`new_session_id`] makes them.
+fn is_session_id(id: &str) -> bool {
+    id.strip_prefix("oa-")
+        .is_some_and(|h| !h.is_empty() && h.len() <= 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// One chat-completions exchange in a conversation kept in the store, with
 /// the response's `usage` (priced by the caller).
 fn chat(
@@ -380,9 +400,14 @@ fn chat(
     let started = Instant::now();
     let (session, mut messages) = match session {
         Some(id) => {
-            let history = db
-                .conversation(id)
-                .map_err(|e| AgentError::Http(format!("cannot read conversation `{id}`: {e:#}")))?;
+            // Only an id this runner made: never a key of the store's own spelling.
+            let history = if is_session_id(id) {
+                db.conversation(run.as_deref(), id).map_err(|e| {
+                    AgentError::Http(format!("cannot read conversation `{id}`: {e:#}"))
+                })?
+            } else {
+                None
+            };
             let history = history.ok_or_else(|| {
                 AgentError::Http(format!("there is no conversation `{id}` to continue"))
             })?;
@@ -394,11 +419,7 @@ fn chat(
             )
         }
         None => {
-            let id = format!(
-                "oa-{}",
-                &blake3::hash(format!("{:?}{}", Instant::now(), std::process::id()).as_bytes())
-                    .to_hex()[..16]
-            );
+            let id = new_session_id()?;
             let mut m = Vec::new();
             if let Some(system) = &cfg.system {
                 m.push(json!({"role": "system", "content": system}));
