@@ -263,6 +263,15 @@ impl Tenant {
                 self.name
             );
         }
+        // Landlock confines files, not what /proc shows: a command could read
+        // every process's command line (another tenant's agent prompt, a
+        // worker's arguments). bwrap gives each command a PID namespace of its own.
+        if config.shell.sandbox == crate::exec::sandbox::SandboxChoice::Landlock {
+            bail!(
+                "shell.sandbox = \"landlock\" would let tenant `{}`'s commands read the command line of every process on the machine (/proc): {why}; remove it (the server's sandbox gives each command its own process namespace)",
+                self.name
+            );
+        }
         if !config.shell.reveal.is_empty() {
             bail!(
                 "shell.reveal would show tenant `{}`'s commands the server user's credential stores ({}): {why}; remove it, and give the tenant its credentials in the server config (tenants.{}.env)",

@@ -364,6 +364,10 @@ fn a_tenant_config_that_weakens_the_shared_sandbox_is_refused() {
             "shell.sandbox = \"none\" would run tenant `delta`'s commands unconfined",
         ),
         (
+            "[shell]\nsandbox = \"landlock\"\n".to_string(),
+            "shell.sandbox = \"landlock\" would let tenant `delta`'s commands read the command line of every process",
+        ),
+        (
             "[shell]\nreveal = [\"~/.ssh\"]\n".to_string(),
             "shell.reveal would show tenant `delta`'s commands the server user's credential stores",
         ),
