@@ -111,7 +111,7 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     ready(&id);
     loop {
         let free = (w.slots as usize).saturating_sub(lock(&held).len());
-        if free > 0 && backoff.is_none() {
+        if free > 0 {
             let filter = ClaimFilter {
                 limit: free,
                 ..filter.clone()
