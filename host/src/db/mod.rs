@@ -18,6 +18,7 @@ pub mod lease;
 pub mod lock;
 mod runs;
 mod schema;
+pub mod quota;
 mod snapshots;
 mod spend;
 mod wake;

@@ -7,15 +7,25 @@
 //! the policy sees `budget-exhausted` (a driver's turn ends the run), as a
 //! run's own `run.max_cost_usd` does.
 //!
-//! The windows live in memory, holding at most one timestamp per unit of the
-//! quota (so a window never grows past its own limit), or for spend one
-//! bucket per minute (at most 1,440), and start from the store's journal when
-//! the server starts, so a restart gives no one a fresh hour or day.
+//! On a store several processes share (PostgreSQL, with `loopbox worker`s),
+//! the store counts: each action and turn is counted and recorded in one
+//! transaction of `db/quota.rs`, across every process, and the spend budgets
+//! read the day's charges from the store's journal at each check, so N
+//! workers give a tenant its quota once. A store that fails at a check
+//! refuses the spend, saying so.
+//!
+//! On a server's own SQLite store (one process) the windows live in memory,
+//! holding at most one timestamp per unit of the quota (so a window never
+//! grows past its own limit), or for spend one bucket per minute (at most
+//! 1,440), and start from the store's journal when the server starts, so a
+//! restart gives no one a fresh hour or day.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use super::store::Store;
 use crate::db::now_ms;
+use crate::db::quota::Taken;
 use crate::limits::quota::{Quota, Spend};
 use crate::spend::{Charge, Totals, usd};
 
@@ -65,21 +75,53 @@ impl Window {
     fn check(&mut self, now: i64, unit: &str) -> Result<(), String> {
         self.expire(now);
         if self.limit > 0 && self.at.len() as u64 >= self.limit {
-            let free_in = self.at.front().map_or(0, |&t| t + self.span_ms - now);
-            return Err(format!(
-                "the tenant's quota {} = {} is used up ({} {unit} in the last {}); the next one is possible in {}s; raise it in the server config if the tenant needs more",
-                self.key,
-                self.limit,
-                self.at.len(),
-                if self.span_ms == HOUR_MS {
-                    "hour"
-                } else {
-                    "day"
-                },
-                ((free_in + 999) / 1000).max(1)
-            ));
+            let oldest = self.at.front().copied().unwrap_or(now);
+            return Err(self.used_up(self.at.len() as u64, oldest, now, unit));
         }
         Ok(())
+    }
+
+    /// The refusal: the quota's key and value, what was used, when one frees up.
+    fn used_up(&self, used: u64, oldest: i64, now: i64, unit: &str) -> String {
+        let free_in = oldest + self.span_ms - now;
+        format!(
+            "the tenant's quota {} = {} is used up ({used} {unit} in the last {}); the next one is possible in {}s; raise it in the server config if the tenant needs more",
+            self.key,
+            self.limit,
+            if self.span_ms == HOUR_MS {
+                "hour"
+            } else {
+                "day"
+            },
+            ((free_in + 999) / 1000).max(1)
+        )
+    }
+
+    /// Count one more in the store's window (`db/quota.rs`), atomically across
+    /// every process on the store; `kind` names the rows. A store that fails
+    /// refuses the spend: an unchecked quota is no quota.
+    fn take_in(
+        &self,
+        store: &Store,
+        tenant: &str,
+        kind: &str,
+        now: i64,
+        unit: &str,
+    ) -> Result<(), String> {
+        match store
+            .db()
+            .quota_take(tenant, kind, self.limit, self.span_ms, now)
+        {
+            Ok(Taken::Yes) => Ok(()),
+            Ok(Taken::Full { used, oldest }) => Err(self.used_up(used, oldest, now, unit)),
+            Err(e) => Err(format!(
+                "the tenant's quota {} = {} could not be checked, so nothing more was spent: {}; \
+                 the run can go on (or be resumed) once the store answers again",
+                self.key,
+                self.limit,
+                format!("{e:#}")
+            )),
+        }
     }
 }
 
@@ -132,12 +174,14 @@ pub struct DailyBudget {
 }
 
 /// A tenant's quotas, shared by all its runs.
-#[derive(Debug)]
 pub struct TenantQuota {
     windows: Mutex<(Window, Window)>,
     tenant: String,
     budget: DailyBudget,
     spent: Mutex<SpendWindow>,
+    /// On a store shared by several processes: the store counts the windows
+    /// and holds the day's spend, not this process's memory.
+    shared: Option<Store>,
 }
 
 impl TenantQuota {
@@ -154,6 +198,7 @@ impl TenantQuota {
             tenant: tenant.to_string(),
             budget: DailyBudget::default(),
             spent: Mutex::new(SpendWindow::default()),
+            shared: None,
             windows: Mutex::new((
                 Window::new(
                     format!("tenants.{tenant}.actions_per_hour"),
@@ -182,7 +227,16 @@ impl TenantQuota {
         self
     }
 
-    /// What the tenant's runs spent in the 24 hours before `now`.
+    /// Count and check in `store` (shared by several processes) instead of in
+    /// memory: every `loopbox worker` and server on it then shares one window
+    /// per quota, and the daily budgets read the store's journal at each check.
+    pub fn on_store(mut self, store: Store) -> TenantQuota {
+        self.shared = Some(store);
+        self
+    }
+
+    /// What the tenant's runs spent in the 24 hours before `now`, as this
+    /// process counted it (see [`TenantQuota::day_spent`] for a shared store).
     pub fn spent_today(&self, now: i64) -> Totals {
         self.spent
             .lock()
@@ -197,8 +251,21 @@ impl TenantQuota {
         if cost.is_none() && tokens.is_none() {
             return Ok(());
         }
-        let spent = self.spent_today(now);
         let key = |k: &str| format!("tenants.{}.{k}", self.tenant);
+        let spent = self.day_spent(now).map_err(|e| {
+            format!(
+                "the tenant's daily budgets ({}) could not be checked, so no agent turn was sent: {e:#}; \
+                 the run can go on (or be resumed) once the store answers again",
+                [
+                    cost.map(|v| format!("{} = {v}", key("max_cost_usd_per_day"))),
+                    tokens.map(|v| format!("{} = {v}", key("max_tokens_per_day"))),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+            )
+        })?;
         if let Some(limit) = cost {
             if spent.cost_usd >= limit {
                 return Err(format!(
@@ -236,12 +303,28 @@ impl TenantQuota {
         Ok(())
     }
 
+    /// What the tenant's runs spent in the 24 hours before `now`: on a shared
+    /// store, the charges journaled by every process; else this process's count.
+    fn day_spent(&self, now: i64) -> anyhow::Result<Totals> {
+        let Some(store) = &self.shared else {
+            return Ok(self.spent_today(now));
+        };
+        let mut day = Totals::default();
+        for (_, c) in store.charges_since(&self.tenant, now - DAY_MS)? {
+            day.add(&c);
+        }
+        Ok(day)
+    }
+
     /// From how far back the store's journal is read to start the windows.
     pub fn since(now: i64) -> i64 {
         now - DAY_MS
     }
 
     fn spend_at(&self, spend: Spend, now: i64) -> Result<(), String> {
+        if let Some(store) = &self.shared {
+            return self.spend_in(store, spend, now);
+        }
         let mut w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         let (actions, turns) = &mut *w;
         match spend {
@@ -259,12 +342,37 @@ impl TenantQuota {
     }
 }
 
+impl TenantQuota {
+    /// [`TenantQuota::spend_at`] on a shared store. A turn's budgets are read
+    /// before it is counted, so a turn the budget refuses uses no turn.
+    fn spend_in(&self, store: &Store, spend: Spend, now: i64) -> Result<(), String> {
+        let (kind, unit) = match spend {
+            Spend::Action => ("action", "actions"),
+            Spend::AgentTurn => {
+                self.check_budget(now)?;
+                ("turn", "agent turns")
+            }
+        };
+        // The window's key, value and span only: the count is the store's.
+        let window = {
+            let w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+            let w = if spend == Spend::Action { &w.0 } else { &w.1 };
+            Window::new(w.key.clone(), w.limit, w.span_ms, &[])
+        };
+        window.take_in(store, &self.tenant, kind, now, unit)
+    }
+}
+
 impl Quota for TenantQuota {
     fn spend(&self, spend: Spend) -> Result<(), String> {
         self.spend_at(spend, now_ms())
     }
 
     fn charged(&self, charge: &Charge) {
+        if self.shared.is_some() {
+            // The store journaled it; the next check reads it there.
+            return;
+        }
         self.spent
             .lock()
             .unwrap_or_else(|p| p.into_inner())
