@@ -99,26 +99,38 @@ mod tests {
 
     on_both_engines!(counts_up_to_the_limit_and_frees_with_time);
 
-    /// Two connections (two handles, as two workers have) racing for one
-    /// tenant's quota on the real PostgreSQL: exactly the quota is taken.
+    /// Two connections (two handles, as two workers have) racing on the real
+    /// PostgreSQL for the last units of many tenants' quotas, in step: exactly
+    /// each quota is taken, however the two interleave.
     #[test]
     fn two_connections_racing_on_postgres_take_exactly_the_quota() {
         let (_dir, db) = crate::db::testing::postgres();
         let other = db.reopen().unwrap();
         let now = crate::db::now_ms();
-        const LIMIT: u64 = 25;
+        const TENANTS: u64 = 150;
+        const LIMIT: u64 = 2;
         let start = std::sync::Arc::new(std::sync::Barrier::new(2));
         let race = |db: Db| {
             let start = start.clone();
             std::thread::spawn(move || {
                 start.wait();
-                (0..40)
-                    .filter(|_| db.quota_take("t", "action", LIMIT, HOUR, now).unwrap() == Taken::Yes)
-                    .count() as u64
+                let mut took = 0;
+                for t in 0..TENANTS {
+                    for _ in 0..LIMIT {
+                        if db.quota_take(&format!("t{t}"), "action", LIMIT, HOUR, now).unwrap() == Taken::Yes {
+                            took += 1;
+                        }
+                    }
+                }
+                took
             })
         };
         let (a, b) = (race(db.clone()), race(other));
         let (a, b) = (a.join().unwrap(), b.join().unwrap());
-        assert_eq!(a + b, LIMIT, "worker a took {a}, worker b took {b}");
+        assert_eq!(
+            a + b,
+            TENANTS * LIMIT,
+            "{TENANTS} tenants with a quota of {LIMIT}: worker a took {a}, worker b took {b}"
+        );
     }
 }
