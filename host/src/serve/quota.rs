@@ -477,3 +477,61 @@ mod tests {
         assert_eq!(many.spent.lock().unwrap().buckets.len(), 2);
     }
 }
+
+/// On the real PostgreSQL: the count is the store's, shared by every handle
+/// (as by every worker), and a store that fails refuses the spend, saying so.
+#[cfg(test)]
+mod on_a_shared_store {
+    use super::*;
+
+    fn quota(store: &Store) -> TenantQuota {
+        TenantQuota::new("alpha", 2, 5, &[], &[])
+            .with_budget(
+                DailyBudget {
+                    max_cost_usd: Some(1.0),
+                    max_tokens: None,
+                },
+                &[],
+            )
+            .on_store(store.clone())
+    }
+
+    #[test]
+    fn two_processes_share_one_window_and_a_failing_store_refuses() {
+        let (_dir, db) = crate::db::testing::postgres();
+        let a = Store::with(db.clone()).unwrap();
+        let b = Store::with(db.reopen().unwrap()).unwrap();
+        let (qa, qb) = (quota(&a), quota(&b));
+        let now = now_ms();
+        qa.spend_at(Spend::Action, now).unwrap();
+        qb.spend_at(Spend::Action, now).unwrap();
+        let e = qa.spend_at(Spend::Action, now).unwrap_err();
+        assert!(
+            e.starts_with("the tenant's quota tenants.alpha.actions_per_hour = 2 is used up (2 actions in the last hour); the next one is possible in 3600s"),
+            "{e}"
+        );
+        // Turns are their own window, and the day's spend (none) is read from the store.
+        qb.spend_at(Spend::AgentTurn, now).unwrap();
+        // The store fails: the spend is refused, naming the quota and why.
+        db.second_connection()
+            .unwrap()
+            .execute_batch("ALTER TABLE quota_spends RENAME TO quota_spends_gone")
+            .unwrap();
+        let e = qa.spend_at(Spend::Action, now + HOUR_MS).unwrap_err();
+        assert!(
+            e.starts_with("the tenant's quota tenants.alpha.actions_per_hour = 2 could not be checked, so nothing more was spent: failed to count a tenant's quota")
+                && e.contains("quota_spends")
+                && e.ends_with("the run can go on (or be resumed) once the store answers again"),
+            "{e}"
+        );
+        db.second_connection()
+            .unwrap()
+            .execute_batch("ALTER TABLE journal RENAME TO journal_gone")
+            .unwrap();
+        let e = qb.spend_at(Spend::AgentTurn, now).unwrap_err();
+        assert!(
+            e.starts_with("the tenant's daily budgets (tenants.alpha.max_cost_usd_per_day = 1) could not be checked, so no agent turn was sent: "),
+            "{e}"
+        );
+    }
+}
