@@ -23,6 +23,8 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use anyhow::Context;
+
 use super::store::Store;
 use crate::db::now_ms;
 use crate::db::quota::Taken;
@@ -98,32 +100,28 @@ impl Window {
     }
 
     /// Count one more in the store's window (`db/quota.rs`), atomically across
-    /// every process on the store; `kind` names the rows. A store that fails
-    /// refuses the spend: an unchecked quota is no quota.
-    fn take_in(
-        &self,
-        store: &Store,
-        tenant: &str,
-        kind: &str,
-        now: i64,
-        unit: &str,
-    ) -> Result<(), String> {
-        match store
+    /// every process on the store; `kind` names the rows. `Err` is a store
+    /// that failed: nothing was counted, and the caller must not spend.
+    fn take_in(&self, store: &Store, tenant: &str, kind: &str, now: i64, unit: &str) -> Checked {
+        let taken = store
             .db()
             .quota_take(tenant, kind, self.limit, self.span_ms, now)
-        {
-            Ok(Taken::Yes) => Ok(()),
-            Ok(Taken::Full { used, oldest }) => Err(self.used_up(used, oldest, now, unit)),
-            Err(e) => Err(format!(
-                "the tenant's quota {} = {} could not be checked, so nothing more was spent: {}; \
-                 the run can go on (or be resumed) once the store answers again",
-                self.key,
-                self.limit,
-                format!("{e:#}")
-            )),
-        }
+            .with_context(|| {
+                format!(
+                    "the tenant's quota {} = {} could not be checked, so nothing more was spent",
+                    self.key, self.limit
+                )
+            })?;
+        Ok(match taken {
+            Taken::Yes => Ok(()),
+            Taken::Full { used, oldest } => Err(self.used_up(used, oldest, now, unit)),
+        })
     }
 }
+
+/// A check's answer: `Ok(Err)` a refusal naming the quota, `Err` a quota that
+/// could not be checked (its store failed), which lets nothing through.
+type Checked = anyhow::Result<Result<(), String>>;
 
 const MINUTE_MS: i64 = 60_000;
 
@@ -246,16 +244,15 @@ impl TenantQuota {
 
     /// Whether another agent turn fits the daily spend budgets; `Err` names
     /// the key, its value and what was spent, as a run's own budget does.
-    fn check_budget(&self, now: i64) -> Result<(), String> {
+    fn check_budget(&self, now: i64) -> Checked {
         let (cost, tokens) = (self.budget.max_cost_usd, self.budget.max_tokens);
         if cost.is_none() && tokens.is_none() {
-            return Ok(());
+            return Ok(Ok(()));
         }
         let key = |k: &str| format!("tenants.{}.{k}", self.tenant);
-        let spent = self.day_spent(now).map_err(|e| {
+        let spent = self.day_spent(now).with_context(|| {
             format!(
-                "the tenant's daily budgets ({}) could not be checked, so no agent turn was sent: {e:#}; \
-                 the run can go on (or be resumed) once the store answers again",
+                "the tenant's daily budgets ({}) could not be checked, so no agent turn was sent",
                 [
                     cost.map(|v| format!("{} = {v}", key("max_cost_usd_per_day"))),
                     tokens.map(|v| format!("{} = {v}", key("max_tokens_per_day"))),
@@ -266,6 +263,13 @@ impl TenantQuota {
                 .join(", ")
             )
         })?;
+        Ok(self.judge_budget(&spent))
+    }
+
+    /// Whether `spent` (the last 24 hours') leaves room for another turn.
+    fn judge_budget(&self, spent: &Totals) -> Result<(), String> {
+        let (cost, tokens) = (self.budget.max_cost_usd, self.budget.max_tokens);
+        let key = |k: &str| format!("tenants.{}.{k}", self.tenant);
         if let Some(limit) = cost {
             if spent.cost_usd >= limit {
                 return Err(format!(
@@ -321,10 +325,21 @@ impl TenantQuota {
         now - DAY_MS
     }
 
+    /// [`TenantQuota::try_spend_at`] with a failure to check as its refusal text.
+    #[cfg(test)]
     fn spend_at(&self, spend: Spend, now: i64) -> Result<(), String> {
+        self.try_spend_at(spend, now)
+            .unwrap_or_else(|e| Err(format!("{e:#}")))
+    }
+
+    fn try_spend_at(&self, spend: Spend, now: i64) -> Checked {
         if let Some(store) = &self.shared {
             return self.spend_in(store, spend, now);
         }
+        Ok(self.spend_in_memory(spend, now))
+    }
+
+    fn spend_in_memory(&self, spend: Spend, now: i64) -> Result<(), String> {
         let mut w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         let (actions, turns) = &mut *w;
         match spend {
@@ -334,7 +349,8 @@ impl TenantQuota {
             }
             Spend::AgentTurn => {
                 turns.check(now, "agent turns")?;
-                self.check_budget(now)?;
+                let spent = self.spent_today(now);
+                self.judge_budget(&spent)?;
                 turns.push(now);
             }
         }
@@ -345,11 +361,13 @@ impl TenantQuota {
 impl TenantQuota {
     /// [`TenantQuota::spend_at`] on a shared store. A turn's budgets are read
     /// before it is counted, so a turn the budget refuses uses no turn.
-    fn spend_in(&self, store: &Store, spend: Spend, now: i64) -> Result<(), String> {
+    fn spend_in(&self, store: &Store, spend: Spend, now: i64) -> Checked {
         let (kind, unit) = match spend {
             Spend::Action => ("action", "actions"),
             Spend::AgentTurn => {
-                self.check_budget(now)?;
+                if let Err(why) = self.check_budget(now)? {
+                    return Ok(Err(why));
+                }
                 ("turn", "agent turns")
             }
         };
@@ -365,7 +383,13 @@ impl TenantQuota {
 
 impl Quota for TenantQuota {
     fn spend(&self, spend: Spend) -> Result<(), String> {
-        self.spend_at(spend, now_ms())
+        // Refused too when it could not be checked: never let through unchecked.
+        self.try_spend(spend)
+            .unwrap_or_else(|e| Err(format!("{e:#}")))
+    }
+
+    fn try_spend(&self, spend: Spend) -> anyhow::Result<Result<(), String>> {
+        self.try_spend_at(spend, now_ms())
     }
 
     fn charged(&self, charge: &Charge) {
@@ -517,18 +541,19 @@ mod on_a_shared_store {
             .unwrap()
             .execute_batch("ALTER TABLE quota_spends RENAME TO quota_spends_gone")
             .unwrap();
-        let e = qa.spend_at(Spend::Action, now + HOUR_MS).unwrap_err();
+        let e = format!("{:#}", qa.try_spend_at(Spend::Action, now + HOUR_MS).unwrap_err());
         assert!(
             e.starts_with("the tenant's quota tenants.alpha.actions_per_hour = 2 could not be checked, so nothing more was spent: failed to count a tenant's quota")
-                && e.contains("quota_spends")
-                && e.ends_with("the run can go on (or be resumed) once the store answers again"),
+                && e.contains("quota_spends"),
             "{e}"
         );
+        // Through the trait's plain `spend`, the same text refuses.
+        assert!(qa.spend(Spend::Action).unwrap_err().contains("could not be checked"));
         db.second_connection()
             .unwrap()
             .execute_batch("ALTER TABLE journal RENAME TO journal_gone")
             .unwrap();
-        let e = qb.spend_at(Spend::AgentTurn, now).unwrap_err();
+        let e = format!("{:#}", qb.try_spend_at(Spend::AgentTurn, now).unwrap_err());
         assert!(
             e.starts_with("the tenant's daily budgets (tenants.alpha.max_cost_usd_per_day = 1) could not be checked, so no agent turn was sent: "),
             "{e}"

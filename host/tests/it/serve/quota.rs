@@ -161,3 +161,53 @@ fn a_daily_cost_budget_holds_across_two_workers() {
         s.wait().unwrap();
     }
 }
+
+/// A store that fails at a quota's check lets nothing through, and loses
+/// nothing: the action is not run, and once the store answers the run goes on
+/// and the action runs once.
+#[test]
+fn a_store_failing_at_the_check_runs_nothing_and_the_run_goes_on() {
+    if !super::on_postgres() {
+        // The check is in the store only on a shared store.
+        return;
+    }
+    let dir = scratch();
+    let mut srv = Srv::prepare(
+        dir.path(),
+        "",
+        &[("metered", "max_running = 4\nmax_queued = 20\nactions_per_hour = 3\n")],
+    );
+    srv.start();
+    let admin = srv.store().second_connection().unwrap();
+    admin
+        .execute_batch("ALTER TABLE quota_spends RENAME TO quota_spends_gone")
+        .unwrap();
+    let id = srv.start_probe(
+        "metered",
+        json!({"op": "exec", "argv": ["echo", "ran"]}),
+    );
+    // While the store cannot count, the action does not run; the run is not failed.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let v = srv.get(&format!("/api/v1/runs/{id}"), srv.token("metered", "viewer")).json();
+    eprintln!("WHILE {} {} {}", v["status"], v["journal"], v["log"]);
+    assert!(
+        matches!(v["status"].as_str(), Some("queued" | "running" | "interrupted")),
+        "{v:#}"
+    );
+    assert!(
+        v["journal"].as_array().is_none_or(|j| j.iter().all(|c| c["exit_code"].is_null())),
+        "{v:#}"
+    );
+    // The store answers again: the run goes on, its action run once.
+    admin
+        .execute_batch("ALTER TABLE quota_spends_gone RENAME TO quota_spends")
+        .unwrap();
+    if v["status"] == "interrupted" {
+        let r = srv.post(&format!("/api/v1/runs/{id}/resume"), srv.token("metered", "operator"), json!({}));
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let v = srv.wait_final("metered", &id);
+    assert_eq!(v["outcome"]["data"]["ok"]["exit_code"], 0, "{v:#}");
+    let shells = v["journal"].as_array().unwrap().iter().filter(|c| c["kind"] == "shell").count();
+    assert_eq!(shells, 1, "{v:#}");
+}
