@@ -289,12 +289,19 @@ fn quota_checks(stores: &dyn Fn(&str) -> Vec<(&'static str, Db)>, full: bool) {
             &[],
         )
     };
-    println!("
-a tenant's quota checked before an action or agent turn, per check, {n} checks");
+    println!(
+        "
+a tenant's quota checked before an action or agent turn, per check, {n} checks"
+    );
     println!("{:<48}{:>12}{:>12}", "where the count is", "p50", "p99");
     let mem = quota();
     let (p50, p99) = timed(n, || mem.spend(Spend::Action).unwrap());
-    println!("{:<48}{:>12}{:>12}", "action, process memory (before)", micros(p50), micros(p99));
+    println!(
+        "{:<48}{:>12}{:>12}",
+        "action, process memory (before)",
+        micros(p50),
+        micros(p99)
+    );
     for (name, db) in stores("quota") {
         let store = loopbox::serve::store::Store::with(db).unwrap();
         let q = quota().on_store(store);

@@ -70,17 +70,32 @@ mod tests {
     fn counts_up_to_the_limit_and_frees_with_time(db: Db) {
         let now = 10 * 24 * HOUR;
         for i in 0..3 {
-            assert_eq!(db.quota_take("a", "action", 3, HOUR, now + i).unwrap(), Taken::Yes);
+            assert_eq!(
+                db.quota_take("a", "action", 3, HOUR, now + i).unwrap(),
+                Taken::Yes
+            );
         }
         assert_eq!(
             db.quota_take("a", "action", 3, HOUR, now + 5).unwrap(),
-            Taken::Full { used: 3, oldest: now }
+            Taken::Full {
+                used: 3,
+                oldest: now
+            }
         );
         // Another tenant, another kind: their own windows.
-        assert_eq!(db.quota_take("b", "action", 1, HOUR, now).unwrap(), Taken::Yes);
-        assert_eq!(db.quota_take("a", "turn", 1, HOUR, now).unwrap(), Taken::Yes);
+        assert_eq!(
+            db.quota_take("b", "action", 1, HOUR, now).unwrap(),
+            Taken::Yes
+        );
+        assert_eq!(
+            db.quota_take("a", "turn", 1, HOUR, now).unwrap(),
+            Taken::Yes
+        );
         // An hour after the first, one is free again, and the expired row is gone.
-        assert_eq!(db.quota_take("a", "action", 3, HOUR, now + HOUR).unwrap(), Taken::Yes);
+        assert_eq!(
+            db.quota_take("a", "action", 3, HOUR, now + HOUR).unwrap(),
+            Taken::Yes
+        );
         let c = db.conn();
         let rows: i64 = c
             .query_row(
@@ -93,7 +108,10 @@ mod tests {
         drop(c);
         // 0 is no limit and writes nothing.
         for _ in 0..50 {
-            assert_eq!(db.quota_take("z", "action", 0, HOUR, now).unwrap(), Taken::Yes);
+            assert_eq!(
+                db.quota_take("z", "action", 0, HOUR, now).unwrap(),
+                Taken::Yes
+            );
         }
     }
 
@@ -117,7 +135,11 @@ mod tests {
                 let mut took = 0;
                 for t in 0..TENANTS {
                     for _ in 0..LIMIT {
-                        if db.quota_take(&format!("t{t}"), "action", LIMIT, HOUR, now).unwrap() == Taken::Yes {
+                        if db
+                            .quota_take(&format!("t{t}"), "action", LIMIT, HOUR, now)
+                            .unwrap()
+                            == Taken::Yes
+                        {
                             took += 1;
                         }
                     }

@@ -541,14 +541,21 @@ mod on_a_shared_store {
             .unwrap()
             .execute_batch("ALTER TABLE quota_spends RENAME TO quota_spends_gone")
             .unwrap();
-        let e = format!("{:#}", qa.try_spend_at(Spend::Action, now + HOUR_MS).unwrap_err());
+        let e = format!(
+            "{:#}",
+            qa.try_spend_at(Spend::Action, now + HOUR_MS).unwrap_err()
+        );
         assert!(
             e.starts_with("the tenant's quota tenants.alpha.actions_per_hour = 2 could not be checked, so nothing more was spent: failed to count a tenant's quota")
                 && e.contains("quota_spends"),
             "{e}"
         );
         // Through the trait's plain `spend`, the same text refuses.
-        assert!(qa.spend(Spend::Action).unwrap_err().contains("could not be checked"));
+        assert!(
+            qa.spend(Spend::Action)
+                .unwrap_err()
+                .contains("could not be checked")
+        );
         db.second_connection()
             .unwrap()
             .execute_batch("ALTER TABLE journal RENAME TO journal_gone")

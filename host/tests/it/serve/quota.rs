@@ -154,7 +154,11 @@ fn a_daily_cost_budget_holds_across_two_workers() {
     failed_with_why(&start_ralph(&srv));
     w.both();
     failed_with_why(&start_ralph(&srv));
-    assert_eq!(calls(), 2, "an agent turn was sent past the tenant's daily budget");
+    assert_eq!(
+        calls(),
+        2,
+        "an agent turn was sent past the tenant's daily budget"
+    );
     drop(w);
     if let Some(s) = &mut second {
         s.kill().unwrap();
@@ -175,26 +179,36 @@ fn a_store_failing_at_the_check_runs_nothing_and_the_run_goes_on() {
     let mut srv = Srv::prepare(
         dir.path(),
         "",
-        &[("metered", "max_running = 4\nmax_queued = 20\nactions_per_hour = 3\n")],
+        &[(
+            "metered",
+            "max_running = 4\nmax_queued = 20\nactions_per_hour = 3\n",
+        )],
     );
     srv.start();
     let admin = srv.store().second_connection().unwrap();
     admin
         .execute_batch("ALTER TABLE quota_spends RENAME TO quota_spends_gone")
         .unwrap();
-    let id = srv.start_probe(
-        "metered",
-        json!({"op": "exec", "argv": ["echo", "ran"]}),
-    );
+    let id = srv.start_probe("metered", json!({"op": "exec", "argv": ["echo", "ran"]}));
     // While the store cannot count, the action does not run; the run is not failed.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let v = srv.get(&format!("/api/v1/runs/{id}"), srv.token("metered", "viewer")).json();
+    let v = srv
+        .get(
+            &format!("/api/v1/runs/{id}"),
+            srv.token("metered", "viewer"),
+        )
+        .json();
     assert!(
-        matches!(v["status"].as_str(), Some("queued" | "running" | "interrupted")),
+        matches!(
+            v["status"].as_str(),
+            Some("queued" | "running" | "interrupted")
+        ),
         "{v:#}"
     );
     assert!(
-        v["journal"].as_array().is_none_or(|j| j.iter().all(|c| c["exit_code"].is_null())),
+        v["journal"]
+            .as_array()
+            .is_none_or(|j| j.iter().all(|c| c["exit_code"].is_null())),
         "{v:#}"
     );
     // The store answers again: the run goes on, its action run once.
@@ -202,11 +216,20 @@ fn a_store_failing_at_the_check_runs_nothing_and_the_run_goes_on() {
         .execute_batch("ALTER TABLE quota_spends_gone RENAME TO quota_spends")
         .unwrap();
     if v["status"] == "interrupted" {
-        let r = srv.post(&format!("/api/v1/runs/{id}/resume"), srv.token("metered", "operator"), json!({}));
+        let r = srv.post(
+            &format!("/api/v1/runs/{id}/resume"),
+            srv.token("metered", "operator"),
+            json!({}),
+        );
         assert_eq!(r.status, 200, "{}", r.body);
     }
     let v = srv.wait_final("metered", &id);
     assert_eq!(v["outcome"]["data"]["ok"]["exit_code"], 0, "{v:#}");
-    let shells = v["journal"].as_array().unwrap().iter().filter(|c| c["kind"] == "shell").count();
+    let shells = v["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "shell")
+        .count();
     assert_eq!(shells, 1, "{v:#}");
 }
