@@ -13,12 +13,26 @@ use serde_json::json;
 use super::spend::{costly_server, start_ralph};
 use super::{Srv, scratch};
 
+/// A worker killed when the test ends, passed or not.
+struct Second(Option<Child>);
+
+impl Drop for Second {
+    fn drop(&mut self) {
+        if let Some(w) = &mut self.0 {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
 /// The second worker on a PostgreSQL store (the harness starts the first);
 /// none on SQLite.
-fn second_worker(srv: &Srv) -> Option<Child> {
-    srv.store
-        .is_some()
-        .then(|| srv.spawn_worker(&["--lease-ms", "1000"]))
+fn second_worker(srv: &Srv) -> Second {
+    Second(
+        srv.store
+            .is_some()
+            .then(|| srv.spawn_worker(&["--lease-ms", "1000"])),
+    )
 }
 
 /// SIGSTOP or SIGCONT to a worker, if there is one.
@@ -67,10 +81,10 @@ fn actions_per_hour_holds_across_two_workers() {
         )],
     );
     srv.start();
-    let mut second = second_worker(&srv);
+    let second = second_worker(&srv);
     let w = Workers {
         first: srv.worker.as_ref(),
-        second: second.as_ref(),
+        second: second.0.as_ref(),
     };
     let ok = |id: &str| {
         let v = srv.wait_final("metered", id);
@@ -114,21 +128,16 @@ fn actions_per_hour_holds_across_two_workers() {
             .unwrap();
         assert_eq!(rows, 3);
     }
-    drop(w);
-    if let Some(s) = &mut second {
-        s.kill().unwrap();
-        s.wait().unwrap();
-    }
 }
 
 #[test]
 fn a_daily_cost_budget_holds_across_two_workers() {
     let dir = scratch();
     let srv = costly_server(dir.path(), "max_cost_usd_per_day = 0.25\nmax_running = 4\n");
-    let mut second = second_worker(&srv);
+    let second = second_worker(&srv);
     let w = Workers {
         first: srv.worker.as_ref(),
-        second: second.as_ref(),
+        second: second.0.as_ref(),
     };
     let turns_file = srv.root("spender").join("proj/.costly-agent/turns");
     let calls = || {
@@ -159,11 +168,6 @@ fn a_daily_cost_budget_holds_across_two_workers() {
         2,
         "an agent turn was sent past the tenant's daily budget"
     );
-    drop(w);
-    if let Some(s) = &mut second {
-        s.kill().unwrap();
-        s.wait().unwrap();
-    }
 }
 
 /// A store that fails at a quota's check lets nothing through, and loses
