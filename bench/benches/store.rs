@@ -14,6 +14,12 @@
 //! - A shell action: the `durable` guest's 20 actions of `true` in one event,
 //!   journal on (intent and result are each a durable write), per action.
 //!
+//! - A tenant's quota checked before an action (`actions_per_hour` set): in
+//!   the process's memory (before issue 35 part C, and still on SQLite), and
+//!   counted in the store (`db::quota`, a write transaction each), per check;
+//!   and an agent turn's check with a daily cost budget (the day's charges
+//!   read from the store's journal, here of a tenant with none yet).
+//!
 //! `cargo bench -p loopbox-bench --bench store` (without `--bench`: one short
 //! round of each, as a smoke test).
 
@@ -292,4 +298,58 @@ fn main() {
         ),
         &variants,
     );
+
+    quota_checks(&stores, full);
+}
+
+/// p50 and p99 of `n` calls of `f`.
+fn timed(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    let mut samples: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    samples.sort();
+    (percentile(&samples, 0.5), percentile(&samples, 0.99))
+}
+
+fn quota_checks(stores: &dyn Fn(&str) -> Vec<(&'static str, Db)>, full: bool) {
+    use loopbox::limits::quota::{Quota, Spend};
+    use loopbox::serve::quota::{DailyBudget, TenantQuota};
+    let n = if full { 2000 } else { 50 };
+    // Limits high enough that no check is refused: the cost of counting.
+    let quota = || {
+        TenantQuota::new("bench", 1_000_000, 1_000_000, &[], &[]).with_budget(
+            DailyBudget {
+                max_cost_usd: Some(1e9),
+                max_tokens: None,
+            },
+            &[],
+        )
+    };
+    println!(
+        "
+a tenant's quota checked before an action or agent turn, per check, {n} checks"
+    );
+    println!("{:<48}{:>12}{:>12}", "where the count is", "p50", "p99");
+    let mem = quota();
+    let (p50, p99) = timed(n, || mem.spend(Spend::Action).unwrap());
+    println!(
+        "{:<48}{:>12}{:>12}",
+        "action, process memory (before)",
+        micros(p50),
+        micros(p99)
+    );
+    for (name, db) in stores("quota") {
+        let store = loopbox::serve::store::Store::with(db).unwrap();
+        let q = quota().on_store(store);
+        let (p50, p99) = timed(n, || q.spend(Spend::Action).unwrap());
+        let how = format!("action, {name} store (quota_spends)");
+        println!("{how:<48}{:>12}{:>12}", micros(p50), micros(p99));
+        let (p50, p99) = timed(n, || q.spend(Spend::AgentTurn).unwrap());
+        let how = format!("agent turn + day's cost, {name} store");
+        println!("{how:<48}{:>12}{:>12}", micros(p50), micros(p99));
+    }
 }

@@ -436,7 +436,7 @@ impl ActionsHost {
                 .into_iter()
                 .chain(prompts.map(|_| Spend::AgentTurn));
             for spend in spends {
-                if let Err(why) = quota.spend(spend) {
+                if let Err(why) = quota.try_spend(spend).map_err(crate::error::host_err)? {
                     self.log.host("warn", why.clone());
                     return Ok(Err(ActionError::BudgetExhausted(why)));
                 }

@@ -17,6 +17,7 @@ mod journal;
 pub mod lease;
 pub mod lock;
 pub mod pool;
+pub mod quota;
 mod runs;
 mod schema;
 mod snapshots;

@@ -6,7 +6,7 @@ use rusqlite::Connection;
 
 use super::engine::{Conn, Engine};
 
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// The oldest schema whose tables this loopbox can read as they are: a
 /// read-only command reads such a store without upgrading it, so it needs no
@@ -15,7 +15,8 @@ pub const SCHEMA_VERSION: i64 = 10;
 /// schema 8's `wake_at` is read only where present (`Db::wake_at`), and its
 /// `snapshots` table only by runs, which upgrade the store first; schema 9's
 /// spend columns are read as nothing spent; schema 10's lease columns and
-/// `workers` table only by claims, which upgrade the store first.
+/// `workers` table only by claims, which upgrade the store first; schema 11's
+/// `quota_spends` only by a server's quotas, which open the store to write.
 pub const READABLE_FROM: i64 = 5;
 
 /// The schema that added `approvals`, `audit` and the runs' tenant, workspace
@@ -137,6 +138,16 @@ CREATE TABLE IF NOT EXISTS workers (
     started_at INTEGER NOT NULL,
     heartbeat_at INTEGER NOT NULL
 );
+-- Schema 11: a tenant's actions and agent turns in their quota's window, on a
+-- shared store (`db/quota.rs`): at most the quota's value of rows per tenant
+-- and kind, written under the store's write lock, the ones past the window
+-- deleted in the same transaction.
+CREATE TABLE IF NOT EXISTS quota_spends (
+    tenant TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS quota_spends_by_tenant ON quota_spends (tenant, kind, at);
 CREATE TABLE IF NOT EXISTS snapshots (
     run_id TEXT NOT NULL REFERENCES runs(id),
     id INTEGER NOT NULL,

@@ -21,6 +21,14 @@ pub trait Quota: Send + Sync {
     /// key and value) and nothing is counted.
     fn spend(&self, spend: Spend) -> Result<(), String>;
 
+    /// [`Quota::spend`], keeping a quota that could not be checked (its store
+    /// failed) apart from a refusal: `Err` is handled as any failed store
+    /// write (the step ends where it stood, nothing is spent, and the run can
+    /// be resumed or taken over), never let through.
+    fn try_spend(&self, spend: Spend) -> anyhow::Result<Result<(), String>> {
+        Ok(self.spend(spend))
+    }
+
     /// What an agent turn cost, once it is recorded with its result (for
     /// budgets in dollars and tokens). Nothing to count by default.
     fn charged(&self, _charge: &crate::spend::Charge) {}

@@ -448,7 +448,7 @@ async fn agent_turn(
                         return Ok(Err(RunEnd::Agent(why)));
                     }
                 }
-                if let Err(why) = ctx.spend_quota(crate::limits::quota::Spend::AgentTurn) {
+                if let Err(why) = ctx.spend_quota(crate::limits::quota::Spend::AgentTurn)? {
                     return Ok(Err(RunEnd::Quota(why)));
                 }
                 if journaled {

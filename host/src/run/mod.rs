@@ -280,11 +280,15 @@ impl RunContext {
         }
     }
 
-    /// Count an agent turn against the run's shared quota, if it has one; `Err` names it.
-    pub fn spend_quota(&self, spend: crate::limits::quota::Spend) -> Result<(), String> {
+    /// Count an agent turn against the run's shared quota, if it has one;
+    /// `Ok(Err)` names it, `Err` is a quota whose store failed to answer.
+    pub fn spend_quota(
+        &self,
+        spend: crate::limits::quota::Spend,
+    ) -> anyhow::Result<Result<(), String>> {
         match &self.grants.quota {
-            Some(q) => q.spend(spend),
-            None => Ok(()),
+            Some(q) => q.try_spend(spend),
+            None => Ok(Ok(())),
         }
     }
 

@@ -197,6 +197,7 @@ impl Server {
         let runtime = Runtime::with_pool(cache, config.engine.pool_instances)?;
         let now = crate::db::now_ms();
         let mut quotas = BTreeMap::new();
+        let shared_store = data.is_shared();
         for name in tenants.names() {
             let t = tenants.named(name)?;
             let (actions, turns) = store.spent_since(name, TenantQuota::since(now))?;
@@ -207,19 +208,19 @@ impl Server {
                 max_cost_usd: t.max_cost_usd_per_day,
                 max_tokens: t.max_tokens_per_day,
             };
-            quotas.insert(
-                name.to_string(),
-                Arc::new(
-                    TenantQuota::new(
-                        name,
-                        t.actions_per_hour,
-                        t.agent_turns_per_day,
-                        &actions,
-                        &turns,
-                    )
-                    .with_budget(budget, &charges),
-                ),
-            );
+            let mut q = TenantQuota::new(
+                name,
+                t.actions_per_hour,
+                t.agent_turns_per_day,
+                &actions,
+                &turns,
+            )
+            .with_budget(budget, &charges);
+            if shared_store {
+                // Every worker and server on the store shares the store's count.
+                q = q.on_store(store.clone());
+            }
+            quotas.insert(name.to_string(), Arc::new(q));
         }
         let tenant_streams = tenants
             .names()
@@ -231,7 +232,6 @@ impl Server {
                 )
             })
             .collect();
-        let shared_store = data.is_shared();
         Ok(Server {
             store,
             data,

@@ -7,15 +7,27 @@
 //! the policy sees `budget-exhausted` (a driver's turn ends the run), as a
 //! run's own `run.max_cost_usd` does.
 //!
-//! The windows live in memory, holding at most one timestamp per unit of the
-//! quota (so a window never grows past its own limit), or for spend one
-//! bucket per minute (at most 1,440), and start from the store's journal when
-//! the server starts, so a restart gives no one a fresh hour or day.
+//! On a store several processes share (PostgreSQL, with `loopbox worker`s),
+//! the store counts: each action and turn is counted and recorded in one
+//! transaction of `db/quota.rs`, across every process, and the spend budgets
+//! read the day's charges from the store's journal at each check, so N
+//! workers give a tenant its quota once. A store that fails at a check
+//! refuses the spend, saying so.
+//!
+//! On a server's own SQLite store (one process) the windows live in memory,
+//! holding at most one timestamp per unit of the quota (so a window never
+//! grows past its own limit), or for spend one bucket per minute (at most
+//! 1,440), and start from the store's journal when the server starts, so a
+//! restart gives no one a fresh hour or day.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use anyhow::Context;
+
+use super::store::Store;
 use crate::db::now_ms;
+use crate::db::quota::Taken;
 use crate::limits::quota::{Quota, Spend};
 use crate::spend::{Charge, Totals, usd};
 
@@ -65,23 +77,51 @@ impl Window {
     fn check(&mut self, now: i64, unit: &str) -> Result<(), String> {
         self.expire(now);
         if self.limit > 0 && self.at.len() as u64 >= self.limit {
-            let free_in = self.at.front().map_or(0, |&t| t + self.span_ms - now);
-            return Err(format!(
-                "the tenant's quota {} = {} is used up ({} {unit} in the last {}); the next one is possible in {}s; raise it in the server config if the tenant needs more",
-                self.key,
-                self.limit,
-                self.at.len(),
-                if self.span_ms == HOUR_MS {
-                    "hour"
-                } else {
-                    "day"
-                },
-                ((free_in + 999) / 1000).max(1)
-            ));
+            let oldest = self.at.front().copied().unwrap_or(now);
+            return Err(self.used_up(self.at.len() as u64, oldest, now, unit));
         }
         Ok(())
     }
+
+    /// The refusal: the quota's key and value, what was used, when one frees up.
+    fn used_up(&self, used: u64, oldest: i64, now: i64, unit: &str) -> String {
+        let free_in = oldest + self.span_ms - now;
+        format!(
+            "the tenant's quota {} = {} is used up ({used} {unit} in the last {}); the next one is possible in {}s; raise it in the server config if the tenant needs more",
+            self.key,
+            self.limit,
+            if self.span_ms == HOUR_MS {
+                "hour"
+            } else {
+                "day"
+            },
+            ((free_in + 999) / 1000).max(1)
+        )
+    }
+
+    /// Count one more in the store's window (`db/quota.rs`), atomically across
+    /// every process on the store; `kind` names the rows. `Err` is a store
+    /// that failed: nothing was counted, and the caller must not spend.
+    fn take_in(&self, store: &Store, tenant: &str, kind: &str, now: i64, unit: &str) -> Checked {
+        let taken = store
+            .db()
+            .quota_take(tenant, kind, self.limit, self.span_ms, now)
+            .with_context(|| {
+                format!(
+                    "the tenant's quota {} = {} could not be checked, so nothing more was spent",
+                    self.key, self.limit
+                )
+            })?;
+        Ok(match taken {
+            Taken::Yes => Ok(()),
+            Taken::Full { used, oldest } => Err(self.used_up(used, oldest, now, unit)),
+        })
+    }
 }
+
+/// A check's answer: `Ok(Err)` a refusal naming the quota, `Err` a quota that
+/// could not be checked (its store failed), which lets nothing through.
+type Checked = anyhow::Result<Result<(), String>>;
 
 const MINUTE_MS: i64 = 60_000;
 
@@ -132,12 +172,14 @@ pub struct DailyBudget {
 }
 
 /// A tenant's quotas, shared by all its runs.
-#[derive(Debug)]
 pub struct TenantQuota {
     windows: Mutex<(Window, Window)>,
     tenant: String,
     budget: DailyBudget,
     spent: Mutex<SpendWindow>,
+    /// On a store shared by several processes: the store counts the windows
+    /// and holds the day's spend, not this process's memory.
+    shared: Option<Store>,
 }
 
 impl TenantQuota {
@@ -154,6 +196,7 @@ impl TenantQuota {
             tenant: tenant.to_string(),
             budget: DailyBudget::default(),
             spent: Mutex::new(SpendWindow::default()),
+            shared: None,
             windows: Mutex::new((
                 Window::new(
                     format!("tenants.{tenant}.actions_per_hour"),
@@ -182,7 +225,16 @@ impl TenantQuota {
         self
     }
 
-    /// What the tenant's runs spent in the 24 hours before `now`.
+    /// Count and check in `store` (shared by several processes) instead of in
+    /// memory: every `loopbox worker` and server on it then shares one window
+    /// per quota, and the daily budgets read the store's journal at each check.
+    pub fn on_store(mut self, store: Store) -> TenantQuota {
+        self.shared = Some(store);
+        self
+    }
+
+    /// What the tenant's runs spent in the 24 hours before `now`, as this
+    /// process counted it (see [`TenantQuota::day_spent`] for a shared store).
     pub fn spent_today(&self, now: i64) -> Totals {
         self.spent
             .lock()
@@ -192,12 +244,31 @@ impl TenantQuota {
 
     /// Whether another agent turn fits the daily spend budgets; `Err` names
     /// the key, its value and what was spent, as a run's own budget does.
-    fn check_budget(&self, now: i64) -> Result<(), String> {
+    fn check_budget(&self, now: i64) -> Checked {
         let (cost, tokens) = (self.budget.max_cost_usd, self.budget.max_tokens);
         if cost.is_none() && tokens.is_none() {
-            return Ok(());
+            return Ok(Ok(()));
         }
-        let spent = self.spent_today(now);
+        let key = |k: &str| format!("tenants.{}.{k}", self.tenant);
+        let spent = self.day_spent(now).with_context(|| {
+            format!(
+                "the tenant's daily budgets ({}) could not be checked, so no agent turn was sent",
+                [
+                    cost.map(|v| format!("{} = {v}", key("max_cost_usd_per_day"))),
+                    tokens.map(|v| format!("{} = {v}", key("max_tokens_per_day"))),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+            )
+        })?;
+        Ok(self.judge_budget(&spent))
+    }
+
+    /// Whether `spent` (the last 24 hours') leaves room for another turn.
+    fn judge_budget(&self, spent: &Totals) -> Result<(), String> {
+        let (cost, tokens) = (self.budget.max_cost_usd, self.budget.max_tokens);
         let key = |k: &str| format!("tenants.{}.{k}", self.tenant);
         if let Some(limit) = cost {
             if spent.cost_usd >= limit {
@@ -236,12 +307,39 @@ impl TenantQuota {
         Ok(())
     }
 
+    /// What the tenant's runs spent in the 24 hours before `now`: on a shared
+    /// store, the charges journaled by every process; else this process's count.
+    fn day_spent(&self, now: i64) -> anyhow::Result<Totals> {
+        let Some(store) = &self.shared else {
+            return Ok(self.spent_today(now));
+        };
+        let mut day = Totals::default();
+        for (_, c) in store.charges_since(&self.tenant, now - DAY_MS)? {
+            day.add(&c);
+        }
+        Ok(day)
+    }
+
     /// From how far back the store's journal is read to start the windows.
     pub fn since(now: i64) -> i64 {
         now - DAY_MS
     }
 
+    /// [`TenantQuota::try_spend_at`] with a failure to check as its refusal text.
+    #[cfg(test)]
     fn spend_at(&self, spend: Spend, now: i64) -> Result<(), String> {
+        self.try_spend_at(spend, now)
+            .unwrap_or_else(|e| Err(format!("{e:#}")))
+    }
+
+    fn try_spend_at(&self, spend: Spend, now: i64) -> Checked {
+        if let Some(store) = &self.shared {
+            return self.spend_in(store, spend, now);
+        }
+        Ok(self.spend_in_memory(spend, now))
+    }
+
+    fn spend_in_memory(&self, spend: Spend, now: i64) -> Result<(), String> {
         let mut w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         let (actions, turns) = &mut *w;
         match spend {
@@ -251,7 +349,8 @@ impl TenantQuota {
             }
             Spend::AgentTurn => {
                 turns.check(now, "agent turns")?;
-                self.check_budget(now)?;
+                let spent = self.spent_today(now);
+                self.judge_budget(&spent)?;
                 turns.push(now);
             }
         }
@@ -259,12 +358,45 @@ impl TenantQuota {
     }
 }
 
+impl TenantQuota {
+    /// [`TenantQuota::spend_at`] on a shared store. A turn's budgets are read
+    /// before it is counted, so a turn the budget refuses uses no turn.
+    fn spend_in(&self, store: &Store, spend: Spend, now: i64) -> Checked {
+        let (kind, unit) = match spend {
+            Spend::Action => ("action", "actions"),
+            Spend::AgentTurn => {
+                if let Err(why) = self.check_budget(now)? {
+                    return Ok(Err(why));
+                }
+                ("turn", "agent turns")
+            }
+        };
+        // The window's key, value and span only: the count is the store's.
+        let window = {
+            let w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+            let w = if spend == Spend::Action { &w.0 } else { &w.1 };
+            Window::new(w.key.clone(), w.limit, w.span_ms, &[])
+        };
+        window.take_in(store, &self.tenant, kind, now, unit)
+    }
+}
+
 impl Quota for TenantQuota {
     fn spend(&self, spend: Spend) -> Result<(), String> {
-        self.spend_at(spend, now_ms())
+        // Refused too when it could not be checked: never let through unchecked.
+        self.try_spend(spend)
+            .unwrap_or_else(|e| Err(format!("{e:#}")))
+    }
+
+    fn try_spend(&self, spend: Spend) -> anyhow::Result<Result<(), String>> {
+        self.try_spend_at(spend, now_ms())
     }
 
     fn charged(&self, charge: &Charge) {
+        if self.shared.is_some() {
+            // The store journaled it; the next check reads it there.
+            return;
+        }
         self.spent
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -367,5 +499,71 @@ mod tests {
             many.spent.lock().unwrap().add(now + i, &charge(0.0, 1));
         }
         assert_eq!(many.spent.lock().unwrap().buckets.len(), 2);
+    }
+}
+
+/// On the real PostgreSQL: the count is the store's, shared by every handle
+/// (as by every worker), and a store that fails refuses the spend, saying so.
+#[cfg(test)]
+mod on_a_shared_store {
+    use super::*;
+
+    fn quota(store: &Store) -> TenantQuota {
+        TenantQuota::new("alpha", 2, 5, &[], &[])
+            .with_budget(
+                DailyBudget {
+                    max_cost_usd: Some(1.0),
+                    max_tokens: None,
+                },
+                &[],
+            )
+            .on_store(store.clone())
+    }
+
+    #[test]
+    fn two_processes_share_one_window_and_a_failing_store_refuses() {
+        let (_dir, db) = crate::db::testing::postgres();
+        let a = Store::with(db.clone()).unwrap();
+        let b = Store::with(db.reopen().unwrap()).unwrap();
+        let (qa, qb) = (quota(&a), quota(&b));
+        let now = now_ms();
+        qa.spend_at(Spend::Action, now).unwrap();
+        qb.spend_at(Spend::Action, now).unwrap();
+        let e = qa.spend_at(Spend::Action, now).unwrap_err();
+        assert!(
+            e.starts_with("the tenant's quota tenants.alpha.actions_per_hour = 2 is used up (2 actions in the last hour); the next one is possible in 3600s"),
+            "{e}"
+        );
+        // Turns are their own window, and the day's spend (none) is read from the store.
+        qb.spend_at(Spend::AgentTurn, now).unwrap();
+        // The store fails: the spend is refused, naming the quota and why.
+        db.second_connection()
+            .unwrap()
+            .execute_batch("ALTER TABLE quota_spends RENAME TO quota_spends_gone")
+            .unwrap();
+        let e = format!(
+            "{:#}",
+            qa.try_spend_at(Spend::Action, now + HOUR_MS).unwrap_err()
+        );
+        assert!(
+            e.starts_with("the tenant's quota tenants.alpha.actions_per_hour = 2 could not be checked, so nothing more was spent: failed to count a tenant's quota")
+                && e.contains("quota_spends"),
+            "{e}"
+        );
+        // Through the trait's plain `spend`, the same text refuses.
+        assert!(
+            qa.spend(Spend::Action)
+                .unwrap_err()
+                .contains("could not be checked")
+        );
+        db.second_connection()
+            .unwrap()
+            .execute_batch("ALTER TABLE journal RENAME TO journal_gone")
+            .unwrap();
+        let e = format!("{:#}", qb.try_spend_at(Spend::AgentTurn, now).unwrap_err());
+        assert!(
+            e.starts_with("the tenant's daily budgets (tenants.alpha.max_cost_usd_per_day = 1) could not be checked, so no agent turn was sent: "),
+            "{e}"
+        );
     }
 }

@@ -18,6 +18,7 @@ mod crash;
 mod load;
 mod ops;
 mod pg_restart;
+mod quota;
 mod runs;
 mod scale;
 mod spend;

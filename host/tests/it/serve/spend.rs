@@ -11,7 +11,7 @@ use crate::common;
 const NEVER: &str =
     r#"{"prompt": "Fix the build.", "completion_promise": "NEVER", "max_iterations": 50}"#;
 
-fn start_ralph(srv: &Srv) -> String {
+pub(super) fn start_ralph(srv: &Srv) -> String {
     let r = srv.post(
         "/api/v1/runs",
         srv.token("spender", "operator"),
@@ -27,7 +27,7 @@ fn close(a: &Value, b: f64) -> bool {
 
 /// A server whose tenant `spender` (with `tenant_lines` in its section) has
 /// builtin:ralph installed, its agent the costly script as `claude`.
-fn costly_server(dir: &std::path::Path, tenant_lines: &str) -> Srv {
+pub(super) fn costly_server(dir: &std::path::Path, tenant_lines: &str) -> Srv {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::copy(
