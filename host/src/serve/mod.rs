@@ -312,18 +312,24 @@ impl Server {
 
     /// Record why the server could not drive `run` (in its log and on stderr).
     pub fn note_failure(&self, run: &str, e: &anyhow::Error) {
+        if let Ok(db) = self.data.open_db() {
+            self.note_failure_on(&db, run, e);
+        }
+    }
+
+    /// [`Server::note_failure`] through `db`: a worker's claimed handle, so a
+    /// worker that lost the run's lease writes nothing into its log.
+    pub fn note_failure_on(&self, db: &crate::db::Db, run: &str, e: &anyhow::Error) {
         crate::errln!(
             "loopbox serve: run {run}: {}",
             crate::ui::Untrusted(&format!("{e:#}"))
         );
-        if let Ok(db) = self.data.open_db() {
-            sched::log_line(
-                &db,
-                run,
-                "error",
-                format!("the server could not drive the run: {e:#}"),
-            );
-        }
+        sched::log_line(
+            db,
+            run,
+            "error",
+            format!("the server could not drive the run: {e:#}"),
+        );
     }
 
     /// Pick up what the last incarnation left: runs it was driving (left

@@ -367,7 +367,7 @@ async fn drive_claimed(server: &Arc<Server>, db: &Db, run: &str, stop: Arc<Stop>
             // Another worker has it: nothing more is written for it from here.
             crate::errln!("loopbox worker: run {run}: {e:#}");
         }
-        Err(e) => server.note_failure(run, e),
+        Err(e) => server.note_failure_on(db, run, e),
         Ok(()) => {}
     }
     db.forget_fence(run);
