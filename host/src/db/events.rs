@@ -7,7 +7,9 @@
 use crate::db::engine::{Conn, OptionalExtension, Row, params};
 use anyhow::Result;
 
-use super::journal::{Budget, JournalRow, Spent, SpentError, insert_rows, spend};
+use super::journal::{
+    Budget, JournalRow, Spent, SpentError, Steps, insert_rows, push_rows, push_spend, spent,
+};
 use super::{Db, now_ms};
 
 /// One log line as stored.
@@ -71,6 +73,17 @@ fn next_event_seq(tx: &crate::db::Conn, run: &str) -> crate::db::engine::Result<
     )
 }
 
+/// Insert `run`'s next event, pending (the event's row before its actions),
+/// its number read and written by one statement; returns the number.
+fn insert_pending_event(tx: &Conn, run: &str, event: &str) -> crate::db::engine::Result<i64> {
+    tx.row(
+        "INSERT INTO events (run_id, seq, at, event, pending)
+         SELECT ?1, COALESCE(MAX(seq), 0) + 1, CAST(?2 AS BIGINT), ?3, 1 FROM events WHERE run_id = ?1 RETURNING seq",
+        params![run, now_ms(), event],
+        |r| r.get(0),
+    )
+}
+
 impl Db {
     /// Durably record that an action is about to start: the event's row (as
     /// pending) if it has none yet, the calls journaled before it, its intent
@@ -85,20 +98,19 @@ impl Db {
         budget: &Budget,
     ) -> Result<Result<i64, Spent>> {
         self.write_run(run, "journal the action", |tx| {
-            if let Err(spent) = spend(tx, run, budget)? {
+            let seq = match event.0 {
+                Some(seq) => seq,
+                None => insert_pending_event(tx, run, event.1)?,
+            };
+            // The budget, the rows and their bytes in one round trip; a spent
+            // budget rolls them all back.
+            let mut steps = Steps::new();
+            let checks = push_spend(&mut steps, run, budget);
+            push_rows(&mut steps, run, seq, &[earlier, std::slice::from_ref(intent)].concat());
+            if let Some(spent) = spent(&tx.pipeline(&steps)?, &checks) {
                 // Nothing is written: the transaction is dropped by the caller's rollback.
                 return Err(SpentError(spent).into());
             }
-            let seq = match event.0 {
-                Some(seq) => seq,
-                None => {
-                    let seq = next_event_seq(tx, run)?;
-                    tx.exec("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
-                    seq
-                }
-            };
-            insert_rows(tx, run, seq, earlier)?;
-            insert_rows(tx, run, seq, std::slice::from_ref(intent))?;
             Ok(seq)
         })
         .map(Ok)
@@ -120,11 +132,7 @@ impl Db {
         self.write_run(run, "journal the event", |tx| {
             let seq = match event.0 {
                 Some(seq) => seq,
-                None => {
-                    let seq = next_event_seq(tx, run)?;
-                    tx.exec("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
-                    seq
-                }
+                None => insert_pending_event(tx, run, event.1)?,
             };
             insert_rows(tx, run, seq, earlier)?;
             Ok(seq)
