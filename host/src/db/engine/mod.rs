@@ -513,6 +513,9 @@ impl Conn {
     /// returned. The first error is returned; inside a write transaction the
     /// caller rolls back, so the statements after a failed one change nothing.
     pub fn pipeline(&self, steps: &[(&str, Vec<Value>)]) -> Result<Vec<Done>> {
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
         match &self.inner {
             Inner::Sqlite(c) => steps
                 .iter()
