@@ -12,7 +12,10 @@
 //!   20 events per claim, as a worker holding a run drives it, and one event
 //!   per claim (a claim's transaction for each event).
 //! - A shell action: the `durable` guest's 20 actions of `true` in one event,
-//!   journal on (intent and result are each a durable write), per action.
+//!   journal on (intent and result are each a durable write), per action,
+//!   and the round trips to PostgreSQL one such event makes, and one with no
+//!   action (`db::engine::postgres::round_trips`): the difference over 20 is
+//!   what each action costs.
 //!
 //! - A tenant's quota checked before an action (`actions_per_hour` set): in
 //!   the process's memory (before issue 35 part C, and still on SQLite), and
@@ -32,6 +35,7 @@ use loopbox::bindings::{Decision, Event};
 use loopbox::config::Config;
 use loopbox::db::claim::ClaimFilter;
 use loopbox::db::engine::pg_server::PgServer;
+use loopbox::db::engine::postgres::round_trips;
 use loopbox::db::{Db, NewRun, RunOptions, RunPlace, RunStatus};
 use loopbox::run::RunContext;
 use loopbox::ui::Ui;
@@ -288,6 +292,17 @@ fn main() {
         })
         .collect();
     let rounds = if full { 40 } else { 1 };
+    // Counted once, apart from the timed samples.
+    let counted = |actions: u32| {
+        let db = Db::open_postgres(&pg.fresh_store().unwrap()).unwrap();
+        db.create_run("counted", "durable", &policy.digest, "{}")
+            .unwrap();
+        let before = round_trips();
+        tokio.block_on(event(&policy, ws.path(), &db, &config, "counted", actions));
+        let after = round_trips();
+        (after.0 - before.0, after.1 - before.1)
+    };
+    let (with, without) = (counted(ACTIONS), counted(0));
     interleave(&mut variants, 1, rounds);
     for v in variants.iter_mut() {
         v.samples = v.samples.iter().map(|d| *d / ACTIONS).collect();
@@ -297,6 +312,15 @@ fn main() {
             "one shell action of `true`, per action ({ACTIONS} per event, {rounds} interleaved events of each)"
         ),
         &variants,
+    );
+    println!(
+        "PostgreSQL round trips (statements): an event of {ACTIONS} actions {} ({}), of none {} ({}): {:.1} ({:.1}) per action",
+        with.0,
+        with.1,
+        without.0,
+        without.1,
+        (with.0 - without.0) as f64 / f64::from(ACTIONS),
+        (with.1 - without.1) as f64 / f64::from(ACTIONS),
     );
 
     quota_checks(&stores, full);

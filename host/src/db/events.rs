@@ -4,10 +4,12 @@
 //! action starts, in one transaction with the budget it spends, the calls
 //! before it and (the first time) its event's row, marked pending.
 
-use crate::db::engine::{Conn, OptionalExtension, Row, params};
+use crate::db::engine::{Conn, OptionalExtension, Params, Row, params};
 use anyhow::Result;
 
-use super::journal::{Budget, JournalRow, Spent, SpentError, insert_rows, spend};
+use super::journal::{
+    Budget, JournalRow, Spent, SpentError, Steps, insert_rows, push_rows, push_spend, spent,
+};
 use super::{Db, now_ms};
 
 /// One log line as stored.
@@ -71,6 +73,17 @@ fn next_event_seq(tx: &crate::db::Conn, run: &str) -> crate::db::engine::Result<
     )
 }
 
+/// Insert `run`'s next event, pending (the event's row before its actions),
+/// its number read and written by one statement; returns the number.
+fn insert_pending_event(tx: &Conn, run: &str, event: &str) -> crate::db::engine::Result<i64> {
+    tx.row(
+        "INSERT INTO events (run_id, seq, at, event, pending)
+         SELECT ?1, COALESCE(MAX(seq), 0) + 1, CAST(?2 AS BIGINT), ?3, 1 FROM events WHERE run_id = ?1 RETURNING seq",
+        params![run, now_ms(), event],
+        |r| r.get(0),
+    )
+}
+
 impl Db {
     /// Durably record that an action is about to start: the event's row (as
     /// pending) if it has none yet, the calls journaled before it, its intent
@@ -85,20 +98,24 @@ impl Db {
         budget: &Budget,
     ) -> Result<Result<i64, Spent>> {
         self.write_run(run, "journal the action", |tx| {
-            if let Err(spent) = spend(tx, run, budget)? {
+            let seq = match event.0 {
+                Some(seq) => seq,
+                None => insert_pending_event(tx, run, event.1)?,
+            };
+            // The budget, the rows and their bytes in one round trip; a spent
+            // budget rolls them all back.
+            let mut steps = Steps::new();
+            let checks = push_spend(&mut steps, run, budget);
+            push_rows(
+                &mut steps,
+                run,
+                seq,
+                &[earlier, std::slice::from_ref(intent)].concat(),
+            );
+            if let Some(spent) = spent(&tx.pipeline(&steps)?, &checks) {
                 // Nothing is written: the transaction is dropped by the caller's rollback.
                 return Err(SpentError(spent).into());
             }
-            let seq = match event.0 {
-                Some(seq) => seq,
-                None => {
-                    let seq = next_event_seq(tx, run)?;
-                    tx.exec("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
-                    seq
-                }
-            };
-            insert_rows(tx, run, seq, earlier)?;
-            insert_rows(tx, run, seq, std::slice::from_ref(intent))?;
             Ok(seq)
         })
         .map(Ok)
@@ -120,11 +137,7 @@ impl Db {
         self.write_run(run, "journal the event", |tx| {
             let seq = match event.0 {
                 Some(seq) => seq,
-                None => {
-                    let seq = next_event_seq(tx, run)?;
-                    tx.exec("INSERT INTO events (run_id, seq, at, event, pending) VALUES (?1, ?2, ?3, ?4, 1)", params![run, seq, now_ms(), event.1])?;
-                    seq
-                }
+                None => insert_pending_event(tx, run, event.1)?,
             };
             insert_rows(tx, run, seq, earlier)?;
             Ok(seq)
@@ -152,22 +165,39 @@ impl Db {
                     seq
                 }
             };
-            insert_rows(tx, run, seq, &commit.journal)?;
+            // The rest in one round trip: each state entry's size is read just
+            // before it is written, so its growth is known once they are back.
+            let mut steps = Steps::new();
+            push_rows(&mut steps, run, seq, &commit.journal);
+            let mut sizes = Vec::new();
             let mut grown: i64 = 0;
             for (key, value) in &commit.state_writes {
-                grown -= entry_size(tx, run, key)?;
+                sizes.push(steps.len());
+                steps.push((ENTRY_SIZE, params![run, key].values()));
                 match value {
                     Some(v) => {
-                        tx.exec(
+                        steps.push((
                             "INSERT INTO state (run_id, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value",
-                            params![run, key, v],
-                        )?;
+                            params![run, key, v].values(),
+                        ));
                         grown += (key.len() + v.len()) as i64;
                     }
-                    None => {
-                        tx.exec("DELETE FROM state WHERE run_id = ?1 AND key = ?2", params![run, key])?;
-                    }
-                };
+                    None => steps.push((
+                        "DELETE FROM state WHERE run_id = ?1 AND key = ?2",
+                        params![run, key].values(),
+                    )),
+                }
+            }
+            push_log(&mut steps, run, &commit.log);
+            steps.push((
+                "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
+                params![run, now].values(),
+            ));
+            let done = tx.pipeline(&steps)?;
+            for i in sizes {
+                if let Some(r) = done[i].rows.first() {
+                    grown -= r.get::<_, Option<i64>>(0)?.unwrap_or(0);
+                }
             }
             if grown != 0 {
                 tx.exec(
@@ -175,11 +205,9 @@ impl Db {
                     params![run, grown],
                 )?;
             }
-            append_log(tx, run, &commit.log)?;
             if let Some((tally, totals)) = &commit.spend {
                 super::spend::write_tally(tx, run, tally, totals)?;
             }
-            tx.exec("UPDATE runs SET updated_at = ?2 WHERE id = ?1", params![run, now])?;
             Ok(seq)
         })
     }
@@ -288,7 +316,12 @@ impl Db {
 
     /// Log lines that belong to no event (the driver's own).
     pub fn append_log(&self, run: &str, lines: &[LogRecord]) -> Result<()> {
-        self.write_run(run, "write the run log", |tx| append_log(tx, run, lines))
+        self.write_run(run, "write the run log", |tx| {
+            let mut steps = Steps::new();
+            push_log(&mut steps, run, lines);
+            tx.pipeline(&steps)?;
+            Ok(())
+        })
     }
 
     pub fn log(&self, run: &str) -> Result<Vec<LogRecord>> {
@@ -320,30 +353,27 @@ impl Db {
     }
 }
 
+/// Bytes a state entry (`?1` the run, `?2` the key) and its value take: no
+/// row when absent.
+const ENTRY_SIZE: &str =
+    "SELECT octet_length(key) + octet_length(value) FROM state WHERE run_id = ?1 AND key = ?2";
+
 /// Bytes `key` and its value take in the run's state, 0 when absent.
 fn entry_size(c: &Conn, run: &str, key: &str) -> crate::db::engine::Result<i64> {
-    Ok(c.row(
-        "SELECT octet_length(key) + octet_length(value) FROM state WHERE run_id = ?1 AND key = ?2",
-        [run, key],
-        |r| r.get(0),
-    )
-    .optional()?
-    .unwrap_or(0))
+    Ok(c.row(ENTRY_SIZE, [run, key], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
 }
 
-fn append_log(tx: &crate::db::Conn, run: &str, lines: &[LogRecord]) -> Result<()> {
-    if lines.is_empty() {
-        return Ok(());
-    }
-    let mut seq: i64 = tx.row(
-        "SELECT COALESCE(MAX(seq), 0) FROM run_log WHERE run_id = ?1",
-        [run],
-        |r| r.get(0),
-    )?;
-    let mut stmt = tx.prepare_cached("INSERT INTO run_log (run_id, seq, at, level, source, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+/// The statements that append `lines` to the run's log, each numbered after
+/// the last line there when it runs (the run's lock keeps other writers of
+/// the run out until the commit).
+fn push_log(steps: &mut Steps, run: &str, lines: &[LogRecord]) {
     for l in lines {
-        seq += 1;
-        stmt.execute(params![run, seq, l.at_ms, l.level, l.source, l.message])?;
+        steps.push((
+            "INSERT INTO run_log (run_id, seq, at, level, source, message)
+             SELECT ?1, COALESCE(MAX(seq), 0) + 1, CAST(?2 AS BIGINT), ?3, ?4, ?5 FROM run_log WHERE run_id = ?1",
+            params![run, l.at_ms, l.level, l.source, l.message].values(),
+        ));
     }
-    Ok(())
 }

@@ -3,7 +3,7 @@
 //! policy sees it. This is the lower layer: [`super::events`] writes rows
 //! together with their event, never the other way round.
 
-use crate::db::engine::{OptionalExtension, params};
+use crate::db::engine::{Done, OptionalExtension, Params, ToValue, Value, params};
 use anyhow::Result;
 
 use super::{Db, now_ms};
@@ -43,65 +43,92 @@ pub enum Spent {
     Prompts(u64),
 }
 
+/// The statements of a write, each SQL with its parameters, sent together
+/// ([`crate::db::Conn::pipeline`]).
+pub(super) type Steps = Vec<(&'static str, Vec<Value>)>;
+
+const INSERT_ROW: &str = "INSERT INTO journal (run_id, event_seq, seq, kind, request, result, at, done_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at";
+
+const ADD_BYTES: &str = "UPDATE runs SET journal_bytes = journal_bytes + ?2 WHERE id = ?1";
+
 pub(super) fn insert_rows(
     tx: &crate::db::Conn,
     run: &str,
     event_seq: i64,
     rows: &[JournalRow],
 ) -> Result<()> {
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO journal (run_id, event_seq, seq, kind, request, result, at, done_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-         ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at",
-    )?;
-    let now = now_ms();
-    let mut bytes = 0;
-    for r in rows {
-        stmt.execute(params![
-            run,
-            event_seq,
-            r.seq,
-            r.kind,
-            r.request,
-            r.result,
-            now,
-            r.result.as_ref().map(|_| now)
-        ])?;
-        bytes += r.bytes();
-    }
-    add_bytes(tx, run, bytes)
-}
-
-fn add_bytes(tx: &crate::db::Conn, run: &str, bytes: u64) -> Result<()> {
-    if bytes > 0 {
-        tx.exec(
-            "UPDATE runs SET journal_bytes = journal_bytes + ?2 WHERE id = ?1",
-            params![run, bytes as i64],
-        )?;
-    }
+    let mut steps = Steps::new();
+    push_rows(&mut steps, run, event_seq, rows);
+    tx.pipeline(&steps)?;
     Ok(())
 }
 
-pub(super) fn spend(tx: &crate::db::Conn, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
-    if let Some(limit) = budget.prompts
-        && tx.exec(
-            "UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2",
-            params![run, limit as i64],
-        )? == 0
-    {
-        return Ok(Err(Spent::Prompts(limit)));
+/// The statements that write `rows` and add their bytes to the run's total.
+pub(super) fn push_rows(steps: &mut Steps, run: &str, event_seq: i64, rows: &[JournalRow]) {
+    let now = now_ms();
+    let mut bytes = 0;
+    for r in rows {
+        steps.push((
+            INSERT_ROW,
+            params![
+                run,
+                event_seq,
+                r.seq,
+                r.kind,
+                r.request,
+                r.result,
+                now,
+                r.result.as_ref().map(|_| now)
+            ]
+            .values(),
+        ));
+        bytes += r.bytes();
     }
-    if let Some(limit) = budget.actions
-        && tx.exec(
+    push_bytes(steps, run, bytes);
+}
+
+fn push_bytes(steps: &mut Steps, run: &str, bytes: u64) {
+    if bytes > 0 {
+        steps.push((ADD_BYTES, params![run, bytes as i64].values()));
+    }
+}
+
+/// The statements that spend `budget`, and which of them must change the
+/// run's row for the budget to have had room (the step's index, the limit).
+pub(super) fn push_spend(steps: &mut Steps, run: &str, budget: &Budget) -> Vec<(usize, Spent)> {
+    let mut checks = Vec::new();
+    if let Some(limit) = budget.prompts {
+        checks.push((steps.len(), Spent::Prompts(limit)));
+        steps.push((
+            "UPDATE runs SET prompts = prompts + 1 WHERE id = ?1 AND prompts < ?2",
+            params![run, limit as i64].values(),
+        ));
+    }
+    if let Some(limit) = budget.actions {
+        checks.push((steps.len(), Spent::Actions(limit)));
+        steps.push((
             "UPDATE runs SET actions = actions + 1 WHERE id = ?1 AND actions < ?2",
-            params![run, limit as i64],
-        )? == 0
-    {
-        return Ok(Err(Spent::Actions(limit)));
+            params![run, limit as i64].values(),
+        ));
     }
     if budget.turn {
-        tx.exec("UPDATE runs SET turns = turns + 1 WHERE id = ?1", [run])?;
+        steps.push((
+            "UPDATE runs SET turns = turns + 1 WHERE id = ?1",
+            vec![run.to_value()],
+        ));
     }
-    Ok(Ok(()))
+    checks
+}
+
+/// The first budget of `checks` that had no room (its update changed no row).
+/// The caller then rolls the whole transaction back: what the other
+/// statements sent with it wrote is not kept.
+pub(super) fn spent(done: &[Done], checks: &[(usize, Spent)]) -> Option<Spent> {
+    checks
+        .iter()
+        .find(|(i, _)| done.get(*i).is_none_or(|d| d.changed == 0))
+        .map(|(_, spent)| *spent)
 }
 
 impl Db {
@@ -155,7 +182,20 @@ impl Db {
 
     /// Spend `budget` without journaling (the journal is off).
     pub fn spend(&self, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
-        self.write_run(run, "count the action", |tx| spend(tx, run, budget))
+        self.write_run(run, "count the action", |tx| {
+            let mut steps = Steps::new();
+            let checks = push_spend(&mut steps, run, budget);
+            match spent(&tx.pipeline(&steps)?, &checks) {
+                // Rolled back: a budget with room is not spent either.
+                Some(spent) => Err(SpentError(spent).into()),
+                None => Ok(()),
+            }
+        })
+        .map(Ok)
+        .or_else(|e| match e.downcast_ref::<SpentError>() {
+            Some(SpentError(spent)) => Ok(Err(*spent)),
+            None => Err(e),
+        })
     }
 
     /// Durably record an action's result, and what the agent turn behind it
@@ -170,24 +210,30 @@ impl Db {
         charge: Option<&crate::spend::Charge>,
     ) -> Result<()> {
         self.write_run(run, "journal the action's result", |tx| {
-            let open: bool = tx
-                .row(
+            // One round trip: whether the call was open is read before the
+            // update after it in the pipeline runs.
+            let mut steps: Steps = vec![
+                (
                     "SELECT result IS NULL FROM journal WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
-                    params![run, event_seq, seq],
-                    |r| r.get(0),
-                )
-                .optional()?
-                .unwrap_or(false);
-            tx.exec(
-                "UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
-                params![run, event_seq, seq, result, now_ms()],
-            )?;
+                    params![run, event_seq, seq].values(),
+                ),
+                (
+                    "UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
+                    params![run, event_seq, seq, result, now_ms()].values(),
+                ),
+            ];
+            push_bytes(&mut steps, run, result.len() as u64);
+            let done = tx.pipeline(&steps)?;
+            let open = match done[0].rows.first() {
+                Some(r) => r.get::<_, bool>(0)?,
+                None => false,
+            };
             if let Some(c) = charge
                 && open
             {
                 super::spend::add(tx, run, c)?;
             }
-            add_bytes(tx, run, result.len() as u64)
+            Ok(())
         })
     }
 }

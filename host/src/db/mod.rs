@@ -631,6 +631,7 @@ mod tests {
         every_run_status_round_trips_through_the_store_and_a_strange_one_is_refused,
         an_intent_writes_the_pending_event_and_the_calls_before_it,
         a_spent_budget_writes_nothing,
+        a_pipeline_runs_in_order_and_a_failed_one_keeps_nothing,
         a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over,
     );
 
@@ -947,6 +948,67 @@ mod tests {
         assert_eq!(r, Err(Spent::Actions(0)));
         assert!(db.last_event("r1").unwrap().is_none());
         assert!(db.journal("r1", 1).unwrap().is_empty());
+    }
+
+    fn a_pipeline_runs_in_order_and_a_failed_one_keeps_nothing(db: Db) {
+        let db = with_run(db);
+        let actions = |db: &Db| db.run("r1").unwrap().unwrap().actions;
+        let done = db
+            .write_run("r1", "test", |tx| {
+                Ok(tx.pipeline(&[
+                    (
+                        "UPDATE runs SET actions = 5 WHERE id = ?1",
+                        vec![engine::Value::Text("r1".into())],
+                    ),
+                    (
+                        "SELECT actions FROM runs WHERE id = ?1",
+                        vec![engine::Value::Text("r1".into())],
+                    ),
+                    (
+                        "UPDATE runs SET actions = actions + 1 WHERE id = ?1",
+                        vec![engine::Value::Text("r1".into())],
+                    ),
+                    (
+                        "SELECT actions FROM runs WHERE id = ?1",
+                        vec![engine::Value::Text("r1".into())],
+                    ),
+                ])?)
+            })
+            .unwrap();
+        // Each statement saw what the ones before it wrote, and said what it changed.
+        assert_eq!(done[0].changed, 1);
+        assert_eq!(done[1].rows[0].get::<_, i64>(0).unwrap(), 5);
+        assert_eq!(done[2].changed, 1);
+        assert_eq!(done[3].rows[0].get::<_, i64>(0).unwrap(), 6);
+        assert_eq!(actions(&db), 6);
+        // A failing statement fails the transaction: the writes before it are not kept.
+        let e = db
+            .write_run("r1", "test", |tx| {
+                Ok(tx.pipeline(&[
+                    (
+                        "UPDATE runs SET actions = 9 WHERE id = ?1",
+                        vec![engine::Value::Text("r1".into())],
+                    ),
+                    ("INSERT INTO no_such_table VALUES (1)", vec![]),
+                ])?)
+            })
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("no_such_table"), "{e:#}");
+        assert_eq!(actions(&db), 6);
+        // A spent budget of several keeps none of them (they are sent together).
+        let spent = db
+            .spend(
+                "r1",
+                &Budget {
+                    prompts: Some(0),
+                    actions: Some(100),
+                    turn: true,
+                },
+            )
+            .unwrap();
+        assert_eq!(spent, Err(Spent::Prompts(0)));
+        let r = db.run("r1").unwrap().unwrap();
+        assert_eq!((r.actions, r.turns), (6, 0));
     }
 
     fn a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over(db: Db) {

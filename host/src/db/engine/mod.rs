@@ -404,6 +404,15 @@ impl Row {
     }
 }
 
+/// What one statement of [`Conn::pipeline`] did.
+#[derive(Debug, Default)]
+pub struct Done {
+    /// The rows an `INSERT`, `UPDATE` or `DELETE` without `RETURNING` changed.
+    pub changed: usize,
+    /// The rows a statement that returns rows returned.
+    pub rows: Vec<Row>,
+}
+
 /// A connection to the store, on either engine. Statements go through each
 /// engine's cache of prepared statements.
 pub struct Conn {
@@ -495,6 +504,29 @@ impl Conn {
         f: impl FnOnce(&Row) -> Result<T>,
     ) -> Result<T> {
         self.query_row(sql, params, f)
+    }
+
+    /// Run `steps` (each SQL and its parameters) in order, as one request on
+    /// PostgreSQL (one round trip: each statement still runs after the one
+    /// before it and sees what it wrote) and one after another on SQLite.
+    /// For statements whose parameters do not depend on what an earlier one
+    /// returned. The first error is returned; inside a write transaction the
+    /// caller rolls back, so the statements after a failed one change nothing.
+    pub fn pipeline(&self, steps: &[(&str, Vec<Value>)]) -> Result<Vec<Done>> {
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        match &self.inner {
+            Inner::Sqlite(c) => steps
+                .iter()
+                .map(|(sql, params)| sqlite::run(c, sql, params))
+                .collect(),
+            Inner::Postgres(c) => {
+                let steps: Vec<(&str, &[Value])> =
+                    steps.iter().map(|(s, p)| (*s, p.as_slice())).collect();
+                c.pipeline(&steps)
+            }
+        }
     }
 
     /// A statement to run later, as rusqlite's `prepare_cached` (both engines cache).

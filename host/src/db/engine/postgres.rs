@@ -13,6 +13,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -23,7 +25,27 @@ use tokio_postgres::{Client, Config, Statement};
 
 use super::tls::MakeRustls;
 
-use super::{Error, Result, Row, Scope, Value};
+use super::{Done, Error, Result, Row, Scope, Value};
+
+/// Round trips to a server and statements sent, by every connection of
+/// this process (see [`round_trips`]).
+static ROUND_TRIPS: AtomicU64 = AtomicU64::new(0);
+static STATEMENTS: AtomicU64 = AtomicU64::new(0);
+
+/// Round trips made to PostgreSQL servers by this process so far, and the
+/// statements they carried (a `BEGIN` batch, a pipeline of several, a
+/// `prepare`): what the store bench divides by its actions.
+pub fn round_trips() -> (u64, u64) {
+    (
+        ROUND_TRIPS.load(Ordering::Relaxed),
+        STATEMENTS.load(Ordering::Relaxed),
+    )
+}
+
+fn trip(statements: usize) {
+    ROUND_TRIPS.fetch_add(1, Ordering::Relaxed);
+    STATEMENTS.fetch_add(statements as u64, Ordering::Relaxed);
+}
 
 /// The key of the store's advisory lock: held exclusively by a write
 /// transaction of [`Scope::Store`], shared by the others (see
@@ -62,15 +84,19 @@ fn answer<T>(
     label: &str,
     request: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
 ) -> Result<T> {
+    Ok(within_deadline(label, request)??)
+}
+
+/// What `f` gives, or a lost connection past the answer deadline.
+fn within_deadline<F: Future>(label: &str, f: F) -> Result<F::Output> {
     let ms = ANSWER_DEADLINE_MS.load(std::sync::atomic::Ordering::Relaxed);
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
-    match block_on_until(request, Some(deadline)) {
-        Some(done) => Ok(done?),
-        None => Err(Error::Connection(format!(
+    block_on_until(f, Some(deadline)).ok_or_else(|| {
+        Error::Connection(format!(
             "the store {label} did not answer in {}s (answer deadline); the connection is dropped and made again at the next call",
             ms / 1000
-        ))),
-    }
+        ))
+    })
 }
 
 /// A connection to a PostgreSQL store, made again when it was lost.
@@ -84,6 +110,10 @@ pub struct PgConn {
     /// Inside `begin_write` … `commit`/`rollback`: a lost connection then
     /// fails the statement (the caller retries the whole transaction).
     in_transaction: std::cell::Cell<bool>,
+    /// The `BEGIN` batch of a write transaction not sent yet: it goes in the
+    /// same round trip as the transaction's first statement (see
+    /// [`PgConn::begin_write`]).
+    pending_begin: RefCell<Option<String>>,
 }
 
 /// Whether `store` names a PostgreSQL store rather than an SQLite file.
@@ -130,6 +160,7 @@ impl PgConn {
             client: RefCell::new(None),
             statements: RefCell::new(HashMap::new()),
             in_transaction: std::cell::Cell::new(false),
+            pending_begin: RefCell::new(None),
         };
         conn.reconnect_if_lost()?;
         Ok(conn)
@@ -197,6 +228,7 @@ impl PgConn {
             return Ok(s.clone());
         }
         let translated = super::numbered_placeholders(sql);
+        trip(1);
         let s = match answer(&self.label, client.prepare(&translated)) {
             // 42P18 when nothing says; 42P08 when uses disagree.
             Err(Error::Postgres(e))
@@ -213,6 +245,7 @@ impl PgConn {
                         Value::Text(_) | Value::Null => Type::TEXT,
                     })
                     .collect();
+                trip(1);
                 answer(&self.label, client.prepare_typed(&translated, &types))?
             }
             s => s?,
@@ -224,32 +257,66 @@ impl PgConn {
     }
 
     pub fn execute(&self, sql: &str, params: &[Value]) -> Result<usize> {
-        self.with(|c| {
-            let s = self.statement(c, sql, params)?;
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            Ok(answer(&self.label, c.execute(&s, &refs))? as usize)
-        })
+        let mut done = self.pipeline(&[(sql, params)])?;
+        Ok(done.pop().map_or(0, |d| d.changed))
     }
 
     pub fn query(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
-        self.with(|c| {
-            let s = self.statement(c, sql, params)?;
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            answer(&self.label, c.query(&s, &refs))?
-                .iter()
-                .map(row)
-                .collect()
-        })
+        let mut done = self.pipeline(&[(sql, params)])?;
+        Ok(done.pop().map(|d| d.rows).unwrap_or_default())
     }
 
     pub fn query_one(&self, sql: &str, params: &[Value]) -> Result<Option<Row>> {
         Ok(self.query(sql, params)?.into_iter().next())
     }
 
+    /// Run `steps` in order in one round trip: every request is sent before
+    /// the first answer is read (tokio-postgres pipelines requests issued
+    /// together), and the server runs them one after another, each seeing
+    /// what the ones before it wrote. A write transaction's `BEGIN` batch not
+    /// sent yet goes first. When one fails, the transaction is aborted and
+    /// the ones after it fail too: the first error is returned.
+    pub fn pipeline(&self, steps: &[(&str, &[Value])]) -> Result<Vec<Done>> {
+        self.with(|c| {
+            let statements = steps
+                .iter()
+                .map(|(sql, params)| self.statement(c, sql, params))
+                .collect::<Result<Vec<_>>>()?;
+            let begin = self.pending_begin.borrow_mut().take();
+            let mut requests: Vec<Pin<Box<dyn Future<Output = Result<Done>> + '_>>> = Vec::new();
+            if let Some(begin) = &begin {
+                requests.push(Box::pin(async move {
+                    c.batch_execute(begin).await?;
+                    Ok(Done::default())
+                }));
+            }
+            for (s, (_, params)) in statements.iter().zip(steps) {
+                requests.push(Box::pin(run(c, s, params)));
+            }
+            trip(requests.len());
+            let mut out = Vec::with_capacity(steps.len());
+            for (i, done) in within_deadline(&self.label, futures_util::future::join_all(requests))?
+                .into_iter()
+                .enumerate()
+            {
+                let done = done?;
+                if i > 0 || begin.is_none() {
+                    out.push(done);
+                }
+            }
+            Ok(out)
+        })
+    }
+
     pub fn batch(&self, sql: &str) -> Result<()> {
-        self.with(|c| answer(&self.label, c.batch_execute(sql)))
+        let sql = match self.pending_begin.borrow_mut().take() {
+            Some(begin) => format!("{begin}; {sql}"),
+            None => sql.to_string(),
+        };
+        self.with(|c| {
+            trip(1);
+            answer(&self.label, c.batch_execute(&sql))
+        })
     }
 
     /// Begin a write transaction that holds, until it ends, the locks its
@@ -269,6 +336,10 @@ impl PgConn {
     /// The store's lock is always taken first and a run's second, and no
     /// transaction takes two runs', so writers cannot deadlock. Readers are
     /// not held up.
+    ///
+    /// The batch is sent with the transaction's first statement, in its round
+    /// trip (the server takes the locks before it runs the statement); a
+    /// transaction that runs no statement sends nothing.
     pub fn begin_write(&self, scope: Scope<'_>) -> Result<()> {
         self.in_transaction.set(true);
         let sql = match scope {
@@ -279,23 +350,39 @@ impl PgConn {
                 run_key(run)
             ),
         };
-        let begun = self.batch(&sql);
-        if begun.is_err() {
-            self.in_transaction.set(false);
-        }
-        begun
+        *self.pending_begin.borrow_mut() = Some(sql);
+        Ok(())
     }
 
     pub fn commit(&self) -> Result<()> {
-        let done = self.batch("COMMIT");
+        // Nothing was run: there is no transaction on the server to commit.
+        let begun = self.pending_begin.borrow_mut().take().is_none();
+        let done = if begun { self.batch("COMMIT") } else { Ok(()) };
         self.in_transaction.set(false);
         done
     }
 
     pub fn rollback(&self) {
-        let _ = self.batch("ROLLBACK");
+        let begun = self.pending_begin.borrow_mut().take().is_none();
+        if begun {
+            let _ = self.batch("ROLLBACK");
+        }
         self.in_transaction.set(false);
     }
+}
+
+/// One statement of a pipeline: its rows, and the rows it changed.
+async fn run(client: &Client, s: &Statement, params: &[Value]) -> Result<Done> {
+    let stream = client
+        .query_raw(s, params.iter().map(|v| v as &(dyn ToSql + Sync)))
+        .await?;
+    let mut stream = std::pin::pin!(stream);
+    let mut rows = Vec::new();
+    while let Some(r) = futures_util::TryStreamExt::try_next(&mut stream).await? {
+        rows.push(row(&r)?);
+    }
+    let changed = stream.rows_affected().unwrap_or(0) as usize;
+    Ok(Done { changed, rows })
 }
 
 /// The second key of `run`'s advisory lock: a hash of its id (FNV-1a, the
@@ -548,6 +635,8 @@ struct Column(Value);
 impl<'a> FromSql<'a> for Column {
     fn from_sql(ty: &Type, raw: &'a [u8]) -> std::result::Result<Column, BoxError> {
         Ok(Column(match *ty {
+            // What a function run for its effect returns (`pg_notify`, an advisory lock).
+            Type::VOID => Value::Null,
             Type::BOOL => Value::Int(bool::from_sql(ty, raw)? as i64),
             Type::INT2 => Value::Int(i16::from_sql(ty, raw)? as i64),
             Type::INT4 => Value::Int(i32::from_sql(ty, raw)? as i64),

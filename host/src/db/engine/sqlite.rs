@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 
-use super::{Result, Row, Value};
+use super::{Done, Result, Row, Value};
 
 impl rusqlite::ToSql for Value {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
@@ -60,4 +60,20 @@ pub(super) fn query_one(c: &Connection, sql: &str, params: &[Value]) -> Result<O
         Some(r) => Some(row(r)?),
         None => None,
     })
+}
+
+/// One statement of a pipeline: what it changed, or the rows it returned.
+pub(super) fn run(c: &Connection, sql: &str, params: &[Value]) -> Result<Done> {
+    let mut stmt = c.prepare_cached(sql)?;
+    if stmt.column_count() == 0 {
+        let changed = stmt.execute(rusqlite::params_from_iter(params))?;
+        return Ok(Done {
+            changed,
+            rows: Vec::new(),
+        });
+    }
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params), row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Done { changed: 0, rows })
 }
