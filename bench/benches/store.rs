@@ -291,6 +291,27 @@ fn main() {
             })
         })
         .collect();
+    // As a worker drives it: the run claimed, so every write is fenced by the claim's epoch.
+    {
+        let db = Db::open_postgres(&pg.fresh_store().unwrap()).unwrap();
+        let (ws, config, policy, runs, tokio) = (ws.path(), config.clone(), &policy, &runs, &tokio);
+        variants.push(Variant::new(
+            "loopbox, journal on, PostgreSQL, claimed (a worker)".to_string(),
+            1,
+            move || {
+                runs.set(runs.get() + 1);
+                let id = format!("claimed-{}", runs.get());
+                queue(&db, &id);
+                let filter = ClaimFilter {
+                    limit: 1,
+                    ..Default::default()
+                };
+                let claimed = db.claim("bench", 60_000, &filter).unwrap();
+                assert_eq!(claimed.len(), 1, "the run is claimed");
+                tokio.block_on(event(policy, ws, &db, &config, &id, ACTIONS));
+            },
+        ));
+    }
     let rounds = if full { 40 } else { 1 };
     // Counted once, apart from the timed samples.
     let counted = |actions: u32| {

@@ -60,6 +60,21 @@ pub struct ClaimFilter {
     pub max_running: HashMap<String, u32>,
 }
 
+/// A fenced write's check on PostgreSQL: locks the run's row while its epoch
+/// is still the claim's, and divides by zero when it is not.
+const FENCE_ON_POSTGRES: &str = "WITH held AS (UPDATE runs SET lease_epoch = lease_epoch WHERE id = ?1 AND lease_epoch = ?2 RETURNING 1) \
+     SELECT 1 / (SELECT COUNT(*) FROM held)";
+
+/// Whether `e` is [`FENCE_ON_POSTGRES`] failing (no other statement divides).
+fn is_fence_failure(e: &anyhow::Error) -> bool {
+    crate::error::find::<super::engine::Error>(e).is_some_and(|e| match e {
+        super::engine::Error::Postgres(e) => {
+            e.code() == Some(&tokio_postgres::error::SqlState::DIVISION_BY_ZERO)
+        }
+        _ => false,
+    })
+}
+
 /// Held by a claim that counts tenants' running runs, until it commits
 /// (the key spells "claims").
 const CLAIMS_COUNT_LOCK: &str = "SELECT pg_advisory_xact_lock(109317141917043)";
@@ -275,19 +290,28 @@ impl Db {
         let Some(epoch) = self.fence_of(run) else {
             return self.write_in(Scope::Run(run), what, f);
         };
-        self.write_in(Scope::Run(run), what, |tx| {
-            let held = tx.exec(
-                "UPDATE runs SET lease_epoch = lease_epoch WHERE id = ?1 AND lease_epoch = ?2",
-                params![run, epoch],
-            )?;
-            if held != 1 {
-                return Err(LeaseLost {
-                    run: run.to_string(),
-                    epoch,
-                }
-                .into());
+        let lost = || -> anyhow::Error {
+            LeaseLost {
+                run: run.to_string(),
+                epoch,
             }
-            f(tx)
+            .into()
+        };
+        self.write_in(Scope::Run(run), what, |tx| {
+            // The run's row is locked until the commit (a claim skips it), and
+            // its epoch checked. On PostgreSQL the check travels with the
+            // transaction's first statement and, failed, fails that statement
+            // (a division by zero), so no write of it can commit.
+            let sql = match tx.engine() {
+                Engine::Sqlite => {
+                    "UPDATE runs SET lease_epoch = lease_epoch WHERE id = ?1 AND lease_epoch = ?2"
+                }
+                Engine::Postgres => FENCE_ON_POSTGRES,
+            };
+            if tx.defer(sql, params![run, epoch])? == Some(0) {
+                return Err(lost());
+            }
+            f(tx).map_err(|e| if is_fence_failure(&e) { lost() } else { e })
         })
     }
 

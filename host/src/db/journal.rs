@@ -223,7 +223,12 @@ impl Db {
                 ),
             ];
             push_bytes(&mut steps, run, result.len() as u64);
-            let done = tx.pipeline(&steps)?;
+            // Without a charge to add, nothing follows: commit in the same round trip.
+            let done = if charge.is_none() {
+                tx.pipeline_committing(&steps)?
+            } else {
+                tx.pipeline(&steps)?
+            };
             let open = match done[0].rows.first() {
                 Some(r) => r.get::<_, bool>(0)?,
                 None => false,

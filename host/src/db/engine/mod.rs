@@ -529,6 +529,34 @@ impl Conn {
         }
     }
 
+    /// [`Conn::pipeline`] as a write transaction's last request, committing
+    /// it in the same round trip on PostgreSQL (see `postgres.rs`); SQLite
+    /// commits when the transaction ends, as always. Only where nothing is
+    /// decided on the answers: the transaction is over once they are read.
+    pub fn pipeline_committing(&self, steps: &[(&str, Vec<Value>)]) -> Result<Vec<Done>> {
+        match &self.inner {
+            Inner::Sqlite(_) => self.pipeline(steps),
+            Inner::Postgres(c) => {
+                let steps: Vec<(&str, &[Value])> =
+                    steps.iter().map(|(s, p)| (*s, p.as_slice())).collect();
+                c.pipeline_committing(&steps)
+            }
+        }
+    }
+
+    /// Run `sql` with the transaction's next statement: at once on SQLite
+    /// (its rows changed returned), in the next request's round trip on
+    /// PostgreSQL (`None`: its error, if any, is that request's).
+    pub fn defer<P: Params>(&self, sql: &str, params: P) -> Result<Option<usize>> {
+        match &self.inner {
+            Inner::Sqlite(_) => Ok(Some(self.exec(sql, params)?)),
+            Inner::Postgres(c) => {
+                c.defer(sql, params.values());
+                Ok(None)
+            }
+        }
+    }
+
     /// A statement to run later, as rusqlite's `prepare_cached` (both engines cache).
     pub fn prepare_cached<'c>(&'c self, sql: &str) -> Result<Stmt<'c>> {
         Ok(Stmt {

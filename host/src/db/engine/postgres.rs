@@ -114,6 +114,12 @@ pub struct PgConn {
     /// same round trip as the transaction's first statement (see
     /// [`PgConn::begin_write`]).
     pending_begin: RefCell<Option<String>>,
+    /// Statements that go first in the transaction's next request (see
+    /// [`PgConn::defer`]): a claimed run's fence.
+    pending_steps: RefCell<Vec<(String, Vec<Value>)>>,
+    /// The transaction was committed by its last request
+    /// ([`PgConn::pipeline_committing`]): `commit` has nothing left to send.
+    committed: std::cell::Cell<bool>,
 }
 
 /// Whether `store` names a PostgreSQL store rather than an SQLite file.
@@ -161,6 +167,8 @@ impl PgConn {
             statements: RefCell::new(HashMap::new()),
             in_transaction: std::cell::Cell::new(false),
             pending_begin: RefCell::new(None),
+            pending_steps: RefCell::new(Vec::new()),
+            committed: std::cell::Cell::new(false),
         };
         conn.reconnect_if_lost()?;
         Ok(conn)
@@ -277,9 +285,35 @@ impl PgConn {
     /// sent yet goes first. When one fails, the transaction is aborted and
     /// the ones after it fail too: the first error is returned.
     pub fn pipeline(&self, steps: &[(&str, &[Value])]) -> Result<Vec<Done>> {
-        self.with(|c| {
-            let statements = steps
+        self.send(steps, false)
+    }
+
+    /// [`PgConn::pipeline`], then `COMMIT` in the same round trip: for a write
+    /// transaction's last request, when nothing is decided on its answers. A
+    /// step that fails aborts the transaction, and the server then takes the
+    /// `COMMIT` for a `ROLLBACK`: nothing of it is kept.
+    pub fn pipeline_committing(&self, steps: &[(&str, &[Value])]) -> Result<Vec<Done>> {
+        self.send(steps, true)
+    }
+
+    /// Run `sql` first in the transaction's next request (its round trip); an
+    /// error of it is that request's error, and fails the transaction.
+    pub fn defer(&self, sql: &str, params: Vec<Value>) {
+        self.pending_steps
+            .borrow_mut()
+            .push((sql.to_string(), params));
+    }
+
+    fn send(&self, steps: &[(&str, &[Value])], commit: bool) -> Result<Vec<Done>> {
+        let deferred = std::mem::take(&mut *self.pending_steps.borrow_mut());
+        let sent = self.with(|c| {
+            let first: Vec<(&str, &[Value])> = deferred
                 .iter()
+                .map(|(sql, params)| (sql.as_str(), params.as_slice()))
+                .collect();
+            let statements = first
+                .iter()
+                .chain(steps)
                 .map(|(sql, params)| self.statement(c, sql, params))
                 .collect::<Result<Vec<_>>>()?;
             let begin = self.pending_begin.borrow_mut().take();
@@ -290,25 +324,40 @@ impl PgConn {
                     Ok(Done::default())
                 }));
             }
-            for (s, (_, params)) in statements.iter().zip(steps) {
+            for (s, (_, params)) in statements.iter().zip(first.iter().chain(steps)) {
                 requests.push(Box::pin(run(c, s, params)));
             }
+            if commit {
+                requests.push(Box::pin(async move {
+                    c.batch_execute("COMMIT").await?;
+                    Ok(Done::default())
+                }));
+            }
             trip(requests.len());
+            // Answers in order: the first error is the first failed request's.
+            let skip = usize::from(begin.is_some()) + first.len();
             let mut out = Vec::with_capacity(steps.len());
             for (i, done) in within_deadline(&self.label, futures_util::future::join_all(requests))?
                 .into_iter()
                 .enumerate()
             {
                 let done = done?;
-                if i > 0 || begin.is_none() {
+                if i >= skip && out.len() < steps.len() {
                     out.push(done);
                 }
             }
             Ok(out)
-        })
+        });
+        if commit && sent.is_ok() {
+            self.committed.set(true);
+        }
+        sent
     }
 
     pub fn batch(&self, sql: &str) -> Result<()> {
+        if !self.pending_steps.borrow().is_empty() {
+            self.send(&[], false)?;
+        }
         let sql = match self.pending_begin.borrow_mut().take() {
             Some(begin) => format!("{begin}; {sql}"),
             None => sql.to_string(),
@@ -342,6 +391,8 @@ impl PgConn {
     /// transaction that runs no statement sends nothing.
     pub fn begin_write(&self, scope: Scope<'_>) -> Result<()> {
         self.in_transaction.set(true);
+        self.pending_steps.borrow_mut().clear();
+        self.committed.set(false);
         let sql = match scope {
             Scope::Store => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
             Scope::Rows => format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"),
@@ -355,6 +406,13 @@ impl PgConn {
     }
 
     pub fn commit(&self) -> Result<()> {
+        // A deferred check with nothing after it guards no write.
+        self.pending_steps.borrow_mut().clear();
+        if self.committed.replace(false) {
+            self.pending_begin.borrow_mut().take();
+            self.in_transaction.set(false);
+            return Ok(());
+        }
         // Nothing was run: there is no transaction on the server to commit.
         let begun = self.pending_begin.borrow_mut().take().is_none();
         let done = if begun { self.batch("COMMIT") } else { Ok(()) };
@@ -363,6 +421,8 @@ impl PgConn {
     }
 
     pub fn rollback(&self) {
+        self.pending_steps.borrow_mut().clear();
+        self.committed.set(false);
         let begun = self.pending_begin.borrow_mut().take().is_none();
         if begun {
             let _ = self.batch("ROLLBACK");
