@@ -211,29 +211,7 @@ impl Srv {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        // The server dies with this test process, even when it is killed.
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl only sets this child's parent-death signal; no allocation, no lock.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        // The parent-death signal comes when the spawning *thread* ends: spawned
-        // from a thread that lives as long as this process.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            tx.send(cmd.spawn()).unwrap();
-            loop {
-                std::thread::park();
-            }
-        });
-        let mut child = rx.recv().unwrap().unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        let (child, first) = spawn_tied(cmd);
         let addr = first
             .split("http://")
             .nth(1)
@@ -260,26 +238,7 @@ impl Srv {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl only sets this child's parent-death signal; no allocation, no lock.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            tx.send(cmd.spawn()).unwrap();
-            loop {
-                std::thread::park();
-            }
-        });
-        let mut child = rx.recv().unwrap().unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        let (child, first) = spawn_tied(cmd);
         assert!(
             first.contains("working"),
             "the worker did not start: {first:?}"
@@ -613,4 +572,32 @@ fn unchunk(mut body: &str) -> String {
         body = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
     }
     out
+}
+
+/// Spawn `cmd` (its stdout piped) so that it dies with this test process, even
+/// when that is killed, and read the first line it prints.
+fn spawn_tied(mut cmd: Command) -> (Child, String) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl only sets this child's parent-death signal; no allocation, no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    // The parent-death signal comes when the spawning *thread* ends: spawned
+    // from a thread that lives as long as this process.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        tx.send(cmd.spawn()).unwrap();
+        loop {
+            std::thread::park();
+        }
+    });
+    let mut child = rx.recv().unwrap().unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    (child, first)
 }
