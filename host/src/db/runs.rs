@@ -614,15 +614,14 @@ impl Db {
     /// tenant, one user's own, sees those without one), so a policy that learns
     /// another tenant's session id still finds nothing there.
     pub fn conversation(&self, run: Option<&str>, session: &str) -> Result<Option<String>> {
-        let key = self.conversation_key(&self.conn(), run, session)?;
-        Ok(self
-            .conn()
-            .row(
-                "SELECT messages FROM agent_conversations WHERE session = ?1",
-                [&key],
-                |r| r.get(0),
-            )
-            .optional()?)
+        let c = self.conn();
+        let key = self.conversation_key(&c, run, session)?;
+        Ok(c.row(
+            "SELECT messages FROM agent_conversations WHERE session = ?1",
+            [&key],
+            |r| r.get(0),
+        )
+        .optional()?)
     }
 
     /// Where `session` of `run`'s tenant is kept: the id itself, after the
