@@ -82,8 +82,11 @@ fn main() {
     let otel = std::env::var_os("BENCH_OTEL").is_some();
     let sink = otel.then(loopbox_bench::otlp_sink);
     let telemetry = sink.as_ref().map(|sink| {
+        #[allow(clippy::disallowed_methods)] // telemetry's own configuration is read from here
         // SAFETY: set before this process starts any thread that reads the environment.
-        unsafe { std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", &sink.endpoint) };
+        unsafe {
+            std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", &sink.endpoint)
+        };
         loopbox::telemetry::init_from_env()
             .unwrap()
             .expect("telemetry is on")

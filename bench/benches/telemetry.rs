@@ -113,8 +113,11 @@ fn main() {
     };
     measure("off");
     let sink = loopbox_bench::otlp_sink();
+    #[allow(clippy::disallowed_methods)] // telemetry's own configuration is read from here
     // SAFETY: no other thread of this process reads the environment (the sink's does not).
-    unsafe { std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", &sink.endpoint) };
+    unsafe {
+        std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", &sink.endpoint)
+    };
     let guard = loopbox::telemetry::init_from_env()
         .unwrap()
         .expect("telemetry is on");

@@ -86,8 +86,12 @@ fn config(port: u16, path: &str, extra: &str) -> String {
 }
 
 fn set_key() {
+    #[allow(clippy::disallowed_methods)]
+    // the host reads it from its own environment, in this process
     // SAFETY: every test in this file sets the same value; none removes it.
-    unsafe { std::env::set_var("LOOPBOX_TEST_AGENT_KEY", "test-secret") };
+    unsafe {
+        std::env::set_var("LOOPBOX_TEST_AGENT_KEY", "test-secret")
+    };
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -109,7 +110,7 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
     drop((stdin_child, out_w, err_w, pass_fd));
     // The child leads its own group (pgid = pid); whatever happens to this
     // future, the group does not outlive it.
-    let group = Group(pid);
+    let group = Group::new(pid);
     // Nor loopbox: bwrap's PID namespace sees to it for bwrap (which is passed
     // its seccomp filters); a reaper for everything else.
     let reaper = if spec_is_bwrap {
@@ -122,7 +123,7 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
             )
         })?)
     };
-    let exited = tokio::task::spawn_blocking(move || spawn::reap(pid));
+    let exited = group.reap_on_exit();
     Ok(Launched {
         group,
         reaper,
@@ -325,15 +326,55 @@ impl Session {
     }
 }
 
-/// A child's process group: SIGKILLed when dropped.
-struct Group(libc::pid_t);
+/// A child's process group: SIGKILLed when dropped, and when its leader
+/// exits. Signalled only while the leader is not reaped: the number of a group
+/// whose leader is reaped may be another group's by then (pids wrap).
+struct Group(Arc<Leader>);
+
+struct Leader {
+    pid: libc::pid_t,
+    /// Set once the leader is reaped, under this lock: no signal goes out after.
+    reaped: std::sync::Mutex<bool>,
+}
 
 impl Group {
+    fn new(pid: libc::pid_t) -> Group {
+        Group(Arc::new(Leader {
+            pid,
+            reaped: std::sync::Mutex::new(false),
+        }))
+    }
+
     fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) with a negative pid signals the group we created for this child.
-        unsafe {
-            libc::kill(-self.0, signal);
+        let reaped = self.0.reaped.lock().unwrap_or_else(|e| e.into_inner());
+        if !*reaped {
+            // SAFETY: kill(2) with a negative pid signals the group we created
+            // for this child; its leader is not reaped (we hold the lock that
+            // reaping takes), so the group's number is still its own.
+            unsafe {
+                libc::kill(-self.0.pid, signal);
+            }
         }
+    }
+
+    /// Wait for the leader to exit, kill what it left in its group while it
+    /// is a zombie (its number still reserved), then reap it: its wait status.
+    fn reap_on_exit(&self) -> tokio::task::JoinHandle<std::io::Result<i32>> {
+        let leader = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let exited = spawn::wait_exit(leader.pid);
+            let mut reaped = leader.reaped.lock().unwrap_or_else(|e| e.into_inner());
+            if exited.is_ok() {
+                // SAFETY: as in `signal`: the leader has exited but is not reaped.
+                unsafe {
+                    libc::kill(-leader.pid, libc::SIGKILL);
+                }
+            }
+            // Whatever went wrong above, the leader counts as reaped from here:
+            // its number is never signalled again.
+            *reaped = true;
+            exited.and_then(|()| spawn::reap(leader.pid))
+        })
     }
 }
 
@@ -595,6 +636,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[allow(clippy::disallowed_methods)] // the point: a variable of loopbox's own must not reach the child
     async fn environment_is_cleared() {
         // SAFETY: tests in this module do not read this variable concurrently.
         unsafe { std::env::set_var("LOOPBOX_SECRET_TEST", "leak") };
@@ -622,6 +664,40 @@ mod tests {
         assert!(f.timed_out);
         assert_eq!(f.exit_code, None);
         assert!(f.duration < Duration::from_secs(10), "{:?}", f.duration);
+    }
+
+    #[tokio::test]
+    async fn a_group_is_killed_as_its_leader_exits_and_never_signalled_once_it_is_reaped() {
+        // The leader exits at once and leaves a member behind, which writes its
+        // pid and would outlive it.
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("member");
+        let script = format!("sleep 30 & echo $! > {}; exit 0", pidfile.display());
+        let l = launch(Vec::new(), &spec("/bin/sh", &["-c", &script]), false).unwrap();
+        let leader = l.group.0.clone();
+        assert_eq!(libc::WEXITSTATUS(l.exited.await.unwrap().unwrap()), 0);
+        // Reaped, and from then on its number is not ours to signal.
+        assert!(*leader.reaped.lock().unwrap());
+        let member: libc::pid_t = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The member went with its leader, before the group was dropped.
+        let gone = Instant::now();
+        // SAFETY: signal 0 only asks whether the pid exists.
+        while unsafe { libc::kill(member, 0) } == 0 {
+            let state = std::fs::read_to_string(format!("/proc/{member}/stat")).unwrap_or_default();
+            if state.contains(") Z") {
+                break; // killed; its parent (the shell, gone) left it to init
+            }
+            assert!(
+                gone.elapsed() < Duration::from_secs(5),
+                "the member outlived its leader"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(l.group);
     }
 
     #[tokio::test]

@@ -172,6 +172,30 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
     Ok(pid)
 }
 
+/// Wait for `pid` to exit without reaping it: until it is reaped its number,
+/// and the number of the group it leads, stay its own.
+pub fn wait_exit(pid: libc::pid_t) -> io::Result<()> {
+    loop {
+        // SAFETY: waitid(2) on our own child, filling a zeroed siginfo we own.
+        let r = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Wait for `pid` to exit; its wait status.
 pub fn reap(pid: libc::pid_t) -> io::Result<c_int> {
     let mut status = 0;

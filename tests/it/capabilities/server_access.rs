@@ -16,8 +16,12 @@ use super::err_kind;
 
 #[tokio::test]
 async fn pass_env_reads_the_tenants_values_and_never_the_servers() {
+    #[allow(clippy::disallowed_methods)]
+    // the host reads it from its own environment, in this process
     // SAFETY: set once for this test binary's lifetime; no test reads it back concurrently.
-    unsafe { std::env::set_var("LOOPBOX_TEST_SERVER_SECRET", "server-only") };
+    unsafe {
+        std::env::set_var("LOOPBOX_TEST_SERVER_SECRET", "server-only")
+    };
     let ws = Workspace::new();
     let tenant = BTreeMap::from([("TENANT_KEY".to_string(), "t-123".to_string())]);
     let ctx = ws.run_access(

@@ -17,6 +17,7 @@
 
 /// Scrub the initial environment block and turn off dumping. Call first in
 /// `main`, while the process has one thread.
+#[allow(clippy::disallowed_methods)] // moves the variables to the heap, before any thread or child
 pub fn protect() {
     // SAFETY: prctl with integer arguments; it only changes this process's dumpable flag.
     unsafe {

@@ -226,7 +226,15 @@ impl Srv {
 
     /// A `loopbox worker ARGS` on this server's config and store; returns once it works.
     pub fn spawn_worker(&self, args: &[&str]) -> Child {
+        self.spawn_worker_with(args, &[])
+    }
+
+    /// [`Srv::spawn_worker`] with variables set in the worker's environment
+    /// only: a variable set in this test process's environment would reach
+    /// every process any test spawns meanwhile.
+    pub fn spawn_worker_with(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
         let mut cmd = Command::new(BIN);
+        cmd.envs(env.iter().copied());
         on_store(&mut cmd, self.store.as_deref());
         cmd.arg("worker")
             .arg("--config")

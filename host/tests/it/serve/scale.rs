@@ -63,17 +63,12 @@ pub fn server_on(dir: &std::path::Path, store: &str, max_running: u32) -> Srv {
 
 pub fn worker(srv: &Srv, crash: Option<String>) -> Child {
     let lease = TTL_MS.to_string();
+    let args = ["--lease-ms", &lease, "--slots", "4"];
     match crash {
-        Some(c) => {
-            // SAFETY: set before the worker is spawned and removed right after, on this thread;
-            // the other tests of this binary never read LOOPBOX_CRASH_AT.
-            unsafe { std::env::set_var("LOOPBOX_CRASH_AT", &c) };
-            let w = srv.spawn_worker(&["--lease-ms", &lease, "--slots", "4"]);
-            // SAFETY: as above.
-            unsafe { std::env::remove_var("LOOPBOX_CRASH_AT") };
-            w
-        }
-        None => srv.spawn_worker(&["--lease-ms", &lease, "--slots", "4"]),
+        // On the worker's command, never in this process's environment: every
+        // `loopbox` another test spawned meanwhile would inherit the crash point.
+        Some(c) => srv.spawn_worker_with(&args, &[("LOOPBOX_CRASH_AT", &c)]),
+        None => srv.spawn_worker(&args),
     }
 }
 
