@@ -64,26 +64,52 @@ pub(super) fn insert_rows(
     Ok(())
 }
 
+/// [`INSERT_ROW`] for 2, 3 and 4 rows: one statement (the server parses,
+/// plans and runs one) for an intent and the journaled reads before it.
+const INSERT_ROWS: [&str; 3] = [
+    "INSERT INTO journal (run_id, event_seq, seq, kind, request, result, at, done_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8), (?1, ?2, ?9, ?10, ?11, ?12, ?7, ?13)
+         ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at",
+    "INSERT INTO journal (run_id, event_seq, seq, kind, request, result, at, done_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8), (?1, ?2, ?9, ?10, ?11, ?12, ?7, ?13), (?1, ?2, ?14, ?15, ?16, ?17, ?7, ?18)
+         ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at",
+    "INSERT INTO journal (run_id, event_seq, seq, kind, request, result, at, done_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8), (?1, ?2, ?9, ?10, ?11, ?12, ?7, ?13), (?1, ?2, ?14, ?15, ?16, ?17, ?7, ?18), (?1, ?2, ?19, ?20, ?21, ?22, ?7, ?23)
+         ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at",
+];
+
 /// The statements that write `rows` and add their bytes to the run's total.
 pub(super) fn push_rows(steps: &mut Steps, run: &str, event_seq: i64, rows: &[JournalRow]) {
     let now = now_ms();
     let mut bytes = 0;
-    for r in rows {
-        steps.push((
-            INSERT_ROW,
-            params![
-                run,
-                event_seq,
-                r.seq,
-                r.kind,
-                r.request,
-                r.result,
-                now,
-                r.result.as_ref().map(|_| now)
-            ]
-            .values(),
-        ));
-        bytes += r.bytes();
+    for chunk in rows.chunks(4) {
+        let first = &chunk[0];
+        let mut values = params![
+            run,
+            event_seq,
+            first.seq,
+            first.kind,
+            first.request,
+            first.result,
+            now,
+            first.result.as_ref().map(|_| now)
+        ]
+        .values();
+        for r in &chunk[1..] {
+            values.extend(
+                params![
+                    r.seq,
+                    r.kind,
+                    r.request,
+                    r.result,
+                    r.result.as_ref().map(|_| now)
+                ]
+                .values(),
+            );
+        }
+        let sql = match chunk.len() {
+            1 => INSERT_ROW,
+            n => INSERT_ROWS[n - 2],
+        };
+        steps.push((sql, values));
+        bytes += chunk.iter().map(JournalRow::bytes).sum::<u64>();
     }
     push_bytes(steps, run, bytes);
 }
