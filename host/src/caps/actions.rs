@@ -422,16 +422,21 @@ impl ActionsHost {
         if slot.rerun {
             return Ok(Ok(()));
         }
-        if self
-            .db
-            .cancel_requested(&self.run)
-            .map_err(crate::error::host_err)?
-        {
-            return Ok(Err(ActionError::Declined(
+        let cancelled = || {
+            Ok(Err(ActionError::Declined(
                 "the run is being cancelled (`loopbox runs cancel`)".into(),
-            )));
-        }
+            )))
+        };
         if let Some(quota) = &self.grants.quota {
+            // A run being cancelled spends none of its tenant's quota. (Without
+            // a quota, the intent's write checks the cancel itself.)
+            if self
+                .db
+                .cancel_requested(&self.run)
+                .map_err(crate::error::host_err)?
+            {
+                return cancelled();
+            }
             let spends = [Spend::Action]
                 .into_iter()
                 .chain(prompts.map(|_| Spend::AgentTurn));
@@ -446,6 +451,7 @@ impl ActionsHost {
             actions: Some(self.actions_limit),
             prompts,
             turn: false,
+            uncancelled: true,
         };
         crate::journal::crashpoint::hit("before-intent");
         match self
@@ -460,6 +466,7 @@ impl ActionsHost {
                     Spent::Prompts(n) => {
                         format!("the run has used all {n} of its prompts (agent.max_prompts)")
                     }
+                    Spent::Cancelled => return cancelled(),
                 };
                 self.log.host("warn", e.clone());
                 Ok(Err(ActionError::BudgetExhausted(e)))

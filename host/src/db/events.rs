@@ -8,7 +8,8 @@ use crate::db::engine::{Conn, OptionalExtension, Params, Row, params};
 use anyhow::Result;
 
 use super::journal::{
-    Budget, JournalRow, Spent, SpentError, Steps, insert_rows, push_rows, push_spend, spent,
+    Budget, JournalRow, Spent, SpentError, Steps, insert_rows, push_rows, push_spend, rows_bytes,
+    spent,
 };
 use super::{Db, now_ms};
 
@@ -97,32 +98,24 @@ impl Db {
         intent: &JournalRow,
         budget: &Budget,
     ) -> Result<Result<i64, Spent>> {
-        self.write_run(run, "journal the action", |tx| {
+        let written = self.write_run(run, "journal the action", |tx| {
             let seq = match event.0 {
                 Some(seq) => seq,
                 None => insert_pending_event(tx, run, event.1)?,
             };
-            // The budget, the rows and their bytes in one round trip; a spent
-            // budget rolls them all back.
+            // The budget, the rows and their bytes in one round trip, with the
+            // commit on PostgreSQL; a spent budget rolls them all back.
+            let rows = [earlier, std::slice::from_ref(intent)].concat();
             let mut steps = Steps::new();
-            let checks = push_spend(&mut steps, run, budget);
-            push_rows(
-                &mut steps,
-                run,
-                seq,
-                &[earlier, std::slice::from_ref(intent)].concat(),
-            );
-            if let Some(spent) = spent(&tx.pipeline(&steps)?, &checks) {
+            let checks = push_spend(&mut steps, tx.engine(), run, budget, rows_bytes(&rows));
+            push_rows(&mut steps, run, seq, &rows);
+            if let Some(spent) = spent(&tx.pipeline_committing(&steps)?, &checks) {
                 // Nothing is written: the transaction is dropped by the caller's rollback.
                 return Err(SpentError(spent).into());
             }
             Ok(seq)
-        })
-        .map(Ok)
-        .or_else(|e| match e.downcast_ref::<SpentError>() {
-            Some(SpentError(spent)) => Ok(Err(*spent)),
-            None => Err(e),
-        })
+        });
+        self.refused(run, budget, written)
     }
 
     /// Durably record an event that has begun (its row, pending, if it has none
@@ -190,8 +183,8 @@ impl Db {
             }
             push_log(&mut steps, run, &commit.log);
             steps.push((
-                "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
-                params![run, now].values(),
+                "UPDATE runs SET updated_at = ?2, journal_bytes = journal_bytes + ?3 WHERE id = ?1",
+                params![run, now, rows_bytes(&commit.journal) as i64].values(),
             ));
             let done = tx.pipeline(&steps)?;
             for i in sizes {

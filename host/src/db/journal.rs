@@ -3,7 +3,7 @@
 //! policy sees it. This is the lower layer: [`super::events`] writes rows
 //! together with their event, never the other way round.
 
-use crate::db::engine::{Done, OptionalExtension, Params, ToValue, Value, params};
+use crate::db::engine::{Done, Engine, OptionalExtension, Params, ToValue, Value, params};
 use anyhow::Result;
 
 use super::{Db, now_ms};
@@ -34,13 +34,18 @@ pub struct Budget {
     pub prompts: Option<u64>,
     /// An agent turn of the driver (counted in `turns`).
     pub turn: bool,
+    /// Refused once the run is being cancelled (`loopbox runs cancel`): checked
+    /// in the same write, so no action starts after the cancel committed.
+    pub uncancelled: bool,
 }
 
-/// The budget that was spent, with its limit.
+/// Why a start was refused: the budget that was spent, with its limit, or
+/// the run's cancellation ([`Budget::uncancelled`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Spent {
     Actions(u64),
     Prompts(u64),
+    Cancelled,
 }
 
 /// The statements of a write, each SQL with its parameters, sent together
@@ -60,8 +65,14 @@ pub(super) fn insert_rows(
 ) -> Result<()> {
     let mut steps = Steps::new();
     push_rows(&mut steps, run, event_seq, rows);
+    push_bytes(&mut steps, run, rows_bytes(rows));
     tx.pipeline(&steps)?;
     Ok(())
+}
+
+/// The bytes `rows` add to the run's journal.
+pub(super) fn rows_bytes(rows: &[JournalRow]) -> u64 {
+    rows.iter().map(JournalRow::bytes).sum()
 }
 
 /// [`INSERT_ROW`] for 2, 3 and 4 rows: one statement (the server parses,
@@ -75,10 +86,10 @@ const INSERT_ROWS: [&str; 3] = [
          ON CONFLICT (run_id, event_seq, seq) DO UPDATE SET result = excluded.result, done_at = excluded.done_at",
 ];
 
-/// The statements that write `rows` and add their bytes to the run's total.
+/// The statements that write `rows` (their bytes are added to the run's
+/// total apart: [`push_bytes`], or with the spend on PostgreSQL).
 pub(super) fn push_rows(steps: &mut Steps, run: &str, event_seq: i64, rows: &[JournalRow]) {
     let now = now_ms();
-    let mut bytes = 0;
     for chunk in rows.chunks(4) {
         let first = &chunk[0];
         let mut values = params![
@@ -109,21 +120,69 @@ pub(super) fn push_rows(steps: &mut Steps, run: &str, event_seq: i64, rows: &[Jo
             n => INSERT_ROWS[n - 2],
         };
         steps.push((sql, values));
-        bytes += chunk.iter().map(JournalRow::bytes).sum::<u64>();
     }
-    push_bytes(steps, run, bytes);
 }
 
-fn push_bytes(steps: &mut Steps, run: &str, bytes: u64) {
+pub(super) fn push_bytes(steps: &mut Steps, run: &str, bytes: u64) {
     if bytes > 0 {
         steps.push((ADD_BYTES, params![run, bytes as i64].values()));
     }
 }
 
-/// The statements that spend `budget`, and which of them must change the
-/// run's row for the budget to have had room (the step's index, the limit).
-pub(super) fn push_spend(steps: &mut Steps, run: &str, budget: &Budget) -> Vec<(usize, Spent)> {
+/// How a write that spends a budget tells it had no room.
+pub(super) enum Checks {
+    /// SQLite: each listed step (its index) had to change the run's row.
+    Rows(Vec<(usize, Spent)>),
+    /// PostgreSQL: one statement, which fails ([`is_refusal`]) when any check
+    /// fails, so the transaction and a `COMMIT` sent with it keep nothing;
+    /// why is read after the rollback ([`Db::why_refused`]).
+    Raised,
+}
+
+/// One statement that spends `budget` and adds `bytes` to the run's journal
+/// total, or fails: the run's row is updated only where every limit has room
+/// (and, [`Budget::uncancelled`], no cancel was asked), and `ln(0)` of no row
+/// updated raises SQLSTATE 2201E (the fence divides by zero: 22012). The
+/// argument is not a constant, so the planner cannot raise it early.
+const SPEND_ON_POSTGRES: &str = "WITH spent AS (UPDATE runs SET actions = actions + ?2, prompts = prompts + ?3, turns = turns + ?4, journal_bytes = journal_bytes + ?5 \
+     WHERE id = ?1 AND actions < ?6 AND prompts < ?7 AND cancel <= ?8 RETURNING 1) \
+     SELECT ln(COUNT(*)) FROM spent";
+
+/// The statements that spend `budget` (adding `bytes` to the journal's total,
+/// on PostgreSQL in the same statement), and how to tell one had no room.
+pub(super) fn push_spend(
+    steps: &mut Steps,
+    engine: Engine,
+    run: &str,
+    budget: &Budget,
+    bytes: u64,
+) -> Checks {
+    if engine == Engine::Postgres {
+        let limit = |l: Option<u64>| l.map_or(i64::MAX, |l| l.min(i64::MAX as u64) as i64);
+        steps.push((
+            SPEND_ON_POSTGRES,
+            params![
+                run,
+                i64::from(budget.actions.is_some()),
+                i64::from(budget.prompts.is_some()),
+                i64::from(budget.turn),
+                bytes as i64,
+                limit(budget.actions),
+                limit(budget.prompts),
+                if budget.uncancelled { 0 } else { i64::MAX }
+            ]
+            .values(),
+        ));
+        return Checks::Raised;
+    }
     let mut checks = Vec::new();
+    if budget.uncancelled {
+        checks.push((steps.len(), Spent::Cancelled));
+        steps.push((
+            "UPDATE runs SET cancel = 0 WHERE id = ?1 AND cancel = 0",
+            vec![run.to_value()],
+        ));
+    }
     if let Some(limit) = budget.prompts {
         checks.push((steps.len(), Spent::Prompts(limit)));
         steps.push((
@@ -144,17 +203,32 @@ pub(super) fn push_spend(steps: &mut Steps, run: &str, budget: &Budget) -> Vec<(
             vec![run.to_value()],
         ));
     }
-    checks
+    push_bytes(steps, run, bytes);
+    Checks::Rows(checks)
 }
 
-/// The first budget of `checks` that had no room (its update changed no row).
-/// The caller then rolls the whole transaction back: what the other
-/// statements sent with it wrote is not kept.
-pub(super) fn spent(done: &[Done], checks: &[(usize, Spent)]) -> Option<Spent> {
-    checks
-        .iter()
-        .find(|(i, _)| done.get(*i).is_none_or(|d| d.changed == 0))
-        .map(|(_, spent)| *spent)
+/// The first check of `checks` that had no room (its update changed no
+/// row). The caller then rolls the whole transaction back: what the other
+/// statements sent with it wrote is not kept. Always `None` for
+/// [`Checks::Raised`], whose failure is the request's error.
+pub(super) fn spent(done: &[Done], checks: &Checks) -> Option<Spent> {
+    match checks {
+        Checks::Rows(checks) => checks
+            .iter()
+            .find(|(i, _)| done.get(*i).is_none_or(|d| d.changed == 0))
+            .map(|(_, spent)| *spent),
+        Checks::Raised => None,
+    }
+}
+
+/// Whether `e` is [`SPEND_ON_POSTGRES`] refusing (no other statement takes a logarithm).
+pub(super) fn is_refusal(e: &anyhow::Error) -> bool {
+    crate::error::find::<super::engine::Error>(e).is_some_and(|e| match e {
+        super::engine::Error::Postgres(e) => {
+            e.code() == Some(&tokio_postgres::error::SqlState::INVALID_ARGUMENT_FOR_LOG)
+        }
+        _ => false,
+    })
 }
 
 impl Db {
@@ -208,19 +282,55 @@ impl Db {
 
     /// Spend `budget` without journaling (the journal is off).
     pub fn spend(&self, run: &str, budget: &Budget) -> Result<Result<(), Spent>> {
-        self.write_run(run, "count the action", |tx| {
+        let spent = self.write_run(run, "count the action", |tx| {
             let mut steps = Steps::new();
-            let checks = push_spend(&mut steps, run, budget);
-            match spent(&tx.pipeline(&steps)?, &checks) {
+            let checks = push_spend(&mut steps, tx.engine(), run, budget, 0);
+            match spent(&tx.pipeline_committing(&steps)?, &checks) {
                 // Rolled back: a budget with room is not spent either.
                 Some(spent) => Err(SpentError(spent).into()),
                 None => Ok(()),
             }
-        })
-        .map(Ok)
-        .or_else(|e| match e.downcast_ref::<SpentError>() {
-            Some(SpentError(spent)) => Ok(Err(*spent)),
-            None => Err(e),
+        });
+        self.refused(run, budget, spent)
+    }
+
+    /// A spending write's outcome: its refusal as `Err(Spent)`, read from
+    /// the store when the engine only said that a check failed.
+    pub(super) fn refused<T>(
+        &self,
+        run: &str,
+        budget: &Budget,
+        done: Result<T>,
+    ) -> Result<Result<T, Spent>> {
+        match done {
+            Ok(v) => Ok(Ok(v)),
+            Err(e) => match e.downcast_ref::<SpentError>() {
+                Some(SpentError(spent)) => Ok(Err(*spent)),
+                None if is_refusal(&e) => Ok(Err(self.why_refused(run, budget)?)),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Which of `budget`'s checks has no room now, as SQLite's would have
+    /// said (the cancel first, then prompts, then actions).
+    fn why_refused(&self, run: &str, budget: &Budget) -> Result<Spent> {
+        let (cancel, actions, prompts) = self.conn().row(
+            "SELECT cancel, actions, prompts FROM runs WHERE id = ?1",
+            [run],
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)),
+        )?;
+        let full = |used: i64, limit: Option<u64>| limit.is_some_and(|l| used as u64 >= l);
+        Ok(if budget.uncancelled && cancel != 0 {
+            Spent::Cancelled
+        } else if full(prompts, budget.prompts) {
+            Spent::Prompts(budget.prompts.unwrap_or_default())
+        } else if full(actions, budget.actions) {
+            Spent::Actions(budget.actions.unwrap_or_default())
+        } else {
+            anyhow::bail!(
+                "the store refused to count the action, yet the run has room in its budgets: try again"
+            )
         })
     }
 
@@ -236,19 +346,28 @@ impl Db {
         charge: Option<&crate::spend::Charge>,
     ) -> Result<()> {
         self.write_run(run, "journal the action's result", |tx| {
-            // One round trip: whether the call was open is read before the
-            // update after it in the pipeline runs.
-            let mut steps: Steps = vec![
-                (
-                    "SELECT result IS NULL FROM journal WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
-                    params![run, event_seq, seq].values(),
-                ),
-                (
-                    "UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
-                    params![run, event_seq, seq, result, now_ms()].values(),
-                ),
-            ];
-            push_bytes(&mut steps, run, result.len() as u64);
+            let (now, bytes) = (now_ms(), result.len() as i64);
+            let steps: Steps = match tx.engine() {
+                // One statement: every part of a WITH sees the rows as they were
+                // before it, so `open` is read before the update.
+                Engine::Postgres => vec![(
+                    RESULT_ON_POSTGRES,
+                    params![run, event_seq, seq, result, now, bytes].values(),
+                )],
+                // One round trip: whether the call was open is read before the
+                // update after it in the pipeline runs.
+                Engine::Sqlite => vec![
+                    (
+                        "SELECT result IS NULL FROM journal WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
+                        params![run, event_seq, seq].values(),
+                    ),
+                    (
+                        "UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3",
+                        params![run, event_seq, seq, result, now].values(),
+                    ),
+                    (ADD_BYTES, params![run, bytes].values()),
+                ],
+            };
             // Without a charge to add, nothing follows: commit in the same round trip.
             let done = if charge.is_none() {
                 tx.pipeline_committing(&steps)?
@@ -268,6 +387,13 @@ impl Db {
         })
     }
 }
+
+/// An action's result, its bytes added to the run's total, and whether the
+/// call was still open, in one statement (see [`Db::journal_result`]).
+const RESULT_ON_POSTGRES: &str = "WITH open AS (SELECT result IS NULL AS open FROM journal WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3), \
+     done AS (UPDATE journal SET result = ?4, done_at = ?5 WHERE run_id = ?1 AND event_seq = ?2 AND seq = ?3 RETURNING 1), \
+     bytes AS (UPDATE runs SET journal_bytes = journal_bytes + ?6 WHERE id = ?1 RETURNING 1) \
+     SELECT open FROM open";
 
 /// Carries a spent budget out of the transaction so it rolls back.
 #[derive(Debug)]

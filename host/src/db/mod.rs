@@ -631,6 +631,7 @@ mod tests {
         every_run_status_round_trips_through_the_store_and_a_strange_one_is_refused,
         an_intent_writes_the_pending_event_and_the_calls_before_it,
         a_spent_budget_writes_nothing,
+        a_cancelled_run_starts_no_action_and_its_journal_counts_every_byte,
         a_pipeline_runs_in_order_and_a_failed_one_keeps_nothing,
         a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over,
     );
@@ -950,6 +951,59 @@ mod tests {
         assert!(db.journal("r1", 1).unwrap().is_empty());
     }
 
+    fn a_cancelled_run_starts_no_action_and_its_journal_counts_every_byte(db: Db) {
+        let db = with_run(db);
+        let budget = Budget {
+            actions: Some(100),
+            uncancelled: true,
+            ..Default::default()
+        };
+        // Six calls before the intent (more than one multi-row INSERT holds).
+        let earlier: Vec<JournalRow> = (1..=6)
+            .map(|i| row(i, "read", Some(&"x".repeat(i as usize))))
+            .collect();
+        let intent = row(7, "shell", None);
+        let seq = db
+            .journal_intent("r1", (None, "{}"), &earlier, &intent, &budget)
+            .unwrap()
+            .unwrap();
+        let mut bytes: u64 = earlier.iter().chain([&intent]).map(JournalRow::bytes).sum();
+        assert_eq!(db.journal_bytes("r1").unwrap(), bytes);
+        db.journal_result("r1", seq, 7, "done!", None).unwrap();
+        bytes += 5;
+        assert_eq!(db.journal_bytes("r1").unwrap(), bytes);
+        // A result written again (a replay's outcome-unknown) counts its bytes again, as before.
+        let commit = EventCommit {
+            seq: Some(seq),
+            decision: Some("{}".into()),
+            journal: vec![row(8, "wall-clock", Some("12"))],
+            ..Default::default()
+        };
+        db.commit_event("r1", &commit).unwrap();
+        bytes += commit.journal[0].bytes();
+        assert_eq!(db.journal_bytes("r1").unwrap(), bytes);
+        assert_eq!(db.journal("r1", seq).unwrap().len(), 8);
+
+        // Cancelled: the next intent is refused, and writes nothing.
+        db.request_cancel("r1").unwrap();
+        let r = db
+            .journal_intent("r1", (None, "{}"), &[], &row(1, "shell", None), &budget)
+            .unwrap();
+        assert_eq!(r, Err(Spent::Cancelled));
+        assert_eq!(db.spend("r1", &budget).unwrap(), Err(Spent::Cancelled));
+        let run = db.run("r1").unwrap().unwrap();
+        assert_eq!(run.actions, 1);
+        assert_eq!(db.journal_bytes("r1").unwrap(), bytes);
+        assert_eq!(db.last_event("r1").unwrap().unwrap().seq, seq);
+        // What does not ask about the cancel still counts.
+        let anyway = Budget {
+            uncancelled: false,
+            ..budget
+        };
+        assert_eq!(db.spend("r1", &anyway).unwrap(), Ok(()));
+        assert_eq!(db.run("r1").unwrap().unwrap().actions, 2);
+    }
+
     fn a_pipeline_runs_in_order_and_a_failed_one_keeps_nothing(db: Db) {
         let db = with_run(db);
         let actions = |db: &Db| db.run("r1").unwrap().unwrap().actions;
@@ -1003,6 +1057,7 @@ mod tests {
                     prompts: Some(0),
                     actions: Some(100),
                     turn: true,
+                    uncancelled: true,
                 },
             )
             .unwrap();

@@ -409,6 +409,7 @@ mod tests {
         actions: Some(10),
         prompts: None,
         turn: false,
+        uncancelled: true,
     };
 
     #[test]
