@@ -60,10 +60,10 @@ pub struct ClaimFilter {
     pub max_running: HashMap<String, u32>,
 }
 
-/// A fenced write's check on PostgreSQL: locks the run's row while its epoch
-/// is still the claim's, and divides by zero when it is not.
-const FENCE_ON_POSTGRES: &str = "WITH held AS (UPDATE runs SET lease_epoch = lease_epoch WHERE id = ?1 AND lease_epoch = ?2 RETURNING 1) \
-     SELECT 1 / (SELECT COUNT(*) FROM held)";
+/// A fenced write's check on PostgreSQL: locks the run's row (as an update
+/// would, without writing a new version of it) while its epoch is still the
+/// claim's, and divides by zero when it is not.
+const FENCE_ON_POSTGRES: &str = "SELECT 1 / (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id = ?1 AND lease_epoch = ?2 FOR NO KEY UPDATE) held)";
 
 /// Whether `e` is [`FENCE_ON_POSTGRES`] failing (no other statement divides).
 fn is_fence_failure(e: &anyhow::Error) -> bool {

@@ -318,7 +318,13 @@ impl Db {
         let (cancel, actions, prompts) = self.conn().row(
             "SELECT cancel, actions, prompts FROM runs WHERE id = ?1",
             [run],
-            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)),
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            },
         )?;
         let full = |used: i64, limit: Option<u64>| limit.is_some_and(|l| used as u64 >= l);
         Ok(if budget.uncancelled && cancel != 0 {

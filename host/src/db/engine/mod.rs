@@ -12,6 +12,7 @@
 //! how that works with an asynchronous client).
 
 pub mod pg_server;
+mod pg_socket;
 pub mod postgres;
 mod sqlite;
 pub mod tls;

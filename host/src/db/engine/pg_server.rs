@@ -145,7 +145,8 @@ impl PgServer {
             "-c".into(),
             "listen_addresses=127.0.0.1".into(),
             "-c".into(),
-            "unix_socket_directories=".into(),
+            // A socket beside the data, for the tests of stores reached through one.
+            format!("unix_socket_directories={}", dir.display()),
             "-c".into(),
             "max_connections=300".into(),
         ];

@@ -1,10 +1,10 @@
-//! The PostgreSQL engine: a tokio-postgres client whose connection (the
-//! socket and the protocol) is driven by one background thread of its own,
-//! with a current-thread runtime. The store's callers block on the client's
-//! requests with a small executor of their own ([`block_on_until`]): the client's
-//! futures only talk to the connection task through channels, so this works
-//! the same inside a tokio runtime (the server's, the CLI's) and outside one,
-//! where the synchronous `postgres` crate would panic.
+//! The PostgreSQL engine: a tokio-postgres client whose connection is
+//! worked by the thread that waits on it (`pg_socket.rs`: the request written
+//! to the socket, the answer waited for in `poll(2)` and read, no other
+//! thread in between), so it works the same inside a tokio runtime (the
+//! server's, the CLI's) and outside one, where the synchronous `postgres`
+//! crate would panic. Only the listener that wakes workers
+//! ([`listen_runnable`]) has a thread and a runtime of its own.
 //!
 //! A connection that was lost (the server restarted) is made again at the next
 //! call; the transaction it was in did not commit, and the caller sees an
@@ -16,13 +16,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::BytesMut;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, Config, Statement};
 
+use super::pg_socket::Link;
 use super::tls::MakeRustls;
 
 use super::{Done, Error, Result, Row, Scope, Value};
@@ -79,26 +79,6 @@ pub fn set_answer_deadline(d: std::time::Duration) {
     ANSWER_DEADLINE_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// `request`'s answer, or a lost connection past the answer deadline.
-fn answer<T>(
-    label: &str,
-    request: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
-) -> Result<T> {
-    Ok(within_deadline(label, request)??)
-}
-
-/// What `f` gives, or a lost connection past the answer deadline.
-fn within_deadline<F: Future>(label: &str, f: F) -> Result<F::Output> {
-    let ms = ANSWER_DEADLINE_MS.load(std::sync::atomic::Ordering::Relaxed);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
-    block_on_until(f, Some(deadline)).ok_or_else(|| {
-        Error::Connection(format!(
-            "the store {label} did not answer in {}s (answer deadline); the connection is dropped and made again at the next call",
-            ms / 1000
-        ))
-    })
-}
-
 /// A connection to a PostgreSQL store, made again when it was lost.
 pub struct PgConn {
     config: Config,
@@ -106,6 +86,8 @@ pub struct PgConn {
     /// The store as shown to a user: the URL without its password.
     label: String,
     client: RefCell<Option<Client>>,
+    /// The client's socket, worked by the thread that waits on it (`pg_socket.rs`).
+    link: RefCell<Option<Link>>,
     statements: RefCell<HashMap<String, Statement>>,
     /// Inside `begin_write` … `commit`/`rollback`: a lost connection then
     /// fails the statement (the caller retries the whole transaction).
@@ -113,7 +95,7 @@ pub struct PgConn {
     /// The `BEGIN` batch of a write transaction not sent yet: it goes in the
     /// same round trip as the transaction's first statement (see
     /// [`PgConn::begin_write`]).
-    pending_begin: RefCell<Option<String>>,
+    pending_begin: RefCell<Option<Begin>>,
     /// Statements that go first in the transaction's next request (see
     /// [`PgConn::defer`]): a claimed run's fence.
     pending_steps: RefCell<Vec<(String, Vec<Value>)>>,
@@ -164,6 +146,7 @@ impl PgConn {
             config,
             tls,
             client: RefCell::new(None),
+            link: RefCell::new(None),
             statements: RefCell::new(HashMap::new()),
             in_transaction: std::cell::Cell::new(false),
             pending_begin: RefCell::new(None),
@@ -190,14 +173,52 @@ impl PgConn {
         }
         if lost {
             self.statements.borrow_mut().clear();
-            *self.client.borrow_mut() = None;
-            let client = connect(&self.config, &self.tls, &self.label)?;
+            self.drop_connection();
+            let (client, link) = connect(&self.config, &self.tls, &self.label)?;
+            *self.link.borrow_mut() = Some(link);
             // A process stopped (SIGSTOP, a debugger) inside a transaction would hold the
             // store's write lock for every other process: the server ends such a session.
-            answer(&self.label, client.batch_execute(IDLE_IN_TRANSACTION))?;
+            if let Err(e) = self.answer(client.batch_execute(IDLE_IN_TRANSACTION)) {
+                self.drop_connection();
+                return Err(e);
+            }
             *self.client.borrow_mut() = Some(client);
         }
         Ok(())
+    }
+
+    /// Forget the connection, to be made again at the next call.
+    fn drop_connection(&self) {
+        *self.client.borrow_mut() = None;
+        if let Some(mut link) = self.link.borrow_mut().take() {
+            // Lost: nothing more is sent on it.
+            link.abandon();
+        }
+    }
+
+    /// `request`'s answer, or a lost connection past the answer deadline.
+    fn answer<T>(
+        &self,
+        request: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        Ok(self.within_deadline(request)??)
+    }
+
+    /// What `f` gives, or a lost connection past the answer deadline.
+    fn within_deadline<F: Future>(&self, f: F) -> Result<F::Output> {
+        let ms = ANSWER_DEADLINE_MS.load(std::sync::atomic::Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+        let done = match self.link.borrow_mut().as_mut() {
+            Some(link) => link.drive(f, deadline),
+            None => None,
+        };
+        done.ok_or_else(|| {
+            Error::Connection(format!(
+                "the store {} did not answer in {}s (answer deadline); the connection is dropped and made again at the next call",
+                self.label,
+                ms / 1000
+            ))
+        })
     }
 
     /// Run `f` with the client; a lost connection is forgotten, to be made
@@ -222,7 +243,7 @@ impl PgConn {
         if let Err(e) = &out
             && e.is_connection_lost()
         {
-            *self.client.borrow_mut() = None;
+            self.drop_connection();
         }
         out
     }
@@ -237,7 +258,7 @@ impl PgConn {
         }
         let translated = super::numbered_placeholders(sql);
         trip(1);
-        let s = match answer(&self.label, client.prepare(&translated)) {
+        let s = match self.answer(client.prepare(&translated)) {
             // 42P18 when nothing says; 42P08 when uses disagree.
             Err(Error::Postgres(e))
                 if e.code().is_some_and(|c| {
@@ -254,7 +275,7 @@ impl PgConn {
                     })
                     .collect();
                 trip(1);
-                answer(&self.label, client.prepare_typed(&translated, &types))?
+                self.answer(client.prepare_typed(&translated, &types))?
             }
             s => s?,
         };
@@ -317,27 +338,35 @@ impl PgConn {
                 .map(|(sql, params)| self.statement(c, sql, params))
                 .collect::<Result<Vec<_>>>()?;
             let begin = self.pending_begin.borrow_mut().take();
+            // Prepared like the rest: the server neither parses nor plans them again.
+            let opening = match &begin {
+                Some(b) => vec![
+                    (self.statement(c, "BEGIN", &[])?, &[][..]),
+                    (self.statement(c, b.locks, &b.keys)?, &b.keys[..]),
+                ],
+                None => Vec::new(),
+            };
+            let closing = if commit {
+                Some(self.statement(c, "COMMIT", &[])?)
+            } else {
+                None
+            };
             let mut requests: Vec<Pin<Box<dyn Future<Output = Result<Done>> + '_>>> = Vec::new();
-            if let Some(begin) = &begin {
-                requests.push(Box::pin(async move {
-                    c.batch_execute(begin).await?;
-                    Ok(Done::default())
-                }));
+            for (s, params) in &opening {
+                requests.push(Box::pin(run(c, s, params)));
             }
             for (s, (_, params)) in statements.iter().zip(first.iter().chain(steps)) {
                 requests.push(Box::pin(run(c, s, params)));
             }
-            if commit {
-                requests.push(Box::pin(async move {
-                    c.batch_execute("COMMIT").await?;
-                    Ok(Done::default())
-                }));
+            if let Some(s) = &closing {
+                requests.push(Box::pin(run(c, s, &[])));
             }
             trip(requests.len());
             // Answers in order: the first error is the first failed request's.
-            let skip = usize::from(begin.is_some()) + first.len();
+            let skip = opening.len() + first.len();
             let mut out = Vec::with_capacity(steps.len());
-            for (i, done) in within_deadline(&self.label, futures_util::future::join_all(requests))?
+            for (i, done) in self
+                .within_deadline(futures_util::future::join_all(requests))?
                 .into_iter()
                 .enumerate()
             {
@@ -359,12 +388,12 @@ impl PgConn {
             self.send(&[], false)?;
         }
         let sql = match self.pending_begin.borrow_mut().take() {
-            Some(begin) => format!("{begin}; {sql}"),
+            Some(begin) => format!("{}; {sql}", begin.as_batch()),
             None => sql.to_string(),
         };
         self.with(|c| {
             trip(1);
-            answer(&self.label, c.batch_execute(&sql))
+            self.answer(c.batch_execute(&sql))
         })
     }
 
@@ -393,15 +422,7 @@ impl PgConn {
         self.in_transaction.set(true);
         self.pending_steps.borrow_mut().clear();
         self.committed.set(false);
-        let sql = match scope {
-            Scope::Store => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
-            Scope::Rows => format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"),
-            Scope::Run(run) => format!(
-                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock({RUN_LOCK_CLASS}, {})",
-                run_key(run)
-            ),
-        };
-        *self.pending_begin.borrow_mut() = Some(sql);
+        *self.pending_begin.borrow_mut() = Some(Begin::of(scope));
         Ok(())
     }
 
@@ -428,6 +449,47 @@ impl PgConn {
             let _ = self.batch("ROLLBACK");
         }
         self.in_transaction.set(false);
+    }
+}
+
+/// A write transaction's start, not sent yet: `BEGIN`, then the locks of
+/// its scope (see [`PgConn::begin_write`]), in one statement whose calls
+/// run in order: the store's lock first.
+struct Begin {
+    locks: &'static str,
+    keys: Vec<Value>,
+}
+
+impl Begin {
+    fn of(scope: Scope<'_>) -> Begin {
+        let (locks, keys) = match scope {
+            Scope::Store => ("SELECT pg_advisory_xact_lock(?1)", vec![WRITE_LOCK]),
+            Scope::Rows => ("SELECT pg_advisory_xact_lock_shared(?1)", vec![WRITE_LOCK]),
+            Scope::Run(run) => (
+                "SELECT pg_advisory_xact_lock_shared(?1), pg_advisory_xact_lock(?2, ?3)",
+                vec![
+                    WRITE_LOCK,
+                    i64::from(RUN_LOCK_CLASS),
+                    i64::from(run_key(run)),
+                ],
+            ),
+        };
+        Begin {
+            locks,
+            keys: keys.into_iter().map(Value::Int).collect(),
+        }
+    }
+
+    /// As a simple query's statements, the keys written in.
+    fn as_batch(&self) -> String {
+        let mut sql = self.locks.to_string();
+        // From the last, so `?1` is not taken for the start of `?10`.
+        for (i, key) in self.keys.iter().enumerate().rev() {
+            if let Value::Int(k) = key {
+                sql = sql.replace(&format!("?{}", i + 1), &k.to_string());
+            }
+        }
+        format!("BEGIN; {sql}")
     }
 }
 
@@ -548,7 +610,7 @@ pub fn listen_runnable(url: &str) -> Result<Arc<tokio::sync::Notify>> {
     Ok(notify)
 }
 
-/// The thread that drives every connection's socket.
+/// The thread that drives the listeners' connections ([`listen_runnable`]).
 fn runtime() -> &'static tokio::runtime::Handle {
     static RUNTIME: OnceLock<tokio::runtime::Handle> = OnceLock::new();
     RUNTIME.get_or_init(|| {
@@ -565,40 +627,22 @@ fn runtime() -> &'static tokio::runtime::Handle {
     })
 }
 
-fn connect(config: &Config, tls: &MakeRustls, label: &str) -> Result<Client> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let mut config = config.clone();
-    let tls = tls.clone();
-    config.connect_timeout(CONNECT_TIMEOUT);
-    config.keepalives(true);
-    runtime().spawn(async move {
-        let made = config.connect(tls).await.map(|(client, connection)| {
-            tokio::spawn(async move {
-                // Ends when the server or the client closes it; the client then reports it closed.
-                let _ = connection.await;
-            });
-            client
-        });
-        let _ = tx.send(made);
-    });
-    match rx.recv_timeout(CONNECT_TIMEOUT + std::time::Duration::from_secs(5)) {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) if e.to_string().contains("TLS") => Err(Error::Connection(format!(
-            "failed to connect to the store {label}: {}; check the URL's sslmode, and that its sslrootcert names the CA that signed the server's certificate (and, with verify-full, that the certificate names the host in the URL)",
-            with_causes(&e)
-        ))),
-        Ok(Err(e)) => Err(Error::Connection(format!(
-            "failed to connect to the store {label}: {e}; check that PostgreSQL is running there and that the URL's user, password and database are right"
-        ))),
-        Err(_) => Err(Error::Connection(format!(
-            "failed to connect to the store {label}: no answer in {}s",
-            CONNECT_TIMEOUT.as_secs()
-        ))),
-    }
+fn connect(config: &Config, tls: &MakeRustls, label: &str) -> Result<(Client, Link)> {
+    super::pg_socket::open(config, tls, CONNECT_TIMEOUT).map_err(|e| {
+        if e.contains("TLS") || e.contains("certificate") {
+            Error::Connection(format!(
+                "failed to connect to the store {label}: {e}; check the URL's sslmode, and that its sslrootcert names the CA that signed the server's certificate (and, with verify-full, that the certificate names the host in the URL)"
+            ))
+        } else {
+            Error::Connection(format!(
+                "failed to connect to the store {label}: {e}; check that PostgreSQL is running there and that the URL's user, password and database are right"
+            ))
+        }
+    })
 }
 
 /// `e` and what caused it (a TLS handshake's error says why only in its source).
-fn with_causes(e: &dyn std::error::Error) -> String {
+pub(super) fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
@@ -606,35 +650,6 @@ fn with_causes(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
-}
-
-/// Wait for `f` on this thread, whatever runtime (if any) it belongs to,
-/// giving up (`None`) at `deadline`.
-fn block_on_until<F: Future>(f: F, deadline: Option<std::time::Instant>) -> Option<F::Output> {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return Some(v);
-        }
-        match deadline {
-            None => std::thread::park(),
-            Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
-                Some(left) if !left.is_zero() => std::thread::park_timeout(left),
-                _ => return None,
-            },
-        }
-    }
 }
 
 type BoxError = Box<dyn std::error::Error + Sync + Send>;
@@ -771,6 +786,22 @@ fn numeric(raw: &[u8]) -> std::result::Result<Value, BoxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_is_reached_through_a_unix_socket_whatever_sslmode_says() {
+        let pg =
+            super::super::pg_server::PgServer::shared(false).unwrap_or_else(|e| panic!("{e:#}"));
+        for mode in ["prefer", "require"] {
+            let url = format!(
+                "postgresql://loopbox@/postgres?host={}&port={}&sslmode={mode}",
+                pg.dir().display(),
+                pg.port
+            );
+            let c = PgConn::connect(&url).unwrap();
+            let rows = c.query("SELECT 40 + 2", &[]).unwrap();
+            assert_eq!(rows[0].get::<_, i64>(0).unwrap(), 42, "{mode}");
+        }
+    }
 
     #[test]
     fn a_url_is_shown_without_its_password() {
