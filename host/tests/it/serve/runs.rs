@@ -421,9 +421,10 @@ fn a_session_cookie_is_http_only_strict_and_needs_its_csrf_token_to_act() {
             r.body
         );
     }
-    // A form with a forged field is refused the same way.
+    // A form with a forged field (the token's first character changed) is refused the same way.
+    let forged = if csrf.starts_with('x') { 'y' } else { 'x' };
     let form = format!(
-        "policy=probe&workspace=proj&input=%7B%7D&csrf_token=x{}",
+        "policy=probe&workspace=proj&input=%7B%7D&csrf_token={forged}{}",
         &csrf[1..]
     );
     let r = http(
