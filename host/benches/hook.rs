@@ -11,14 +11,20 @@
 //! with the session's transcript grown by a message since the last event (what
 //! reading on from there costs), and with OpenTelemetry on (exporting to a
 //! receiver on loopback, the flush at exit included). `BENCH_BASELINE=/path/to/loopbox` adds the Claude Code row
-//! for another build, interleaved with the rest (a before/after comparison).
+//! for another build, interleaved with the rest (a before/after comparison);
+//! `BENCH_BIN=/path/to/loopbox` runs that build in the other rows. Compare two
+//! copies side by side (both outside `target/`): the same binary run as
+//! `target/release/loopbox` measured 15% slower than its copy in `/tmp` here.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
+/// The build under test: this one, or `BENCH_BIN`'s.
+fn bin() -> String {
+    std::env::var("BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_loopbox").to_string())
+}
 
 fn time(mut cmd: Command, stdin: Option<&str>) -> Duration {
     cmd.stdin(if stdin.is_some() {
@@ -45,7 +51,7 @@ fn time(mut cmd: Command, stdin: Option<&str>) -> Duration {
 }
 
 fn hook_cmd(agent: &str, workspace: &Path, cache: &Path) -> Command {
-    hook_cmd_of(BIN, agent, workspace, cache)
+    hook_cmd_of(&bin(), agent, workspace, cache)
 }
 
 fn hook_cmd_of(bin: &str, agent: &str, workspace: &Path, cache: &Path) -> Command {
@@ -148,7 +154,7 @@ fn main() {
         (
             "loopbox --version".into(),
             Box::new(|| {
-                let mut c = Command::new(BIN);
+                let mut c = Command::new(bin());
                 c.arg("--version");
                 (c, None)
             }),
