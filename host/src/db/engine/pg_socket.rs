@@ -407,3 +407,159 @@ mod tests {
         assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
     }
 }
+
+/// Attacks on the waiting itself: signals, stopped servers, full queues.
+#[cfg(test)]
+mod waiting {
+    use super::*;
+
+    /// CPU time this thread has used.
+    fn thread_cpu() -> Duration {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) writes the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    }
+
+    fn plain_tls() -> MakeRustls {
+        super::super::tls::split("postgres://u@h/db", "x")
+            .unwrap()
+            .tls
+    }
+
+    /// A server that accepts, reads what it is sent, and says nothing.
+    fn silent_server() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            while s.read(&mut buf).is_ok_and(|n| n > 0) {}
+        });
+        port
+    }
+
+    extern "C" fn ignore(_: libc::c_int) {}
+
+    #[test]
+    fn a_wait_interrupted_by_signals_sleeps_and_ends_at_its_deadline() {
+        // A handler without SA_RESTART: every signal ends poll(2) with EINTR.
+        // SAFETY: a handler that does nothing, for a signal no test relies on.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ignore as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGWINCH, &sa, std::ptr::null_mut());
+        }
+        let port = silent_server();
+        let config: Config = format!("postgres://u@127.0.0.1:{port}/db?sslmode=disable")
+            .parse()
+            .unwrap();
+        // SAFETY: pthread_self(3) has no preconditions.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let stop = Arc::new(AtomicBool::new(false));
+        let signals = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut sent = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: the waiting thread outlives this loop (it sets `stop` first).
+                    unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGWINCH) };
+                    sent += 1;
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                sent
+            })
+        };
+        let (started, cpu) = (Instant::now(), thread_cpu());
+        let e = open(&config, &plain_tls(), Duration::from_millis(1500))
+            .err()
+            .unwrap();
+        let (took, used) = (started.elapsed(), thread_cpu() - cpu);
+        stop.store(true, Ordering::Relaxed);
+        let sent = signals.join().unwrap();
+        assert!(e.contains("no answer"), "{e}");
+        assert!(sent > 500, "only {sent} signals sent");
+        assert!(
+            took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
+            "{took:?}"
+        );
+        // A busy loop would use the whole 1.5 s.
+        assert!(
+            used < Duration::from_millis(300),
+            "{used:?} of CPU in {took:?} of waiting"
+        );
+    }
+
+    /// A connection of the shared test server, driven here, and its backend's pid.
+    fn connected() -> (Client, Link, i32) {
+        let pg =
+            super::super::pg_server::PgServer::shared(false).unwrap_or_else(|e| panic!("{e:#}"));
+        let config: Config = pg.url().parse().unwrap();
+        let (client, mut link) = open(&config, &plain_tls(), Duration::from_secs(10)).unwrap();
+        let soon = || Instant::now() + Duration::from_secs(10);
+        let pid: i32 = link
+            .drive(client.query_one("SELECT pg_backend_pid()", &[]), soon())
+            .unwrap()
+            .unwrap()
+            .get(0);
+        (client, link, pid)
+    }
+
+    #[test]
+    fn a_stopped_backend_is_waited_for_asleep_until_the_deadline_reading_or_writing() {
+        let (client, mut link, pid) = connected();
+        let soon = || Instant::now() + Duration::from_secs(10);
+        link.drive(client.batch_execute("BEGIN"), soon())
+            .unwrap()
+            .unwrap();
+        // SAFETY: kill(2) of the backend this test's connection owns.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let cont = || {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        };
+        // A small request (waits to read), then one of 16 MB (waits to write:
+        // the socket's buffers fill long before it is all sent).
+        let big = "x".repeat(16 << 20);
+        for (what, wait) in [
+            (
+                "read",
+                Box::pin(async { client.query_one("SELECT 1", &[]).await.map(|_| ()) })
+                    as Pin<Box<dyn Future<Output = _>>>,
+            ),
+            (
+                "write",
+                Box::pin(async {
+                    client
+                        .query_one("SELECT length($1::text)", &[&big])
+                        .await
+                        .map(|_| ())
+                }),
+            ),
+        ] {
+            let (started, cpu) = (Instant::now(), thread_cpu());
+            let done = link.drive(wait, Instant::now() + Duration::from_millis(1000));
+            let (took, used) = (started.elapsed(), thread_cpu() - cpu);
+            if done.is_some() {
+                cont();
+                panic!(
+                    "{what}: answered by a stopped backend: {:?}",
+                    done.map(|d| d.err())
+                );
+            }
+            assert!(
+                took >= Duration::from_millis(1000) && took < Duration::from_secs(3),
+                "{what}: {took:?}"
+            );
+            assert!(
+                used < Duration::from_millis(200),
+                "{what}: {used:?} of CPU in {took:?}"
+            );
+        }
+        cont();
+    }
+}
