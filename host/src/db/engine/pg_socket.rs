@@ -281,7 +281,13 @@ fn open_one(
             };
             let mut made = Err(format!("{name} has no address"));
             for a in addrs {
-                match TcpStream::connect_timeout(&a, timeout) {
+                // What is left of the deadline: a name with several addresses
+                // that all drop the SYN takes `timeout` in all, not each.
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match TcpStream::connect_timeout(&a, left) {
                     Ok(s) => {
                         made = Ok(s);
                         break;
@@ -296,7 +302,8 @@ fn open_one(
         }
         Host::Unix(dir) => {
             let path = dir.join(format!(".s.PGSQL.{port}"));
-            let s = UnixStream::connect(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let s =
+                connect_unix(&path, deadline).map_err(|e| format!("{}: {e}", path.display()))?;
             (Stream::Unix(s), dir.display().to_string())
         }
     };
@@ -341,6 +348,39 @@ fn open_one(
             connection: Some(Box::pin(connection)),
         },
     ))
+}
+
+/// Connect to the Unix socket at `path` by `deadline`. A blocking connect(2)
+/// to a server whose listen queue is full (a stopped or swamped postmaster)
+/// waits for room with no end: the socket's send timeout bounds that wait.
+fn connect_unix(path: &std::path::Path, deadline: Instant) -> io::Result<UnixStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let addr = SockAddr::unix(path)?;
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero());
+        let Some(left) = left else {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no room in the server's queue of connections by the deadline: is PostgreSQL stopped or overloaded?",
+            ));
+        };
+        socket.set_write_timeout(Some(left))?;
+        match socket.connect(&addr) {
+            Ok(()) => break,
+            // A signal, or the timeout (EAGAIN): try again while time is left.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    socket.set_write_timeout(None)?;
+    Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
 }
 
 /// TCP keepalives, as tokio-postgres sets them by default: a peer that is
@@ -561,5 +601,55 @@ mod waiting {
             );
         }
         cont();
+    }
+}
+
+#[cfg(test)]
+mod unix_queue {
+    use super::*;
+    use socket2::{Domain, SockAddr, Socket, Type};
+
+    #[test]
+    fn a_unix_socket_whose_server_accepts_nothing_is_given_up_at_the_deadline() {
+        // A postmaster stopped (SIGSTOP) or swamped: its listen queue is full,
+        // and a blocking connect(2) to it waits for room with no end.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".s.PGSQL.5999");
+        let listener = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+        listener.bind(&SockAddr::unix(&path).unwrap()).unwrap();
+        listener.listen(0).unwrap();
+        let mut queued = Vec::new();
+        loop {
+            let s = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            match s.connect(&SockAddr::unix(&path).unwrap()) {
+                Ok(()) => queued.push(s),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(queued.len() < 100, "the queue never fills");
+        }
+        let config: Config = format!("postgresql://u@/db?host={}&port=5999", dir.path().display())
+            .parse()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let tls = super::super::tls::split("postgres://u@h/db", "x")
+                .unwrap()
+                .tls;
+            let started = Instant::now();
+            let e = open(&config, &tls, Duration::from_millis(500)).err();
+            let _ = tx.send((e, started.elapsed()));
+        });
+        let (e, took) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("connecting to a full Unix socket queue still waits after 10s");
+        let e = e.expect("connected to a server that accepts nothing");
+        assert!(e.contains(".s.PGSQL.5999") && e.contains("no room"), "{e}");
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        drop(queued);
     }
 }
