@@ -635,6 +635,7 @@ mod tests {
         a_cancel_committed_between_two_actions_declines_the_second_and_keeps_nothing_of_it,
         an_intent_of_a_run_whose_row_is_gone_is_refused_and_writes_nothing,
         a_refusal_says_which_budget_and_keeps_nothing_of_the_intent,
+        results_state_and_log_lines_of_several_megabytes_round_trip_whole,
         a_pipeline_runs_in_order_and_a_failed_one_keeps_nothing,
         a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over,
     );
@@ -1089,6 +1090,54 @@ mod tests {
             .unwrap();
         assert_eq!(r, Err(Spent::Cancelled));
         assert_eq!(untouched(&db, seq), before);
+    }
+
+    fn results_state_and_log_lines_of_several_megabytes_round_trip_whole(db: Db) {
+        let db = with_run(db);
+        // Distinct text, so a chunk lost or repeated on the way shows.
+        let big = |tag: &str| -> String {
+            (0..(5 << 20) / 8)
+                .map(|i| format!("{tag}{:07}", i % 10_000_000))
+                .collect()
+        };
+        let (result, value, line) = (big("r"), format!("\"{}\"", big("s")), big("l"));
+        let budget = Budget {
+            actions: Some(10),
+            uncancelled: true,
+            ..Default::default()
+        };
+        let seq = db
+            .journal_intent("r1", (None, "{}"), &[], &row(1, "shell", None), &budget)
+            .unwrap()
+            .unwrap();
+        db.journal_result("r1", seq, 1, &result, None).unwrap();
+        let commit = EventCommit {
+            seq: Some(seq),
+            decision: Some("{}".into()),
+            state_writes: vec![("k".into(), Some(value.clone()))],
+            log: vec![LogRecord {
+                at_ms: 1,
+                level: "info".into(),
+                source: "policy".into(),
+                message: line.clone(),
+            }],
+            ..Default::default()
+        };
+        db.commit_event("r1", &commit).unwrap();
+        let journal = db.journal("r1", seq).unwrap();
+        assert!(
+            journal[0].result.as_deref() == Some(result.as_str()),
+            "the result differs"
+        );
+        assert!(
+            db.state_get("r1", "k").unwrap().as_deref() == Some(value.as_str()),
+            "the state differs"
+        );
+        let log = db.log("r1").unwrap();
+        assert!(
+            log.iter().any(|l| l.message == line),
+            "the log line differs"
+        );
     }
 
     fn a_cancelled_run_starts_no_action_and_its_journal_counts_every_byte(db: Db) {
