@@ -961,7 +961,7 @@ mod tests {
         let r = db.run("r1").unwrap().unwrap();
         (
             r.actions,
-            r.prompts as u64,
+            r.prompts,
             db.journal_bytes("r1").unwrap(),
             db.events("r1").unwrap().len(),
             db.journal("r1", seq).unwrap().len(),
