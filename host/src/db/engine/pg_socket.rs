@@ -337,7 +337,7 @@ fn open_one(
     let (client, connection) =
         match drive_handshake(config.connect_raw(socket, connect), fd, &interest, deadline) {
             Some(Ok(made)) => made,
-            Some(Err(e)) => return Err(super::postgres::with_causes(&e)),
+            Some(Err(e)) => return Err(with_causes(&e)),
             None => return Err(format!("no answer in {}s", timeout.as_secs())),
         };
     Ok((
@@ -381,6 +381,17 @@ fn connect_unix(path: &std::path::Path, deadline: Instant) -> io::Result<UnixStr
     }
     socket.set_write_timeout(None)?;
     Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
+}
+
+/// `e` and what caused it (a TLS handshake's error says why only in its source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 /// TCP keepalives, as tokio-postgres sets them by default: a peer that is

@@ -641,17 +641,6 @@ fn connect(config: &Config, tls: &MakeRustls, label: &str) -> Result<(Client, Li
     })
 }
 
-/// `e` and what caused it (a TLS handshake's error says why only in its source).
-pub(super) fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(&format!(": {c}"));
-        cause = c.source();
-    }
-    text
-}
-
 type BoxError = Box<dyn std::error::Error + Sync + Send>;
 
 /// A value bound as the type the server inferred for its parameter.
