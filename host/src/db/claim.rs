@@ -404,7 +404,63 @@ mod tests {
         a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run,
         a_tenants_agent_conversation_is_found_by_its_runs_only,
         a_tenant_at_its_max_running_takes_no_more_slots_from_any_worker,
+        an_intent_of_a_worker_that_lost_its_lease_is_lease_lost_never_a_budget,
     );
+
+    fn an_intent_of_a_worker_that_lost_its_lease_is_lease_lost_never_a_budget(db: Db) {
+        use crate::db::journal::{Budget, JournalRow};
+        let a = db;
+        let b = a.reopen().unwrap();
+        queue(&a, "r1", "t");
+        let all = ClaimFilter {
+            limit: 1,
+            ..Default::default()
+        };
+        assert_eq!(a.claim("a", 100, &all).unwrap().len(), 1);
+        let intent = |seq| JournalRow {
+            seq,
+            kind: "shell".into(),
+            request: "{}".into(),
+            result: None,
+        };
+        let room = Budget {
+            actions: Some(10),
+            uncancelled: true,
+            ..Default::default()
+        };
+        let seq = a
+            .journal_intent("r1", (None, "{}"), &[], &intent(1), &room)
+            .unwrap()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(b.claim("b", 60_000, &all).unwrap()[0].epoch, 2);
+        // The new holder's view: one action spent; then the run is cancelled.
+        b.request_cancel("r1").unwrap();
+        let spent = Budget {
+            actions: Some(1),
+            ..room
+        };
+        // With room, with every budget spent, cancelled: the old holder is told
+        // it lost the run (and stops it), whatever else would have refused.
+        for budget in [&room, &spent] {
+            for event in [(Some(seq), "{}"), (None, "{}")] {
+                let e = a
+                    .journal_intent("r1", event, &[], &intent(2), budget)
+                    .unwrap_err();
+                assert!(
+                    crate::error::find::<LeaseLost>(&e).is_some(),
+                    "{budget:?} {event:?}: {e:#}"
+                );
+            }
+            let e = a.spend("r1", budget).unwrap_err();
+            assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
+        }
+        let e = a.journal_result("r1", seq, 1, "late", None).unwrap_err();
+        assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
+        assert_eq!(b.journal("r1", seq).unwrap().len(), 1);
+        assert_eq!(b.journal("r1", seq).unwrap()[0].result, None);
+        assert_eq!(b.run("r1").unwrap().unwrap().actions, 1);
+    }
 
     fn queue(db: &Db, id: &str, tenant: &str) {
         db.create_queued_run(

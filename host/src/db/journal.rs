@@ -302,14 +302,33 @@ impl Db {
         budget: &Budget,
         done: Result<T>,
     ) -> Result<Result<T, Spent>> {
-        match done {
-            Ok(v) => Ok(Ok(v)),
-            Err(e) => match e.downcast_ref::<SpentError>() {
-                Some(SpentError(spent)) => Ok(Err(*spent)),
-                None if is_refusal(&e) => Ok(Err(self.why_refused(run, budget)?)),
-                None => Err(e),
-            },
+        let e = match done {
+            Ok(v) => return Ok(Ok(v)),
+            Err(e) => e,
+        };
+        // A run removed while it ran fails every check (and, on SQLite, the
+        // journal rows' foreign key): say so, the same on both engines, rather
+        // than blame a budget or show the engine's words.
+        if self.run_is_gone(run) {
+            return Err(e.context(format!(
+                "run `{run}` is no longer in the store (removed while it ran): its action was not started and nothing of it was recorded"
+            )));
         }
+        match e.downcast_ref::<SpentError>() {
+            Some(SpentError(spent)) => Ok(Err(*spent)),
+            None if is_refusal(&e) => Ok(Err(self.why_refused(run, budget)?)),
+            None => Err(e),
+        }
+    }
+
+    /// Whether the store surely has no row for `run` (a failed read is no answer).
+    fn run_is_gone(&self, run: &str) -> bool {
+        self.conn()
+            .row("SELECT 1 FROM runs WHERE id = ?1", [run], |r| {
+                r.get::<_, i64>(0)
+            })
+            .optional()
+            .is_ok_and(|found| found.is_none())
     }
 
     /// Which of `budget`'s checks has no room now, as SQLite's would have

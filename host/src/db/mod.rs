@@ -632,6 +632,10 @@ mod tests {
         an_intent_writes_the_pending_event_and_the_calls_before_it,
         a_spent_budget_writes_nothing,
         a_cancelled_run_starts_no_action_and_its_journal_counts_every_byte,
+        a_cancel_committed_between_two_actions_declines_the_second_and_keeps_nothing_of_it,
+        an_intent_of_a_run_whose_row_is_gone_is_refused_and_writes_nothing,
+        a_refusal_says_which_budget_and_keeps_nothing_of_the_intent,
+        results_state_and_log_lines_of_several_megabytes_round_trip_whole,
         a_pipeline_runs_in_order_and_a_failed_one_keeps_nothing,
         a_lease_held_by_a_live_process_is_refused_and_a_dead_one_is_taken_over,
     );
@@ -949,6 +953,191 @@ mod tests {
         assert_eq!(r, Err(Spent::Actions(0)));
         assert!(db.last_event("r1").unwrap().is_none());
         assert!(db.journal("r1", 1).unwrap().is_empty());
+    }
+
+    /// What a refused intent must not have changed: the run's counters, its
+    /// journal bytes, its events and the journal of its event `seq`.
+    fn untouched(db: &Db, seq: i64) -> (u64, u64, u64, usize, usize) {
+        let r = db.run("r1").unwrap().unwrap();
+        (
+            r.actions,
+            r.prompts,
+            db.journal_bytes("r1").unwrap(),
+            db.events("r1").unwrap().len(),
+            db.journal("r1", seq).unwrap().len(),
+        )
+    }
+
+    fn a_cancel_committed_between_two_actions_declines_the_second_and_keeps_nothing_of_it(db: Db) {
+        let db = with_run(db);
+        let budget = Budget {
+            actions: Some(100),
+            uncancelled: true,
+            ..Default::default()
+        };
+        let seq = db
+            .journal_intent("r1", (None, "{}"), &[], &row(1, "shell", None), &budget)
+            .unwrap()
+            .unwrap();
+        db.journal_result("r1", seq, 1, "one", None).unwrap();
+        // `loopbox runs cancel` from another process, between the two actions.
+        db.reopen().unwrap().request_cancel("r1").unwrap();
+        let before = untouched(&db, seq);
+        let earlier = [row(2, "read", Some(&"y".repeat(5000)))];
+        let r = db
+            .journal_intent(
+                "r1",
+                (Some(seq), "{}"),
+                &earlier,
+                &row(3, "shell", None),
+                &budget,
+            )
+            .unwrap();
+        assert_eq!(r, Err(Spent::Cancelled));
+        assert_eq!(
+            untouched(&db, seq),
+            before,
+            "the declined intent kept something"
+        );
+        // A new event's intent is declined too, and leaves no pending event behind.
+        let r = db
+            .journal_intent("r1", (None, "{}"), &[], &row(1, "shell", None), &budget)
+            .unwrap();
+        assert_eq!(r, Err(Spent::Cancelled));
+        assert_eq!(untouched(&db, seq), before);
+        // The driver's own writes (no `uncancelled`) still go through.
+        let teardown = Budget::default();
+        assert!(db.spend("r1", &teardown).unwrap().is_ok());
+    }
+
+    fn an_intent_of_a_run_whose_row_is_gone_is_refused_and_writes_nothing(db: Db) {
+        let db = with_run(db);
+        db.conn()
+            .execute("DELETE FROM runs WHERE id = ?1", ["r1"])
+            .unwrap();
+        for uncancelled in [true, false] {
+            let budget = Budget {
+                actions: Some(100),
+                uncancelled,
+                ..Default::default()
+            };
+            let r = db.journal_intent(
+                "r1",
+                (Some(1), "{}"),
+                &[row(1, "read", Some("r"))],
+                &row(2, "shell", None),
+                &budget,
+            );
+            // Never an action started for a run the store no longer has, nor a
+            // budget blamed: the same error on both engines.
+            let e = r.expect_err(&format!("uncancelled={uncancelled}: not refused"));
+            assert!(
+                e.to_string()
+                    .starts_with("run `r1` is no longer in the store"),
+                "uncancelled={uncancelled}: {e:#}"
+            );
+            assert!(db.journal("r1", 1).unwrap().is_empty());
+            let e = db
+                .spend("r1", &budget)
+                .expect_err("spent on a run that is gone");
+            assert!(e.to_string().contains("no longer in the store"), "{e:#}");
+        }
+    }
+
+    fn a_refusal_says_which_budget_and_keeps_nothing_of_the_intent(db: Db) {
+        let db = with_run(db);
+        let budget = Budget {
+            actions: Some(2),
+            prompts: Some(1),
+            uncancelled: true,
+            ..Default::default()
+        };
+        let seq = db
+            .journal_intent("r1", (None, "{}"), &[], &row(1, "agent", None), &budget)
+            .unwrap()
+            .unwrap();
+        let before = untouched(&db, seq);
+        // The prompt budget is spent (the action budget still has room).
+        let r = db
+            .journal_intent(
+                "r1",
+                (Some(seq), "{}"),
+                &[],
+                &row(2, "agent", None),
+                &budget,
+            )
+            .unwrap();
+        assert_eq!(r, Err(Spent::Prompts(1)));
+        assert_eq!(untouched(&db, seq), before);
+        // An action with no prompt spends the last action.
+        let shell = Budget {
+            prompts: None,
+            ..budget
+        };
+        db.journal_intent("r1", (Some(seq), "{}"), &[], &row(2, "shell", None), &shell)
+            .unwrap()
+            .unwrap();
+        let before = untouched(&db, seq);
+        let r = db
+            .journal_intent("r1", (Some(seq), "{}"), &[], &row(3, "shell", None), &shell)
+            .unwrap();
+        assert_eq!(r, Err(Spent::Actions(2)));
+        assert_eq!(untouched(&db, seq), before);
+        // Both spent and cancelled: the cancel is what the policy is told.
+        db.request_cancel("r1").unwrap();
+        let r = db
+            .journal_intent("r1", (Some(seq), "{}"), &[], &row(3, "shell", None), &shell)
+            .unwrap();
+        assert_eq!(r, Err(Spent::Cancelled));
+        assert_eq!(untouched(&db, seq), before);
+    }
+
+    fn results_state_and_log_lines_of_several_megabytes_round_trip_whole(db: Db) {
+        let db = with_run(db);
+        // Distinct text, so a chunk lost or repeated on the way shows.
+        let big = |tag: &str| -> String {
+            (0..(5 << 20) / 8)
+                .map(|i| format!("{tag}{:07}", i % 10_000_000))
+                .collect()
+        };
+        let (result, value, line) = (big("r"), format!("\"{}\"", big("s")), big("l"));
+        let budget = Budget {
+            actions: Some(10),
+            uncancelled: true,
+            ..Default::default()
+        };
+        let seq = db
+            .journal_intent("r1", (None, "{}"), &[], &row(1, "shell", None), &budget)
+            .unwrap()
+            .unwrap();
+        db.journal_result("r1", seq, 1, &result, None).unwrap();
+        let commit = EventCommit {
+            seq: Some(seq),
+            decision: Some("{}".into()),
+            state_writes: vec![("k".into(), Some(value.clone()))],
+            log: vec![LogRecord {
+                at_ms: 1,
+                level: "info".into(),
+                source: "policy".into(),
+                message: line.clone(),
+            }],
+            ..Default::default()
+        };
+        db.commit_event("r1", &commit).unwrap();
+        let journal = db.journal("r1", seq).unwrap();
+        assert!(
+            journal[0].result.as_deref() == Some(result.as_str()),
+            "the result differs"
+        );
+        assert!(
+            db.state_get("r1", "k").unwrap().as_deref() == Some(value.as_str()),
+            "the state differs"
+        );
+        let log = db.log("r1").unwrap();
+        assert!(
+            log.iter().any(|l| l.message == line),
+            "the log line differs"
+        );
     }
 
     fn a_cancelled_run_starts_no_action_and_its_journal_counts_every_byte(db: Db) {

@@ -281,7 +281,13 @@ fn open_one(
             };
             let mut made = Err(format!("{name} has no address"));
             for a in addrs {
-                match TcpStream::connect_timeout(&a, timeout) {
+                // What is left of the deadline: a name with several addresses
+                // that all drop the SYN takes `timeout` in all, not each.
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match TcpStream::connect_timeout(&a, left) {
                     Ok(s) => {
                         made = Ok(s);
                         break;
@@ -296,7 +302,8 @@ fn open_one(
         }
         Host::Unix(dir) => {
             let path = dir.join(format!(".s.PGSQL.{port}"));
-            let s = UnixStream::connect(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let s =
+                connect_unix(&path, deadline).map_err(|e| format!("{}: {e}", path.display()))?;
             (Stream::Unix(s), dir.display().to_string())
         }
     };
@@ -330,7 +337,7 @@ fn open_one(
     let (client, connection) =
         match drive_handshake(config.connect_raw(socket, connect), fd, &interest, deadline) {
             Some(Ok(made)) => made,
-            Some(Err(e)) => return Err(super::postgres::with_causes(&e)),
+            Some(Err(e)) => return Err(with_causes(&e)),
             None => return Err(format!("no answer in {}s", timeout.as_secs())),
         };
     Ok((
@@ -341,6 +348,50 @@ fn open_one(
             connection: Some(Box::pin(connection)),
         },
     ))
+}
+
+/// Connect to the Unix socket at `path` by `deadline`. A blocking connect(2)
+/// to a server whose listen queue is full (a stopped or swamped postmaster)
+/// waits for room with no end: the socket's send timeout bounds that wait.
+fn connect_unix(path: &std::path::Path, deadline: Instant) -> io::Result<UnixStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let addr = SockAddr::unix(path)?;
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero());
+        let Some(left) = left else {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no room in the server's queue of connections by the deadline: is PostgreSQL stopped or overloaded?",
+            ));
+        };
+        socket.set_write_timeout(Some(left))?;
+        match socket.connect(&addr) {
+            Ok(()) => break,
+            // A signal, or the timeout (EAGAIN): try again while time is left.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    socket.set_write_timeout(None)?;
+    Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
+}
+
+/// `e` and what caused it (a TLS handshake's error says why only in its source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 /// TCP keepalives, as tokio-postgres sets them by default: a peer that is
@@ -405,5 +456,211 @@ mod tests {
             .tls;
         let e = open(&config, &tls, Duration::from_secs(1)).err().unwrap();
         assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+    }
+}
+
+/// Attacks on the waiting itself: signals, stopped servers, full queues.
+#[cfg(test)]
+mod waiting {
+    use super::*;
+
+    /// CPU time this thread has used.
+    fn thread_cpu() -> Duration {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) writes the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    }
+
+    fn plain_tls() -> MakeRustls {
+        super::super::tls::split("postgres://u@h/db", "x")
+            .unwrap()
+            .tls
+    }
+
+    /// A server that accepts, reads what it is sent, and says nothing.
+    fn silent_server() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            while s.read(&mut buf).is_ok_and(|n| n > 0) {}
+        });
+        port
+    }
+
+    extern "C" fn ignore(_: libc::c_int) {}
+
+    #[test]
+    fn a_wait_interrupted_by_signals_sleeps_and_ends_at_its_deadline() {
+        // A handler without SA_RESTART: every signal ends poll(2) with EINTR.
+        // SAFETY: a handler that does nothing, for a signal no test relies on.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ignore as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGWINCH, &sa, std::ptr::null_mut());
+        }
+        let port = silent_server();
+        let config: Config = format!("postgres://u@127.0.0.1:{port}/db?sslmode=disable")
+            .parse()
+            .unwrap();
+        // SAFETY: pthread_self(3) has no preconditions.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let stop = Arc::new(AtomicBool::new(false));
+        let signals = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut sent = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: the waiting thread outlives this loop (it sets `stop` first).
+                    unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGWINCH) };
+                    sent += 1;
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                sent
+            })
+        };
+        let (started, cpu) = (Instant::now(), thread_cpu());
+        let e = open(&config, &plain_tls(), Duration::from_millis(1500))
+            .err()
+            .unwrap();
+        let (took, used) = (started.elapsed(), thread_cpu() - cpu);
+        stop.store(true, Ordering::Relaxed);
+        let sent = signals.join().unwrap();
+        assert!(e.contains("no answer"), "{e}");
+        assert!(sent > 500, "only {sent} signals sent");
+        assert!(
+            took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
+            "{took:?}"
+        );
+        // A busy loop would use the whole 1.5 s.
+        assert!(
+            used < Duration::from_millis(300),
+            "{used:?} of CPU in {took:?} of waiting"
+        );
+    }
+
+    /// A connection of the shared test server, driven here, and its backend's pid.
+    fn connected() -> (Client, Link, i32) {
+        let pg =
+            super::super::pg_server::PgServer::shared(false).unwrap_or_else(|e| panic!("{e:#}"));
+        let config: Config = pg.url().parse().unwrap();
+        let (client, mut link) = open(&config, &plain_tls(), Duration::from_secs(10)).unwrap();
+        let soon = || Instant::now() + Duration::from_secs(10);
+        let pid: i32 = link
+            .drive(client.query_one("SELECT pg_backend_pid()", &[]), soon())
+            .unwrap()
+            .unwrap()
+            .get(0);
+        (client, link, pid)
+    }
+
+    #[test]
+    fn a_stopped_backend_is_waited_for_asleep_until_the_deadline_reading_or_writing() {
+        let (client, mut link, pid) = connected();
+        let soon = || Instant::now() + Duration::from_secs(10);
+        link.drive(client.batch_execute("BEGIN"), soon())
+            .unwrap()
+            .unwrap();
+        // SAFETY: kill(2) of the backend this test's connection owns.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let cont = || {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        };
+        // A small request (waits to read), then one of 16 MB (waits to write:
+        // the socket's buffers fill long before it is all sent).
+        let big = "x".repeat(16 << 20);
+        for (what, wait) in [
+            (
+                "read",
+                Box::pin(async { client.query_one("SELECT 1", &[]).await.map(|_| ()) })
+                    as Pin<Box<dyn Future<Output = _>>>,
+            ),
+            (
+                "write",
+                Box::pin(async {
+                    client
+                        .query_one("SELECT length($1::text)", &[&big])
+                        .await
+                        .map(|_| ())
+                }),
+            ),
+        ] {
+            let (started, cpu) = (Instant::now(), thread_cpu());
+            let done = link.drive(wait, Instant::now() + Duration::from_millis(1000));
+            let (took, used) = (started.elapsed(), thread_cpu() - cpu);
+            if done.is_some() {
+                cont();
+                panic!(
+                    "{what}: answered by a stopped backend: {:?}",
+                    done.map(|d| d.err())
+                );
+            }
+            assert!(
+                took >= Duration::from_millis(1000) && took < Duration::from_secs(3),
+                "{what}: {took:?}"
+            );
+            assert!(
+                used < Duration::from_millis(200),
+                "{what}: {used:?} of CPU in {took:?}"
+            );
+        }
+        cont();
+    }
+}
+
+#[cfg(test)]
+mod unix_queue {
+    use super::*;
+    use socket2::{Domain, SockAddr, Socket, Type};
+
+    #[test]
+    fn a_unix_socket_whose_server_accepts_nothing_is_given_up_at_the_deadline() {
+        // A postmaster stopped (SIGSTOP) or swamped: its listen queue is full,
+        // and a blocking connect(2) to it waits for room with no end.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".s.PGSQL.5999");
+        let listener = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+        listener.bind(&SockAddr::unix(&path).unwrap()).unwrap();
+        listener.listen(0).unwrap();
+        let mut queued = Vec::new();
+        loop {
+            let s = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            match s.connect(&SockAddr::unix(&path).unwrap()) {
+                Ok(()) => queued.push(s),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(queued.len() < 100, "the queue never fills");
+        }
+        let config: Config = format!("postgresql://u@/db?host={}&port=5999", dir.path().display())
+            .parse()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let tls = super::super::tls::split("postgres://u@h/db", "x")
+                .unwrap()
+                .tls;
+            let started = Instant::now();
+            let e = open(&config, &tls, Duration::from_millis(500)).err();
+            let _ = tx.send((e, started.elapsed()));
+        });
+        let (e, took) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("connecting to a full Unix socket queue still waits after 10s");
+        let e = e.expect("connected to a server that accepts nothing");
+        assert!(e.contains(".s.PGSQL.5999") && e.contains("no room"), "{e}");
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        drop(queued);
     }
 }

@@ -641,17 +641,6 @@ fn connect(config: &Config, tls: &MakeRustls, label: &str) -> Result<(Client, Li
     })
 }
 
-/// `e` and what caused it (a TLS handshake's error says why only in its source).
-pub(super) fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(&format!(": {c}"));
-        cause = c.source();
-    }
-    text
-}
-
 type BoxError = Box<dyn std::error::Error + Sync + Send>;
 
 /// A value bound as the type the server inferred for its parameter.
@@ -801,6 +790,68 @@ mod tests {
             let rows = c.query("SELECT 40 + 2", &[]).unwrap();
             assert_eq!(rows[0].get::<_, i64>(0).unwrap(), 42, "{mode}");
         }
+    }
+
+    /// This process's descriptors of TCP sockets connected to `port`.
+    fn sockets_to(port: u16) -> usize {
+        let mut inodes = std::collections::HashSet::new();
+        for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let remote_port = f[2].rsplit(':').next().unwrap();
+                if u16::from_str_radix(remote_port, 16) == Ok(port) {
+                    inodes.insert(format!("socket:[{}]", f[9]));
+                }
+            }
+        }
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| inodes.contains(&l.to_string_lossy().to_string()))
+            .count()
+    }
+
+    #[test]
+    fn connections_made_and_dropped_leave_no_descriptor_and_end_their_session_cleanly() {
+        let pg =
+            super::super::pg_server::PgServer::start_own(false).unwrap_or_else(|e| panic!("{e:#}"));
+        // An EOF where a Terminate should be is logged at DEBUG1 only.
+        let admin = PgConn::connect(&pg.url()).unwrap();
+        admin
+            .batch("ALTER SYSTEM SET log_min_messages = debug1")
+            .unwrap();
+        admin.batch("SELECT pg_reload_conf()").unwrap();
+        drop(admin);
+        let unix = format!(
+            "postgresql://loopbox@/postgres?host={}&port={}",
+            pg.dir().display(),
+            pg.port
+        );
+        for i in 0..60 {
+            let url = if i % 2 == 0 { pg.url() } else { unix.clone() };
+            let c = PgConn::connect(&url).unwrap();
+            c.query("SELECT 1", &[]).unwrap();
+            if i % 3 == 0 {
+                // Dropped inside a transaction, its statements sent.
+                c.begin_write(Scope::Rows).unwrap();
+                c.pipeline(&[("SELECT 2", &[])]).unwrap();
+            }
+        }
+        assert_eq!(sockets_to(pg.port), 0, "TCP connections left open");
+        // A connection lost (the server restarted) is made again; the lost one is closed.
+        let kept = PgConn::connect(&pg.url()).unwrap();
+        kept.query("SELECT 1", &[]).unwrap();
+        pg.restart().unwrap();
+        kept.query("SELECT 1", &[]).unwrap();
+        assert_eq!(sockets_to(pg.port), 1, "the lost connection is still open");
+        drop(kept);
+        assert_eq!(sockets_to(pg.port), 0);
+        // The server saw every session end with a Terminate (none with an EOF).
+        let log = std::fs::read_to_string(pg.dir().join("log")).unwrap();
+        let ends = log.matches("unexpected EOF on client connection").count();
+        assert_eq!(ends, 0, "sessions ended by an EOF; the log:\n{log}");
+        assert!(log.contains("DEBUG"), "the log is not at DEBUG1: {log}");
     }
 
     #[test]

@@ -542,6 +542,31 @@ mod tests {
         ));
         assert!(e.contains("holds no certificate"), "{e}");
 
+        // Several MB each way through TLS over the non-blocking socket: the
+        // request waits for room to write (POLLOUT), the answer comes in many
+        // records. Checked whole, not only its length.
+        let c = PgConn::connect(&url("127.0.0.1", "sslmode=require")).unwrap();
+        let big: String = (0..(6 << 20))
+            .map(|i| char::from(b'a' + (i % 23) as u8))
+            .collect();
+        let rows = c
+            .query(
+                "SELECT $1::text || $1::text, md5($1::text)",
+                &[crate::db::engine::Value::Text(big.clone())],
+            )
+            .unwrap();
+        let echoed: String = rows[0].get(0).unwrap();
+        assert!(
+            echoed.len() == 2 * big.len() && echoed == big.repeat(2),
+            "the echo differs"
+        );
+        assert_eq!(rows[0].get::<_, String>(1).unwrap().len(), 32);
+        assert_eq!(
+            c.query("SELECT 1", &[]).unwrap().len(),
+            1,
+            "the connection is still in step"
+        );
+
         // A server without TLS: require refuses it, prefer goes on without.
         let plain = PgServer::shared(false).unwrap().url();
         let e = refused(&format!("{plain}?sslmode=require"));
