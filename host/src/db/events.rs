@@ -317,6 +317,15 @@ impl Db {
         })
     }
 
+    /// How many of the run's log lines of `level` begin with `start`.
+    pub fn log_lines_starting(&self, run: &str, level: &str, start: &str) -> Result<u64> {
+        Ok(self.conn().row(
+            "SELECT COUNT(*) FROM run_log WHERE run_id = ?1 AND level = ?2 AND substr(message, 1, ?3) = ?4",
+            params![run, level, start.chars().count() as i64, start],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
+    }
+
     pub fn log(&self, run: &str) -> Result<Vec<LogRecord>> {
         Ok(self
             .log_after(run, 0)?

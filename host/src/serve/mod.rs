@@ -47,6 +47,9 @@ use sched::{Continue, Queue};
 use store::Store;
 use tenant::Tenants;
 
+/// How a failed drive begins in the run's log (workers count these, `worker.rs`).
+pub(crate) const DRIVE_FAILED: &str = "the server could not drive the run";
+
 use crate::db::RunStatus;
 use crate::db::approvals::Settle;
 use crate::wasm::runtime::Runtime;
@@ -324,12 +327,7 @@ impl Server {
             "loopbox serve: run {run}: {}",
             crate::ui::Untrusted(&format!("{e:#}"))
         );
-        sched::log_line(
-            db,
-            run,
-            "error",
-            format!("the server could not drive the run: {e:#}"),
-        );
+        sched::log_line(db, run, "error", format!("{DRIVE_FAILED}: {e:#}"));
     }
 
     /// Pick up what the last incarnation left: runs it was driving (left

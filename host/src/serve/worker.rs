@@ -27,8 +27,8 @@ use anyhow::{Context, Result, bail};
 
 use super::sched::{Continue, Queued, drive_with};
 use super::{Options, Server, Setup};
-use crate::db::Db;
 use crate::db::claim::{ClaimFilter, LeaseLost};
+use crate::db::{Db, RunStatus};
 use crate::limits::stop::{Stop, StopReason};
 
 /// How a worker works (`loopbox worker` flags).
@@ -345,6 +345,37 @@ fn renew(
     }
 }
 
+/// How many drives of one run may fail (an error that is not a lost lease)
+/// before workers stop claiming it: it is left `interrupted` for a person.
+pub const DRIVE_ATTEMPTS: u64 = 5;
+
+/// Leave the run `interrupted` once [`DRIVE_ATTEMPTS`] of its drives have
+/// failed, rather than claim it again at every lease's end forever. Its log
+/// says so; `loopbox runs resume` gives it one more try.
+fn give_up_if_failing(db: &Db, run: &str) {
+    let failed = match db.log_lines_starting(run, "error", super::DRIVE_FAILED) {
+        Ok(n) => n,
+        Err(e) => {
+            crate::errln!("loopbox worker: run {run}: {e:#}");
+            return;
+        }
+    };
+    if failed < DRIVE_ATTEMPTS {
+        return;
+    }
+    super::sched::log_line(
+        db,
+        run,
+        "error",
+        format!(
+            "workers stopped trying: {failed} drives of this run failed (the errors above); it stays interrupted until `loopbox runs resume {run}` once the cause is fixed"
+        ),
+    );
+    if let Err(e) = db.finish_driving(run, RunStatus::Interrupted, None) {
+        crate::errln!("loopbox worker: run {run}: {e:#}");
+    }
+}
+
 /// Drive one claimed run until it ends, parks or is stopped; a run stopped by
 /// a drain is handed back (queued) for another worker.
 async fn drive_claimed(server: &Arc<Server>, db: &Db, run: &str, stop: Arc<Stop>) {
@@ -367,7 +398,10 @@ async fn drive_claimed(server: &Arc<Server>, db: &Db, run: &str, stop: Arc<Stop>
             // Another worker has it: nothing more is written for it from here.
             crate::errln!("loopbox worker: run {run}: {e:#}");
         }
-        Err(e) => server.note_failure_on(db, run, e),
+        Err(e) => {
+            server.note_failure_on(db, run, e);
+            give_up_if_failing(db, run);
+        }
         Ok(()) => {}
     }
     db.forget_fence(run);

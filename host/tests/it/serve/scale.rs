@@ -608,3 +608,48 @@ fn a_store_password_is_refused_on_the_command_line_and_no_tenant_command_reads_i
     let _ = w.kill();
     let _ = w.wait();
 }
+
+#[test]
+fn a_run_no_worker_can_drive_is_left_interrupted_after_its_drives_fail_five_times() {
+    let dir = scratch();
+    let srv = server(dir.path());
+    let store = srv.store.clone().unwrap();
+    // Queued (no worker yet), then broken in the store in a way no drive can
+    // get past: its row no longer says which workspace it runs in.
+    let run = srv.start_probe("solo", json!({"op": "exec", "argv": ["sleep", "0"]}));
+    let db = loopbox::db::Db::open_postgres(&store).unwrap();
+    loopbox::db::Conn::postgres(loopbox::db::engine::postgres::PgConn::connect(&store).unwrap())
+        .exec("UPDATE runs SET workspace = NULL WHERE id = ?1", [&run])
+        .unwrap();
+    let started = Instant::now();
+    let mut w = srv.spawn_worker(&["--lease-ms", "1000", "--slots", "4"]);
+    let v = srv.wait_run("solo", &run, |v| v["status"] == "interrupted");
+    let log = db.log(&run).unwrap();
+    let failed: Vec<&str> = log
+        .iter()
+        .filter(|l| l.message.starts_with("the server could not drive the run"))
+        .map(|l| l.message.as_str())
+        .collect();
+    assert_eq!(failed.len(), 5, "{log:#?}");
+    assert!(failed[0].contains("no workspace recorded"), "{failed:?}");
+    let last = &log.last().unwrap().message;
+    assert!(
+        last.starts_with("workers stopped trying: 5 drives of this run failed")
+            && last.contains(&format!("loopbox runs resume {run}")),
+        "{last}"
+    );
+    // Left alone from then on: no worker claims it again.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(db.log(&run).unwrap().len(), log.len(), "claimed again");
+    assert_eq!(
+        db.existing_run(&run).unwrap().status.to_string(),
+        "interrupted"
+    );
+    eprintln!(
+        "poison run: interrupted {:?} after the worker started, after 5 failed drives (TTL 1000 ms); {}",
+        started.elapsed(),
+        v["status"]
+    );
+    let _ = w.kill();
+    let _ = w.wait();
+}
