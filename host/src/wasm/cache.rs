@@ -155,7 +155,7 @@ impl ComponentCache {
                     // this user and outside every sandbox; wasmtime checks the engine
                     // compatibility header before using them.
                     if let Ok(c) = unsafe { Component::deserialize(engine, &bytes) } {
-                        return Ok((c, CacheOutcome::Hit));
+                        return Ok((with_images(c)?, CacheOutcome::Hit));
                     }
                 }
                 // An artifact from before digests were kept: an ordinary miss.
@@ -179,7 +179,7 @@ impl ComponentCache {
         // SAFETY: these bytes were just produced by this engine.
         let component = unsafe { Component::deserialize(engine, &bytes) }
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        Ok((component, CacheOutcome::Compiled))
+        Ok((with_images(component)?, CacheOutcome::Compiled))
     }
 
     /// The artifact's bytes, if they match their recorded digest.
@@ -234,6 +234,42 @@ fn tempfile_in(dir: &Path) -> Result<(PathBuf, std::fs::File)> {
     Ok((path, file))
 }
 
+/// `component` with its memory images made now rather than at its first
+/// instance (wasmtime makes each in a memfd it then seals). The kernel can
+/// refuse the seal for a moment (EBUSY while a page of the new file is still
+/// held elsewhere, as another CPU's page batch may): seen once as an event's
+/// trap, "cannot add seals to the memfd: Device or resource busy". wasmtime
+/// keeps no failure, so a few more tries get past it.
+fn with_images(component: Component) -> Result<Component> {
+    retry(
+        4,
+        || component.initialize_copy_on_write_image(),
+        |e| format!("{e:?}").contains("Device or resource busy"),
+    )
+    .map_err(|e| anyhow::anyhow!("{e:?}"))
+    .context("failed to prepare the component's memory image")?;
+    Ok(component)
+}
+
+/// `f`'s result once it succeeds, fails in a way `transient` does not
+/// excuse, or has failed `tries` times, waiting a little longer each time.
+fn retry<T>(
+    tries: u32,
+    mut f: impl FnMut() -> wasmtime::Result<T>,
+    transient: impl Fn(&wasmtime::Error) -> bool,
+) -> wasmtime::Result<T> {
+    let mut tried = 1;
+    loop {
+        match f() {
+            Err(e) if tried < tries && transient(&e) => {
+                std::thread::sleep(std::time::Duration::from_millis(u64::from(tried)));
+                tried += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +303,48 @@ mod tests {
             CacheOutcome::Compiled
         );
         assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_transient_failure_is_tried_again_and_any_other_is_not() {
+        let busy =
+            || wasmtime::Error::msg("cannot add seals to the memfd: Device or resource busy");
+        let is_busy = |e: &wasmtime::Error| format!("{e:?}").contains("resource busy");
+        // Busy twice, then through.
+        let mut calls = 0;
+        let r = retry(
+            4,
+            || {
+                calls += 1;
+                if calls < 3 { Err(busy()) } else { Ok(calls) }
+            },
+            is_busy,
+        );
+        assert_eq!((r.unwrap(), calls), (3, 3));
+        // Busy every time: given up after the tries, with the error.
+        let mut calls = 0;
+        let r: wasmtime::Result<()> = retry(
+            4,
+            || {
+                calls += 1;
+                Err(busy())
+            },
+            is_busy,
+        );
+        assert!(format!("{:?}", r.unwrap_err()).contains("resource busy"));
+        assert_eq!(calls, 4);
+        // Anything else: at once.
+        let mut calls = 0;
+        let r: wasmtime::Result<()> = retry(
+            4,
+            || {
+                calls += 1;
+                Err(wasmtime::Error::msg("out of memory"))
+            },
+            is_busy,
+        );
+        assert!(r.is_err());
+        assert_eq!(calls, 1);
     }
 
     #[test]
