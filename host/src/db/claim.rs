@@ -67,12 +67,7 @@ const FENCE_ON_POSTGRES: &str = "SELECT 1 / (SELECT COUNT(*) FROM (SELECT 1 FROM
 
 /// Whether `e` is [`FENCE_ON_POSTGRES`] failing (no other statement divides).
 fn is_fence_failure(e: &anyhow::Error) -> bool {
-    crate::error::find::<super::engine::Error>(e).is_some_and(|e| match e {
-        super::engine::Error::Postgres(e) => {
-            e.code() == Some(&tokio_postgres::error::SqlState::DIVISION_BY_ZERO)
-        }
-        _ => false,
-    })
+    super::engine::Error::failed_with(e, &tokio_postgres::error::SqlState::DIVISION_BY_ZERO)
 }
 
 /// Held by a claim that counts tenants' running runs, until it commits
@@ -407,8 +402,9 @@ mod tests {
         an_intent_of_a_worker_that_lost_its_lease_is_lease_lost_never_a_budget,
     );
 
-    fn an_intent_of_a_worker_that_lost_its_lease_is_lease_lost_never_a_budget(db: Db) {
-        use crate::db::journal::{Budget, JournalRow};
+    /// Two handles on one store, and run `r1` (tenant `t`) claimed through
+    /// the first (worker `a`) with a lease of 100 ms; the filter that took it.
+    fn claimed_by_a(db: Db) -> (Db, Db, ClaimFilter) {
         let a = db;
         let b = a.reopen().unwrap();
         queue(&a, "r1", "t");
@@ -417,6 +413,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(a.claim("a", 100, &all).unwrap().len(), 1);
+        (a, b, all)
+    }
+
+    fn an_intent_of_a_worker_that_lost_its_lease_is_lease_lost_never_a_budget(db: Db) {
+        use crate::db::journal::{Budget, JournalRow};
+        let (a, b, all) = claimed_by_a(db);
         let intent = |seq| JournalRow {
             seq,
             kind: "shell".into(),
@@ -757,14 +759,7 @@ mod tests {
     }
 
     fn a_worker_that_lost_its_lease_keeps_no_agent_conversation_of_the_run(db: Db) {
-        let a = db;
-        let b = a.reopen().unwrap();
-        queue(&a, "r1", "t");
-        let all = ClaimFilter {
-            limit: 1,
-            ..Default::default()
-        };
-        assert_eq!(a.claim("a", 100, &all).unwrap().len(), 1);
+        let (a, b, all) = claimed_by_a(db);
         a.save_conversation(Some("r1"), "oa-1", "[1]").unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         assert_eq!(b.claim("b", 60_000, &all).unwrap()[0].epoch, 2);

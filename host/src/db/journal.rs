@@ -223,12 +223,10 @@ pub(super) fn spent(done: &[Done], checks: &Checks) -> Option<Spent> {
 
 /// Whether `e` is [`SPEND_ON_POSTGRES`] refusing (no other statement takes a logarithm).
 pub(super) fn is_refusal(e: &anyhow::Error) -> bool {
-    crate::error::find::<super::engine::Error>(e).is_some_and(|e| match e {
-        super::engine::Error::Postgres(e) => {
-            e.code() == Some(&tokio_postgres::error::SqlState::INVALID_ARGUMENT_FOR_LOG)
-        }
-        _ => false,
-    })
+    super::engine::Error::failed_with(
+        e,
+        &tokio_postgres::error::SqlState::INVALID_ARGUMENT_FOR_LOG,
+    )
 }
 
 impl Db {

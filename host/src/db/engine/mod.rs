@@ -126,6 +126,13 @@ impl Error {
         }
     }
 
+    /// Whether `e` carries a PostgreSQL error of SQLSTATE `state` (a check
+    /// written to fail a statement, so its transaction keeps nothing).
+    pub fn failed_with(e: &anyhow::Error, state: &tokio_postgres::error::SqlState) -> bool {
+        crate::error::find::<Error>(e)
+            .is_some_and(|e| matches!(e, Error::Postgres(e) if e.code() == Some(state)))
+    }
+
     /// Whether the connection itself failed (the server restarted, the network
     /// dropped): the transaction did not commit, and a new connection may succeed.
     pub fn is_connection_lost(&self) -> bool {

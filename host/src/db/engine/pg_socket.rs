@@ -297,7 +297,9 @@ fn open_one(
             }
             let s = made?;
             s.set_nodelay(true).map_err(|e| e.to_string())?;
-            keepalive(s.as_raw_fd());
+            // TCP keepalives, as tokio-postgres sets them by default: a peer that
+            // is gone is noticed even on a connection nothing is sent on.
+            let _ = socket2::SockRef::from(&s).set_keepalive(true);
             (Stream::Tcp(s), name.clone())
         }
         Host::Unix(dir) => {
@@ -392,22 +394,6 @@ fn with_causes(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
-}
-
-/// TCP keepalives, as tokio-postgres sets them by default: a peer that is
-/// gone is noticed even on a connection nothing is sent on.
-fn keepalive(fd: RawFd) {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt(2) on a socket we own, with an int option we own.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_KEEPALIVE,
-            &on as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
 }
 
 #[cfg(test)]
