@@ -25,6 +25,7 @@ use crate::caps::worktree::WorktreeConfig;
 use crate::dist::admit::{PolicyEntry, TrustConfig};
 use crate::exec::config::{AgentConfig, ShellConfig};
 use crate::exec::confirm::{ApprovalsConfig, ConfirmConfig};
+use crate::exec::egress::NetworkConfig;
 use crate::limits::Limits;
 use crate::spend::budget::SpendBudget;
 use crate::spend::price::Prices;
@@ -82,6 +83,10 @@ pub struct Config {
     /// starter may decide it. Top level only. Left out of a run's pin when default.
     #[serde(default, skip_serializing_if = "ApprovalsConfig::is_default")]
     pub approvals: ApprovalsConfig,
+    /// `[network]`: where commands and the agent may connect, through loopbox's
+    /// proxy. Left out of a run's pin when default, so runs pinned before it resume.
+    #[serde(default, skip_serializing_if = "NetworkConfig::is_default")]
+    pub network: NetworkConfig,
     /// `[prices]`: dollars per million tokens per model, for agents that report
     /// tokens but no cost (see [`crate::spend::price`]). Left out of a run's pin when empty.
     #[serde(default, skip_serializing_if = "Prices::is_empty")]
@@ -399,6 +404,13 @@ impl Config {
             confirm: entry.confirm.unwrap_or(self.confirm),
             approvals: self.approvals.clone(),
             prices: self.prices.clone(),
+            // Its own `[policies.NAME.network]` (nothing when absent); the top
+            // level's denials bind it too.
+            network: {
+                let mut n = entry.network.clone().unwrap_or_default();
+                n.deny.extend(self.network.deny.iter().cloned());
+                n
+            },
         })
     }
 
@@ -445,6 +457,15 @@ impl Config {
         self.worktree.validate()?;
         self.mcp.validate()?;
         self.shell.validate()?;
+        self.network
+            .check(&self.shell.sibling("network"))
+            .map_err(anyhow::Error::msg)?;
+        if !self.network.ask.is_empty() {
+            bail!(
+                "`{}.ask` is not supported yet: move its destinations to `allow` or `deny`",
+                self.shell.sibling("network")
+            );
+        }
         if let Some(agent) = &self.agent {
             agent.validate(&self.shell.unsafe_env)?;
         }

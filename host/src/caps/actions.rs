@@ -31,6 +31,7 @@ use crate::exec::agent::{AgentRequest, AgentRunner, AgentSandbox};
 use crate::exec::child_env::ChildEnv;
 use crate::exec::config::{AgentConfig, PromptTier, RunnerKind, ShellConfig};
 use crate::exec::confirm::{Answer, AskRequest, Confirm};
+use crate::exec::egress::{Egress, NetworkConfig};
 use crate::exec::grants::{self, ExtraRules, Refusal, ShellGrants, Tier, show_argv};
 use crate::exec::process::{self, Finished, Spec};
 use crate::exec::sandbox::hide::Hidden;
@@ -76,6 +77,8 @@ pub struct ActionGrants {
     pub quota: Option<Arc<dyn Quota>>,
     /// `run.max_cost_usd` and `run.max_tokens`: checked before each prompt.
     pub budget: SpendBudget,
+    /// `[network]`: the run's proxy, the only network its commands and agent have.
+    pub egress: Arc<Egress>,
 }
 
 pub struct ActionsHost {
@@ -129,6 +132,8 @@ pub struct ActionsConfig<'a> {
     pub mcp: &'a McpConfig,
     /// `workspace.restore`: the patterns of the files `snapshot` and `restore` may touch.
     pub restore: &'a [String],
+    /// `[network]` (or `[policies.NAME.network]`).
+    pub network: &'a NetworkConfig,
 }
 
 impl ActionGrants {
@@ -151,6 +156,7 @@ impl ActionGrants {
             budget,
             mcp,
             restore,
+            network,
         } = config;
         let prices = Arc::new(prices.clone());
         let root = facts.root;
@@ -174,6 +180,8 @@ impl ActionGrants {
         // Everything loopbox will run or read again is protected: the config and
         // policy files, the agent program, and programs the rules name.
         let mut own: Vec<PathBuf> = facts.own_files.to_vec();
+        // The network bridge runs inside every networked sandbox, before the command's filters.
+        own.extend(crate::exec::sandbox::bridge::program().map(Path::to_path_buf));
         let agents = || agent.into_iter().chain(profiles.values());
         let programs = agents()
             .filter(|a| a.runner != RunnerKind::Openai)
@@ -194,10 +202,11 @@ impl ActionGrants {
         // Every profile's state is hidden from commands, as `[agent]`'s is.
         let agent_state: Vec<PathBuf> =
             agents().flat_map(|a| hidden.agent_state(Some(a))).collect();
+        let egress = egress(shell, network, agents(), facts)?;
         let confines = Confines {
             workspace: root.to_path_buf(),
             protected: protected.clone(),
-            network: shell.network,
+            egress: egress.commands(),
             unix_sockets: shell.unix_sockets,
             writable_outside: Vec::new(),
             hidden: with_extra(hidden.for_commands(&agent_state), facts.hidden),
@@ -218,7 +227,7 @@ impl ActionGrants {
             let confines = Confines {
                 workspace: root.to_path_buf(),
                 protected,
-                network: true,
+                egress: egress.agent(),
                 unix_sockets: false,
                 hidden: with_extra(hidden.for_agent(&writable_outside), facts.hidden),
                 writable_outside,
@@ -269,8 +278,75 @@ impl ActionGrants {
             limits: facts.limits.clone(),
             quota: facts.quota.cloned(),
             budget,
+            egress,
         })
     }
+}
+
+/// The provider hosts an agent runner needs (`network.agent_preset`).
+fn preset(runner: RunnerKind) -> &'static [&'static str] {
+    match runner {
+        RunnerKind::Claude => &[
+            "api.anthropic.com:443",
+            "statsig.anthropic.com:443",
+            "console.anthropic.com:443",
+            "claude.ai:443",
+        ],
+        RunnerKind::Codex => &[
+            "api.openai.com:443",
+            "chatgpt.com:443",
+            "auth.openai.com:443",
+        ],
+        RunnerKind::Gemini => &[
+            "generativelanguage.googleapis.com:443",
+            "cloudcode-pa.googleapis.com:443",
+            "oauth2.googleapis.com:443",
+            "www.googleapis.com:443",
+        ],
+        RunnerKind::Openai => &["api.openai.com:443"],
+        RunnerKind::Command => &[],
+    }
+}
+
+/// The run's egress: `[network]` for both sides, `shell.network = true` as
+/// `*` for commands, and the provider hosts of every agent the run may
+/// prompt (`network.agent_preset`) for the agent.
+fn egress<'a>(
+    shell: &ShellConfig,
+    network: &NetworkConfig,
+    agents: impl Iterator<Item = &'a AgentConfig>,
+    facts: &RunFacts,
+) -> Result<Arc<Egress>> {
+    let section = shell.sibling("network");
+    let mut commands = Vec::new();
+    if shell.network {
+        let key = format!("{}.network = true", shell.section());
+        facts.log.host(
+            "warn",
+            format!("{key} lets commands reach any public host; name the hosts they need in `{section}.allow` instead"),
+        );
+        commands.push(("*".to_string(), key));
+    }
+    let mut agent = Vec::new();
+    if network.agent_preset {
+        for a in agents {
+            for host in preset(a.runner) {
+                let name = format!("the {:?} agent's preset ({host})", a.runner).to_lowercase();
+                if !agent.iter().any(|(h, _)| h == host) {
+                    agent.push((host.to_string(), name));
+                }
+            }
+        }
+    }
+    Egress::new(
+        network,
+        &section,
+        &commands,
+        &agent,
+        facts.log.clone(),
+        Vec::new(),
+    )
+    .map_err(anyhow::Error::msg)
 }
 
 /// `hidden` and the run's extra hidden paths, each once.

@@ -56,4 +56,6 @@ pub struct RunFacts<'a> {
     pub hidden: &'a [PathBuf],
     /// A budget shared with other runs (a server tenant's quotas), if any.
     pub quota: Option<&'a Arc<dyn Quota>>,
+    /// The run log, where the network proxy writes each connection.
+    pub log: &'a crate::runlog::RunLog,
 }

@@ -261,7 +261,7 @@ impl GitJail {
     ) -> GitJail {
         let git_dir = confines.workspace.join(".git");
         confines.protected.retain(|p| p.path != git_dir);
-        confines.network = false;
+        confines.egress = None;
         confines.unix_sockets = false;
         confines.writable_outside.clear();
         GitJail { sandbox, confines }

@@ -175,6 +175,10 @@ pub struct PolicyEntry {
     /// runs, within the top level's `[run]` ones (the smaller of each stands).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<crate::spend::budget::SpendBudget>,
+    /// `[policies.NAME.network]`: where its commands and agent may connect
+    /// (nowhere when absent); the top level's `network.deny` applies too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::exec::egress::NetworkConfig>,
     /// The keys its `shell` section sets (`sandbox`, `rlimits.cpu_seconds`, ...),
     /// so a key it leaves out takes the top level's value, not the default.
     /// Filled in by [`crate::config::Config::parse`]; not read from the file.

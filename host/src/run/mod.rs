@@ -156,6 +156,7 @@ impl RunContext {
             .with_context(|| format!("workspace `{}` cannot be used", root.display()))?;
         // Placeholders a loopbox killed with SIGKILL left (a hook's workspace comes from its event).
         crate::exec::sandbox::placeholder::clean_stale(&root);
+        let log = RunLog::new(ui);
         let facts = RunFacts {
             run: &id,
             root: &root,
@@ -166,6 +167,7 @@ impl RunContext {
             host_env: &access.host_env,
             hidden: &access.hidden,
             quota: access.quota.as_ref(),
+            log: &log,
         };
         let sections = ActionsConfig {
             shell: &config.shell,
@@ -176,6 +178,7 @@ impl RunContext {
             budget: config.run.budget(),
             mcp: &config.mcp,
             restore: &config.workspace.restore,
+            network: &config.network,
         };
         let grants = Arc::new(ActionGrants::new(
             sections,
@@ -194,7 +197,7 @@ impl RunContext {
             id,
             config,
             db,
-            log: RunLog::new(ui),
+            log,
             root,
             grants,
             workspace,

@@ -8,6 +8,7 @@ mod bounds;
 mod cli;
 mod conformance;
 mod durability;
+mod egress;
 mod fsm;
 mod hook;
 mod installed;

@@ -4,7 +4,8 @@
 //! read-only over it (placeholders stand in for missing ones, see
 //! [`super::placeholder`]), the agent's own state outside the workspace
 //! writable, a private `/tmp` of `shell.tmp_bytes` (a tmpfs, so memory), new
-//! user, PID, IPC and UTS namespaces (and network, unless granted), no
+//! user, PID, IPC, UTS and network namespaces (the network only through
+//! the proxy's socket, see [`crate::exec::egress`]), no
 //! capabilities, a new session, killed with its parent, and the seccomp
 //! filters read from passed descriptors. In the fresh `/proc`, the kernel's
 //! settings are read-only and its memory, keys and timers masked.
@@ -19,6 +20,7 @@ pub fn args(
     args: Vec<String>,
     cwd: &Path,
     seccomp_fds: &[i32],
+    egress_socket: Option<&Path>,
 ) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -28,6 +30,14 @@ pub fn args(
         a.extend(["--size".into(), c.tmp_bytes.to_string()]);
     }
     a.extend(["--tmpfs".into(), "/tmp".into()]);
+    // The proxy's socket, which the bridge carries the sandbox's connections to.
+    if let Some(sock) = egress_socket {
+        a.extend([
+            "--bind".into(),
+            s(sock),
+            crate::exec::egress::SANDBOX_SOCKET.into(),
+        ]);
+    }
     // A program kept under /tmp would vanish in the private one: what holds it
     // there is bound back read-only (before the covers, which apply inside it).
     for p in tmp_roots(program, &c.workspace) {
@@ -59,9 +69,8 @@ pub fn args(
     for h in covered {
         a.extend(["--remount-ro".into(), s(h)]);
     }
-    if !c.network {
-        a.push("--unshare-net".into());
-    }
+    // Never the host's network: a network grant goes through the proxy.
+    a.push("--unshare-net".into());
     // A user namespace whoever runs loopbox, and no capabilities in it: as
     // root, bwrap would otherwise make none and leave the child every
     // capability (one `mount -o remount,rw /` undoes every bind below), and

@@ -14,7 +14,8 @@
 //! hidden directory can be listed, not read. Making device nodes is handled
 //! and granted nowhere.
 //!
-//! - ABI 4+: TCP bind and connect are handled (denied unless the network is granted).
+//! - ABI 4+: TCP bind and connect are handled: denied, but for connecting to
+//!   the run's proxy when the network is granted.
 //! - ABI 6+: the abstract UNIX socket and signal scopes: no connecting to
 //!   abstract sockets or signalling processes outside the sandbox.
 //! - ABI 9+: connecting to pathname UNIX sockets is allowed only beneath the
@@ -36,7 +37,12 @@ pub fn confines_unix_sockets(abi: i32) -> bool {
 }
 
 /// A ruleset for `confines` plus the private temp dir `tmp`, as a descriptor the child applies.
-pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, String> {
+pub fn ruleset(
+    abi: i32,
+    confines: &Confines,
+    tmp: &Path,
+    proxy_port: Option<u16>,
+) -> Result<OwnedFd, String> {
     let abi = ABI::from(abi);
     let handled = AccessFs::from_all(abi);
     // Everything but making device nodes, which is handled (so refused)
@@ -52,7 +58,7 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(handled)
         .map_err(e("handling file access"))?;
-    if !confines.network && abi >= ABI::V4 {
+    if abi >= ABI::V4 {
         rules = rules
             .handle_access(AccessNet::from_all(abi))
             .map_err(e("handling network access"))?;
@@ -63,6 +69,13 @@ pub fn ruleset(abi: i32, confines: &Confines, tmp: &Path) -> Result<OwnedFd, Str
             .map_err(e("scoping sockets and signals"))?;
     }
     let mut created = rules.create().map_err(e("creating the ruleset"))?;
+    // The proxy's port, the one TCP connect allowed (on any address: Landlock
+    // rules name ports only, see docs/security.md).
+    if let Some(port) = proxy_port {
+        created = created
+            .add_rule(landlock::NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(e("allowing the proxy's port"))?;
+    }
     let add = |created: RulesetCreated,
                path: &Path,
                access: BitFlags<AccessFs>|

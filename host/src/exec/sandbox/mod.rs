@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+pub mod bridge;
 mod bwrap;
 pub mod hide;
 mod landlock;
@@ -243,7 +244,9 @@ pub struct Confines {
     /// Paths the child may neither write nor create: in the workspace, and for the
     /// agent its own settings.
     pub protected: Vec<Protected>,
-    pub network: bool,
+    /// The run's proxy for this child's side (its commands, or its agent), if
+    /// it may reach any destination: never the host's network itself.
+    pub egress: Option<std::sync::Arc<crate::exec::egress::EgressSide>>,
     /// Let the child create UNIX sockets (`shell.unix_sockets`): it could then
     /// reach daemons outside the workspace unless Landlock ABI 9 confines them.
     pub unix_sockets: bool,
@@ -310,7 +313,7 @@ impl Confines {
 
     fn sockets(&self, unix_confined: bool) -> seccomp::Sockets {
         seccomp::Sockets {
-            network: self.network,
+            network: self.egress.is_some(),
             unix: self.unix_sockets || unix_confined,
         }
     }
@@ -326,7 +329,14 @@ impl Confines {
     ) -> Result<Prepared, String> {
         match sandbox {
             Sandbox::Unavailable(why) => Err(why.clone()),
-            Sandbox::None { .. } => Ok(Prepared::unconfined(program, arg0, args)),
+            Sandbox::None { .. } => {
+                let mut p = Prepared::unconfined(program, arg0, args);
+                // No sandbox to hold the child to it: the variables only.
+                if let Some(side) = &self.egress {
+                    p.env = side.endpoint()?.env(true);
+                }
+                Ok(p)
+            }
             Sandbox::Bwrap(bwrap) => {
                 for p in &self.protected {
                     if std::fs::symlink_metadata(&p.path).is_ok_and(|m| m.file_type().is_symlink())
@@ -338,8 +348,31 @@ impl Confines {
                     }
                 }
                 let hold = placeholder::hold(&self.workspace, &self.protected)?;
+                let mut env = vec![("TMPDIR".into(), "/tmp".into())];
+                // With the network, bwrap runs the bridge, which needs a UNIX
+                // and an INET socket and puts the command's own filters on it.
+                let (run, run_args, socket, sockets) = match &self.egress {
+                    None => (program, args, None, self.sockets(false)),
+                    Some(side) => {
+                        let end = side.endpoint()?;
+                        env.extend(end.env(false));
+                        let bridge = bridge::program().ok_or(
+                            "the network proxy's bridge is not available in this process; run the command through the `loopbox` binary",
+                        )?;
+                        let a = bridge::args(
+                            self.unix_sockets,
+                            program.to_string_lossy().into_owned(),
+                            args,
+                        );
+                        let sockets = seccomp::Sockets {
+                            network: true,
+                            unix: true,
+                        };
+                        (bridge.to_path_buf(), a, Some(end.socket), sockets)
+                    }
+                };
                 let mut pass_fd = Vec::new();
-                for filter in seccomp::filters(self.sockets(false))? {
+                for filter in seccomp::filters(sockets)? {
                     let (read, write) = crate::exec::fd::pipe()
                         .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
                     // A pipe holds 64 KiB; the largest filter is under 4 KiB.
@@ -351,9 +384,9 @@ impl Confines {
                 let fds: Vec<i32> = (0..pass_fd.len() as i32).map(|i| PASSED_FD + i).collect();
                 Ok(Prepared {
                     program: bwrap.clone(),
-                    args: bwrap::args(self, &program, args, cwd, &fds),
+                    args: bwrap::args(self, &run, run_args, cwd, &fds, socket.as_deref()),
                     arg0: None,
-                    env: vec![("TMPDIR".into(), "/tmp".into())],
+                    env,
                     confinement: None,
                     pass_fd,
                     _tmp: None,
@@ -362,7 +395,21 @@ impl Confines {
             }
             Sandbox::Landlock(abi) => {
                 let tmp = leftovers::private_tmp()?;
-                let ruleset = landlock::ruleset(*abi, self, tmp.path())
+                let mut env = vec![("TMPDIR".into(), tmp.path().to_string_lossy().into_owned())];
+                let port = match &self.egress {
+                    None => None,
+                    Some(_) if *abi < 4 => {
+                        return Err(format!(
+                            "this command may use the network only through loopbox's proxy, and Landlock ABI {abi} cannot hold it to the proxy (ABI 4, Linux 6.7, confines TCP); install bubblewrap or leave the network out of the grants"
+                        ));
+                    }
+                    Some(side) => {
+                        let end = side.endpoint()?;
+                        env.extend(end.env(true));
+                        Some(end.port)
+                    }
+                };
+                let ruleset = landlock::ruleset(*abi, self, tmp.path(), port)
                     .map_err(|e| format!("the Landlock sandbox cannot be set up: {e}"))?;
                 let mut seccomp =
                     seccomp::filters(self.sockets(landlock::confines_unix_sockets(*abi)))?;
@@ -370,7 +417,6 @@ impl Confines {
                 if !privileges.isolates_ipc() {
                     seccomp.push(seccomp::ipc_filter()?);
                 }
-                let env = vec![("TMPDIR".into(), tmp.path().to_string_lossy().into_owned())];
                 let confinement = Some(Confinement {
                     privileges,
                     ruleset,
@@ -389,6 +435,25 @@ impl Confines {
             }
         }
     }
+}
+
+/// The filters for a command the network bridge runs (see
+/// [`bridge`]): INET sockets, which reach only the
+/// sandbox's own loopback, and UNIX sockets only when granted.
+pub fn command_filters(unix: bool) -> Result<Vec<seccompiler::BpfProgram>, String> {
+    seccomp::filters(seccomp::Sockets {
+        network: true,
+        unix,
+    })
+}
+
+/// Install one filter on the calling thread.
+///
+/// # Safety
+/// Between fork and exec: system calls only.
+pub unsafe fn install_filter(program: &seccompiler::BpfProgram) -> std::io::Result<()> {
+    // SAFETY: as the caller promises.
+    unsafe { seccomp::install(program) }
 }
 
 /// The descriptor number the child gets the first of [`Prepared::pass_fd`] as
@@ -457,7 +522,7 @@ mod tests {
         let c = Confines {
             workspace: "/w".into(),
             protected: vec![],
-            network: false,
+            egress: None,
             unix_sockets: false,
             writable_outside: vec![],
             hidden: vec![],
@@ -489,13 +554,21 @@ mod tests {
         let c = Confines {
             workspace: ws.clone(),
             protected,
-            network: false,
+            egress: None,
             unix_sockets: false,
             writable_outside: vec!["/nonexistent/agent-home".into()],
             hidden: vec![],
             tmp_bytes: 1 << 20,
         };
-        let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, &[3, 4]).join(" ");
+        let a = bwrap::args(
+            &c,
+            Path::new("/bin/echo"),
+            vec!["hi".into()],
+            &ws,
+            &[3, 4],
+            None,
+        )
+        .join(" ");
         let w = ws.display();
         assert!(
             a.contains(&format!(
@@ -539,7 +612,7 @@ mod tests {
             ],
             ..c
         };
-        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, &[]).join(" ");
+        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, &[], None).join(" ");
         assert!(
             a.contains(&format!(
                 "--size 1048576 --tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --tmpfs {w}/.loopbox --remount-ro {o}/keys --remount-ro {w}/.loopbox --unshare-net"

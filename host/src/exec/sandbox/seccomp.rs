@@ -6,7 +6,8 @@
 //!    only for the families the run grants.
 //!    - no network: no family at all, unless `shell.unix_sockets` (or Landlock
 //!      ABI 9, which confines pathname UNIX sockets to the workspace) adds AF_UNIX.
-//!    - network: AF_INET, AF_INET6 and AF_NETLINK (which glibc's resolver uses).
+//!    - network (through the proxy): AF_INET and AF_INET6 for TCP only, and
+//!      AF_NETLINK (which glibc's resolver uses).
 //!
 //!    AF_UNIX stays out by default because a socket outside the workspace (the
 //!    Docker daemon's, an ssh-agent's) is a door to a process running with the
@@ -217,7 +218,39 @@ fn build(rules: Rules, errno: i32) -> Result<BpfProgram, String> {
 pub fn filters(sockets: Sockets) -> Result<Vec<BpfProgram>, String> {
     let families = sockets.families().into_iter().map(|f| f as u64);
     let mut socket_rules = Rules::new();
-    insert(&mut socket_rules, libc::SYS_socket, none_of(0, families)?);
+    let mut socket = none_of(0, families)?;
+    // With the network, INET sockets are TCP only: a datagram or raw socket
+    // would pass Landlock's TCP rules by.
+    if sockets.network {
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            let fam = || cond(0, SeccompCmpOp::Eq, family as u64);
+            for kind in [
+                libc::SOCK_DGRAM,
+                libc::SOCK_RAW,
+                libc::SOCK_RDM,
+                libc::SOCK_SEQPACKET,
+                libc::SOCK_DCCP,
+                // SOCK_PACKET: the old name of AF_PACKET's raw sockets.
+                10,
+            ] {
+                socket.push(rule(vec![
+                    fam()?,
+                    cond(1, SeccompCmpOp::MaskedEq(0xf), kind as u64)?,
+                ])?);
+            }
+            // A protocol other than 0 or TCP (SCTP in a stream socket, say).
+            socket.push(rule(vec![
+                fam()?,
+                cond(2, SeccompCmpOp::Gt, libc::IPPROTO_TCP as u64)?,
+            ])?);
+            socket.push(rule(vec![
+                fam()?,
+                cond(2, SeccompCmpOp::Gt, 0)?,
+                cond(2, SeccompCmpOp::Lt, libc::IPPROTO_TCP as u64)?,
+            ])?);
+        }
+    }
+    insert(&mut socket_rules, libc::SYS_socket, socket);
     insert(&mut socket_rules, libc::SYS_io_uring_setup, Vec::new());
 
     let mut refused = Rules::new();

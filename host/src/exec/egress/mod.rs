@@ -1,0 +1,297 @@
+//! The network as a grant: a sandboxed command or agent has no host network;
+//! its one way out is loopbox's proxy, which decides every connection by the
+//! run's `[network]` rules (see [`rules`]) and never reaches a private address
+//! by accident ([`addr`]).
+//!
+//! One [`Egress`] per run (wired in `caps::actions`, so every front end gets
+//! it), started at its first use. It listens for each side (the run's
+//! commands, its agent) on a Unix socket, which bubblewrap binds into the
+//! sandbox where the sandbox's bridge (`exec::sandbox::bridge`) offers it on a loopback port of the sandbox's own
+//! network namespace, and on a loopback TCP port with a token, which a
+//! Landlock-confined child may connect to and nothing else (Landlock's TCP
+//! rules, ABI 4).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+pub mod addr;
+pub mod proxy;
+pub mod rules;
+
+pub use rules::NetworkConfig;
+
+use crate::runlog::RunLog;
+use proxy::{Shared, Side};
+use rules::Rules;
+
+/// The port the proxy has inside a bubblewrap sandbox's own network namespace.
+pub const SANDBOX_PORT: u16 = 3128;
+/// Where the side's socket is bound inside a bubblewrap sandbox.
+pub const SANDBOX_SOCKET: &str = "/tmp/.loopbox-egress.sock";
+
+/// How a child reaches the proxy: the Unix socket (bubblewrap) or the
+/// loopback port and token (Landlock).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub socket: PathBuf,
+    pub port: u16,
+    pub token: String,
+}
+
+impl Endpoint {
+    /// The proxy variables for a child: on the sandbox's own port (`None`) or
+    /// on the host's, with the token.
+    pub fn env(&self, host_port: bool) -> Vec<(String, String)> {
+        let (http, socks) = if host_port {
+            (
+                format!("http://loopbox:{}@127.0.0.1:{}", self.token, self.port),
+                format!("socks5h://loopbox:{}@127.0.0.1:{}", self.token, self.port),
+            )
+        } else {
+            (
+                format!("http://127.0.0.1:{SANDBOX_PORT}"),
+                format!("socks5h://127.0.0.1:{SANDBOX_PORT}"),
+            )
+        };
+        let mut env = Vec::new();
+        for (name, value) in [
+            ("HTTP_PROXY", &http),
+            ("HTTPS_PROXY", &http),
+            ("ALL_PROXY", &socks),
+            ("NO_PROXY", &String::new()),
+        ] {
+            env.push((name.to_string(), value.clone()));
+            env.push((name.to_lowercase(), value.clone()));
+        }
+        // Node.js's fetch honours the variables only when asked (22.21, 24.5 and later).
+        env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+        env
+    }
+}
+
+/// One side of a run's proxy as the sandbox sees it: started on first use.
+pub struct EgressSide {
+    egress: Arc<Egress>,
+    which: Which,
+}
+
+impl std::fmt::Debug for EgressSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EgressSide({:?})", self.which)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Commands,
+    Agent,
+}
+
+impl EgressSide {
+    /// Where this side's children reach the proxy (starting it if need be).
+    pub fn endpoint(&self) -> Result<Endpoint, String> {
+        let running = self.egress.running()?;
+        Ok(match self.which {
+            Which::Commands => running.commands.clone(),
+            Which::Agent => running.agent.clone(),
+        })
+    }
+}
+
+/// A run's egress: its rules for each side, and the proxy once started.
+pub struct Egress {
+    config: NetworkConfig,
+    commands: Option<Arc<Side>>,
+    agent: Option<Arc<Side>>,
+    log: RunLog,
+    guarded: Vec<IpAddr>,
+    running: OnceLock<Result<Running, String>>,
+}
+
+struct Running {
+    commands: Endpoint,
+    agent: Endpoint,
+    shared: Arc<Shared>,
+    /// Dropping it stops the proxy's thread.
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+/// A fresh random token for a TCP listener.
+fn token() -> String {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 18];
+    // A failing system RNG leaves zeros: the token still keeps other users out
+    // only if it is secret, so fall back to the clock-seeded rng.
+    if ring::rand::SystemRandom::new().fill(&mut b).is_err() {
+        b = rand::random();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Egress {
+    /// `commands` and `agent` are each side's extra allowed destinations
+    /// (`shell.network`'s `*`, the agent's preset) with their names; a side
+    /// with nothing allowed or asked gets no network at all.
+    pub fn new(
+        config: &NetworkConfig,
+        section: &str,
+        commands: &[(String, String)],
+        agent: &[(String, String)],
+        log: RunLog,
+        guarded: Vec<IpAddr>,
+    ) -> Result<Arc<Egress>, String> {
+        if !config.ask.is_empty() {
+            return Err(format!(
+                "`{section}.ask` is not supported yet: move its destinations to `{section}.allow` or `{section}.deny`"
+            ));
+        }
+        let side = |name: &'static str, extra: &[(String, String)], tcp: bool| {
+            Rules::new(config, section, extra).map(|rules| {
+                (!rules.is_empty()).then(|| {
+                    Arc::new(Side {
+                        name,
+                        rules,
+                        token: tcp.then(token),
+                    })
+                })
+            })
+        };
+        let commands = side("commands", commands, false)?;
+        let agent = side("agent", agent, false)?;
+        Ok(Arc::new(Egress {
+            config: config.clone(),
+            commands,
+            agent,
+            log,
+            guarded,
+            running: OnceLock::new(),
+        }))
+    }
+
+    /// The commands' side, if they may reach anything.
+    pub fn commands(self: &Arc<Self>) -> Option<Arc<EgressSide>> {
+        self.commands.as_ref().map(|_| {
+            Arc::new(EgressSide {
+                egress: self.clone(),
+                which: Which::Commands,
+            })
+        })
+    }
+
+    /// The agent's side, if it may reach anything.
+    pub fn agent(self: &Arc<Self>) -> Option<Arc<EgressSide>> {
+        self.agent.as_ref().map(|_| {
+            Arc::new(EgressSide {
+                egress: self.clone(),
+                which: Which::Agent,
+            })
+        })
+    }
+
+    /// The connections so far (none before the proxy started).
+    pub fn record(&self) -> Vec<proxy::Connection> {
+        match self.running.get() {
+            Some(Ok(r)) => r.shared.record(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn running(&self) -> Result<&Running, String> {
+        self.running
+            .get_or_init(|| self.start())
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn start(&self) -> Result<Running, String> {
+        let e = |what: &str| {
+            let what = what.to_string();
+            move |err: std::io::Error| format!("the network proxy cannot start: {what}: {err}")
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("loopbox-egress-")
+            .tempdir()
+            .map_err(e("a directory for its sockets"))?;
+        let shared = Shared::new(self.config.clone(), self.log.clone(), self.guarded.clone());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut endpoints = Vec::new();
+        let mut listeners = Vec::new();
+        for (name, side) in [("commands", &self.commands), ("agent", &self.agent)] {
+            let socket = dir.path().join(format!("{name}.sock"));
+            let unix = std::os::unix::net::UnixListener::bind(&socket).map_err(e("its socket"))?;
+            let tcp = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(e("its port"))?;
+            for l in [unix.set_nonblocking(true), tcp.set_nonblocking(true)] {
+                l.map_err(e("its listener"))?;
+            }
+            let port = tcp.local_addr().map_err(e("its port"))?.port();
+            // The TCP listener demands a token: any local user could reach the port.
+            let tcp_side = side.as_ref().map(|s| {
+                Arc::new(Side {
+                    name: s.name,
+                    rules: s.rules.clone(),
+                    token: Some(token()),
+                })
+            });
+            let token = tcp_side
+                .as_ref()
+                .and_then(|s| s.token.clone())
+                .unwrap_or_default();
+            endpoints.push(Endpoint {
+                socket,
+                port,
+                token,
+            });
+            listeners.push((unix, tcp, side.clone(), tcp_side));
+        }
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("loopbox-egress".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(_) => return,
+                };
+                rt.block_on(async move {
+                    for (unix, tcp, side, tcp_side) in listeners {
+                        if let (Some(side), Ok(unix)) =
+                            (side, tokio::net::UnixListener::from_std(unix))
+                        {
+                            let shared = thread_shared.clone();
+                            tokio::spawn(async move {
+                                while let Ok((s, _)) = unix.accept().await {
+                                    tokio::spawn(proxy::serve(s, side.clone(), shared.clone()));
+                                }
+                            });
+                        }
+                        if let (Some(side), Ok(tcp)) =
+                            (tcp_side, tokio::net::TcpListener::from_std(tcp))
+                        {
+                            let shared = thread_shared.clone();
+                            tokio::spawn(async move {
+                                while let Ok((s, _)) = tcp.accept().await {
+                                    let _ = s.set_nodelay(true);
+                                    tokio::spawn(proxy::serve(s, side.clone(), shared.clone()));
+                                }
+                            });
+                        }
+                    }
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(e("its thread"))?;
+        let agent = endpoints.pop().expect("two sides");
+        let commands = endpoints.pop().expect("two sides");
+        Ok(Running {
+            commands,
+            agent,
+            shared,
+            _stop: stop,
+            _dir: dir,
+        })
+    }
+}

@@ -1,0 +1,369 @@
+//! The egress proxy: the one way out of a sandbox. It speaks HTTP (CONNECT,
+//! and plain requests in absolute form) and SOCKS5 on one listener, telling
+//! them apart by the first byte, and for every request decides by the
+//! [`Rules`], resolves the name itself, checks each address it would connect
+//! to, and connects only to one that passed: a name that resolves to a
+//! loopback or metadata address, or a tunnel whose first request or TLS
+//! server name names another host, is refused. A refusal is a 403 with an
+//! `X-Loopbox-Refused` header (SOCKS: "not allowed by ruleset"), and every
+//! connection, allowed or not, goes to the run log and the run's record.
+//!
+//! Bounded throughout: a request head's size and the time to send it,
+//! connections open at once, bytes per run, idle and total time per
+//! connection (`[network]`'s limits). Nothing a peer sends is held beyond one
+//! head and one copy buffer per direction.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::rules::{Host, NetworkConfig, Rules, Tier};
+use crate::runlog::RunLog;
+
+/// How long a client may take to send its request head (or SOCKS handshake).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long resolving a name and connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most connections kept in a run's record (the run log has them all).
+const RECORD_CAP: usize = 10_000;
+
+/// One connection as the run's record keeps it: never a path, a query, a
+/// header or a body.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Connection {
+    /// `commands` or `agent`.
+    pub side: &'static str,
+    pub host: String,
+    pub port: u16,
+    /// The address connected to, when one was.
+    pub address: Option<String>,
+    pub allowed: bool,
+    /// The rule that decided, or why it was refused.
+    pub rule: String,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub ms: u64,
+}
+
+/// What every listener of one run shares: its limits, its counters, its record.
+pub struct Shared {
+    config: NetworkConfig,
+    log: RunLog,
+    /// Addresses treated as special whatever they are: the server's own, the store's.
+    guarded: Vec<IpAddr>,
+    open: AtomicU32,
+    bytes: AtomicU64,
+    record: Mutex<Vec<Connection>>,
+}
+
+impl Shared {
+    pub fn new(config: NetworkConfig, log: RunLog, guarded: Vec<IpAddr>) -> Arc<Shared> {
+        Arc::new(Shared {
+            config,
+            log,
+            guarded,
+            open: AtomicU32::new(0),
+            bytes: AtomicU64::new(0),
+            record: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The connections so far, oldest first.
+    pub fn record(&self) -> Vec<Connection> {
+        self.record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn keep(&self, c: Connection) {
+        let line = if c.allowed {
+            format!(
+                "network: {} {}:{} allowed ({}), {} B out, {} B in, {} ms",
+                c.side, c.host, c.port, c.rule, c.bytes_out, c.bytes_in, c.ms
+            )
+        } else {
+            format!(
+                "network: {} {}:{} refused: {}",
+                c.side, c.host, c.port, c.rule
+            )
+        };
+        self.log.host(if c.allowed { "info" } else { "warn" }, line);
+        let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        if r.len() < RECORD_CAP {
+            r.push(c);
+        }
+    }
+
+    /// Take `n` bytes of the run's budget.
+    fn spend(&self, n: usize) -> Result<(), String> {
+        let total = self.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if total > self.config.max_bytes {
+            return Err(format!(
+                "the run moved more than network.max_bytes = {} through the proxy",
+                self.config.max_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One listener's view: whose connections (commands or agent), under which
+/// rules, and the token a TCP listener demands (None: a Unix socket only the
+/// sandbox reaches).
+pub struct Side {
+    pub name: &'static str,
+    pub rules: Rules,
+    pub token: Option<String>,
+}
+
+/// A connection slot; released when dropped.
+struct Slot<'a>(&'a Shared);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Serve one client connection to its end. Never panics on what a client sends.
+pub async fn serve<S>(mut client: S, side: Arc<Side>, shared: Arc<Shared>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let open = shared.open.fetch_add(1, Ordering::Relaxed) + 1;
+    let _slot = Slot(&shared);
+    let mut first = [0u8; 1];
+    let Ok(Ok(1)) = tokio::time::timeout(HEAD_TIMEOUT, client.read(&mut first)).await else {
+        return;
+    };
+    if open > shared.config.max_connections {
+        let why = format!(
+            "the run has {} connections open, network.max_connections",
+            shared.config.max_connections
+        );
+        if first[0] == 5 {
+            let _ = client.write_all(&[5, 0xff]).await;
+        } else {
+            let _ = refuse_http(&mut client, 503, &why).await;
+        }
+        return;
+    }
+    let started = Instant::now();
+    let outcome = if first[0] == 5 {
+        socks::serve(&mut client, &side, &shared).await
+    } else {
+        http::serve(&mut client, first[0], &side, &shared).await
+    };
+    let Some(mut c) = outcome else { return };
+    c.ms = started.elapsed().as_millis() as u64;
+    shared.keep(c);
+}
+
+/// Where a request wants to go, and what the proxy made of it.
+struct Target {
+    host: Host,
+    port: u16,
+}
+
+/// Decide and connect: the upstream stream and the record's first fields, or
+/// the refusal (its record and its reason).
+async fn open(
+    target: &Target,
+    side: &Side,
+    shared: &Shared,
+) -> Result<(TcpStream, Connection), (Connection, String)> {
+    let mut rec = Connection {
+        side: side.name,
+        host: target.host.to_string(),
+        port: target.port,
+        address: None,
+        allowed: false,
+        rule: String::new(),
+        bytes_out: 0,
+        bytes_in: 0,
+        ms: 0,
+    };
+    let verdict = side.rules.decide(&target.host, target.port);
+    let refuse = |mut rec: Connection, why: String| {
+        rec.rule = why.clone();
+        Err((rec, why))
+    };
+    match (verdict.tier, verdict.rule) {
+        (Tier::Allow, Some(rule)) => rec.rule = rule,
+        (Tier::Ask, Some(rule)) => {
+            return refuse(
+                rec,
+                format!("{rule} needs a person's yes, which the proxy cannot ask for"),
+            );
+        }
+        (_, Some(rule)) => return refuse(rec, rule),
+        (_, None) => {
+            let hint = side.rules.hint(&target.host, target.port);
+            return refuse(rec, hint);
+        }
+    }
+    let addrs: Vec<IpAddr> = match &target.host {
+        Host::Ip(ip) => vec![*ip],
+        Host::Name(n) => {
+            let found = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                tokio::net::lookup_host((n.as_str(), target.port)),
+            )
+            .await;
+            match found {
+                Ok(Ok(a)) => a.map(|a| a.ip()).collect(),
+                Ok(Err(e)) => return refuse(rec, format!("{n} cannot be resolved: {e}")),
+                Err(_) => return refuse(rec, format!("resolving {n} timed out")),
+            }
+        }
+    };
+    let mut first_refusal = None;
+    let mut last_error = None;
+    for ip in addrs {
+        if let Err(why) = side
+            .rules
+            .check_address(&target.host, ip, target.port, &shared.guarded)
+        {
+            first_refusal.get_or_insert(why);
+            continue;
+        }
+        let addr = SocketAddr::new(ip, target.port);
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
+                rec.address = Some(ip.to_string());
+                rec.allowed = true;
+                let _ = s.set_nodelay(true);
+                return Ok((s, rec));
+            }
+            Ok(Err(e)) => last_error = Some(format!("connecting to {addr} failed: {e}")),
+            Err(_) => last_error = Some(format!("connecting to {addr} timed out")),
+        }
+    }
+    // A refusal wins over a failure: the person reading it must learn it was the rules.
+    let why = first_refusal
+        .or(last_error)
+        .unwrap_or_else(|| format!("{} has no address", target.host));
+    refuse(rec, why)
+}
+
+/// Copy both ways until both ends are done, counting bytes against the run's
+/// budget and closing on idle or total time.
+async fn relay<C>(client: &mut C, upstream: TcpStream, rec: &mut Connection, shared: &Shared)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut ur, mut uw) = upstream.into_split();
+    let t0 = Instant::now();
+    let last = AtomicU64::new(0);
+    let (out, inn) = (AtomicU64::new(0), AtomicU64::new(0));
+    let idle = Duration::from_millis(shared.config.idle_timeout_ms);
+    let watch = async {
+        loop {
+            tokio::time::sleep(idle / 4).await;
+            let now = t0.elapsed().as_millis() as u64;
+            if now.saturating_sub(last.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
+                return "idle for network.idle_timeout_ms";
+            }
+        }
+    };
+    let total = Duration::from_millis(shared.config.connection_timeout_ms);
+    let both = async {
+        tokio::join!(
+            pipe(&mut cr, &mut uw, &out, &last, t0, shared),
+            pipe(&mut ur, &mut cw, &inn, &last, t0, shared)
+        )
+    };
+    let ended = tokio::select! {
+        _ = both => None,
+        why = watch => Some(why),
+        _ = tokio::time::sleep(total) => Some("open for network.connection_timeout_ms"),
+    };
+    rec.bytes_out += out.load(Ordering::Relaxed);
+    rec.bytes_in = inn.load(Ordering::Relaxed);
+    if shared.bytes.load(Ordering::Relaxed) > shared.config.max_bytes {
+        rec.rule.push_str("; cut at network.max_bytes");
+    } else if let Some(why) = ended {
+        rec.rule.push_str(&format!("; closed, {why}"));
+    }
+}
+
+/// One direction of a relay: read, count, write, until the reader ends.
+async fn pipe<R, W>(
+    r: &mut R,
+    w: &mut W,
+    count: &AtomicU64,
+    last: &AtomicU64,
+    t0: Instant,
+    shared: &Shared,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        last.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if shared.spend(n).is_err() || w.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+        count.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    let _ = w.shutdown().await;
+}
+
+/// A header value with nothing a client could misread: printable ASCII only.
+fn header_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(1024)
+        .collect()
+}
+
+async fn refuse_http<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    status: u16,
+    why: &str,
+) -> std::io::Result<()> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        407 => "Proxy Authentication Required",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        _ => "Service Unavailable",
+    };
+    let body = format!("loopbox refused this connection: {why}\n");
+    let auth = if status == 407 {
+        "Proxy-Authenticate: Basic realm=\"loopbox\"\r\n"
+    } else {
+        ""
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nX-Loopbox-Refused: {}\r\n{auth}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        header_safe(why),
+        body.len()
+    );
+    w.write_all(head.as_bytes()).await?;
+    w.write_all(body.as_bytes()).await?;
+    w.flush().await
+}
+
+pub(super) mod http;
+pub(super) mod socks;
+mod tls;

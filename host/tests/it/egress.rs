@@ -1,0 +1,407 @@
+//! The network as a grant (`[network]`): real clients (curl, Python, git) in
+//! the sandbox reach a local origin only through loopbox's proxy, under bwrap
+//! and under Landlock, and every way around it is refused with its reason.
+//! Servers are on loopback only.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::{Value, json};
+
+use crate::common;
+
+/// A local origin: serves files under its root (a git repository for
+/// `git clone`), anything else as `origin says hello`, and remembers every
+/// request line it saw.
+struct Origin {
+    port: u16,
+    seen: Arc<Mutex<Vec<String>>>,
+    _root: tempfile::TempDir,
+}
+
+fn origin() -> &'static Origin {
+    static ORIGIN: OnceLock<Origin> = OnceLock::new();
+    ORIGIN.get_or_init(|| {
+        let root = tempfile::tempdir().unwrap();
+        let repo = root.path().join("repo");
+        let git = |args: &[&str], cwd: &Path| {
+            let o = std::process::Command::new("git")
+                .args(args)
+                .current_dir(cwd)
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@t")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@t")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "git {args:?}: {o:?}");
+        };
+        std::fs::create_dir(&repo).unwrap();
+        git(&["init", "-q", "-b", "main"], &repo);
+        std::fs::write(repo.join("README"), "cloned through the proxy\n").unwrap();
+        git(&["add", "README"], &repo);
+        git(&["commit", "-qm", "one"], &repo);
+        git(&["clone", "-q", "--bare", "repo", "repo.git"], root.path());
+        git(&["update-server-info"], &root.path().join("repo.git"));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (served, log) = (root.path().to_path_buf(), seen.clone());
+        std::thread::spawn(move || {
+            for s in listener.incoming().flatten() {
+                let (served, log) = (served.clone(), log.clone());
+                std::thread::spawn(move || answer(s, &served, &log));
+            }
+        });
+        Origin {
+            port,
+            seen,
+            _root: root,
+        }
+    })
+}
+
+fn answer(s: TcpStream, root: &Path, seen: &Mutex<Vec<String>>) {
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    let mut r = BufReader::new(&s);
+    let mut line = String::new();
+    if r.read_line(&mut line).is_err() {
+        return;
+    }
+    let mut host = String::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+            break;
+        }
+        if h.to_ascii_lowercase().starts_with("host:") {
+            host = h[5..].trim().to_string();
+        }
+    }
+    seen.lock().unwrap().push(line.trim().to_string());
+    let path = line.split(' ').nth(1).unwrap_or("/");
+    let path = path.split('?').next().unwrap_or("/");
+    if let Some(to) = path.strip_prefix("/redirect/") {
+        let _ = (&s).write_all(
+            format!("HTTP/1.1 302 Found\r\nLocation: http://{to}/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        return;
+    }
+    let file = root.join(path.trim_start_matches('/'));
+    let body = if path.len() > 1 && file.is_file() {
+        std::fs::read(&file).unwrap()
+    } else if path.len() > 1 && path.starts_with("/repo.git") {
+        let _ = (&s)
+            .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        return;
+    } else {
+        format!("origin says hello to {host}\n").into_bytes()
+    };
+    let _ = (&s).write_all(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    let _ = (&s).write_all(&body);
+}
+
+/// The sandboxes this machine can run the tests under.
+fn sandboxes() -> Vec<&'static str> {
+    let s = loopbox::exec::sandbox::support();
+    let mut v = Vec::new();
+    if s.bwrap.is_ok() {
+        v.push("bwrap");
+    }
+    if s.landlock_usable().is_ok_and(|abi| abi >= 4) {
+        v.push("landlock");
+    }
+    assert!(
+        !v.is_empty() || std::env::var_os("CI").is_none(),
+        "CI has bwrap and Landlock 4+"
+    );
+    v
+}
+
+fn workspace(sandbox: &str, network: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        format!("[shell]\nscripts = true\nsandbox = \"{sandbox}\"\n\n[network]\n{network}\n"),
+    )
+    .unwrap();
+    dir
+}
+
+/// Run `source` with `sh -c` in the sandbox; its output, and the run's log.
+fn script(dir: &Path, source: &str) -> (Value, String) {
+    let op = json!({"op": "script", "source": source, "timeout_ms": 60000});
+    let probe = common::probe().to_string_lossy().into_owned();
+    let o = common::loopbox(dir, &["run", &probe, "--input", &op.to_string(), "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    let id = v["id"]
+        .as_str()
+        .or(v["run_id"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let log = common::loopbox(dir, &["runs", "log", &id]);
+    let log =
+        String::from_utf8_lossy(&log.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(!v["outcome"]["data"].is_null(), "{v}\n{log}");
+    (v["outcome"]["data"].clone(), log)
+}
+
+fn stdout(v: &Value) -> String {
+    v["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string()
+}
+
+#[test]
+fn real_clients_reach_an_allowed_origin_only_through_the_proxy() {
+    let o = origin();
+    let p = o.port;
+    for sb in sandboxes() {
+        let dir = workspace(sb, &format!("allow = [\"127.0.0.1:{p}\"]"));
+        // Under Landlock nothing new may be made in the workspace's root.
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let (v, log) = script(
+            dir.path(),
+            &format!(
+                "curl -sS --max-time 20 http://127.0.0.1:{p}/curl-{sb}; \
+                 /usr/bin/python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:{p}/python-{sb}\", timeout=20).read().decode())'; \
+                 git clone -q http://127.0.0.1:{p}/repo.git sub/cloned && cat sub/cloned/README"
+            ),
+        );
+        let out = stdout(&v);
+        assert_eq!(
+            out.matches("origin says hello to 127.0.0.1").count(),
+            2,
+            "{sb}: {v}\n{log}"
+        );
+        assert!(out.contains("cloned through the proxy"), "{sb}: {v}\n{log}");
+        let seen = o.seen.lock().unwrap().clone();
+        assert!(
+            seen.iter().any(|l| l.contains(&format!("/curl-{sb}"))),
+            "{seen:?}"
+        );
+        assert!(
+            log.contains(&format!(
+                "network: commands 127.0.0.1:{p} allowed (network.allow[0] (127.0.0.1:{p}))"
+            )),
+            "{sb}: {log}"
+        );
+    }
+}
+
+#[test]
+fn every_way_around_the_rules_is_refused_with_its_reason() {
+    let o = origin();
+    let p = o.port;
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let up = udp.local_addr().unwrap().port();
+    for sb in sandboxes() {
+        // Names and `*` only: no rule names a special address.
+        let dir = workspace(
+            sb,
+            "allow = [\"localhost\", \"*\"]\ndeny = [\"*.internal\"]",
+        );
+        let tag = format!("bypass-{sb}");
+        let refused = "| grep -i x-loopbox-refused";
+        let cases = [
+            // A direct connect that ignores the proxy variables.
+            format!(
+                "curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{p}/{tag} || echo DIRECT-FAILED"
+            ),
+            // An address literal, a name resolving to loopback, cloud metadata.
+            format!("curl -s -i --max-time 10 http://127.0.0.2:{p}/{tag} {refused}"),
+            format!("curl -s -i --max-time 10 http://localhost:{p}/{tag} {refused}"),
+            format!("curl -s -i --max-time 10 http://169.254.169.254/{tag} {refused}"),
+            // An IPv4-mapped IPv6 form of loopback.
+            format!("curl -s -g -i --max-time 10 'http://[::ffff:127.0.0.1]:{p}/{tag}' {refused}"),
+            // A denied name, before any lookup.
+            format!("curl -s -i --max-time 10 http://db.internal/{tag} {refused}"),
+            // SOCKS by address (curl resolves the name itself) and by name.
+            format!(
+                "curl -sS --max-time 10 -x \"$(echo $ALL_PROXY | sed 's/socks5h/socks5/')\" http://localhost:{p}/{tag} || echo SOCKS-IP-REFUSED"
+            ),
+            format!(
+                "curl -sS --max-time 10 -x \"$ALL_PROXY\" http://localhost:{p}/{tag} || echo SOCKS-NAME-REFUSED"
+            ),
+            // UDP straight to a listener on the host.
+            format!(
+                "/usr/bin/python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"{tag}\", (\"127.0.0.1\", {up}))' 2>&1 | tail -1; echo UDP-DONE"
+            ),
+            // An address in decimal and in octal, sent as they are.
+            format!(
+                "/usr/bin/python3 -c 'import os,socket,urllib.parse as u; x=u.urlsplit(os.environ[\"HTTP_PROXY\"]); import base64; a=base64.b64encode(f\"{{x.username}}:{{x.password}}\".encode()).decode()\nfor h in (\"2130706433\", \"0177.0.0.1\"):\n s=socket.create_connection((x.hostname, x.port)); s.sendall(f\"GET http://{{h}}:{p}/{tag} HTTP/1.1\\r\\nProxy-Authorization: Basic {{a}}\\r\\n\\r\\n\".encode()); print(s.recv(4096).decode().split(chr(13))[1])'"
+            ),
+        ];
+        let (v, log) = script(dir.path(), &cases.join("; echo ---; "));
+        let out = stdout(&v);
+        let parts: Vec<&str> = out.split("---\n").collect();
+        assert_eq!(parts.len(), cases.len(), "{sb}: {out}\n{log}");
+        let want = [
+            "DIRECT-FAILED",
+            "127.0.0.2 is a loopback address, which a name or `*` never reaches",
+            "localhost resolves to 127.0.0.1, a loopback address",
+            "169.254.169.254 is a link-local (cloud metadata) address",
+            "127.0.0.1 is a loopback address",
+            "network.deny[0] (*.internal)",
+            "SOCKS-IP-REFUSED",
+            "SOCKS-NAME-REFUSED",
+            "UDP-DONE",
+            "in a form other than the standard one",
+        ];
+        for (i, w) in want.iter().enumerate() {
+            assert!(
+                parts[i].contains(w),
+                "{sb}: case {i} wants `{w}`: {}\n{out}\n{log}",
+                parts[i]
+            );
+        }
+        assert_eq!(parts[9].matches("standard").count(), 2, "{sb}: {out}");
+        let seen = o.seen.lock().unwrap().clone();
+        assert!(
+            !seen.iter().any(|l| l.contains(&tag)),
+            "{sb}: the origin was reached: {seen:?}"
+        );
+        let mut buf = [0u8; 64];
+        assert!(udp.recv(&mut buf).is_err(), "{sb}: a datagram got out");
+        assert!(
+            log.contains("refused: network.deny[0] (*.internal)"),
+            "{sb}: {log}"
+        );
+    }
+}
+
+#[test]
+fn tunnels_for_another_host_and_malformed_requests_are_refused_and_the_proxy_lives_on() {
+    let o = origin();
+    let p = o.port;
+    for sb in sandboxes() {
+        let dir = workspace(sb, &format!("allow = [\"127.0.0.1:{p}\", \"*\"]"));
+        let tag = format!("tunnel-{sb}");
+        // Raw requests to the proxy from Python, in the sandbox: the proxy's
+        // address and token come from HTTP_PROXY.
+        let py = format!(
+            r#"
+import base64, os, socket, urllib.parse
+u = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+auth = "Proxy-Authorization: Basic " + base64.b64encode(f"{{u.username}}:{{u.password}}".encode()).decode() + "\r\n" if u.password else ""
+def ask(data, read=True):
+    s = socket.create_connection((u.hostname, u.port), timeout=20)
+    s.sendall(data)
+    if not read:
+        return s
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            out += b
+    except Exception as e:
+        out += repr(e).encode()
+    return out.decode(errors="replace")
+def first(r):
+    return r.split("\r\n")[0] + " | " + "".join(l for l in r.split("\r\n") if l.lower().startswith("x-loopbox-refused"))
+print("host-header", first(ask(f"CONNECT 127.0.0.1:{p} HTTP/1.1\r\nHost: evil.test\r\n{{auth}}\r\n".encode())))
+s = ask(f"CONNECT 127.0.0.1:{p} HTTP/1.1\r\n{{auth}}\r\n".encode(), read=False)
+s.recv(1024)
+s.sendall(b"GET http://evil.test/{tag}-abs HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+print("inner", repr(s.recv(1024)))
+print("absolute", first(ask(f"GET http://127.0.0.1:{p}/{tag}-host HTTP/1.1\r\nHost: evil.test\r\n{{auth}}\r\n".encode())))
+print("garbage", first(ask(b"\x00\xff garbage\r\n\r\n")))
+print("huge", first(ask(b"GET http://127.0.0.1/ HTTP/1.1\r\nX: " + b"a" * (1 << 20) + b"\r\n\r\n")))
+half = ask(b"GET http://127.0.0.1/ HT", read=False)
+half.shutdown(socket.SHUT_WR)
+print("half", repr(half.recv(1024)[:12]))
+print("after", first(ask(f"GET http://127.0.0.1:{p}/{tag}-ok HTTP/1.1\r\n{{auth}}\r\n".encode())))
+"#
+        );
+        std::fs::write(dir.path().join("raw.py"), py).unwrap();
+        let (v, log) = script(
+            dir.path(),
+            &format!(
+                "/usr/bin/python3 raw.py; curl -s -i -L --max-time 10 http://127.0.0.1:{p}/redirect/127.0.0.2:{p} | grep -i '^x-loopbox' | sed 's/^/redirect /'"
+            ),
+        );
+        let out = stdout(&v);
+        let line = |k: &str| {
+            out.lines()
+                .find(|l| l.starts_with(k))
+                .unwrap_or_else(|| panic!("{k}: {out}\n{v}\n{log}"))
+                .to_string()
+        };
+        assert!(
+            line("host-header").contains("403")
+                && line("host-header").contains("the Host header names evil.test"),
+            "{out}"
+        );
+        assert_eq!(line("inner"), "inner b''", "{out}");
+        assert!(line("absolute").contains("403"), "{out}");
+        assert!(line("garbage").contains("400"), "{out}");
+        assert!(
+            line("huge").contains("431") || line("huge").contains("Error"),
+            "{out}"
+        );
+        assert!(line("after").contains("200 OK"), "{out}");
+        assert!(
+            line("redirect").contains("127.0.0.2 is a loopback address"),
+            "{out}"
+        );
+        let seen = o.seen.lock().unwrap().clone();
+        assert!(
+            seen.iter().any(|l| l.contains(&format!("{tag}-ok"))),
+            "{seen:?}"
+        );
+        assert!(
+            !seen
+                .iter()
+                .any(|l| l.contains(&format!("{tag}-abs")) || l.contains(&format!("{tag}-host"))),
+            "{seen:?}"
+        );
+        assert!(
+            log.contains("is not 127.0.0.1, the tunnel's host")
+                || log.contains("inside a tunnel to 127.0.0.1"),
+            "{log}"
+        );
+    }
+}
+
+#[test]
+fn without_a_network_grant_nothing_gets_out_and_a_bad_rule_names_its_key() {
+    let o = origin();
+    let p = o.port;
+    for sb in sandboxes() {
+        let dir = workspace(sb, "");
+        let (v, _) = script(
+            dir.path(),
+            &format!(
+                "echo \"proxy=[$HTTP_PROXY]\"; curl -sS --max-time 5 http://127.0.0.1:{p}/none-{sb} || echo NO-NETWORK"
+            ),
+        );
+        let out = stdout(&v);
+        assert!(
+            out.contains("proxy=[]") && out.contains("NO-NETWORK"),
+            "{sb}: {out}"
+        );
+    }
+    let dir = workspace("auto", "allow = [\"0177.0.0.1\"]");
+    let probe = common::probe().to_string_lossy().into_owned();
+    let o = common::loopbox(dir.path(), &["run", &probe, "--input", "{}"]);
+    assert_eq!(common::code(&o), 2, "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    assert!(err.contains("`network.allow[0]` = \"0177.0.0.1\""), "{err}");
+}
