@@ -177,7 +177,7 @@ async fn open(
     target: &Target,
     side: &Side,
     shared: &Shared,
-) -> Result<(TcpStream, Connection), (Connection, String)> {
+) -> Result<(TcpStream, Connection), Box<(Connection, String)>> {
     let mut rec = Connection {
         side: side.name,
         host: target.host.to_string(),
@@ -192,7 +192,7 @@ async fn open(
     let verdict = side.rules.decide(&target.host, target.port);
     let refuse = |mut rec: Connection, why: String| {
         rec.rule = why.clone();
-        Err((rec, why))
+        Err(Box::new((rec, why)))
     };
     match (verdict.tier, verdict.rule) {
         (Tier::Allow, Some(rule)) => rec.rule = rule,

@@ -201,7 +201,8 @@ where
     };
     let (upstream, mut rec) = match open(&req.target, side, shared).await {
         Ok(ok) => ok,
-        Err((rec, why)) => {
+        Err(refused) => {
+            let (rec, why) = *refused;
             let _ = refuse_http(
                 client,
                 if rec.address.is_none() && why.contains("failed") {

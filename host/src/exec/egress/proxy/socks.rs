@@ -108,7 +108,8 @@ where
             relay(client, upstream, &mut rec, shared).await;
             Some(rec)
         }
-        Err((rec, why)) => {
+        Err(refused) => {
+            let (rec, why) = *refused;
             let code = if why.contains("failed") || why.contains("timed out") {
                 HOST_UNREACHABLE
             } else {
