@@ -132,7 +132,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             "landlock": s.landlock.as_ref().ok(), "landlock_error": s.landlock.as_ref().err(),
             "bwrap": s.bwrap.as_ref().ok(), "bwrap_error": s.bwrap.as_ref().err(),
             "sandbox": sandbox.name(), "sandbox_enforced": sandbox.is_enforced(), "sandbox_note": chosen,
-            "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network,
+            "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network, "egress": network_line(&sandbox, &config),
             "landlock_limits": landlock_limits, "protected": protected, "unix_sockets": config.shell.unix_sockets,
             "hidden": hidden_now, "root": root_user, "loop_shell": bash,
         });
@@ -154,14 +154,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         if root_user {
             line("root", root_line);
         }
-        line(
-            "network",
-            if config.shell.network {
-                "granted to commands (shell.network = true)"
-            } else {
-                "denied to commands"
-            },
-        );
+        line("network", &network_line(&sandbox, &config));
         line(
             "protected",
             &format!(
@@ -183,4 +176,24 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
     } else {
         exit::OK
     })
+}
+
+/// How commands and the agent reach the network here: only through the
+/// run's proxy, and what holds them to it.
+fn network_line(sandbox: &Sandbox, config: &loopbox::config::Config) -> String {
+    let granted = if config.shell.network {
+        "commands: any public host (shell.network = true; name hosts in [network] allow instead)".to_string()
+    } else if config.network.allow.is_empty() {
+        "commands: none ([network] allows nothing)".to_string()
+    } else {
+        format!("commands: {} destination(s) in [network] allow", config.network.allow.len())
+    };
+    let how = match sandbox {
+        Sandbox::Bwrap(_) => "only through loopbox's proxy: each sandbox has a network namespace of its own, the proxy's socket bound in".to_string(),
+        Sandbox::Landlock(abi) if *abi >= 4 => format!("only through loopbox's proxy: Landlock ABI {abi} allows TCP connects to its port alone, seccomp refuses UDP and raw sockets"),
+        Sandbox::Landlock(abi) => format!("refused: Landlock ABI {abi} cannot confine TCP (ABI 4 can); commands that need the network fail with the reason"),
+        Sandbox::None { .. } => "not enforced (no sandbox): the proxy variables are set, nothing holds a program to them".to_string(),
+        Sandbox::Unavailable(_) => "refused: no sandbox can be enforced".to_string(),
+    };
+    format!("{how}; {granted}")
 }
