@@ -182,11 +182,15 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
 /// run's proxy, and what holds them to it.
 fn network_line(sandbox: &Sandbox, config: &loopbox::config::Config) -> String {
     let granted = if config.shell.network {
-        "commands: any public host (shell.network = true; name hosts in [network] allow instead)".to_string()
+        "commands: any public host (shell.network = true; name hosts in [network] allow instead)"
+            .to_string()
     } else if config.network.allow.is_empty() {
         "commands: none ([network] allows nothing)".to_string()
     } else {
-        format!("commands: {} destination(s) in [network] allow", config.network.allow.len())
+        format!(
+            "commands: {} destination(s) in [network] allow",
+            config.network.allow.len()
+        )
     };
     let how = match sandbox {
         Sandbox::Bwrap(_) => "only through loopbox's proxy: each sandbox has a network namespace of its own, the proxy's socket bound in".to_string(),
