@@ -77,6 +77,9 @@ if ! [ -x /usr/bin/chromium ]; then apt_install chromium; fi
 # test binary on loopback). Its server refuses to run as root: the tests run it as
 # the system user loopbox-pg when they run as root.
 if ! [ -x /usr/lib/postgresql/15/bin/postgres ] && ! command -v postgres >/dev/null; then apt_install postgresql; fi
+# The egress tests run real clients in the sandbox: curl, git and Debian's python3.
+if ! command -v curl >/dev/null; then apt_install curl; fi
+if ! [ -x /usr/bin/python3 ]; then apt_install python3; fi
 # The PostgreSQL TLS test makes its certificates with openssl.
 if ! command -v openssl >/dev/null; then apt_install openssl; fi
 if [ "$(id -u)" = 0 ] && ! id loopbox-pg >/dev/null 2>&1; then
