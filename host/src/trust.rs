@@ -310,6 +310,9 @@ pub fn grants(config: &Config) -> Vec<String> {
     };
     let agent = |a: &Option<crate::exec::config::AgentConfig>| {
         a.as_ref().map_or("agent none".to_string(), |a| {
+            if a.program().is_none() {
+                return format!("agent {}", a.describe());
+            }
             let argv: Vec<String> = a
                 .command
                 .iter()

@@ -463,6 +463,25 @@ fn default_agent_timeout_ms() -> u64 {
 }
 
 impl AgentConfig {
+    /// The program the agent runs: none for `runner = "openai"`, which talks
+    /// to a server instead (the one kind of agent with no `command`).
+    pub fn program(&self) -> Option<&str> {
+        match self.runner {
+            RunnerKind::Openai => None,
+            _ => self.command.first().map(String::as_str),
+        }
+    }
+
+    /// The agent in a few words, for the grants banner and `doctor`: its
+    /// program, or the model and server it talks to.
+    pub fn describe(&self) -> String {
+        match (self.program(), &self.openai) {
+            (Some(p), _) => p.to_string(),
+            (None, Some(o)) => format!("openai ({} at {})", o.model, o.base_url),
+            (None, None) => self.runner.name().to_string(),
+        }
+    }
+
     /// What serde cannot check of `[agent]`; `unsafe_env` is `shell.unsafe_env`
     /// beside it, which names the code-loading variables it may pass after all.
     pub fn validate(&self, unsafe_env: &[String]) -> Result<()> {
@@ -485,6 +504,12 @@ impl AgentConfig {
             {
                 bail!(
                     "agent.openai.api_key_env is the *name* of the environment variable holding the key (e.g. \"OPENAI_API_KEY\"), never the key itself"
+                );
+            }
+            // Else a command that never runs would be shown, pinned and protected as the agent.
+            if !agent.command.is_empty() {
+                bail!(
+                    "agent.command: runner = \"openai\" talks to [agent.openai]'s server and runs no command; remove agent.command, or use runner = \"command\""
                 );
             }
         }

@@ -7,10 +7,15 @@
 //! Nothing outlives loopbox, however it ends (a SIGKILL, a hook's deadline
 //! ending the process): the child dies with the thread that started it (a
 //! parent-death signal), and its process group with a [`Reaper`]. Under
-//! bwrap, bwrap does both: the sandbox's PID namespace ends with it, taking
-//! every process inside, a daemon that left the group (`setsid`) included.
-//! Elsewhere such a daemon survives: only a PID namespace or a cgroup could
-//! find it, and Landlock runs where neither can be made.
+//! bwrap, the sandbox's PID namespace ends with bwrap, taking every process
+//! inside, a daemon that left the group (`setsid`) included. But bwrap's
+//! process inside the namespaces has no parent-death signal of its own until
+//! its setup is done, and waits for good if bwrap's outer process dies before
+//! letting it go on (issue 45: `kill -9` of workers left them behind, each
+//! holding a PID namespace and the workspace's mount). So bwrap joins the
+//! group of a reaper started before it, which kills that whole group when
+//! loopbox dies. Elsewhere a daemon that left the group survives: only a PID
+//! namespace or a cgroup could find it, and Landlock runs where neither can be made.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -93,6 +98,14 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
         .map(|fd| at_or_above(fd, first_free))
         .collect::<std::io::Result<Vec<_>>>()?;
     let pass_raw: Vec<i32> = pass_fd.iter().map(|f| f.as_raw_fd()).collect();
+    // bwrap's reaper first, leading the group bwrap joins: from its first
+    // instruction on, bwrap and what it starts before its own `setsid` die
+    // with loopbox (see the module's doc).
+    let leader = if spec_is_bwrap {
+        Some(Reaper::leading().map_err(reaper_error)?)
+    } else {
+        None
+    };
     let pid = spawn::spawn(&spawn::Launch {
         program: &spec.program,
         arg0: spec.arg0.as_deref(),
@@ -106,22 +119,16 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
         confinement: spec.confinement.as_ref(),
         pass_fd: &pass_raw,
         die_with_parent: true,
+        pgid: leader.as_ref().map_or(0, |r| r.pid),
     })?;
     drop((stdin_child, out_w, err_w, pass_fd));
-    // The child leads its own group (pgid = pid); whatever happens to this
-    // future, the group does not outlive it.
-    let group = Group::new(pid);
-    // Nor loopbox: bwrap's PID namespace sees to it for bwrap (which is passed
-    // its seccomp filters); a reaper for everything else.
-    let reaper = if spec_is_bwrap {
-        None
-    } else {
-        Some(Reaper::start(pid).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot start the watcher that ends the command if loopbox dies: {e}"),
-            )
-        })?)
+    // The child leads its own group (pgid = pid), or is in its reaper's;
+    // whatever happens to this future, the group does not outlive it.
+    let group = Group::new(pid, leader.as_ref().map_or(pid, |r| r.pid));
+    // Nor loopbox: a reaper watching the child's group (bwrap's came first).
+    let reaper = match leader {
+        Some(r) => Some(r),
+        None => Some(Reaper::start(pid).map_err(reaper_error)?),
     };
     let exited = group.reap_on_exit();
     Ok(Launched {
@@ -326,21 +333,32 @@ impl Session {
     }
 }
 
-/// A child's process group: SIGKILLed when dropped, and when its leader
-/// exits. Signalled only while the leader is not reaped: the number of a group
-/// whose leader is reaped may be another group's by then (pids wrap).
+fn reaper_error(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(
+        e.kind(),
+        format!("cannot start the watcher that ends the command if loopbox dies: {e}"),
+    )
+}
+
+/// A child's process group: SIGKILLed when dropped, and when the child
+/// exits. Signalled only while the child is not reaped: the number of a group
+/// whose leader is reaped may be another group's by then (pids wrap). The
+/// group is the child's own, or its reaper's (bwrap's), which is reaped only
+/// after this is dropped.
 struct Group(Arc<Leader>);
 
 struct Leader {
     pid: libc::pid_t,
-    /// Set once the leader is reaped, under this lock: no signal goes out after.
+    pgid: libc::pid_t,
+    /// Set once the child is reaped, under this lock: no signal goes out after.
     reaped: std::sync::Mutex<bool>,
 }
 
 impl Group {
-    fn new(pid: libc::pid_t) -> Group {
+    fn new(pid: libc::pid_t, pgid: libc::pid_t) -> Group {
         Group(Arc::new(Leader {
             pid,
+            pgid,
             reaped: std::sync::Mutex::new(false),
         }))
     }
@@ -352,7 +370,7 @@ impl Group {
             // for this child; its leader is not reaped (we hold the lock that
             // reaping takes), so the group's number is still its own.
             unsafe {
-                libc::kill(-self.0.pid, signal);
+                libc::kill(-self.0.pgid, signal);
             }
         }
     }
@@ -364,10 +382,12 @@ impl Group {
         tokio::task::spawn_blocking(move || {
             let exited = spawn::wait_exit(leader.pid);
             let mut reaped = leader.reaped.lock().unwrap_or_else(|e| e.into_inner());
-            if exited.is_ok() {
+            // A reaper's group is killed as the group is dropped, while the
+            // reaper (its number) is surely not reaped yet; not from here.
+            if exited.is_ok() && leader.pgid == leader.pid {
                 // SAFETY: as in `signal`: the leader has exited but is not reaped.
                 unsafe {
-                    libc::kill(-leader.pid, libc::SIGKILL);
+                    libc::kill(-leader.pgid, libc::SIGKILL);
                 }
             }
             // Whatever went wrong above, the leader counts as reaped from here:
@@ -396,15 +416,27 @@ struct Reaper {
 
 impl Reaper {
     const SCRIPT: &'static str = "trap '' HUP INT TERM QUIT; read -r x; kill -9 -\"$0\"";
+    /// Its own group, which the child joins: itself included.
+    const LEADING: &'static str = "trap '' HUP INT TERM QUIT; read -r x; kill -9 0";
 
+    /// A reaper of `group`, a child's.
     fn start(group: libc::pid_t) -> std::io::Result<Reaper> {
+        Self::spawn(&["-c".to_string(), Self::SCRIPT.into(), group.to_string()])
+    }
+
+    /// A reaper leading a group of its own for the child to join (its pid is
+    /// the group's number, reserved until it is reaped).
+    fn leading() -> std::io::Result<Reaper> {
+        Self::spawn(&["-c".to_string(), Self::LEADING.into()])
+    }
+
+    fn spawn(args: &[String]) -> std::io::Result<Reaper> {
         let (read, write) = above_stdio(crate::exec::fd::pipe()?)?;
         let null = above_stdio_one(dev_null()?)?;
-        let args = ["-c".to_string(), Self::SCRIPT.into(), group.to_string()];
         let pid = spawn::spawn(&spawn::Launch {
             program: std::path::Path::new("/bin/sh"),
             arg0: Some("loopbox-reaper"),
-            args: &args,
+            args,
             env: &[("PATH".into(), "/usr/bin:/bin".into())],
             cwd: std::path::Path::new("/"),
             stdin: read.as_raw_fd(),
@@ -414,6 +446,7 @@ impl Reaper {
             confinement: None,
             pass_fd: &[],
             die_with_parent: false,
+            pgid: 0,
         })?;
         Ok(Reaper { pid, _pipe: write })
     }

@@ -41,6 +41,8 @@ pub struct Launch<'a> {
     /// loopbox, however loopbox ends). Only a watcher that must outlive us
     /// (`process::Reaper`) goes without.
     pub die_with_parent: bool,
+    /// The process group to join (a live one of ours); 0: a group of its own.
+    pub pgid: libc::pid_t,
 }
 
 fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
@@ -63,6 +65,7 @@ struct Prepared<'a> {
     confinement: Option<&'a Confinement>,
     pass_fd: &'a [RawFd],
     die_with_parent: bool,
+    pgid: libc::pid_t,
     /// Our pid: a child whose parent is already someone else (we died before
     /// its parent-death signal was set) exits.
     parent: libc::pid_t,
@@ -72,7 +75,7 @@ struct Prepared<'a> {
 
 const STACK_BYTES: usize = 256 << 10;
 
-/// Start the child in its own process group (unless told otherwise, killed
+/// Start the child in its own process group, or the one `pgid` names (unless told otherwise, killed
 /// with SIGKILL when the thread that started it ends: with loopbox, however
 /// loopbox ends); its pid once it has executed, or why it could not.
 pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
@@ -115,6 +118,7 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
         confinement: l.confinement,
         pass_fd: l.pass_fd,
         die_with_parent: l.die_with_parent,
+        pgid: l.pgid,
         // SAFETY: getpid has no preconditions.
         parent: unsafe { libc::getpid() },
         report: report_w.as_raw_fd(),
@@ -248,7 +252,7 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
 
-        if libc::setpgid(0, 0) != 0 {
+        if libc::setpgid(0, p.pgid) != 0 {
             return fail(p);
         }
         for (target, fd) in p.fds.iter().enumerate() {

@@ -25,6 +25,7 @@ use anyhow::anyhow;
 
 use crate::config::{Config, Discovered};
 use crate::db::{Db, RunOptions, RunRecord};
+use crate::exec::config::AgentConfig;
 use crate::exec::confirm::{Approvals, Asking};
 use crate::exec::grants::{ExtraRules, parse_cli_rule};
 use crate::exec::sandbox::Sandbox;
@@ -338,7 +339,11 @@ impl Prepared<'_> {
 
     /// The run's grants as pinned for its life (see [`crate::run::pin`]).
     pub fn pin(&self) -> serde_json::Value {
-        crate::run::pin::pin(&self.config, self.workspace)
+        crate::run::pin::pin(
+            &self.config,
+            self.workspace,
+            self.options.policy_name.is_some(),
+        )
     }
 
     /// Compile (or take from the cache) the run's policy. An installed one is
@@ -681,7 +686,7 @@ fn grants_banner(
     let agent = config
         .agent
         .as_ref()
-        .map_or("none".to_string(), |a| a.command[0].clone());
+        .map_or("none".to_string(), AgentConfig::describe);
     let mut line = format!(
         "loopbox: run {} of {} (world {world}); grants{}: exec [{}], scripts {}, agent {agent}",
         run.id,

@@ -13,28 +13,42 @@ use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::db::Db;
-use crate::exec::config::RunnerKind;
 
-/// The pinned form of a run's grants.
-pub fn pin(config: &Config, workspace: &Path) -> Value {
+/// The pinned form of a run's grants: what they are made of and nothing
+/// else. `scoped`: the config is a `[policies.NAME]`'s ([`Config::scoped`]),
+/// whose entry is part of them; a run under the top-level grants is granted
+/// nothing by any `[policies.NAME]`, so another section's edit is no change
+/// of its grants.
+pub fn pin(config: &Config, workspace: &Path, scoped: bool) -> Value {
     let agent_program = config
         .agent
         .as_ref()
-        .filter(|a| a.runner != RunnerKind::Openai)
-        .and_then(|a| {
+        .and_then(|a| a.program())
+        .and_then(|program| {
             config
                 .shell
                 .child_env(workspace)
-                .resolve_program(&a.command[0], workspace)
+                .resolve_program(program, workspace)
         })
         .and_then(|p| crate::exec::agent::program_identity(&p));
-    json!({"config": serde_json::to_value(config).unwrap_or(Value::Null), "agent_program": agent_program})
+    let mut config = serde_json::to_value(config).unwrap_or(Value::Null);
+    if !scoped && let Some(c) = config.as_object_mut() {
+        c.remove("policies");
+    }
+    json!({"config": config, "agent_program": agent_program})
 }
 
 /// The keys that differ between two pins, as dotted paths (`shell.allow`, `agent.tier`).
 pub fn differences(pinned: &Value, now: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    diff("", pinned, now, &mut out);
+    // Pinned before top-level runs left out every `[policies.NAME]`: not compared.
+    let mut pinned = pinned.clone();
+    if now["config"].get("policies").is_none()
+        && let Some(c) = pinned.get_mut("config").and_then(Value::as_object_mut)
+    {
+        c.remove("policies");
+    }
+    diff("", &pinned, now, &mut out);
     out.iter_mut().for_each(|k| {
         *k = k
             .strip_prefix("config.")
@@ -113,9 +127,10 @@ mod tests {
         let a = pin(
             &Config::parse("[shell]\nallow = [[\"ls\"]]", Path::new("t")).unwrap(),
             ws,
+            false,
         );
         let b =
-            pin(&Config::parse("[shell]\nallow = [[\"ls\"], [\"sh\"]]\nnetwork = true\n[agent]\ncommand = [\"x\", \"{prompt}\"]", Path::new("t")).unwrap(), ws);
+            pin(&Config::parse("[shell]\nallow = [[\"ls\"], [\"sh\"]]\nnetwork = true\n[agent]\ncommand = [\"x\", \"{prompt}\"]", Path::new("t")).unwrap(), ws, false);
         assert_eq!(differences(&a, &a), Vec::<String>::new());
         let d = differences(&a, &b);
         assert!(
@@ -124,5 +139,27 @@ mod tests {
                 && d.contains(&"agent".to_string()),
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn a_top_level_run_is_not_changed_by_another_policys_section() {
+        let ws = Path::new("/");
+        let top = "[shell]\nallow = [[\"ls\"]]\n";
+        let other = format!("{top}[policies.other]\nsource = \"o.wasm\"\n");
+        let parse = |t: &str| Config::parse(t, Path::new("t")).unwrap();
+        let a = pin(&parse(top), ws, false);
+        let b = pin(&parse(&other), ws, false);
+        assert_eq!(differences(&a, &b), Vec::<String>::new());
+        // A pin recorded with every section (before this rule) compares the same.
+        let mut old = a.clone();
+        old["config"]["policies"] = serde_json::json!({"gone": {"source": "g.wasm"}});
+        assert_eq!(differences(&old, &b), Vec::<String>::new());
+        // A change to its own grants still counts.
+        let c = pin(
+            &parse("[shell]\nallow = [[\"ls\"], [\"cat\"]]\n"),
+            ws,
+            false,
+        );
+        assert_eq!(differences(&a, &c), vec!["shell.allow".to_string()]);
     }
 }

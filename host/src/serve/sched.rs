@@ -51,6 +51,9 @@ struct State {
     queue: VecDeque<Queued>,
     /// Runs being driven: their tenant and their stop request.
     running: BTreeMap<String, (String, Arc<Stop>)>,
+    /// Runs queued again while still being driven (an approval, answer or
+    /// tick that came as the driver parked them): queued once it lets go.
+    again: BTreeMap<String, Queued>,
     per_tenant: BTreeMap<String, u32>,
     /// No more runs are taken (the server is stopping).
     closed: bool,
@@ -84,19 +87,26 @@ impl Queue {
 
     /// Put `run` (already `queued` in the store) at the end of the queue
     /// (nothing on a shared store, where its status is its place in the queue).
+    /// A run still being driven is queued as its driver lets go of it: it was
+    /// parked a moment ago, and the act that queued it must not be lost.
     pub fn push(&self, run: &str, tenant: &str, how: Continue) {
         if self.shared {
             return;
         }
         let mut s = self.state();
-        if s.queue.iter().any(|q| q.run == run) || s.running.contains_key(run) {
-            return;
-        }
-        s.queue.push_back(Queued {
+        let q = Queued {
             run: run.to_string(),
             tenant: tenant.to_string(),
             how,
-        });
+        };
+        if s.running.contains_key(run) {
+            s.again.insert(run.to_string(), q);
+            return;
+        }
+        if s.queue.iter().any(|q| q.run == run) {
+            return;
+        }
+        s.queue.push_back(q);
         drop(s);
         self.changed.notify_one();
     }
@@ -119,7 +129,9 @@ impl Queue {
 
     /// Take `run` out of the queue (it was cancelled before its turn).
     pub fn remove(&self, run: &str) {
-        self.state().queue.retain(|q| q.run != run);
+        let mut s = self.state();
+        s.queue.retain(|q| q.run != run);
+        s.again.remove(run);
     }
 
     /// The tenant's runs waiting for their turn (taken ones are not).
@@ -175,6 +187,13 @@ impl Queue {
         {
             *n = n.saturating_sub(1);
         }
+        // Queued while it was driven: its turn now. (Its driver checks the
+        // store first, so one queued for nothing is let go at once.)
+        if let Some(q) = s.again.remove(run)
+            && !s.queue.iter().any(|x| x.run == run)
+        {
+            s.queue.push_back(q);
+        }
         drop(s);
         self.changed.notify_one();
         self.ended.notify_waiters();
@@ -210,13 +229,69 @@ pub async fn dispatch(server: Arc<Server>) {
             let server = server.clone();
             tokio::spawn(async move {
                 let id = q.run.clone();
-                if let Err(e) = drive(&server, &q, stop).await {
-                    server.note_failure(&id, &e);
+                let driving = {
+                    let server = server.clone();
+                    unwound(async move { drive(&server, &q, stop).await })
+                };
+                match driving.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => server.note_failure(&id, &e),
+                    Err(panicked) => match server.data.open_db() {
+                        Ok(db) => fail_panicked(&db, &id, &panicked, false),
+                        Err(e) => crate::errln!("loopbox serve: run {id}: {panicked}; {e:#}"),
+                    },
                 }
+                // Always: a slot kept by a dead driver would hold up the tenant's runs for good.
                 server.queue.finished(&id);
             });
         }
         changed.await;
+    }
+}
+
+/// Run `drive` as a task of its own; a panic in it comes back as the panic's
+/// message (the task is gone, the run is not: it must not stay `running`).
+pub(super) async fn unwound<F>(drive: F) -> Result<F::Output, String>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match tokio::spawn(drive).await {
+        Ok(out) => Ok(out),
+        Err(e) if e.is_panic() => {
+            let p = e.into_panic();
+            Err(p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into()))
+        }
+        Err(e) => Err(format!("its task was cancelled ({e})")),
+    }
+}
+
+/// Fail run `id` whose driver panicked with `message`, if it still stands
+/// where a driver had it (`queued` or `running`, and not another live
+/// process's); a run that parked or ended before the panic keeps its status.
+/// `claimed`: `db` holds it by a worker's fenced claim, which checks the write.
+pub(super) fn fail_panicked(db: &Db, id: &str, message: &str, claimed: bool) {
+    let why = format!(
+        "loopbox panicked while driving the run: {message}. The run failed where it stood; this is a bug in loopbox: please report it with this log"
+    );
+    crate::errln!("loopbox: run {id}: {why}");
+    log_line(db, id, "error", why.clone());
+    let Ok(run) = db.existing_run(id) else {
+        return;
+    };
+    let others = run
+        .lease
+        .as_ref()
+        .is_some_and(|o| !claimed && o.is_alive() && *o != crate::db::lease::Owner::me());
+    if matches!(run.status, RunStatus::Queued | RunStatus::Running) && !others {
+        let outcome = serde_json::json!({"success": false, "summary": why, "data": null});
+        if let Err(e) = db.finish_driving(id, RunStatus::Failed, Some(&outcome.to_string())) {
+            crate::errln!("loopbox: run {id}: recording the failure failed: {e:#}");
+        }
     }
 }
 
@@ -234,21 +309,27 @@ pub fn log_line(db: &Db, run: &str, level: &str, message: String) {
 }
 
 /// What a launch failure does to the run: one that never started fails
-/// (nothing can start it as it is); one that did stays `interrupted` for a
-/// person to resume once the cause is fixed. The error comes back for
+/// (nothing can start it as it is); one that did (an event of it is
+/// recorded, if only its start waiting for an approval) stays `interrupted`
+/// for a person to resume once the cause is fixed. The error comes back for
 /// [`super::Server::note_failure`] to put in the run's log.
 fn launch_failed(db: &Db, run: &RunRecord, e: &LaunchError) -> anyhow::Error {
-    let started = db.started(&run.id).unwrap_or(true);
+    let started = db.last_event(&run.id).map_or(true, |e| e.is_some());
+    if started {
+        return parked(db, run, e);
+    }
     let why = format!("{:#}", e.error);
-    let status = if started {
-        RunStatus::Interrupted
-    } else {
-        RunStatus::Failed
-    };
-    let outcome = (!started)
-        .then(|| serde_json::json!({"success": false, "summary": why, "data": null}).to_string());
-    let _ = db.finish_driving(&run.id, status, outcome.as_deref());
+    let outcome = serde_json::json!({"success": false, "summary": why, "data": null}).to_string();
+    let _ = db.finish_driving(&run.id, RunStatus::Failed, Some(&outcome));
     anyhow!("{why}")
+}
+
+/// A refusal the run's resume can answer (its grants or its policy changed,
+/// and the error says how to accept that): the run is left `interrupted`,
+/// started or not, so that the resume the error names can succeed.
+fn parked(db: &Db, run: &RunRecord, e: &LaunchError) -> anyhow::Error {
+    let _ = db.finish_driving(&run.id, RunStatus::Interrupted, None);
+    anyhow!("{:#}", e.error)
 }
 
 /// Whether a run standing at `next` takes an answer (it asked) or a tick (it
@@ -300,6 +381,7 @@ pub(super) async fn drive_with(
     if !ours {
         return Ok(());
     }
+    crate::journal::crashpoint::panic_at("drive");
     let tenant = server
         .tenants
         .named(&q.tenant)
@@ -351,7 +433,7 @@ pub(super) async fn drive_with(
         &how,
     )?;
     if let Err(e) = held {
-        return Err(launch_failed(&db, &run, &LaunchError::usage(e)));
+        return Err(parked(&db, &run, &LaunchError::usage(e)));
     }
     // Loading compiles on a cache miss (seconds for a Python policy): off the async workers.
     let loaded = tokio::task::block_in_place(|| prepared.load_with(&server.runtime));
@@ -367,7 +449,7 @@ pub(super) async fn drive_with(
                 prepared.source,
                 run.id
             ));
-            return Err(launch_failed(&db, &run, &e));
+            return Err(parked(&db, &run, &e));
         }
         db.set_policy_digest(&run.id, &policy.digest)?;
     }

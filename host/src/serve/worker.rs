@@ -158,7 +158,18 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
                 );
                 let (server, db, held) = (server.clone(), db.clone(), held.clone());
                 tokio::spawn(async move {
-                    drive_claimed(&server, &db, &c.run, stop.clone()).await;
+                    let driving = {
+                        let (server, db, run, stop) =
+                            (server.clone(), db.clone(), c.run.clone(), stop.clone());
+                        super::sched::unwound(async move {
+                            drive_claimed(&server, &db, &run, stop).await
+                        })
+                    };
+                    // A panic fails the run, and frees its slot and its lease's renewals.
+                    if let Err(panicked) = driving.await {
+                        super::sched::fail_panicked(&db, &c.run, &panicked, true);
+                        db.forget_fence(&c.run);
+                    }
                     // Only its own entry: this worker may have claimed the run
                     // again after its lease ran out, and that drive is held now.
                     let mut held = lock(&held);

@@ -14,14 +14,18 @@
 
 mod access;
 mod bad_input;
+mod config_edit;
 mod crash;
+mod leftovers;
 mod load;
 mod ops;
+mod panics;
 mod pg_restart;
 mod quota;
 mod runs;
 mod scale;
 mod spend;
+mod wakeups;
 mod web;
 
 use std::collections::BTreeMap;
@@ -64,6 +68,9 @@ pub struct Srv {
     pub worker: Option<Child>,
     /// The server's component cache (`LOOPBOX_CACHE_DIR`).
     pub cache: PathBuf,
+    /// Variables set in the server's and its worker's environment only (a
+    /// fault to inject), never in this test process's.
+    pub env: Vec<(String, String)>,
 }
 
 /// `cmd` with `store` as its `LOOPBOX_STORE` (none: the data directory's file).
@@ -177,6 +184,7 @@ impl Srv {
             store: store.map(String::from),
             worker: None,
             cache: std::env::temp_dir().join("loopbox-cli-test-cache"),
+            env: Vec::new(),
         }
     }
 
@@ -202,6 +210,7 @@ impl Srv {
     pub fn start(&mut self) {
         let mut cmd = Command::new(BIN);
         on_store(&mut cmd, self.store.as_deref());
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.arg("serve")
             .arg("--config")
             .arg(&self.config)
@@ -234,6 +243,7 @@ impl Srv {
     /// every process any test spawns meanwhile.
     pub fn spawn_worker_with(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
         let mut cmd = Command::new(BIN);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.envs(env.iter().copied());
         on_store(&mut cmd, self.store.as_deref());
         cmd.arg("worker")

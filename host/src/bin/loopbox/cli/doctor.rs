@@ -47,11 +47,14 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         .unwrap_or_else(|_| workspace.to_path_buf());
     let agent = match &config.agent {
         None => "none configured ([agent] in loopbox.toml)".to_string(),
+        // `runner = "openai"`: a server, no program to look for.
+        Some(a) if a.program().is_none() => a.describe(),
         Some(a) => {
+            let program = a.describe();
             match config
                 .shell
                 .child_env(&root)
-                .resolve_program(&a.command[0], &root)
+                .resolve_program(&program, &root)
             {
                 // bwrap's /tmp is private: what holds the program there is bound back.
                 Some(p)
@@ -60,15 +63,14 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
                         && !p.starts_with(&root) =>
                 {
                     format!(
-                        "{} ({}; under /tmp, so bound read-only into the sandbox's private /tmp)",
-                        a.command[0],
+                        "{program} ({}; under /tmp, so bound read-only into the sandbox's private /tmp)",
                         p.display()
                     )
                 }
-                Some(p) => format!("{} ({})", a.command[0], p.display()),
+                Some(p) => format!("{program} ({})", p.display()),
                 None => format!(
-                    "{} NOT FOUND on shell.path = `{}`",
-                    a.command[0], config.shell.path
+                    "{program} NOT FOUND on shell.path = `{}`",
+                    config.shell.path
                 ),
             }
         }
