@@ -226,6 +226,16 @@ const STORE_FILES: &[&str] = &[
     ".config/configstore/firebase-tools.json",
     ".cache/huggingface/token",
     ".huggingface/token",
+    ".bluemix/config.json",
+    ".aliyun/config.json",
+    ".config/openstack/clouds.yaml",
+    ".config/hcloud/cli.toml",
+    ".config/linode-cli",
+    ".config/scw/config.yaml",
+    ".supabase/access-token",
+    ".config/neonctl/credentials.json",
+    ".sentryclirc",
+    ".kaggle/kaggle.json",
     ".docker/config.json",
     ".dockercfg",
     ".config/containers/auth.json",
@@ -254,8 +264,20 @@ const STORE_FILES: &[&str] = &[
     ".config/composer/auth.json",
     ".composer/auth.json",
     ".pgpass",
+    ".pg_service.conf",
+    ".postgresql/postgresql.key",
     ".my.cnf",
     ".mylogin.cnf",
+    ".myclirc",
+    ".config/pgcli/config",
+    ".dbt/profiles.yml",
+    ".snowsql/config",
+    ".snowflake/connections.toml",
+    ".clickhouse-client/config.xml",
+    ".cassandra/cqlshrc",
+    ".mongodb/mongosh/mongosh_repl_history",
+    ".influxdbv2/configs",
+    ".sqlcmd/sqlconfig",
     ".bash_history",
     ".sh_history",
     ".zsh_history",
@@ -265,6 +287,8 @@ const STORE_FILES: &[&str] = &[
     ".node_repl_history",
     ".psql_history",
     ".mysql_history",
+    ".mycli-history",
+    ".dbshell",
     ".sqlite_history",
     ".rediscli_history",
     ".lesshst",
@@ -297,6 +321,11 @@ fn enforcing_kinds() -> Vec<&'static str> {
 /// with `HOME` set to `home`; returns what it wrote to `loot` (made
 /// beforehand: under Landlock a command cannot create root entries).
 fn run_script(kind: &str, home: &Path, script: &str) -> String {
+    run_script_with(kind, home, &[], script)
+}
+
+/// [`run_script`] with `env` set in loopbox's own environment as well.
+fn run_script_with(kind: &str, home: &Path, env: &[(&str, &Path)], script: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("loot"), "").unwrap();
     std::fs::write(
@@ -316,6 +345,7 @@ fn run_script(kind: &str, home: &Path, script: &str) -> String {
         .args(["-C", &dir.path().to_string_lossy(), "run", "leak.yaml"])
         .current_dir(dir.path())
         .env("HOME", home)
+        .envs(env.iter().copied())
         .env(
             "LOOPBOX_CACHE_DIR",
             std::env::temp_dir().join("loopbox-cli-test-cache"),
@@ -367,6 +397,53 @@ fn the_credential_stores_in_home_are_hidden_by_default() {
     );
     for kind in kinds {
         assert_eq!(run_script(kind, &h, &script), "visible\n", "{kind}: read");
+    }
+}
+
+/// libpq's client key and certificates (`~/.postgresql/`: the certificate
+/// login docs/scale.md recommends for the store) and the files `PGPASSFILE`,
+/// `PGSERVICEFILE` and `PGSSLKEY` name, wherever they are, are hidden from a
+/// granted `cat` under both sandboxes, as `~/.pgpass` is.
+#[test]
+fn a_granted_cat_of_libpqs_client_key_gets_nothing() {
+    let kinds = enforcing_kinds();
+    if kinds.is_empty() {
+        eprintln!("skipped: neither bwrap nor Landlock can be used here");
+        return;
+    }
+    // Not under /tmp, which bwrap replaces with a private one.
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let h = home.path().canonicalize().unwrap();
+    let elsewhere = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let e = elsewhere.path().canonicalize().unwrap();
+    std::fs::create_dir_all(h.join(".postgresql")).unwrap();
+    let files = [
+        h.join(".postgresql/postgresql.key"),
+        h.join(".postgresql/postgresql.crt"),
+        e.join("pgpass"),
+        e.join("pg_service.conf"),
+        e.join("client.key"),
+    ];
+    for f in &files {
+        std::fs::write(f, "SECRET\n").unwrap();
+    }
+    std::fs::write(e.join("notes.txt"), "visible\n").unwrap();
+    let env = [
+        ("PGPASSFILE", files[2].as_path()),
+        ("PGSERVICEFILE", files[3].as_path()),
+        ("PGSSLKEY", files[4].as_path()),
+    ];
+    let cats: String = files
+        .iter()
+        .chain([&e.join("notes.txt")])
+        .map(|f| format!("cat '{}' >> loot 2>/dev/null\n", f.display()))
+        .collect();
+    let read: Vec<(&str, String)> = kinds
+        .into_iter()
+        .map(|kind| (kind, run_script_with(kind, &h, &env, &cats)))
+        .collect();
+    for (kind, loot) in &read {
+        assert_eq!(loot, "visible\n", "{kind}: read; all: {read:?}");
     }
 }
 

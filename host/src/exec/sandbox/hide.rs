@@ -5,7 +5,9 @@
 //! prompt.
 //!
 //! - Credential stores in the home directory ([`SECRETS`]): keys, cloud and
-//!   cluster logins, registry and forge tokens, password stores, browsers.
+//!   cluster logins, database clients' passwords and keys, registry and forge
+//!   tokens, password stores, browsers; and the files loopbox's environment
+//!   names in their place ([`FILE_VARIABLES`]: `PGPASSFILE`, `KUBECONFIG`, ...).
 //! - For a policy's commands, also the agents' state ([`AGENT_STATE`] and the
 //!   configured agent's `agent.writable`): their logins and past sessions. The
 //!   agent itself keeps its own.
@@ -61,6 +63,16 @@ pub const SECRETS: &[&str] = &[
     ".config/configstore",
     ".cache/huggingface/token",
     ".huggingface/token",
+    ".bluemix",
+    ".aliyun",
+    ".config/openstack",
+    ".config/hcloud",
+    ".config/linode-cli",
+    ".config/scw",
+    ".supabase",
+    ".config/neonctl",
+    ".sentryclirc",
+    ".kaggle",
     // container registries
     ".docker",
     ".dockercfg",
@@ -91,10 +103,24 @@ pub const SECRETS: &[&str] = &[
     ".config/NuGet",
     ".config/composer/auth.json",
     ".composer/auth.json",
-    // databases
+    // databases: libpq's password and service files and its client keys and
+    // certificates, MySQL's option and login files, and the clients of
+    // warehouses and other servers that keep a password or a token
     ".pgpass",
+    ".pg_service.conf",
+    ".postgresql",
     ".my.cnf",
     ".mylogin.cnf",
+    ".myclirc",
+    ".config/pgcli",
+    ".dbt",
+    ".snowsql",
+    ".snowflake",
+    ".clickhouse-client",
+    ".cassandra",
+    ".mongodb",
+    ".influxdbv2",
+    ".sqlcmd",
     // histories
     ".bash_history",
     ".sh_history",
@@ -105,6 +131,8 @@ pub const SECRETS: &[&str] = &[
     ".node_repl_history",
     ".psql_history",
     ".mysql_history",
+    ".mycli-history",
+    ".dbshell",
     ".sqlite_history",
     ".rediscli_history",
     ".lesshst",
@@ -115,6 +143,39 @@ pub const SECRETS: &[&str] = &[
     ".config/BraveSoftware",
     ".config/microsoft-edge",
 ];
+
+/// Variables that name a credential file (or a directory of them) in place of
+/// one of [`SECRETS`]: what they name in loopbox's own environment is hidden
+/// as the default place is. libpq's password, service and client key files,
+/// MySQL's login file, the AWS, Google Cloud, Azure, boto and OCI clients'
+/// files, kubectl's (a `:`-separated list) and Docker's.
+pub const FILE_VARIABLES: &[&str] = &[
+    "PGPASSFILE",
+    "PGSERVICEFILE",
+    "PGSSLKEY",
+    "MYSQL_TEST_LOGIN_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "CLOUDSDK_CONFIG",
+    "AZURE_CONFIG_DIR",
+    "BOTO_CONFIG",
+    "OCI_CLI_CONFIG_FILE",
+    "KUBECONFIG",
+    "DOCKER_CONFIG",
+];
+
+/// The files [`FILE_VARIABLES`] name in loopbox's environment, relative ones
+/// taken from its working directory, as the clients do.
+pub fn named_by_variables() -> Vec<PathBuf> {
+    FILE_VARIABLES
+        .iter()
+        .filter_map(std::env::var_os)
+        .flat_map(|v| std::env::split_paths(&v).collect::<Vec<_>>())
+        .filter(|p| !p.as_os_str().is_empty())
+        .filter_map(|p| std::path::absolute(p).ok())
+        .collect()
+}
 
 /// Secrets outside any home directory, hidden from every child where this
 /// process can read them (as root; otherwise the kernel already refuses them,
@@ -274,6 +335,7 @@ impl Hidden {
             }
         }
         let mut extra: Vec<PathBuf> = system_secrets();
+        extra.extend(named_by_variables());
         extra.extend(shell.hide.iter().filter_map(path));
         Hidden {
             extra,
