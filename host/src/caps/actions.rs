@@ -33,7 +33,7 @@ use crate::exec::config::{AgentConfig, PromptTier, RunnerKind, ShellConfig};
 use crate::exec::confirm::{Answer, AskRequest, Confirm};
 use crate::exec::grants::{self, ExtraRules, Refusal, ShellGrants, Tier, show_argv};
 use crate::exec::process::{self, Finished, Spec};
-use crate::exec::sandbox::hide::Hidden;
+use crate::exec::sandbox::hide::{Hidden, outermost};
 use crate::exec::sandbox::{Confines, LazySandbox, Sandbox, protect};
 use crate::journal::{Journal, Step, codec};
 use crate::limits::meter::Meter;
@@ -170,6 +170,8 @@ impl ActionGrants {
         let env = shell
             .child_env(root)
             .with_host(&shell.pass_env, facts.host_env.clone());
+        // A server tenant's agent lives in its own home; its commands never see it.
+        let agent_env = env.clone().with_home(facts.home);
         let rules = ShellGrants::new(shell, extra, &env);
         // Everything loopbox will run or read again is protected: the config and
         // policy files, the agent program, and programs the rules name.
@@ -190,17 +192,23 @@ impl ActionGrants {
             own.extend(env.resolve_program(name, root));
         }
         let protected = protect::paths(root, &shell.writable, &own);
-        let hidden = Hidden::new(shell, root);
-        // Every profile's state is hidden from commands, as `[agent]`'s is.
-        let agent_state: Vec<PathBuf> =
-            agents().flat_map(|a| hidden.agent_state(Some(a))).collect();
+        let hidden = Hidden::with_home(shell, root, facts.home);
+        // Every profile's state is hidden from commands, as `[agent]`'s is, and
+        // so is the run's own home (the agent's logins), agent or none.
+        let agent_state: Vec<PathBuf> = agents()
+            .flat_map(|a| hidden.agent_state(Some(a)))
+            .chain(facts.home.map(Path::to_path_buf))
+            .collect();
         let confines = Confines {
             workspace: root.to_path_buf(),
             protected: protected.clone(),
             network: shell.network,
             unix_sockets: shell.unix_sockets,
             writable_outside: Vec::new(),
-            hidden: with_extra(hidden.for_commands(&agent_state), facts.hidden),
+            hidden: outermost(
+                with_extra(hidden.for_commands(&agent_state), facts.hidden),
+                &[root.to_path_buf()],
+            ),
             tmp_bytes: shell.tmp_bytes,
         };
         let restore = RestoreGrant::new(
@@ -220,7 +228,10 @@ impl ActionGrants {
                 protected,
                 network: true,
                 unix_sockets: false,
-                hidden: with_extra(hidden.for_agent(&writable_outside), facts.hidden),
+                hidden: outermost(
+                    with_extra(hidden.for_agent(&writable_outside), facts.hidden),
+                    &[&[root.to_path_buf()], &writable_outside[..]].concat(),
+                ),
                 writable_outside,
                 tmp_bytes: shell.tmp_bytes,
             };
@@ -230,7 +241,7 @@ impl ActionGrants {
             };
             AgentRunner::new(
                 a,
-                env.clone(),
+                agent_env.clone(),
                 facts.limits.output_bytes as usize,
                 facts.db.clone(),
                 Some(sandbox),

@@ -15,6 +15,7 @@
 mod access;
 mod bad_input;
 mod crash;
+mod homes;
 mod load;
 mod ops;
 mod pg_restart;
@@ -64,6 +65,8 @@ pub struct Srv {
     pub worker: Option<Child>,
     /// The server's component cache (`LOOPBOX_CACHE_DIR`).
     pub cache: PathBuf,
+    /// Variables set in the server's and its worker's environment (`HOME`).
+    pub env: Vec<(String, String)>,
 }
 
 /// `cmd` with `store` as its `LOOPBOX_STORE` (none: the data directory's file).
@@ -177,6 +180,7 @@ impl Srv {
             store: store.map(String::from),
             worker: None,
             cache: std::env::temp_dir().join("loopbox-cli-test-cache"),
+            env: Vec::new(),
         }
     }
 
@@ -206,6 +210,7 @@ impl Srv {
             .arg("--config")
             .arg(&self.config)
             .env("LOOPBOX_CACHE_DIR", &self.cache)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             // What the server's own environment holds never reaches a tenant's run.
             .env("SECRET_KEY", "the server's own key")
             .stdin(Stdio::null())
@@ -234,6 +239,7 @@ impl Srv {
     /// every process any test spawns meanwhile.
     pub fn spawn_worker_with(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
         let mut cmd = Command::new(BIN);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.envs(env.iter().copied());
         on_store(&mut cmd, self.store.as_deref());
         cmd.arg("worker")
