@@ -34,7 +34,7 @@ use crate::exec::confirm::{Answer, AskRequest, Confirm};
 use crate::exec::egress::{Egress, NetworkConfig};
 use crate::exec::grants::{self, ExtraRules, Refusal, ShellGrants, Tier, show_argv};
 use crate::exec::process::{self, Finished, Spec};
-use crate::exec::sandbox::hide::Hidden;
+use crate::exec::sandbox::hide::{Hidden, outermost};
 use crate::exec::sandbox::{Confines, LazySandbox, Sandbox, protect};
 use crate::journal::{Journal, Step, codec};
 use crate::limits::meter::Meter;
@@ -176,6 +176,8 @@ impl ActionGrants {
         let env = shell
             .child_env(root)
             .with_host(&shell.pass_env, facts.host_env.clone());
+        // A server tenant's agent lives in its own home; its commands never see it.
+        let agent_env = env.clone().with_home(facts.home);
         let rules = ShellGrants::new(shell, extra, &env);
         // Everything loopbox will run or read again is protected: the config and
         // policy files, the agent program, and programs the rules name.
@@ -198,10 +200,13 @@ impl ActionGrants {
             own.extend(env.resolve_program(name, root));
         }
         let protected = protect::paths(root, &shell.writable, &own);
-        let hidden = Hidden::new(shell, root);
-        // Every profile's state is hidden from commands, as `[agent]`'s is.
-        let agent_state: Vec<PathBuf> =
-            agents().flat_map(|a| hidden.agent_state(Some(a))).collect();
+        let hidden = Hidden::with_home(shell, root, facts.home);
+        // Every profile's state is hidden from commands, as `[agent]`'s is, and
+        // so is the run's own home (the agent's logins), agent or none.
+        let agent_state: Vec<PathBuf> = agents()
+            .flat_map(|a| hidden.agent_state(Some(a)))
+            .chain(facts.home.map(Path::to_path_buf))
+            .collect();
         let egress = egress(shell, network, agents(), facts)?;
         let confines = Confines {
             workspace: root.to_path_buf(),
@@ -209,7 +214,10 @@ impl ActionGrants {
             egress: egress.commands(),
             unix_sockets: shell.unix_sockets,
             writable_outside: Vec::new(),
-            hidden: with_extra(hidden.for_commands(&agent_state), facts.hidden),
+            hidden: outermost(
+                with_extra(hidden.for_commands(&agent_state), facts.hidden),
+                &[root.to_path_buf()],
+            ),
             tmp_bytes: shell.tmp_bytes,
         };
         let restore = RestoreGrant::new(
@@ -229,7 +237,10 @@ impl ActionGrants {
                 protected,
                 egress: egress.agent(),
                 unix_sockets: false,
-                hidden: with_extra(hidden.for_agent(&writable_outside), facts.hidden),
+                hidden: outermost(
+                    with_extra(hidden.for_agent(&writable_outside), facts.hidden),
+                    &[&[root.to_path_buf()], &writable_outside[..]].concat(),
+                ),
                 writable_outside,
                 tmp_bytes: shell.tmp_bytes,
             };
@@ -239,7 +250,7 @@ impl ActionGrants {
             };
             AgentRunner::new(
                 a,
-                env.clone(),
+                agent_env.clone(),
                 facts.limits.output_bytes as usize,
                 facts.db.clone(),
                 Some(sandbox),

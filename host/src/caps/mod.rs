@@ -54,6 +54,9 @@ pub struct RunFacts<'a> {
     /// Paths commands and the agent never see, besides the ones the config
     /// hides (on a server: the other tenants' roots, the server's data).
     pub hidden: &'a [PathBuf],
+    /// The run's own home (a server tenant's): the agent's `HOME` and where its
+    /// state lives, and where `~/` leads in its config. None: loopbox's `$HOME`.
+    pub home: Option<&'a Path>,
     /// A budget shared with other runs (a server tenant's quotas), if any.
     pub quota: Option<&'a Arc<dyn Quota>>,
     /// The run log, where the network proxy writes each connection.

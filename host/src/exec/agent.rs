@@ -299,6 +299,7 @@ impl AgentRunner {
         let (arg0, args) = (Some(argv[0].clone()), argv[1..].to_vec());
         let p = match &self.sandbox {
             Some(s) => {
+                moved_state(&s.confines.writable_outside).map_err(AgentError::Refused)?;
                 let with_open;
                 let confines = if req.protected.is_empty() {
                     &s.confines
@@ -347,6 +348,29 @@ impl AgentRunner {
             charge: self.charge(usage, req.model),
         })
     }
+}
+
+/// Refuse a turn when one of the agent's writable paths (resolved when the run
+/// began) now leads elsewhere: a link planted since, by the agent or a command,
+/// would have the sandbox bind what it points at writable.
+fn moved_state(writable: &[std::path::PathBuf]) -> Result<(), String> {
+    for p in writable {
+        if std::fs::symlink_metadata(p).is_err() {
+            continue;
+        }
+        match p.canonicalize() {
+            Ok(real) if &real == p => {}
+            Ok(real) => {
+                return Err(format!(
+                    "the agent's writable `{}` leads to `{}` since the run started, and a link is never followed there; remove the link and resume",
+                    p.display(),
+                    real.display()
+                ));
+            }
+            Err(e) => return Err(format!("the agent's writable `{}`: {e}", p.display())),
+        }
+    }
+    Ok(())
 }
 
 /// What one chat-completions exchange is sent with: the runner's section, where

@@ -12,6 +12,8 @@ pub struct ChildEnv {
     path: String,
     passed: Vec<(String, String)>,
     host: HostEnv,
+    /// `HOME`, whatever `pass_env` says: a server tenant's agent's own home.
+    home: Option<PathBuf>,
 }
 
 /// Where `pass_env` finds "the host's variables": loopbox's own environment,
@@ -51,19 +53,34 @@ impl ChildEnv {
             path: path.to_string(),
             passed,
             host,
+            home: None,
         }
     }
 
     /// The same root and `PATH`, with the host variables named in `pass_env`
     /// instead (the agent's own, `agent.pass_env`).
     pub fn with_pass_env(&self, pass_env: &[String]) -> ChildEnv {
-        ChildEnv::from_host(&self.path, pass_env, &self.root, self.host.clone())
+        ChildEnv {
+            home: self.home.clone(),
+            ..ChildEnv::from_host(&self.path, pass_env, &self.root, self.host.clone())
+        }
+    }
+
+    /// The same, with `HOME` set to `home` whatever `pass_env` passes.
+    pub fn with_home(self, home: Option<&Path>) -> ChildEnv {
+        ChildEnv {
+            home: home.map(Path::to_path_buf),
+            ..self
+        }
     }
 
     /// The same, with `pass_env`'s values read from `host` instead of loopbox's
     /// own environment.
     pub fn with_host(&self, pass_env: &[String], host: HostEnv) -> ChildEnv {
-        ChildEnv::from_host(&self.path, pass_env, &self.root, host)
+        ChildEnv {
+            home: self.home.clone(),
+            ..ChildEnv::from_host(&self.path, pass_env, &self.root, host)
+        }
     }
 
     /// Where this environment's host variables come from.
@@ -84,13 +101,18 @@ impl ChildEnv {
         &self.path
     }
 
-    /// The full environment of a child: PATH, passed variables, then `extra`.
+    /// The full environment of a child: PATH, passed variables, `HOME` when
+    /// set ([`ChildEnv::with_home`]), then `extra`.
     pub fn vars(&self, extra: &[(String, String)]) -> Vec<(String, String)> {
         let mut vars = vec![("PATH".to_string(), self.path.clone())];
         vars.extend(self.passed.iter().cloned());
-        for (k, v) in extra {
-            vars.retain(|(existing, _)| existing != k);
-            vars.push((k.clone(), v.clone()));
+        let home = self
+            .home
+            .iter()
+            .map(|h| ("HOME".to_string(), h.display().to_string()));
+        for (k, v) in home.chain(extra.iter().cloned()) {
+            vars.retain(|(existing, _)| *existing != k);
+            vars.push((k, v));
         }
         vars
     }

@@ -321,6 +321,8 @@ pub struct Prepared<'a> {
 pub struct RunExtras {
     pub host_env: crate::exec::child_env::HostEnv,
     pub hidden: Vec<PathBuf>,
+    /// The run's own home: a server tenant's.
+    pub home: Option<PathBuf>,
     pub quota: Option<Arc<dyn crate::limits::quota::Quota>>,
 }
 
@@ -416,6 +418,7 @@ impl Prepared<'_> {
             bash_scripts: yaml_loop,
             host_env: self.extras.host_env.clone(),
             hidden: self.extras.hidden.clone(),
+            home: self.extras.home.clone(),
             quota: self.extras.quota.clone(),
         };
         RunContext::with_access(

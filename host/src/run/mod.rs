@@ -72,6 +72,8 @@ pub struct Access {
     /// Paths commands and the agent never see besides those the config hides
     /// (a server's: the other tenants' roots, its data directory).
     pub hidden: Vec<PathBuf>,
+    /// The run's own home (a server tenant's, see [`crate::caps::RunFacts::home`]).
+    pub home: Option<PathBuf>,
     /// A budget the run shares with others (a server tenant's quotas).
     pub quota: Option<Arc<dyn Quota>>,
 }
@@ -86,6 +88,7 @@ impl Default for Access {
             bash_scripts: false,
             host_env: HostEnv::Process,
             hidden: Vec::new(),
+            home: None,
             quota: None,
         }
     }
@@ -166,6 +169,7 @@ impl RunContext {
             limits: &config.limits,
             host_env: &access.host_env,
             hidden: &access.hidden,
+            home: access.home.as_deref(),
             quota: access.quota.as_ref(),
             log: &log,
         };

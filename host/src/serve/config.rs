@@ -1,8 +1,8 @@
 //! `loopbox-server.toml`: the server's own config. `[server]` (where it
 //! listens, its data directory, how many runs it drives at once, the bounds of
 //! a request), `[engine]` (the one Wasm engine every run shares), and one
-//! `[tenants.NAME]` per tenant: its workspace roots, its quotas, and the agent
-//! credentials its `agent.pass_env` may name.
+//! `[tenants.NAME]` per tenant: its workspace roots, its agent's home, its
+//! quotas, and the agent credentials its `agent.pass_env` may name.
 //!
 //! Unknown keys are errors (serde's `deny_unknown_fields`) and every error
 //! names the file and the line: toml's own errors carry it, and the checks
@@ -105,6 +105,17 @@ pub struct TenantConfig {
     /// The directories the tenant's runs may act in (a run's workspace is one of
     /// them or below one). Absolute, or relative to the config file.
     pub roots: Vec<PathBuf>,
+    /// The home of the tenant's agent: its `HOME`, where its state (`~/.claude`,
+    /// `~/.codex`, ...) lives and where `~/` leads in the tenant's config.
+    /// Absent: `DATA/tenants/NAME/home`. Made (mode 0700) when missing.
+    #[serde(default)]
+    pub home: Option<PathBuf>,
+    /// Directories outside the tenant's roots and home that its config may
+    /// still name in `agent.writable` and run its agent from (a shared cache,
+    /// an agent installed in the server user's home): what the operator gives,
+    /// which the tenant's own config cannot.
+    #[serde(default)]
+    pub agent_paths: Vec<PathBuf>,
     /// The tenant's runs driven at once.
     #[serde(default = "default_tenant_running")]
     pub max_running: u32,
@@ -193,6 +204,10 @@ impl ServerConfig {
         }
         for t in config.tenants.values_mut() {
             t.roots.iter_mut().for_each(absolute);
+            t.agent_paths.iter_mut().for_each(absolute);
+            if let Some(h) = t.home.as_mut() {
+                absolute(h);
+            }
             if let Some(f) = t.env_file.as_mut() {
                 absolute(f);
             }

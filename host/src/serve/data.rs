@@ -128,6 +128,47 @@ impl DataDir {
     }
 }
 
+/// Open the private directory at `path` (`what` names it in errors), creating
+/// it (mode 0700) when missing; canonical. Refused: one that is not a
+/// directory, is another user's, or that others can read or write.
+pub fn private_dir(path: &Path, what: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::symlink_metadata(path).is_err() {
+        crate::files::create_private_dir(path)
+            .with_context(|| format!("failed to create {what} `{}`", path.display()))?;
+    }
+    let real = path
+        .canonicalize()
+        .with_context(|| format!("{what} `{}` cannot be used", path.display()))?;
+    let meta = std::fs::metadata(&real)
+        .with_context(|| format!("{what} `{}` cannot be used", real.display()))?;
+    if !meta.is_dir() {
+        bail!(
+            "{what} `{}` is {}, not a directory",
+            real.display(),
+            crate::files::describe(meta.file_type())
+        );
+    }
+    // SAFETY: getuid(2) cannot fail.
+    let me = unsafe { libc::getuid() };
+    if meta.uid() != me {
+        bail!(
+            "{what} `{}` belongs to uid {}, not to this user (uid {me}): the server uses only a directory of its own",
+            real.display(),
+            meta.uid()
+        );
+    }
+    if meta.mode() & 0o077 != 0 {
+        bail!(
+            "{what} `{}` is mode {:04o}: it holds logins, so no one else may read or write it; `chmod 700 {}`",
+            real.display(),
+            meta.mode() & 0o7777,
+            real.display()
+        );
+    }
+    Ok(real)
+}
+
 /// `path` with its longest existing ancestor resolved (links and all), the
 /// rest appended as written: where a directory made there would really be.
 pub fn resolved(path: &Path) -> PathBuf {

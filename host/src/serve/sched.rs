@@ -456,6 +456,7 @@ pub(super) async fn drive_with(
     prepared.extras = RunExtras {
         host_env: HostEnv::Given(Arc::new(tenant.env.clone())),
         hidden: tenant.hidden.clone(),
+        home: Some(tenant.home.clone()),
         quota: server
             .quotas
             .get(&tenant.name)

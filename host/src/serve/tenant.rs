@@ -1,6 +1,14 @@
-//! Tenants: each one's canonical workspace roots, its quotas, its agent
-//! credentials, and what its runs must never see (the other tenants' roots and
-//! the data directory).
+//! Tenants: each one's canonical workspace roots, its agent's home, its
+//! quotas, its agent credentials, and what its runs must never see (the other
+//! tenants' roots and homes, and the data directory).
+//!
+//! A tenant's agent keeps its state (`~/.claude`, `~/.claude.json`, `~/.codex`,
+//! `~/.gemini`) in a home of its own, `DATA/tenants/NAME/home` or the
+//! operator's `tenants.NAME.home`: its `HOME`, and where `~/` leads in the
+//! tenant's config. Never the server user's, whose agents' hooks and logins
+//! would otherwise be every tenant's. A tenant's config names writable paths
+//! and agent programs only inside its roots and that home, or in what the
+//! operator's `tenants.NAME.agent_paths` adds.
 //!
 //! A run's workspace is resolved here: the path a caller gives is canonicalized
 //! (links followed) and must then lie inside one of the tenant's roots, so a
@@ -16,12 +24,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 
 use super::config::{ServerConfig, TenantConfig, read_env_file};
-use super::data::within;
-
-/// What the agent presets write in the server user's home (`agent.writable`
-/// of `claude`, `codex` and `gemini`, see `exec::config`): the only entries of
-/// an agent's writable state outside its roots a tenant's config may name.
-const PRESET_STATE: [&str; 4] = ["~/.claude", "~/.claude.json", "~/.codex", "~/.gemini"];
+use super::data::{resolved, within};
 
 /// One tenant, as the server config made it.
 #[derive(Debug)]
@@ -39,6 +42,11 @@ pub struct Tenant {
     /// agent turns may spend in any 24 hours.
     pub max_cost_usd_per_day: Option<f64>,
     pub max_tokens_per_day: Option<u64>,
+    /// Its agent's home: canonical, this user's, mode 0700.
+    pub home: PathBuf,
+    /// `tenants.NAME.agent_paths`, canonical: what its config may name besides
+    /// its roots and home.
+    pub agent_paths: Vec<PathBuf>,
     /// Agent credentials: `env`, then the `env_file`'s (which win).
     pub env: BTreeMap<String, String>,
     /// What the tenant's commands and agent never see: `theirs`, the server's
@@ -92,11 +100,12 @@ impl Tenants {
     pub fn load(config: &ServerConfig, data: &Path, file: Option<&Path>) -> Result<Tenants> {
         let all = roots(config)?;
         let server_files = server_files(config, file);
+        let homes = homes(config, data, &all, &server_files)?;
         let mut map = BTreeMap::new();
         for (name, t) in &config.tenants {
             map.insert(
                 name.clone(),
-                Arc::new(tenant(name, t, &all, data, &server_files)?),
+                Arc::new(tenant(name, t, &all, &homes, data, &server_files)?),
             );
         }
         Ok(Tenants { map })
@@ -156,10 +165,76 @@ fn server_files(config: &ServerConfig, file: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
+/// Each tenant's agent home: `tenants.NAME.home`, else
+/// `DATA/tenants/NAME/home`; made (0700) when missing. Refused: an operator's
+/// home inside the data directory, one that is or holds the server user's home,
+/// the data directory or the server's config, and one that overlaps another
+/// tenant's root or home (whose commands or agent would write its state).
+fn homes(
+    config: &ServerConfig,
+    data: &Path,
+    roots: &[(String, PathBuf)],
+    server_files: &[PathBuf],
+) -> Result<Vec<(String, PathBuf)>> {
+    let users = crate::exec::sandbox::hide::user_homes();
+    let mut out: Vec<(String, PathBuf)> = Vec::new();
+    for (name, t) in &config.tenants {
+        let key = format!("tenants.{name}.home");
+        let path = match &t.home {
+            Some(h) if within(&resolved(h), data) => bail!(
+                "{key}: `{}` is inside the data directory `{}`; leave {key} out for `DATA/tenants/{name}/home`, or name a directory outside it",
+                h.display(),
+                data.display()
+            ),
+            Some(h) => h.clone(),
+            None => data.join("tenants").join(name).join("home"),
+        };
+        let real = resolved(&path);
+        if let Some(u) = users.iter().find(|u| within(u, &real)) {
+            bail!(
+                "{key}: `{}` is or holds `{}`, the server user's home, whose agents' state the tenant's agent would write; name a directory of the tenant's own",
+                real.display(),
+                u.display()
+            );
+        }
+        if let Some(f) = [data.to_path_buf()]
+            .iter()
+            .chain(server_files)
+            .find(|f| within(&resolved(f), &real))
+        {
+            bail!(
+                "{key}: `{}` holds `{}`, the server's own (its data or its config), which the tenant's agent would write; name a directory of the tenant's own",
+                real.display(),
+                f.display()
+            );
+        }
+        let overlaps = |p: &Path| within(&real, p) || within(p, &real);
+        if let Some((other, r)) = roots.iter().find(|(o, r)| o != name && overlaps(r)) {
+            bail!(
+                "{key}: `{}` overlaps `{}`, a root of tenant `{other}`, whose commands would write this tenant's agent's state; name a directory apart",
+                real.display(),
+                r.display()
+            );
+        }
+        if let Some((other, h)) = out.iter().find(|(_, h)| overlaps(h)) {
+            bail!(
+                "{key}: `{}` overlaps `{}`, the home of tenant `{other}`; give each tenant a home of its own",
+                real.display(),
+                h.display()
+            );
+        }
+        let home = super::data::private_dir(&path, &format!("tenant `{name}`'s home"))
+            .with_context(|| key.clone())?;
+        out.push((name.clone(), home));
+    }
+    Ok(out)
+}
+
 fn tenant(
     name: &str,
     t: &TenantConfig,
     all: &[(String, PathBuf)],
+    homes: &[(String, PathBuf)],
     data: &Path,
     server_files: &[PathBuf],
 ) -> Result<Tenant> {
@@ -167,10 +242,46 @@ fn tenant(
     if let Some(f) = &t.env_file {
         env.extend(read_env_file(f).with_context(|| format!("tenants.{name}.env_file"))?);
     }
+    let home = homes
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, h)| h.clone())
+        .context("a tenant without a home")?;
+    let mut agent_paths = Vec::new();
+    for p in &t.agent_paths {
+        let key = format!("tenants.{name}.agent_paths");
+        let real = p
+            .canonicalize()
+            .with_context(|| format!("{key}: `{}` cannot be used", p.display()))?;
+        if within(data, &real) || within(&real, data) {
+            bail!(
+                "{key}: `{}` is or holds the data directory `{}` (every tenant's runs, the tokens): remove it",
+                p.display(),
+                data.display()
+            );
+        }
+        if let Some((other, r)) = all
+            .iter()
+            .find(|(o, r)| o != name && (within(&real, r) || within(r, &real)))
+        {
+            bail!(
+                "{key}: `{}` overlaps `{}`, a root of tenant `{other}`: remove it",
+                p.display(),
+                r.display()
+            );
+        }
+        agent_paths.push(real);
+    }
+    // Other tenants' homes the operator put outside the data directory.
+    let their_homes = homes
+        .iter()
+        .filter(|(other, h)| other != name && !within(h, data))
+        .map(|(_, h)| h.clone());
     let theirs: Vec<PathBuf> = all
         .iter()
         .filter(|(other, _)| other != name)
         .map(|(_, r)| r.clone())
+        .chain(their_homes)
         .chain([data.to_path_buf()])
         .collect();
     let hidden = theirs.iter().chain(server_files).cloned().collect();
@@ -188,6 +299,8 @@ fn tenant(
         agent_turns_per_day: t.agent_turns_per_day,
         max_cost_usd_per_day: t.max_cost_usd_per_day,
         max_tokens_per_day: t.max_tokens_per_day,
+        home,
+        agent_paths,
         env,
         hidden,
         theirs,
@@ -294,34 +407,67 @@ impl Tenant {
             }
         }
         // The agent's writable state is bound into its sandbox over everything
-        // hidden: outside the tenant's roots, only what the presets write.
-        let agents =
-            config
-                .agent
-                .iter()
-                .map(|a| ("agent".to_string(), a))
-                .chain(
-                    config
-                        .profiles
-                        .iter()
-                        .map(|(n, a)| (format!("agents.{n}"), a)),
-                )
-                .chain(config.policies.iter().filter_map(|(n, e)| {
-                    e.agent.as_ref().map(|a| (format!("policies.{n}.agent"), a))
-                }));
-        for (section, a) in agents {
+        // hidden, and its program too (read-only, as protected): only inside
+        // the tenant's roots, its home, and what the operator adds.
+        // Each with the `shell.path` its runs look for the program through.
+        let top = || config.shell.path.clone();
+        let agents = config
+            .agent
+            .iter()
+            .map(|a| ("agent".to_string(), a, top()))
+            .chain(
+                config
+                    .profiles
+                    .iter()
+                    .map(|(n, a)| (format!("agents.{n}"), a, top())),
+            )
+            .chain(config.policies.iter().filter_map(|(n, e)| {
+                let path = config
+                    .scoped(n)
+                    .map_or_else(|_| e.shell.path.clone(), |c| c.shell.path);
+                e.agent
+                    .as_ref()
+                    .map(|a| (format!("policies.{n}.agent"), a, path))
+            }));
+        for (section, a, path) in agents {
             for p in a.writable.iter().flatten() {
                 self.check_agent_writable(p)
                     .with_context(|| format!("{section}.writable: `{}`", crate::ui::one_line(p)))?;
+            }
+            if a.runner != crate::exec::config::RunnerKind::Openai
+                && let Some(program) = a.command.first()
+            {
+                self.check_agent_program(program, &path)
+                    .with_context(|| format!("{section}.command"))?;
             }
         }
         Ok(())
     }
 
-    /// One `agent.writable` entry on a shared server: a preset's own state in
-    /// the server user's home, or a path inside one of the tenant's roots. Any
-    /// other (`/etc`, another tenant's root, the data directory) would be bound
-    /// writable into the tenant's agent's sandbox, over what it hides.
+    /// Where the tenant's config may name agent state and programs: its roots,
+    /// its home and `agent_paths`, canonical.
+    fn own_places(&self) -> impl Iterator<Item = &PathBuf> {
+        self.roots
+            .iter()
+            .chain([&self.home])
+            .chain(&self.agent_paths)
+    }
+
+    fn places_list(&self) -> String {
+        format!(
+            "tenant `{}`'s roots ({}) and its home ({})",
+            self.name,
+            self.roots_list(),
+            self.home.display()
+        )
+    }
+
+    /// One `agent.writable` entry on a shared server: `~/NAME` (in the
+    /// tenant's home), or a path inside its roots or `agent_paths`, where it
+    /// really is (links followed, so a link the agent planted in its home
+    /// leads nowhere else). Any other (`/etc`, the server user's `~/.claude`,
+    /// another tenant's root, the data directory) would be bound writable into
+    /// the tenant's agent's sandbox, over what it hides.
     fn check_agent_writable(&self, entry: &str) -> Result<()> {
         if Path::new(entry)
             .components()
@@ -329,26 +475,61 @@ impl Tenant {
         {
             bail!("a `..` part could lead anywhere; name the directory itself");
         }
-        if entry.starts_with("~/") {
-            if PRESET_STATE.contains(&entry) {
-                return Ok(());
-            }
-            bail!(
-                "on a shared server the agent may write in the server user's home only what the presets do ({}); give it a directory inside tenant `{}`'s roots ({}) instead",
-                PRESET_STATE.join(", "),
-                self.name,
-                self.roots_list()
-            );
-        }
-        let real = super::data::resolved(Path::new(entry));
-        if self.roots.iter().any(|r| within(&real, r)) {
+        let path = match entry.strip_prefix("~/") {
+            Some(rest) => self.home.join(rest),
+            None => PathBuf::from(entry),
+        };
+        let real = resolved(&path);
+        if self.own_places().any(|r| within(&real, r)) {
             return Ok(());
         }
+        let really = if real == path {
+            String::new()
+        } else {
+            format!(" (really `{}`)", real.display())
+        };
         bail!(
-            "`{}` is outside tenant `{}`'s roots ({}): the agent of a shared server's tenant writes only there (and in the presets' own state)",
-            real.display(),
-            self.name,
-            self.roots_list()
+            "it is{really} outside {}: on a shared server a tenant's agent writes only there. Write `~/NAME` for state in its home, or a directory inside its roots; the server config's tenants.{}.agent_paths can add a directory",
+            self.places_list(),
+            self.name
+        )
+    }
+
+    /// An agent's program on a shared server, as the run would find it
+    /// (`shell.path` for a bare name), links followed: it is bound read-only
+    /// over what the sandbox hides. Inside the tenant's roots, its home or
+    /// `agent_paths`, or outside every place the tenant never sees: the server
+    /// user's home, another tenant's root or home, the server's data and files.
+    /// A program not found is left to the run, which fails naming it.
+    fn check_agent_program(&self, program: &str, path: &str) -> Result<()> {
+        let found = if program.starts_with('/') {
+            Some(PathBuf::from(program))
+        } else if program.contains('/') {
+            // Relative to the workspace, inside a root.
+            None
+        } else {
+            crate::exec::child_env::ChildEnv::new(path, &[], &self.roots[0])
+                .resolve_program(program, &self.roots[0])
+        };
+        let Some(found) = found else { return Ok(()) };
+        let real = resolved(&found);
+        if self.own_places().any(|r| within(&real, r)) {
+            return Ok(());
+        }
+        let users = crate::exec::sandbox::hide::user_homes();
+        let Some(place) = users.iter().chain(&self.hidden).find(|h| within(&real, h)) else {
+            return Ok(());
+        };
+        let shown = if found == real {
+            format!("`{}`", found.display())
+        } else {
+            format!("`{}` (really `{}`)", found.display(), real.display())
+        };
+        bail!(
+            "the program {shown} lies in `{}` (the server user's home, another tenant's, or the server's own), outside {}: install the agent outside every home (`/usr/local/bin`), or inside the tenant's roots or home; the server config's tenants.{}.agent_paths can add its directory",
+            place.display(),
+            self.places_list(),
+            self.name
         )
     }
 

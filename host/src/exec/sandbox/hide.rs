@@ -263,6 +263,31 @@ fn account_home() -> Option<PathBuf> {
     (dir.is_absolute() && dir != Path::new("/")).then_some(dir)
 }
 
+/// Where `p` really is: canonical, or, when it is missing, its directory's
+/// canonical path and its name (a state directory the agent makes later).
+fn real_path(p: &Path) -> Option<PathBuf> {
+    p.canonicalize().ok().or_else(|| {
+        let dir = p.parent()?.canonicalize().ok()?;
+        Some(dir.join(p.file_name()?))
+    })
+}
+
+/// This user's home directories, canonical: `$HOME` and the account's home in
+/// the user database (never `/`). A server tenant's agent runs from neither.
+pub fn user_homes() -> Vec<PathBuf> {
+    let env = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let mut out: Vec<PathBuf> = Vec::new();
+    for h in env.into_iter().chain(account_home()) {
+        let h = h.canonicalize().unwrap_or(h);
+        if h != Path::new("/") && !out.contains(&h) {
+            out.push(h);
+        }
+    }
+    out
+}
+
 /// Agents' state under the home directory: logins and session transcripts.
 /// Hidden from a policy's commands; the agent keeps its own (`agent.writable`).
 pub const AGENT_STATE: &[&str] = &[
@@ -301,13 +326,33 @@ pub fn paths(
     out
 }
 
+/// `hidden` without the paths inside another of them, unless one of `bound`
+/// (what the sandbox binds back: the workspace, the agent's state) lies
+/// between: the outer cover hides them already, and bwrap cannot cover a path
+/// inside a cover (a server tenant's home, inside the hidden data directory).
+pub fn outermost(hidden: Vec<PathBuf>, bound: &[PathBuf]) -> Vec<PathBuf> {
+    let covered = |y: &PathBuf| {
+        hidden.iter().any(|x| {
+            x != y
+                && y.starts_with(x)
+                && !bound.iter().any(|b| b.starts_with(x) && y.starts_with(b))
+        })
+    };
+    hidden.iter().filter(|y| !covered(y)).cloned().collect()
+}
+
 /// What the sandbox hides from one run's children, from `[shell]`, `$HOME`,
 /// the user's home in the user database (root's `/root` when `$HOME` points
 /// elsewhere) and the readable [`system_secrets`].
 pub struct Hidden {
+    /// Where `~/` leads: the run's own home, else `$HOME`.
     home: Option<PathBuf>,
-    /// `$HOME`, then the account's home when it is another directory.
+    /// `$HOME`, then the account's home when it is another directory, then
+    /// the run's own home.
     homes: Vec<PathBuf>,
+    /// Whether the run has a home of its own (a server tenant's): then the
+    /// user's agents' state is not its agent's, and is hidden from it too.
+    own_home: bool,
     extra: Vec<PathBuf>,
     reveal: Vec<PathBuf>,
     root: PathBuf,
@@ -316,9 +361,21 @@ pub struct Hidden {
 impl Hidden {
     /// `root` is the canonical workspace.
     pub fn new(shell: &crate::exec::config::ShellConfig, root: &Path) -> Hidden {
-        let home = std::env::var_os("HOME")
+        Hidden::with_home(shell, root, None)
+    }
+
+    /// As [`Hidden::new`] for a run whose `~/` is `own_home` (a server
+    /// tenant's), not loopbox's `$HOME`, whose credential stores and agent
+    /// state stay hidden all the same.
+    pub fn with_home(
+        shell: &crate::exec::config::ShellConfig,
+        root: &Path,
+        own_home: Option<&Path>,
+    ) -> Hidden {
+        let user_home = std::env::var_os("HOME")
             .filter(|h| !h.is_empty())
             .map(PathBuf::from);
+        let home = own_home.map(Path::to_path_buf).or(user_home.clone());
         // `~/x` in the home directory, `/x` as it is, anything else in the workspace.
         let path = |p: &String| match p.strip_prefix('~') {
             Some(rest) if rest.is_empty() || rest.starts_with('/') => {
@@ -326,12 +383,15 @@ impl Hidden {
             }
             _ => Some(root.join(p)),
         };
-        let mut homes: Vec<PathBuf> = home.iter().cloned().collect();
-        if let Some(account) = account_home() {
+        let mut homes: Vec<PathBuf> = user_home.into_iter().collect();
+        for other in account_home()
+            .into_iter()
+            .chain(own_home.map(Path::to_path_buf))
+        {
             let same =
-                |h: &PathBuf| h == &account || h.canonicalize().ok() == account.canonicalize().ok();
+                |h: &PathBuf| h == &other || h.canonicalize().ok() == other.canonicalize().ok();
             if !homes.iter().any(same) {
-                homes.push(account);
+                homes.push(other);
             }
         }
         let mut extra: Vec<PathBuf> = system_secrets();
@@ -342,20 +402,29 @@ impl Hidden {
             reveal: shell.reveal.iter().filter_map(path).collect(),
             home,
             homes,
+            own_home: own_home.is_some(),
             root: root.to_path_buf(),
         }
     }
 
     /// The agent's own state outside the workspace: its `agent.writable`, `~/`
-    /// expanded (the config checked each is absolute or starts with `~/`).
+    /// expanded (the config checked each is absolute or starts with `~/`), links
+    /// resolved: what a sandbox binds is where a link led when the run began,
+    /// and the agent runner refuses a turn once that changed (a link planted
+    /// since). A run with a home of its own gets all of that home too.
     pub fn agent_state(&self, agent: Option<&crate::exec::config::AgentConfig>) -> Vec<PathBuf> {
         let writable = agent.into_iter().flat_map(|a| a.writable.iter().flatten());
-        writable
+        let own_home = self.home.iter().filter(|_| self.own_home).cloned();
+        let mut out: Vec<PathBuf> = writable
             .filter_map(|p| match p.strip_prefix("~/") {
                 Some(rest) => self.home.as_ref().map(|h| h.join(rest)),
                 None => Some(PathBuf::from(p)),
             })
-            .collect()
+            .chain(own_home)
+            .map(|p| real_path(&p).unwrap_or(p))
+            .collect();
+        out.dedup();
+        out
     }
 
     /// For a policy's commands: the credential stores, every agent's state
@@ -366,8 +435,14 @@ impl Hidden {
         self.paths(&names, &extra, &[])
     }
 
-    /// For the agent: the credential stores and `shell.hide`, not its own state.
+    /// For the agent: the credential stores and `shell.hide`, not its own
+    /// state. The agent of a run with a home of its own keeps its state there,
+    /// and the user's agents' state (their logins, their hooks) is hidden from it.
     pub fn for_agent(&self, own_state: &[PathBuf]) -> Vec<PathBuf> {
+        if self.own_home {
+            let names: Vec<&str> = SECRETS.iter().chain(AGENT_STATE).copied().collect();
+            return self.paths(&names, &self.extra, own_state);
+        }
         self.paths(SECRETS, &self.extra, own_state)
     }
 
@@ -431,5 +506,26 @@ mod tests {
         assert_eq!(got, vec![home.join(".netrc"), home.join(".ssh")]);
         assert!(paths(&[], SECRETS, &[], &[], &[]).is_empty());
         assert!(paths(&[], &[], &[PathBuf::from("/")], &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn a_path_inside_a_cover_is_dropped_unless_something_between_is_bound_back() {
+        let p = |s: &str| PathBuf::from(s);
+        let hidden = vec![
+            p("/data"),
+            p("/data/t/home"),
+            p("/h/.ssh"),
+            p("/data/t/home/.ssh"),
+        ];
+        assert_eq!(outermost(hidden.clone(), &[]), [p("/data"), p("/h/.ssh")]);
+        assert_eq!(
+            outermost(hidden, &[p("/data/t/home")]),
+            [
+                p("/data"),
+                p("/data/t/home"),
+                p("/h/.ssh"),
+                p("/data/t/home/.ssh")
+            ]
+        );
     }
 }

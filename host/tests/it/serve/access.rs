@@ -346,8 +346,13 @@ fn a_tenants_agent_gets_the_tenants_credentials_never_the_servers() {
         .to_string();
     assert!(out.starts_with("key=creds' own key "), "{v:#}");
     assert!(!out.contains("server's own"), "{out}");
-    // No HOME in the tenant's env: the agent gets none, not the server's.
-    assert!(out.contains(" home= "), "{out}");
+    // Its HOME is the tenant's own home, never the server user's.
+    let home = srv
+        .dir
+        .join("data/tenants/creds/home")
+        .canonicalize()
+        .unwrap();
+    assert!(out.contains(&format!(" home={} ", home.display())), "{out}");
     // Nor does it see another tenant's root.
     assert!(out.trim_end().ends_with("beta=hidden"), "{out}");
 }

@@ -16,6 +16,7 @@ mod access;
 mod bad_input;
 mod config_edit;
 mod crash;
+mod homes;
 mod leftovers;
 mod load;
 mod ops;
@@ -69,7 +70,7 @@ pub struct Srv {
     /// The server's component cache (`LOOPBOX_CACHE_DIR`).
     pub cache: PathBuf,
     /// Variables set in the server's and its worker's environment only (a
-    /// fault to inject), never in this test process's.
+    /// fault to inject, `HOME`), never in this test process's.
     pub env: Vec<(String, String)>,
 }
 
@@ -210,11 +211,11 @@ impl Srv {
     pub fn start(&mut self) {
         let mut cmd = Command::new(BIN);
         on_store(&mut cmd, self.store.as_deref());
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.arg("serve")
             .arg("--config")
             .arg(&self.config)
             .env("LOOPBOX_CACHE_DIR", &self.cache)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             // What the server's own environment holds never reaches a tenant's run.
             .env("SECRET_KEY", "the server's own key")
             .stdin(Stdio::null())
