@@ -460,12 +460,6 @@ impl Config {
         self.network
             .check(&self.shell.sibling("network"))
             .map_err(anyhow::Error::msg)?;
-        if !self.network.ask.is_empty() {
-            bail!(
-                "`{}.ask` is not supported yet: move its destinations to `allow` or `deny`",
-                self.shell.sibling("network")
-            );
-        }
         if let Some(agent) = &self.agent {
             agent.validate(&self.shell.unsafe_env)?;
         }

@@ -207,7 +207,7 @@ impl ActionGrants {
             .flat_map(|a| hidden.agent_state(Some(a)))
             .chain(facts.home.map(Path::to_path_buf))
             .collect();
-        let egress = egress(shell, network, agents(), facts)?;
+        let egress = egress(shell, network, agents(), facts, confirm.clone())?;
         let confines = Confines {
             workspace: root.to_path_buf(),
             protected: protected.clone(),
@@ -327,6 +327,7 @@ fn egress<'a>(
     network: &NetworkConfig,
     agents: impl Iterator<Item = &'a AgentConfig>,
     facts: &RunFacts,
+    confirm: Arc<dyn Confirm>,
 ) -> Result<Arc<Egress>> {
     let section = shell.sibling("network");
     let mut commands = Vec::new();
@@ -355,7 +356,9 @@ fn egress<'a>(
         &commands,
         &agent,
         facts.log.clone(),
-        Vec::new(),
+        Some((facts.db.clone(), facts.run.to_string())),
+        facts.guarded.map(<[_]>::to_vec),
+        Some(confirm),
     )
     .map_err(anyhow::Error::msg)
 }

@@ -61,4 +61,8 @@ pub struct RunFacts<'a> {
     pub quota: Option<&'a Arc<dyn Quota>>,
     /// The run log, where the network proxy writes each connection.
     pub log: &'a crate::runlog::RunLog,
+    /// On a server: addresses the proxy never connects to (its own listen
+    /// address, its store's), and no private address a tenant's rule names.
+    /// None on the CLI.
+    pub guarded: Option<&'a [std::net::IpAddr]>,
 }

@@ -16,6 +16,7 @@ mod events;
 mod journal;
 pub mod lease;
 pub mod lock;
+pub mod network;
 pub mod pool;
 pub mod quota;
 mod runs;

@@ -6,7 +6,7 @@ use rusqlite::Connection;
 
 use super::engine::{Conn, Engine};
 
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// The oldest schema whose tables this loopbox can read as they are: a
 /// read-only command reads such a store without upgrading it, so it needs no
@@ -16,7 +16,8 @@ pub const SCHEMA_VERSION: i64 = 11;
 /// `snapshots` table only by runs, which upgrade the store first; schema 9's
 /// spend columns are read as nothing spent; schema 10's lease columns and
 /// `workers` table only by claims, which upgrade the store first; schema 11's
-/// `quota_spends` only by a server's quotas, which open the store to write.
+/// `quota_spends` only by a server's quotas, which open the store to write;
+/// schema 12's `connections` is read as empty where absent.
 pub const READABLE_FROM: i64 = 5;
 
 /// The schema that added `approvals`, `audit` and the runs' tenant, workspace
@@ -148,6 +149,22 @@ CREATE TABLE IF NOT EXISTS quota_spends (
     at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS quota_spends_by_tenant ON quota_spends (tenant, kind, at);
+-- Schema 12: the run's connections through the egress proxy (`db/network.rs`).
+CREATE TABLE IF NOT EXISTS connections (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    seq INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    side TEXT NOT NULL,
+    host TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    address TEXT,
+    allowed INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    bytes_out INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL,
+    ms INTEGER NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
 CREATE TABLE IF NOT EXISTS snapshots (
     run_id TEXT NOT NULL REFERENCES runs(id),
     id INTEGER NOT NULL,

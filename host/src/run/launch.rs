@@ -323,6 +323,9 @@ pub struct RunExtras {
     pub hidden: Vec<PathBuf>,
     /// The run's own home: a server tenant's.
     pub home: Option<PathBuf>,
+    /// On a server: addresses its network never reaches (the server's own,
+    /// its store's); a tenant's rules then open no private address either.
+    pub guarded: Option<Vec<std::net::IpAddr>>,
     pub quota: Option<Arc<dyn crate::limits::quota::Quota>>,
 }
 
@@ -419,6 +422,7 @@ impl Prepared<'_> {
             host_env: self.extras.host_env.clone(),
             hidden: self.extras.hidden.clone(),
             home: self.extras.home.clone(),
+            guarded: self.extras.guarded.clone(),
             quota: self.extras.quota.clone(),
         };
         RunContext::with_access(

@@ -74,6 +74,9 @@ pub struct Access {
     pub hidden: Vec<PathBuf>,
     /// The run's own home (a server tenant's, see [`crate::caps::RunFacts::home`]).
     pub home: Option<PathBuf>,
+    /// On a server: addresses the run's network never reaches (the server's
+    /// own, its store's), and no private one opened by the tenant's rules.
+    pub guarded: Option<Vec<std::net::IpAddr>>,
     /// A budget the run shares with others (a server tenant's quotas).
     pub quota: Option<Arc<dyn Quota>>,
 }
@@ -89,6 +92,7 @@ impl Default for Access {
             host_env: HostEnv::Process,
             hidden: Vec::new(),
             home: None,
+            guarded: None,
             quota: None,
         }
     }
@@ -172,6 +176,7 @@ impl RunContext {
             home: access.home.as_deref(),
             quota: access.quota.as_ref(),
             log: &log,
+            guarded: access.guarded.as_deref(),
         };
         let sections = ActionsConfig {
             shell: &config.shell,

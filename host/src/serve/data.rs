@@ -85,6 +85,11 @@ impl DataDir {
         }
     }
 
+    /// The shared store's URL, if any.
+    pub fn store_url(&self) -> Option<&str> {
+        self.store_url.as_deref()
+    }
+
     /// Whether the store is a shared (PostgreSQL) one.
     pub fn is_shared(&self) -> bool {
         self.store_url.is_some()

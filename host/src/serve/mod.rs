@@ -24,6 +24,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod data;
+pub mod guard;
 pub mod http;
 pub mod quota;
 pub mod sched;
@@ -160,6 +161,8 @@ pub struct Server {
     pub store: Store,
     pub data: DataDir,
     pub tenants: Tenants,
+    /// Addresses no run's network reaches ([`guard`]): the server's, the store's.
+    pub guarded: Vec<std::net::IpAddr>,
     pub quotas: BTreeMap<String, Arc<TenantQuota>>,
     /// The one engine, linker and component cache of every run.
     pub runtime: Runtime,
@@ -189,6 +192,11 @@ impl Server {
             tenants,
         } = setup;
         let store = Store::with(data.open_db()?)?;
+        let listens: Vec<SocketAddr> = [Some(listen), config.server.listen]
+            .into_iter()
+            .flatten()
+            .collect();
+        let guarded = guard::addresses(&listens, data.store_url());
         let cache =
             crate::wasm::cache::ComponentCache::default_dir(config.engine.cache_dir.as_deref());
         for name in tenants.names() {
@@ -237,6 +245,7 @@ impl Server {
             .collect();
         Ok(Server {
             store,
+            guarded,
             data,
             tenant_streams,
             tenants,

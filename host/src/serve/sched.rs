@@ -457,6 +457,7 @@ pub(super) async fn drive_with(
         host_env: HostEnv::Given(Arc::new(tenant.env.clone())),
         hidden: tenant.hidden.clone(),
         home: Some(tenant.home.clone()),
+        guarded: Some(server.guarded.clone()),
         quota: server
             .quotas
             .get(&tenant.name)

@@ -405,3 +405,167 @@ fn without_a_network_grant_nothing_gets_out_and_a_bad_rule_names_its_key() {
     let err = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
     assert!(err.contains("`network.allow[0]` = \"0177.0.0.1\""), "{err}");
 }
+
+#[test]
+fn each_connection_is_in_runs_show() {
+    let o = origin();
+    let p = o.port;
+    let sb = sandboxes()[0];
+    let dir = workspace(sb, &format!("allow = [\"127.0.0.1:{p}\"]"));
+    let (_, log) = script(
+        dir.path(),
+        &format!(
+            "curl -s --max-time 10 http://127.0.0.1:{p}/show; curl -s --max-time 10 http://127.0.0.9:{p}/show"
+        ),
+    );
+    let id = log_run_id(dir.path());
+    let o = common::loopbox(dir.path(), &["runs", "show", &id, "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let net = v["network"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v:#}\n{log}"));
+    assert_eq!(net.len(), 2, "{v:#}");
+    assert_eq!(net[0]["allowed"], true);
+    assert_eq!(net[0]["host"], "127.0.0.1");
+    assert_eq!(net[0]["port"], p);
+    assert_eq!(net[0]["address"], "127.0.0.1");
+    assert!(net[0]["bytes_in"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(net[0]["bytes_out"].as_u64().unwrap() > 0, "{v:#}");
+    assert_eq!(net[1]["allowed"], false);
+    assert!(
+        net[1]["rule"]
+            .as_str()
+            .unwrap()
+            .contains("no rule in `network.allow`"),
+        "{v:#}"
+    );
+    // Never a path: the record holds no `/show`.
+    assert!(
+        !serde_json::to_string(net).unwrap().contains("/show"),
+        "{v:#}"
+    );
+    let text = common::loopbox(dir.path(), &["runs", "show", &id]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("network:  2 connection(s), 1 refused"),
+        "{text}"
+    );
+}
+
+/// The id of the workspace's newest run.
+fn log_run_id(dir: &Path) -> String {
+    let o = common::loopbox(dir, &["runs", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let runs = v
+        .as_array()
+        .or(v["runs"].as_array())
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone();
+    runs[0]["id"].as_str().unwrap().to_string()
+}
+
+/// A destination under `network.ask` is refused while its approval waits,
+/// and reached by the same run once a person approves it.
+#[test]
+fn an_ask_tier_destination_waits_for_a_yes_then_the_run_reaches_it() {
+    let o = origin();
+    let p = o.port;
+    let sb = sandboxes()[0];
+    let dir = workspace(sb, &format!("ask = [\"127.0.0.1:{p}\"]"));
+    let tag = format!("asked-{sb}");
+    let source = format!(
+        "for i in $(seq 1 150); do out=$(curl -s -i --max-time 5 http://127.0.0.1:{p}/{tag}); \
+         case \"$out\" in *'200 OK'*) echo REACHED; exit 0;; esac; \
+         [ $i = 1 ] && echo \"$out\" | grep -i x-loopbox-refused; sleep 0.2; done; echo GAVE-UP"
+    );
+    let op = json!({"op": "script", "source": source, "timeout_ms": 60000});
+    let probe = common::probe().to_string_lossy().into_owned();
+    let child = common::trusted_command(dir.path())
+        .arg("-C")
+        .arg(dir.path())
+        .args(["run", &probe, "--input", &op.to_string(), "--json"])
+        .env(
+            "LOOPBOX_CACHE_DIR",
+            std::env::temp_dir().join("loopbox-cli-test-cache"),
+        )
+        .env("CI", "true")
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The pending approval, once the proxy asked for it.
+    let started = std::time::Instant::now();
+    let (id, approval, digest) = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "no approval was asked for"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let o = common::loopbox(dir.path(), &["runs", "--json"]);
+        let Ok(v) = serde_json::from_slice::<Value>(&o.stdout) else {
+            continue;
+        };
+        let Some(run) = v
+            .as_array()
+            .or(v["runs"].as_array())
+            .and_then(|r| r.first().cloned())
+        else {
+            continue;
+        };
+        let id = run["id"].as_str().unwrap().to_string();
+        let s = common::loopbox(dir.path(), &["runs", "show", &id, "--json"]);
+        let Ok(s) = serde_json::from_slice::<Value>(&s.stdout) else {
+            continue;
+        };
+        if let Some(a) = s["approvals"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["status"] == "pending"))
+        {
+            assert!(
+                a["what"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("commands connecting to 127.0.0.1:{p}")),
+                "{a}"
+            );
+            break (
+                id,
+                a["id"].as_str().unwrap().to_string(),
+                a["digest"].as_str().unwrap().to_string(),
+            );
+        }
+    };
+    assert!(
+        !o.seen.lock().unwrap().iter().any(|l| l.contains(&tag)),
+        "reached before the yes"
+    );
+    let yes = common::loopbox(
+        dir.path(),
+        &[
+            "runs",
+            "approve",
+            &id,
+            "--approval",
+            &approval,
+            "--digest",
+            &digest,
+        ],
+    );
+    assert_eq!(common::code(&yes), 0, "{yes:?}");
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let stdout = stdout(&v["outcome"]["data"]);
+    assert!(stdout.contains("waiting for approval"), "{stdout}");
+    assert!(stdout.contains("REACHED"), "{stdout}");
+    assert!(o.seen.lock().unwrap().iter().any(|l| l.contains(&tag)));
+    let log = common::loopbox(dir.path(), &["runs", "log", &id]);
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log.contains(&format!(
+            "allowed (network.ask[0] (127.0.0.1:{p}), approved)"
+        )),
+        "{log}"
+    );
+}

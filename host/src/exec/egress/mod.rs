@@ -105,7 +105,9 @@ pub struct Egress {
     commands: Option<Arc<Side>>,
     agent: Option<Arc<Side>>,
     log: RunLog,
-    guarded: Vec<IpAddr>,
+    store: Option<(crate::db::Db, String)>,
+    guarded: Option<Vec<IpAddr>>,
+    confirm: Option<Arc<dyn crate::exec::confirm::Confirm>>,
     running: OnceLock<Result<Running, String>>,
 }
 
@@ -133,20 +135,21 @@ fn token() -> String {
 impl Egress {
     /// `commands` and `agent` are each side's extra allowed destinations
     /// (`shell.network`'s `*`, the agent's preset) with their names; a side
-    /// with nothing allowed or asked gets no network at all.
+    /// with nothing allowed or asked gets no network at all. Each connection
+    /// goes to `log`, and to `store` (the store and the run's id) when given.
+    /// `guarded` is given on a server: those addresses are never reached, and
+    /// the run's rules open no private address (only its operator could).
+    /// `confirm` answers for destinations under `ask`.
     pub fn new(
         config: &NetworkConfig,
         section: &str,
         commands: &[(String, String)],
         agent: &[(String, String)],
         log: RunLog,
-        guarded: Vec<IpAddr>,
+        store: Option<(crate::db::Db, String)>,
+        guarded: Option<Vec<IpAddr>>,
+        confirm: Option<Arc<dyn crate::exec::confirm::Confirm>>,
     ) -> Result<Arc<Egress>, String> {
-        if !config.ask.is_empty() {
-            return Err(format!(
-                "`{section}.ask` is not supported yet: move its destinations to `{section}.allow` or `{section}.deny`"
-            ));
-        }
         let side = |name: &'static str, extra: &[(String, String)], tcp: bool| {
             Rules::new(config, section, extra).map(|rules| {
                 (!rules.is_empty()).then(|| {
@@ -165,7 +168,9 @@ impl Egress {
             commands,
             agent,
             log,
+            store,
             guarded,
+            confirm,
             running: OnceLock::new(),
         }))
     }
@@ -214,7 +219,13 @@ impl Egress {
             .prefix("loopbox-egress-")
             .tempdir()
             .map_err(e("a directory for its sockets"))?;
-        let shared = Shared::new(self.config.clone(), self.log.clone(), self.guarded.clone());
+        let shared = Shared::new(
+            self.config.clone(),
+            self.log.clone(),
+            self.store.clone(),
+            self.guarded.clone(),
+            self.confirm.clone(),
+        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut endpoints = Vec::new();
         let mut listeners = Vec::new();

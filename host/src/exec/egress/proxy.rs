@@ -13,16 +13,17 @@
 //! connection (`[network]`'s limits). Nothing a peer sends is held beyond one
 //! head and one copy buffer per direction.
 
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::rules::{Host, NetworkConfig, Rules, Tier};
+use crate::exec::confirm::{Answer, AskRequest, Confirm};
 use crate::runlog::RunLog;
 
 /// How long a client may take to send its request head (or SOCKS handshake).
@@ -32,40 +33,40 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most connections kept in a run's record (the run log has them all).
 const RECORD_CAP: usize = 10_000;
 
-/// One connection as the run's record keeps it: never a path, a query, a
-/// header or a body.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Connection {
-    /// `commands` or `agent`.
-    pub side: &'static str,
-    pub host: String,
-    pub port: u16,
-    /// The address connected to, when one was.
-    pub address: Option<String>,
-    pub allowed: bool,
-    /// The rule that decided, or why it was refused.
-    pub rule: String,
-    pub bytes_out: u64,
-    pub bytes_in: u64,
-    pub ms: u64,
-}
+pub use crate::db::network::Connection;
 
 /// What every listener of one run shares: its limits, its counters, its record.
 pub struct Shared {
     config: NetworkConfig,
     log: RunLog,
-    /// Addresses treated as special whatever they are: the server's own, the store's.
-    guarded: Vec<IpAddr>,
+    /// The store and the run each connection is recorded for.
+    store: Option<(crate::db::Db, String)>,
+    /// On a server: addresses never reached (the server's own, the store's),
+    /// and no private address whatever the rules name.
+    guarded: Option<Vec<IpAddr>>,
     open: AtomicU32,
     bytes: AtomicU64,
     record: Mutex<Vec<Connection>>,
+    /// Who answers for a destination under `ask` (the run's approvals).
+    confirm: Option<Arc<dyn Confirm>>,
+    /// The destinations a person said yes to in this run: `(side, host, port)`.
+    approved: Mutex<HashSet<(String, String, u16)>>,
 }
 
 impl Shared {
-    pub fn new(config: NetworkConfig, log: RunLog, guarded: Vec<IpAddr>) -> Arc<Shared> {
+    pub fn new(
+        config: NetworkConfig,
+        log: RunLog,
+        store: Option<(crate::db::Db, String)>,
+        guarded: Option<Vec<IpAddr>>,
+        confirm: Option<Arc<dyn Confirm>>,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             config,
             log,
+            store,
+            confirm,
+            approved: Mutex::default(),
             guarded,
             open: AtomicU32::new(0),
             bytes: AtomicU64::new(0),
@@ -94,6 +95,13 @@ impl Shared {
             )
         };
         self.log.host(if c.allowed { "info" } else { "warn" }, line);
+        if let Some((db, run)) = &self.store {
+            let (db, run, c) = (db.clone(), run.clone(), c.clone());
+            // The store may wait on a lock: never on the proxy's one thread.
+            tokio::task::spawn_blocking(move || {
+                let _ = db.record_connection(&run, &c);
+            });
+        }
         let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
         if r.len() < RECORD_CAP {
             r.push(c);
@@ -179,7 +187,8 @@ async fn open(
     shared: &Shared,
 ) -> Result<(TcpStream, Connection), Box<(Connection, String)>> {
     let mut rec = Connection {
-        side: side.name,
+        at_ms: crate::db::now_ms(),
+        side: side.name.to_string(),
         host: target.host.to_string(),
         port: target.port,
         address: None,
@@ -196,12 +205,10 @@ async fn open(
     };
     match (verdict.tier, verdict.rule) {
         (Tier::Allow, Some(rule)) => rec.rule = rule,
-        (Tier::Ask, Some(rule)) => {
-            return refuse(
-                rec,
-                format!("{rule} needs a person's yes, which the proxy cannot ask for"),
-            );
-        }
+        (Tier::Ask, Some(rule)) => match ask(target, side, shared, &rule).await {
+            Ok(()) => rec.rule = format!("{rule}, approved"),
+            Err(why) => return refuse(rec, why),
+        },
         (_, Some(rule)) => return refuse(rec, rule),
         (_, None) => {
             let hint = side.rules.hint(&target.host, target.port);
@@ -226,9 +233,9 @@ async fn open(
     let mut first_refusal = None;
     let mut last_error = None;
     for ip in addrs {
-        if let Err(why) = side
-            .rules
-            .check_address(&target.host, ip, target.port, &shared.guarded)
+        if let Err(why) =
+            side.rules
+                .check_address(&target.host, ip, target.port, shared.guarded.as_deref())
         {
             first_refusal.get_or_insert(why);
             continue;
@@ -250,6 +257,60 @@ async fn open(
         .or(last_error)
         .unwrap_or_else(|| format!("{} has no address", target.host));
     refuse(rec, why)
+}
+
+/// A destination under `ask`: a yes given earlier in the run, or a person's
+/// answer now (at the terminal), or a pending approval recorded for this exact
+/// destination and the run (`loopbox runs approve`, the API, the dashboard),
+/// the connection refused until it is decided.
+async fn ask(target: &Target, side: &Side, shared: &Shared, rule: &str) -> Result<(), String> {
+    let key = (side.name.to_string(), target.host.to_string(), target.port);
+    if shared
+        .approved
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&key)
+    {
+        return Ok(());
+    }
+    let Some(confirm) = shared.confirm.clone() else {
+        return Err(format!(
+            "{rule} needs a person's yes, and nobody can be asked here"
+        ));
+    };
+    let request = AskRequest {
+        what: format!(
+            "{} connecting to {}:{}",
+            side.name, target.host, target.port
+        ),
+        rule: rule.to_string(),
+        request: serde_json::json!({
+            "kind": "network", "side": side.name,
+            "host": target.host.to_string(), "port": target.port,
+        }),
+        position: None,
+    };
+    let answer = tokio::task::spawn_blocking(move || confirm.confirm(&request))
+        .await
+        .map_err(|e| format!("asking about {rule} failed: {e}"))?;
+    match answer {
+        Ok(Answer::Approved) => {
+            shared
+                .approved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key);
+            Ok(())
+        }
+        Ok(Answer::Declined(why)) | Ok(Answer::NoOneToAsk(why)) => {
+            Err(format!("{rule} needs a person's yes: {why}"))
+        }
+        Ok(Answer::Wait(a)) => Err(format!(
+            "{rule} needs a person's yes: waiting for approval {} (`loopbox runs approve {} --approval {}`); try again once it is given",
+            a.id, a.run_id, a.id
+        )),
+        Err(e) => Err(format!("asking about {rule} failed: {e:#}")),
+    }
 }
 
 /// Copy both ways until both ends are done, counting bytes against the run's

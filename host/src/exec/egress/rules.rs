@@ -385,32 +385,46 @@ impl Rules {
 
     /// Whether the proxy may connect to `ip`, one of the addresses `host`
     /// resolved to: never one a deny rule names, and a special one only when
-    /// an allow rule names it (or its range); `guarded` are more addresses
-    /// treated as special (the server's own, the store's).
+    /// an allow (or approved ask) rule names it (or its range). `guarded` is given on a server:
+    /// those addresses (its own, its store's) are never reached, and a special
+    /// one not even when a rule names it, since the rules are a tenant's.
     pub fn check_address(
         &self,
         host: &Host,
         ip: IpAddr,
         port: u16,
-        guarded: &[IpAddr],
+        guarded: Option<&[IpAddr]>,
     ) -> Result<(), String> {
         if let Some(r) = self.deny.iter().find(|r| r.dest.names_address(ip, port)) {
             return Err(r.name.clone());
         }
         let ip = addr::canonical(ip);
-        let why = if guarded.contains(&ip) {
-            Some("loopbox's own server or store")
-        } else {
-            addr::special(ip)
-        };
-        let Some(why) = why else { return Ok(()) };
-        if self.allow.iter().any(|r| r.dest.names_address(ip, port)) {
-            return Ok(());
-        }
         let via = match host {
             Host::Name(n) => format!("{n} resolves to {ip}, "),
             Host::Ip(_) => format!("{ip} is "),
         };
+        if guarded.is_some_and(|g| g.iter().any(|a| addr::canonical(*a) == ip)) {
+            return Err(format!(
+                "{via}an address of loopbox's own server or store, which no run reaches"
+            ));
+        }
+        let Some(why) = addr::special(ip) else {
+            return Ok(());
+        };
+        if guarded.is_some() {
+            return Err(format!(
+                "{via}a {why} address, which a run on a shared server never reaches (a tenant's rules cannot open one)"
+            ));
+        }
+        // An `ask` rule naming it counts too: the person said yes to it.
+        if self
+            .allow
+            .iter()
+            .chain(&self.ask)
+            .any(|r| r.dest.names_address(ip, port))
+        {
+            return Ok(());
+        }
         Err(format!(
             "{via}a {why} address, which a name or `*` never reaches; to allow it name the address in `{}.allow`",
             self.section
@@ -508,29 +522,39 @@ mod tests {
         let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
         for ip in [lo, meta, mapped] {
             let e = star
-                .check_address(&host("localhost"), ip, 80, &[])
+                .check_address(&host("localhost"), ip, 80, None)
                 .unwrap_err();
             assert!(e.contains("never reaches"), "{e}");
         }
         let public: IpAddr = "93.184.216.34".parse().unwrap();
-        star.check_address(&host("example.com"), public, 443, &[])
+        star.check_address(&host("example.com"), public, 443, None)
             .unwrap();
         assert!(
-            star.check_address(&host("example.com"), public, 443, &[public])
+            star.check_address(&host("example.com"), public, 443, Some(&[public]))
                 .is_err()
         );
         let named = rules(&["127.0.0.1:8080", "10.0.0.0/8"], &[], &["10.9.0.0/16"]);
-        named.check_address(&Host::Ip(lo), lo, 8080, &[]).unwrap();
+        named.check_address(&Host::Ip(lo), lo, 8080, None).unwrap();
         named
-            .check_address(&Host::Ip(lo), mapped, 8080, &[])
+            .check_address(&Host::Ip(lo), mapped, 8080, None)
             .unwrap();
-        assert!(named.check_address(&Host::Ip(lo), lo, 8081, &[]).is_err());
+        assert!(named.check_address(&Host::Ip(lo), lo, 8081, None).is_err());
         named
-            .check_address(&host("db.corp"), "10.1.1.1".parse().unwrap(), 5432, &[])
+            .check_address(&host("db.corp"), "10.1.1.1".parse().unwrap(), 5432, None)
             .unwrap();
+        // On a server a tenant's rule opens no private address, and the
+        // server's own public address is never reached.
+        let e = named
+            .check_address(&Host::Ip(lo), lo, 8080, Some(&[]))
+            .unwrap_err();
+        assert!(e.contains("on a shared server"), "{e}");
+        let e = star
+            .check_address(&host("me.example"), public, 443, Some(&[public]))
+            .unwrap_err();
+        assert!(e.contains("loopbox's own server or store"), "{e}");
         assert_eq!(
             named
-                .check_address(&host("db.corp"), "10.9.1.1".parse().unwrap(), 5432, &[])
+                .check_address(&host("db.corp"), "10.9.1.1".parse().unwrap(), 5432, None)
                 .unwrap_err(),
             "network.deny[0] (10.9.0.0/16)"
         );

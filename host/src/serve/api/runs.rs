@@ -327,6 +327,7 @@ pub async fn show(
     })?;
     let driven = server.queue.is_running(&run.id) || held_by_worker(&server, &run);
     let charges = db.charges(&run.id)?;
+    let network = db.connections(&run.id)?;
     let journal: Vec<Value> = actions
         .iter()
         .map(|a| {
@@ -371,6 +372,11 @@ pub async fn show(
         })).collect::<Vec<_>>(),
         "journal_total": actions_total,
         "journal": journal,
+        "network": network.iter().rev().take(1000).rev().map(|c| json!({
+            "at": rfc3339(c.at_ms), "side": c.side, "host": c.host, "port": c.port,
+            "address": c.address, "allowed": c.allowed, "rule": c.rule,
+            "bytes_out": c.bytes_out, "bytes_in": c.bytes_in, "ms": c.ms,
+        })).collect::<Vec<_>>(),
         "state": state.into_iter().map(|(k, v, n)| (k, shown(&v, n))).collect::<serde_json::Map<_, _>>(),
         "approvals": approvals,
     })))

@@ -16,6 +16,7 @@ mod access;
 mod bad_input;
 mod config_edit;
 mod crash;
+mod egress;
 mod homes;
 mod leftovers;
 mod load;

@@ -84,6 +84,14 @@ pub fn describe(a: &Approval) -> Vec<String> {
             .collect();
         lines.push(format!("command: {}", one_line(&words.join(" "))));
     }
+    if req["kind"] == "network" {
+        lines.push(format!(
+            "connect: {}:{} (the run's {})",
+            one_line(req["host"].as_str().unwrap_or_default()),
+            req["port"],
+            one_line(req["side"].as_str().unwrap_or_default())
+        ));
+    }
     if let Some(p) = req["program"].as_str() {
         lines.push(format!("program: {p}"));
     }

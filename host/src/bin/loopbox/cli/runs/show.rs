@@ -59,6 +59,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
     let contract = contract_of(&run);
     let charges = db.charges(&run.id).map_err(Failure::internal)?;
     let wakes = db.wake_at(&run.id).map_err(Failure::internal)?;
+    let network = db.connections(&run.id).map_err(Failure::internal)?;
     let actions: Vec<&(i64, JournalRow)> = journal
         .iter()
         .filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn"))
@@ -101,6 +102,11 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             "events": events.iter().map(|e| json!({
                 "seq": e.seq, "at": rfc3339(e.at_ms), "event": parse(&Some(e.event.clone())),
                 "decision": parse(&e.decision), "error": parse(&e.error), "pending": e.pending,
+            })).collect::<Vec<_>>(),
+            "network": network.iter().map(|c| json!({
+                "at": rfc3339(c.at_ms), "side": c.side, "host": c.host, "port": c.port,
+                "address": c.address, "allowed": c.allowed, "rule": c.rule,
+                "bytes_out": c.bytes_out, "bytes_in": c.bytes_in, "ms": c.ms,
             })).collect::<Vec<_>>(),
             "journal": actions.iter().map(|(event, r)| json!({
                 "event": event, "seq": r.seq, "kind": r.kind, "request": parse(&Some(r.request.clone())),
@@ -185,6 +191,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             );
         }
     }
+    show_network(&network);
     loopbox::outln!("events:");
     let waits_for_approval = approvals
         .iter()
@@ -305,6 +312,37 @@ fn show_spend(total: &loopbox::spend::Totals, charges: &[loopbox::db::TurnCharge
             c.charge.cost_text(),
             model,
             tokens
+        );
+    }
+}
+
+/// The run's connections through the proxy, one line each (the last 50).
+fn show_network(network: &[loopbox::db::network::Connection]) {
+    if network.is_empty() {
+        return;
+    }
+    let refused = network.iter().filter(|c| !c.allowed).count();
+    loopbox::outln!(
+        "network:  {} connection(s), {refused} refused",
+        network.len()
+    );
+    let skip = network.len().saturating_sub(50);
+    for c in &network[skip..] {
+        let what = if c.allowed {
+            format!(
+                "allowed ({}), {} B out, {} B in, {} ms",
+                c.rule, c.bytes_out, c.bytes_in, c.ms
+            )
+        } else {
+            format!("refused: {}", c.rule)
+        };
+        loopbox::outln!(
+            "          {} {} {}:{} {}",
+            utc(c.at_ms),
+            one_line(&c.side),
+            one_line(&c.host),
+            c.port,
+            one_line(&shorten(&what, 200))
         );
     }
 }

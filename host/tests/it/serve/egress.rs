@@ -1,0 +1,78 @@
+//! A tenant's network on a shared server: its commands reach only what its
+//! `[network]` allows, through the proxy, and never the server's own address,
+//! the store's, or a private address its own rules name (only the operator
+//! could open one). Each connection is in the run's view (`network`).
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+
+use serde_json::json;
+
+use super::{Srv, scratch, tenant_config};
+
+/// A loopback origin on 127.0.0.2 (the server listens on 127.0.0.1) that
+/// answers every request with `hello`.
+fn origin() -> u16 {
+    let l = TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n",
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn a_tenants_commands_reach_neither_the_server_nor_a_private_address_its_rules_name() {
+    let dir = scratch();
+    let mut srv = Srv::prepare(dir.path(), "", &[("mallory", "")]);
+    srv.start();
+    let o = origin();
+    let server = srv.addr.clone();
+    let admin = srv.token("mallory", "admin");
+    let text = format!(
+        "{}scripts = true\n\n[policies.probe.network]\nallow = [\"{server}\", \"127.0.0.2:{o}\", \"*\"]\n",
+        tenant_config()
+    );
+    let r = srv.call("PUT", "/api/v1/config", admin, Some(json!({"text": text})));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let script = format!(
+        "curl -s -i --max-time 10 http://{server}/api/v1/runs | grep -i x-loopbox-refused; echo ---; \
+         curl -s -i --max-time 10 http://127.0.0.2:{o}/ | grep -i x-loopbox-refused; echo ---; \
+         curl -sS --noproxy '*' --max-time 5 http://{server}/ || echo DIRECT-FAILED"
+    );
+    let run = srv.start_probe(
+        "mallory",
+        json!({"op": "script", "source": script, "timeout_ms": 60000}),
+    );
+    let v = srv.wait_final("mallory", &run);
+    let out = v["outcome"]["data"]["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v:#}"))
+        .to_string();
+    let parts: Vec<&str> = out.split("---\n").collect();
+    assert_eq!(parts.len(), 3, "{out}");
+    assert!(
+        parts[0].contains("an address of loopbox's own server or store, which no run reaches"),
+        "{out}"
+    );
+    assert!(
+        parts[1].contains(
+            "127.0.0.2 is a loopback address, which a run on a shared server never reaches"
+        ),
+        "{out}"
+    );
+    assert!(parts[2].contains("DIRECT-FAILED"), "{out}");
+    let net = v["network"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(net.len(), 2, "{v:#}");
+    assert!(
+        net.iter()
+            .all(|c| c["allowed"] == false && c["side"] == "commands"),
+        "{v:#}"
+    );
+}
