@@ -40,7 +40,18 @@ pub fn args(
     }
     // A program kept under /tmp would vanish in the private one: what holds it
     // there is bound back read-only (before the covers, which apply inside it).
-    for p in tmp_roots(program, &c.workspace) {
+    // With the network, `program` is the bridge and the command is its argument.
+    let command = egress_socket.and_then(|_| {
+        let dashes = args.iter().position(|a| a == "--")?;
+        args.get(dashes + 1).map(PathBuf::from)
+    });
+    let mut roots = tmp_roots(program, &c.workspace);
+    for r in command.iter().flat_map(|cmd| tmp_roots(cmd, &c.workspace)) {
+        if !roots.contains(&r) {
+            roots.push(r);
+        }
+    }
+    for p in roots {
         a.extend(["--ro-bind".into(), s(&p), s(&p)]);
     }
     // Hidden paths outside the workspace are covered before the binds below, so
