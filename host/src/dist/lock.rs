@@ -1,7 +1,10 @@
-//! `loopbox.lock`: what each policy installed from a registry is, pinned.
-//! `loopbox add` writes an entry after the user approved it; `loopbox pull`
-//! fetches exactly what it pins (a tag moved since changes nothing); every
-//! run checks the component against it before compiling it.
+//! `loopbox.lock`: what each policy installed from a registry is, pinned, and
+//! who signed each policy installed from a local file (`[local.NAME]`).
+//! `loopbox add` writes an entry after the user approved it, and asks again
+//! when a new version is signed by another key than the entry records;
+//! `loopbox pull` fetches exactly what it pins (a tag moved since changes
+//! nothing); every run checks a registry component against it before compiling
+//! it (a local one is pinned by its `digest` in the config).
 //!
 //! It sits beside the config that installs the policies, and sandboxed
 //! commands can never write it (see `exec::sandbox::protect`).
@@ -21,6 +24,23 @@ pub struct Lock {
     pub version: u32,
     #[serde(default)]
     pub policies: BTreeMap<String, Locked>,
+    /// Policies installed from a local file: who signed the approved version.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub local: BTreeMap<String, LocalSigner>,
+}
+
+/// One policy installed from a local file: its signer, so that `loopbox add`
+/// asks when the next version is signed by another key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSigner {
+    /// The path it was added from, as given.
+    pub source: String,
+    /// `blake3:HEX` of the approved component.
+    pub digest: String,
+    /// The key that signed it (trusted, or accepted with `unsigned = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
 }
 
 /// One installed registry policy.
@@ -106,8 +126,17 @@ mod tests {
                 signed_by: None,
             },
         );
+        lock.local.insert(
+            "mine".into(),
+            LocalSigner {
+                source: "mine.wasm".into(),
+                digest: "blake3:33".into(),
+                signed_by: Some("ed25519:AA".into()),
+            },
+        );
         lock.write(&path).unwrap();
-        assert_eq!(Lock::read(&path).unwrap().policies, lock.policies);
+        let read = Lock::read(&path).unwrap();
+        assert_eq!((read.policies, read.local), (lock.policies, lock.local));
         std::fs::write(&path, "version = 1\n[policies.x]\nsource = 3\n").unwrap();
         let e = Lock::read(&path).unwrap_err();
         assert!(format!("{e:#}").contains("loopbox.lock"), "{e:#}");

@@ -2,7 +2,9 @@
 //! every other byte (spacing, key order, comments) as the user wrote it.
 //!
 //! A small parser records where each value starts and ends; an edit splices
-//! text at those offsets. Comments (`//`, `/* */`) are read as whitespace,
+//! text at those offsets. It keeps every member of an object, a key given twice
+//! included, so [`Node::duplicate`] can find what a reader that keeps only the
+//! last would hide. Comments (`//`, `/* */`) are read as whitespace,
 //! since Gemini CLI's settings allow them. An insertion is laid out like its
 //! neighbours, and removing what was inserted gives back the original text.
 
@@ -64,6 +66,25 @@ impl Node {
         }
     }
 
+    /// The first key given twice in one object, here or at any depth below:
+    /// the key and the offsets of its first and second member.
+    pub fn duplicate(&self) -> Option<(&str, usize, usize)> {
+        match self {
+            Node::Object { members, .. } => members
+                .iter()
+                .enumerate()
+                .find_map(|(i, m)| {
+                    members[..i]
+                        .iter()
+                        .find(|first| first.key == m.key)
+                        .map(|first| (m.key.as_str(), first.start, m.start))
+                })
+                .or_else(|| members.iter().find_map(|m| m.value.duplicate())),
+            Node::Array { items, .. } => items.iter().find_map(Node::duplicate),
+            Node::Scalar { .. } => None,
+        }
+    }
+
     /// A string value's text.
     pub fn as_str(&self, text: &str) -> Option<String> {
         match self {
@@ -94,12 +115,7 @@ const MAX_DEPTH: usize = 128;
 
 impl Parser<'_> {
     fn err<T>(&self, what: &str) -> Result<T, String> {
-        let line = self.text[..self.pos.min(self.text.len())]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1;
-        Err(format!("{what} at line {line}"))
+        Err(format!("{what} at line {}", line_at(self.text, self.pos)))
     }
 
     fn skip_blank(&mut self) -> Result<(), String> {
@@ -247,6 +263,19 @@ impl Parser<'_> {
         }
         self.err("unterminated string")
     }
+}
+
+/// The line (from 1) of byte `offset` in `text`.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    line_at(text.as_bytes(), offset)
+}
+
+fn line_at(text: &[u8], offset: usize) -> usize {
+    text[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// Parse `text` (JSON with comments allowed).

@@ -94,7 +94,16 @@ fn same_command(a: &str, b: &str) -> bool {
 
 fn parse(text: &str) -> Result<Node, String> {
     match jsonedit::parse(text) {
-        Ok(node @ Node::Object { .. }) => Ok(node),
+        // The agent keeps the last of two keys; an edit to the first would be ignored.
+        Ok(node @ Node::Object { .. }) => match node.duplicate() {
+            Some((key, first, second)) => Err(format!(
+                "the settings file has the key `{}` twice in one object (lines {} and {}): the agent reads only the last, so loopbox will not edit it; merge the two into one",
+                crate::ui::sanitize(key),
+                jsonedit::line_of(text, first),
+                jsonedit::line_of(text, second)
+            )),
+            None => Ok(node),
+        },
         Ok(_) => Err("the settings file is not a JSON object".into()),
         Err(e) => Err(format!(
             "the settings file is not valid JSON ({e}); fix it or move it aside, loopbox will not overwrite it"
@@ -385,6 +394,28 @@ mod tests {
             "{installed}"
         );
         assert_eq!(uninstall(&installed, &e).unwrap().unwrap(), text);
+    }
+
+    #[test]
+    fn a_key_given_twice_at_any_level_is_refused_naming_its_lines() {
+        let e = entry("Stop", None);
+        let top = "{\n  \"hooks\": {},\n  \"hooks\": {}\n}";
+        assert_eq!(
+            install(top, &e).unwrap_err(),
+            "the settings file has the key `hooks` twice in one object (lines 2 and 3): the agent reads only the last, so loopbox will not edit it; merge the two into one"
+        );
+        let deep = r#"{"a": [{"b": {"x": 1,
+            "x": 2}}], "hooks": {}}"#;
+        assert!(
+            install(deep, &e)
+                .unwrap_err()
+                .contains("the key `x` twice in one object (lines 1 and 2)")
+        );
+        assert!(uninstall(top, &e).unwrap_err().contains("twice"));
+        assert!(
+            install(r#"{"a": {"x": 1}, "b": {"x": 1}}"#, &e).is_ok(),
+            "the same key in two objects is no duplicate"
+        );
     }
 
     #[test]

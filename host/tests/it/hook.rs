@@ -1960,3 +1960,52 @@ fn run_asks_once_on_a_terminal() {
         String::from_utf8_lossy(&list.stdout)
     );
 }
+
+/// Issue 49, item 3: a settings file with a key twice. The agent reads the last
+/// `"hooks"`; `install` wrote into the first and said it had installed the gate.
+/// Such a file is refused, at any level, naming the lines, and left as it was.
+#[test]
+fn a_settings_file_with_a_key_twice_is_refused_and_left_alone() {
+    let twice_at_top = "{\n  \"hooks\": {},\n  \"model\": \"m\",\n  \"hooks\": {\"Stop\": []}\n}\n";
+    let twice_inside = "{\n  \"hooks\": {\n    \"Stop\": [],\n    \"Stop\": []\n  }\n}\n";
+    for (agent, dir, event) in [
+        ("claude-code", ".claude", "Stop"),
+        ("gemini", ".gemini", "AfterAgent"),
+    ] {
+        for (text, key, first, second) in
+            [(twice_at_top, "hooks", 2, 4), (twice_inside, "Stop", 3, 4)]
+        {
+            let tmp = tempfile::tempdir().unwrap();
+            let d = tmp.path();
+            std::fs::create_dir(d.join(dir)).unwrap();
+            let settings = d.join(dir).join("settings.json");
+            std::fs::write(&settings, text).unwrap();
+            for verb in ["install", "uninstall"] {
+                let o = run(
+                    d,
+                    &[
+                        "hook",
+                        verb,
+                        agent,
+                        "--policy",
+                        "builtin:ralph",
+                        "--event",
+                        event,
+                        "--input",
+                        RALPH_INPUT,
+                    ],
+                    "",
+                );
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert_eq!(o.status.code(), Some(2), "{agent} {verb}: {err}");
+                assert!(
+                    err.contains(&format!(
+                        "the settings file has the key `{key}` twice in one object (lines {first} and {second}): the agent reads only the last, so loopbox will not edit it; merge the two into one"
+                    )),
+                    "{agent} {verb}: {err}"
+                );
+                assert_eq!(std::fs::read_to_string(&settings).unwrap(), text);
+            }
+        }
+    }
+}

@@ -1161,3 +1161,63 @@ fn a_new_signer_is_shown_and_needs_a_yes() {
     let o = ws.lb(&["add", &reference]);
     assert_eq!(code(&o), 0, "{}", err(&o));
 }
+
+/// Issue 49, item 2: `add lister.wasm` replaced a component signed by one key
+/// with one signed by another: exit 0, no question, and no `loopbox.lock` entry
+/// for the local source. Its signer is recorded now, and a new one is asked
+/// about as on the registry path (`--yes` to accept; nothing changed without it).
+#[test]
+fn a_local_component_signed_by_a_new_key_is_shown_and_needs_a_yes() {
+    let ws = Ws::new("");
+    let (alice_key, alice) = key(&ws, "alice");
+    let (bob_key, bob) = key(&ws, "bob");
+    std::fs::write(
+        ws.path().join("loopbox.toml"),
+        format!("[trust.keys]\nalice = \"{alice}\"\nbob = \"{bob}\"\n"),
+    )
+    .unwrap();
+    let probe = std::fs::read(ws.path().join("probe.wasm")).unwrap();
+    let sign_as = |key: &str| {
+        let signed = loopbox::dist::sign::SecretKey::read(Path::new(key))
+            .unwrap()
+            .sign(&probe)
+            .unwrap();
+        std::fs::write(ws.path().join("lister.wasm"), signed).unwrap();
+    };
+    // `[local.NAME]` of loopbox.lock: (source, signed_by).
+    let local = |name: &str| {
+        let lock: toml::Value =
+            toml::from_str(&ws.read("loopbox.lock")).unwrap_or(toml::Value::Integer(0));
+        let entry = lock.get("local")?.get(name)?;
+        let field = |k: &str| entry.get(k).and_then(|v| v.as_str()).map(String::from);
+        Some((field("source").unwrap_or_default(), field("signed_by")))
+    };
+    sign_as(&alice_key);
+    let o = ws.lb(&["add", "lister.wasm", "--yes"]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let (config, lock) = (ws.read("loopbox.toml"), ws.read("loopbox.lock"));
+
+    // Signed by another trusted key: shown, and nothing changes without a yes.
+    sign_as(&bob_key);
+    let o = ws.lb(&["add", "lister.wasm"]);
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    let review = err(&o);
+    assert!(
+        review.contains(&format!(
+            "it is signed by another key than the version installed now: `alice` ({alice}) -> `bob` ({bob})"
+        )) && review.contains("was not approved; nothing was changed"),
+        "{review}"
+    );
+    assert_eq!(ws.read("loopbox.toml"), config);
+    assert_eq!(ws.read("loopbox.lock"), lock);
+    let entry = local("lister").expect("a lock entry for the local source");
+    assert_eq!(entry, ("lister.wasm".to_string(), Some(alice.clone())));
+
+    // With a yes it is installed, and the lock names the new signer.
+    let o = ws.lb(&["add", "lister.wasm", "--yes"]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    assert_eq!(local("lister").unwrap().1, Some(bob.clone()));
+    // The same signer and needs again: nothing new to approve.
+    let o = ws.lb(&["add", "lister.wasm"]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+}

@@ -7,6 +7,8 @@ use crate::common;
 mod boundary;
 // Accepting changed grants on resume needs the config approved.
 mod resume_gate;
+// Program-running options of allowed programs need a rule naming the whole command.
+mod program_options;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

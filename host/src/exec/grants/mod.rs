@@ -11,9 +11,12 @@
 //!   `cargo`, busybox) is allowed only under the rule's own name.
 //! - deny rules match their tokens in any order, flags normalized (`flags.rs`),
 //!   so `["rm", "-rf"]` also denies `rm -fR` and `rm --recursive --force`.
-//! - Wrappers and interpreters (`sh`, `env`, `xargs`, `python`, ...) and
-//!   program-running options (`find -exec`, `git -c`, `cargo --config`) are
-//!   allowed only by a rule naming the whole command exactly.
+//! - Wrappers and interpreters (`sh`, `env`, `xargs`, `python`, ...), programs
+//!   whose language runs commands (`sed`, `awk`) and program-running options
+//!   (`find -exec`, `git grep -O`, `zip -TT`) in every spelling (`runners.rs`)
+//!   are allowed only by a rule naming the whole command exactly; an allow rule
+//!   that therefore means less than it seems (`["sed"]`) is named by
+//!   [`ShellGrants::warnings`] for `validate` and `doctor`.
 //! - Strings holding `&&`, `;`, `|`, `$(...)` are plain arguments: nothing here
 //!   or downstream interprets them.
 
@@ -24,6 +27,9 @@ use crate::exec::config::ShellConfig;
 use crate::ui::shorten;
 
 mod flags;
+mod runners;
+
+pub use runners::runs_anything;
 
 /// What happens to a matched request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +141,24 @@ impl ShellGrants {
 
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// The allow and ask rules that cannot mean what they seem to (`["sed"]`
+    /// allows only `sed` alone), each saying why: for `validate` and `doctor`.
+    pub fn warnings(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter(|r| r.tier != Tier::Deny)
+            .filter_map(|r| {
+                let program = r.program.as_deref()?;
+                let why = runners::narrow_rule(program, &r.argv)?;
+                Some(format!(
+                    "{} = {} {why}",
+                    r.origin,
+                    toml_rule(&r.argv, r.argv.len())
+                ))
+            })
+            .collect()
     }
 
     /// Decide a request run in `cwd` with policy-set variables `env`.
@@ -251,6 +275,20 @@ impl ShellGrants {
     }
 }
 
+/// The warnings of each shell section's rules (see [`ShellGrants::warnings`]):
+/// what `validate` and `doctor` print.
+pub fn rule_warnings<'a>(
+    shells: impl IntoIterator<Item = &'a ShellConfig>,
+    root: &Path,
+) -> Vec<String> {
+    shells
+        .into_iter()
+        .flat_map(|shell| {
+            ShellGrants::new(shell, &ExtraRules::default(), &shell.child_env(root)).warnings()
+        })
+        .collect()
+}
+
 /// A program name as found (through the granted PATH for a bare name, relative
 /// to `cwd` for one with a slash) and its real path.
 fn resolve(env: &ChildEnv, name: &str, cwd: &Path) -> Option<(PathBuf, PathBuf)> {
@@ -274,112 +312,6 @@ fn contains_all(program: &str, args: &[String], rule: &[String]) -> bool {
     flags::normalize(program, rule)
         .iter()
         .all(|t| have.contains(t))
-}
-
-/// Programs whose options can run other programs (see [`runs_anything`]).
-const RISKY_OPTIONS: &[&str] = &[
-    "find", "git", "cargo", "make", "gmake", "npm", "pnpm", "yarn", "ssh", "tar", "rsync", "less",
-    "more", "man", "vi", "vim", "nvim", "view", "ex", "emacs", "nano", "ed",
-];
-
-/// Programs that run other programs or code given as arguments.
-const WRAPPERS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox", "env", "xargs",
-    "timeout", "nice", "nohup", "stdbuf", "setsid", "sudo", "doas", "su", "runuser", "chroot",
-    "unshare", "nsenter", "strace", "ltrace", "gdb", "time", "watch", "flock", "ionice", "taskset",
-    "chrt", "script", "expect", "parallel", "python", "pypy", "node", "nodejs", "deno", "bun",
-    "perl", "ruby", "irb", "php", "lua", "luajit", "tclsh", "wish", "awk", "gawk", "mawk", "nawk",
-    "pwsh", "rlwrap", "npx", "uvx", "pipx",
-];
-
-/// Why this command can run arbitrary programs, if it can. Both the name it is
-/// called by and the real binary's name count (`vi` is `vim.basic`).
-pub fn runs_anything(program: &Path, written: &str, args: &[String]) -> Option<String> {
-    let real = file_name(program);
-    let called = file_name(written);
-    // python3.11 -> python, perl5.36 -> perl, vim.basic -> vim
-    let bases: Vec<&str> = [called.as_str(), real.as_str()]
-        .into_iter()
-        .flat_map(|n| {
-            [
-                n.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.'),
-                n.split('.').next().unwrap_or(n),
-            ]
-        })
-        .collect();
-    if let Some(base) = bases.iter().find(|b| WRAPPERS.contains(b)) {
-        return Some(format!(
-            "`{called}` is a wrapper or interpreter that can run anything (`{base}`)"
-        ));
-    }
-    let name = called.clone();
-    let base = *bases
-        .iter()
-        .find(|b| RISKY_OPTIONS.contains(b))
-        .unwrap_or(&bases[0]);
-    let has = |flags: &[&str]| {
-        args.iter()
-            .find(|a| {
-                flags
-                    .iter()
-                    .any(|f| a == f || a.starts_with(&format!("{f}=")))
-            })
-            .cloned()
-    };
-    let risky = match base {
-        "find" => has(&[
-            "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprintf", "-fls",
-        ]),
-        "git" => has(&[
-            "-c",
-            "--config-env",
-            "--exec-path",
-            "--upload-pack",
-            "--receive-pack",
-            "--exec",
-            "--ext-diff",
-            "--extcmd",
-        ])
-        .or_else(|| {
-            let sub: Vec<&str> = args
-                .iter()
-                .map(String::as_str)
-                .filter(|a| !a.starts_with('-'))
-                .take(2)
-                .collect();
-            match sub.as_slice() {
-                ["submodule", "foreach"]
-                | ["bisect", "run"]
-                | ["filter-branch", ..]
-                | ["difftool", ..]
-                | ["mergetool", ..] => Some(sub.join(" ")),
-                ["rebase", ..] if args.iter().any(|a| a == "-x") => Some("rebase -x".into()),
-                _ => None,
-            }
-        }),
-        "cargo" => has(&["--config", "-Z"]),
-        "make" | "gmake" => has(&["SHELL", "--eval", "-E"])
-            .or_else(|| args.iter().find(|a| a.starts_with("SHELL=")).cloned()),
-        "npm" | "pnpm" | "yarn" => has(&["exec", "x", "dlx"]),
-        "ssh" => has(&["-o"]),
-        "tar" => has(&[
-            "--to-command",
-            "--use-compress-program",
-            "-I",
-            "--checkpoint-action",
-            "--info-script",
-            "--new-volume-script",
-        ]),
-        "rsync" => has(&["-e", "--rsh", "--rsync-path"]),
-        "less" | "more" | "man" | "vi" | "vim" | "nvim" | "view" | "ex" | "emacs" | "nano"
-        | "ed" => {
-            return Some(format!(
-                "`{name}` is an editor or pager, which can run commands"
-            ));
-        }
-        _ => None,
-    };
-    risky.map(|opt| format!("`{name} {opt}` runs other programs"))
 }
 
 pub fn check_script(shell: &ShellConfig, source: &str) -> Result<(), String> {
@@ -639,6 +571,75 @@ mod tests {
         assert_eq!(
             show_argv(&["echo".into(), "a b".into(), "\x1b[2J".into()]),
             "echo 'a b' '\\x1b[2J'"
+        );
+    }
+
+    /// docs/security.md's table of program-running options, row by row: each
+    /// example is refused to a prefix rule (`exact`) or allowed by one.
+    #[test]
+    fn the_program_running_options_table_holds() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md"))
+                .unwrap();
+        let table = doc
+            .split("<!-- program-running options: read by exec::grants::tests -->")
+            .nth(1)
+            .expect("the table's marker in docs/security.md");
+        let mut checked = 0;
+        for row in table.lines().skip(3).take_while(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let (examples, outcome) = (cells[3], cells[4]);
+            let exact = outcome.starts_with("exact");
+            assert!(exact || outcome.starts_with("allowed"), "{row}");
+            for example in examples.split('`').skip(1).step_by(2) {
+                let words = crate::hook::settings::shell_words(example).unwrap();
+                let program = Path::new("/usr/bin").join(&words[0]);
+                let why = runs_anything(&program, &words[0], &words[1..]);
+                assert_eq!(why.is_some(), exact, "`{example}`: {why:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "only {checked} examples read");
+    }
+
+    #[test]
+    fn a_rule_for_a_program_whose_language_runs_commands_is_named_at_validate_time() {
+        let f = fixture();
+        let g = grants(
+            &f,
+            &["sed", "sed --sandbox", "git", "python3 check.py", "awk -F"],
+            &["sh -c"],
+            &["sed -i"],
+        );
+        let w = g.warnings();
+        assert_eq!(w.len(), 3, "{w:#?}");
+        assert_eq!(
+            w[0],
+            "shell.ask[0] = [\"sh\", \"-c\"] allows only `sh -c` exactly, never a longer command: `sh` is a wrapper or interpreter that can run anything (`sh`), so a rule for the program alone cannot be safe. Add a rule naming each whole command it should run"
+        );
+        assert!(
+            w[1].starts_with("shell.allow[0] = [\"sed\"] allows only `sed` exactly")
+                && w[1].contains("its `e` command and the `e` flag of `s///e` run commands")
+                && w[1].ends_with("or allow [\"sed\", \"--sandbox\"], a prefix GNU sed runs with its `e`, `r` and `w` commands refused"),
+            "{}",
+            w[1]
+        );
+        assert!(
+            w[2].starts_with("shell.allow[4] = [\"awk\", \"-F\"]"),
+            "{}",
+            w[2]
+        );
+        // The prefix `--sandbox` is what makes a sed rule one.
+        assert_eq!(tier(&g, &f, "sed --sandbox -n 1p x"), Ok(Tier::Allow));
+        let e = tier(&g, &f, "sed -n 1p x").unwrap_err();
+        assert_eq!(
+            e,
+            "`sed -n 1p x` is not allowed: `sed` runs commands from its own language: its `e` command and the `e` flag of `s///e` run commands, so only a rule naming the whole command exactly allows it; to allow exactly this, add [\"sed\", \"-n\", \"1p\", \"x\"] to `shell.allow` in loopbox.toml"
+        );
+        let e = tier(&g, &f, "git grep -Oid x").unwrap_err();
+        assert!(
+            e.starts_with("`git grep -Oid x` is not allowed: `git grep -O` runs other programs, so only a rule naming the whole command exactly allows it"),
+            "{e}"
         );
     }
 }

@@ -2,10 +2,10 @@
 //! the component (from an OCI registry, checked against its digests, or a local
 //! file), checks its signature against `[trust.keys]`, shows what it imports
 //! and the grants it asks for, and only after the user approves writes
-//! `[policies.NAME]` into `loopbox.toml` (and, for a registry policy, its pins
-//! into `loopbox.lock`). Adding a name that is installed upgrades it: what the
-//! new version asks beyond the current grants is shown as a diff and needs
-//! approval again.
+//! `[policies.NAME]` into `loopbox.toml` and its signer into `loopbox.lock`
+//! (with its pins, for a registry policy). Adding a name that is installed
+//! upgrades it: what the new version asks beyond the current grants, and a
+//! signer other than the one recorded, are shown and need approval again.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +17,7 @@ use super::{Failure, exit};
 use loopbox::config::{CONFIG_FILE, Config};
 use loopbox::dist::admit::{Admitted, Refused, digest, judge};
 use loopbox::dist::grant::{Grant, apply};
-use loopbox::dist::lock::{Lock, Locked, path_for};
+use loopbox::dist::lock::{LocalSigner, Lock, Locked, path_for};
 use loopbox::dist::needs::Needs;
 use loopbox::dist::reference::{Reference, SCHEME};
 use loopbox::dist::registry::Registry;
@@ -157,27 +157,34 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
         review.push(format!("[policies.{name}] will grant: {}", asked.summary()));
     }
     // Who signed the version installed now (what the lock recorded), against who
-    // signed this one: another key is a trust decision of its own.
+    // signed this one: another key is a trust decision of its own, from a
+    // registry or a local file alike.
     let lock_path = path_for(Some(&config_file), workspace);
-    let signer_change = match (&current, &fetched.locked) {
-        (Some(c), Some(_)) => Lock::read(&lock_path)
-            .map_err(Failure::usage)?
-            .policies
-            .get(&name)
-            .filter(|old| old.signed_by.as_ref() != signer)
-            .map(|old| {
-                let who = |key: Option<&String>| match key {
-                    Some(k) => match config.trust.name_of(k) {
-                        Some(n) => format!("`{n}` ({k})"),
-                        None => format!("{k}, a key [trust.keys] does not list"),
-                    },
-                    None if c.unsigned => "unsigned (or not recorded)".to_string(),
-                    None => "not recorded".to_string(),
-                };
-                format!("{} -> {}", who(old.signed_by.as_ref()), who(signer))
-            }),
+    let lock = Lock::read(&lock_path).map_err(Failure::usage)?;
+    let recorded = lock
+        .policies
+        .get(&name)
+        .map(|l| l.signed_by.as_ref())
+        .or_else(|| lock.local.get(&name).map(|l| l.signed_by.as_ref()));
+    let signer_change = match (&current, recorded) {
+        (Some(c), Some(old)) if old != signer => Some((c, old)),
+        // A local policy added before its signer was recorded: nobody approved one yet.
+        (Some(c), None) if fetched.locked.is_none() && !c.source.starts_with("builtin:") => {
+            Some((c, None))
+        }
         _ => None,
-    };
+    }
+    .map(|(c, old)| {
+        let who = |key: Option<&String>| match key {
+            Some(k) => match config.trust.name_of(k) {
+                Some(n) => format!("`{n}` ({k})"),
+                None => format!("{k}, a key [trust.keys] does not list"),
+            },
+            None if c.unsigned => "unsigned (or not recorded)".to_string(),
+            None => "not recorded".to_string(),
+        };
+        format!("{} -> {}", who(old), who(signer))
+    });
     if let Some(change) = &signer_change {
         review.push(format!(
             "it is signed by another key than the version installed now: {change}"
@@ -237,17 +244,31 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
                 config_file.display()
             )))
         })?;
-    if let Some(locked) = &fetched.locked {
-        let mut lock = Lock::read(&lock_path).map_err(Failure::usage)?;
-        lock.policies.insert(
-            name.clone(),
-            Locked {
-                signed_by: signer.cloned(),
-                ..locked.clone()
-            },
-        );
-        lock.write(&lock_path).map_err(Failure::internal)?;
+    let mut lock = lock;
+    match &fetched.locked {
+        Some(locked) => {
+            lock.local.remove(&name);
+            lock.policies.insert(
+                name.clone(),
+                Locked {
+                    signed_by: signer.cloned(),
+                    ..locked.clone()
+                },
+            );
+        }
+        None => {
+            lock.policies.remove(&name);
+            lock.local.insert(
+                name.clone(),
+                LocalSigner {
+                    source: fetched.source.clone(),
+                    digest: digest.clone(),
+                    signed_by: signer.cloned(),
+                },
+            );
+        }
     }
+    lock.write(&lock_path).map_err(Failure::internal)?;
     loopbox::files::write_atomically(&config_file, text.as_bytes()).map_err(Failure::internal)?;
     if let Some(t) = trust.filter(|_| keep_trusted) {
         t.approve(&config_file, &loopbox::trust::digest(text.as_bytes()))

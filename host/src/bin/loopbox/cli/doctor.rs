@@ -1,7 +1,8 @@
 //! `loopbox doctor`: what this machine and workspace support, and what
 //! `loopbox run` would use: the OS sandboxes, the configured sandbox, what it
 //! protects and hides, the compiled-component cache, the store, the agent,
-//! and what running as root changes.
+//! what running as root changes, and the shell rules that cannot be safe
+//! (`["sed"]`, whose language runs commands, allows `sed` alone).
 
 use std::path::Path;
 
@@ -117,6 +118,11 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         let shown: Vec<String> = hidden_now.iter().map(|p| hidden.show(p)).collect();
         format!("{} (unreadable in the sandbox)", shown.join(" "))
     };
+    // Rules that cannot mean what they seem to (`["sed"]`: sed's language runs commands).
+    let rule_warnings = loopbox::exec::grants::rule_warnings(
+        std::iter::once(&config.shell).chain(config.policies.values().map(|p| &p.shell)),
+        &root,
+    );
     // SAFETY: geteuid(2) cannot fail.
     let root_user = unsafe { libc::geteuid() } == 0;
     let root_line = if sandbox.is_enforced() {
@@ -137,6 +143,7 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
             "config": config_path, "cache_dir": cache, "agent": agent, "network": config.shell.network, "egress": network_line(&sandbox, &config),
             "landlock_limits": landlock_limits, "protected": protected, "unix_sockets": config.shell.unix_sockets,
             "hidden": hidden_now, "root": root_user, "loop_shell": bash,
+            "rule_warnings": rule_warnings,
         });
         loopbox::outln!(
             "{}",
@@ -171,6 +178,9 @@ pub fn execute(args: DoctorArgs, workspace: &Path) -> Result<i32, Failure> {
         line("component cache", &cache.display().to_string());
         line("agent", &agent);
         line("loop shell", &bash);
+        for w in &rule_warnings {
+            line("rule warning", w);
+        }
     }
     // Non-zero when commands could not run as configured.
     Ok(if matches!(sandbox, Sandbox::Unavailable(_)) {

@@ -2,8 +2,9 @@
 //! running it. Every problem is printed as `FILE:LINE: message`; notes (what
 //! loopbox reads and leaves alone, or what the loop needs at run time) as
 //! `note: FILE:LINE: message`, on stderr, and do not fail the check; nor do
-//! warnings (`warning: ...`): the loop's budget above loopbox's limits, and
-//! bash-only shell lines when bash is not on `shell.path`. `--grants` lists
+//! warnings (`warning: ...`): the loop's budget above loopbox's limits,
+//! bash-only shell lines when bash is not on `shell.path`, and rules that
+//! cannot be safe (`["sed"]` allows `sed` alone: its language runs commands). `--grants` lists
 //! what the loop needs from loopbox.toml (`validate_grants.rs`); without it,
 //! the missing grants are one note.
 
@@ -58,6 +59,8 @@ pub fn execute(args: ValidateArgs, workspace: &Path) -> Result<i32, Failure> {
         Ok(lp) => {
             loops::budgets(&mut config, config_text.as_deref(), None);
             let mut w = loops::budget_warnings(lp, &config);
+            // A rule like `["sed"]` allows `sed` alone: the loop's commands need theirs named whole.
+            w.extend(loopbox::exec::grants::rule_warnings([&config.shell], &root));
             if config
                 .shell
                 .child_env(&root)

@@ -1,0 +1,539 @@
+//! What lets an allowed program run other programs, so that `mod.rs` allows
+//! such a command only by a rule naming it whole: wrappers and interpreters
+//! (`sh`, `env`, `python`), programs whose own language runs commands (`sed`'s
+//! `e`, `awk`'s `system()`, `dc`'s `!`), editors and pagers, and the
+//! program-running options of the rest (`find -exec`, `git grep -O`, `zip -TT`,
+//! `tar --to-command`, `rsync -e`, `ssh -o ProxyCommand`, `curl -K`).
+//!
+//! An option is found in every spelling its program's parser accepts: alone,
+//! `--opt=value`, any prefix of a long name (GNU getopt and git take the
+//! unambiguous ones: `--open-files`, `--unzip-c`), a short option with its value
+//! attached (`-O<cmd>`) or in a cluster (`-nO<cmd>`). Finding leans to finding
+//! too much: a prefix counts even where the program would call it ambiguous,
+//! and words after `--` are read as options too.
+//!
+//! What a program reads from the workspace (`.git/config` and `.git/hooks`, a
+//! `Makefile`, `build.rs`, `package.json` scripts, a script file a rule names)
+//! is not an option: it runs inside the sandbox, and docs/security.md says so.
+//! The table there lists every entry here; keep the two together.
+
+use std::path::Path;
+
+/// One program's (or subcommand's) program-running options.
+struct Options {
+    /// Long options, found as `--name`, `--name=value` and by any prefix.
+    long: &'static [&'static str],
+    /// Short options, found alone, with a value attached, and in a cluster.
+    short: &'static str,
+    /// Short options that take a value: the rest of a cluster after one is its value.
+    value: &'static str,
+    /// Options spelled as one-dash words (`find -exec`, `go -toolexec`), found
+    /// alone, with `=value`, and with two dashes.
+    words: &'static [&'static str],
+}
+
+const fn long(long: &'static [&'static str]) -> Options {
+    Options {
+        long,
+        short: "",
+        value: "",
+        words: &[],
+    }
+}
+
+impl Options {
+    /// The first option found in `args`, as its canonical spelling.
+    fn find(&self, args: &[String]) -> Option<String> {
+        args.iter().find_map(|a| self.spelled(a))
+    }
+
+    fn spelled(&self, arg: &str) -> Option<String> {
+        let name = arg.split_once('=').map_or(arg, |(n, _)| n);
+        // `-toolexec`, `-toolexec=CMD`, and `--toolexec` (Go's flag package takes both).
+        if let Some(w) = self
+            .words
+            .iter()
+            .find(|w| name == **w || (name.starts_with("--") && name[1..] == ***w))
+        {
+            return Some(w.to_string());
+        }
+        if name.len() > 2 && name.starts_with("--") {
+            // `--open-f` is `--open-files-in-pager`.
+            return self
+                .long
+                .iter()
+                .find(|l| l.starts_with(name))
+                .map(|l| l.to_string());
+        }
+        if arg.len() > 1 && arg.starts_with('-') && !arg.starts_with("--") {
+            for c in arg[1..].chars() {
+                if self.short.contains(c) {
+                    return Some(format!("-{c}"));
+                }
+                if self.value.contains(c) {
+                    break;
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Wrappers: programs that run the command given to them (or anything, given code).
+const WRAPPERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "xargs",
+    "timeout",
+    "nice",
+    "nohup",
+    "stdbuf",
+    "setsid",
+    "sudo",
+    "doas",
+    "su",
+    "runuser",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "strace",
+    "ltrace",
+    "gdb",
+    "time",
+    "watch",
+    "flock",
+    "ionice",
+    "taskset",
+    "chrt",
+    "script",
+    "expect",
+    "parallel",
+    "python",
+    "pypy",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "perl",
+    "ruby",
+    "irb",
+    "php",
+    "lua",
+    "luajit",
+    "tclsh",
+    "wish",
+    "pwsh",
+    "rlwrap",
+    "npx",
+    "uvx",
+    "pipx",
+    "ssh-agent",
+    "tmux",
+    "screen",
+    "systemd-run",
+    "setpriv",
+    "prlimit",
+    "capsh",
+    "valgrind",
+    "fakeroot",
+    "faketime",
+    "proot",
+    "bwrap",
+    "firejail",
+    "dbus-run-session",
+    "xvfb-run",
+    "pkexec",
+    "entr",
+    "watchexec",
+];
+
+/// Programs whose own language runs commands: no rule for the program alone can be safe.
+const LANGUAGES: &[(&str, &str)] = &[
+    (
+        "sed",
+        "its `e` command and the `e` flag of `s///e` run commands",
+    ),
+    (
+        "awk",
+        "`system()`, `print | CMD` and `CMD | getline` run commands",
+    ),
+    (
+        "gawk",
+        "`system()`, `print | CMD` and `CMD | getline` run commands",
+    ),
+    (
+        "mawk",
+        "`system()`, `print | CMD` and `CMD | getline` run commands",
+    ),
+    (
+        "nawk",
+        "`system()`, `print | CMD` and `CMD | getline` run commands",
+    ),
+    ("dc", "its `!` command runs a command"),
+    ("m4", "`syscmd` and `esyscmd` run commands"),
+    ("sqlite3", "`.shell` and `.system` run commands"),
+    ("mlr", "its DSL's `system` and `exec` run commands"),
+];
+
+/// Editors and pagers: each has a command that runs a program (`!`, `:!`, `+!cmd`).
+const EDITORS: &[&str] = &[
+    "less",
+    "more",
+    "most",
+    "pg",
+    "pager",
+    "man",
+    "info",
+    "vi",
+    "vim",
+    "nvim",
+    "view",
+    "ex",
+    "emacs",
+    "nano",
+    "pico",
+    "ed",
+    "joe",
+    "mg",
+    "micro",
+    "kak",
+    "hx",
+    "editor",
+    "sensible-editor",
+    "sensible-pager",
+    "w3m",
+    "lynx",
+];
+
+/// Programs whose options can run other programs: the table below.
+const OPTIONS: &[&str] = &[
+    "find", "git", "cargo", "make", "gmake", "npm", "pnpm", "yarn", "ssh", "scp", "sftp", "tar",
+    "rsync", "zip", "curl", "wget", "pip", "rg", "fd", "fdfind", "sort", "split", "sdiff", "diff3",
+    "go", "rustup", "uv", "poetry", "pipenv", "bundle", "conda", "docker", "podman",
+];
+
+/// Why this command can run arbitrary programs, if it can. Both the name it is
+/// called by and the real binary's name count (`vi` is `vim.basic`).
+pub fn runs_anything(program: &Path, written: &str, args: &[String]) -> Option<String> {
+    let real = super::file_name(program);
+    let called = super::file_name(written);
+    // python3.11 -> python, perl5.36 -> perl, vim.basic -> vim
+    let bases: Vec<&str> = [called.as_str(), real.as_str()]
+        .into_iter()
+        .flat_map(|n| {
+            [
+                n.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.'),
+                n.split('.').next().unwrap_or(n),
+            ]
+        })
+        .collect();
+    if let Some(base) = bases.iter().find(|b| WRAPPERS.contains(b)) {
+        return Some(format!(
+            "`{called}` is a wrapper or interpreter that can run anything (`{base}`)"
+        ));
+    }
+    if let Some((base, why)) = bases
+        .iter()
+        .find_map(|b| LANGUAGES.iter().find(|(l, _)| l == b))
+    {
+        // GNU sed refuses `e`, `r` and `w` when `--sandbox` comes first.
+        if *base == "sed" && args.first().is_some_and(|a| a == "--sandbox") {
+            return None;
+        }
+        return Some(format!(
+            "`{called}` runs commands from its own language: {why}"
+        ));
+    }
+    if bases.iter().any(|b| EDITORS.contains(b)) {
+        return Some(format!(
+            "`{called}` is an editor or pager, which can run commands"
+        ));
+    }
+    let base = *bases.iter().find(|b| OPTIONS.contains(b))?;
+    options(base, args).map(|opt| format!("`{called} {opt}` runs other programs"))
+}
+
+/// A program-running option (or subcommand) of `base` in `args`, as named in messages.
+fn options(base: &str, args: &[String]) -> Option<String> {
+    let any = |word: &[&str]| args.iter().find(|a| word.contains(&a.as_str())).cloned();
+    match base {
+        "find" => Options {
+            words: &[
+                "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf",
+                "-fls",
+            ],
+            ..long(&[])
+        }
+        .find(args),
+        "git" => git(args),
+        "cargo" => Options {
+            short: "Z",
+            value: "pjFC",
+            ..long(&["--config"])
+        }
+        .find(args),
+        "make" | "gmake" => Options {
+            short: "E",
+            value: "CfIjlOoW",
+            ..long(&["--eval"])
+        }
+        .find(args)
+        .or_else(|| {
+            // `make CC='sh -c ...'`: a variable set on the command line overrides
+            // the Makefile's, and recipes run what it holds.
+            args.iter()
+                .find(|a| {
+                    !a.starts_with('-')
+                        && a.split_once('=').is_some_and(|(n, _)| {
+                            !n.is_empty()
+                                && n.trim_end_matches([':', '+', '?', '!'])
+                                    .chars()
+                                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                        })
+                })
+                .map(|a| format!("{}=...", a.split_once('=').map_or("", |(n, _)| n)))
+        }),
+        "npm" | "pnpm" | "yarn" => any(&[
+            "exec", "x", "dlx", "explore", "edit", "create", "config", "c", "set", "node",
+        ])
+        .or_else(|| {
+            // `npm init NAME` runs the package `create-NAME`.
+            let init = args.iter().position(|a| a == "init")?;
+            args[init + 1..]
+                .iter()
+                .any(|a| !a.starts_with('-'))
+                .then(|| "init PACKAGE".to_string())
+        })
+        .or_else(|| {
+            long(&[
+                "--script-shell",
+                "--shell",
+                "--userconfig",
+                "--globalconfig",
+                "--node-options",
+                "--editor",
+                "--browser",
+                "--viewer",
+                "--call",
+                "--git",
+                "--init-module",
+                "--onload-script",
+                "--use-yarnrc",
+            ])
+            .find(args)
+        }),
+        "ssh" => Options {
+            short: "oF",
+            value: "BbcDEeIiJLlmOpQRSWw",
+            ..long(&[])
+        }
+        .find(args),
+        "scp" => Options {
+            short: "oFSD",
+            value: "ciJlPX",
+            ..long(&[])
+        }
+        .find(args),
+        "sftp" => Options {
+            short: "oFSDb",
+            value: "BciJlPRsX",
+            ..long(&[])
+        }
+        .find(args),
+        "tar" => Options {
+            short: "IF",
+            value: "fCTXbHKLNVg",
+            ..long(&[
+                "--to-command",
+                "--use-compress-program",
+                "--checkpoint-action",
+                "--info-script",
+                "--new-volume-script",
+                "--rsh-command",
+                "--rmt-command",
+            ])
+        }
+        .find(args)
+        .or_else(|| {
+            // The old style, `tar xIf PROG a.tar`: letters with no dash, each taking
+            // its value from the words that follow.
+            let first = args.first()?;
+            (!first.starts_with('-')
+                && first.chars().all(|c| c.is_ascii_alphabetic())
+                && first.contains(['I', 'F']))
+            .then(|| first.clone())
+        }),
+        "rsync" => Options {
+            short: "eM",
+            value: "fBT",
+            ..long(&[
+                "--rsh",
+                "--rsync-path",
+                "--remote-option",
+                "--config",
+                "--daemon",
+                "--dparam",
+            ])
+        }
+        .find(args),
+        // zip's `-TT` is one option of two letters, and may sit in a cluster.
+        "zip" => long(&["--unzip-command"]).find(args).or_else(|| {
+            args.iter()
+                .any(|a| !a.starts_with("--") && a.starts_with('-') && a.contains("TT"))
+                .then(|| "-TT".to_string())
+        }),
+        "curl" => Options {
+            short: "K",
+            value: "AbcCdDeEFHmoPQrTtuUwxXyYz",
+            ..long(&["--config"])
+        }
+        .find(args),
+        "wget" => Options {
+            short: "e",
+            value: "oaiBOtTwQUPlARDIX",
+            ..long(&["--execute", "--use-askpass", "--config"])
+        }
+        .find(args),
+        "pip" => any(&["config"]).or_else(|| long(&["--python", "--editor"]).find(args)),
+        "rg" => long(&["--pre"]).find(args),
+        "fd" | "fdfind" => Options {
+            short: "xX",
+            value: "deEtScjo",
+            ..long(&["--exec", "--exec-batch"])
+        }
+        .find(args),
+        "sort" => long(&["--compress-program"]).find(args),
+        "split" => long(&["--filter"]).find(args),
+        "sdiff" | "diff3" => long(&["--diff-program"]).find(args),
+        "go" => Options {
+            words: &["-toolexec", "-exec", "-vettool"],
+            ..long(&[])
+        }
+        .find(args)
+        .or_else(|| {
+            args.iter()
+                .find(|a| a.contains("-extld") || a.contains("-extar"))
+                .cloned()
+        })
+        .or_else(|| {
+            // `go env -w GOFLAGS=-toolexec=...` keeps the option for every later command.
+            (args.first().is_some_and(|a| a == "env") && args.iter().any(|a| a == "-w"))
+                .then(|| "env -w".to_string())
+        }),
+        "rustup" | "uv" | "poetry" | "pipenv" | "conda" => any(&["run", "tool"]),
+        "bundle" => any(&["exec"]),
+        "docker" | "podman" => any(&["run", "exec", "create", "compose", "build"]),
+        _ => None,
+    }
+}
+
+/// git: its own options before the subcommand, then the subcommand's.
+fn git(args: &[String]) -> Option<String> {
+    let mut i = 0;
+    while let Some(a) = args.get(i).filter(|a| a.starts_with('-')) {
+        // `-c core.pager=CMD`, `--config-env=core.pager=VAR`, `--exec-path=DIR`.
+        if a.starts_with("-c") || a.starts_with("--config-env") || a.starts_with("--exec-path") {
+            return Some(a.split_once('=').map_or(a.as_str(), |(n, _)| n).to_string());
+        }
+        if [
+            "-C",
+            "--git-dir",
+            "--work-tree",
+            "--namespace",
+            "--super-prefix",
+        ]
+        .contains(&a.as_str())
+        {
+            i += 1;
+        }
+        i += 1;
+    }
+    let sub = args.get(i).map(String::as_str).unwrap_or_default();
+    let rest = args.get(i + 1..).unwrap_or_default();
+    let next = rest
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .map(String::as_str);
+    let whole = match (sub, next) {
+        ("submodule", Some("foreach")) | ("bisect", Some("run")) => true,
+        // `git config core.pager CMD`: what later git commands run.
+        ("filter-branch" | "difftool" | "mergetool" | "config" | "instaweb", _) => true,
+        _ => false,
+    };
+    if whole {
+        return Some(match next {
+            Some(n) if sub != "config" => format!("{sub} {n}"),
+            _ => sub.to_string(),
+        });
+    }
+    let specific = match sub {
+        "grep" => Options {
+            short: "O",
+            value: "eEfABCm",
+            ..long(&["--open-files-in-pager"])
+        },
+        "clone" => Options {
+            short: "uc",
+            value: "objs",
+            ..long(&["--upload-pack", "--template", "--config"])
+        },
+        "ls-remote" => Options {
+            short: "u",
+            value: "o",
+            ..long(&["--upload-pack", "--exec"])
+        },
+        "fetch" | "pull" | "push" | "archive" | "remote" | "submodule" => {
+            long(&["--upload-pack", "--receive-pack", "--exec"])
+        }
+        "rebase" => Options {
+            short: "x",
+            value: "sXC",
+            ..long(&["--exec"])
+        },
+        "send-email" => long(&[
+            "--sendmail-cmd",
+            "--smtp-server",
+            "--to-cmd",
+            "--cc-cmd",
+            "--header-cmd",
+        ]),
+        _ => long(&[]),
+    };
+    specific
+        .find(rest)
+        .or_else(|| long(&["--ext-diff"]).find(rest))
+        .map(|opt| format!("{sub} {opt}"))
+}
+
+/// What a rule allowing `argv` (a program that resolves to `program`) cannot do,
+/// for `validate` and `doctor`: a rule of options alone for a program that runs
+/// anything allows only that exact command, never one that starts with it.
+pub fn narrow_rule(program: &Path, argv: &[String]) -> Option<String> {
+    let args = &argv[1..];
+    if args.iter().any(|a| !a.starts_with('-')) {
+        // `["python3", "check.py"]` names a command: exact is what it means.
+        return None;
+    }
+    let why = runs_anything(program, &argv[0], args)?;
+    let name = super::file_name(&argv[0]);
+    let sandbox = if name == "sed" || super::file_name(program) == "sed" {
+        format!(
+            "; or allow [\"{name}\", \"--sandbox\"], a prefix GNU sed runs with its `e`, `r` and `w` commands refused"
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "allows only `{}` exactly, never a longer command: {why}, so a rule for the program alone cannot be safe. Add a rule naming each whole command it should run{sandbox}",
+        super::show_argv(argv),
+    ))
+}
