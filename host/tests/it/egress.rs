@@ -3,8 +3,8 @@
 //! and under Landlock, and every way around it is refused with its reason.
 //! Servers are on loopback only.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -15,36 +15,17 @@ use crate::common;
 /// A local origin: serves files under its root (a git repository for
 /// `git clone`), anything else as `origin says hello`, and remembers every
 /// request line it saw.
-struct Origin {
-    port: u16,
-    seen: Arc<Mutex<Vec<String>>>,
+pub(crate) struct Origin {
+    pub(crate) port: u16,
+    pub(crate) seen: Arc<Mutex<Vec<String>>>,
     _root: tempfile::TempDir,
 }
 
-fn origin() -> &'static Origin {
+pub(crate) fn origin() -> &'static Origin {
     static ORIGIN: OnceLock<Origin> = OnceLock::new();
     ORIGIN.get_or_init(|| {
         let root = tempfile::tempdir().unwrap();
-        let repo = root.path().join("repo");
-        let git = |args: &[&str], cwd: &Path| {
-            let o = std::process::Command::new("git")
-                .args(args)
-                .current_dir(cwd)
-                .env("GIT_AUTHOR_NAME", "t")
-                .env("GIT_AUTHOR_EMAIL", "t@t")
-                .env("GIT_COMMITTER_NAME", "t")
-                .env("GIT_COMMITTER_EMAIL", "t@t")
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "git {args:?}: {o:?}");
-        };
-        std::fs::create_dir(&repo).unwrap();
-        git(&["init", "-q", "-b", "main"], &repo);
-        std::fs::write(repo.join("README"), "cloned through the proxy\n").unwrap();
-        git(&["add", "README"], &repo);
-        git(&["commit", "-qm", "one"], &repo);
-        git(&["clone", "-q", "--bare", "repo", "repo.git"], root.path());
-        git(&["update-server-info"], &root.path().join("repo.git"));
+        bare_repo(root.path());
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -52,6 +33,7 @@ fn origin() -> &'static Origin {
         std::thread::spawn(move || {
             for s in listener.incoming().flatten() {
                 let (served, log) = (served.clone(), log.clone());
+                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
                 std::thread::spawn(move || answer(s, &served, &log));
             }
         });
@@ -63,9 +45,37 @@ fn origin() -> &'static Origin {
     })
 }
 
-fn answer(s: TcpStream, root: &Path, seen: &Mutex<Vec<String>>) {
-    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
-    let mut r = BufReader::new(&s);
+/// A repository `repo` in `root` with one commit (its `README` says `cloned
+/// through the proxy`), and its bare clone `repo.git` ready for git's dumb
+/// HTTP protocol.
+pub(crate) fn bare_repo(root: &Path) {
+    let repo = root.join("repo");
+    let git = |args: &[&str], cwd: &Path| {
+        let o = std::process::Command::new("git")
+            .args(args)
+            .current_dir(cwd)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {o:?}");
+    };
+    std::fs::create_dir(&repo).unwrap();
+    git(&["init", "-q", "-b", "main"], &repo);
+    std::fs::write(repo.join("README"), "cloned through the proxy\n").unwrap();
+    git(&["add", "README"], &repo);
+    git(&["commit", "-qm", "one"], &repo);
+    git(&["clone", "-q", "--bare", "repo", "repo.git"], root);
+    git(&["update-server-info"], &root.join("repo.git"));
+}
+
+/// Answer one request on `s` (plain TCP, or TLS): a file under `root`, a
+/// redirect for `/redirect/HOST:PORT`, else `origin says hello to HOST`;
+/// its request line goes to `seen`.
+pub(crate) fn answer(mut s: impl Read + Write, root: &Path, seen: &Mutex<Vec<String>>) {
+    let mut r = BufReader::new(&mut s);
     let mut line = String::new();
     if r.read_line(&mut line).is_err() {
         return;
@@ -80,11 +90,12 @@ fn answer(s: TcpStream, root: &Path, seen: &Mutex<Vec<String>>) {
             host = h[5..].trim().to_string();
         }
     }
+    drop(r);
     seen.lock().unwrap().push(line.trim().to_string());
     let path = line.split(' ').nth(1).unwrap_or("/");
     let path = path.split('?').next().unwrap_or("/");
     if let Some(to) = path.strip_prefix("/redirect/") {
-        let _ = (&s).write_all(
+        let _ = s.write_all(
             format!("HTTP/1.1 302 Found\r\nLocation: http://{to}/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
         );
         return;
@@ -93,24 +104,25 @@ fn answer(s: TcpStream, root: &Path, seen: &Mutex<Vec<String>>) {
     let body = if path.len() > 1 && file.is_file() {
         std::fs::read(&file).unwrap()
     } else if path.len() > 1 && path.starts_with("/repo.git") {
-        let _ = (&s)
+        let _ = s
             .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         return;
     } else {
         format!("origin says hello to {host}\n").into_bytes()
     };
-    let _ = (&s).write_all(
+    let _ = s.write_all(
         format!(
             "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         )
         .as_bytes(),
     );
-    let _ = (&s).write_all(&body);
+    let _ = s.write_all(&body);
+    let _ = s.flush();
 }
 
 /// The sandboxes this machine can run the tests under.
-fn sandboxes() -> Vec<&'static str> {
+pub(crate) fn sandboxes() -> Vec<&'static str> {
     let s = loopbox::exec::sandbox::support();
     let mut v = Vec::new();
     if s.bwrap.is_ok() {
@@ -126,7 +138,7 @@ fn sandboxes() -> Vec<&'static str> {
     v
 }
 
-fn workspace(sandbox: &str, network: &str) -> tempfile::TempDir {
+pub(crate) fn workspace(sandbox: &str, network: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("loopbox.toml"),
@@ -137,10 +149,20 @@ fn workspace(sandbox: &str, network: &str) -> tempfile::TempDir {
 }
 
 /// Run `source` with `sh -c` in the sandbox; its output, and the run's log.
-fn script(dir: &Path, source: &str) -> (Value, String) {
-    let op = json!({"op": "script", "source": source, "timeout_ms": 60000});
+pub(crate) fn script(dir: &Path, source: &str) -> (Value, String) {
+    probe_op(
+        dir,
+        &json!({"op": "script", "source": source, "timeout_ms": 60000}),
+        &[],
+    )
+}
+
+/// Run the probe guest with `op` as its input, loopbox's environment having
+/// `env` besides the test's own; the op's result, and the run's log.
+pub(crate) fn probe_op(dir: &Path, op: &Value, env: &[(&str, &str)]) -> (Value, String) {
     let probe = common::probe().to_string_lossy().into_owned();
-    let o = common::loopbox(dir, &["run", &probe, "--input", &op.to_string(), "--json"]);
+    let args = ["run", &probe, "--input", &op.to_string(), "--json"];
+    let o = common::loopbox_with(dir, &args, env, std::time::Duration::from_secs(300));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
             "{e}: {}\n{}",
@@ -160,7 +182,7 @@ fn script(dir: &Path, source: &str) -> (Value, String) {
     (v["outcome"]["data"].clone(), log)
 }
 
-fn stdout(v: &Value) -> String {
+pub(crate) fn stdout(v: &Value) -> String {
     v["ok"]["stdout"]
         .as_str()
         .unwrap_or_else(|| panic!("{v}"))

@@ -9,6 +9,7 @@ mod cli;
 mod conformance;
 mod durability;
 mod egress;
+mod egress_clients;
 mod fsm;
 mod hook;
 mod installed;

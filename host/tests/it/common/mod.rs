@@ -219,13 +219,17 @@ pub fn trusted_command(workspace: &Path) -> Command {
 /// `loopbox -C DIR ARGS...` run in DIR, without a terminal, with a shared component
 /// cache, the workspace's config (and a `--config` file) approved as it is now.
 pub fn loopbox(dir: &Path, args: &[&str]) -> Output {
+    loopbox_command(dir, args).output().unwrap()
+}
+
+fn loopbox_command(dir: &Path, args: &[&str]) -> Command {
     if let Some(at) = args.iter().position(|a| *a == "--config")
         && let Some(file) = args.get(at + 1)
     {
         trust(&dir.join(file));
     }
-    trusted_command(dir)
-        .arg("-C")
+    let mut c = trusted_command(dir);
+    c.arg("-C")
         .arg(dir)
         .args(args)
         .env(
@@ -233,9 +237,45 @@ pub fn loopbox(dir: &Path, args: &[&str]) -> Output {
             std::env::temp_dir().join("loopbox-cli-test-cache"),
         )
         .current_dir(dir)
-        .env("CI", "true")
-        .output()
-        .unwrap()
+        .env("CI", "true");
+    c
+}
+
+/// [`loopbox`] with `env` set in loopbox's environment besides the test's
+/// own, killed (and the test failed) when it has not ended within `limit`.
+pub fn loopbox_with(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> Output {
+    use std::process::Stdio;
+    let child = loopbox_command(dir, args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (done, ended) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let out = child.wait_with_output();
+        let _ = done.send(());
+        out
+    });
+    if ended.recv_timeout(limit).is_err() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        let out = waiter.join().unwrap().unwrap();
+        panic!(
+            "loopbox {args:?} did not end within {limit:?}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    waiter.join().unwrap().unwrap()
 }
 
 /// Replace run ids and durations so output can be compared exactly.
