@@ -31,7 +31,7 @@ use crate::exec::agent::{AgentRequest, AgentRunner, AgentSandbox};
 use crate::exec::child_env::ChildEnv;
 use crate::exec::config::{AgentConfig, PromptTier, RunnerKind, ShellConfig};
 use crate::exec::confirm::{Answer, AskRequest, Confirm};
-use crate::exec::egress::{Egress, NetworkConfig};
+use crate::exec::egress::{Egress, NetworkConfig, RunSide};
 use crate::exec::grants::{self, ExtraRules, Refusal, ShellGrants, Tier, show_argv};
 use crate::exec::process::{self, Finished, Spec};
 use crate::exec::sandbox::hide::{Hidden, outermost};
@@ -355,10 +355,12 @@ fn egress<'a>(
         &section,
         &commands,
         &agent,
-        facts.log.clone(),
-        Some((facts.db.clone(), facts.run.to_string())),
-        facts.guarded.map(<[_]>::to_vec),
-        Some(confirm),
+        RunSide {
+            log: facts.log.clone(),
+            store: Some((facts.db.clone(), facts.run.to_string())),
+            guarded: facts.guarded.map(<[_]>::to_vec),
+            confirm: Some(confirm),
+        },
     )
     .map_err(anyhow::Error::msg)
 }

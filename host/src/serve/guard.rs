@@ -17,10 +17,10 @@ pub fn addresses(listen: &[SocketAddr], store_url: Option<&str>) -> Vec<IpAddr> 
             out.push(l.ip());
         }
     }
-    if let Some(host) = store_url.and_then(store_host) {
-        if let Ok(addrs) = (host.as_str(), 5432).to_socket_addrs() {
-            out.extend(addrs.map(|a| a.ip()));
-        }
+    if let Some(host) = store_url.and_then(store_host)
+        && let Ok(addrs) = (host.as_str(), 5432).to_socket_addrs()
+    {
+        out.extend(addrs.map(|a| a.ip()));
     }
     out.sort();
     out.dedup();

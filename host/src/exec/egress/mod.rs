@@ -132,24 +132,36 @@ fn token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// What a run gives its proxy besides the rules.
+pub struct RunSide {
+    /// Where each connection is written as it ends.
+    pub log: RunLog,
+    /// The store and the run's id, where each connection is recorded.
+    pub store: Option<(crate::db::Db, String)>,
+    /// Given on a server: those addresses are never reached, and the run's
+    /// rules open no private address (only its operator could).
+    pub guarded: Option<Vec<IpAddr>>,
+    /// Who answers for destinations under `ask`.
+    pub confirm: Option<Arc<dyn crate::exec::confirm::Confirm>>,
+}
+
 impl Egress {
     /// `commands` and `agent` are each side's extra allowed destinations
     /// (`shell.network`'s `*`, the agent's preset) with their names; a side
-    /// with nothing allowed or asked gets no network at all. Each connection
-    /// goes to `log`, and to `store` (the store and the run's id) when given.
-    /// `guarded` is given on a server: those addresses are never reached, and
-    /// the run's rules open no private address (only its operator could).
-    /// `confirm` answers for destinations under `ask`.
+    /// with nothing allowed or asked gets no network at all.
     pub fn new(
         config: &NetworkConfig,
         section: &str,
         commands: &[(String, String)],
         agent: &[(String, String)],
-        log: RunLog,
-        store: Option<(crate::db::Db, String)>,
-        guarded: Option<Vec<IpAddr>>,
-        confirm: Option<Arc<dyn crate::exec::confirm::Confirm>>,
+        run: RunSide,
     ) -> Result<Arc<Egress>, String> {
+        let RunSide {
+            log,
+            store,
+            guarded,
+            confirm,
+        } = run;
         let side = |name: &'static str, extra: &[(String, String)], tcp: bool| {
             Rules::new(config, section, extra).map(|rules| {
                 (!rules.is_empty()).then(|| {
