@@ -249,6 +249,50 @@ pub fn process_span(id: &str, policy: &str, first: bool, what: &str) -> tracing:
     span
 }
 
+/// A span for one connection through the egress proxy, under run `id`'s root
+/// span: its destination, the decision and its rule, bytes each way, and its
+/// time (`server.address`, `server.port` as the OpenTelemetry conventions
+/// name them). Never a path, a header or a body. Nothing when telemetry is off.
+pub fn connection(id: &str, c: &crate::db::network::Connection) {
+    if !enabled() {
+        return;
+    }
+    use opentelemetry::trace::{Span as _, Status, Tracer as _};
+    let (trace_id, root_id) = run_ids(id);
+    let parent = SpanContext::new(
+        trace_id,
+        root_id,
+        TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    );
+    let tracer = opentelemetry::global::tracer("loopbox");
+    let start = std::time::UNIX_EPOCH + Duration::from_millis(c.at_ms.max(0) as u64);
+    let mut span = tracer
+        .span_builder(format!("connect {}:{}", c.host, c.port))
+        .with_kind(opentelemetry::trace::SpanKind::Client)
+        .with_start_time(start)
+        .with_attributes([
+            KeyValue::new("loopbox.run.id", id.to_string()),
+            KeyValue::new("loopbox.network.side", c.side.clone()),
+            KeyValue::new("server.address", c.host.clone()),
+            KeyValue::new("server.port", i64::from(c.port)),
+            KeyValue::new(
+                "network.peer.address",
+                c.address.clone().unwrap_or_default(),
+            ),
+            KeyValue::new("loopbox.network.allowed", c.allowed),
+            KeyValue::new("loopbox.rule", crate::ui::shorten(&c.rule, 200)),
+            KeyValue::new("loopbox.network.bytes_out", c.bytes_out as i64),
+            KeyValue::new("loopbox.network.bytes_in", c.bytes_in as i64),
+        ])
+        .start_with_context(&tracer, &Context::new().with_remote_span_context(parent));
+    if !c.allowed {
+        span.set_status(Status::error(crate::ui::shorten(&c.rule, 200)));
+    }
+    span.end_with_timestamp(start + Duration::from_millis(c.ms));
+}
+
 /// An event's span, once it is committed: its number and the decision.
 pub fn note_event(span: &tracing::Span, seq: i64, decision: &'static str) {
     span.set_attribute("loopbox.event.seq", seq);

@@ -422,3 +422,46 @@ fn telemetry_it_cannot_send_is_said_once_and_changes_nothing_else() {
         t.elapsed()
     );
 }
+
+/// A connection through the egress proxy is a span of its run, under the
+/// run's root: its destination and decision, never its path.
+#[test]
+fn a_connection_through_the_proxy_is_a_span_of_its_run() {
+    let receiver = Receiver::start();
+    let (ws, _bin) = workspace();
+    let config = ws.path().join("loopbox.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("[shell]\n", "[shell]\nscripts = true\n")
+        + &format!("\n[network]\nallow = [\"127.0.0.1:{}\"]\n", receiver.port);
+    std::fs::write(&config, text).unwrap();
+    let probe = common::probe().to_string_lossy().into_owned();
+    let source = format!(
+        "curl -s -o /dev/null --max-time 10 http://127.0.0.1:{}/secret-path; curl -s -o /dev/null --max-time 10 http://127.0.0.3:{}/",
+        receiver.port, receiver.port
+    );
+    let input = json!({"op": "script", "source": source}).to_string();
+    let o = traced(
+        ws.path(),
+        &receiver,
+        &["run", &probe, "--input", &input, "--json"],
+    );
+    assert_eq!(
+        common::code(&o),
+        0,
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = run["run_id"].as_str().unwrap();
+    let spans = spans(&receiver.take());
+    let (_, root_id) = loopbox::telemetry::run_ids(id);
+    let allowed = find(&spans, &format!("connect 127.0.0.1:{}", receiver.port));
+    assert_eq!(allowed.parent, root_id.to_string(), "{allowed:#?}");
+    assert_eq!(allowed.attrs["server.address"], json!("127.0.0.1"));
+    assert_eq!(allowed.attrs["loopbox.network.allowed"], json!(true));
+    assert_eq!(allowed.attrs["loopbox.network.side"], json!("commands"));
+    let refused = find(&spans, &format!("connect 127.0.0.3:{}", receiver.port));
+    assert_eq!(refused.attrs["loopbox.network.allowed"], json!(false));
+    assert!(!format!("{spans:?}").contains("secret-path"), "{spans:#?}");
+}

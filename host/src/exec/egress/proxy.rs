@@ -96,6 +96,7 @@ impl Shared {
         };
         self.log.host(if c.allowed { "info" } else { "warn" }, line);
         if let Some((db, run)) = &self.store {
+            crate::telemetry::connection(run, &c);
             let (db, run, c) = (db.clone(), run.clone(), c.clone());
             // The store may wait on a lock: never on the proxy's one thread.
             tokio::task::spawn_blocking(move || {

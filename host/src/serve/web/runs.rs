@@ -542,6 +542,31 @@ fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
                 }
             }
         }
+        @let network = v["network"].as_array().unwrap_or(&empty);
+        @if !network.is_empty() {
+            section #network data-live {
+                h2 { "Network" }
+                p.muted { (network.len()) " connection(s) through loopbox's proxy, "
+                    (network.iter().filter(|c| c["allowed"] != true).count()) " refused." }
+                table.journal {
+                    thead { tr { th { "Destination" } th { "Side" } th { "Decision" } th.num { "Out / in" } th.num { "Time" } } }
+                    tbody {
+                        @for c in network {
+                            tr {
+                                td.mono data-label="Destination" { (text_of(&c["host"])) ":" (c["port"]) }
+                                td data-label="Side" { (text_of(&c["side"])) }
+                                td data-label="Decision" {
+                                    @if c["allowed"] == true { "allowed: " } @else { strong { "refused: " } }
+                                    (text_of(&c["rule"]))
+                                }
+                                td.num data-label="Out / in" { (c["bytes_out"].as_u64().unwrap_or(0)) " / " (c["bytes_in"].as_u64().unwrap_or(0)) " B" }
+                                td.num data-label="Time" { (c["ms"].as_u64().unwrap_or(0)) " ms" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         @let turns = v["agent_turns"].as_array().unwrap_or(&empty);
         @if !turns.is_empty() {
             section #agent-turns data-live {

@@ -75,4 +75,18 @@ fn a_tenants_commands_reach_neither_the_server_nor_a_private_address_its_rules_n
             .all(|c| c["allowed"] == false && c["side"] == "commands"),
         "{v:#}"
     );
+    // The dashboard's run page has a Network panel with the same.
+    let viewer = srv.token("mallory", "viewer").to_string();
+    let auth = format!("Bearer {viewer}");
+    let page = super::http(
+        &srv.addr,
+        "GET",
+        &format!("/runs/{run}"),
+        &[("Authorization", &auth)],
+        None,
+    );
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("<h2>Network</h2>"), "{}", page.body);
+    assert!(page.body.contains(" 2 refused."), "{}", page.body);
+    assert!(page.body.contains("which no run reaches"), "{}", page.body);
 }
