@@ -308,6 +308,32 @@ fn every_way_around_the_rules_is_refused_with_its_reason() {
     }
 }
 
+/// TCP Fast Open connects without connect(2): `sendto(MSG_FASTOPEN)` (and
+/// `sendmsg`) went past Landlock's TCP rules to any loopback port (kernel
+/// 6.18: the origin answered the sandbox). Refused by the seccomp filter.
+#[test]
+fn a_tcp_fast_open_send_does_not_connect_past_the_proxy() {
+    let o = origin();
+    let p = o.port;
+    for sb in sandboxes() {
+        let dir = workspace(sb, "allow = [\"x.test\"]");
+        let tag = format!("fastopen-{sb}");
+        let (v, log) = script(
+            dir.path(),
+            &format!(
+                "/usr/bin/python3 -c '\nimport socket\nfor how in (\"sendto\", \"sendmsg\"):\n s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n m = b\"GET /{tag} HTTP/1.0\\r\\n\\r\\n\"; a = (\"127.0.0.1\", {p})\n try:\n  s.sendto(m, socket.MSG_FASTOPEN, a) if how == \"sendto\" else s.sendmsg([m], [], socket.MSG_FASTOPEN, a)\n  print(how, \"REACHED\", s.recv(100))\n except OSError as e:\n  print(how, \"refused\", e.errno)\n'"
+            ),
+        );
+        let out = stdout(&v);
+        assert_eq!(out.matches("refused 13").count(), 2, "{sb}: {v}\n{log}");
+        let seen = o.seen.lock().unwrap().clone();
+        assert!(
+            !seen.iter().any(|l| l.contains(&tag)),
+            "{sb}: the origin was reached: {seen:?}"
+        );
+    }
+}
+
 #[test]
 fn tunnels_for_another_host_and_malformed_requests_are_refused_and_the_proxy_lives_on() {
     let o = origin();

@@ -7,7 +7,8 @@
 //!    - no network: no family at all, unless `shell.unix_sockets` (or Landlock
 //!      ABI 9, which confines pathname UNIX sockets to the workspace) adds AF_UNIX.
 //!    - network (through the proxy): AF_INET and AF_INET6 for TCP only, and
-//!      AF_NETLINK (which glibc's resolver uses).
+//!      AF_NETLINK (which glibc's resolver uses); no send with MSG_FASTOPEN,
+//!      which connects past Landlock's TCP rules.
 //!
 //!    AF_UNIX stays out by default because a socket outside the workspace (the
 //!    Docker daemon's, an ssh-agent's) is a door to a process running with the
@@ -251,6 +252,29 @@ pub fn filters(sockets: Sockets) -> Result<Vec<BpfProgram>, String> {
         }
     }
     insert(&mut socket_rules, libc::SYS_socket, socket);
+    // TCP Fast Open: `sendto(MSG_FASTOPEN)` connects a TCP socket without
+    // connect(2), and Landlock's TCP rules see only connect(2) (kernel 6.18
+    // let a Landlock-confined child reach any loopback port this way). Each
+    // send call carrying the flag is refused (TCP_FASTOPEN_CONNECT goes
+    // through connect(2) and is confined).
+    if sockets.network {
+        let fastopen = [(libc::MSG_FASTOPEN as u64, libc::MSG_FASTOPEN as u64)];
+        insert(
+            &mut socket_rules,
+            libc::SYS_sendto,
+            any_masked(3, &fastopen)?,
+        );
+        insert(
+            &mut socket_rules,
+            libc::SYS_sendmsg,
+            any_masked(2, &fastopen)?,
+        );
+        insert(
+            &mut socket_rules,
+            libc::SYS_sendmmsg,
+            any_masked(3, &fastopen)?,
+        );
+    }
     insert(&mut socket_rules, libc::SYS_io_uring_setup, Vec::new());
 
     let mut refused = Rules::new();
