@@ -187,6 +187,13 @@ impl Egress {
         }))
     }
 
+    /// A proxy outside any run, its log shown nowhere, `config`'s rules on
+    /// both sides: for measuring or exercising it apart (`host/benches/egress.rs`).
+    pub fn standalone(config: &NetworkConfig) -> Result<Arc<Egress>, String> {
+        let log = RunLog::new(crate::ui::Ui::quiet());
+        Egress::new(config, "network", &[], &[], log, Vec::new())
+    }
+
     /// The commands' side, if they may reach anything.
     pub fn commands(self: &Arc<Self>) -> Option<Arc<EgressSide>> {
         self.commands.as_ref().map(|_| {
