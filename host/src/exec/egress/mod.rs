@@ -191,7 +191,13 @@ impl Egress {
     /// both sides: for measuring or exercising it apart (`host/benches/egress.rs`).
     pub fn standalone(config: &NetworkConfig) -> Result<Arc<Egress>, String> {
         let log = RunLog::new(crate::ui::Ui::quiet());
-        Egress::new(config, "network", &[], &[], log, Vec::new())
+        let run = RunSide {
+            log,
+            store: None,
+            guarded: None,
+            confirm: None,
+        };
+        Egress::new(config, "network", &[], &[], run)
     }
 
     /// The commands' side, if they may reach anything.
