@@ -334,6 +334,39 @@ fn a_tcp_fast_open_send_does_not_connect_past_the_proxy() {
     }
 }
 
+/// A flood of idle connections to the proxy: each was held for the head's
+/// 30 s before `max_connections` was looked at, so a script could take every
+/// file descriptor loopbox had (20000 here, from six processes); accept then
+/// failed with EMFILE, which ended the accept loop, and the run's proxy was
+/// gone (`Connection refused`) for the rest of the run. Now a connection
+/// over the limit is closed within a second, and the proxy lives on.
+#[test]
+fn a_flood_of_idle_connections_is_closed_and_the_proxy_lives_on() {
+    for sb in sandboxes() {
+        let dir = workspace(sb, "allow = [\"x.test\"]\nmax_connections = 16");
+        let (v, log) = script(
+            dir.path(),
+            "/usr/bin/python3 -c '\nimport os, socket, time, urllib.parse as u\nx = u.urlsplit(os.environ[\"HTTP_PROXY\"])\nsocks = [socket.create_connection((x.hostname, x.port), timeout=5) for _ in range(200)]\ntime.sleep(2.5)\nclosed = 0\nfor s in socks:\n s.settimeout(0.01)\n try:\n  closed += s.recv(1) == b\"\"\n except socket.timeout:\n  pass\n except OSError:\n  closed += 1\nprint(\"closed\", closed)\nfor s in socks: s.close()\n'; \
+             sleep 1; curl -s -i --max-time 10 http://y.test/ | grep -i x-loopbox-refused",
+        );
+        let out = stdout(&v);
+        let closed: usize = out
+            .split_whitespace()
+            .skip_while(|w| *w != "closed")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{sb}: {out}\n{log}"));
+        assert!(
+            closed >= 180,
+            "{sb}: only {closed} of 200 closed: {out}\n{log}"
+        );
+        assert!(
+            out.contains("no rule in `network.allow` matches y.test:80"),
+            "{sb}: the proxy is gone: {out}\n{log}"
+        );
+    }
+}
+
 #[test]
 fn tunnels_for_another_host_and_malformed_requests_are_refused_and_the_proxy_lives_on() {
     let o = origin();

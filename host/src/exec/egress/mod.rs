@@ -298,9 +298,21 @@ impl Egress {
                             (side, tokio::net::UnixListener::from_std(unix))
                         {
                             let shared = thread_shared.clone();
+                            // An accept that fails (EMFILE in a flood of
+                            // connections) ended the loop, and with it the
+                            // listener, for the rest of the run: wait, go on.
                             tokio::spawn(async move {
-                                while let Ok((s, _)) = unix.accept().await {
-                                    tokio::spawn(proxy::serve(s, side.clone(), shared.clone()));
+                                loop {
+                                    match unix.accept().await {
+                                        Ok((s, _)) => {
+                                            tokio::spawn(proxy::serve(
+                                                s,
+                                                side.clone(),
+                                                shared.clone(),
+                                            ));
+                                        }
+                                        Err(_) => tokio::time::sleep(proxy::ACCEPT_RETRY).await,
+                                    }
                                 }
                             });
                         }
@@ -309,9 +321,18 @@ impl Egress {
                         {
                             let shared = thread_shared.clone();
                             tokio::spawn(async move {
-                                while let Ok((s, _)) = tcp.accept().await {
-                                    let _ = s.set_nodelay(true);
-                                    tokio::spawn(proxy::serve(s, side.clone(), shared.clone()));
+                                loop {
+                                    match tcp.accept().await {
+                                        Ok((s, _)) => {
+                                            let _ = s.set_nodelay(true);
+                                            tokio::spawn(proxy::serve(
+                                                s,
+                                                side.clone(),
+                                                shared.clone(),
+                                            ));
+                                        }
+                                        Err(_) => tokio::time::sleep(proxy::ACCEPT_RETRY).await,
+                                    }
                                 }
                             });
                         }

@@ -28,6 +28,12 @@ use crate::runlog::RunLog;
 
 /// How long a client may take to send its request head (or SOCKS handshake).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection over `max_connections` may take to say which
+/// protocol it speaks, so that it can be refused in that protocol.
+const OVER_LIMIT_WAIT: Duration = Duration::from_secs(1);
+/// How long the proxy waits before accepting again after accept failed (no
+/// file descriptor left, say): the listener stays for the rest of the run.
+pub(super) const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// How long resolving a name and connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most connections kept in a run's record (the run log has them all).
@@ -147,11 +153,24 @@ where
 {
     let open = shared.open.fetch_add(1, Ordering::Relaxed) + 1;
     let _slot = Slot(&shared);
+    let max = shared.config.max_connections;
+    // Over the limit a connection is closed at once, or, just over it, given
+    // its refusal after a short wait for its first byte: never held for the
+    // head's 30 s, so a flood of idle connections cannot take every file
+    // descriptor loopbox has (on a server, every tenant's).
+    if open > max.saturating_mul(2) {
+        return;
+    }
+    let wait = if open > max {
+        OVER_LIMIT_WAIT
+    } else {
+        HEAD_TIMEOUT
+    };
     let mut first = [0u8; 1];
-    let Ok(Ok(1)) = tokio::time::timeout(HEAD_TIMEOUT, client.read(&mut first)).await else {
+    let Ok(Ok(1)) = tokio::time::timeout(wait, client.read(&mut first)).await else {
         return;
     };
-    if open > shared.config.max_connections {
+    if open > max {
         let why = format!(
             "the run has {} connections open, network.max_connections",
             shared.config.max_connections
