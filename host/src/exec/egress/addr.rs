@@ -78,7 +78,12 @@ pub fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     if s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1) {
         return Some(tail);
     }
-    if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0; 4] {
+    // NAT64 (`64:ff9b::/96`, and the local-use `64:ff9b:1::/48`) and SIIT
+    // (`::ffff:0:a.b.c.d`): the address they translate to.
+    if s[0] == 0x64 && s[1] == 0xff9b && (s[2..6] == [0; 4] || s[2] == 1) {
+        return Some(tail);
+    }
+    if s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0 {
         return Some(tail);
     }
     if s[0] == 0x2002 {
@@ -140,6 +145,8 @@ mod tests {
             ("64:ff9b::a9fe:a9fe", "link-local (cloud metadata)"),
             ("2002:7f00:1::", "loopback"),
             ("2002:a00:1::1", "private (RFC 1918)"),
+            ("::ffff:0:127.0.0.1", "loopback"),
+            ("64:ff9b:1::a9fe:a9fe", "link-local (cloud metadata)"),
         ] {
             assert_eq!(special(ip(addr)), Some(why), "{addr}");
         }

@@ -312,6 +312,15 @@ enum Look {
 }
 
 fn look(b: &[u8], target: &Target) -> Look {
+    // Servers skip blank lines before a request (RFC 9112 2.2): so does this.
+    let blank = b
+        .iter()
+        .take_while(|c| **c == b'\r' || **c == b'\n')
+        .count();
+    if blank == b.len() {
+        return Look::More;
+    }
+    let b = &b[blank..];
     if b[0] == 0x16 {
         return match super::tls::server_name(b) {
             Err(()) => Look::More,
@@ -427,5 +436,10 @@ mod tests {
         ));
         assert!(matches!(look(b"GET / HTTP/1.1\r\nHo", &t), Look::More));
         assert!(matches!(look(b"SSH-2.0-OpenSSH\r\n", &t), Look::Pass));
+        assert!(matches!(
+            look(b"\r\nCONNECT evil.test:443 HTTP/1.1\r\n\r\n", &t),
+            Look::Refuse(_)
+        ));
+        assert!(matches!(look(b"\r\n", &t), Look::More));
     }
 }
