@@ -191,7 +191,18 @@ impl Egress {
     /// both sides: for measuring or exercising it apart (`host/benches/egress.rs`).
     pub fn standalone(config: &NetworkConfig) -> Result<Arc<Egress>, String> {
         let log = RunLog::new(crate::ui::Ui::quiet());
-        Egress::new(config, "network", &[], &[], log, Vec::new())
+        Egress::new(
+            config,
+            "network",
+            &[],
+            &[],
+            RunSide {
+                log,
+                store: None,
+                guarded: None,
+                confirm: None,
+            },
+        )
     }
 
     /// The commands' side, if they may reach anything.
