@@ -227,6 +227,18 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
         ("RUSTFLAGS", "can name a linker for cargo to run"),
         ("RUSTDOCFLAGS", "can name programs for rustdoc to run"),
         ("MAKEFLAGS", "passes options (SHELL=...) to every make"),
+        (
+            "GNUMAKEFLAGS",
+            "passes options (SHELL=...) to every GNU make",
+        ),
+        ("ZIPOPT", "passes options (-TT CMD) to every zip"),
+        ("ZIP", "passes options (-TT CMD) to every zip"),
+        ("RSYNC_RSH", "is run by rsync as its remote shell"),
+        ("RSYNC_CONNECT_PROG", "is run by rsync to reach a daemon"),
+        (
+            "WGETRC",
+            "makes wget read a startup file (use_askpass = CMD)",
+        ),
         ("CLASSPATH", "makes java load classes from where it says"),
         ("LUA_INIT", "is run by lua when it starts"),
         ("PHPRC", "makes php read the ini file it names"),

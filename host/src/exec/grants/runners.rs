@@ -450,6 +450,8 @@ fn git(args: &[String]) -> Option<String> {
             "--work-tree",
             "--namespace",
             "--super-prefix",
+            "--attr-source",
+            "--shallow-file",
         ]
         .contains(&a.as_str())
         {
@@ -478,12 +480,12 @@ fn git(args: &[String]) -> Option<String> {
     let specific = match sub {
         "grep" => Options {
             short: "O",
-            value: "eEfABCm",
+            value: "efABCm",
             ..long(&["--open-files-in-pager"])
         },
         "clone" => Options {
             short: "uc",
-            value: "objs",
+            value: "obj",
             ..long(&["--upload-pack", "--template", "--config"])
         },
         "ls-remote" => Options {
