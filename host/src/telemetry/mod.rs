@@ -238,6 +238,13 @@ pub fn process_span(id: &str, policy: &str, first: bool, what: &str) -> tracing:
         loopbox.run.id = %id,
         loopbox.policy = %policy,
     );
+    let _ = span.set_parent(under_root(trace_id, root_id));
+    span
+}
+
+/// A context whose parent is a run's root span (its ids from [`run_ids`]),
+/// which another process may have written.
+fn under_root(trace_id: TraceId, root_id: SpanId) -> Context {
     let parent = SpanContext::new(
         trace_id,
         root_id,
@@ -245,8 +252,7 @@ pub fn process_span(id: &str, policy: &str, first: bool, what: &str) -> tracing:
         true,
         TraceState::default(),
     );
-    let _ = span.set_parent(Context::new().with_remote_span_context(parent));
-    span
+    Context::new().with_remote_span_context(parent)
 }
 
 /// A span for one connection through the egress proxy, under run `id`'s root
@@ -259,13 +265,6 @@ pub fn connection(id: &str, c: &crate::db::network::Connection) {
     }
     use opentelemetry::trace::{Span as _, Status, Tracer as _};
     let (trace_id, root_id) = run_ids(id);
-    let parent = SpanContext::new(
-        trace_id,
-        root_id,
-        TraceFlags::SAMPLED,
-        true,
-        TraceState::default(),
-    );
     let tracer = opentelemetry::global::tracer("loopbox");
     let start = std::time::UNIX_EPOCH + Duration::from_millis(c.at_ms.max(0) as u64);
     let mut span = tracer
@@ -286,7 +285,7 @@ pub fn connection(id: &str, c: &crate::db::network::Connection) {
             KeyValue::new("loopbox.network.bytes_out", c.bytes_out as i64),
             KeyValue::new("loopbox.network.bytes_in", c.bytes_in as i64),
         ])
-        .start_with_context(&tracer, &Context::new().with_remote_span_context(parent));
+        .start_with_context(&tracer, &under_root(trace_id, root_id));
     if !c.allowed {
         span.set_status(Status::error(crate::ui::shorten(&c.rule, 200)));
     }
