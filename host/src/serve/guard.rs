@@ -3,6 +3,9 @@
 //! run is kept from: the server's own (every address of the machine when it
 //! listens on all of them) and its store's. A tenant's rule naming one does
 //! not open it; only the operator's server config could (it does not).
+//!
+//! The machine's interface addresses are read with `getifaddrs(3)` here: no
+//! crate in the tree lists them, and the call is a dozen lines.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 

@@ -104,35 +104,27 @@ pub struct Egress {
     config: NetworkConfig,
     commands: Option<Arc<Side>>,
     agent: Option<Arc<Side>>,
-    log: RunLog,
-    store: Option<(crate::db::Db, String)>,
-    guarded: Option<Vec<IpAddr>>,
-    confirm: Option<Arc<dyn crate::exec::confirm::Confirm>>,
+    run: RunSide,
     running: OnceLock<Result<Running, String>>,
 }
 
 struct Running {
     commands: Endpoint,
     agent: Endpoint,
-    shared: Arc<Shared>,
     /// Dropping it stops the proxy's thread.
     _stop: tokio::sync::oneshot::Sender<()>,
     _dir: tempfile::TempDir,
 }
 
-/// A fresh random token for a TCP listener.
+/// A fresh random token for a TCP listener (rand's thread generator, a
+/// CSPRNG seeded from the operating system).
 fn token() -> String {
-    use ring::rand::SecureRandom;
-    let mut b = [0u8; 18];
-    // A failing system RNG leaves zeros: the token still keeps other users out
-    // only if it is secret, so fall back to the clock-seeded rng.
-    if ring::rand::SystemRandom::new().fill(&mut b).is_err() {
-        b = rand::random();
-    }
+    let b: [u8; 18] = rand::random();
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// What a run gives its proxy besides the rules.
+#[derive(Clone)]
 pub struct RunSide {
     /// Where each connection is written as it ends.
     pub log: RunLog,
@@ -156,33 +148,25 @@ impl Egress {
         agent: &[(String, String)],
         run: RunSide,
     ) -> Result<Arc<Egress>, String> {
-        let RunSide {
-            log,
-            store,
-            guarded,
-            confirm,
-        } = run;
-        let side = |name: &'static str, extra: &[(String, String)], tcp: bool| {
+        // The Unix socket's side: only the sandbox it is bound into reaches it.
+        let side = |name: &'static str, extra: &[(String, String)]| {
             Rules::new(config, section, extra).map(|rules| {
                 (!rules.is_empty()).then(|| {
                     Arc::new(Side {
                         name,
                         rules,
-                        token: tcp.then(token),
+                        token: None,
                     })
                 })
             })
         };
-        let commands = side("commands", commands, false)?;
-        let agent = side("agent", agent, false)?;
+        let commands = side("commands", commands)?;
+        let agent = side("agent", agent)?;
         Ok(Arc::new(Egress {
             config: config.clone(),
             commands,
             agent,
-            log,
-            store,
-            guarded,
-            confirm,
+            run,
             running: OnceLock::new(),
         }))
     }
@@ -220,14 +204,6 @@ impl Egress {
         })
     }
 
-    /// The connections so far (none before the proxy started).
-    pub fn record(&self) -> Vec<proxy::Connection> {
-        match self.running.get() {
-            Some(Ok(r)) => r.shared.record(),
-            _ => Vec::new(),
-        }
-    }
-
     fn running(&self) -> Result<&Running, String> {
         self.running
             .get_or_init(|| self.start())
@@ -244,13 +220,7 @@ impl Egress {
             .prefix("loopbox-egress-")
             .tempdir()
             .map_err(e("a directory for its sockets"))?;
-        let shared = Shared::new(
-            self.config.clone(),
-            self.log.clone(),
-            self.store.clone(),
-            self.guarded.clone(),
-            self.confirm.clone(),
-        );
+        let shared = Shared::new(self.config.clone(), self.run.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut endpoints = Vec::new();
         let mut listeners = Vec::new();
@@ -281,7 +251,6 @@ impl Egress {
             });
             listeners.push((unix, tcp, side.clone(), tcp_side));
         }
-        let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("loopbox-egress".into())
             .spawn(move || {
@@ -297,44 +266,14 @@ impl Egress {
                         if let (Some(side), Ok(unix)) =
                             (side, tokio::net::UnixListener::from_std(unix))
                         {
-                            let shared = thread_shared.clone();
-                            // An accept that fails (EMFILE in a flood of
-                            // connections) ended the loop, and with it the
-                            // listener, for the rest of the run: wait, go on.
-                            tokio::spawn(async move {
-                                loop {
-                                    match unix.accept().await {
-                                        Ok((s, _)) => {
-                                            tokio::spawn(proxy::serve(
-                                                s,
-                                                side.clone(),
-                                                shared.clone(),
-                                            ));
-                                        }
-                                        Err(_) => tokio::time::sleep(proxy::ACCEPT_RETRY).await,
-                                    }
-                                }
-                            });
+                            let l = Listener::Unix(unix);
+                            tokio::spawn(accept_all(l, side, shared.clone()));
                         }
                         if let (Some(side), Ok(tcp)) =
                             (tcp_side, tokio::net::TcpListener::from_std(tcp))
                         {
-                            let shared = thread_shared.clone();
-                            tokio::spawn(async move {
-                                loop {
-                                    match tcp.accept().await {
-                                        Ok((s, _)) => {
-                                            let _ = s.set_nodelay(true);
-                                            tokio::spawn(proxy::serve(
-                                                s,
-                                                side.clone(),
-                                                shared.clone(),
-                                            ));
-                                        }
-                                        Err(_) => tokio::time::sleep(proxy::ACCEPT_RETRY).await,
-                                    }
-                                }
-                            });
+                            let l = Listener::Tcp(tcp);
+                            tokio::spawn(accept_all(l, side, shared.clone()));
                         }
                     }
                     let _ = stopped.await;
@@ -346,9 +285,35 @@ impl Egress {
         Ok(Running {
             commands,
             agent,
-            shared,
             _stop: stop,
             _dir: dir,
         })
+    }
+}
+
+/// A side's listener: its Unix socket (bubblewrap) or its TCP port (Landlock).
+enum Listener {
+    Unix(tokio::net::UnixListener),
+    Tcp(tokio::net::TcpListener),
+}
+
+/// Serve every connection `listener` accepts. An accept that fails (EMFILE in
+/// a flood of connections) once ended the loop, and with it the listener, for
+/// the rest of the run: now it waits and goes on.
+async fn accept_all(listener: Listener, side: Arc<Side>, shared: Arc<Shared>) {
+    loop {
+        let accepted = match &listener {
+            Listener::Unix(l) => l
+                .accept()
+                .await
+                .map(|(s, _)| tokio::spawn(proxy::serve(s, side.clone(), shared.clone()))),
+            Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                tokio::spawn(proxy::serve(s, side.clone(), shared.clone()))
+            }),
+        };
+        if accepted.is_err() {
+            tokio::time::sleep(proxy::ACCEPT_RETRY).await;
+        }
     }
 }

@@ -36,12 +36,11 @@ const OVER_LIMIT_WAIT: Duration = Duration::from_secs(1);
 pub(super) const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// How long resolving a name and connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The most connections kept in a run's record (the run log has them all).
-const RECORD_CAP: usize = 10_000;
 
 pub use crate::db::network::Connection;
 
-/// What every listener of one run shares: its limits, its counters, its record.
+/// What every listener of one run shares: its limits, where connections are
+/// recorded, who approves, its counters.
 pub struct Shared {
     config: NetworkConfig,
     log: RunLog,
@@ -50,42 +49,32 @@ pub struct Shared {
     /// On a server: addresses never reached (the server's own, the store's),
     /// and no private address whatever the rules name.
     guarded: Option<Vec<IpAddr>>,
-    open: AtomicU32,
-    bytes: AtomicU64,
-    record: Mutex<Vec<Connection>>,
     /// Who answers for a destination under `ask` (the run's approvals).
     confirm: Option<Arc<dyn Confirm>>,
+    open: AtomicU32,
+    bytes: AtomicU64,
     /// The destinations a person said yes to in this run: `(side, host, port)`.
     approved: Mutex<HashSet<(String, String, u16)>>,
 }
 
 impl Shared {
-    pub fn new(
-        config: NetworkConfig,
-        log: RunLog,
-        store: Option<(crate::db::Db, String)>,
-        guarded: Option<Vec<IpAddr>>,
-        confirm: Option<Arc<dyn Confirm>>,
-    ) -> Arc<Shared> {
+    pub fn new(config: NetworkConfig, run: super::RunSide) -> Arc<Shared> {
+        let super::RunSide {
+            log,
+            store,
+            guarded,
+            confirm,
+        } = run;
         Arc::new(Shared {
             config,
             log,
             store,
-            confirm,
-            approved: Mutex::default(),
             guarded,
+            confirm,
             open: AtomicU32::new(0),
             bytes: AtomicU64::new(0),
-            record: Mutex::new(Vec::new()),
+            approved: Mutex::default(),
         })
-    }
-
-    /// The connections so far, oldest first.
-    pub fn record(&self) -> Vec<Connection> {
-        self.record
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 
     fn keep(&self, c: Connection) {
@@ -108,10 +97,6 @@ impl Shared {
             tokio::task::spawn_blocking(move || {
                 let _ = db.record_connection(&run, &c);
             });
-        }
-        let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        if r.len() < RECORD_CAP {
-            r.push(c);
         }
     }
 
@@ -200,12 +185,12 @@ struct Target {
 }
 
 /// Decide and connect: the upstream stream and the record's first fields, or
-/// the refusal (its record and its reason).
+/// the refusal.
 async fn open(
     target: &Target,
     side: &Side,
     shared: &Shared,
-) -> Result<(TcpStream, Connection), Box<(Connection, String)>> {
+) -> Result<(TcpStream, Connection), Box<Refused>> {
     let mut rec = Connection {
         at_ms: crate::db::now_ms(),
         side: side.name.to_string(),
@@ -219,10 +204,8 @@ async fn open(
         ms: 0,
     };
     let verdict = side.rules.decide(&target.host, target.port);
-    let refuse = |mut rec: Connection, why: String| {
-        rec.rule = why.clone();
-        Err(Box::new((rec, why)))
-    };
+    let refuse = |rec: Connection, why: String| Err(Refused::new(rec, why, false));
+    let unreachable = |rec: Connection, why: String| Err(Refused::new(rec, why, true));
     match (verdict.tier, verdict.rule) {
         (Tier::Allow, Some(rule)) => rec.rule = rule,
         (Tier::Ask, Some(rule)) => match ask(target, side, shared, &rule).await {
@@ -245,8 +228,8 @@ async fn open(
             .await;
             match found {
                 Ok(Ok(a)) => a.map(|a| a.ip()).collect(),
-                Ok(Err(e)) => return refuse(rec, format!("{n} cannot be resolved: {e}")),
-                Err(_) => return refuse(rec, format!("resolving {n} timed out")),
+                Ok(Err(e)) => return unreachable(rec, format!("{n} cannot be resolved: {e}")),
+                Err(_) => return unreachable(rec, format!("resolving {n} timed out")),
             }
         }
     };
@@ -273,10 +256,34 @@ async fn open(
         }
     }
     // A refusal wins over a failure: the person reading it must learn it was the rules.
-    let why = first_refusal
-        .or(last_error)
-        .unwrap_or_else(|| format!("{} has no address", target.host));
-    refuse(rec, why)
+    match first_refusal {
+        Some(why) => refuse(rec, why),
+        None => {
+            let why = last_error.unwrap_or_else(|| format!("{} has no address", target.host));
+            unreachable(rec, why)
+        }
+    }
+}
+
+/// Why a connection was not made: its record, the reason, and whether the
+/// destination was out of reach (no address, a failed or timed-out lookup or
+/// connect) rather than refused by the rules: a 502 and SOCKS's "host
+/// unreachable" then, not a 403 and "not allowed by ruleset".
+pub(super) struct Refused {
+    pub rec: Connection,
+    pub why: String,
+    pub unreachable: bool,
+}
+
+impl Refused {
+    fn new(mut rec: Connection, why: String, unreachable: bool) -> Box<Refused> {
+        rec.rule = why.clone();
+        Box::new(Refused {
+            rec,
+            why,
+            unreachable,
+        })
+    }
 }
 
 /// A destination under `ask`: a yes given earlier in the run, or a person's

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::super::rules::Host;
-use super::{Connection, HEAD_TIMEOUT, Shared, Side, Target, open, refuse_http, relay};
+use super::{Connection, HEAD_TIMEOUT, Refused, Shared, Side, Target, open, refuse_http, relay};
 
 /// Read a head (through the blank line) that began with `first`; Err names
 /// the status and why.
@@ -202,17 +202,13 @@ where
     let (upstream, mut rec) = match open(&req.target, side, shared).await {
         Ok(ok) => ok,
         Err(refused) => {
-            let (rec, why) = *refused;
-            let _ = refuse_http(
-                client,
-                if rec.address.is_none() && why.contains("failed") {
-                    502
-                } else {
-                    403
-                },
-                &why,
-            )
-            .await;
+            let Refused {
+                rec,
+                why,
+                unreachable,
+            } = *refused;
+            let status = if unreachable { 502 } else { 403 };
+            let _ = refuse_http(client, status, &why).await;
             return Some(rec);
         }
     };

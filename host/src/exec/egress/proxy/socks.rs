@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::super::rules::Host;
-use super::{Connection, HEAD_TIMEOUT, Shared, Side, Target, open, relay};
+use super::{Connection, HEAD_TIMEOUT, Refused, Shared, Side, Target, open, relay};
 
 /// Reply codes.
 const GENERAL_FAILURE: u8 = 1;
@@ -109,8 +109,10 @@ where
             Some(rec)
         }
         Err(refused) => {
-            let (rec, why) = *refused;
-            let code = if why.contains("failed") || why.contains("timed out") {
+            let Refused {
+                rec, unreachable, ..
+            } = *refused;
+            let code = if unreachable {
                 HOST_UNREACHABLE
             } else {
                 NOT_ALLOWED
