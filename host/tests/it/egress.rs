@@ -4,7 +4,7 @@
 //! Servers are on loopback only.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, UdpSocket};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -647,6 +647,88 @@ fn an_ask_tier_destination_waits_for_a_yes_then_the_run_reaches_it() {
         log.contains(&format!(
             "allowed (network.ask[0] (127.0.0.1:{p}), approved)"
         )),
+        "{log}"
+    );
+}
+
+/// A loopback server whose every connection gets `answer` (run on its own thread).
+fn serving(answer: fn(TcpStream)) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || answer(s));
+        }
+    });
+    port
+}
+
+/// The proxy's byte, idle and total-time limits each end a connection and
+/// say so in the run log.
+#[test]
+fn the_byte_idle_and_connection_time_limits_end_connections_with_their_names() {
+    let big = serving(|mut s| {
+        let mut head = [0u8; 4096];
+        let _ = std::io::Read::read(&mut s, &mut head);
+        let body = vec![b'x'; 1 << 20];
+        let _ = s.write_all(
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes(),
+        );
+        let _ = s.write_all(&body);
+    });
+    let silent = serving(|s| {
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        drop(s);
+    });
+    let trickle = serving(|mut s| {
+        for _ in 0..200 {
+            if s.write_all(b"x").is_err() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    });
+    let sb = sandboxes()[0];
+    let dir = workspace(
+        sb,
+        &format!(
+            "allow = [\"127.0.0.1:{big}\", \"127.0.0.1:{silent}\", \"127.0.0.1:{trickle}\"]\nmax_bytes = 65536\nidle_timeout_ms = 500\nconnection_timeout_ms = 2000"
+        ),
+    );
+    // Each run has a budget of its own: one limit a run.
+    let (v, log) = script(
+        dir.path(),
+        &format!(
+            "curl -s --max-time 10 http://127.0.0.1:{big}/ | wc -c; curl -s -i --max-time 10 http://127.0.0.1:{big}/ | grep -i x-loopbox-refused"
+        ),
+    );
+    let out = stdout(&v);
+    let got: u64 = out.lines().next().unwrap().trim().parse().unwrap();
+    assert!(
+        got < 65536,
+        "{got} bytes came through a 64 KiB budget: {out}"
+    );
+    assert!(log.contains("cut at network.max_bytes"), "{log}");
+    assert!(
+        out.contains("the run moved more than network.max_bytes = 65536"),
+        "{out}\n{log}"
+    );
+    let (_, log) = script(
+        dir.path(),
+        &format!("curl -s --max-time 10 -o /dev/null http://127.0.0.1:{silent}/"),
+    );
+    assert!(
+        log.contains("closed, idle for network.idle_timeout_ms"),
+        "{log}"
+    );
+    let (_, log) = script(
+        dir.path(),
+        &format!(
+            "curl -s --max-time 10 -o /dev/null -x \"$ALL_PROXY\" telnet://127.0.0.1:{trickle} </dev/null"
+        ),
+    );
+    assert!(
+        log.contains("closed, open for network.connection_timeout_ms"),
         "{log}"
     );
 }

@@ -104,12 +104,16 @@ impl Shared {
     fn spend(&self, n: usize) -> Result<(), String> {
         let total = self.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         if total > self.config.max_bytes {
-            return Err(format!(
-                "the run moved more than network.max_bytes = {} through the proxy",
-                self.config.max_bytes
-            ));
+            return Err(self.over_budget());
         }
         Ok(())
+    }
+
+    fn over_budget(&self) -> String {
+        format!(
+            "the run moved more than network.max_bytes = {} through the proxy",
+            self.config.max_bytes
+        )
     }
 }
 
@@ -203,6 +207,10 @@ async fn open(
         bytes_in: 0,
         ms: 0,
     };
+    // A run that spent its bytes opens nothing more.
+    if shared.bytes.load(Ordering::Relaxed) > shared.config.max_bytes {
+        return Err(Refused::new(rec, shared.over_budget(), false));
+    }
     let verdict = side.rules.decide(&target.host, target.port);
     let refuse = |rec: Connection, why: String| Err(Refused::new(rec, why, false));
     let unreachable = |rec: Connection, why: String| Err(Refused::new(rec, why, true));
