@@ -33,7 +33,6 @@ impl DataDir {
     /// read or written by others, or lies inside one of `roots` (the tenants'
     /// canonical workspace roots) or holds one of them.
     pub fn open(path: &Path, roots: &[(String, PathBuf)]) -> Result<DataDir> {
-        use std::os::unix::fs::MetadataExt;
         // Checked before anything is created, and again on the directory made.
         check_apart(&resolved(path), roots)?;
         if std::fs::symlink_metadata(path).is_err() {
@@ -45,32 +44,12 @@ impl DataDir {
             .canonicalize()
             .with_context(|| format!("the data directory `{}` cannot be used", path.display()))?;
         check_apart(&root, roots)?;
-        let meta = std::fs::metadata(&root)
-            .with_context(|| format!("the data directory `{}` cannot be used", root.display()))?;
-        if !meta.is_dir() {
-            bail!(
-                "the data directory `{}` is {}, not a directory",
-                root.display(),
-                crate::files::describe(meta.file_type())
-            );
-        }
-        // SAFETY: getuid(2) cannot fail.
-        let me = unsafe { libc::getuid() };
-        if meta.uid() != me {
-            bail!(
-                "the data directory `{}` belongs to uid {}, not to this user (uid {me}): the server keeps every tenant's runs there and uses only a directory of its own",
-                root.display(),
-                meta.uid()
-            );
-        }
-        if meta.mode() & 0o077 != 0 {
-            bail!(
-                "the data directory `{}` is mode {:04o}: it holds every tenant's runs and the tokens' hashes, so no one else may read or write it; `chmod 700 {}`",
-                root.display(),
-                meta.mode() & 0o7777,
-                root.display()
-            );
-        }
+        check_private(
+            &root,
+            "the data directory",
+            "the server keeps every tenant's runs there and uses only a directory of its own",
+            "every tenant's runs and the tokens' hashes",
+        )?;
         Ok(DataDir {
             root,
             store_url: None,
@@ -137,7 +116,6 @@ impl DataDir {
 /// it (mode 0700) when missing; canonical. Refused: one that is not a
 /// directory, is another user's, or that others can read or write.
 pub fn private_dir(path: &Path, what: &str) -> Result<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
     if std::fs::symlink_metadata(path).is_err() {
         crate::files::create_private_dir(path)
             .with_context(|| format!("failed to create {what} `{}`", path.display()))?;
@@ -145,7 +123,21 @@ pub fn private_dir(path: &Path, what: &str) -> Result<PathBuf> {
     let real = path
         .canonicalize()
         .with_context(|| format!("{what} `{}` cannot be used", path.display()))?;
-    let meta = std::fs::metadata(&real)
+    check_private(
+        &real,
+        what,
+        "the server uses only a directory of its own",
+        "logins",
+    )?;
+    Ok(real)
+}
+
+/// That the directory `real` (canonical; `what` names it) is a directory,
+/// this user's, and closed to everyone else; the errors say why it matters
+/// (`owner_why`) and what it holds.
+fn check_private(real: &Path, what: &str, owner_why: &str, holds: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(real)
         .with_context(|| format!("{what} `{}` cannot be used", real.display()))?;
     if !meta.is_dir() {
         bail!(
@@ -158,20 +150,20 @@ pub fn private_dir(path: &Path, what: &str) -> Result<PathBuf> {
     let me = unsafe { libc::getuid() };
     if meta.uid() != me {
         bail!(
-            "{what} `{}` belongs to uid {}, not to this user (uid {me}): the server uses only a directory of its own",
+            "{what} `{}` belongs to uid {}, not to this user (uid {me}): {owner_why}",
             real.display(),
             meta.uid()
         );
     }
     if meta.mode() & 0o077 != 0 {
         bail!(
-            "{what} `{}` is mode {:04o}: it holds logins, so no one else may read or write it; `chmod 700 {}`",
+            "{what} `{}` is mode {:04o}: it holds {holds}, so no one else may read or write it; `chmod 700 {}`",
             real.display(),
             meta.mode() & 0o7777,
             real.display()
         );
     }
-    Ok(real)
+    Ok(())
 }
 
 /// `path` with its longest existing ancestor resolved (links and all), the
