@@ -27,6 +27,9 @@ cd "$(dirname "$0")/.."
 # On CI (a fresh clone on a small disk) incremental caches never pay for themselves,
 # and the debug build is deleted before the release one (step 5).
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+# A failing test's message, not pages of backtrace, is what CI's excerpt of the
+# log must show (rerun one test with RUST_BACKTRACE=1 for its backtrace).
+export RUST_BACKTRACE=0
 
 toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
 if ! rustup toolchain list | grep -q "^$toolchain"; then

@@ -222,11 +222,11 @@ impl Db {
         }
     }
 
-    /// Extend the lease on `run` by `ttl_ms` from now. `false`: the lease is
-    /// no longer this handle's (taken over), and the run must be stopped.
-    pub fn heartbeat(&self, run: &str, ttl_ms: i64) -> Result<bool> {
+    /// Extend the lease on `run` by `ttl_ms` from now, if this handle still
+    /// holds a claim on it.
+    pub fn heartbeat(&self, run: &str, ttl_ms: i64) -> Result<Renewal> {
         let Some(epoch) = self.fence_of(run) else {
-            return Ok(false);
+            return Ok(Renewal::Released);
         };
         let changed = self.write_in(Scope::Run(run), "renew the run's lease", |tx| {
             Ok(tx.exec(
@@ -235,7 +235,11 @@ impl Db {
             )?)
         })?;
         // A lost lease stays remembered: every later write for the run is refused too.
-        Ok(changed == 1)
+        Ok(if changed == 1 {
+            Renewal::Renewed
+        } else {
+            Renewal::TakenOver
+        })
     }
 
     /// Give the run back, queued again for another worker (a draining worker
@@ -250,7 +254,7 @@ impl Db {
             notify_runnable(tx)?;
             Ok(n)
         })?;
-        self.forget_fence(run);
+        self.forget_fence(run, epoch);
         Ok(changed == 1)
     }
 
@@ -263,11 +267,15 @@ impl Db {
             .copied()
     }
 
-    pub(crate) fn forget_fence(&self, run: &str) {
-        self.fences
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run);
+    /// The claim at `epoch` is over. Only that claim's fence goes: by the
+    /// time a drive ends, this handle may have claimed the run again (parked,
+    /// then queued by an approval a moment later), and the new drive's fence
+    /// must stay, or its lease renewals fail and it is stopped as if taken over.
+    pub(crate) fn forget_fence(&self, run: &str, epoch: i64) {
+        let mut fences = self.fences.lock().unwrap_or_else(|p| p.into_inner());
+        if fences.get(run) == Some(&epoch) {
+            fences.remove(run);
+        }
     }
 
     /// [`Db::write`] for a write a run's driver makes, which reads, then
@@ -374,6 +382,17 @@ pub(crate) fn notify_runnable(tx: &super::Conn) -> Result<()> {
     Ok(())
 }
 
+/// What renewing a run's lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    /// Another claim came since: the run must be stopped.
+    TakenOver,
+    /// This handle's drive of the run ended (parked, finished, handed back)
+    /// since the renewal was planned: nothing to renew, nothing to stop.
+    Released,
+}
+
 /// A worker as it last reported.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct WorkerRecord {
@@ -392,6 +411,7 @@ mod tests {
 
     crate::db::on_both_engines!(
         a_worker_that_lost_its_lease_commits_nothing_and_the_next_claim_has_a_higher_epoch,
+        a_drive_that_ends_after_its_run_was_claimed_again_leaves_the_new_claim_fenced,
         workers_claiming_at_once_take_each_run_once,
         writers_of_one_run_racing_number_its_events_and_log_lines_once,
         a_worker_sees_its_tenants_runs_behind_any_number_of_others,
@@ -491,6 +511,30 @@ mod tests {
         }
     }
 
+    /// Issue 45's lost wake-up, on workers: a run parks, an approval queues
+    /// it a moment later, and the same worker claims it again before the
+    /// first drive has let go of its claim. The first drive's end must not
+    /// take the second's fence (which made its renewals fail: the second
+    /// drive was stopped as if taken over and the run left `interrupted`).
+    fn a_drive_that_ends_after_its_run_was_claimed_again_leaves_the_new_claim_fenced(db: Db) {
+        let (a, b, all) = claimed_by_a(db);
+        a.finish_driving("r1", RunStatus::Waiting, None).unwrap();
+        assert_eq!(a.fence_of("r1"), None);
+        // The approval queues it; the same worker claims it again (epoch 2).
+        b.set_status("r1", RunStatus::Queued, None).unwrap();
+        assert_eq!(a.claim("a", 10_000, &all).unwrap()[0].epoch, 2);
+        // The first drive lets go of epoch 1 only now.
+        a.forget_fence("r1", 1);
+        assert_eq!(a.fence_of("r1"), Some(2));
+        assert_eq!(a.heartbeat("r1", 10_000).unwrap(), Renewal::Renewed);
+        assert_eq!(a.commit_event("r1", &event(1)).unwrap(), 1);
+        // And a drive's end forgets its own claim: a renewal planned before
+        // it finds nothing to renew, and says so rather than "taken over".
+        a.forget_fence("r1", 2);
+        assert_eq!(a.fence_of("r1"), None);
+        assert_eq!(a.heartbeat("r1", 10_000).unwrap(), Renewal::Released);
+    }
+
     fn a_worker_that_lost_its_lease_commits_nothing_and_the_next_claim_has_a_higher_epoch(db: Db) {
         let a = db;
         let b = a.reopen().unwrap();
@@ -513,7 +557,7 @@ mod tests {
         assert_eq!(a.commit_event("r1", &event(1)).unwrap(), 1);
         // Held and fresh: nobody else takes it.
         assert!(b.claim("b", 200, &only_t).unwrap().is_empty());
-        assert!(a.heartbeat("r1", 200).unwrap());
+        assert_eq!(a.heartbeat("r1", 200).unwrap(), Renewal::Renewed);
         std::thread::sleep(std::time::Duration::from_millis(300));
         // Expired: taken over, with the next epoch.
         let taken = b.claim("b", 10_000, &only_t).unwrap();
@@ -535,7 +579,7 @@ mod tests {
             }),
             "{e:#}"
         );
-        assert!(!a.heartbeat("r1", 200).unwrap());
+        assert_eq!(a.heartbeat("r1", 200).unwrap(), Renewal::TakenOver);
         let e = a.set_status("r1", RunStatus::Done, None).unwrap_err();
         assert!(crate::error::find::<LeaseLost>(&e).is_some(), "{e:#}");
         let e = a.finish_driving("r1", RunStatus::Failed, None).unwrap_err();

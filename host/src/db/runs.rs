@@ -432,6 +432,7 @@ impl Db {
 
     /// Set the status the driver ends with, and give up the lease.
     pub fn finish_driving(&self, id: &str, status: RunStatus, outcome: Option<&str>) -> Result<()> {
+        let epoch = self.fence_of(id);
         self.write_run(id, "record how the run ended", |tx| {
             tx.exec(
                 "UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, lease = NULL, lease_expires = NULL, wake_at = CASE WHEN ?2 = 'waiting' THEN wake_at END WHERE id = ?1",
@@ -441,7 +442,9 @@ impl Db {
             Ok(())
         })?;
         // Ended by its holder: the claim is over.
-        self.forget_fence(id);
+        if let Some(epoch) = epoch {
+            self.forget_fence(id, epoch);
+        }
         Ok(())
     }
 

@@ -27,7 +27,7 @@ use anyhow::{Context, Result, bail};
 
 use super::sched::{Continue, Queued, drive_with};
 use super::{Options, Server, Setup};
-use crate::db::claim::{ClaimFilter, LeaseLost};
+use crate::db::claim::{ClaimFilter, LeaseLost, Renewal};
 use crate::db::{Db, RunStatus};
 use crate::limits::stop::{Stop, StopReason};
 
@@ -159,16 +159,21 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
                 let (server, db, held) = (server.clone(), db.clone(), held.clone());
                 tokio::spawn(async move {
                     let driving = {
-                        let (server, db, run, stop) =
-                            (server.clone(), db.clone(), c.run.clone(), stop.clone());
+                        let (server, db, run, epoch, stop) = (
+                            server.clone(),
+                            db.clone(),
+                            c.run.clone(),
+                            c.epoch,
+                            stop.clone(),
+                        );
                         super::sched::unwound(async move {
-                            drive_claimed(&server, &db, &run, stop).await
+                            drive_claimed(&server, &db, &run, epoch, stop).await
                         })
                     };
                     // A panic fails the run, and frees its slot and its lease's renewals.
                     if let Err(panicked) = driving.await {
                         super::sched::fail_panicked(&db, &c.run, &panicked, true);
-                        db.forget_fence(&c.run);
+                        db.forget_fence(&c.run, c.epoch);
                     }
                     // Only its own entry: this worker may have claimed the run
                     // again after its lease ran out, and that drive is held now.
@@ -320,12 +325,14 @@ fn renew(
     for (run, stop) in &runs {
         let sent = Instant::now();
         match db.heartbeat(run, ttl_ms) {
-            Ok(true) => {
+            Ok(Renewal::Renewed) => {
                 if let Some(h) = lock(held).get_mut(run) {
                     h.renewed = sent;
                 }
             }
-            Ok(false) => {
+            // Its drive ended since the list was taken.
+            Ok(Renewal::Released) => {}
+            Ok(Renewal::TakenOver) => {
                 crate::errln!(
                     "loopbox worker: run {run}: its lease was taken over; stopping it (nothing more of it is recorded here)"
                 );
@@ -389,7 +396,7 @@ fn give_up_if_failing(db: &Db, run: &str) {
 
 /// Drive one claimed run until it ends, parks or is stopped; a run stopped by
 /// a drain is handed back (queued) for another worker.
-async fn drive_claimed(server: &Arc<Server>, db: &Db, run: &str, stop: Arc<Stop>) {
+async fn drive_claimed(server: &Arc<Server>, db: &Db, run: &str, epoch: i64, stop: Arc<Stop>) {
     let tenant = match db.existing_run(run) {
         Ok(r) => r.place.tenant.unwrap_or_default(),
         Err(e) => {
@@ -397,7 +404,6 @@ async fn drive_claimed(server: &Arc<Server>, db: &Db, run: &str, stop: Arc<Stop>
             return;
         }
     };
-    let epoch = db.fence_of(run);
     let q = Queued {
         run: run.to_string(),
         tenant,
@@ -415,10 +421,8 @@ async fn drive_claimed(server: &Arc<Server>, db: &Db, run: &str, stop: Arc<Stop>
         }
         Ok(()) => {}
     }
-    db.forget_fence(run);
-    if let Some(epoch) = epoch
-        && stop.requested() == Some(StopReason::Interrupted)
-    {
+    db.forget_fence(run, epoch);
+    if stop.requested() == Some(StopReason::Interrupted) {
         // Stopped by a drain: queued again, unless another worker's claim came
         // since (a lost lease), which the epoch tells.
         let _ = tokio::task::block_in_place(|| db.hand_back(run, epoch));

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::super::{Failure, exit};
 use loopbox::db::Db;
-use loopbox::db::claim::DEFAULT_TTL_MS;
+use loopbox::db::claim::{DEFAULT_TTL_MS, Renewal};
 
 /// A run held by claim; the renewals stop when it is dropped.
 pub struct Held {
@@ -60,10 +60,12 @@ pub fn claim(db: &Db, id: &str) -> Result<Held, Failure> {
                 break;
             }
             match db.heartbeat(&run, DEFAULT_TTL_MS) {
-                Ok(true) => {}
+                Ok(Renewal::Renewed) => {}
+                // Ended here: nothing more to renew.
+                Ok(Renewal::Released) => break,
                 // Taken over (this process was stopped past its lease): the fence
                 // refuses every later write for the run.
-                Ok(false) => {
+                Ok(Renewal::TakenOver) => {
                     loopbox::errln!(
                         "loopbox: run {run}: its lease was taken over; nothing more of it is recorded here"
                     );
