@@ -294,9 +294,12 @@ impl ActionGrants {
     }
 }
 
-/// The provider hosts an agent runner needs (`network.agent_preset`).
-fn preset(runner: RunnerKind) -> &'static [&'static str] {
-    match runner {
+/// The provider hosts an agent needs (`network.agent_preset`): its CLI's
+/// provider, or for `openai` the host and port of its `base_url`, which the
+/// config names exactly (a private address among them too, as a rule naming
+/// it would; never on a server unless its operator allows it).
+fn preset(agent: &AgentConfig) -> Vec<String> {
+    let fixed: &[&str] = match agent.runner {
         RunnerKind::Claude => &[
             "api.anthropic.com:443",
             "statsig.anthropic.com:443",
@@ -314,9 +317,31 @@ fn preset(runner: RunnerKind) -> &'static [&'static str] {
             "oauth2.googleapis.com:443",
             "www.googleapis.com:443",
         ],
-        RunnerKind::Openai => &["api.openai.com:443"],
+        RunnerKind::Openai => {
+            return agent
+                .openai
+                .as_ref()
+                .and_then(|o| base_url_destination(&o.base_url))
+                .into_iter()
+                .collect();
+        }
         RunnerKind::Command => &[],
-    }
+    };
+    fixed.iter().map(|h| h.to_string()).collect()
+}
+
+/// `host:port` of an `http(s)://` URL (IPv6 in brackets), None if it has no host.
+fn base_url_destination(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    let host = uri.host()?;
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    Some(format!("{host}:{port}"))
 }
 
 /// The run's egress: `[network]` for both sides, `shell.network = true` as
@@ -331,26 +356,26 @@ fn egress<'a>(
 ) -> Result<Arc<Egress>> {
     let section = shell.sibling("network");
     let mut commands = Vec::new();
+    let mut warning = None;
     if shell.network {
         let key = format!("{}.network = true", shell.section());
-        facts.log.host(
-            "warn",
-            format!("{key} lets commands reach any public host; name the hosts they need in `{section}.allow` instead"),
-        );
+        warning = Some(format!(
+            "{key} lets commands reach any public host; name the hosts they need in `{section}.allow` instead"
+        ));
         commands.push(("*".to_string(), key));
     }
     let mut agent = Vec::new();
     if network.agent_preset {
         for a in agents {
-            for host in preset(a.runner) {
+            for host in preset(a) {
                 let name = format!("the {:?} agent's preset ({host})", a.runner).to_lowercase();
-                if !agent.iter().any(|(h, _)| h == host) {
-                    agent.push((host.to_string(), name));
+                if !agent.iter().any(|(h, _)| *h == host) {
+                    agent.push((host, name));
                 }
             }
         }
     }
-    Egress::new(
+    let egress = Egress::new(
         network,
         &section,
         &commands,
@@ -358,11 +383,15 @@ fn egress<'a>(
         RunSide {
             log: facts.log.clone(),
             store: Some((facts.db.clone(), facts.run.to_string())),
-            guarded: facts.guarded.map(<[_]>::to_vec),
+            guard: facts.guard.cloned(),
             confirm: Some(confirm),
         },
     )
-    .map_err(anyhow::Error::msg)
+    .map_err(anyhow::Error::msg)?;
+    Ok(match warning {
+        Some(w) => egress.warning_on_start(w),
+        None => egress,
+    })
 }
 
 /// `hidden` and the run's extra hidden paths, each once.

@@ -62,7 +62,7 @@ pub struct RunFacts<'a> {
     /// The run log, where the network proxy writes each connection.
     pub log: &'a crate::runlog::RunLog,
     /// On a server: addresses the proxy never connects to (its own listen
-    /// address, its store's), and no private address a tenant's rule names.
-    /// None on the CLI.
-    pub guarded: Option<&'a [std::net::IpAddr]>,
+    /// address, its store's), the private ones its operator opened to the
+    /// tenant, and the operator's ceilings. None on the CLI.
+    pub guard: Option<&'a crate::exec::egress::guard::Guard>,
 }

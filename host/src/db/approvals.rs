@@ -263,6 +263,23 @@ impl Db {
             .optional()?)
     }
 
+    /// Whether a request of this digest was approved in the run (its approval
+    /// used or not).
+    pub fn was_approved(&self, run: &str, digest: &str) -> Result<bool> {
+        if !self.has_schema(super::schema::APPROVALS) {
+            return Ok(false);
+        }
+        Ok(self
+            .conn()
+            .row(
+                "SELECT 1 FROM approvals WHERE run_id = ?1 AND digest = ?2 AND status = 'approved' LIMIT 1",
+                params![run, digest],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
     /// Approvals, newest first (none in a store older than schema 7, read as it is).
     pub fn approvals(&self, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
         if !self.has_schema(super::schema::APPROVALS) {

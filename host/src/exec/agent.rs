@@ -253,6 +253,7 @@ impl AgentRunner {
             (RunnerKind::Openai, Some(openai)) => {
                 let call = Chat {
                     cfg: openai.clone(),
+                    proxy: self.openai_proxy()?,
                     host: self.env.host().clone(),
                     db: self.db.clone(),
                     run: self.run.clone(),
@@ -274,6 +275,25 @@ impl AgentRunner {
             }
             _ => self.send_cli(req).await,
         }
+    }
+
+    /// Where the `openai` runner's requests go out: the run's proxy, on its
+    /// agent side. loopbox makes them itself, outside any sandbox, so they
+    /// pass the same rules and records as a CLI agent's connections.
+    fn openai_proxy(&self) -> Result<Option<String>, AgentError> {
+        let Some(sandbox) = &self.sandbox else {
+            return Ok(None);
+        };
+        let Some(side) = &sandbox.confines.egress else {
+            return Err(AgentError::Refused(
+                "the openai agent may reach no host: allow its base_url's host and port in `network.allow` (or keep `network.agent_preset`, which allows it)".into(),
+            ));
+        };
+        let e = side.endpoint().map_err(AgentError::Refused)?;
+        Ok(Some(format!(
+            "http://loopbox:{}@127.0.0.1:{}",
+            e.token, e.port
+        )))
     }
 
     async fn send_cli(&self, req: AgentRequest<'_>) -> Result<AgentReply, AgentError> {
@@ -377,6 +397,10 @@ fn moved_state(writable: &[std::path::PathBuf]) -> Result<(), String> {
 /// its API key variable is read, the store keeping conversations, its bounds.
 struct Chat {
     cfg: OpenAiConfig,
+    /// The run's egress proxy, as `http://loopbox:TOKEN@127.0.0.1:PORT`: the
+    /// request is decided by the run's `[network]` rules like any agent's
+    /// (None: no sandbox, only in tests of the runner itself).
+    proxy: Option<String>,
     host: crate::exec::child_env::HostEnv,
     db: Db,
     run: Option<String>,
@@ -414,6 +438,7 @@ fn chat(
 ) -> Result<(AgentReply, Option<Usage>), AgentError> {
     let Chat {
         cfg,
+        proxy,
         host,
         db,
         run,
@@ -457,9 +482,18 @@ fn chat(
         body["max_tokens"] = json!(n);
     }
 
+    let proxy = match proxy {
+        Some(p) => Some(
+            ureq::Proxy::new(p)
+                .map_err(|e| AgentError::Http(format!("the run's network proxy: {e}")))?,
+        ),
+        None => None,
+    };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
+        // Never the proxy of loopbox's own environment: the run's, or none.
+        .proxy(proxy)
         .build()
         .into();
     let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
@@ -475,9 +509,21 @@ fn chat(
     let mut response = match request.send_json(&body) {
         Ok(r) => r,
         Err(ureq::Error::Timeout(_)) => return Err(AgentError::TimedOut(timeout)),
+        // A refused CONNECT (an https base_url) surfaces as the proxy's failure.
+        Err(e @ ureq::Error::ConnectProxyFailed(_)) => {
+            return Err(AgentError::Refused(format!(
+                "the run's network rules refused {url} ({e}): the run log's `network:` line says which rule"
+            )));
+        }
         Err(e) => return Err(AgentError::Http(format!("{url}: {e}"))),
     };
     let status = response.status();
+    if let Some(why) = response.headers().get("x-loopbox-refused") {
+        return Err(AgentError::Refused(format!(
+            "the run's network rules refused {url}: {}",
+            why.to_str().unwrap_or("(unreadable)")
+        )));
+    }
     let raw = response.body_mut().read_to_string().map_err(|e| match e {
         ureq::Error::Timeout(_) => AgentError::TimedOut(timeout),
         e => AgentError::Http(format!("{url}: reading the answer failed: {e}")),

@@ -52,6 +52,13 @@ pub trait Confirm: Send + Sync {
     /// The answer; `Err` when loopbox itself failed (the store), which stops the
     /// event without blaming the policy.
     fn confirm(&self, ask: &AskRequest) -> Result<Answer>;
+
+    /// Whether a person already approved this exact request in this run, the
+    /// approval since used (a network destination is approved for the rest of
+    /// the run, in whichever process resumes it).
+    fn approved_before(&self, _ask: &AskRequest) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// Nobody to ask: every ask-tier action is declined.
@@ -361,6 +368,11 @@ fn pending_note(a: &Approval) -> String {
 }
 
 impl Confirm for Approvals {
+    fn approved_before(&self, ask: &AskRequest) -> Result<bool> {
+        let digest = ask.digest(self.identity()?);
+        self.db.was_approved(&self.run_id, &digest)
+    }
+
     fn confirm(&self, ask: &AskRequest) -> Result<Answer> {
         let run = self.identity()?;
         let digest = ask.digest(run);
@@ -435,6 +447,47 @@ mod tests {
         })
         .unwrap()
         .unwrap();
+    }
+
+    /// A network destination approved once stays approved for the run, in
+    /// whichever process drives it next (a resume, another worker), and
+    /// only that exact request.
+    #[test]
+    fn an_approved_request_is_known_to_a_later_process_of_the_run() {
+        let (dir, db, approvals) = setup();
+        let net = |port: u16| AskRequest {
+            what: format!("commands connecting to example.test:{port}"),
+            rule: "network.ask[0] (example.test)".into(),
+            request: json!({"kind": "network", "side": "commands", "host": "example.test", "port": port}),
+            position: None,
+        };
+        assert!(!approvals.approved_before(&net(443)).unwrap());
+        let Answer::Wait(a) = approvals.confirm(&net(443)).unwrap() else {
+            panic!("expected a wait")
+        };
+        assert!(!approvals.approved_before(&net(443)).unwrap());
+        approve(&db, &a.id, Verdict::Approve);
+        assert!(matches!(
+            approvals.confirm(&net(443)).unwrap(),
+            Answer::Approved
+        ));
+        // Used, and still known, to this process and to the next one's.
+        let later = Approvals::new(
+            Db::open_workspace(dir.path()).unwrap(),
+            "r1",
+            ConfirmConfig::default(),
+            ApprovalsConfig::default(),
+            Asking::Nobody,
+        );
+        assert!(approvals.approved_before(&net(443)).unwrap());
+        assert!(later.approved_before(&net(443)).unwrap());
+        assert!(!later.approved_before(&net(8443)).unwrap());
+        // A denial is no approval.
+        let Answer::Wait(b) = later.confirm(&net(8443)).unwrap() else {
+            panic!("expected a wait")
+        };
+        approve(&db, &b.id, Verdict::Deny);
+        assert!(!later.approved_before(&net(8443)).unwrap());
     }
 
     #[test]

@@ -324,8 +324,8 @@ pub struct RunExtras {
     /// The run's own home: a server tenant's.
     pub home: Option<PathBuf>,
     /// On a server: addresses its network never reaches (the server's own,
-    /// its store's); a tenant's rules then open no private address either.
-    pub guarded: Option<Vec<std::net::IpAddr>>,
+    /// its store's), the private ones its operator opened, its ceilings.
+    pub guard: Option<crate::exec::egress::guard::Guard>,
     pub quota: Option<Arc<dyn crate::limits::quota::Quota>>,
 }
 
@@ -422,7 +422,7 @@ impl Prepared<'_> {
             host_env: self.extras.host_env.clone(),
             hidden: self.extras.hidden.clone(),
             home: self.extras.home.clone(),
-            guarded: self.extras.guarded.clone(),
+            guard: self.extras.guard.clone(),
             quota: self.extras.quota.clone(),
         };
         RunContext::with_access(

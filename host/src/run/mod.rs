@@ -75,8 +75,8 @@ pub struct Access {
     /// The run's own home (a server tenant's, see [`crate::caps::RunFacts::home`]).
     pub home: Option<PathBuf>,
     /// On a server: addresses the run's network never reaches (the server's
-    /// own, its store's), and no private one opened by the tenant's rules.
-    pub guarded: Option<Vec<std::net::IpAddr>>,
+    /// own, its store's), the private ones its operator opened, its ceilings.
+    pub guard: Option<crate::exec::egress::guard::Guard>,
     /// A budget the run shares with others (a server tenant's quotas).
     pub quota: Option<Arc<dyn Quota>>,
 }
@@ -92,7 +92,7 @@ impl Default for Access {
             host_env: HostEnv::Process,
             hidden: Vec::new(),
             home: None,
-            guarded: None,
+            guard: None,
             quota: None,
         }
     }
@@ -176,7 +176,7 @@ impl RunContext {
             home: access.home.as_deref(),
             quota: access.quota.as_ref(),
             log: &log,
-            guarded: access.guarded.as_deref(),
+            guard: access.guard.as_ref(),
         };
         let sections = ActionsConfig {
             shell: &config.shell,

@@ -116,6 +116,11 @@ pub struct TenantConfig {
     /// which the tenant's own config cannot.
     #[serde(default)]
     pub agent_paths: Vec<PathBuf>,
+    /// `[tenants.NAME.network]`: private destinations the operator opens to
+    /// the tenant's runs (its own rules must still name them), and ceilings
+    /// its own `[network]` cannot raise.
+    #[serde(default)]
+    pub network: crate::exec::egress::guard::TenantNetwork,
     /// The tenant's runs driven at once.
     #[serde(default = "default_tenant_running")]
     pub max_running: u32,
@@ -277,6 +282,9 @@ impl ServerConfig {
                     "{at}tenants.{name}.max_log_streams = 0 would refuse every log stream: give at least 1"
                 );
             }
+            t.network
+                .check(&format!("tenants.{name}.network"))
+                .map_err(|e| anyhow::anyhow!("{at}{e}"))?;
             crate::spend::budget::SpendBudget {
                 max_cost_usd: t.max_cost_usd_per_day,
                 max_tokens: t.max_tokens_per_day,

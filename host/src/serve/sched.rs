@@ -457,7 +457,10 @@ pub(super) async fn drive_with(
         host_env: HostEnv::Given(Arc::new(tenant.env.clone())),
         hidden: tenant.hidden.clone(),
         home: Some(tenant.home.clone()),
-        guarded: Some(server.guarded.clone()),
+        guard: Some(crate::exec::egress::guard::Guard::for_tenant(
+            server.guarded.clone(),
+            &tenant.network,
+        )),
         quota: server
             .quotas
             .get(&tenant.name)

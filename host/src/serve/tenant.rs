@@ -47,6 +47,9 @@ pub struct Tenant {
     /// `tenants.NAME.agent_paths`, canonical: what its config may name besides
     /// its roots and home.
     pub agent_paths: Vec<PathBuf>,
+    /// `[tenants.NAME.network]`: the private destinations its operator
+    /// opened to it, and the ceilings on its own `[network]`.
+    pub network: crate::exec::egress::guard::TenantNetwork,
     /// Agent credentials: `env`, then the `env_file`'s (which win).
     pub env: BTreeMap<String, String>,
     /// What the tenant's commands and agent never see: `theirs`, the server's
@@ -301,6 +304,7 @@ fn tenant(
         max_tokens_per_day: t.max_tokens_per_day,
         home,
         agent_paths,
+        network: t.network.clone(),
         env,
         hidden,
         theirs,

@@ -732,3 +732,129 @@ fn the_byte_idle_and_connection_time_limits_end_connections_with_their_names() {
         "{log}"
     );
 }
+
+/// A local OpenAI-compatible server: every chat completion answers `fake
+/// says hi`; it remembers each request's first line.
+fn fake_openai() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let (mut first, mut line, mut length) = (String::new(), String::new(), 0);
+                r.read_line(&mut first).unwrap();
+                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap();
+                    }
+                    line.clear();
+                }
+                let mut body = vec![0; length];
+                r.read_exact(&mut body).unwrap();
+                log.lock().unwrap().push(first.trim().to_string());
+                let reply = json!({"choices": [{"message": {"content": "fake says hi"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 3}}).to_string();
+                let mut s = s;
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                    reply.len()
+                );
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// The `openai` runner's requests, which loopbox makes itself rather than a
+/// sandboxed CLI, go through the run's proxy too: its `base_url` is the
+/// agent's preset and each request is in the run's network record; with the
+/// preset off a rule must allow it, and one that does not is refused.
+#[test]
+fn the_openai_runners_requests_pass_the_runs_network_rules() {
+    let (port, seen) = fake_openai();
+    let config = |network: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("loopbox.toml"),
+            format!(
+                "[agent]\nrunner = \"openai\"\n\n[agent.openai]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\n\n[network]\n{network}\n"
+            ),
+        )
+        .unwrap();
+        dir
+    };
+    let prompt = json!({"op": "prompt", "text": "hello"});
+    // The preset: its base_url, named exactly, so a loopback address too.
+    let dir = config("");
+    let (v, _) = probe_op(dir.path(), &prompt, &[]);
+    assert!(v.to_string().contains("fake says hi"), "{v}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    let id = log_run_id(dir.path());
+    let show = common::loopbox(dir.path(), &["runs", "show", &id, "--json"]);
+    let show: Value = serde_json::from_slice(&show.stdout).unwrap();
+    let net = show["network"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{show:#}"));
+    assert_eq!(net.len(), 1, "{show:#}");
+    assert_eq!(net[0]["side"], "agent", "{show:#}");
+    assert_eq!(net[0]["allowed"], true, "{show:#}");
+    assert!(
+        net[0]["rule"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("the openai agent's preset (127.0.0.1:{port})")),
+        "{show:#}"
+    );
+    // No preset and no rule: nothing to reach, said before any request.
+    let dir = config("agent_preset = false");
+    let (v, _) = probe_op(dir.path(), &prompt, &[]);
+    assert!(v.to_string().contains("may reach no host"), "{v}");
+    // No preset, a rule for another port: the proxy refuses it.
+    let dir = config(&format!(
+        "agent_preset = false\nallow = [\"127.0.0.1:{}\"]",
+        port ^ 1
+    ));
+    let (v, log) = probe_op(dir.path(), &prompt, &[]);
+    assert!(
+        v.to_string().contains("the run's network rules refused"),
+        "{v}\n{log}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1, "reached past the rules");
+}
+
+/// `shell.network = true` keeps its meaning (any public host for commands)
+/// and says to narrow it once, when the proxy starts, not at every event;
+/// a private address is still not reached through it.
+#[test]
+fn shell_network_true_is_any_public_host_with_one_warning() {
+    let o = origin();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[shell]\nscripts = true\nnetwork = true\n",
+    )
+    .unwrap();
+    let (v, log) = script(
+        dir.path(),
+        &format!(
+            "for i in 1 2; do curl -s -i --max-time 10 http://127.0.0.1:{}/ | grep -i x-loopbox-refused; done",
+            o.port
+        ),
+    );
+    let out = stdout(&v);
+    assert_eq!(
+        out.matches("a name or `*` never reaches").count(),
+        2,
+        "{out}"
+    );
+    assert_eq!(
+        log.matches("shell.network = true lets commands reach any public host")
+            .count(),
+        1,
+        "{log}"
+    );
+}

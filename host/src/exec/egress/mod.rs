@@ -11,11 +11,11 @@
 //! Landlock-confined child may connect to and nothing else (Landlock's TCP
 //! rules, ABI 4).
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 pub mod addr;
+pub mod guard;
 pub mod proxy;
 pub mod rules;
 
@@ -106,6 +106,9 @@ pub struct Egress {
     agent: Option<Arc<Side>>,
     run: RunSide,
     running: OnceLock<Result<Running, String>>,
+    /// Said in the run log when the proxy starts: once per run and process,
+    /// and only when something uses the network (not at every hook event).
+    on_start: Vec<String>,
 }
 
 struct Running {
@@ -130,9 +133,10 @@ pub struct RunSide {
     pub log: RunLog,
     /// The store and the run's id, where each connection is recorded.
     pub store: Option<(crate::db::Db, String)>,
-    /// Given on a server: those addresses are never reached, and the run's
-    /// rules open no private address (only its operator could).
-    pub guarded: Option<Vec<IpAddr>>,
+    /// Given on a server: its own addresses are never reached, a private
+    /// one only where the operator opened it, and the operator's ceilings
+    /// bound the run's limits.
+    pub guard: Option<guard::Guard>,
     /// Who answers for destinations under `ask`.
     pub confirm: Option<Arc<dyn crate::exec::confirm::Confirm>>,
 }
@@ -168,6 +172,7 @@ impl Egress {
             agent,
             run,
             running: OnceLock::new(),
+            on_start: Vec::new(),
         }))
     }
 
@@ -178,7 +183,7 @@ impl Egress {
         let run = RunSide {
             log,
             store: None,
-            guarded: None,
+            guard: None,
             confirm: None,
         };
         Egress::new(config, "network", &[], &[], run)
@@ -211,7 +216,18 @@ impl Egress {
             .map_err(Clone::clone)
     }
 
+    /// [`Egress::new`] with a warning for the run log when the proxy starts.
+    pub fn warning_on_start(mut self: Arc<Self>, warning: String) -> Arc<Self> {
+        if let Some(e) = Arc::get_mut(&mut self) {
+            e.on_start.push(warning);
+        }
+        self
+    }
+
     fn start(&self) -> Result<Running, String> {
+        for w in &self.on_start {
+            self.run.log.host("warn", w.clone());
+        }
         let e = |what: &str| {
             let what = what.to_string();
             move |err: std::io::Error| format!("the network proxy cannot start: {what}: {err}")
@@ -220,7 +236,11 @@ impl Egress {
             .prefix("loopbox-egress-")
             .tempdir()
             .map_err(e("a directory for its sockets"))?;
-        let shared = Shared::new(self.config.clone(), self.run.clone());
+        let config = match &self.run.guard {
+            Some(g) => g.cap(&self.config),
+            None => self.config.clone(),
+        };
+        let shared = Shared::new(config, self.run.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut endpoints = Vec::new();
         let mut listeners = Vec::new();

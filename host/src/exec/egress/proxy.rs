@@ -47,8 +47,8 @@ pub struct Shared {
     /// The store and the run each connection is recorded for.
     store: Option<(crate::db::Db, String)>,
     /// On a server: addresses never reached (the server's own, the store's),
-    /// and no private address whatever the rules name.
-    guarded: Option<Vec<IpAddr>>,
+    /// and the private ones its operator opened to the tenant.
+    guard: Option<super::guard::Guard>,
     /// Who answers for a destination under `ask` (the run's approvals).
     confirm: Option<Arc<dyn Confirm>>,
     open: AtomicU32,
@@ -62,14 +62,14 @@ impl Shared {
         let super::RunSide {
             log,
             store,
-            guarded,
+            guard,
             confirm,
         } = run;
         Arc::new(Shared {
             config,
             log,
             store,
-            guarded,
+            guard,
             confirm,
             open: AtomicU32::new(0),
             bytes: AtomicU64::new(0),
@@ -246,7 +246,7 @@ async fn open(
     for ip in addrs {
         if let Err(why) =
             side.rules
-                .check_address(&target.host, ip, target.port, shared.guarded.as_deref())
+                .check_address(&target.host, ip, target.port, shared.guard.as_ref())
         {
             first_refusal.get_or_insert(why);
             continue;
@@ -294,7 +294,8 @@ impl Refused {
     }
 }
 
-/// A destination under `ask`: a yes given earlier in the run, or a person's
+/// A destination under `ask`: a yes given earlier in the run (in this process
+/// or, recorded as an approval, in one that drove the run before), or a person's
 /// answer now (at the terminal), or a pending approval recorded for this exact
 /// destination and the run (`loopbox runs approve`, the API, the dashboard),
 /// the connection refused until it is decided.
@@ -325,9 +326,16 @@ async fn ask(target: &Target, side: &Side, shared: &Shared, rule: &str) -> Resul
         }),
         position: None,
     };
-    let answer = tokio::task::spawn_blocking(move || confirm.confirm(&request))
-        .await
-        .map_err(|e| format!("asking about {rule} failed: {e}"))?;
+    // Approved before in this run, in this process or one that ran it before
+    // (a resume, another worker): not asked again.
+    let answer = tokio::task::spawn_blocking(move || {
+        if confirm.approved_before(&request)? {
+            return Ok(Answer::Approved);
+        }
+        confirm.confirm(&request)
+    })
+    .await
+    .map_err(|e| format!("asking about {rule} failed: {e}"))?;
     match answer {
         Ok(Answer::Approved) => {
             shared

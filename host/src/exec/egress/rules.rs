@@ -16,6 +16,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::addr;
+use super::guard::Guard;
 
 /// `[network]` as written.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -278,7 +279,12 @@ impl Dest {
     }
 
     /// Whether this rule names `ip` itself (an address or range rule).
-    fn names_address(&self, ip: IpAddr, port: u16) -> bool {
+    /// Whether it is an address or range (not a name, not `*`).
+    pub fn is_address(&self) -> bool {
+        matches!(self.pattern, Pattern::Net(_))
+    }
+
+    pub fn names_address(&self, ip: IpAddr, port: u16) -> bool {
         self.port_ok(port) && matches!(&self.pattern, Pattern::Net(net) if addr::contains(net, ip))
     }
 }
@@ -385,15 +391,15 @@ impl Rules {
 
     /// Whether the proxy may connect to `ip`, one of the addresses `host`
     /// resolved to: never one a deny rule names, and a special one only when
-    /// an allow (or approved ask) rule names it (or its range). `guarded` is given on a server:
-    /// those addresses (its own, its store's) are never reached, and a special
-    /// one not even when a rule names it, since the rules are a tenant's.
+    /// an allow (or approved ask) rule names it (or its range). `guard` is given on a server:
+    /// its own addresses (and its store's) are never reached, and a special
+    /// one only where the operator opened it too, since the rules are a tenant's.
     pub fn check_address(
         &self,
         host: &Host,
         ip: IpAddr,
         port: u16,
-        guarded: Option<&[IpAddr]>,
+        guard: Option<&Guard>,
     ) -> Result<(), String> {
         if let Some(r) = self.deny.iter().find(|r| r.dest.names_address(ip, port)) {
             return Err(r.name.clone());
@@ -403,7 +409,7 @@ impl Rules {
             Host::Name(n) => format!("{n} resolves to {ip}, "),
             Host::Ip(_) => format!("{ip} is "),
         };
-        if guarded.is_some_and(|g| g.iter().any(|a| addr::canonical(*a) == ip)) {
+        if guard.is_some_and(|g| g.is_own(ip)) {
             return Err(format!(
                 "{via}an address of loopbox's own server or store, which no run reaches"
             ));
@@ -411,9 +417,9 @@ impl Rules {
         let Some(why) = addr::special(ip) else {
             return Ok(());
         };
-        if guarded.is_some() {
+        if guard.is_some_and(|g| !g.opens(ip, port)) {
             return Err(format!(
-                "{via}a {why} address, which a run on a shared server never reaches (a tenant's rules cannot open one)"
+                "{via}a {why} address, which a run on a shared server reaches only where its operator opened it (`tenants.NAME.network.private` in the server config; a tenant's rules alone cannot)"
             ));
         }
         // An `ask` rule naming it counts too: the person said yes to it.
@@ -529,8 +535,9 @@ mod tests {
         let public: IpAddr = "93.184.216.34".parse().unwrap();
         star.check_address(&host("example.com"), public, 443, None)
             .unwrap();
+        let own = |ips: &[IpAddr]| Guard::own(ips.to_vec());
         assert!(
-            star.check_address(&host("example.com"), public, 443, Some(&[public]))
+            star.check_address(&host("example.com"), public, 443, Some(&own(&[public])))
                 .is_err()
         );
         let named = rules(&["127.0.0.1:8080", "10.0.0.0/8"], &[], &["10.9.0.0/16"]);
@@ -542,14 +549,40 @@ mod tests {
         named
             .check_address(&host("db.corp"), "10.1.1.1".parse().unwrap(), 5432, None)
             .unwrap();
-        // On a server a tenant's rule opens no private address, and the
+        // On a server a tenant's rule alone opens no private address, and the
         // server's own public address is never reached.
         let e = named
-            .check_address(&Host::Ip(lo), lo, 8080, Some(&[]))
+            .check_address(&Host::Ip(lo), lo, 8080, Some(&own(&[])))
             .unwrap_err();
         assert!(e.contains("on a shared server"), "{e}");
+        // The operator opened 127.0.0.1:8080 to the tenant: its rule reaches
+        // it; a `*` still does not, nor does the operator's grant without a
+        // rule, nor a store on the same address.
+        let opened = super::super::guard::TenantNetwork {
+            private: vec!["127.0.0.1:8080".into()],
+            ..Default::default()
+        };
+        let g = Guard::for_tenant(vec![], &opened);
+        named
+            .check_address(&Host::Ip(lo), lo, 8080, Some(&g))
+            .unwrap();
+        assert!(
+            star.check_address(&host("localhost"), lo, 8080, Some(&g))
+                .is_err()
+        );
+        assert!(
+            rules(&["example.com"], &[], &[])
+                .check_address(&Host::Ip(lo), lo, 8080, Some(&g))
+                .is_err()
+        );
+        let g = Guard::for_tenant(vec![lo], &opened);
+        assert!(
+            named
+                .check_address(&Host::Ip(lo), lo, 8080, Some(&g))
+                .is_err()
+        );
         let e = star
-            .check_address(&host("me.example"), public, 443, Some(&[public]))
+            .check_address(&host("me.example"), public, 443, Some(&own(&[public])))
             .unwrap_err();
         assert!(e.contains("loopbox's own server or store"), "{e}");
         assert_eq!(

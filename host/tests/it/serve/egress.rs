@@ -63,7 +63,7 @@ fn a_tenants_commands_reach_neither_the_server_nor_a_private_address_its_rules_n
     );
     assert!(
         parts[1].contains(
-            "127.0.0.2 is a loopback address, which a run on a shared server never reaches"
+            "127.0.0.2 is a loopback address, which a run on a shared server reaches only where its operator opened it"
         ),
         "{out}"
     );
@@ -89,4 +89,78 @@ fn a_tenants_commands_reach_neither_the_server_nor_a_private_address_its_rules_n
     assert!(page.body.contains("<h2>Network</h2>"), "{}", page.body);
     assert!(page.body.contains(" 2 refused."), "{}", page.body);
     assert!(page.body.contains("which no run reaches"), "{}", page.body);
+}
+
+/// The operator, not the tenant, opens a private destination
+/// (`[tenants.NAME.network] private`): the tenant's rule naming it then
+/// reaches it, and nothing else private; the operator's `max_bytes` bounds
+/// the tenant's runs whatever their own `[network]` says.
+#[test]
+fn an_operator_opens_a_private_destination_to_one_tenant_and_caps_its_bytes() {
+    let dir = scratch();
+    let (o, other) = (origin(), origin());
+    let mut srv = Srv::prepare(
+        dir.path(),
+        "",
+        &[
+            (
+                "ops",
+                &format!("\n[tenants.ops.network]\nprivate = [\"127.0.0.2:{o}\"]\n"),
+            ),
+            (
+                "small",
+                &format!(
+                    "\n[tenants.small.network]\nprivate = [\"127.0.0.2:{o}\"]\nmax_bytes = 40\n"
+                ),
+            ),
+        ],
+    );
+    srv.start();
+    let rules = format!(
+        "{}scripts = true\n\n[policies.probe.network]\nallow = [\"127.0.0.2:{o}\", \"127.0.0.2:{other}\"]\nmax_bytes = 1000000\n",
+        tenant_config()
+    );
+    let script = format!(
+        "curl -sS --max-time 10 http://127.0.0.2:{o}/; echo ---; \
+         curl -s -i --max-time 10 http://127.0.0.2:{other}/ | grep -i x-loopbox-refused; echo ---"
+    );
+    for t in ["ops", "small"] {
+        let r = srv.call(
+            "PUT",
+            "/api/v1/config",
+            srv.token(t, "admin"),
+            Some(json!({"text": rules})),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let run = srv.start_probe(
+        "ops",
+        json!({"op": "script", "source": script, "timeout_ms": 60000}),
+    );
+    let v = srv.wait_final("ops", &run);
+    let out = v["outcome"]["data"]["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v:#}"))
+        .to_string();
+    let parts: Vec<&str> = out.split("---\n").collect();
+    assert_eq!(parts[0], "hello\n", "{out}");
+    assert!(
+        parts[1].contains("reaches only where its operator opened it"),
+        "{out}"
+    );
+    // The same rules under a 40-byte ceiling: the reply is cut.
+    let run = srv.start_probe(
+        "small",
+        json!({"op": "script", "source": script, "timeout_ms": 60000}),
+    );
+    let v = srv.wait_final("small", &run);
+    let net = v["network"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    assert!(
+        net.iter().any(|c| c["allowed"] == true
+            && c["rule"]
+                .as_str()
+                .unwrap_or("")
+                .contains("cut at network.max_bytes")),
+        "{v:#}"
+    );
 }

@@ -251,8 +251,11 @@ where
                 ));
             }
             out.push_str("connection: close\r\n\r\n");
-            if shared.spend(out.len()).is_err() || upstream.write_all(out.as_bytes()).await.is_err()
-            {
+            if shared.spend(out.len()).is_err() {
+                rec.rule.push_str("; cut at network.max_bytes");
+                return Some(rec);
+            }
+            if upstream.write_all(out.as_bytes()).await.is_err() {
                 return Some(rec);
             }
             rec.bytes_out = out.len() as u64;
