@@ -18,6 +18,7 @@ pub mod addr;
 pub mod guard;
 pub mod proxy;
 pub mod rules;
+pub mod splice;
 
 pub use rules::NetworkConfig;
 

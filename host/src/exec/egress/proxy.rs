@@ -138,7 +138,7 @@ impl Drop for Slot<'_> {
 /// Serve one client connection to its end. Never panics on what a client sends.
 pub async fn serve<S>(mut client: S, side: Arc<Side>, shared: Arc<Shared>)
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + super::splice::Socket,
 {
     let open = shared.open.fetch_add(1, Ordering::Relaxed) + 1;
     let _slot = Slot(&shared);
@@ -356,14 +356,13 @@ async fn ask(target: &Target, side: &Side, shared: &Shared, rule: &str) -> Resul
     }
 }
 
-/// Copy both ways until both ends are done, counting bytes against the run's
-/// budget and closing on idle or total time.
-async fn relay<C>(client: &mut C, upstream: TcpStream, rec: &mut Connection, shared: &Shared)
+/// Carry both ways until both ends are done (with `splice(2)`, the bytes
+/// never copied into loopbox), counting bytes against the run's budget and
+/// closing on idle or total time.
+async fn relay<C>(client: &C, upstream: TcpStream, rec: &mut Connection, shared: &Shared)
 where
-    C: AsyncRead + AsyncWrite + Unpin,
+    C: super::splice::Socket,
 {
-    let (mut cr, mut cw) = tokio::io::split(client);
-    let (mut ur, mut uw) = upstream.into_split();
     let t0 = Instant::now();
     let last = AtomicU64::new(0);
     let (out, inn) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -377,15 +376,28 @@ where
             }
         }
     };
+    // Each chunk: the connection is not idle, and the run pays for it first.
+    fn step<'a>(
+        count: &'a AtomicU64,
+        last: &'a AtomicU64,
+        t0: Instant,
+        shared: &'a Shared,
+    ) -> impl FnMut(usize) -> bool + 'a {
+        move |n| {
+            last.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
+            count.fetch_add(n as u64, Ordering::Relaxed);
+            shared.spend(n).is_ok()
+        }
+    }
     let total = Duration::from_millis(shared.config.connection_timeout_ms);
     let both = async {
         tokio::join!(
-            pipe(&mut cr, &mut uw, &out, &last, t0, shared),
-            pipe(&mut ur, &mut cw, &inn, &last, t0, shared)
+            super::splice::one_way(client, &upstream, step(&out, &last, t0, shared)),
+            super::splice::one_way(&upstream, client, step(&inn, &last, t0, shared))
         )
     };
     let ended = tokio::select! {
-        _ = both => None,
+        (a, b) = both => a.and(b).err().map(|_| "no pipe could be made for it (file descriptors exhausted)"),
         why = watch => Some(why),
         _ = tokio::time::sleep(total) => Some("open for network.connection_timeout_ms"),
     };
@@ -396,33 +408,6 @@ where
     } else if let Some(why) = ended {
         rec.rule.push_str(&format!("; closed, {why}"));
     }
-}
-
-/// One direction of a relay: read, count, write, until the reader ends.
-async fn pipe<R, W>(
-    r: &mut R,
-    w: &mut W,
-    count: &AtomicU64,
-    last: &AtomicU64,
-    t0: Instant,
-    shared: &Shared,
-) where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        last.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
-        if shared.spend(n).is_err() || w.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-        count.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    let _ = w.shutdown().await;
 }
 
 /// A header value with nothing a client could misread: printable ASCII only.

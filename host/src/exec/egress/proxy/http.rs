@@ -183,7 +183,7 @@ pub(in crate::exec::egress) async fn serve<C>(
     shared: &Arc<Shared>,
 ) -> Option<Connection>
 where
-    C: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + Unpin + crate::exec::egress::splice::Socket,
 {
     let head = match read_head(client, Some(first), shared.config.header_bytes).await {
         Ok(h) => h,
@@ -261,7 +261,7 @@ where
             rec.bytes_out = out.len() as u64;
         }
     }
-    relay(client, upstream, &mut rec, shared).await;
+    relay(&*client, upstream, &mut rec, shared).await;
     Some(rec)
 }
 
@@ -275,7 +275,7 @@ async fn inspect_tunnel<C>(
     shared: &Shared,
 ) -> Result<(), String>
 where
-    C: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + Unpin + crate::exec::egress::splice::Socket,
 {
     let mut buf = vec![0u8; 16 << 10];
     let mut have = 0;

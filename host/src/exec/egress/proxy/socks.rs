@@ -24,7 +24,7 @@ async fn reply<W: AsyncWrite + Unpin>(w: &mut W, code: u8) {
 /// The handshake up to the request: the target, or the reply code to refuse with.
 async fn handshake<C>(c: &mut C, side: &Side) -> Result<Target, Option<(u8, String)>>
 where
-    C: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + Unpin + crate::exec::egress::splice::Socket,
 {
     let io = |_| None;
     let n = c.read_u8().await.map_err(io)? as usize;
@@ -92,7 +92,7 @@ pub(in crate::exec::egress) async fn serve<C>(
     shared: &Arc<Shared>,
 ) -> Option<Connection>
 where
-    C: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + Unpin + crate::exec::egress::splice::Socket,
 {
     let target = match tokio::time::timeout(HEAD_TIMEOUT, handshake(client, side)).await {
         Ok(Ok(t)) => t,
@@ -105,7 +105,7 @@ where
     match open(&target, side, shared).await {
         Ok((upstream, mut rec)) => {
             reply(client, 0).await;
-            relay(client, upstream, &mut rec, shared).await;
+            relay(&*client, upstream, &mut rec, shared).await;
             Some(rec)
         }
         Err(refused) => {
