@@ -409,6 +409,16 @@ half = ask(b"GET http://127.0.0.1/ HT", read=False)
 half.shutdown(socket.SHUT_WR)
 print("half", repr(half.recv(1024)[:12]))
 print("after", first(ask(f"GET http://127.0.0.1:{p}/{tag}-ok HTTP/1.1\r\n{{auth}}\r\n".encode())))
+# A TLS client hello naming evil.test, cut into records of one byte each.
+n = b"evil.test"
+sni = (len(n) + 3).to_bytes(2, "big") + b"\x00" + len(n).to_bytes(2, "big") + n
+ext = b"\x00\x00" + len(sni).to_bytes(2, "big") + sni
+body = b"\x03\x03" + bytes(32) + bytes([0, 0, 2, 0x13, 0x01, 1, 0]) + len(ext).to_bytes(2, "big") + ext
+hs = b"\x01" + len(body).to_bytes(3, "big") + body
+s = ask(f"CONNECT localhost:{p} HTTP/1.1\r\n{{auth}}\r\n".encode(), read=False)
+s.recv(1024)
+s.sendall(b"".join(b"\x16\x03\x01\x00\x01" + hs[i:i + 1] for i in range(len(hs))))
+print("split", repr(s.recv(1024)))
 "#
         );
         std::fs::write(dir.path().join("raw.py"), py).unwrap();
@@ -438,6 +448,11 @@ print("after", first(ask(f"GET http://127.0.0.1:{p}/{tag}-ok HTTP/1.1\r\n{{auth}
             "{out}"
         );
         assert!(line("after").contains("200 OK"), "{out}");
+        assert_eq!(line("split"), "split b''", "{out}");
+        assert!(
+            log.contains("refused: the TLS server name `evil.test` is not localhost"),
+            "a hello split over records is read whole: {log}"
+        );
         assert!(
             line("redirect").contains("127.0.0.2 is a loopback address"),
             "{out}"

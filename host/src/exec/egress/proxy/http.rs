@@ -12,6 +12,7 @@ use base64::Engine as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::super::rules::Host;
+use super::tls::Hello;
 use super::{Connection, HEAD_TIMEOUT, Refused, Shared, Side, Target, open, refuse_http, relay};
 
 /// Read a head (through the blank line) that began with `first`; Err names
@@ -294,7 +295,13 @@ where
             Look::Pass => break,
             Look::Refuse(why) => return Err(why),
             Look::More if have < buf.len() => continue,
-            Look::More => break,
+            // What cannot be checked is not let through.
+            Look::More => {
+                return Err(format!(
+                    "the first {} KiB of the tunnel are not a whole request or TLS client hello, so its host cannot be checked",
+                    buf.len() >> 10
+                ));
+            }
         }
     }
     shared.spend(have)?;
@@ -321,10 +328,13 @@ fn look(b: &[u8], target: &Target) -> Look {
     }
     let b = &b[blank..];
     if b[0] == 0x16 {
-        return match super::tls::server_name(b) {
-            Err(()) => Look::More,
-            Ok(None) => Look::Pass,
-            Ok(Some(name)) => match (Host::parse(&name), &target.host) {
+        return match super::tls::read(b) {
+            Hello::More => Look::More,
+            Hello::NoName => Look::Pass,
+            Hello::Unreadable(why) => Look::Refuse(format!(
+                "the tunnel's TLS client hello cannot be checked: {why}"
+            )),
+            Hello::Name(name) => match (Host::parse(&name), &target.host) {
                 (_, Host::Ip(_)) => Look::Pass,
                 (Ok(h), t) if &h == t => Look::Pass,
                 (_, t) => Look::Refuse(format!(
