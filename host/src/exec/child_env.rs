@@ -231,6 +231,10 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
             "GNUMAKEFLAGS",
             "passes options (SHELL=...) to every GNU make",
         ),
+        (
+            "MAKEFILES",
+            "makes every make read the makefiles it names first",
+        ),
         ("ZIPOPT", "passes options (-TT CMD) to every zip"),
         ("ZIP", "passes options (-TT CMD) to every zip"),
         ("RSYNC_RSH", "is run by rsync as its remote shell"),
@@ -281,6 +285,14 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
             "configures git (GIT_CONFIG_*, GIT_SSH_COMMAND, GIT_EXEC_PATH)",
         ),
         ("CARGO_", "configures cargo (runners, wrappers, linkers)"),
+        (
+            "RUSTUP_",
+            "chooses the toolchain cargo runs (RUSTUP_TOOLCHAIN=/a/path runs its bin/cargo)",
+        ),
+        (
+            "PIP_",
+            "passes options to pip (PIP_PYTHON names the python it runs)",
+        ),
         ("JAVA_", "passes options (-javaagent) to java"),
         ("_JAVA_", "passes options (-javaagent) to java"),
         ("LUA_", "makes lua load modules from where it says"),
@@ -409,6 +421,9 @@ mod tests {
             "npm_config_script_shell",
             "JAVA_TOOL_OPTIONS",
             "TAR_OPTIONS",
+            "MAKEFILES",
+            "RUSTUP_TOOLCHAIN",
+            "PIP_PYTHON",
             "HOME",
             "PATH",
         ] {
