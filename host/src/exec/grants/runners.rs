@@ -347,9 +347,10 @@ fn options(base: &str, args: &[String]) -> Option<String> {
             ])
             .find(&spelled)
         }),
+        // `-I LIB` loads a PKCS#11 library into ssh's helper: code, as `-o` runs it.
         "ssh" => Options {
-            short: "oF",
-            value: "BbcDEeIiJLlmOpQRSWw",
+            short: "oFI",
+            value: "BbcDEeiJLlmOpQRSWw",
             ..long(&[])
         }
         .find(args),
