@@ -117,6 +117,20 @@ impl ChildEnv {
         vars
     }
 
+    /// The environment of a policy's command: [`ChildEnv::vars`], with git's
+    /// editors set to `:` (git then opens none) unless the user passes them. An
+    /// editor git opens reads its keys from the command's stdin, which the policy
+    /// writes: `git commit` with stdin `:!CMD` ran CMD in vi under a `["git"]` rule.
+    pub fn command_vars(&self, extra: &[(String, String)]) -> Vec<(String, String)> {
+        let mut vars = self.vars(extra);
+        for name in GIT_EDITORS {
+            if !vars.iter().any(|(k, _)| k == name) {
+                vars.push((name.to_string(), ":".to_string()));
+            }
+        }
+        vars
+    }
+
     /// A working directory relative to the root that stays inside it, symlinks resolved.
     pub fn resolve_cwd(&self, cwd: Option<&str>) -> Result<PathBuf, String> {
         let Some(rel) = cwd.filter(|c| !c.is_empty() && *c != ".") else {
@@ -155,6 +169,10 @@ impl ChildEnv {
             .find(|p| is_executable(p))
     }
 }
+
+/// The variables naming the editors git opens (`commit`, `tag -a`, `rebase -i`,
+/// `add -e`), before `core.editor`, `VISUAL` and `EDITOR`.
+const GIT_EDITORS: [&str; 2] = ["GIT_EDITOR", "GIT_SEQUENCE_EDITOR"];
 
 /// Why a variable can make a child load or run code it was not asked to (or
 /// read config from a place the policy chose), if it can. Names compare
@@ -403,6 +421,31 @@ mod tests {
         let vars = e.vars(&[("A".into(), "1".into())]);
         assert_eq!(vars[0].0, "PATH");
         assert!(vars.contains(&("A".into(), "1".into())));
+    }
+
+    #[test]
+    fn git_opens_no_editor_for_a_command_unless_the_user_passes_one() {
+        let root = Path::new("/w");
+        let e = ChildEnv::new("/bin", &[], root);
+        let vars = e.command_vars(&[]);
+        for name in GIT_EDITORS {
+            assert!(
+                vars.contains(&(name.to_string(), ":".to_string())),
+                "{vars:?}"
+            );
+        }
+        assert!(
+            !e.vars(&[]).iter().any(|(k, _)| k == "GIT_EDITOR"),
+            "the agent's own environment is left alone"
+        );
+        let given = [("GIT_EDITOR".to_string(), "nano".to_string())];
+        let vars = e.command_vars(&given);
+        assert_eq!(
+            vars.iter()
+                .filter(|(k, _)| k == "GIT_EDITOR")
+                .collect::<Vec<_>>(),
+            [&given[0]]
+        );
     }
 
     #[test]

@@ -614,9 +614,8 @@ fn git(args: &[String]) -> Option<String> {
             value: "o",
             ..long(&["--upload-pack", "--exec"])
         },
-        "fetch" | "pull" | "push" | "archive" | "remote" | "submodule" => {
-            long(&["--upload-pack", "--receive-pack", "--exec"])
-        }
+        "fetch" | "pull" | "push" | "archive" | "remote" | "submodule" | "fetch-pack"
+        | "send-pack" => long(&["--upload-pack", "--receive-pack", "--exec"]),
         "init" => long(&["--template"]),
         "daemon" => long(&["--access-hook"]),
         "rebase" => Options {

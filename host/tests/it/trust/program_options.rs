@@ -226,6 +226,24 @@ fn make_assignments_makefiles_from_elsewhere_and_git_helpers_run_nothing() {
             "{argv:?}: {why}"
         );
     }
+    // Plumbing that runs what its option names.
+    for argv in [
+        &["git", "fetch-pack", "--upload-pack=touch out/fp", "."][..],
+        &["git", "send-pack", "--exec=touch out/fp", ".", "HEAD"],
+    ] {
+        let (ran, why) = exec(d, argv);
+        assert!(!ran && !d.join("out/fp").exists(), "{argv:?}: {why}");
+    }
+    // git opens no editor for a policy's command: vi read its keys from the
+    // policy's stdin, so `:!CMD` ran CMD under the `["git"]` rule.
+    let (ran, why) = exec(d, &["git", "var", "GIT_EDITOR"]);
+    assert!(ran && why.contains(r#""stdout":":\n""#), "{why}");
+    let keys = ":!touch out/vi\n:q!\n";
+    let (_, why) = exec_with_stdin(d, &["git", "commit", "--allow-empty"], keys);
+    assert!(
+        !d.join("out/vi").exists(),
+        "the editor ran a command: {why}"
+    );
     // The Makefile's own targets still build under the prefix rule.
     let (ran, why) = exec(d, &["make", "-j2", "all"]);
     assert!(ran && why.contains("built"), "{why}");
