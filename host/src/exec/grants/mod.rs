@@ -658,12 +658,14 @@ mod tests {
             &["make", "-I", "d"],
             &["gmake", "x$(shell id)=1"],
             &["make", "CC=cc", "all"],
+            &["make", "\x1b[2Jx=1"],
         ] {
             let e = check(argv).unwrap_err();
             assert!(
                 e.contains("runs other programs, so only a rule naming the whole command exactly allows it; to allow exactly this, add"),
                 "{argv:?}: {e}"
             );
+            assert!(!e.contains('\x1b'), "shown escaped: {e:?}");
         }
         assert_eq!(
             check(&["make", "-j4", "test"]),

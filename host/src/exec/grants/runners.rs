@@ -261,7 +261,11 @@ pub fn runs_anything(program: &Path, written: &str, args: &[String]) -> Option<S
         ));
     }
     let base = *bases.iter().find(|b| OPTIONS.contains(b))?;
-    options(base, args).map(|opt| format!("`{called} {opt}` runs other programs"))
+    // What is named comes from the policy's words (`make NAME=`): shown escaped.
+    options(base, args).map(|opt| {
+        let opt = crate::ui::shorten(&crate::ui::sanitize(&opt), 80);
+        format!("`{called} {opt}` runs other programs")
+    })
 }
 
 /// A program-running option (or subcommand) of `base` in `args`, as named in messages.
