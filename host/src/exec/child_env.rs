@@ -243,6 +243,30 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
             "is run by cargo around the compiler",
         ),
         ("RUSTFLAGS", "can name a linker for cargo to run"),
+        (
+            "CFLAGS",
+            "passes options (-B DIR, -wrapper CMD) to the C compiler make runs",
+        ),
+        (
+            "CXXFLAGS",
+            "passes options (-B DIR, -wrapper CMD) to the C++ compiler make runs",
+        ),
+        (
+            "CPPFLAGS",
+            "passes options (-B DIR, -wrapper CMD) to the compiler make runs",
+        ),
+        (
+            "LDFLAGS",
+            "passes options (-B DIR, -fuse-ld=PATH) to the linker",
+        ),
+        (
+            "GOFLAGS",
+            "passes options (-toolexec=CMD) to every go command",
+        ),
+        (
+            "GOENV",
+            "makes go read its settings (GOFLAGS) from the file it names",
+        ),
         ("RUSTDOCFLAGS", "can name programs for rustdoc to run"),
         ("MAKEFLAGS", "passes options (SHELL=...) to every make"),
         (
@@ -303,6 +327,7 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
             "configures git (GIT_CONFIG_*, GIT_SSH_COMMAND, GIT_EXEC_PATH)",
         ),
         ("CARGO_", "configures cargo (runners, wrappers, linkers)"),
+        ("CGO_", "passes options (-B DIR) to the C compiler go runs"),
         (
             "RUSTUP_",
             "chooses the toolchain cargo runs (RUSTUP_TOOLCHAIN=/a/path runs its bin/cargo)",
@@ -467,6 +492,10 @@ mod tests {
             "MAKEFILES",
             "RUSTUP_TOOLCHAIN",
             "PIP_PYTHON",
+            "CFLAGS",
+            "LDFLAGS",
+            "GOFLAGS",
+            "CGO_CFLAGS",
             "HOME",
             "PATH",
         ] {

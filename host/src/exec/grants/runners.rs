@@ -450,7 +450,9 @@ fn options(base: &str, args: &[String]) -> Option<String> {
             (args.first().is_some_and(|a| a == "env") && args.iter().any(|a| a == "-w"))
                 .then(|| "env -w".to_string())
         }),
-        "rustup" | "uv" | "poetry" | "pipenv" | "conda" => any(&["run", "tool"]),
+        // `rustup toolchain link NAME DIR` makes `cargo +NAME` run DIR's bin/cargo.
+        "rustup" => any(&["run", "tool", "link"]),
+        "uv" | "poetry" | "pipenv" | "conda" => any(&["run", "tool"]),
         "bundle" => any(&["exec"]),
         "docker" | "podman" => any(&["run", "exec", "create", "compose", "build"]),
         _ => None,
