@@ -764,7 +764,7 @@ impl ActionsHost {
             arg0: prepared.arg0,
             args: prepared.args,
             cwd: req.cwd,
-            env: self.grants.env.vars(&env),
+            env: self.grants.env.command_vars(&env),
             stdin: req.stdin,
             timeout: self.timeout(req.timeout),
             output_cap: self.output_cap,

@@ -117,6 +117,20 @@ impl ChildEnv {
         vars
     }
 
+    /// The environment of a policy's command: [`ChildEnv::vars`], with git's
+    /// editors set to `:` (git then opens none) unless the user passes them. An
+    /// editor git opens reads its keys from the command's stdin, which the policy
+    /// writes: `git commit` with stdin `:!CMD` ran CMD in vi under a `["git"]` rule.
+    pub fn command_vars(&self, extra: &[(String, String)]) -> Vec<(String, String)> {
+        let mut vars = self.vars(extra);
+        for name in GIT_EDITORS {
+            if !vars.iter().any(|(k, _)| k == name) {
+                vars.push((name.to_string(), ":".to_string()));
+            }
+        }
+        vars
+    }
+
     /// A working directory relative to the root that stays inside it, symlinks resolved.
     pub fn resolve_cwd(&self, cwd: Option<&str>) -> Result<PathBuf, String> {
         let Some(rel) = cwd.filter(|c| !c.is_empty() && *c != ".") else {
@@ -155,6 +169,10 @@ impl ChildEnv {
             .find(|p| is_executable(p))
     }
 }
+
+/// The variables naming the editors git opens (`commit`, `tag -a`, `rebase -i`,
+/// `add -e`), before `core.editor`, `VISUAL` and `EDITOR`.
+const GIT_EDITORS: [&str; 2] = ["GIT_EDITOR", "GIT_SEQUENCE_EDITOR"];
 
 /// Why a variable can make a child load or run code it was not asked to (or
 /// read config from a place the policy chose), if it can. Names compare
@@ -225,11 +243,39 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
             "is run by cargo around the compiler",
         ),
         ("RUSTFLAGS", "can name a linker for cargo to run"),
+        (
+            "CFLAGS",
+            "passes options (-B DIR, -wrapper CMD) to the C compiler make runs",
+        ),
+        (
+            "CXXFLAGS",
+            "passes options (-B DIR, -wrapper CMD) to the C++ compiler make runs",
+        ),
+        (
+            "CPPFLAGS",
+            "passes options (-B DIR, -wrapper CMD) to the compiler make runs",
+        ),
+        (
+            "LDFLAGS",
+            "passes options (-B DIR, -fuse-ld=PATH) to the linker",
+        ),
+        (
+            "GOFLAGS",
+            "passes options (-toolexec=CMD) to every go command",
+        ),
+        (
+            "GOENV",
+            "makes go read its settings (GOFLAGS) from the file it names",
+        ),
         ("RUSTDOCFLAGS", "can name programs for rustdoc to run"),
         ("MAKEFLAGS", "passes options (SHELL=...) to every make"),
         (
             "GNUMAKEFLAGS",
             "passes options (SHELL=...) to every GNU make",
+        ),
+        (
+            "MAKEFILES",
+            "makes every make read the makefiles it names first",
         ),
         ("ZIPOPT", "passes options (-TT CMD) to every zip"),
         ("ZIP", "passes options (-TT CMD) to every zip"),
@@ -281,6 +327,15 @@ pub fn dangerous_variable(name: &str) -> Option<&'static str> {
             "configures git (GIT_CONFIG_*, GIT_SSH_COMMAND, GIT_EXEC_PATH)",
         ),
         ("CARGO_", "configures cargo (runners, wrappers, linkers)"),
+        ("CGO_", "passes options (-B DIR) to the C compiler go runs"),
+        (
+            "RUSTUP_",
+            "chooses the toolchain cargo runs (RUSTUP_TOOLCHAIN=/a/path runs its bin/cargo)",
+        ),
+        (
+            "PIP_",
+            "passes options to pip (PIP_PYTHON names the python it runs)",
+        ),
         ("JAVA_", "passes options (-javaagent) to java"),
         ("_JAVA_", "passes options (-javaagent) to java"),
         ("LUA_", "makes lua load modules from where it says"),
@@ -394,6 +449,31 @@ mod tests {
     }
 
     #[test]
+    fn git_opens_no_editor_for_a_command_unless_the_user_passes_one() {
+        let root = Path::new("/w");
+        let e = ChildEnv::new("/bin", &[], root);
+        let vars = e.command_vars(&[]);
+        for name in GIT_EDITORS {
+            assert!(
+                vars.contains(&(name.to_string(), ":".to_string())),
+                "{vars:?}"
+            );
+        }
+        assert!(
+            !e.vars(&[]).iter().any(|(k, _)| k == "GIT_EDITOR"),
+            "the agent's own environment is left alone"
+        );
+        let given = [("GIT_EDITOR".to_string(), "nano".to_string())];
+        let vars = e.command_vars(&given);
+        assert_eq!(
+            vars.iter()
+                .filter(|(k, _)| k == "GIT_EDITOR")
+                .collect::<Vec<_>>(),
+            [&given[0]]
+        );
+    }
+
+    #[test]
     fn code_loading_variables_are_named() {
         for v in [
             "BASH_ENV",
@@ -409,6 +489,13 @@ mod tests {
             "npm_config_script_shell",
             "JAVA_TOOL_OPTIONS",
             "TAR_OPTIONS",
+            "MAKEFILES",
+            "RUSTUP_TOOLCHAIN",
+            "PIP_PYTHON",
+            "CFLAGS",
+            "LDFLAGS",
+            "GOFLAGS",
+            "CGO_CFLAGS",
             "HOME",
             "PATH",
         ] {

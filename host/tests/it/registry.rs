@@ -1220,4 +1220,20 @@ fn a_local_component_signed_by_a_new_key_is_shown_and_needs_a_yes() {
     // The same signer and needs again: nothing new to approve.
     let o = ws.lb(&["add", "lister.wasm"]);
     assert_eq!(code(&o), 0, "{}", err(&o));
+
+    // An unsigned one in its place, even accepted as unsigned, is a new signer too,
+    // and the review says it is unsigned (it said "not recorded").
+    std::fs::write(ws.path().join("lister.wasm"), &probe).unwrap();
+    let (config, lock) = (ws.read("loopbox.toml"), ws.read("loopbox.lock"));
+    let o = ws.lb(&["add", "lister.wasm", "--allow-unsigned"]);
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    assert!(
+        err(&o).contains(&format!(
+            "it is signed by another key than the version installed now: `bob` ({bob}) -> unsigned\n"
+        )),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(ws.read("loopbox.toml"), config);
+    assert_eq!(ws.read("loopbox.lock"), lock);
 }

@@ -240,12 +240,21 @@ impl ShellGrants {
                 });
             }
         }
-        if let Some(r) = self
+        // Only when no rule names it as called: else the reason is that rule's
+        // (a wrapper's command must be named whole), not the name.
+        let named = self
             .rules
             .iter()
             .filter(|r| r.tier != Tier::Deny)
             .filter(same_program)
-            .find(|r| !same_name(r))
+            .any(|r| same_name(&r));
+        if !named
+            && let Some(r) = self
+                .rules
+                .iter()
+                .filter(|r| r.tier != Tier::Deny)
+                .filter(same_program)
+                .find(|r| !same_name(r))
         {
             return Err(Refusal::Denied(format!(
                 "`{}` is not allowed: `{}` is the same file as `{}` in {} ({}), a program that acts by the name it is called by, and the rule allows it only as `{}`; to allow `{name}` too, add a rule for it (or name the real path `{}` in the rule)",
@@ -600,6 +609,76 @@ mod tests {
             }
         }
         assert!(checked > 100, "only {checked} examples read");
+    }
+
+    /// Issue 49, item 1: `make` with an odd assignment or a makefile from elsewhere.
+    /// `make` and `gmake` are one file here (as on Debian), each with a rule: the
+    /// refusal names the exact rule needed, not the other name's rule.
+    #[test]
+    fn make_assignments_and_makefiles_from_elsewhere_need_the_exact_command() {
+        let f = fixture();
+        let bin = tempfile::tempdir().unwrap();
+        let tool = bin.path().join("tool");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        for name in ["make", "gmake"] {
+            std::os::unix::fs::symlink(&tool, bin.path().join(name)).unwrap();
+        }
+        let env = ChildEnv::new(&bin.path().to_string_lossy(), &[], &f.root);
+        let shell = ShellConfig {
+            allow: vec![
+                vec!["make".into()],
+                vec!["gmake".into()],
+                vec!["make".into(), "CC=cc".into()],
+            ],
+            ..ShellConfig::default()
+        };
+        let g = ShellGrants::new(&shell, &ExtraRules::default(), &env);
+        let check = |argv: &[&str]| {
+            let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+            match g.check(&argv, &f.root, &env, &[]) {
+                Ok(grant) => Ok(grant.rule),
+                Err(Refusal::Denied(m) | Refusal::NotFound(m)) => Err(m),
+            }
+        };
+        for argv in [
+            &["make", "x$(shell id>/tmp/p)=1"][..],
+            &["make", "SHELL=/bin/sh -c id"],
+            &["make", ".SHELLFLAGS=-c id"],
+            &["make", "x != id"],
+            &["make", " x=1"],
+            &["make", "--", "-x$(shell id)=1"],
+            &["make", "--eval=$(shell id)"],
+            &["make", "-E", "$(shell id)"],
+            &["make", "-f", "/dev/stdin"],
+            &["make", "-sf-"],
+            &["make", "--makefile=x"],
+            &["make", "-C", "/elsewhere"],
+            &["make", "-I", "d"],
+            &["gmake", "x$(shell id)=1"],
+            &["make", "CC=cc", "all"],
+            &["make", "\x1b[2Jx=1"],
+        ] {
+            let e = check(argv).unwrap_err();
+            assert!(
+                e.contains("runs other programs, so only a rule naming the whole command exactly allows it; to allow exactly this, add"),
+                "{argv:?}: {e}"
+            );
+            assert!(!e.contains('\x1b'), "shown escaped: {e:?}");
+        }
+        assert_eq!(
+            check(&["make", "-j4", "test"]),
+            Ok("shell.allow[0] (make)".to_string())
+        );
+        assert_eq!(
+            check(&["gmake", "-k", "check"]),
+            Ok("shell.allow[1] (gmake)".to_string())
+        );
+        assert_eq!(
+            check(&["make", "CC=cc"]),
+            Ok("shell.allow[2] (make CC=cc)".to_string())
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! (`sh`, `env`, `python`), programs whose own language runs commands (`sed`'s
 //! `e`, `awk`'s `system()`, `dc`'s `!`), editors and pagers, and the
 //! program-running options of the rest (`find -exec`, `git grep -O`, `zip -TT`,
-//! `tar --to-command`, `rsync -e`, `ssh -o ProxyCommand`, `curl -K`).
+//! `tar --to-command`, `rsync -e`, `ssh -o ProxyCommand`, `curl -K`, `make
+//! -f`/`VAR=`, `cargo rustc -- -Clinker=`, `cc -wrapper`).
 //!
 //! An option is found in every spelling its program's parser accepts: alone,
 //! `--opt=value`, any prefix of a long name (GNU getopt and git take the
@@ -218,7 +219,8 @@ const EDITORS: &[&str] = &[
 const OPTIONS: &[&str] = &[
     "find", "git", "cargo", "make", "gmake", "npm", "pnpm", "yarn", "ssh", "scp", "sftp", "tar",
     "rsync", "zip", "curl", "wget", "pip", "rg", "fd", "fdfind", "sort", "split", "sdiff", "diff3",
-    "go", "rustup", "uv", "poetry", "pipenv", "bundle", "conda", "docker", "podman",
+    "go", "rustup", "uv", "poetry", "pipenv", "bundle", "conda", "docker", "podman", "rustc",
+    "rustdoc", "cc", "gcc", "g++", "c++", "clang", "clang++",
 ];
 
 /// Why this command can run arbitrary programs, if it can. Both the name it is
@@ -259,7 +261,11 @@ pub fn runs_anything(program: &Path, written: &str, args: &[String]) -> Option<S
         ));
     }
     let base = *bases.iter().find(|b| OPTIONS.contains(b))?;
-    options(base, args).map(|opt| format!("`{called} {opt}` runs other programs"))
+    // What is named comes from the policy's words (`make NAME=`): shown escaped.
+    options(base, args).map(|opt| {
+        let opt = crate::ui::shorten(&crate::ui::sanitize(&opt), 80);
+        format!("`{called} {opt}` runs other programs")
+    })
 }
 
 /// A program-running option (or subcommand) of `base` in `args`, as named in messages.
@@ -280,28 +286,20 @@ fn options(base: &str, args: &[String]) -> Option<String> {
             value: "pjFC",
             ..long(&["--config"])
         }
-        .find(args),
-        "make" | "gmake" => Options {
-            short: "E",
-            value: "CfIjlOoW",
-            ..long(&["--eval"])
-        }
         .find(args)
+        .or_else(|| toolchain_path(args))
         .or_else(|| {
-            // `make CC='sh -c ...'`: a variable set on the command line overrides
-            // the Makefile's, and recipes run what it holds.
-            args.iter()
-                .find(|a| {
-                    !a.starts_with('-')
-                        && a.split_once('=').is_some_and(|(n, _)| {
-                            !n.is_empty()
-                                && n.trim_end_matches([':', '+', '?', '!'])
-                                    .chars()
-                                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
-                        })
-                })
-                .map(|a| format!("{}=...", a.split_once('=').map_or("", |(n, _)| n)))
+            // `cargo rustc -- -Clinker=CMD`: what follows `--` is the compiler's
+            // (or rustdoc's) own options, some of which run programs.
+            let dashes = args.iter().position(|a| a == "--")?;
+            let sub = args[..dashes]
+                .iter()
+                .find(|a| *a == "rustc" || *a == "rustdoc")?;
+            (dashes + 1 < args.len()).then(|| format!("{sub} -- OPTIONS"))
         }),
+        "rustc" | "rustdoc" => toolchain_path(args).or_else(|| rustc(args)),
+        "cc" | "gcc" | "g++" | "c++" | "clang" | "clang++" => compiler(args),
+        "make" | "gmake" => make(args),
         "npm" | "pnpm" | "yarn" => any(&[
             "exec", "x", "dlx", "explore", "edit", "create", "config", "c", "set", "node",
         ])
@@ -314,6 +312,28 @@ fn options(base: &str, args: &[String]) -> Option<String> {
                 .then(|| "init PACKAGE".to_string())
         })
         .or_else(|| {
+            // npm's option parser (nopt) takes a long option with one dash too
+            // (`-script-shell=X`, `-script-s X`), and older npm read `_` as `-`.
+            let spelled: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    let (name, value) = a
+                        .split_once('=')
+                        .map_or((a.as_str(), None), |(n, v)| (n, Some(v)));
+                    let name = if name.len() > 2 && name.starts_with('-') && !name.starts_with("--")
+                    {
+                        format!("-{name}")
+                    } else {
+                        name.to_string()
+                    };
+                    let name = if name.starts_with("--") {
+                        name.replace('_', "-")
+                    } else {
+                        name
+                    };
+                    value.map_or(name.clone(), |v| format!("{name}={v}"))
+                })
+                .collect();
             long(&[
                 "--script-shell",
                 "--shell",
@@ -329,11 +349,12 @@ fn options(base: &str, args: &[String]) -> Option<String> {
                 "--onload-script",
                 "--use-yarnrc",
             ])
-            .find(args)
+            .find(&spelled)
         }),
+        // `-I LIB` loads a PKCS#11 library into ssh's helper: code, as `-o` runs it.
         "ssh" => Options {
-            short: "oF",
-            value: "BbcDEeIiJLlmOpQRSWw",
+            short: "oFI",
+            value: "BbcDEeiJLlmOpQRSWw",
             ..long(&[])
         }
         .find(args),
@@ -429,11 +450,109 @@ fn options(base: &str, args: &[String]) -> Option<String> {
             (args.first().is_some_and(|a| a == "env") && args.iter().any(|a| a == "-w"))
                 .then(|| "env -w".to_string())
         }),
-        "rustup" | "uv" | "poetry" | "pipenv" | "conda" => any(&["run", "tool"]),
+        // `rustup toolchain link NAME DIR` makes `cargo +NAME` run DIR's bin/cargo.
+        "rustup" => any(&["run", "tool", "link"]),
+        "uv" | "poetry" | "pipenv" | "conda" => any(&["run", "tool"]),
         "bundle" => any(&["exec"]),
         "docker" | "podman" => any(&["run", "exec", "create", "compose", "build"]),
         _ => None,
     }
+}
+
+/// GNU make: what reads a makefile from somewhere else (`-f /dev/stdin`, `-C DIR`,
+/// `-I DIR`, `--eval`/`-E` text) and every variable assignment on the command line.
+fn make(args: &[String]) -> Option<String> {
+    Options {
+        short: "EfCI",
+        value: "jlOoW",
+        ..long(&[
+            "--eval",
+            "--file",
+            "--makefile",
+            "--directory",
+            "--include-dir",
+        ])
+    }
+    .find(args)
+    .or_else(|| {
+        // Any word with `=` is an assignment (`CC=./x`, `SHELL='sh -c id'`,
+        // `.SHELLFLAGS=...`, `x != id`): it overrides the Makefile's, recipes run
+        // what it holds, and make expands the name itself (`x$(shell id)=1`),
+        // whatever characters it has. After `--` a word with a dash is one too.
+        let after = args.iter().position(|a| a == "--").unwrap_or(args.len());
+        args.iter()
+            .enumerate()
+            .find(|(i, a)| a.contains('=') && (*i > after || !a.starts_with('-')))
+            .map(|(_, a)| format!("{}=...", a.split_once('=').map_or("", |(n, _)| n).trim()))
+    })
+}
+
+/// A rustup proxy's `+TOOLCHAIN` given as a path (`cargo +./tc build`), which runs
+/// that directory's `bin/cargo`.
+fn toolchain_path(args: &[String]) -> Option<String> {
+    args.first()
+        .filter(|a| a.starts_with('+') && a.contains(['/', '\\']))
+        .map(|_| "+PATH".to_string())
+}
+
+/// rustc's and rustdoc's options that run programs: the linker and what is passed
+/// to it (`-C linker=`, `-C link-arg=`), `-Z`, rustdoc's test runners, `@file`.
+fn rustc(args: &[String]) -> Option<String> {
+    let mut words = args.iter().peekable();
+    while let Some(a) = words.next() {
+        let codegen = match a.as_str() {
+            "-C" | "--codegen" => words.peek().map(|v| v.as_str()),
+            _ => a
+                .strip_prefix("--codegen=")
+                .or_else(|| a.strip_prefix("-C")),
+        };
+        if codegen.is_some_and(|v| v.trim_start().starts_with("link")) {
+            return Some("-C link...".to_string());
+        }
+        if a.starts_with('@') {
+            return Some("@FILE".to_string());
+        }
+    }
+    Options {
+        short: "Z",
+        value: "CLlWAFDo",
+        ..long(&["--runtool", "--test-runtool", "--test-builder"])
+    }
+    .find(args)
+}
+
+/// C compilers: options that run another program in the compiler's stead
+/// (`-wrapper`, `-B DIR`, `--ld-path`, `-fuse-ld=PATH`), load code (`-fplugin`,
+/// `-Wl,-plugin`, `-Xclang -load`), or read more options from a file (`-specs`, `@file`).
+fn compiler(args: &[String]) -> Option<String> {
+    const RUNS: &[&str] = &[
+        "-wrapper",
+        "-B",
+        "--prefix",
+        "-specs",
+        "--specs",
+        "--ld-path",
+        "-Xclang",
+        "--gcc-toolchain",
+        "--gcc-install-dir",
+        "-ccc-",
+    ];
+    args.iter().find_map(|a| {
+        if a.starts_with('@') {
+            return Some("@FILE".to_string());
+        }
+        // `-fplugin=x.so`, `-Wl,-plugin,x.so`: code loaded into the compiler or linker.
+        if a.contains("plugin") {
+            return Some(a.split_once('=').map_or(a.as_str(), |(n, _)| n).to_string());
+        }
+        // `-fuse-ld=PATH` runs that file as the linker (`-fuse-ld=lld` looks on PATH).
+        if a.starts_with("-fuse-ld=") && a.contains('/') {
+            return Some("-fuse-ld=PATH".to_string());
+        }
+        RUNS.iter()
+            .find(|r| a.starts_with(**r))
+            .map(|r| r.to_string())
+    })
 }
 
 /// git: its own options before the subcommand, then the subcommand's.
@@ -469,11 +588,19 @@ fn git(args: &[String]) -> Option<String> {
         ("submodule", Some("foreach")) | ("bisect", Some("run")) => true,
         // `git config core.pager CMD`: what later git commands run.
         ("filter-branch" | "difftool" | "mergetool" | "config" | "instaweb", _) => true,
+        // `for-each-repo -- ARGS` runs `git ARGS` (`-c alias.x=!CMD x`) in each repo a
+        // config key lists; `remote-ext URL` runs the command its URL spells, past
+        // `protocol.ext.allow`; `submodule--helper foreach` is `submodule foreach`.
+        ("for-each-repo" | "remote-ext" | "submodule--helper", _) => true,
+        // They write the user's ~/.gitconfig and scheduler, which run git later.
+        ("maintenance", Some("start" | "register")) => true,
         _ => false,
     };
     if whole {
         return Some(match next {
-            Some(n) if sub != "config" => format!("{sub} {n}"),
+            Some(n) if matches!(sub, "submodule" | "bisect" | "maintenance") => {
+                format!("{sub} {n}")
+            }
             _ => sub.to_string(),
         });
     }
@@ -493,9 +620,10 @@ fn git(args: &[String]) -> Option<String> {
             value: "o",
             ..long(&["--upload-pack", "--exec"])
         },
-        "fetch" | "pull" | "push" | "archive" | "remote" | "submodule" => {
-            long(&["--upload-pack", "--receive-pack", "--exec"])
-        }
+        "fetch" | "pull" | "push" | "archive" | "remote" | "submodule" | "fetch-pack"
+        | "send-pack" => long(&["--upload-pack", "--receive-pack", "--exec"]),
+        "init" => long(&["--template"]),
+        "daemon" => long(&["--access-hook"]),
         "rebase" => Options {
             short: "x",
             value: "sXC",

@@ -131,3 +131,120 @@ fn git_grep_o_sed_e_and_zip_tt_run_nothing_under_prefix_rules() {
         "{err}"
     );
 }
+
+/// Run the probe with an exec of `argv` fed `stdin`: as [`exec`].
+fn exec_with_stdin(dir: &Path, argv: &[&str], stdin: &str) -> (bool, String) {
+    let input = serde_json::json!({"op": "exec", "argv": argv, "stdin": stdin}).to_string();
+    let o = loopbox(
+        dir,
+        &[
+            "run",
+            &probe().to_string_lossy(),
+            "--input",
+            &input,
+            "--json",
+        ],
+    );
+    let out: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    let data = out["outcome"]["data"].to_string();
+    (
+        data.contains(r#""ok""#) && !data.contains(r#""err""#),
+        format!("{data} {}", String::from_utf8_lossy(&o.stderr)),
+    )
+}
+
+/// The second round of issue 49: what still ran under `["make"]` and `["git"]`
+/// prefix rules (a make assignment whose name is not a plain word, a makefile
+/// from stdin or another directory, git's `remote-ext` helper and
+/// `for-each-repo`). Each ran its command before; each is refused now.
+#[test]
+fn make_assignments_makefiles_from_elsewhere_and_git_helpers_run_nothing() {
+    let dir = workspace();
+    let d = dir.path();
+    std::fs::write(
+        d.join("loopbox.toml"),
+        "[shell]\nallow = [[\"git\"], [\"make\"]]\nsandbox = \"none\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("Makefile"), "all:\n\t@echo built\n").unwrap();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    std::fs::write(d.join("sub/Makefile"), "all:\n\ttouch ../out/mk-c\n").unwrap();
+    // `git init false` is allowed, and makes `core.bare`'s value a repository.
+    let (ran, why) = exec(d, &["git", "init", "-q", "false"]);
+    assert!(ran, "{why}");
+    let makefile = "all:\n\ttouch out/mk-f\n";
+    let attacks: [(&[&str], &str, &str); 7] = [
+        (
+            &["make", " x=$(shell touch out/mk-name)"],
+            "",
+            "out/mk-name",
+        ),
+        (&["make", "-f", "/dev/stdin"], makefile, "out/mk-f"),
+        (&["make", "-sf-"], makefile, "out/mk-f"),
+        (&["make", "--makefile=/dev/stdin"], makefile, "out/mk-f"),
+        (&["make", "-C", "sub"], "", "out/mk-c"),
+        (
+            &["git", "remote-ext", "x", "touch out/rext"],
+            "connect git-upload-pack\n",
+            "out/rext",
+        ),
+        (
+            &[
+                "git",
+                "for-each-repo",
+                "--config=core.bare",
+                "--",
+                "-c",
+                "alias.z=!touch ../out/fer",
+                "z",
+            ],
+            "",
+            "out/fer",
+        ),
+    ];
+    for (argv, stdin, marker) in attacks {
+        let (ran, why) = exec_with_stdin(d, argv, stdin);
+        assert!(
+            !ran && !d.join(marker).exists(),
+            "{argv:?} ran a command: {why}"
+        );
+        assert!(
+            why.contains(
+                "runs other programs, so only a rule naming the whole command exactly allows it"
+            ),
+            "{argv:?}: {why}"
+        );
+    }
+    for argv in [
+        &["make", ".SHELLFLAGS=-c touch out/x;"][..],
+        &["make", "x != touch out/x"],
+        &["make", "--eval=$(shell touch out/x)"],
+    ] {
+        let (ran, why) = exec(d, argv);
+        assert!(
+            !ran && why.contains("to allow exactly this, add"),
+            "{argv:?}: {why}"
+        );
+    }
+    // Plumbing that runs what its option names.
+    for argv in [
+        &["git", "fetch-pack", "--upload-pack=touch out/fp", "."][..],
+        &["git", "send-pack", "--exec=touch out/fp", ".", "HEAD"],
+    ] {
+        let (ran, why) = exec(d, argv);
+        assert!(!ran && !d.join("out/fp").exists(), "{argv:?}: {why}");
+    }
+    // git opens no editor for a policy's command: vi read its keys from the
+    // policy's stdin, so `:!CMD` ran CMD under the `["git"]` rule.
+    let (ran, why) = exec(d, &["git", "var", "GIT_EDITOR"]);
+    assert!(ran && why.contains(r#""stdout":":\n""#), "{why}");
+    let keys = ":!touch out/vi\n:q!\n";
+    let (_, why) = exec_with_stdin(d, &["git", "commit", "--allow-empty"], keys);
+    assert!(
+        !d.join("out/vi").exists(),
+        "the editor ran a command: {why}"
+    );
+    // The Makefile's own targets still build under the prefix rule.
+    let (ran, why) = exec(d, &["make", "-j2", "all"]);
+    assert!(ran && why.contains("built"), "{why}");
+}

@@ -183,7 +183,9 @@ pub fn execute(args: AddArgs, workspace: &Path) -> Result<i32, Failure> {
             None if c.unsigned => "unsigned (or not recorded)".to_string(),
             None => "not recorded".to_string(),
         };
-        format!("{} -> {}", who(old), who(signer))
+        // The new side has no record to miss: no signer is an unsigned component.
+        let new = signer.map_or_else(|| "unsigned".to_string(), |k| who(Some(k)));
+        format!("{} -> {new}", who(old))
     });
     if let Some(change) = &signer_change {
         review.push(format!(
