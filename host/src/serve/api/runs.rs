@@ -748,17 +748,19 @@ pub async fn resume(
     own_run(server.store.db(), &a.caller, &id)?;
     let b = a.body;
     let detail = json!({"resend_turn": b.resend_turn, "allow_policy_change": b.allow_policy_change, "accept_config_change": b.accept_config_change});
-    // A worker claims the run from the store, which does not carry these yet:
-    // refused rather than dropped on the way.
-    let asks_more = b.resend_turn || b.allow_policy_change || b.accept_config_change;
-    let shared = server.data.is_shared();
+    let how = Continue {
+        resend_turn: b.resend_turn,
+        allow_policy_change: b.allow_policy_change,
+        accept_config_change: b.accept_config_change,
+    };
+    // Recorded with the run, in the act that queues it: on a shared store the
+    // worker that claims it reads it there (and a restarted server finds it).
+    let recorded = if how.asks() {
+        Some(serde_json::to_string(&how).map_err(anyhow::Error::from)?)
+    } else {
+        None
+    };
     let done = server.store.run_act(&a.caller.actor(), &a.caller.tenant, "resume", &id, Some(detail), |tx| {
-        if shared && asks_more {
-            return Ok(Err(Refused(format!(
-                "on a shared store the workers resume a run as it was: resend_turn, allow_policy_change and accept_config_change do not reach them; \
-                 resume without them, or run `loopbox runs resume {id} --store URL` with its flags on a machine that has the workspace"
-            ))));
-        }
         let status: RunStatus = tx.query_row("SELECT status FROM runs WHERE id = ?1", [&id], |r| r.get(0))?;
         let why = match status {
             RunStatus::Interrupted => None,
@@ -772,21 +774,13 @@ pub async fn resume(
             return Ok(Err(Refused(why)));
         }
         tx.execute(
-            "UPDATE runs SET status = 'queued', updated_at = ?2 WHERE id = ?1 AND status = 'interrupted'",
-            crate::db::engine::params![id, crate::db::now_ms()],
+            "UPDATE runs SET status = 'queued', updated_at = ?2, resume_with = ?3 WHERE id = ?1 AND status = 'interrupted'",
+            crate::db::engine::params![id, crate::db::now_ms(), recorded.clone()],
         )?;
         Ok(Ok(()))
     })?;
     done.map_err(refused)?;
-    server.queue.push(
-        &id,
-        &a.caller.tenant,
-        Continue {
-            resend_turn: b.resend_turn,
-            allow_policy_change: b.allow_policy_change,
-            accept_config_change: b.accept_config_change,
-        },
-    );
+    server.queue.push(&id, &a.caller.tenant, how);
     Ok(Json(json!({"id": id, "status": RunStatus::Queued})))
 }
 
