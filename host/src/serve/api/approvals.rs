@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Acting, Authed, Q};
+use super::refusal::{Asked, refuse, require};
 use crate::db::RunStatus;
 use crate::db::approvals::{Approval, ApprovalFilter, ApprovalStatus, Decide, Verdict};
 use crate::serve::Server;
@@ -104,15 +105,19 @@ async fn decide(
     a: Acting<DecideBody>,
     verdict: Verdict,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Approver, &format!("{} an action", verdict.act()))
-        .map_err(ApiError::forbidden)?;
-    own(&server, &a.caller, &id)?;
+    let asked = Asked {
+        act: verdict.act(),
+        target: &id,
+    };
+    let what = format!("{} an action", verdict.act());
+    require(&server, &a.caller, Role::Approver, &what, asked)?;
+    own(&server, &a.caller, &id).map_err(|e| refuse(&server, &a.caller, asked, None, e))?;
     let digest = a.body.digest.filter(|d| !d.is_empty());
     if verdict == Verdict::Approve && digest.is_none() {
-        return Err(ApiError::bad_request(format!(
+        let e = ApiError::bad_request(format!(
             "give `digest`, the digest of the request you reviewed (GET /api/v1/approvals/{id} shows it): an approval is bound to the exact request"
-        )));
+        ));
+        return Err(refuse(&server, &a.caller, asked, None, e));
     }
     let reason = a.body.reason.filter(|r| !r.trim().is_empty());
     let actor = a.caller.actor();

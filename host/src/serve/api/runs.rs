@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Acting, Authed, Q};
+use super::refusal::{Asked, recorded, refuse, require};
 use crate::bindings::Decision;
 use crate::db::audit::{AuditEntry, Refused};
 use crate::db::{Db, NewRun, RunPlace, RunRecord, RunStatus};
@@ -133,9 +134,17 @@ pub async fn start(
     State(server): State<Arc<Server>>,
     a: Acting<StartBody>,
 ) -> ApiResult<impl IntoResponse> {
-    a.caller
-        .may(Role::Operator, "start a run")
-        .map_err(ApiError::forbidden)?;
+    let target = a
+        .body
+        .policy
+        .clone()
+        .or_else(|| a.body.loop_file.clone())
+        .unwrap_or_default();
+    let asked = Asked {
+        act: "start",
+        target: &target,
+    };
+    require(&server, &a.caller, Role::Operator, "start a run", asked)?;
     if server.is_stopping() {
         return Err(ApiError::unavailable(
             "the server is stopping and takes no new runs; start it again later",
@@ -147,12 +156,15 @@ pub async fn start(
         .acquire()
         .await
         .map_err(|_| ApiError::unavailable("the server is stopping"))?;
+    let caller = a.caller.clone();
     let started = {
         let server = server.clone();
         tokio::task::spawn_blocking(move || start_blocking(&server, &a.caller, a.body))
             .await
-            .map_err(|e| ApiError::internal(anyhow::anyhow!("starting the run failed: {e}")))??
+            .map_err(|e| ApiError::internal(anyhow::anyhow!("starting the run failed: {e}")))?
     };
+    // A refused start is recorded (a quota's 429 is, with the run's name, where it is refused).
+    let started = recorded(&server, &caller, asked, &[429], started)?;
     Ok((StatusCode::CREATED, Json(started)))
 }
 
@@ -618,9 +630,11 @@ pub async fn answer(
     Path(id): Path<String>,
     a: Acting<AnswerBody>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Operator, "answer a run")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "answer",
+        target: &id,
+    };
+    require(&server, &a.caller, Role::Operator, "answer a run", asked)?;
     Ok(Json(deliver(
         &server,
         &a.caller,
@@ -635,13 +649,17 @@ pub async fn tick(
     Path(id): Path<String>,
     a: Acting<TickBody>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Operator, "tick a run")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "tick",
+        target: &id,
+    };
+    require(&server, &a.caller, Role::Operator, "tick a run", asked)?;
     let payload = match a.body.payload {
         Value::String(s) => {
-            serde_json::from_str::<serde::de::IgnoredAny>(&s)
-                .map_err(|e| ApiError::bad_request(format!("the tick is not valid JSON: {e}")))?;
+            serde_json::from_str::<serde::de::IgnoredAny>(&s).map_err(|e| {
+                let e = ApiError::bad_request(format!("the tick is not valid JSON: {e}"));
+                refuse(&server, &a.caller, asked, None, e)
+            })?;
             s
         }
         v => v.to_string(),
@@ -664,9 +682,11 @@ pub async fn cancel(
     Path(id): Path<String>,
     a: Acting<Nothing>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Operator, "cancel a run")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "cancel",
+        target: &id,
+    };
+    require(&server, &a.caller, Role::Operator, "cancel a run", asked)?;
     let db = server.store.db();
     let run = own_run(db, &a.caller, &id)?;
     let in_process = server.queue.is_running(&id);
@@ -737,9 +757,11 @@ pub async fn resume(
     Path(id): Path<String>,
     a: Acting<ResumeBody>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Operator, "resume a run")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "resume",
+        target: &id,
+    };
+    require(&server, &a.caller, Role::Operator, "resume a run", asked)?;
     if server.is_stopping() {
         return Err(ApiError::unavailable(
             "the server is stopping and takes no runs; it resumes its runs when it starts again",

@@ -247,8 +247,18 @@ fn tokens_page(server: &Server, ctx: &Ctx, made: Option<&Value>, note: Option<&s
     let Some(caller) = &ctx.caller else {
         return act::see("/login");
     };
-    if let Err(why) = caller.may(Role::Admin, "list the tenant's tokens") {
-        return error(ctx, StatusCode::FORBIDDEN, &why);
+    let asked = crate::serve::api::refusal::Asked {
+        act: "token.list",
+        target: "tokens",
+    };
+    if let Err(e) = crate::serve::api::refusal::require(
+        server,
+        caller,
+        Role::Admin,
+        "list the tenant's tokens",
+        asked,
+    ) {
+        return error(ctx, e.status, &e.error);
     }
     let list = match server.store.tokens(Some(&caller.tenant)) {
         Ok(l) => l,
