@@ -210,6 +210,15 @@ pub async fn workers(
     Ok(Json(json!({"workers": out})))
 }
 
+/// A token as the API shows it: its times RFC 3339 UTC (`created`, `revoked`).
+pub fn token_view(t: &crate::serve::store::TokenInfo) -> Value {
+    json!({
+        "id": t.id, "tenant": t.tenant, "name": t.name, "role": t.role,
+        "created": rfc3339(t.created_at_ms), "created_by": t.created_by,
+        "revoked": t.revoked_at_ms.map(rfc3339), "revoked_by": t.revoked_by,
+    })
+}
+
 pub async fn tokens(
     State(server): State<Arc<Server>>,
     Authed(caller): Authed,
@@ -225,7 +234,12 @@ pub async fn tokens(
         "list the tenant's tokens",
         asked,
     )?;
-    let list = server.store.tokens(Some(&caller.tenant))?;
+    let list: Vec<Value> = server
+        .store
+        .tokens(Some(&caller.tenant))?
+        .iter()
+        .map(token_view)
+        .collect();
     Ok(Json(json!({"tokens": list})))
 }
 
@@ -277,7 +291,7 @@ pub async fn create_token(
     Ok((
         StatusCode::CREATED,
         Json(
-            json!({"token": made.text, "info": made.info, "note": "shown once: only its hash is kept"}),
+            json!({"token": made.text, "info": token_view(&made.info), "note": "shown once: only its hash is kept"}),
         ),
     ))
 }

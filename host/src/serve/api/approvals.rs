@@ -19,6 +19,7 @@ use crate::db::approvals::{Approval, ApprovalFilter, ApprovalStatus, Decide, Ver
 use crate::serve::Server;
 use crate::serve::auth::{Caller, Role};
 use crate::serve::sched::Continue;
+use crate::ui::rfc3339;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::not_found(format!(
@@ -35,6 +36,25 @@ fn own(server: &Server, caller: &Caller, id: &str) -> ApiResult<Approval> {
         Some(r) if r.place.tenant.as_deref() == Some(caller.tenant.as_str()) => Ok(a),
         _ => Err(not_found(id)),
     }
+}
+
+/// An approval as the API shows it: its times RFC 3339 UTC, as every time
+/// of the API (`requested`, `deadline`, `decided`, `consumed`), not the
+/// store's milliseconds.
+pub fn view(a: &Approval) -> Value {
+    let mut v = serde_json::to_value(a).unwrap_or_default();
+    if let Value::Object(o) = &mut v {
+        for (ms, name) in [
+            ("requested_at_ms", "requested"),
+            ("deadline_ms", "deadline"),
+            ("decided_at_ms", "decided"),
+            ("consumed_at_ms", "consumed"),
+        ] {
+            let at = o.remove(ms).and_then(|t| t.as_i64());
+            o.insert(name.into(), json!(at.map(rfc3339)));
+        }
+    }
+    v
 }
 
 fn status_of(text: &str) -> ApiResult<ApprovalStatus> {
@@ -78,6 +98,7 @@ pub async fn list(
         status,
         limit: q.limit.unwrap_or(100).clamp(1, 1000),
     })?;
+    let approvals: Vec<Value> = approvals.iter().map(view).collect();
     Ok(Json(json!({"approvals": approvals})))
 }
 
@@ -86,9 +107,7 @@ pub async fn show(
     Authed(caller): Authed,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        serde_json::to_value(own(&server, &caller, &id)?).map_err(anyhow::Error::from)?,
-    ))
+    Ok(Json(view(&own(&server, &caller, &id)?)))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,6 +138,19 @@ async fn decide(
         ));
         return Err(refuse(&server, &a.caller, asked, None, e));
     }
+    // A digest too short to name a request is the caller's mistake to fix, not
+    // another request (the command line's rule: `digest_given`).
+    if let Some(seen) = &digest
+        && let Err(why) = crate::db::approvals::digest_given(seen)
+    {
+        return Err(refuse(
+            &server,
+            &a.caller,
+            asked,
+            None,
+            ApiError::bad_request(why),
+        ));
+    }
     let reason = a.body.reason.filter(|r| !r.trim().is_empty());
     let actor = a.caller.actor();
     let decided = server.store.db().decide_approval(&Decide {
@@ -145,9 +177,7 @@ async fn decide(
         &[RunStatus::Waiting],
         Continue::default(),
     )?;
-    Ok(Json(
-        serde_json::to_value(approval).map_err(anyhow::Error::from)?,
-    ))
+    Ok(Json(view(&approval)))
 }
 
 pub async fn approve(

@@ -246,6 +246,19 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
             let text = input_text(body.input);
             serde_json::from_str::<serde::de::IgnoredAny>(&text)
                 .map_err(|e| ApiError::bad_request(format!("the input is not valid JSON: {e}")))?;
+            // An installed `builtin:fsm` runs the loop its input carries: without
+            // one it could only fail once queued, so it is refused here.
+            if crate::run::launch::is_yaml_loop(&prepared.source)
+                && let Err(why) = loopbox_fsm::start::parse(&text)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "policy `{}` is builtin:fsm, the YAML loop interpreter, which runs the loop its input carries: {why}. \
+                     Start a loop file of the workspace with {{\"loop\": \"FILE.yaml\", \"workspace\": \"{}\"}} instead, \
+                     or give `input` as {{\"yaml\": \"THE LOOP'S TEXT\", \"context\": {{...}}}}",
+                    crate::ui::one_line(body.policy.as_deref().unwrap_or_default()),
+                    crate::ui::one_line(&body.workspace)
+                )));
+            }
             text
         }
     };
@@ -390,7 +403,7 @@ pub async fn show(
             "bytes_out": c.bytes_out, "bytes_in": c.bytes_in, "ms": c.ms,
         })).collect::<Vec<_>>(),
         "state": state.into_iter().map(|(k, v, n)| (k, shown(&v, n))).collect::<serde_json::Map<_, _>>(),
-        "approvals": approvals,
+        "approvals": approvals.iter().map(super::approvals::view).collect::<Vec<_>>(),
     })))
 }
 
