@@ -171,8 +171,14 @@ pub async fn audit(
                                 @if let Some(d) = &r.entry.digest { div.mono.muted.small { (untrusted(d)) } }
                             }
                             td.wrap data-label="Outcome" {
-                                span class={ "status " @if ok { "s-done" } @else { "s-failed" } } {
-                                    @if ok { "✓ ok" } @else { "✗ " (untrusted(&r.entry.outcome)) }
+                                @if ok {
+                                    span.status.s-done { "✓ ok" }
+                                } @else {
+                                    // The pill stays short (it does not wrap); the why, as long
+                                    // as a refusal's message is, wraps beside it.
+                                    @let why = r.entry.outcome.strip_prefix("refused: ");
+                                    span.status.s-failed { @if why.is_some() { "✗ refused" } @else { "✗" } }
+                                    " " span { (untrusted(why.unwrap_or(&r.entry.outcome))) }
                                 }
                             }
                         }
