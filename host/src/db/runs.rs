@@ -612,8 +612,8 @@ impl Db {
             })?)
     }
 
-    /// Forget what the last resume asked: its drive acted on it (a change it
-    /// accepted is pinned now), and a later change must be accepted anew.
+    /// Forget what the last resume asked: the drive that took the run has it,
+    /// and a later change must be accepted anew.
     pub fn clear_resume_with(&self, id: &str) -> Result<()> {
         self.write("forget the resume's choices", |tx| {
             tx.exec(

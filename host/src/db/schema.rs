@@ -257,7 +257,7 @@ const ADDED_COLUMNS: [(&str, &str, &str); 24] = [
     ("runs", "lease_epoch", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "lease_expires", "INTEGER"),
     // Schema 13: how a resume asked the run to go on (`serve::sched::Continue`,
-    // JSON), kept with the run until a driver acts on it: on a shared store
+    // JSON), kept with the run until the next drive takes it: on a shared store
     // whichever worker claims it next must see what the person accepted.
     ("runs", "resume_with", "TEXT"),
 ];

@@ -401,14 +401,19 @@ pub(super) async fn drive_with(
         return Ok(());
     }
     // What the resume that queued it asked, as recorded with the run (a worker
-    // that claimed it has nothing else to go by).
+    // that claimed it has nothing else to go by). Taken by this drive alone:
+    // one that stops before acting on it parks the run again, asking anew,
+    // rather than leave an acceptance for a later change nobody accepted.
     let recorded = match db.resume_with(&run.id)? {
-        Some(json) => serde_json::from_str::<Continue>(&json).with_context(|| {
-            format!(
-                "failed to read what the last resume of run {} asked: resume it again",
-                run.id
-            )
-        })?,
+        Some(json) => {
+            db.clear_resume_with(&run.id)?;
+            serde_json::from_str::<Continue>(&json).with_context(|| {
+                format!(
+                    "failed to read what the last resume of run {} asked: resume it again",
+                    run.id
+                )
+            })?
+        }
         None => Continue::default(),
     };
     let how = q.how.or(&recorded);
@@ -483,10 +488,6 @@ pub(super) async fn drive_with(
             return Err(parked(&db, &run, &e));
         }
         db.set_policy_digest(&run.id, &policy.digest)?;
-    }
-    // Acted on: what it accepted is the run's now, and a later change is accepted anew.
-    if recorded.asks() {
-        db.clear_resume_with(&run.id)?;
     }
     prepared.extras = RunExtras {
         host_env: HostEnv::Given(Arc::new(tenant.env.clone())),
