@@ -615,7 +615,9 @@ impl Db {
     /// Forget what the last resume asked: the drive that took the run has it,
     /// and a later change must be accepted anew.
     pub fn clear_resume_with(&self, id: &str) -> Result<()> {
-        self.write("forget the resume's choices", |tx| {
+        // Fenced: a worker whose claim was taken over cannot drop the choices
+        // of a resume its successor is to act on.
+        self.write_run(id, "forget the resume's choices", |tx| {
             tx.exec(
                 "UPDATE runs SET resume_with = NULL WHERE id = ?1 AND resume_with IS NOT NULL",
                 params![id],
