@@ -181,6 +181,25 @@ fn every_time_the_api_returns_is_rfc3339() {
             .all(|t| is_rfc3339(&t["created"])),
         "{tokens:#}"
     );
+    // The command line's listing has the API's shape.
+    let out = srv.serve_cmd(&["token", "list", "--tenant", "t", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut found = vec![];
+    ms_keys(&listed, "token list --json", &mut found);
+    assert!(
+        found.is_empty()
+            && listed["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| is_rfc3339(&t["created"])),
+        "{listed:#}"
+    );
     // The run's approval, decided and consumed.
     let run_json = srv.get(&format!("/api/v1/runs/{run}"), op).json();
     let approval = &run_json["approvals"][0];
