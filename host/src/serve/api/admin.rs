@@ -261,11 +261,12 @@ pub async fn create_token(
     // The role asked for is kept with a refusal: an operator minting an admin token says so.
     let wanted = || Some(json!({"token_role": crate::ui::one_line(&a.body.role)}));
     a.caller.may(Role::Admin, "make tokens").map_err(|why| {
+        let detail = json!({"token_role": crate::ui::one_line(&a.body.role), "needs": Role::Admin});
         refuse(
             &server,
             &a.caller,
             asked,
-            wanted(),
+            Some(detail),
             ApiError::forbidden(why),
         )
     })?;

@@ -505,6 +505,15 @@ fn a_log_stream_ends_when_its_token_is_revoked() {
     );
 }
 
+/// The least role an act of the refusals' test needs.
+fn needs_of(act: &str) -> &'static str {
+    match act {
+        "approve" | "deny" => "approver",
+        "cancel" | "resume" => "operator",
+        _ => "admin",
+    }
+}
+
 /// Issue 45, item 6: a refused act that needs a role leaves an audit row with
 /// who asked, what and why, as a refused act the store judges does: a
 /// viewer's approve (403), an approve without a digest (400), an operator
@@ -644,6 +653,9 @@ fn every_refused_act_that_needs_a_role_is_audited_with_who_what_and_why() {
                 row["detail"]["token_role"], "admin",
                 "what was asked: {row:#}"
             );
+        }
+        if *status == 403 {
+            assert_eq!(row["detail"]["needs"], needs_of(act), "{row:#}");
         }
     }
     // Refused, nothing changed: the approval still waits for an approver.
