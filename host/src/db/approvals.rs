@@ -136,8 +136,35 @@ pub struct Decide<'a> {
     /// The decider's tenant: an approval of another tenant's run is "not found".
     pub tenant: Option<&'a str>,
     pub reason: Option<&'a str>,
-    /// The digest the person saw; a different one is refused.
+    /// The digest the person saw (all of it, or its first
+    /// [`DIGEST_PREFIX_MIN`] digits or more); a different one is refused.
     pub digest: Option<&'a str>,
+}
+
+/// The fewest leading digits of a request digest that name it, wherever a
+/// person gives one (`loopbox runs approve --digest`, the API's `digest`):
+/// 48 bits, which no other request of a run comes near by chance.
+pub const DIGEST_PREFIX_MIN: usize = 12;
+
+/// `seen` (trimmed), if it has the shape of a request digest a person may
+/// give: hex digits, all of the digest or its first [`DIGEST_PREFIX_MIN`] or
+/// more. The error says what to give instead; it is not a mismatch.
+pub fn digest_given(seen: &str) -> Result<&str, String> {
+    let seen = seen.trim();
+    if seen.len() < DIGEST_PREFIX_MIN || !seen.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "`{}` does not name a request digest: give the digest of the request you reviewed, all of it or its first {DIGEST_PREFIX_MIN} hex digits or more",
+            crate::ui::one_line(seen)
+        ));
+    }
+    Ok(seen)
+}
+
+/// Whether `seen`, as a person gave it, names `digest` (one rule for the
+/// command line and the API: see [`digest_given`]).
+pub fn digest_names(digest: &str, seen: &str) -> bool {
+    // Digests are written in lower case; one copied from elsewhere may not be.
+    digest_given(seen).is_ok_and(|seen| digest.starts_with(&seen.to_ascii_lowercase()))
 }
 
 /// Which approvals to list, newest first.
@@ -380,7 +407,7 @@ impl Db {
                 ))));
             }
             if let Some(seen) = d.digest
-                && seen != a.digest
+                && !digest_names(&a.digest, seen)
             {
                 return Ok(Err(Refused(format!(
                     "approval `{}` is for request digest {}, not {seen}: the request is not the one you reviewed; look at it again",
@@ -496,6 +523,9 @@ impl Db {
 mod tests {
     use super::*;
 
+    /// A request digest as a person gives one (hex, 12 digits or more).
+    const D1: &str = "d1d1d1d1d1d1d1d1d1d1d1d1";
+
     crate::db::on_both_engines!(
         a_decision_is_recorded_once_with_its_audit_row,
         a_wrong_digest_a_void_or_overdue_approval_and_self_approval_are_refused,
@@ -515,7 +545,7 @@ mod tests {
         db.request_approval(&NewApproval {
             run: "r1",
             position: Some((2, 3)),
-            digest: "d1",
+            digest: D1,
             request: &request,
             what: "exec `rm -rf build`",
             rule: "shell.ask rm",
@@ -541,7 +571,7 @@ mod tests {
         let a = ask(&db, true, 60_000);
         assert_eq!(db.approval_at("r1", 2, 3).unwrap().unwrap().id, a.id);
         let done = db
-            .decide_approval(&decide(&a.id, "local:bob", Some("d1")))
+            .decide_approval(&decide(&a.id, "local:bob", Some(D1)))
             .unwrap()
             .unwrap();
         assert_eq!(done.status, ApprovalStatus::Approved);
@@ -550,7 +580,7 @@ mod tests {
         let again = db
             .decide_approval(&Decide {
                 verdict: Verdict::Deny,
-                ..decide(&a.id, "local:eve", Some("d1"))
+                ..decide(&a.id, "local:eve", Some(D1))
             })
             .unwrap()
             .unwrap_err();
@@ -581,7 +611,7 @@ mod tests {
         assert_eq!(acts[1], ("approve", "local:bob", "ok"));
         assert_eq!(acts[0].0, "deny");
         assert!(acts[0].2.starts_with("refused: approval"), "{:?}", acts[0]);
-        assert_eq!(log[1].entry.digest.as_deref(), Some("d1"));
+        assert_eq!(log[1].entry.digest.as_deref(), Some(D1));
     }
 
     fn a_wrong_digest_a_void_or_overdue_approval_and_self_approval_are_refused(db: Db) {
@@ -592,16 +622,24 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert!(e.0.contains("not the one you reviewed"), "{e}");
+        // Its first 12 digits name it, as on the command line; 11 do not, nor another's 12.
+        assert!(digest_names(D1, &D1[..12]) && digest_names(D1, &D1.to_uppercase()));
+        assert!(!digest_names(D1, &D1[..11]) && !digest_names(D1, "d1d1d1d1d1d2"));
+        assert!(
+            digest_given(&D1[..11])
+                .unwrap_err()
+                .contains("first 12 hex digits")
+        );
         let me = crate::db::local_actor();
         let e = db
-            .decide_approval(&decide(&a.id, &me, Some("d1")))
+            .decide_approval(&decide(&a.id, &me, Some(D1)))
             .unwrap()
             .unwrap_err();
         assert!(e.0.contains("approvals.self = false"), "{e}");
         db.settle_approval(&a.id, &Settle::Void("the request changed".into()))
             .unwrap();
         let e = db
-            .decide_approval(&decide(&a.id, "local:bob", Some("d1")))
+            .decide_approval(&decide(&a.id, "local:bob", Some(D1)))
             .unwrap()
             .unwrap_err();
         assert!(e.0.contains("is void"), "{e}");
@@ -649,7 +687,7 @@ mod tests {
         let e = db
             .decide_approval(&Decide {
                 tenant: Some("alpha"),
-                ..decide(&a.id, "alpha/mallory", Some("d1"))
+                ..decide(&a.id, "alpha/mallory", Some(D1))
             })
             .unwrap()
             .unwrap_err();

@@ -602,6 +602,30 @@ impl Db {
         })
     }
 
+    /// What the last resume of run `id` asked of its next drive (JSON, see
+    /// `serve::sched::Continue`), until [`Db::clear_resume_with`].
+    pub fn resume_with(&self, id: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .row("SELECT resume_with FROM runs WHERE id = ?1", [id], |r| {
+                r.get::<_, Option<String>>(0)
+            })?)
+    }
+
+    /// Forget what the last resume asked: the drive that took the run has it,
+    /// and a later change must be accepted anew.
+    pub fn clear_resume_with(&self, id: &str) -> Result<()> {
+        // Fenced: a worker whose claim was taken over cannot drop the choices
+        // of a resume its successor is to act on.
+        self.write_run(id, "forget the resume's choices", |tx| {
+            tx.exec(
+                "UPDATE runs SET resume_with = NULL WHERE id = ?1 AND resume_with IS NOT NULL",
+                params![id],
+            )?;
+            Ok(())
+        })
+    }
+
     pub fn cancel_requested(&self, id: &str) -> Result<bool> {
         Ok(self
             .conn()

@@ -6,7 +6,7 @@ use rusqlite::Connection;
 
 use super::engine::{Conn, Engine};
 
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// The oldest schema whose tables this loopbox can read as they are: a
 /// read-only command reads such a store without upgrading it, so it needs no
@@ -17,7 +17,8 @@ pub const SCHEMA_VERSION: i64 = 12;
 /// spend columns are read as nothing spent; schema 10's lease columns and
 /// `workers` table only by claims, which upgrade the store first; schema 11's
 /// `quota_spends` only by a server's quotas, which open the store to write;
-/// schema 12's `connections` is read as empty where absent.
+/// schema 12's `connections` is read as empty where absent; schema 13's
+/// `resume_with` only by drivers, which upgrade the store first.
 pub const READABLE_FROM: i64 = 5;
 
 /// The schema that added `approvals`, `audit` and the runs' tenant, workspace
@@ -209,7 +210,7 @@ CREATE INDEX IF NOT EXISTS runs_by_wake ON runs (wake_at) WHERE wake_at IS NOT N
 ";
 
 /// Columns added after schema 1, each with the version that added it.
-const ADDED_COLUMNS: [(&str, &str, &str); 23] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 24] = [
     ("runs", "prompts", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "seed", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
@@ -255,6 +256,10 @@ const ADDED_COLUMNS: [(&str, &str, &str); 23] = [
     // claim, and an unrenewed lease expires (ms since the epoch).
     ("runs", "lease_epoch", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "lease_expires", "INTEGER"),
+    // Schema 13: how a resume asked the run to go on (`serve::sched::Continue`,
+    // JSON), kept with the run until the next drive takes it: on a shared store
+    // whichever worker claims it next must see what the person accepted.
+    ("runs", "resume_with", "TEXT"),
 ];
 
 /// Counts a new column starts from, for a store that already has rows.

@@ -32,11 +32,30 @@ use crate::run::launch::{Drive, Launch, LaunchError, RunExtras};
 use crate::ui::Ui;
 
 /// How a queued run is to be continued (what `POST .../resume` may ask).
-#[derive(Debug, Clone, Default)]
+/// Recorded with the run (`runs.resume_with`) as well as queued here: on a
+/// shared store the worker that claims the run reads it from there.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Continue {
     pub resend_turn: bool,
     pub allow_policy_change: bool,
     pub accept_config_change: bool,
+}
+
+impl Continue {
+    /// What either asks: the queue's and the store's may both be there.
+    fn or(&self, other: &Continue) -> Continue {
+        Continue {
+            resend_turn: self.resend_turn || other.resend_turn,
+            allow_policy_change: self.allow_policy_change || other.allow_policy_change,
+            accept_config_change: self.accept_config_change || other.accept_config_change,
+        }
+    }
+
+    /// Whether it asks anything of the drive beyond going on.
+    pub fn asks(&self) -> bool {
+        self.resend_turn || self.allow_policy_change || self.accept_config_change
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -381,6 +400,23 @@ pub(super) async fn drive_with(
     if !ours {
         return Ok(());
     }
+    // What the resume that queued it asked, as recorded with the run (a worker
+    // that claimed it has nothing else to go by). Taken by this drive alone:
+    // one that stops before acting on it parks the run again, asking anew,
+    // rather than leave an acceptance for a later change nobody accepted.
+    let recorded = match db.resume_with(&run.id)? {
+        Some(json) => {
+            db.clear_resume_with(&run.id)?;
+            serde_json::from_str::<Continue>(&json).with_context(|| {
+                format!(
+                    "failed to read what the last resume of run {} asked: resume it again",
+                    run.id
+                )
+            })?
+        }
+        None => Continue::default(),
+    };
+    let how = q.how.or(&recorded);
     crate::journal::crashpoint::panic_at("drive");
     let tenant = server
         .tenants
@@ -420,7 +456,7 @@ pub(super) async fn drive_with(
     if let Err(e) = checked {
         return Err(launch_failed(&db, &run, &LaunchError::usage(e)));
     }
-    let how = format!(
+    let how_to_accept = format!(
         "resume it accepting the change (`POST /api/v1/runs/{}/resume` with {{\"accept_config_change\": true}})",
         run.id
     );
@@ -429,8 +465,8 @@ pub(super) async fn drive_with(
         &run.id,
         run.options.grants.as_ref(),
         &prepared.pin(),
-        q.how.accept_config_change,
-        &how,
+        how.accept_config_change,
+        &how_to_accept,
     )?;
     if let Err(e) = held {
         return Err(parked(&db, &run, &LaunchError::usage(e)));
@@ -442,7 +478,7 @@ pub(super) async fn drive_with(
         Err(e) => return Err(launch_failed(&db, &run, &e)),
     };
     if policy.digest != run.policy_digest {
-        if !q.how.allow_policy_change {
+        if !how.allow_policy_change {
             let e = LaunchError::usage(anyhow!(
                 "the policy `{}` changed since run {} started; replaying its journal with different code can go wrong. \
                  Restore the original policy, or resume with {{\"allow_policy_change\": true}}",
@@ -499,7 +535,7 @@ pub(super) async fn drive_with(
         asking: Asking::Nobody,
         asker: &NoAsker,
         banner: fresh,
-        resend_turn: q.how.resend_turn,
+        resend_turn: how.resend_turn,
         // A sleeping run gives its slot back; the sweep wakes it when due.
         park_sleeps: true,
     };

@@ -153,17 +153,35 @@ type HandleFn<'a, E, D> = TypedFunc<(&'a E,), (Result<D, String>,)>;
 
 impl Exports {
     fn find(pre: &InstancePre<InstanceState>, contract: Contract) -> Result<Exports> {
-        match contract {
-            Contract::V0_4 => Exports::typed::<PolicyInfo, Event, Decision>(pre, contract),
+        Exports::shaped(pre, contract, contract)
+    }
+
+    /// The exports of contract `named`, if they have the types of contract `shapes`.
+    fn shaped(
+        pre: &InstancePre<InstanceState>,
+        named: Contract,
+        shapes: Contract,
+    ) -> Result<Exports> {
+        match shapes {
+            Contract::V0_4 => Exports::typed::<PolicyInfo, Event, Decision>(pre, named),
             // 0.2.0's and 0.3.0's events and info have the newest's shapes; their
             // decisions lack `sleep` (0.4.0).
             Contract::V0_3 | Contract::V0_2 => {
-                Exports::typed::<PolicyInfo, Event, v0_3::Decision>(pre, contract)
+                Exports::typed::<PolicyInfo, Event, v0_3::Decision>(pre, named)
             }
-            Contract::V0_1 => {
-                Exports::typed::<v0_1::Info, v0_1::Event, v0_1::Decision>(pre, contract)
-            }
+            Contract::V0_1 => Exports::typed::<v0_1::Info, v0_1::Event, v0_1::Decision>(pre, named),
         }
+    }
+
+    /// The oldest released contract, newer than `named`, whose types the
+    /// component's `policy` export has under `named`'s name: a build from
+    /// loopbox's wit/ while that contract was being made, before it was
+    /// released and renamed (see [`mismatch`]).
+    fn shaped_like(pre: &InstancePre<InstanceState>, named: Contract) -> Option<Contract> {
+        contract::RELEASED
+            .into_iter()
+            .filter(|c| *c > named)
+            .find(|c| Exports::shaped(pre, named, *c).is_ok())
     }
 
     fn typed<I, E, D>(pre: &InstancePre<InstanceState>, contract: Contract) -> Result<Exports>
@@ -273,6 +291,27 @@ pub fn classify(interface: &Interface) -> Result<(World, Contract)> {
     Ok((world, contract))
 }
 
+/// Why a component's `policy` export does not match `named`, the contract it
+/// names, and what to do. `shaped_like`: the released contract whose types it
+/// has under that name, if any. Such a component was built from loopbox's
+/// wit/ between two releases, when the contract in the making still carried
+/// the last release's name (0.1.0's name with 0.2.0's `origin`, a `turn` of 5
+/// fields): no loopbox ever ran it as it is, and rebuilding it is the way on.
+/// Any other mismatch is a contract edited by hand.
+pub fn mismatch(named: Contract, shaped_like: Option<Contract>) -> String {
+    match shaped_like {
+        Some(newer) => format!(
+            "it names contract `{named}` but its `policy` export has the types of `{newer}`: it was built from loopbox's wit/ while {} was being made, before that contract was released under its own name, so it matches no released contract. \
+             Rebuild it against a released contract: `loopbox build` in its project, or its bindings made again from wit/ of this loopbox (`{}`)",
+            newer.version(),
+            Contract::LATEST
+        ),
+        None => format!(
+            "its `policy` export does not match `{named}`, the contract it names (was it built from an edited copy of loopbox's wit/?)"
+        ),
+    }
+}
+
 /// Refuse what is not a component before compiling it, with an error that says what it is.
 pub fn check_component_bytes(bytes: &[u8]) -> Result<()> {
     if wasmparser::Parser::is_component(bytes) {
@@ -306,11 +345,8 @@ impl Policy {
             .instantiate_pre(component)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("it cannot be linked")?;
-        let exports = Exports::find(&pre, contract).with_context(|| {
-            format!(
-                "its `policy` export does not match `{contract}`, the contract it names (was it built from an edited copy of loopbox's wit/?)"
-            )
-        })?;
+        let exports = Exports::find(&pre, contract)
+            .with_context(|| mismatch(contract, Exports::shaped_like(&pre, contract)))?;
         Ok(Policy {
             source,
             digest: blake3::hash(&wasm).to_hex().to_string(),

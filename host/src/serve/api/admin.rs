@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Acting, Authed, Body, Q};
+use super::refusal::{Asked, refuse, require};
 use super::runs::Nothing;
 use crate::config::Config;
 use crate::db::audit::AuditFilter;
@@ -209,14 +210,36 @@ pub async fn workers(
     Ok(Json(json!({"workers": out})))
 }
 
+/// A token as the API shows it: its times RFC 3339 UTC (`created`, `revoked`).
+pub fn token_view(t: &crate::serve::store::TokenInfo) -> Value {
+    json!({
+        "id": t.id, "tenant": t.tenant, "name": t.name, "role": t.role,
+        "created": rfc3339(t.created_at_ms), "created_by": t.created_by,
+        "revoked": t.revoked_at_ms.map(rfc3339), "revoked_by": t.revoked_by,
+    })
+}
+
 pub async fn tokens(
     State(server): State<Arc<Server>>,
     Authed(caller): Authed,
 ) -> ApiResult<Json<Value>> {
-    caller
-        .may(Role::Admin, "list the tenant's tokens")
-        .map_err(ApiError::forbidden)?;
-    let list = server.store.tokens(Some(&caller.tenant))?;
+    let asked = Asked {
+        act: "token.list",
+        target: "tokens",
+    };
+    require(
+        &server,
+        &caller,
+        Role::Admin,
+        "list the tenant's tokens",
+        asked,
+    )?;
+    let list: Vec<Value> = server
+        .store
+        .tokens(Some(&caller.tenant))?
+        .iter()
+        .map(token_view)
+        .collect();
     Ok(Json(json!({"tokens": list})))
 }
 
@@ -231,14 +254,36 @@ pub async fn create_token(
     State(server): State<Arc<Server>>,
     a: Acting<NewTokenBody>,
 ) -> ApiResult<impl IntoResponse> {
-    a.caller
-        .may(Role::Admin, "make tokens")
-        .map_err(ApiError::forbidden)?;
-    let role: Role = a.body.role.parse().map_err(ApiError::bad_request)?;
+    let asked = Asked {
+        act: "token.create",
+        target: &a.body.name,
+    };
+    // The role asked for is kept with a refusal: an operator minting an admin token says so.
+    let wanted = || Some(json!({"token_role": crate::ui::one_line(&a.body.role)}));
+    a.caller.may(Role::Admin, "make tokens").map_err(|why| {
+        let detail = json!({"token_role": crate::ui::one_line(&a.body.role), "needs": Role::Admin});
+        refuse(
+            &server,
+            &a.caller,
+            asked,
+            Some(detail),
+            ApiError::forbidden(why),
+        )
+    })?;
+    let role: Role = a.body.role.parse().map_err(|why: String| {
+        refuse(
+            &server,
+            &a.caller,
+            asked,
+            wanted(),
+            ApiError::bad_request(why),
+        )
+    })?;
     if !crate::serve::config::valid_name(&a.body.name) {
-        return Err(ApiError::bad_request(
+        let e = ApiError::bad_request(
             "a token's name is 1 to 64 lower-case letters, digits, `-` and `_`",
-        ));
+        );
+        return Err(refuse(&server, &a.caller, asked, wanted(), e));
     }
     let made = server
         .store
@@ -247,7 +292,7 @@ pub async fn create_token(
     Ok((
         StatusCode::CREATED,
         Json(
-            json!({"token": made.text, "info": made.info, "note": "shown once: only its hash is kept"}),
+            json!({"token": made.text, "info": token_view(&made.info), "note": "shown once: only its hash is kept"}),
         ),
     ))
 }
@@ -257,9 +302,11 @@ pub async fn revoke_token(
     Path(name): Path<String>,
     a: Acting<Nothing>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Admin, "revoke tokens")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "token.revoke",
+        target: &name,
+    };
+    require(&server, &a.caller, Role::Admin, "revoke tokens", asked)?;
     server
         .store
         .revoke_token(&a.caller.tenant, &name, &a.caller.actor())?
@@ -271,9 +318,17 @@ pub async fn get_config(
     State(server): State<Arc<Server>>,
     Authed(caller): Authed,
 ) -> ApiResult<Json<Value>> {
-    caller
-        .may(Role::Admin, "read the tenant's config")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "config.read",
+        target: "loopbox.toml",
+    };
+    require(
+        &server,
+        &caller,
+        Role::Admin,
+        "read the tenant's config",
+        asked,
+    )?;
     let (text, digest) = server.store.tenant_config(&caller.tenant)?.unzip();
     Ok(Json(
         json!({"text": text.unwrap_or_default(), "digest": digest}),
@@ -310,9 +365,17 @@ pub async fn put_config(
     State(server): State<Arc<Server>>,
     a: Acting<ConfigBody>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Admin, "change the tenant's config")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "config.set",
+        target: "loopbox.toml",
+    };
+    require(
+        &server,
+        &a.caller,
+        Role::Admin,
+        "change the tenant's config",
+        asked,
+    )?;
     let tenant = server.tenants.named(&a.caller.tenant)?.clone();
     if let Err(e) = check_tenant_config(&tenant, &a.body.text) {
         server

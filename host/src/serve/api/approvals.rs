@@ -13,11 +13,13 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Acting, Authed, Q};
+use super::refusal::{Asked, refuse, require};
 use crate::db::RunStatus;
 use crate::db::approvals::{Approval, ApprovalFilter, ApprovalStatus, Decide, Verdict};
 use crate::serve::Server;
 use crate::serve::auth::{Caller, Role};
 use crate::serve::sched::Continue;
+use crate::ui::rfc3339;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::not_found(format!(
@@ -34,6 +36,25 @@ fn own(server: &Server, caller: &Caller, id: &str) -> ApiResult<Approval> {
         Some(r) if r.place.tenant.as_deref() == Some(caller.tenant.as_str()) => Ok(a),
         _ => Err(not_found(id)),
     }
+}
+
+/// An approval as the API shows it: its times RFC 3339 UTC, as every time
+/// of the API (`requested`, `deadline`, `decided`, `consumed`), not the
+/// store's milliseconds.
+pub fn view(a: &Approval) -> Value {
+    let mut v = serde_json::to_value(a).unwrap_or_default();
+    if let Value::Object(o) = &mut v {
+        for (ms, name) in [
+            ("requested_at_ms", "requested"),
+            ("deadline_ms", "deadline"),
+            ("decided_at_ms", "decided"),
+            ("consumed_at_ms", "consumed"),
+        ] {
+            let at = o.remove(ms).and_then(|t| t.as_i64());
+            o.insert(name.into(), json!(at.map(rfc3339)));
+        }
+    }
+    v
 }
 
 fn status_of(text: &str) -> ApiResult<ApprovalStatus> {
@@ -77,6 +98,7 @@ pub async fn list(
         status,
         limit: q.limit.unwrap_or(100).clamp(1, 1000),
     })?;
+    let approvals: Vec<Value> = approvals.iter().map(view).collect();
     Ok(Json(json!({"approvals": approvals})))
 }
 
@@ -85,9 +107,7 @@ pub async fn show(
     Authed(caller): Authed,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        serde_json::to_value(own(&server, &caller, &id)?).map_err(anyhow::Error::from)?,
-    ))
+    Ok(Json(view(&own(&server, &caller, &id)?)))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -104,15 +124,32 @@ async fn decide(
     a: Acting<DecideBody>,
     verdict: Verdict,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Approver, &format!("{} an action", verdict.act()))
-        .map_err(ApiError::forbidden)?;
-    own(&server, &a.caller, &id)?;
+    let asked = Asked {
+        act: verdict.act(),
+        target: &id,
+    };
+    let what = format!("{} an action", verdict.act());
+    require(&server, &a.caller, Role::Approver, &what, asked)?;
+    own(&server, &a.caller, &id).map_err(|e| refuse(&server, &a.caller, asked, None, e))?;
     let digest = a.body.digest.filter(|d| !d.is_empty());
     if verdict == Verdict::Approve && digest.is_none() {
-        return Err(ApiError::bad_request(format!(
+        let e = ApiError::bad_request(format!(
             "give `digest`, the digest of the request you reviewed (GET /api/v1/approvals/{id} shows it): an approval is bound to the exact request"
-        )));
+        ));
+        return Err(refuse(&server, &a.caller, asked, None, e));
+    }
+    // A digest too short to name a request is the caller's mistake to fix, not
+    // another request (the command line's rule: `digest_given`).
+    if let Some(seen) = &digest
+        && let Err(why) = crate::db::approvals::digest_given(seen)
+    {
+        return Err(refuse(
+            &server,
+            &a.caller,
+            asked,
+            None,
+            ApiError::bad_request(why),
+        ));
     }
     let reason = a.body.reason.filter(|r| !r.trim().is_empty());
     let actor = a.caller.actor();
@@ -140,9 +177,7 @@ async fn decide(
         &[RunStatus::Waiting],
         Continue::default(),
     )?;
-    Ok(Json(
-        serde_json::to_value(approval).map_err(anyhow::Error::from)?,
-    ))
+    Ok(Json(view(&approval)))
 }
 
 pub async fn approve(

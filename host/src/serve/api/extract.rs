@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, header, request::Parts};
 use serde::de::DeserializeOwned;
 
 use super::error::{ApiError, ApiResult};
+use super::refusal::{Asked, refuse};
 use crate::serve::Server;
 use crate::serve::auth::session::{self, CSRF_FIELD, CSRF_HEADER};
 use crate::serve::auth::{Caller, Via};
@@ -196,7 +197,13 @@ impl<T: DeserializeOwned> FromRequest<Arc<Server>> for Acting<T> {
         let caller = authenticate(req.headers(), server)?;
         let (parts, bytes) = read(req, server).await?;
         if let Via::Session { csrf, .. } = &caller.via {
-            same_origin(&parts.headers)?;
+            // Refused for how it came (not what it asked): recorded as the request it was.
+            let request = format!("{} {}", parts.method, parts.uri.path());
+            let asked = Asked {
+                act: "request",
+                target: &request,
+            };
+            same_origin(&parts.headers).map_err(|e| refuse(server, &caller, asked, None, e))?;
             let from_header = parts
                 .headers
                 .get(CSRF_HEADER)
@@ -215,9 +222,10 @@ impl<T: DeserializeOwned> FromRequest<Arc<Server>> for Acting<T> {
                 })
                 .flatten();
             if !session::csrf_ok(csrf, from_header.or(from_form).as_deref()) {
-                return Err(ApiError::forbidden(format!(
+                let e = ApiError::forbidden(format!(
                     "the CSRF token is missing or wrong: a request made with a session cookie that changes anything must carry the session's token (header `X-CSRF-Token` or form field `{CSRF_FIELD}`); reload the page and try again"
-                )));
+                ));
+                return Err(refuse(server, &caller, asked, None, e));
             }
         }
         let body = parse(&parts.headers, &bytes)?;

@@ -4,12 +4,14 @@
 //!
 //! - [`extract`]: the caller, the CSRF check, bounded bodies.
 //! - [`error`]: `{"error", "causes"}` with the status that fits.
+//! - [`refusal`]: refused acts written to the audit log.
 //! - [`runs`], [`approvals`], [`admin`], [`spend`]: the routes.
 
 pub mod admin;
 pub mod approvals;
 pub mod error;
 pub mod extract;
+pub mod refusal;
 pub mod runs;
 pub mod spend;
 

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Acting, Authed, Q};
+use super::refusal::{Asked, recorded, refuse, require};
 use crate::bindings::Decision;
 use crate::db::audit::{AuditEntry, Refused};
 use crate::db::{Db, NewRun, RunPlace, RunRecord, RunStatus};
@@ -133,9 +134,17 @@ pub async fn start(
     State(server): State<Arc<Server>>,
     a: Acting<StartBody>,
 ) -> ApiResult<impl IntoResponse> {
-    a.caller
-        .may(Role::Operator, "start a run")
-        .map_err(ApiError::forbidden)?;
+    let target = a
+        .body
+        .policy
+        .clone()
+        .or_else(|| a.body.loop_file.clone())
+        .unwrap_or_default();
+    let asked = Asked {
+        act: "start",
+        target: &target,
+    };
+    require(&server, &a.caller, Role::Operator, "start a run", asked)?;
     if server.is_stopping() {
         return Err(ApiError::unavailable(
             "the server is stopping and takes no new runs; start it again later",
@@ -147,12 +156,15 @@ pub async fn start(
         .acquire()
         .await
         .map_err(|_| ApiError::unavailable("the server is stopping"))?;
+    let caller = a.caller.clone();
     let started = {
         let server = server.clone();
         tokio::task::spawn_blocking(move || start_blocking(&server, &a.caller, a.body))
             .await
-            .map_err(|e| ApiError::internal(anyhow::anyhow!("starting the run failed: {e}")))??
+            .map_err(|e| ApiError::internal(anyhow::anyhow!("starting the run failed: {e}")))?
     };
+    // A refused start is recorded (a quota's 429 is, with the run's name, where it is refused).
+    let started = recorded(&server, &caller, asked, &[429], started)?;
     Ok((StatusCode::CREATED, Json(started)))
 }
 
@@ -234,6 +246,19 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
             let text = input_text(body.input);
             serde_json::from_str::<serde::de::IgnoredAny>(&text)
                 .map_err(|e| ApiError::bad_request(format!("the input is not valid JSON: {e}")))?;
+            // An installed `builtin:fsm` runs the loop its input carries: without
+            // one it could only fail once queued, so it is refused here.
+            if crate::run::launch::is_yaml_loop(&prepared.source)
+                && let Err(why) = loopbox_fsm::start::parse(&text)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "policy `{}` is builtin:fsm, the YAML loop interpreter, which runs the loop its input carries: {why}. \
+                     Start a loop file of the workspace with {{\"loop\": \"FILE.yaml\", \"workspace\": \"{}\"}} instead, \
+                     or give `input` as {{\"yaml\": \"THE LOOP'S TEXT\", \"context\": {{...}}}}",
+                    crate::ui::one_line(body.policy.as_deref().unwrap_or_default()),
+                    crate::ui::one_line(&body.workspace)
+                )));
+            }
             text
         }
     };
@@ -378,7 +403,7 @@ pub async fn show(
             "bytes_out": c.bytes_out, "bytes_in": c.bytes_in, "ms": c.ms,
         })).collect::<Vec<_>>(),
         "state": state.into_iter().map(|(k, v, n)| (k, shown(&v, n))).collect::<serde_json::Map<_, _>>(),
-        "approvals": approvals,
+        "approvals": approvals.iter().map(super::approvals::view).collect::<Vec<_>>(),
     })))
 }
 
@@ -618,9 +643,11 @@ pub async fn answer(
     Path(id): Path<String>,
     a: Acting<AnswerBody>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Operator, "answer a run")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "answer",
+        target: &id,
+    };
+    require(&server, &a.caller, Role::Operator, "answer a run", asked)?;
     Ok(Json(deliver(
         &server,
         &a.caller,
@@ -635,13 +662,17 @@ pub async fn tick(
     Path(id): Path<String>,
     a: Acting<TickBody>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Operator, "tick a run")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "tick",
+        target: &id,
+    };
+    require(&server, &a.caller, Role::Operator, "tick a run", asked)?;
     let payload = match a.body.payload {
         Value::String(s) => {
-            serde_json::from_str::<serde::de::IgnoredAny>(&s)
-                .map_err(|e| ApiError::bad_request(format!("the tick is not valid JSON: {e}")))?;
+            serde_json::from_str::<serde::de::IgnoredAny>(&s).map_err(|e| {
+                let e = ApiError::bad_request(format!("the tick is not valid JSON: {e}"));
+                refuse(&server, &a.caller, asked, None, e)
+            })?;
             s
         }
         v => v.to_string(),
@@ -664,9 +695,11 @@ pub async fn cancel(
     Path(id): Path<String>,
     a: Acting<Nothing>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Operator, "cancel a run")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "cancel",
+        target: &id,
+    };
+    require(&server, &a.caller, Role::Operator, "cancel a run", asked)?;
     let db = server.store.db();
     let run = own_run(db, &a.caller, &id)?;
     let in_process = server.queue.is_running(&id);
@@ -737,9 +770,11 @@ pub async fn resume(
     Path(id): Path<String>,
     a: Acting<ResumeBody>,
 ) -> ApiResult<Json<Value>> {
-    a.caller
-        .may(Role::Operator, "resume a run")
-        .map_err(ApiError::forbidden)?;
+    let asked = Asked {
+        act: "resume",
+        target: &id,
+    };
+    require(&server, &a.caller, Role::Operator, "resume a run", asked)?;
     if server.is_stopping() {
         return Err(ApiError::unavailable(
             "the server is stopping and takes no runs; it resumes its runs when it starts again",
@@ -748,17 +783,19 @@ pub async fn resume(
     own_run(server.store.db(), &a.caller, &id)?;
     let b = a.body;
     let detail = json!({"resend_turn": b.resend_turn, "allow_policy_change": b.allow_policy_change, "accept_config_change": b.accept_config_change});
-    // A worker claims the run from the store, which does not carry these yet:
-    // refused rather than dropped on the way.
-    let asks_more = b.resend_turn || b.allow_policy_change || b.accept_config_change;
-    let shared = server.data.is_shared();
+    let how = Continue {
+        resend_turn: b.resend_turn,
+        allow_policy_change: b.allow_policy_change,
+        accept_config_change: b.accept_config_change,
+    };
+    // Recorded with the run, in the act that queues it: on a shared store the
+    // worker that claims it reads it there (and a restarted server finds it).
+    let recorded = if how.asks() {
+        Some(serde_json::to_string(&how).map_err(anyhow::Error::from)?)
+    } else {
+        None
+    };
     let done = server.store.run_act(&a.caller.actor(), &a.caller.tenant, "resume", &id, Some(detail), |tx| {
-        if shared && asks_more {
-            return Ok(Err(Refused(format!(
-                "on a shared store the workers resume a run as it was: resend_turn, allow_policy_change and accept_config_change do not reach them; \
-                 resume without them, or run `loopbox runs resume {id} --store URL` with its flags on a machine that has the workspace"
-            ))));
-        }
         let status: RunStatus = tx.query_row("SELECT status FROM runs WHERE id = ?1", [&id], |r| r.get(0))?;
         let why = match status {
             RunStatus::Interrupted => None,
@@ -772,21 +809,13 @@ pub async fn resume(
             return Ok(Err(Refused(why)));
         }
         tx.execute(
-            "UPDATE runs SET status = 'queued', updated_at = ?2 WHERE id = ?1 AND status = 'interrupted'",
-            crate::db::engine::params![id, crate::db::now_ms()],
+            "UPDATE runs SET status = 'queued', updated_at = ?2, resume_with = ?3 WHERE id = ?1 AND status = 'interrupted'",
+            crate::db::engine::params![id, crate::db::now_ms(), recorded.clone()],
         )?;
         Ok(Ok(()))
     })?;
     done.map_err(refused)?;
-    server.queue.push(
-        &id,
-        &a.caller.tenant,
-        Continue {
-            resend_turn: b.resend_turn,
-            allow_policy_change: b.allow_policy_change,
-            accept_config_change: b.accept_config_change,
-        },
-    );
+    server.queue.push(&id, &a.caller.tenant, how);
     Ok(Json(json!({"id": id, "status": RunStatus::Queued})))
 }
 

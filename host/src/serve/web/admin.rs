@@ -171,8 +171,14 @@ pub async fn audit(
                                 @if let Some(d) = &r.entry.digest { div.mono.muted.small { (untrusted(d)) } }
                             }
                             td.wrap data-label="Outcome" {
-                                span class={ "status " @if ok { "s-done" } @else { "s-failed" } } {
-                                    @if ok { "✓ ok" } @else { "✗ " (untrusted(&r.entry.outcome)) }
+                                @if ok {
+                                    span.status.s-done { "✓ ok" }
+                                } @else {
+                                    // The pill stays short (it does not wrap); the why, as long
+                                    // as a refusal's message is, wraps beside it.
+                                    @let why = r.entry.outcome.strip_prefix("refused: ");
+                                    span.status.s-failed { @if why.is_some() { "✗ refused" } @else { "✗" } }
+                                    " " span { (untrusted(why.unwrap_or(&r.entry.outcome))) }
                                 }
                             }
                         }
@@ -247,8 +253,18 @@ fn tokens_page(server: &Server, ctx: &Ctx, made: Option<&Value>, note: Option<&s
     let Some(caller) = &ctx.caller else {
         return act::see("/login");
     };
-    if let Err(why) = caller.may(Role::Admin, "list the tenant's tokens") {
-        return error(ctx, StatusCode::FORBIDDEN, &why);
+    let asked = crate::serve::api::refusal::Asked {
+        act: "token.list",
+        target: "tokens",
+    };
+    if let Err(e) = crate::serve::api::refusal::require(
+        server,
+        caller,
+        Role::Admin,
+        "list the tenant's tokens",
+        asked,
+    ) {
+        return error(ctx, e.status, &e.error);
     }
     let list = match server.store.tokens(Some(&caller.tenant)) {
         Ok(l) => l,

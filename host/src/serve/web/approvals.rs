@@ -49,7 +49,7 @@ pub async fn inbox(
     let list: Vec<Value> = match list {
         Ok(l) => l
             .into_iter()
-            .filter_map(|a| serde_json::to_value(a).ok())
+            .map(|a| crate::serve::api::approvals::view(&a))
             .collect(),
         Err(e) => {
             return error(
@@ -81,6 +81,11 @@ pub async fn inbox(
     page(&ctx, "Approvals", "/approvals", Some(3000), body).into_response()
 }
 
+/// A time of the API's JSON (RFC 3339) in ms, to show as an age.
+fn at_ms(v: &Value) -> Option<i64> {
+    v.as_str().and_then(super::page::parse_rfc3339)
+}
+
 /// The request's argv, each word as a shell would need it quoted, never shortened.
 fn argv_line(argv: &[Value]) -> String {
     argv.iter()
@@ -105,7 +110,7 @@ pub fn approval_card(ctx: &Ctx, a: &Value, now: i64, from: &str) -> Markup {
                 (status(st))
                 " " strong.what { (text_of(&a["what"])) }
                 span.muted { " · run " a.mono href={ "/runs/" (run) } { (run) } }
-                @if let Some(at) = a["requested_at_ms"].as_i64() { span.muted { " · asked " (age(at, now)) } }
+                @if let Some(at) = at_ms(&a["requested"]) { span.muted { " · asked " (age(at, now)) } }
             }
             dl.facts {
                 @if let Some(argv) = req["argv"].as_array() {
@@ -129,11 +134,11 @@ pub fn approval_card(ctx: &Ctx, a: &Value, now: i64, from: &str) -> Markup {
                 dt { "Signer" } dd.wrap { @if bound["signer"].is_null() { "unsigned" } @else { (text_of(&bound["signer"])) } }
                 dt { "Digest" } dd.mono.wrap data-field="digest" { (text_of(&a["digest"])) }
                 @if pending {
-                    @if let Some(d) = a["deadline_ms"].as_i64() { dt { "Expires" } dd { "declined by itself " (until(d - now)) } }
+                    @if let Some(d) = at_ms(&a["deadline"]) { dt { "Expires" } dd { "declined by itself " (until(d - now)) } }
                 } @else {
                     dt { "Decided" } dd {
                         @if !a["decided_by"].is_null() { "by " (text_of(&a["decided_by"])) " " }
-                        @if let Some(at) = a["decided_at_ms"].as_i64() { (age(at, now)) }
+                        @if let Some(at) = at_ms(&a["decided"]) { (age(at, now)) }
                         @if !a["reason"].is_null() { div { "“" (text_of(&a["reason"])) "”" } }
                     }
                 }
@@ -206,7 +211,7 @@ mod tests {
     fn pending(argv: Value) -> Value {
         json!({
             "id": "a1", "run_id": "r1", "status": "pending", "what": "exec `tee`", "rule": "policies.p.shell.ask[0]",
-            "digest": "d1g", "requested_at_ms": 0, "deadline_ms": 3_600_000,
+            "digest": "d1g", "requested": "1970-01-01T00:00:00.000Z", "deadline": "1970-01-01T01:00:00.000Z",
             "request": {"request": {"kind": "exec", "argv": argv, "program": "/usr/bin/tee", "cwd": "/w", "env": [], "stdin": "x\n"},
                         "rule": "r", "policy": "/p.wasm", "policy_digest": "pd", "signer": null, "grants": "g"},
         })
@@ -223,6 +228,11 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("/usr/bin/tee") && html.contains("unsigned") && html.contains("d1g"));
+        // Its times, RFC 3339 in the API's JSON, shown as ages.
+        assert!(
+            html.contains("asked ") && html.contains("declined by itself in 1 h"),
+            "{html}"
+        );
         // Nobody signed in (or a role too low): no buttons.
         assert!(!html.contains("<form"), "{html}");
         ctx.caller = Some(crate::serve::auth::Caller {

@@ -268,9 +268,15 @@ fn a_policy_built_for_contract_0_2_0_runs_on_todays_host_and_prompts_the_agent_s
 /// The same policy with its interface names rewritten to claim contract 9.0.0
 /// (same length, so the component stays valid).
 fn claiming(version: &str) -> Vec<u8> {
-    let mut bytes = std::fs::read(old_policy()).unwrap();
+    renamed(&old_policy(), "0.1.0", version)
+}
+
+/// The component at `path` with its interface names of contract `was`
+/// rewritten to `version` (same length, so the component stays valid).
+fn renamed(path: &Path, was: &str, version: &str) -> Vec<u8> {
+    let mut bytes = std::fs::read(path).unwrap();
     for iface in ["types", "actions", "state", "workspace", "log", "policy"] {
-        let from = format!("loopbox:policy/{iface}@0.1.0");
+        let from = format!("loopbox:policy/{iface}@{was}");
         let to = format!("loopbox:policy/{iface}@{version}");
         assert_eq!(from.len(), to.len());
         let mut at = 0;
@@ -283,6 +289,32 @@ fn claiming(version: &str) -> Vec<u8> {
         }
     }
     bytes
+}
+
+/// Issue 45, item 7: a component built from wit/ while 0.2.0 was being made,
+/// when the contract still carried 0.1.0's name but `turn` had 5 fields (its
+/// `origin`): 0.2.0's policy under 0.1.0's names. It is told for what it is,
+/// and how to rebuild it, not taken for an edited copy of wit/.
+#[test]
+fn a_policy_built_between_releases_is_told_to_rebuild_not_called_edited() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::write(
+        ws.join("between.wasm"),
+        renamed(&policy_0_2(), "0.2.0", "0.1.0"),
+    )
+    .unwrap();
+    for args in [&["run", "between.wasm"][..], &["inspect", "between.wasm"]] {
+        let o = loopbox(ws, args);
+        assert_eq!(code(&o), 2, "{args:?}: {}{}", stdout(&o), stderr(&o));
+        let said = stderr(&o);
+        assert!(
+            said.contains("it names contract `loopbox:policy@0.1.0` but its `policy` export has the types of `loopbox:policy@0.2.0`")
+                && said.contains("Rebuild it against a released contract: `loopbox build`"),
+            "{args:?}: {said}"
+        );
+        assert!(!said.contains("edited copy"), "{args:?}: {said}");
+    }
 }
 
 #[test]

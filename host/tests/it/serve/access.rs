@@ -504,3 +504,166 @@ fn a_log_stream_ends_when_its_token_is_revoked() {
         "{text}"
     );
 }
+
+/// The least role an act of the refusals' test needs.
+fn needs_of(act: &str) -> &'static str {
+    match act {
+        "approve" | "deny" => "approver",
+        "cancel" | "resume" => "operator",
+        _ => "admin",
+    }
+}
+
+/// Issue 45, item 6: a refused act that needs a role leaves an audit row with
+/// who asked, what and why, as a refused act the store judges does: a
+/// viewer's approve (403), an approve without a digest (400), an operator
+/// minting an admin token (403), and the other role checks, each read back
+/// through the API's audit view.
+#[test]
+fn every_refused_act_that_needs_a_role_is_audited_with_who_what_and_why() {
+    let srv = shared();
+    let run = srv.start_probe(
+        "alpha",
+        json!({"op": "exec", "argv": ["tee", "-a", "count.txt"], "stdin": "refused\n"}),
+    );
+    let approval = srv.pending_approval("alpha", &run);
+    let aid = approval["id"].as_str().unwrap().to_string();
+    let minted = format!("minted-{}", run.to_lowercase());
+    /// (role, method, path, body, the act and target the row names, status, a word of the why)
+    type Case = (
+        &'static str,
+        &'static str,
+        String,
+        Option<Value>,
+        &'static str,
+        String,
+        u16,
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "viewer",
+            "POST",
+            format!("/api/v1/approvals/{aid}/approve"),
+            Some(json!({"digest": approval["digest"]})),
+            "approve",
+            aid.clone(),
+            403,
+            "needs the approver role",
+        ),
+        (
+            "approver",
+            "POST",
+            format!("/api/v1/approvals/{aid}/approve"),
+            Some(json!({})),
+            "approve",
+            aid.clone(),
+            400,
+            "give `digest`",
+        ),
+        (
+            "operator",
+            "POST",
+            "/api/v1/tokens".into(),
+            Some(json!({"name": minted, "role": "admin"})),
+            "token.create",
+            minted.clone(),
+            403,
+            "needs the admin role",
+        ),
+        (
+            "operator",
+            "POST",
+            format!("/api/v1/approvals/{aid}/deny"),
+            Some(json!({})),
+            "deny",
+            aid.clone(),
+            403,
+            "needs the approver role",
+        ),
+        (
+            "viewer",
+            "POST",
+            format!("/api/v1/runs/{run}/cancel"),
+            Some(json!({})),
+            "cancel",
+            run.clone(),
+            403,
+            "needs the operator role",
+        ),
+        (
+            "viewer",
+            "POST",
+            format!("/api/v1/runs/{run}/resume"),
+            Some(json!({})),
+            "resume",
+            run.clone(),
+            403,
+            "needs the operator role",
+        ),
+        (
+            "approver",
+            "PUT",
+            "/api/v1/config".into(),
+            Some(json!({"text": ""})),
+            "config.set",
+            "loopbox.toml".into(),
+            403,
+            "needs the admin role",
+        ),
+        (
+            "approver",
+            "DELETE",
+            format!("/api/v1/tokens/{minted}"),
+            None,
+            "token.revoke",
+            minted.clone(),
+            403,
+            "needs the admin role",
+        ),
+    ];
+    let admin = srv.token("alpha", "admin");
+    for (role, method, path, body, act, target, status, why) in &cases {
+        let token = srv.token("alpha", role);
+        let r = srv.call(method, path, token, body.clone());
+        assert_eq!(r.status, *status, "{role} {method} {path}: {}", r.body);
+        let audit = srv
+            .get(&format!("/api/v1/audit?limit=1000&act={act}"), admin)
+            .json();
+        let rows: Vec<&Value> = audit["audit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["target"] == target.as_str())
+            .filter(|a| {
+                a["outcome"]
+                    .as_str()
+                    .is_some_and(|o| o.starts_with("refused: ") && o.contains(why))
+            })
+            .collect();
+        assert_eq!(rows.len(), 1, "{role} {method} {path}: {audit:#}");
+        let row = rows[0];
+        let actor = row["actor"].as_str().unwrap();
+        assert!(actor.starts_with("alpha/"), "who: {row:#}");
+        assert_eq!(row["detail"]["role"], *role, "{row:#}");
+        assert_eq!(row["detail"]["status"], *status, "{row:#}");
+        assert!(row["at"].as_str().is_some(), "{row:#}");
+        if *act == "token.create" {
+            assert_eq!(
+                row["detail"]["token_role"], "admin",
+                "what was asked: {row:#}"
+            );
+        }
+        if *status == 403 {
+            assert_eq!(row["detail"]["needs"], needs_of(act), "{row:#}");
+        }
+    }
+    // Refused, nothing changed: the approval still waits for an approver.
+    let r = srv.post(
+        &format!("/api/v1/approvals/{aid}/deny"),
+        srv.token("alpha", "approver"),
+        json!({"reason": "refusals tested"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    srv.wait_final("alpha", &run);
+}

@@ -22,7 +22,7 @@ fn snapshot(tenant: &str) -> (usize, usize) {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|t| t["revoked_at_ms"].is_null())
+        .filter(|t| t["revoked"].is_null())
         .count();
     (runs, tokens)
 }

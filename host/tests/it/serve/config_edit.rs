@@ -1,7 +1,8 @@
 //! Issue 45, defect 2: an edit of a tenant's config while a run waits. An
 //! edit that does not touch what the run's grants are made of (another
 //! `[policies.NAME]`) leaves it alone: the approved command runs. One that
-//! does parks it `interrupted`, and the resume its log names goes on with it.
+//! does parks it `interrupted`, and the resume its log names goes on with it
+//! (on PostgreSQL, in the `loopbox worker` that claims the run next).
 
 use serde_json::json;
 
@@ -94,13 +95,8 @@ fn an_unrelated_config_edit_keeps_a_waiting_run_and_a_related_one_parks_it_resum
         why.contains("shell.allow") && why.contains("accept_config_change"),
         "the log names the key and the way on: {why}"
     );
-    // On a shared (PostgreSQL) store the workers cannot take
-    // `accept_config_change` yet (the API answers 409): a defect of issue 45
-    // left open, so the way on is checked on SQLite only for now.
-    if super::on_postgres() {
-        return;
-    }
-    // The way on the message names works.
+    // The way on the message names works, on a shared (PostgreSQL) store too:
+    // the acceptance is recorded with the run for whichever worker claims it.
     let r = srv.post(
         &format!("/api/v1/runs/{two}/resume"),
         srv.token("t", "operator"),

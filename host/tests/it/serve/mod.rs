@@ -23,6 +23,7 @@ mod load;
 mod ops;
 mod panics;
 mod pg_restart;
+mod promises;
 mod quota;
 mod runs;
 mod scale;

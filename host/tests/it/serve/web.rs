@@ -93,9 +93,22 @@ fn the_browser_denies_and_the_policy_is_declined() {
     );
 }
 
-/// The acts the web tenant's audit log holds about `target` (a run, or an approval of it).
+/// The acts the web tenant's audit log holds about `run`: the run itself, or
+/// one of its approvals (a decision, or a request refused on its way to one).
 fn audit_of(run: &str) -> Vec<(String, String)> {
     let srv = shared();
+    let approvals = srv
+        .get(
+            &format!("/api/v1/approvals?run={run}"),
+            srv.token("web", "viewer"),
+        )
+        .json();
+    let ids: Vec<String> = approvals["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_string())
+        .collect();
     let v = srv
         .get("/api/v1/audit?limit=1000", srv.token("web", "viewer"))
         .json();
@@ -103,7 +116,12 @@ fn audit_of(run: &str) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|a| a["target"] == run || a["detail"].to_string().contains(run))
+        .filter(|a| {
+            let target = a["target"].as_str().unwrap_or_default();
+            target == run
+                || a["detail"].to_string().contains(run)
+                || ids.iter().any(|id| target.contains(id.as_str()))
+        })
         .map(|a| {
             (
                 a["act"].as_str().unwrap().to_string(),
@@ -116,9 +134,17 @@ fn audit_of(run: &str) -> Vec<(String, String)> {
 #[test]
 fn a_form_without_or_with_a_forged_csrf_token_is_refused_and_changes_nothing() {
     let r = &browser("csrf")[0];
-    // Neither post reached the act: no approve row, refused or not; the deny is the cleanup's.
+    // Neither post reached the act: no approve row; the deny is the cleanup's.
+    // Each was refused on its way, and that is recorded (issue 45, item 6).
     let acts = audit_of(r["run"].as_str().unwrap());
     assert!(!acts.iter().any(|(act, _)| act == "approve"), "{acts:?}");
+    let refused = acts
+        .iter()
+        .filter(|(act, outcome)| {
+            act == "request" && outcome.starts_with("refused: the CSRF token is missing or wrong")
+        })
+        .count();
+    assert_eq!(refused, 2, "{acts:?}");
     assert!(!count_txt().contains("csrf\n"));
 }
 
@@ -126,7 +152,19 @@ fn a_form_without_or_with_a_forged_csrf_token_is_refused_and_changes_nothing() {
 fn a_viewer_sees_no_button_it_cannot_use_and_is_refused_anyway() {
     let r = &browser("viewer")[0];
     let acts = audit_of(r["run"].as_str().unwrap());
-    assert!(!acts.iter().any(|(act, _)| act == "approve"), "{acts:?}");
+    // Refused, and recorded with who and why (issue 45, item 6); never done.
+    assert!(
+        !acts
+            .iter()
+            .any(|(act, outcome)| act == "approve" && outcome == "ok"),
+        "{acts:?}"
+    );
+    assert!(
+        acts.iter().any(|(act, outcome)| act == "approve"
+            && outcome
+                .contains("has the viewer role; to approve an action it needs the approver role")),
+        "{acts:?}"
+    );
 }
 
 #[test]

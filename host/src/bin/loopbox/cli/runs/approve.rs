@@ -11,7 +11,9 @@ use serde_json::json;
 use super::super::{Failure, exit};
 use super::cont;
 use super::open_store;
-use loopbox::db::approvals::{Approval, ApprovalFilter, ApprovalStatus, Decide, Verdict};
+use loopbox::db::approvals::{
+    Approval, ApprovalFilter, ApprovalStatus, Decide, Verdict, digest_given, digest_names,
+};
 use loopbox::db::{RunRecord, RunStatus, local_actor};
 use loopbox::ui::{Untrusted, one_line};
 
@@ -148,10 +150,11 @@ fn env_pairs(env: &serde_json::Value) -> Vec<(String, String)> {
     }
 }
 
-/// The approval's digest, when `seen` (all of it, or its first 12 digits or more) names it.
+/// The approval's digest, when `seen` (all of it, or its first 12 digits or
+/// more: the API's rule, `digest_names`) names it.
 fn digest_seen(a: &Approval, seen: &str) -> Result<(), Failure> {
-    let seen = seen.trim();
-    if seen.len() >= 12 && a.digest.starts_with(seen) {
+    let seen = digest_given(seen).map_err(|e| Failure::usage(anyhow::anyhow!("{e}")))?;
+    if digest_names(&a.digest, seen) {
         return Ok(());
     }
     Err(Failure::usage(anyhow::anyhow!(

@@ -62,7 +62,9 @@ pub fn execute(args: TokenArgs, setup: &Setup) -> Result<i32, Failure> {
                 .map_err(Failure::internal)?
                 .map_err(|r| Failure::usage(anyhow::anyhow!("{r}")))?;
             if args.json {
-                loopbox::outln!("{}", json!({"token": made.text, "info": made.info}));
+                // The API's shape (times RFC 3339), as `serve audit --json` writes them.
+                let info = loopbox::serve::api::admin::token_view(&made.info);
+                loopbox::outln!("{}", json!({"token": made.text, "info": info}));
             } else {
                 loopbox::outln!("{}", made.text);
                 loopbox::errln!(
@@ -76,6 +78,10 @@ pub fn execute(args: TokenArgs, setup: &Setup) -> Result<i32, Failure> {
             }
             let list = store.tokens(tenant.as_deref()).map_err(Failure::internal)?;
             if args.json {
+                let list: Vec<_> = list
+                    .iter()
+                    .map(loopbox::serve::api::admin::token_view)
+                    .collect();
                 loopbox::outln!("{}", json!({"tokens": list}));
             } else if list.is_empty() {
                 loopbox::outln!(
