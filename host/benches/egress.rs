@@ -14,7 +14,9 @@
 //! 2. a 100 MB download the same ways, in MB/s;
 //! 3. curl on the host directly against curl inside a bwrap sandbox through
 //!    the sandbox's port 3128, the bridge and the proxy's socket (the whole path
-//!    of a networked command under bwrap), both figures curl's own;
+//!    of a networked command under bwrap), both figures curl's own, and, for
+//!    scale, curl through socat with a 1 MiB buffer (where socat is installed):
+//!    what any relay process costs on this machine's loopback;
 //! 4. a sandboxed `true`, prepared (`Confines::prepare`) and spawned and waited
 //!    for, with no `[network]` and with one (`allow = ["127.0.0.1:1"]`), against
 //!    spawning `true` bare. Both run in a network namespace of their own; the
@@ -224,6 +226,42 @@ fn timed(f: impl FnOnce()) -> Duration {
 }
 
 /// A program's path on `PATH`.
+/// socat relaying a loopback port to `port` with a 1 MiB buffer, if socat
+/// is installed: the process (killed when dropped) and its port.
+fn socat_relay(port: u16) -> Option<(KillOnDrop, u16)> {
+    let socat = which("socat")?;
+    let free = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+    let at = free.local_addr().ok()?.port();
+    drop(free);
+    let child = std::process::Command::new(socat)
+        .args([
+            "-b",
+            "1048576",
+            &format!("TCP-LISTEN:{at},bind=127.0.0.1,fork,reuseaddr"),
+            &format!("TCP:127.0.0.1:{port}"),
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    // Listening once a connection is taken.
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", at)).is_ok() {
+            return Some((KillOnDrop(child), at));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -424,7 +462,21 @@ fn main() {
         // with its token (a Landlock child's variables); 2: in bwrap, through
         // the sandbox's port and the bridge.
         let landlock_env = end.env(true);
+        // 3: through socat with a 1 MiB buffer, for scale: what any relay
+        // process costs on this machine's loopback.
+        let relay = socat_relay(port);
+        let relay_url = |a: Vec<String>| -> Vec<String> {
+            let to = format!("127.0.0.1:{}", relay.as_ref().map_or(0, |r| r.1));
+            a.into_iter()
+                .map(|x| x.replace(&format!("127.0.0.1:{port}"), &to))
+                .collect()
+        };
         let curl_way = |way: usize, args: Vec<String>| match way {
+            3 => figures(spawn(
+                Prepared::unconfined(curl.clone(), None, relay_url(args)),
+                &ws,
+                &[],
+            )),
             0 => figures(spawn(
                 Prepared::unconfined(curl.clone(), None, args),
                 &ws,
@@ -438,12 +490,22 @@ fn main() {
             _ => figures(run(&networked, &curl, args, &[])),
         };
         let small = |way| move || curl_way(way, curl_args("/", per_round, "%{time_total}\n"));
-        let (a, b, c) = (small(0), small(1), small(2));
+        let (a, b, c, d) = (small(0), small(1), small(2), small(3));
+        let ways: Vec<&dyn Fn() -> Vec<f64>> = if relay.is_some() {
+            vec![&a, &b, &c, &d]
+        } else {
+            vec![&a, &b, &c]
+        };
         let rounds = n_curl.div_ceil(per_round);
-        let times = interleaved(rounds, &[&a, &b, &c]);
+        let times = interleaved(rounds, &ways);
         let big = |way| move || curl_way(way, curl_args("/big", 1, "%{speed_download}\n"));
-        let (a, b, c) = (big(0), big(1), big(2));
-        let speeds = interleaved(n_big, &[&a, &b, &c]);
+        let (a, b, c, d) = (big(0), big(1), big(2), big(3));
+        let ways: Vec<&dyn Fn() -> Vec<f64>> = if relay.is_some() {
+            vec![&a, &b, &c, &d]
+        } else {
+            vec![&a, &b, &c]
+        };
+        let speeds = interleaved(n_big, &ways);
         println!(
             "\ncurl on the host, directly and through the proxy's port, and in a bwrap sandbox through its port 3128, the bridge and the proxy's socket ({} GETs, {n_big} downloads each, interleaved; curl's own figures)",
             rounds * per_round
@@ -456,6 +518,7 @@ fn main() {
             "curl, direct",
             "curl, proxy TCP port + token (as Landlock)",
             "curl in bwrap, port 3128, bridge, socket",
+            "curl through socat -b 1048576 (for scale)",
         ];
         let mut floor = 0.0;
         for (i, (name, t)) in names.iter().zip(&times).enumerate() {

@@ -153,8 +153,9 @@ pub fn digest_given(seen: &str) -> Result<&str, String> {
     let seen = seen.trim();
     if seen.len() < DIGEST_PREFIX_MIN || !seen.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(format!(
-            "`{}` does not name a request digest: give the digest of the request you reviewed, all of it or its first {DIGEST_PREFIX_MIN} hex digits or more",
-            crate::ui::one_line(seen)
+            // Quoted and escaped by `{:?}`, shortened: the caller's text, shown back.
+            "{:?} does not name a request digest: give the digest of the request you reviewed, all of it or its first {DIGEST_PREFIX_MIN} hex digits or more",
+            seen.chars().take(80).collect::<String>()
         ));
     }
     Ok(seen)
