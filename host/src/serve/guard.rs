@@ -15,15 +15,39 @@ pub fn addresses(listen: &[SocketAddr], store_url: Option<&str>) -> Vec<IpAddr> 
     let mut out = Vec::new();
     for l in listen {
         if l.ip().is_unspecified() {
+            // Kept as well: it tells the guard every loopback address is the
+            // server's (`Guard::is_own`), not only the interfaces' 127.0.0.1.
+            out.push(l.ip());
             out.extend(interfaces());
         } else {
             out.push(l.ip());
         }
     }
-    if let Some(host) = store_url.and_then(store_host)
-        && let Ok(addrs) = (host.as_str(), 5432).to_socket_addrs()
-    {
-        out.extend(addrs.map(|a| a.ip()));
+    for host in store_url.map(store_hosts).unwrap_or_default() {
+        if let Ok(addrs) = (host.as_str(), 5432).to_socket_addrs() {
+            out.extend(addrs.map(|a| a.ip()));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every host a PostgreSQL URL may connect to over TCP, as the store reads
+/// it (tokio-postgres): each of a multi-host URL's hosts
+/// (`postgres://u@h1,h2/db`), a `?host=` parameter's, a `?hostaddr=`'s
+/// address (the one actually connected to); the URL's own host besides.
+/// Reading only the authority's one host left a store named any other way
+/// unguarded.
+fn store_hosts(url: &str) -> Vec<String> {
+    let mut out: Vec<String> = store_host(url).into_iter().collect();
+    if let Ok(config) = crate::db::engine::postgres::config_of(url) {
+        for h in config.get_hosts() {
+            if let tokio_postgres::config::Host::Tcp(h) = h {
+                out.push(h.clone());
+            }
+        }
+        out.extend(config.get_hostaddrs().iter().map(|a| a.to_string()));
     }
     out.sort();
     out.dedup();
@@ -110,5 +134,36 @@ mod tests {
         );
         let all = addresses(&["0.0.0.0:8080".parse().unwrap()], None);
         assert!(all.contains(&"127.0.0.1".parse().unwrap()), "{all:?}");
+    }
+
+    /// A store named with several hosts, a `?host=` or a `?hostaddr=`
+    /// parameter (all of which the store's client reads) is guarded too.
+    #[test]
+    fn a_store_named_in_any_form_its_client_reads_is_guarded() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let listen = ["192.0.2.7:8080".parse().unwrap()];
+        for (url, store) in [
+            ("postgres://u@10.0.0.5,10.0.0.6/x", ["10.0.0.5", "10.0.0.6"]),
+            (
+                "postgres://u@/x?host=10.0.0.5&host=10.0.0.6",
+                ["10.0.0.5", "10.0.0.6"],
+            ),
+            (
+                "postgres://u@10.0.0.5/x?hostaddr=10.0.0.6",
+                ["10.0.0.5", "10.0.0.6"],
+            ),
+            (
+                "postgres://u@10.0.0.5:5432,10.0.0.6:5433/x?sslmode=disable",
+                ["10.0.0.5", "10.0.0.6"],
+            ),
+        ] {
+            let a = addresses(&listen, Some(url));
+            for s in store {
+                assert!(a.contains(&ip(s)), "{url}: {s} not guarded in {a:?}");
+            }
+        }
+        let all = addresses(&["0.0.0.0:8080".parse().unwrap()], None);
+        assert!(all.contains(&"127.0.0.1".parse().unwrap()), "{all:?}");
+        assert!(all.contains(&"0.0.0.0".parse().unwrap()), "{all:?}");
     }
 }

@@ -519,6 +519,12 @@ fn run_key(run: &str) -> i32 {
     h as i32
 }
 
+/// The connection settings `url` names, as the store reads them (its TLS
+/// parameters left out).
+pub fn config_of(url: &str) -> Result<Config> {
+    parse(url).map(|(c, _)| c)
+}
+
 /// The URL's connection settings, and its TLS (`sslmode`, `sslrootcert`; see `tls.rs`).
 fn parse(url: &str) -> Result<(Config, MakeRustls)> {
     let split = super::tls::split(url, &redact(url))?;

@@ -97,6 +97,20 @@ pub fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     None
 }
 
+/// `ip` and, for an IPv6 form carrying an IPv4 address (mapped, compatible,
+/// NAT64, 6to4), that address: what a deny rule or the server's own
+/// addresses are checked against, since a connect to either may reach it.
+pub fn forms(ip: IpAddr) -> Vec<IpAddr> {
+    let mut v = vec![canonical(ip)];
+    if let IpAddr::V6(v6) = ip
+        && let Some(v4) = embedded_v4(v6)
+        && !v.contains(&IpAddr::V4(v4))
+    {
+        v.push(IpAddr::V4(v4));
+    }
+    v
+}
+
 /// `ip` as the plain IPv4 address when it is an IPv6 form of one, so a rule
 /// and a request written in different forms compare equal.
 pub fn canonical(ip: IpAddr) -> IpAddr {

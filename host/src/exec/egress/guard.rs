@@ -87,9 +87,21 @@ impl Guard {
     }
 
     /// Whether `ip` is one of the server's own or the store's.
+    /// `0.0.0.0` and `::` connect to the machine itself (Linux), and a
+    /// server listening on all addresses (an unspecified address in `own`)
+    /// answers on every loopback address, not only the 127.0.0.1 its
+    /// interfaces list: those are its own too, and so is an IPv6 form
+    /// carrying one of its IPv4 addresses (NAT64, 6to4, compatible).
     pub fn is_own(&self, ip: IpAddr) -> bool {
-        let ip = addr::canonical(ip);
-        self.own.iter().any(|a| addr::canonical(*a) == ip)
+        if self.own.is_empty() {
+            return false;
+        }
+        let all = self.own.iter().any(|a| a.is_unspecified());
+        addr::forms(ip).into_iter().any(|ip| {
+            ip.is_unspecified()
+                || (all && ip.is_loopback())
+                || self.own.iter().any(|a| addr::canonical(*a) == ip)
+        })
     }
 
     /// Whether the operator opened the private `ip:port` to the tenant.
@@ -98,14 +110,17 @@ impl Guard {
     }
 
     /// The tenant's `[network]` under the operator's ceilings.
+    /// Where the operator set no ceiling the default is one: a tenant's
+    /// `max_connections = 100000` held 700 of the server's file descriptors
+    /// from one run (the default lets a run hold 128 at most), every tenant's
+    /// and the server's own API sharing that process's limit.
     pub fn cap(&self, config: &NetworkConfig) -> NetworkConfig {
         let mut c = config.clone();
-        if let Some(m) = self.max_connections {
-            c.max_connections = c.max_connections.min(m);
-        }
-        if let Some(m) = self.max_bytes {
-            c.max_bytes = c.max_bytes.min(m);
-        }
+        let d = NetworkConfig::default();
+        c.max_connections = c
+            .max_connections
+            .min(self.max_connections.unwrap_or(d.max_connections));
+        c.max_bytes = c.max_bytes.min(self.max_bytes.unwrap_or(d.max_bytes));
         c
     }
 }
@@ -135,6 +150,46 @@ mod tests {
         };
         let capped = g.cap(&mine);
         assert_eq!((capped.max_connections, capped.max_bytes), (8, 1));
+        // No ceiling from the operator: the defaults are the ceiling.
+        let g = Guard::own(vec![]);
+        let mine = NetworkConfig {
+            max_connections: 100_000,
+            max_bytes: u64::MAX,
+            ..NetworkConfig::default()
+        };
+        let capped = g.cap(&mine);
+        let d = NetworkConfig::default();
+        assert_eq!(
+            (capped.max_connections, capped.max_bytes),
+            (d.max_connections, d.max_bytes)
+        );
+    }
+
+    /// `0.0.0.0` and `::` reach every local listener (Linux connects them
+    /// to the machine itself), and a server listening on all addresses
+    /// answers on every loopback address, not only the 127.0.0.1 its
+    /// interfaces list: with a range opened by the operator (`127.0.0.0/8`,
+    /// `0.0.0.0/0`), a tenant reached the server through them.
+    #[test]
+    fn the_unspecified_and_other_loopback_addresses_are_the_servers_own() {
+        let t = TenantNetwork {
+            private: vec!["0.0.0.0/0".into(), "::/0".into()],
+            ..TenantNetwork::default()
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // Listening on 127.0.0.1: the unspecified addresses reach it.
+        let g = Guard::for_tenant(vec![ip("127.0.0.1")], &t);
+        for own in ["0.0.0.0", "::", "::ffff:0.0.0.0", "127.0.0.1"] {
+            assert!(g.is_own(ip(own)), "{own}");
+        }
+        // Another loopback address is not the server's then (an operator may open it).
+        assert!(!g.is_own(ip("127.0.0.2")));
+        // Listening on all addresses: every loopback address reaches it.
+        let g = Guard::for_tenant(vec![ip("0.0.0.0"), ip("127.0.0.1"), ip("10.0.0.5")], &t);
+        for own in ["127.0.0.2", "127.1.2.3", "::1", "0.0.0.0", "10.0.0.5"] {
+            assert!(g.is_own(ip(own)), "{own}");
+        }
+        assert!(!g.is_own(ip("10.0.0.6")));
     }
 
     #[test]

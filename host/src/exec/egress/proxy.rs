@@ -34,6 +34,13 @@ const OVER_LIMIT_WAIT: Duration = Duration::from_secs(1);
 /// How long the proxy waits before accepting again after accept failed (no
 /// file descriptor left, say): the listener stays for the rest of the run.
 pub(super) const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+/// The connections of one run (in one process) each given a line of the run
+/// log; later ones are in the run's record only (`runs show`), up to its own
+/// limit. The log is held in memory until the step ends, so a command making
+/// connections in a loop grew loopbox's memory (and the stored log) without
+/// any limit.
+pub const MAX_LOGGED: u64 = 1000;
+
 /// How long resolving a name and connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -53,6 +60,9 @@ pub struct Shared {
     confirm: Option<Arc<dyn Confirm>>,
     open: AtomicU32,
     bytes: AtomicU64,
+    /// Connections kept so far (logged up to [`MAX_LOGGED`], recorded up to
+    /// the store's `MAX_PER_RUN`).
+    kept: AtomicU64,
     /// The destinations a person said yes to in this run: `(side, host, port)`.
     approved: Mutex<HashSet<(String, String, u16)>>,
 }
@@ -73,11 +83,28 @@ impl Shared {
             confirm,
             open: AtomicU32::new(0),
             bytes: AtomicU64::new(0),
+            kept: AtomicU64::new(0),
             approved: Mutex::default(),
         })
     }
 
     fn keep(&self, c: Connection) {
+        let n = self.kept.fetch_add(1, Ordering::Relaxed) + 1;
+        if n as i64 > crate::db::network::MAX_PER_RUN {
+            return;
+        }
+        if n > MAX_LOGGED {
+            if n == MAX_LOGGED + 1 {
+                self.log.host(
+                    "warn",
+                    format!(
+                        "network: over {MAX_LOGGED} connections; later ones are not in the log, only in the run's record (`loopbox runs show`)"
+                    ),
+                );
+            }
+            self.record(c);
+            return;
+        }
         let line = if c.allowed {
             format!(
                 "network: {} {}:{} allowed ({}), {} B out, {} B in, {} ms",
@@ -90,6 +117,11 @@ impl Shared {
             )
         };
         self.log.host(if c.allowed { "info" } else { "warn" }, line);
+        self.record(c);
+    }
+
+    /// `c` in the store's record of the run, and its span.
+    fn record(&self, c: Connection) {
         if let Some((db, run)) = &self.store {
             crate::telemetry::connection(run, &c);
             let (db, run, c) = (db.clone(), run.clone(), c.clone());

@@ -119,9 +119,21 @@ impl NetworkConfig {
                 ));
             }
         }
+        // Each connection holds its head in memory while it is read: a head
+        // of any size a config (a tenant's on a server, which no operator's
+        // key caps) asked for was memory a client could make loopbox take.
+        if self.header_bytes > MAX_HEADER_BYTES {
+            return Err(format!(
+                "`{section}.header_bytes` = {} is over {MAX_HEADER_BYTES} (1 MiB), the most a request head may take",
+                self.header_bytes
+            ));
+        }
         Ok(())
     }
 }
+
+/// The largest `header_bytes` a config may set.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
 /// A host as a request names it, in its one canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -401,7 +413,13 @@ impl Rules {
         port: u16,
         guard: Option<&Guard>,
     ) -> Result<(), String> {
-        if let Some(r) = self.deny.iter().find(|r| r.dest.names_address(ip, port)) {
+        // An IPv6 form carrying an IPv4 address is denied with that address.
+        let forms = addr::forms(ip);
+        if let Some(r) = self
+            .deny
+            .iter()
+            .find(|r| forms.iter().any(|f| r.dest.names_address(*f, port)))
+        {
             return Err(r.name.clone());
         }
         let ip = addr::canonical(ip);
@@ -591,6 +609,50 @@ mod tests {
                 .unwrap_err(),
             "network.deny[0] (10.9.0.0/16)"
         );
+    }
+
+    /// An IPv6 form carrying an IPv4 address (NAT64, 6to4, compatible) is
+    /// judged by that address for a deny rule and the server's own addresses
+    /// too, as it is for the special ranges: on a network with a NAT64
+    /// gateway `[64:ff9b::5db8:d822]` reaches 93.184.216.34.
+    #[test]
+    fn a_deny_or_the_servers_own_address_holds_its_ipv6_forms() {
+        let public: IpAddr = "93.184.216.34".parse().unwrap();
+        let star = rules(&["*"], &[], &["93.184.216.0/24"]);
+        let g = Guard::own(vec![public]);
+        let open = rules(&["*"], &[], &[]);
+        for form in [
+            "64:ff9b::5db8:d822",
+            "2002:5db8:d822::1",
+            "64:ff9b:1::5db8:d822",
+        ] {
+            let ip: IpAddr = form.parse().unwrap();
+            let e = star
+                .check_address(&Host::Ip(ip), ip, 443, None)
+                .expect_err(form);
+            assert!(e.contains("network.deny[0]"), "{form}: {e}");
+            let e = open
+                .check_address(&Host::Ip(ip), ip, 443, Some(&g))
+                .expect_err(form);
+            assert!(e.contains("loopbox's own server or store"), "{form}: {e}");
+        }
+    }
+
+    /// `header_bytes` has a ceiling: a tenant's config on a server set it to
+    /// 4 GiB, and each of its connections could then hold that much.
+    #[test]
+    fn header_bytes_has_a_ceiling() {
+        let c = NetworkConfig {
+            header_bytes: 4 << 30,
+            ..Default::default()
+        };
+        let e = c.check("network").unwrap_err();
+        assert!(e.contains("`network.header_bytes`"), "{e}");
+        let c = NetworkConfig {
+            header_bytes: MAX_HEADER_BYTES,
+            ..Default::default()
+        };
+        c.check("network").unwrap();
     }
 
     #[test]

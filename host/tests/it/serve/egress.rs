@@ -164,3 +164,43 @@ fn an_operator_opens_a_private_destination_to_one_tenant_and_caps_its_bytes() {
         "{v:#}"
     );
 }
+
+/// `0.0.0.0` (and `::`) connect to the machine itself: a tenant whose
+/// operator opened a range holding it (`0.0.0.0/8` here; `0.0.0.0/0` would
+/// do) reached the server's own port through `0.0.0.0:PORT`, which the
+/// guard did not count as the server's address (it listens on 127.0.0.1).
+#[test]
+fn a_tenant_does_not_reach_the_server_through_the_unspecified_address() {
+    let dir = scratch();
+    let mut srv = Srv::prepare(
+        dir.path(),
+        "",
+        &[(
+            "mallory",
+            "\n[tenants.mallory.network]\nprivate = [\"0.0.0.0/8\"]\n",
+        )],
+    );
+    srv.start();
+    let port = srv.addr.rsplit(':').next().unwrap().to_string();
+    let admin = srv.token("mallory", "admin");
+    let text = format!(
+        "{}scripts = true\n\n[policies.probe.network]\nallow = [\"0.0.0.0:{port}\"]\n",
+        tenant_config()
+    );
+    let r = srv.call("PUT", "/api/v1/config", admin, Some(json!({"text": text})));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let script = format!("curl -s -i --max-time 10 http://0.0.0.0:{port}/api/v1/runs | head -3");
+    let run = srv.start_probe(
+        "mallory",
+        json!({"op": "script", "source": script, "timeout_ms": 60000}),
+    );
+    let v = srv.wait_final("mallory", &run);
+    let out = v["outcome"]["data"]["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v:#}"))
+        .to_string();
+    assert!(
+        out.contains("an address of loopbox's own server or store, which no run reaches"),
+        "the tenant reached the server: {out}"
+    );
+}

@@ -26,7 +26,10 @@ async fn read_head<R: AsyncRead + Unpin>(
     let mut buf = [0u8; 4096];
     let read = async {
         loop {
-            if head.windows(4).any(|w| w == b"\r\n\r\n") {
+            // Never read past it, so the blank line can only be at the end:
+            // looking for it anywhere else made reading a head quadratic (a
+            // 60 KB head took over 30 s, and the proxy's one thread with it).
+            if head.ends_with(b"\r\n\r\n") {
                 return Ok(());
             }
             if head.len() > max {
@@ -269,7 +272,7 @@ where
 /// Look at what a client first sends through a tunnel, and pass it on when it
 /// is for the target: a TLS client hello's server name, or a plain request's
 /// host, must be the target's (an address target takes any server name).
-async fn inspect_tunnel<C>(
+pub(super) async fn inspect_tunnel<C>(
     client: &mut C,
     upstream: &mut tokio::net::TcpStream,
     target: &Target,
@@ -282,10 +285,25 @@ where
     let mut have = 0;
     let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
     loop {
-        let n = match tokio::time::timeout_at(deadline, client.read(&mut buf[have..])).await {
-            Ok(Ok(n)) => n,
-            // Nothing sent (a server-speaks-first protocol) or the client left: nothing to check.
-            _ => return Ok(()),
+        let read = tokio::time::timeout_at(deadline, client.read(&mut buf[have..]));
+        let n = if have == 0 {
+            // The server speaking first (a greeting, a banner: no request and
+            // no TLS client hello to come) ends the look at once, rather than
+            // after the client has been silent for 30 s (a SOCKS or CONNECT
+            // tunnel to such a server waited that long for its greeting).
+            tokio::select! {
+                r = read => match r {
+                    Ok(Ok(n)) => n,
+                    _ => return Ok(()),
+                },
+                _ = upstream.readable() => return Ok(()),
+            }
+        } else {
+            match read.await {
+                Ok(Ok(n)) => n,
+                // Nothing sent (a server-speaks-first protocol) or the client left: nothing to check.
+                _ => return Ok(()),
+            }
         };
         if n == 0 {
             return Ok(());
@@ -344,36 +362,60 @@ fn look(b: &[u8], target: &Target) -> Look {
             },
         };
     }
-    // Not a request line (`METHOD ` in capitals): some other protocol, passed on.
+    // Not a request line (a method, letters, then a space or tab): some
+    // other protocol, passed on.
     let method = b
         .iter()
         .take(16)
-        .take_while(|c| c.is_ascii_uppercase())
+        .take_while(|c| c.is_ascii_alphabetic())
         .count();
-    if method == 0 || (b.len() > method && b[method] != b' ') {
+    if method == 0 || (b.len() > method && b[method] != b' ' && b[method] != b'\t') {
         return Look::Pass;
     }
-    if b.len() == method {
+    // The first line, once it has come: one naming an HTTP version (in any
+    // case), or a CONNECT, is a request whatever else it holds. Lenient
+    // servers and relaying proxies read what `httparse` will not (a tab, an
+    // odd version, `Host : x`), so such a request is refused, not passed.
+    let Some(end) = b.iter().position(|c| *c == b'\n') else {
         return Look::More;
-    }
+    };
+    let line = b[..end].to_ascii_lowercase();
+    let request = line.windows(5).any(|w| w == b"http/") || line.starts_with(b"connect");
     let mut headers = [httparse::EMPTY_HEADER; 128];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(b) {
         Ok(httparse::Status::Partial) => Look::More,
+        Err(e) if request => Look::Refuse(format!(
+            "a request inside a tunnel to {} that cannot be read ({e}), so its host cannot be checked",
+            target.host
+        )),
         Err(_) => Look::Pass,
         Ok(httparse::Status::Complete(_)) => {
             let path = req.path.unwrap_or_default();
-            if req.method == Some("CONNECT") {
+            if req
+                .method
+                .is_some_and(|m| m.eq_ignore_ascii_case("CONNECT"))
+            {
                 return Look::Refuse(format!(
                     "a CONNECT to `{}` inside a tunnel to {}",
                     trim(path),
                     target.host
                 ));
             }
-            if let Some(rest) = path
-                .strip_prefix("http://")
-                .or_else(|| path.strip_prefix("https://"))
-            {
+            // The scheme in any case: `HTTP://evil.test/` is evil.test too.
+            let lower: String = path
+                .chars()
+                .take(8)
+                .collect::<String>()
+                .to_ascii_lowercase();
+            let rest = if lower.starts_with("http://") {
+                path.get(7..)
+            } else if lower.starts_with("https://") {
+                path.get(8..)
+            } else {
+                None
+            };
+            if let Some(rest) = rest {
                 let auth = rest.split(['/', '?']).next().unwrap_or_default();
                 if authority(auth, Some(80)).map(|t| t.host) != Ok(target.host.clone()) {
                     return Look::Refuse(format!(
@@ -450,5 +492,57 @@ mod tests {
             Look::Refuse(_)
         ));
         assert!(matches!(look(b"\r\n", &t), Look::More));
+    }
+
+    /// A head near `network.header_bytes` is read in time linear in its size:
+    /// each read of at most 4 bytes searched the whole head so far for its
+    /// end, so eight 60 KB heads were not read within the 30 s allowed (408)
+    /// and kept the proxy's thread busy throughout.
+    #[tokio::test]
+    async fn a_large_request_head_is_read_in_linear_time() {
+        let mut head = b"GET http://a.test/ HTTP/1.1\r\nX: ".to_vec();
+        head.extend(std::iter::repeat_n(b'a', 60_000));
+        head.extend(b"\r\n\r\n");
+        let (mut client, mut server) = tokio::io::duplex(1 << 20);
+        client.write_all(&head).await.unwrap();
+        let t0 = std::time::Instant::now();
+        let got = read_head(&mut server, None, 64 << 10).await.unwrap();
+        assert_eq!(got.len(), head.len());
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(3),
+            "a 60 KB head took {:?}",
+            t0.elapsed()
+        );
+    }
+
+    /// A request in a tunnel that `httparse` will not read, or whose method
+    /// or scheme is not in capitals / lower case as the check expected, is
+    /// still a request for another host to a lenient server or a relaying
+    /// proxy at the allowed address: it was passed unread.
+    #[test]
+    fn a_tunnel_request_in_an_odd_spelling_for_another_host_is_refused() {
+        let t = target("allowed.test", 80);
+        for odd in [
+            &b"GET HTTP://evil.test/ HTTP/1.0\r\n\r\n"[..],
+            b"GET Http://evil.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+            b"CONNECT evil.test:443 HTTP/1.2\r\n\r\n",
+            b"connect evil.test:443 HTTP/1.1\r\n\r\n",
+            b"CONNECT\tevil.test:443 HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost : evil.test\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost:\x01evil.test\r\n\r\n",
+        ] {
+            assert!(
+                matches!(look(odd, &t), Look::Refuse(_)),
+                "{}",
+                String::from_utf8_lossy(odd)
+            );
+        }
+        // Other protocols still pass.
+        assert!(matches!(look(b"SSH-2.0-OpenSSH\r\n", &t), Look::Pass));
+        assert!(matches!(look(b"*1\r\n$4\r\nPING\r\n", &t), Look::Pass));
+        assert!(matches!(
+            look(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", &t),
+            Look::Pass
+        ));
     }
 }

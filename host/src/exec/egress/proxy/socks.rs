@@ -103,8 +103,19 @@ where
         _ => return None,
     };
     match open(&target, side, shared).await {
-        Ok((upstream, mut rec)) => {
+        Ok((mut upstream, mut rec)) => {
             reply(client, 0).await;
+            // The same look at the first bytes as a CONNECT tunnel gets: a
+            // SOCKS tunnel was relayed unread, so a TLS server name, a Host
+            // header, an absolute URI or a relayed CONNECT for another host
+            // went through it to the allowed address.
+            if let Err(why) =
+                super::http::inspect_tunnel(client, &mut upstream, &target, shared).await
+            {
+                rec.allowed = false;
+                rec.rule = why;
+                return Some(rec);
+            }
             relay(&*client, upstream, &mut rec, shared).await;
             Some(rec)
         }
