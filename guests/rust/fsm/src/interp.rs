@@ -5,9 +5,12 @@
 //! (the previous state's `output`, `exit_code`, `stderr`, `state`, `result`),
 //! `state.name`, `state.iteration`, `loop.name`, `loop.step`,
 //! `loop.elapsed_ms`, `loop.elapsed`, `param.*` (a fragment's `with:`
-//! bindings) and `env.PWD` (the workspace directory; no other variable). Suffixes, one at a time as in little-loops: `:default=TEXT`,
-//! `?` (missing is empty) and `:shell` (quoted as one shell word, like
-//! Python's `shlex.quote`). `$${` is a literal `${`. A missing reference
+//! bindings) and `env.PWD` (the workspace directory; no other variable).
+//! Suffixes as little-loops 1.167 reads them: `:default=TEXT` (missing is
+//! TEXT), `?` (missing is empty) and `:shell` (quoted as one shell word, like
+//! Python's `shlex.quote`, the fallback too); `:shell` combines with either
+//! (`:shell:default=x`, `:default=x:shell`, `?:shell`, `:shell?`), the other
+//! two do not. `$${` is a literal `${`. A missing reference
 //! without a suffix is an error that names it. Values read as little-loops'
 //! Python `str()` writes them: `True`, `3.0`, `['a', 'b']`.
 
@@ -76,19 +79,7 @@ fn scan(template: &str) -> Vec<Result<Piece, String>> {
 }
 
 fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
-    let (mut expr, mut default, mut optional, mut shell) = (body, None, false, false);
-    if let Some((e, d)) = body.split_once(":default=") {
-        if e.ends_with('?') || e.ends_with(":shell") {
-            return Err(format!(
-                "`{raw}`: `:default=`, `?` and `:shell` cannot be combined"
-            ));
-        }
-        (expr, default) = (e, Some(d.to_string()));
-    } else if let Some(e) = body.strip_suffix('?') {
-        (expr, optional) = (e, true);
-    } else if let Some(e) = body.strip_suffix(":shell") {
-        (expr, shell) = (e, true);
-    }
+    let (expr, default, optional, shell) = suffixes(body, &raw)?;
     let expr = expr.trim();
     if expr.is_empty() {
         return Err(format!(
@@ -124,6 +115,49 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
         shell,
         raw,
     })
+}
+
+/// The `:default=`, `?` and `:shell` chain off a reference's body, as
+/// little-loops 1.167's `parse_interpolation_suffixes` reads it: `:shell`
+/// counts just before `:default=` or at the very end (after a default's text
+/// or after `?`), anything else is the default's literal text; `?` with
+/// `:default=` is ambiguous and a default holding `{` cannot be written.
+/// Returns `(path, default, optional, shell)`.
+fn suffixes<'a>(
+    body: &'a str,
+    raw: &str,
+) -> Result<(std::borrow::Cow<'a, str>, Option<String>, bool, bool), String> {
+    use std::borrow::Cow;
+    let mut shell = false;
+    let mut rest: Cow<'a, str> = Cow::Borrowed(body);
+    if body.contains(":shell:default=") {
+        rest = Cow::Owned(body.replacen(":shell:default=", ":default=", 1));
+        shell = true;
+    } else if let Some(e) = body.strip_suffix(":shell?") {
+        rest = Cow::Owned(format!("{e}?"));
+        shell = true;
+    } else if let Some(e) = body.strip_suffix(":shell") {
+        rest = Cow::Borrowed(e);
+        shell = true;
+    }
+    if let Some((e, d)) = rest.split_once(":default=") {
+        if e.ends_with('?') {
+            return Err(format!(
+                "`{raw}`: `:default=` and `?` cannot be combined (a missing value is either the default or empty): keep one"
+            ));
+        }
+        if d.contains('{') {
+            return Err(format!(
+                "`{raw}`: a `:default=` value cannot hold `{{` or `}}` (the reference ends at the first `}}`); put the text in `context` and refer to it"
+            ));
+        }
+        let (e, d) = (e.to_string(), d.to_string());
+        return Ok((Cow::Owned(e), Some(d), false, shell));
+    }
+    match rest.strip_suffix('?') {
+        Some(e) => Ok((Cow::Owned(e.to_string()), None, true, shell)),
+        None => Ok((rest, None, false, shell)),
+    }
 }
 
 fn example(ns: &str) -> &'static str {
@@ -166,10 +200,16 @@ pub fn render(template: &str, scope: &dyn Scope) -> Result<String, String> {
             Piece::Ref(r) => match scope.lookup(&r.path)? {
                 Some(v) if r.shell => out.push_str(&shell_quote(&as_text(&v))),
                 Some(v) => out.push_str(&as_text(&v)),
-                None if r.default.is_some() => {
-                    out.push_str(r.default.as_deref().unwrap_or_default())
+                // The fallback is quoted too under `:shell`: a missing value
+                // is still one shell word (`''` when empty).
+                None if r.default.is_some() || r.optional => {
+                    let fallback = r.default.as_deref().unwrap_or_default();
+                    if r.shell {
+                        out.push_str(&shell_quote(fallback))
+                    } else {
+                        out.push_str(fallback)
+                    }
                 }
-                None if r.optional => {}
                 None => {
                     return Err(format!(
                         "`{}` refers to nothing: {}",
@@ -394,16 +434,48 @@ mod tests {
         for (t, want) in cases {
             assert_eq!(render(t, &s).unwrap(), want, "{t}");
         }
-        // As in little-loops, the suffixes do not combine.
-        assert!(
-            parse("${context.odd:shell:default=x}")
-                .unwrap_err()
-                .contains("cannot be combined")
-        );
-        assert!(
-            parse("${context.odd?:default=x}")
-                .unwrap_err()
-                .contains("cannot be combined")
-        );
+    }
+
+    #[test]
+    fn shell_combines_with_a_default_or_optional_as_in_little_loops_1_167() {
+        // Each answer as little-loops 1.167.0's `interpolate` gives it.
+        let s = Json(json!({"context": {"odd": "a b", "none": null, "n": 3}}));
+        let cases = [
+            ("${context.odd:shell:default=x}", "'a b'"),
+            ("${context.gone:shell:default=true}", "true"),
+            ("${context.gone:shell:default=}", "''"),
+            ("${context.gone:shell:default=a b}", "'a b'"),
+            ("${context.gone:default=a b:shell}", "'a b'"),
+            ("${context.gone:default=a:shell:b}", "a:shell:b"),
+            // `:shell:default=` wins; a trailing `:shell` is then the default's text.
+            ("${context.gone:shell:default=v:shell}", "v:shell"),
+            ("${context.gone:shell:default=v w:shell}", "'v w:shell'"),
+            ("${context.gone?:shell}", "''"),
+            ("${context.gone:shell?}", "''"),
+            ("[${context.gone?}]", "[]"),
+            ("${context.odd?:shell}", "'a b'"),
+            ("${context.n:shell:default=9}", "3"),
+            // A present null is not missing: no default, but still one word.
+            ("${context.none:shell:default=9}", "''"),
+            ("[${context.none:default=9}]", "[]"),
+        ];
+        for (t, want) in cases {
+            assert_eq!(render(t, &s).as_deref(), Ok(want), "{t}");
+        }
+        let refused = [
+            (
+                "${context.odd?:default=x}",
+                "`:default=` and `?` cannot be combined",
+            ),
+            (
+                "${context.odd:shell?:default=x}",
+                "`:default=` and `?` cannot be combined",
+            ),
+            ("${context.odd:default={x}", "cannot hold `{`"),
+        ];
+        for (t, want) in refused {
+            let err = parse(t).unwrap_err();
+            assert!(err.contains(want), "{t}: {err}");
+        }
     }
 }
