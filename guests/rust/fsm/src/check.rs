@@ -191,7 +191,9 @@ fn unrouted_verdicts(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
     let kind = match (&s.evaluate, &s.action) {
         (Some(e), _) => &e.kind,
         (None, Some(Action::Mcp { .. })) => &EvalKind::McpResult,
-        (None, Some(a)) if !a.is_prompt() => &EvalKind::ExitCode,
+        (None, Some(a)) if !a.is_prompt() => &EvalKind::ExitCode {
+            abstain_on_exit_3: false,
+        },
         _ => return,
     };
     let verdicts: &[&str] = match kind {
@@ -275,9 +277,13 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
                 target,
                 tolerance,
                 previous,
+                reference,
                 ..
             } => {
-                for n in [target, tolerance] {
+                for n in [Some(target), Some(tolerance), reference.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
                     if let Number::Expr(t) = n {
                         add("evaluate", t);
                     }

@@ -299,6 +299,50 @@ fn cannot_judge_reruns_the_state_twice_then_takes_on_error() {
     );
 }
 
+/// `abstain_on_exit_3` (little-loops 1.167): exit 3 is `cannot_judge`,
+/// routed by `on_cannot_judge`; without the flag exit 3 is an error.
+#[test]
+fn abstain_on_exit_3_makes_exit_3_cannot_judge() {
+    let yaml = "name: h\ninitial: verify\nstates:\n  verify:\n    action: ll-harness\n    evaluate:\n      type: exit_code\n      abstain_on_exit_3: true\n    on_yes: done\n    on_no: fix\n    on_cannot_judge: abstained\n    on_error: crashed\n  fix:\n    terminal: true\n  done:\n    terminal: true\n  abstained:\n    terminal: true\n  crashed:\n    terminal: true\n";
+    let path = |yaml: &str, code| {
+        run(
+            &lp(yaml),
+            &Map::new(),
+            &mut Scripted::new(vec![exit(code, "")]),
+        )
+        .path
+    };
+    assert_eq!(path(yaml, 3), ["verify", "abstained"]);
+    assert_eq!(path(yaml, 0), ["verify", "done"]);
+    assert_eq!(path(yaml, 1), ["verify", "fix"]);
+    assert_eq!(path(yaml, 2), ["verify", "crashed"]);
+    let off = yaml.replace("      abstain_on_exit_3: true\n", "");
+    assert_eq!(path(&off, 3), ["verify", "crashed"]);
+}
+
+/// `reference` (little-loops 1.167): interpolated, and one that is set but
+/// not a number is `error`, not ignored.
+#[test]
+fn convergence_reference_fails_closed() {
+    let yaml = "name: c\ninitial: gate\ncontext:\n  base: '0.95'\nstates:\n  gate:\n    action: score\n    evaluate:\n      type: convergence\n      direction: maximize\n      target: 0.9\n      tolerance: 0.02\n      reference: '${context.base}'\n    route:\n      target: commit\n      progress: commit\n      stall: revert\n      error: broken\n  commit:\n    terminal: true\n  revert:\n    terminal: true\n  broken:\n    terminal: true\n";
+    let path = |yaml: &str| {
+        run(
+            &lp(yaml),
+            &Map::new(),
+            &mut Scripted::new(vec![exit(0, "0.9")]),
+        )
+        .path
+    };
+    assert_eq!(path(yaml), ["gate", "revert"]);
+    assert_eq!(path(&yaml.replace("'0.95'", "'0.85'")), ["gate", "commit"]);
+    assert_eq!(path(&yaml.replace("'0.95'", "'n/a'")), ["gate", "broken"]);
+    // 0 is unset, as `if config.reference:` reads it.
+    let zero = yaml
+        .replace("'${context.base}'", "0")
+        .replace("maximize", "minimize");
+    assert_eq!(path(&zero), ["gate", "commit"]);
+}
+
 #[test]
 fn max_retries_counts_consecutive_reentries() {
     let yaml = "name: r\ninitial: poll\nstates:\n  poll:\n    action: check\n    on_yes: done\n    on_no: $current\n    max_retries: 2\n    on_retry_exhausted: gave-up\n  done:\n    terminal: true\n  gave-up:\n    terminal: true\n    failure: true\n";
