@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Validate little-loops' own loops with `loopbox validate` and count them.
 
-    tests/conformance/corpus.py --loopbox target/debug/loopbox --min 109
-    tests/conformance/corpus.py --loopbox target/debug/loopbox --version 1.156.0 --min 106
+    tests/conformance/corpus.py --loopbox target/debug/loopbox --min 108
+    tests/conformance/corpus.py --loopbox target/debug/loopbox --version 1.156.0 --min 103
     tests/conformance/corpus.py --loopbox target/debug/loopbox --extra ~/little-loops/.loops
 
 Fetches the little-loops wheel (1.167.0 unless `--version` names another) from PyPI with pip (nothing is

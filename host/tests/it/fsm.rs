@@ -317,6 +317,42 @@ fn a_run_killed_mid_loop_resumes_without_redoing_finished_steps() {
     );
 }
 
+/// little-loops 1.167's new words: each read with its meaning, noted with
+/// what differs, or refused with what to do instead; none passes unremarked.
+#[test]
+fn validate_reads_notes_or_refuses_each_little_loops_1_167_word() {
+    invalid(
+        "name: k\ninitial: a\nllm:\n  model_hint: reasoning\nstates:\n  a:\n    action: Is it ready?\n    action_type: human_approval\n    next: b\n  b:\n    action: make\n    scopes: [github]\n    model_hint: coding\n    evaluate:\n      type: advisor_consult\n      question: Go on?\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
+        &[
+            "4: llm: `model_hint` is not supported by loopbox: loopbox has no model-hint table: name the model with `model:`",
+            "8: state `a`: `action_type: human_approval` is not supported by loopbox yet: nobody would be asked, so its approve, reject, edit and timeout routes cannot be told apart; until it is, ask with a `prompt` state judged by `llm_structured`, or end the loop at a terminal state and start the next part after a person has looked",
+            "12: state `b`: `scopes` is not supported by loopbox: a loopbox command inherits no host variable but those the user lists in loopbox.toml's `[shell] pass_env`; list them there and drop `scopes`",
+            "13: state `b`: `model_hint` is not supported by loopbox: loopbox has no model-hint table: name the model with `model:`, or an agent profile of loopbox.toml with `agent:`",
+            "15: state `b`: evaluate: evaluator `advisor_consult` is not supported by loopbox: loopbox has no advisor: judge with `type: llm_structured` and a `prompt`, or run your own consult as the state's action and route on its answer with `type: classify`",
+        ],
+    );
+    // Read as little-loops 1.167 reads them: no note. The `_ok` flags only
+    // silence little-loops' own lint.
+    noted(
+        "name: l\ninitial: a\nabstention_route_ok: true\ncontext:\n  gate: ''\n  base: 3\nstates:\n  a:\n    action: \"run ${context.gate:shell:default=true} ${context.none:default=x:shell} ${context.none?:shell}\"\n    evaluate:\n      type: exit_code\n      abstain_on_exit_3: true\n    on_yes: b\n    on_no: b\n    on_cannot_judge: b\n  b:\n    action: echo 2\n    evaluate:\n      type: convergence\n      target: 0\n      reference: ${context.base}\n    route:\n      target: done\n      progress: done\n      stall: done\n  done:\n    terminal: true\n",
+        &[],
+    );
+    noted(
+        "name: n\ninitial: a\nstates:\n  a:\n    action: \"echo ${context.counts:default={}\"\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "5: state `a`: action: `${context.counts:default={}`: little-loops 1.167 stops the run at this state (a `:default=` value may not hold `{`; 1.156 and loopbox take it as text); put the text in `context` and refer to it",
+        ],
+    );
+    noted(
+        "name: m\ninitial: a\nartifact_output:\n  from: index.html\nartifact_mode: template\nstates:\n  a:\n    action: make\n    evaluate:\n      type: exit_code\n      question: ignored here\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
+        &[
+            "3: `artifact_output` is read and not acted on: the deliverable is not promoted out of `run_dir`: copy it from there yourself (or in a last shell state) when the run ends",
+            "5: `artifact_mode` is read and not acted on: it describes `artifact_output`'s promotion, which loopbox does not do; the loop's own states read `context.artifact_mode` as usual",
+            "11: state `a`: evaluate: `question` has no meaning for `exit_code` and is ignored",
+        ],
+    );
+}
+
 /// `loopbox validate` on a broken loop: exit 2 and exactly these problems.
 fn invalid(yaml: &str, problems: &[&str]) {
     let dir = tempfile::tempdir().unwrap();

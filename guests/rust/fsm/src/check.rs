@@ -322,6 +322,13 @@ fn references(
                     continue;
                 }
             };
+            if r.default.as_deref().is_some_and(|d| d.contains('{')) {
+                notes.push(at(
+                    &lp.files,
+                    line,
+                    format!("state `{}`: {field}: `{}`: little-loops 1.167 stops the run at this state (a `:default=` value may not hold `{{`; 1.156 and loopbox take it as text); put the text in `context` and refer to it", s.name, r.raw),
+                ));
+            }
             if r.default.is_some() || r.optional {
                 continue;
             }

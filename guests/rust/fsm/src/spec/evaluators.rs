@@ -155,6 +155,12 @@ impl EvalKind {
 const REFUSED_EVALUATORS: &[(&str, &str)] = &[
     ("comparator", "it writes baseline files; not supported"),
     ("contract", "not supported"),
+    // little-loops 1.167 (ENH-3632): a second model consulted through its
+    // `advisor` configuration (host, triggers, timeout_seconds).
+    (
+        "advisor_consult",
+        "loopbox has no advisor: judge with `type: llm_structured` and a `prompt`, or run your own consult as the state's action and route on its answer with `type: classify`",
+    ),
 ];
 pub const EVALUATORS: &[&str] = &[
     "exit_code",
@@ -196,6 +202,12 @@ const EVAL_FIELDS: &[&str] = &[
     "track",
     "max_repeat",
     "line",
+    // `advisor_consult`'s (refused); elsewhere little-loops ignores them too.
+    "question",
+    "verdict_map",
+    "signal",
+    "timeout",
+    "context_from",
 ];
 
 pub(super) fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> {

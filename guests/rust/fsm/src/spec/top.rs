@@ -259,8 +259,19 @@ fn read_llm(node: &Node, p: &mut Problems) -> Llm {
             p.at(node.line, "llm: `enabled: false` is not supported: states that need an LLM verdict would have none; give them `evaluate` or `next`");
         }
     });
+    // little-loops 1.167 (ENH-3527): a capability hint, not a model.
+    let refused = [(
+        "model_hint",
+        "loopbox has no model-hint table: name the model with `model:`",
+    )];
     for (key, _) in f.unused() {
-        unknown(p, key, "llm: ", &[], &["model", "max_tokens", "timeout"]);
+        unknown(
+            p,
+            key,
+            "llm: ",
+            &refused,
+            &["model", "max_tokens", "timeout"],
+        );
     }
     llm
 }
