@@ -104,6 +104,7 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
             }
         }
         unrouted_verdicts(lp, s, notes);
+        unwatched_idle(lp, s, notes);
         references(lp, &captures, has_sub, s, &mut out, notes);
     }
     if !known(&lp.initial) {
@@ -221,6 +222,24 @@ fn unrouted_verdicts(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
             ));
         }
     }
+}
+
+/// `idle_timeout` on a state whose action loopbox does not watch for
+/// silence: little-loops ends a silent prompt too; here the action runs to
+/// its `timeout` (see [`crate::idle`]), so `validate` says so.
+fn unwatched_idle(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
+    let watched = matches!(s.action, None | Some(Action::Shell(_)));
+    if watched || s.idle_timeout_s.unwrap_or(0) == 0 {
+        return;
+    }
+    notes.push(at(
+        &lp.files,
+        s.action_line,
+        format!(
+            "state `{}`: `idle_timeout` ends shell actions only in loopbox: this action runs until its `timeout` (give one, or make the state a shell action)",
+            s.name
+        ),
+    ));
 }
 
 /// Templates in a state, with what they are for messages.

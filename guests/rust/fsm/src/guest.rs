@@ -188,6 +188,7 @@ fn out(o: Output) -> Out {
         duration_ms: o.duration_ms,
         timed_out: o.timed_out,
         truncated: o.truncated,
+        idle: false,
     }
 }
 

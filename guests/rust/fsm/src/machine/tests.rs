@@ -343,6 +343,42 @@ fn convergence_reference_fails_closed() {
     assert_eq!(path(&zero), ["gate", "commit"]);
 }
 
+/// `idle_timeout` (the state's over the loop's `default_idle_timeout`)
+/// wraps a shell action in the silence watch, and the watch's kill reads
+/// back as little-loops reports it: exit 124, an `error`, `timeout_kind` idle.
+#[test]
+fn idle_timeout_wraps_shell_actions_and_reads_the_kill_back() {
+    let yaml = "name: i\ninitial: a\ndefault_idle_timeout: 5\nstates:\n  a:\n    action: make\n    idle_timeout: 2\n    on_yes: done\n    on_error: report\n  report:\n    action: 'echo ${prev.timeout_kind} ${prev.exit_code} ${prev.stderr}'\n    next: done\n  done:\n    terminal: true\n";
+    let killed = Ok(Out {
+        exit_code: Some(124),
+        stderr: format!("{} 2 s\n", crate::idle::MARKER),
+        ..Default::default()
+    });
+    let mut w = Scripted::new(vec![killed, exit(0, "")]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["a", "report", "done"]);
+    let sources: Vec<&str> = w
+        .asked
+        .iter()
+        .map(|r| match r {
+            Request::Script { source, .. } => source.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sources[0], crate::idle::wrap("make", 2));
+    assert_eq!(
+        sources[1],
+        crate::idle::wrap("echo idle 124 Action idle-timed out", 5)
+    );
+    // Without it (or with 0, off) the action is sent as written.
+    let off = yaml
+        .replace("default_idle_timeout: 5\n", "")
+        .replace("idle_timeout: 2", "idle_timeout: 0");
+    let mut w = Scripted::new(vec![exit(0, "")]);
+    run(&lp(&off), &Map::new(), &mut w);
+    assert!(matches!(&w.asked[0], Request::Script { source, .. } if source == "make"));
+}
+
 #[test]
 fn max_retries_counts_consecutive_reentries() {
     let yaml = "name: r\ninitial: poll\nstates:\n  poll:\n    action: check\n    on_yes: done\n    on_no: $current\n    max_retries: 2\n    on_retry_exhausted: gave-up\n  done:\n    terminal: true\n  gave-up:\n    terminal: true\n    failure: true\n";

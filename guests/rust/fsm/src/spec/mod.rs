@@ -56,6 +56,8 @@ pub struct Loop {
     pub timeout_s: Option<u64>,
     /// Per-action limit when a state gives none, in seconds.
     pub default_timeout_s: Option<u64>,
+    /// `default_idle_timeout`: the states' `idle_timeout` when they give none.
+    pub default_idle_timeout_s: Option<u64>,
     pub llm: Llm,
     /// Where `--input` text that is not a JSON object goes (`input_key`, default `input`).
     pub input_key: String,

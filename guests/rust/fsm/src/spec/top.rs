@@ -41,6 +41,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
     let on_max_steps = f.target(p, "on_max_steps", "");
     let timeout_s = f.positive(p, "timeout", "");
     let default_timeout_s = f.positive(p, "default_timeout", "");
+    let default_idle_timeout_s = f.uint(p, "default_idle_timeout", "");
     let llm = f.take("llm").map(|n| read_llm(n, p)).unwrap_or_default();
     let _ = f.take("import"); // read by the loader, which merges what it names
     let input_key = f
@@ -118,6 +119,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         on_max_steps,
         timeout_s,
         default_timeout_s,
+        default_idle_timeout_s,
         llm,
         input_key,
         required_inputs,
