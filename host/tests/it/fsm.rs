@@ -4,6 +4,7 @@
 
 use crate::common;
 mod alias_bomb;
+mod diff_stall;
 mod idle;
 mod learning;
 mod mcp;
@@ -432,7 +433,7 @@ fn validate_names_each_problem_with_its_line() {
     noted(
         "name: e\ninitial: a\nmax_step: 3\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    next: done\n  done:\n    terminal: true\n",
         &[
-            "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, default_idle_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits, tamper_guard, prepatch_check, maintain, backoff)",
+            "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, default_idle_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits, tamper_guard, prepatch_check, maintain, backoff, little_loops)",
             "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, idle_timeout, model, agent, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, worktree, fragment, description, throttle, retryable_exit_codes, type, learning, tamper_guard, prepatch_check, params, on_maintain, on_<verdict>)",
         ],
     );
@@ -552,7 +553,8 @@ states:
             "  missing  [agent]: the judge (`llm_structured`) (state `fix`)",
             "  granted  shell.scripts = true: shell text (`action`) (state `checks`)",
             "  missing  shell.network = true: runs gh: without the network it fails in the sandbox, and its verdict changes (state `checks`)",
-            "  missing  shell.allow [\"git\", \"diff\"]: `diff_stall` runs `git diff --stat` (state `checks`)",
+            "  missing  shell.allow [\"git\", \"ls-files\"]: `diff_stall` runs `git ls-files -c -o -d -t --exclude-standard -z -- . ':(exclude).loops/' ':(exclude).loopbox/'` (state `checks`)",
+            "  missing  shell.allow [\"git\", \"hash-object\"]: `diff_stall` runs `git hash-object --stdin-paths` (state `checks`)",
         ],
         "{out}"
     );
@@ -581,7 +583,7 @@ states:
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains(
-            "note: a run needs what loopbox.toml does not grant: [agent], shell.network = true, shell.allow [\"git\", \"diff\"]; `loopbox validate --grants loop.yaml` lists each state's needs"
+            "note: a run needs what loopbox.toml does not grant: [agent], shell.network = true, shell.allow [\"git\", \"ls-files\"], shell.allow [\"git\", \"hash-object\"]; `loopbox validate --grants loop.yaml` lists each state's needs"
         ),
         "{}",
         text(&o.stderr)

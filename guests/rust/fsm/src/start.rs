@@ -26,6 +26,9 @@ pub struct Start {
     /// Seconds to pause after each route, in place of the loop's `backoff`
     /// (`loopbox run --delay`, as `ll-loop run --delay`).
     pub delay: Option<f64>,
+    /// `loopbox run --little-loops 1.156`: the release the run follows, over
+    /// the loop's own `little_loops:` (see [`crate::spec::Release`]).
+    pub little_loops: Option<String>,
 }
 
 impl Start {
@@ -52,6 +55,7 @@ impl Start {
             ("input", &self.input),
             ("run_dir", &self.run_dir),
             ("workspace", &self.workspace),
+            ("little_loops", &self.little_loops),
         ] {
             if let Some(v) = value {
                 m.insert(name.into(), json!(v));
@@ -89,6 +93,14 @@ pub fn parse(input: &str) -> Result<Start, String> {
             let input = text(&mut m, "input")?;
             let run_dir = text(&mut m, "run_dir")?;
             let workspace = text(&mut m, "workspace")?;
+            let little_loops = text(&mut m, "little_loops")?;
+            if let Some(v) = &little_loops
+                && crate::spec::Release::parse(v).is_none()
+            {
+                return Err(format!(
+                    "`little_loops` in the input names a release like `1.156` or `1.167.0`, not `{v}`"
+                ));
+            }
             let delay = match m.remove("delay") {
                 None | Some(Value::Null) => None,
                 Some(Value::Number(n)) => n.as_f64().filter(|d| d.is_finite() && *d >= 0.0),
@@ -101,7 +113,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
             };
             if let Some(k) = m.keys().next() {
                 return Err(format!(
-                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay)"
+                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay, little_loops)"
                 ));
             }
             Ok(Start {
@@ -112,6 +124,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
                 run_dir,
                 workspace,
                 delay,
+                little_loops,
             })
         }
         _ => Err(
@@ -280,8 +293,14 @@ mod tests {
             run_dir: Some(".loops/runs/r1/".into()),
             workspace: None,
             delay: Some(0.5),
+            little_loops: Some("1.156.0".into()),
         };
         assert_eq!(parse(&start.to_json().to_string()), Ok(start));
+        assert!(
+            parse(r#"{"yaml": "name: a", "little_loops": "latest"}"#)
+                .unwrap_err()
+                .contains("names a release like `1.156`")
+        );
         assert_eq!(parse("\"name: b\"").unwrap().path, "loop.yaml");
         assert!(parse("{}").unwrap_err().contains("needs `yaml`"));
         assert!(

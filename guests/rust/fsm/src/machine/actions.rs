@@ -212,6 +212,7 @@ pub(super) fn request(r: &Run, state: &State, action: &Action) -> Result<Request
         Action::Exec(argv) => Request::Exec {
             argv: argv.iter().map(|a| render(a)).collect::<Result<_, _>>()?,
             timeout_ms,
+            stdin: None,
         },
         // `agent:` is read as written, never interpolated; a slash command
         // (the learning remedy included) keeps it, as little-loops'

@@ -137,28 +137,15 @@ pub(super) fn evaluate(
         EvalKind::HarborScorer => eval::harbor_scorer(&text, code),
         EvalKind::McpResult => crate::mcp::verdict(&text, code),
         EvalKind::DiffStall { scope, max_stall } => {
-            let mut argv: Vec<String> = ["git", "diff", "--stat"].map(String::from).to_vec();
-            if !scope.is_empty() {
-                argv.push("--".into());
-                argv.extend(scope.iter().cloned());
-            }
-            let key = format!("diff:{}", scope.join("|"));
-            match world.act(Request::Exec {
-                argv,
-                timeout_ms: Some(30_000),
-            }) {
-                Ok(o) if o.code() == 0 => {
-                    let last = r.stalls.entry(key).or_default();
-                    eval::repeat_stall(last, o.stdout, *max_stall, "git diff --stat")
+            let reading = super::diff_stall::read(r.lp.release(), &state.name, scope, world)?;
+            match reading.text {
+                Ok(text) => {
+                    let last = r.stalls.entry(reading.key).or_default();
+                    eval::repeat_stall(last, text, *max_stall, reading.what)
                 }
-                Ok(o) => Verdict {
+                Err(detail) => Verdict {
                     verdict: "error".into(),
-                    detail: format!("git diff failed: {}", preview(&o.stderr)),
-                },
-                Err(e) if e.starts_with(BUDGET_EXHAUSTED) => return Err(e),
-                Err(e) => Verdict {
-                    verdict: "error".into(),
-                    detail: format!("git diff: {}", preview(&e)),
+                    detail,
                 },
             }
         }

@@ -434,7 +434,8 @@ fn captures_routes_and_context_feed_later_states() {
         w.asked[0],
         Request::Exec {
             argv: vec!["make".into(), "debug".into()],
-            timeout_ms: None
+            timeout_ms: None,
+            stdin: None,
         }
     );
     assert_eq!(
@@ -753,9 +754,71 @@ fn throttle_circuit_and_retryable_exit_codes_redirect() {
     );
 }
 
+/// `diff_stall` as little-loops 1.166+ reads the work tree (the default):
+/// the files in scope listed with git, the present ones hashed, the
+/// fingerprint compared between visits.
+#[test]
+fn diff_stall_fingerprints_the_files_in_scope_from_1_166() {
+    let yaml = "name: d\ninitial: work\nstates:\n  work:\n    action: x\n    next: check\n  check:\n    evaluate:\n      type: diff_stall\n      scope: [src]\n    on_yes: work\n    on_no: stuck\n  stuck:\n    terminal: true\n";
+    let listing = || {
+        exit(
+            0,
+            "? src/new.rs\0H src/a.rs\0H src/gone.rs\0R src/gone.rs\0",
+        )
+    };
+    let mut w = Scripted::new(vec![
+        exit(0, ""),
+        listing(),
+        exit(0, "h1\nh2\n"),
+        exit(0, ""),
+        listing(),
+        exit(0, "h1\nh3\n"),
+        exit(0, ""),
+        listing(),
+        exit(0, "h1\nh3\n"),
+    ]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(
+        end.path,
+        ["work", "check", "work", "check", "work", "check", "stuck"]
+    );
+    assert_eq!(
+        w.asked[1],
+        Request::Exec {
+            argv: "git ls-files -c -o -d -t --exclude-standard -z -- src :(exclude).loops/ :(exclude).loopbox/"
+                .split(' ')
+                .map(String::from)
+                .collect(),
+            timeout_ms: Some(30_000),
+            stdin: None,
+        }
+    );
+    // The present files, sorted; the removed one is not hashed.
+    assert_eq!(
+        w.asked[2],
+        Request::Exec {
+            argv: vec!["git".into(), "hash-object".into(), "--stdin-paths".into()],
+            timeout_ms: Some(30_000),
+            stdin: Some("src/a.rs\nsrc/new.rs\n".into()),
+        }
+    );
+    // Nothing in scope: nothing to hash, and the same nothing is a stall.
+    let mut w = Scripted::new(vec![exit(0, ""), exit(0, ""), exit(0, ""), exit(0, "")]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["work", "check", "work", "check", "stuck"]);
+    // A failing git is an `error`, routed as any.
+    let errs = yaml.replace("on_no: stuck", "on_no: stuck\n    on_error: stuck");
+    let mut w = Scripted::new(vec![exit(0, ""), exit(128, "")]);
+    assert_eq!(
+        run(&lp(&errs), &Map::new(), &mut w).path,
+        ["work", "check", "stuck"]
+    );
+}
+
 #[test]
 fn stall_evaluators_keep_their_state_in_the_run() {
-    let yaml = "name: d\ninitial: work\nmax_steps: 20\nstates:\n  work:\n    action: x\n    next: check\n  check:\n    evaluate:\n      type: diff_stall\n      max_stall: 2\n    on_yes: work\n    on_no: stuck\n  stuck:\n    terminal: true\n";
+    // As little-loops 1.156 reads the work tree: `git diff --stat`.
+    let yaml = "name: d\nlittle_loops: '1.156'\ninitial: work\nmax_steps: 20\nstates:\n  work:\n    action: x\n    next: check\n  check:\n    evaluate:\n      type: diff_stall\n      max_stall: 2\n    on_yes: work\n    on_no: stuck\n  stuck:\n    terminal: true\n";
     let diff = |s: &str| exit(0, s);
     let mut w = Scripted::new(vec![
         exit(0, ""),
@@ -773,7 +836,8 @@ fn stall_evaluators_keep_their_state_in_the_run() {
         w.asked[1],
         Request::Exec {
             argv: vec!["git".into(), "diff".into(), "--stat".into()],
-            timeout_ms: Some(30_000)
+            timeout_ms: Some(30_000),
+            stdin: None,
         }
     );
 

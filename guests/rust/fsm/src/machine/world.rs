@@ -38,6 +38,8 @@ pub enum Request {
     Exec {
         argv: Vec<String>,
         timeout_ms: Option<u64>,
+        /// Text on the program's stdin (none: stdin is closed).
+        stdin: Option<String>,
     },
     Prompt {
         text: String,

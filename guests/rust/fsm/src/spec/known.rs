@@ -72,6 +72,7 @@ const LOOP_FIELDS: &[&str] = &[
     "prepatch_check",
     "maintain",
     "backoff",
+    "little_loops",
 ];
 
 pub(super) const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[

@@ -60,6 +60,19 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         .positive(p, "max_edge_revisits", "")
         .map_or(DEFAULT_MAX_EDGE_REVISITS, |n| n.min(u32::MAX as u64) as u32);
     let capture_reachability_ok = f.boolean(p, "capture_reachability_ok", "").unwrap_or(false);
+    let release_line = key_line(entries, "little_loops").unwrap_or(root.line);
+    let little_loops = f
+        .string(p, "little_loops", "")
+        .and_then(|text| match super::Release::parse(&text) {
+            Some(r) if r.0 == 1 => Some(r),
+            _ => {
+                p.at(
+                    release_line,
+                    format!("`little_loops` names the little-loops release the loop follows, like `1.156` or `1.167.0`, not `{text}`"),
+                );
+                None
+            }
+        });
     let guards = super::guards::read_guards(&mut f, p, "");
     let maintain = f.boolean(p, "maintain", "").unwrap_or(false);
     let backoff_line = key_line(entries, "backoff").unwrap_or(root.line);
@@ -132,6 +145,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         backoff_ms,
         files: Vec::new(),
         notes: Vec::new(),
+        little_loops,
     })
 }
 
