@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validate little-loops' own loops with `loopbox validate` and count them.
 
-    tests/conformance/corpus.py --loopbox target/debug/loopbox --min 108
+    tests/conformance/corpus.py --loopbox target/debug/loopbox --min 109
     tests/conformance/corpus.py --loopbox target/debug/loopbox --version 1.156.0 --min 103
     tests/conformance/corpus.py --loopbox target/debug/loopbox --extra ~/little-loops/.loops
 

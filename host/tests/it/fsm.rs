@@ -4,6 +4,7 @@
 
 use crate::common;
 mod alias_bomb;
+mod approval;
 mod diff_stall;
 mod idle;
 mod learning;
@@ -324,10 +325,9 @@ fn a_run_killed_mid_loop_resumes_without_redoing_finished_steps() {
 #[test]
 fn validate_reads_notes_or_refuses_each_little_loops_1_167_word() {
     invalid(
-        "name: k\ninitial: a\nllm:\n  model_hint: reasoning\nstates:\n  a:\n    action: Is it ready?\n    action_type: human_approval\n    next: b\n  b:\n    action: make\n    scopes: [github]\n    model_hint: coding\n    evaluate:\n      type: advisor_consult\n      question: Go on?\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
+        "name: k\ninitial: a\nllm:\n  model_hint: reasoning\nstates:\n  a:\n    action: echo ready\n    action_type: shell\n    next: b\n  b:\n    action: make\n    scopes: [github]\n    model_hint: coding\n    evaluate:\n      type: advisor_consult\n      question: Go on?\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
         &[
             "4: llm: `model_hint` is not supported by loopbox: loopbox has no model-hint table: name the model with `model:`",
-            "8: state `a`: `action_type: human_approval` is not supported by loopbox yet: nobody would be asked, so its approve, reject, edit and timeout routes cannot be told apart; until it is, ask with a `prompt` state judged by `llm_structured`, or end the loop at a terminal state and start the next part after a person has looked",
             "12: state `b`: `scopes` is not supported by loopbox: a loopbox command inherits no host variable but those the user lists in loopbox.toml's `[shell] pass_env`; list them there and drop `scopes`",
             "13: state `b`: `model_hint` is not supported by loopbox: loopbox has no model-hint table: name the model with `model:`, or an agent profile of loopbox.toml with `agent:`",
             "15: state `b`: evaluate: evaluator `advisor_consult` is not supported by loopbox: loopbox has no advisor: judge with `type: llm_structured` and a `prompt`, or run your own consult as the state's action and route on its answer with `type: classify`",
@@ -338,6 +338,14 @@ fn validate_reads_notes_or_refuses_each_little_loops_1_167_word() {
     noted(
         "name: l\ninitial: a\nabstention_route_ok: true\ncontext:\n  gate: ''\n  base: 3\nstates:\n  a:\n    action: \"run ${context.gate:shell:default=true} ${context.none:default=x:shell} ${context.none?:shell}\"\n    evaluate:\n      type: exit_code\n      abstain_on_exit_3: true\n    on_yes: b\n    on_no: b\n    on_cannot_judge: b\n  b:\n    action: echo 2\n    evaluate:\n      type: convergence\n      target: 0\n      reference: ${context.base}\n    route:\n      target: done\n      progress: done\n      stall: done\n  done:\n    terminal: true\n",
         &[],
+    );
+    // human_approval runs, routed as little-loops routes an approval no
+    // operator can answer; validate says so.
+    noted(
+        "name: o\ninitial: a\nstates:\n  a:\n    action: Ship it?\n    action_type: human_approval\n    on_yes: done\n    on_no: done\n    on_edit: fix\n  fix:\n    action: \"echo ${captured.a.edit}\"\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "5: state `a`: `action_type: human_approval` asks no one in loopbox yet: every visit routes `timeout` (else `no`), as little-loops routes it when no operator can be reached (no terminal, no `--serve`); answering through `loopbox runs approve|deny` is not implemented",
+        ],
     );
     noted(
         "name: n\ninitial: a\nstates:\n  a:\n    action: \"echo ${context.counts:default={}\"\n    next: done\n  done:\n    terminal: true\n",

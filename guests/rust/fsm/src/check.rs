@@ -82,6 +82,14 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
                 })
                 .map(|s| s.name.as_str()),
         )
+        // A human_approval state keeps its answer under its own name
+        // (little-loops' `_validate_capture_reachability`, FEAT-1794).
+        .chain(
+            lp.states
+                .iter()
+                .filter(|s| matches!(s.action, Some(Action::HumanApproval(_))))
+                .map(|s| s.name.as_str()),
+        )
         .collect();
     let has_sub = lp.states.iter().any(|s| s.sub.is_some());
     for s in &lp.states {
@@ -105,6 +113,16 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
         }
         unrouted_verdicts(lp, s, notes);
         unwatched_idle(lp, s, notes);
+        if matches!(s.action, Some(Action::HumanApproval(_))) {
+            notes.push(at(
+                &lp.files,
+                s.action_line,
+                format!(
+                    "state `{}`: `action_type: human_approval` asks no one in loopbox yet: every visit routes `timeout` (else `no`), as little-loops routes it when no operator can be reached (no terminal, no `--serve`); answering through `loopbox runs approve|deny` is not implemented",
+                    s.name
+                ),
+            ));
+        }
         references(lp, &captures, has_sub, s, &mut out, notes);
     }
     if !known(&lp.initial) {
@@ -192,6 +210,8 @@ fn unrouted_verdicts(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
     let kind = match (&s.evaluate, &s.action) {
         (Some(e), _) => &e.kind,
         (None, Some(Action::Mcp { .. })) => &EvalKind::McpResult,
+        // Its verdicts are the person's (see `unanswered` below).
+        (None, Some(Action::HumanApproval(_))) => return,
         (None, Some(a)) if !a.is_prompt() => &EvalKind::ExitCode {
             abstain_on_exit_3: false,
         },
@@ -247,9 +267,12 @@ fn unwatched_idle(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
 fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
     let mut out = Vec::new();
     match &s.action {
-        Some(Action::Shell(t) | Action::Prompt(t) | Action::SlashCommand(t)) => {
-            out.push(("action", t.clone(), s.action_line))
-        }
+        Some(
+            Action::Shell(t)
+            | Action::Prompt(t)
+            | Action::SlashCommand(t)
+            | Action::HumanApproval(t),
+        ) => out.push(("action", t.clone(), s.action_line)),
         Some(Action::Exec(argv)) => {
             out.extend(argv.iter().map(|a| ("exec", a.clone(), s.action_line)))
         }

@@ -237,9 +237,12 @@ pub fn referenced_context(lp: &Loop) -> std::collections::BTreeSet<String> {
     for state in &lp.states {
         let mut templates: Vec<&str> = Vec::new();
         match &state.action {
-            Some(Action::Shell(t) | Action::Prompt(t) | Action::SlashCommand(t)) => {
-                templates.push(t)
-            }
+            Some(
+                Action::Shell(t)
+                | Action::Prompt(t)
+                | Action::SlashCommand(t)
+                | Action::HumanApproval(t),
+            ) => templates.push(t),
             Some(Action::Exec(argv)) => templates.extend(argv.iter().map(String::as_str)),
             Some(Action::Mcp { tool, params }) => {
                 templates.push(tool);

@@ -232,5 +232,8 @@ pub(super) fn request(r: &Run, state: &State, action: &Action) -> Result<Request
             profile: state.agent.clone(),
         },
         Action::Mcp { .. } => return Err("an MCP tool call is not a host request".into()),
+        Action::HumanApproval(_) => {
+            return Err("a human approval is not a host request".into());
+        }
     })
 }

@@ -29,6 +29,7 @@ use crate::interp::{self, Scope};
 use crate::spec::Loop;
 
 mod actions;
+mod approval;
 pub mod diff_stall;
 mod evaluate;
 mod guarded;

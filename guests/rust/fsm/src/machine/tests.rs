@@ -379,6 +379,30 @@ fn idle_timeout_wraps_shell_actions_and_reads_the_kill_back() {
     assert!(matches!(&w.asked[0], Request::Script { source, .. } if source == "make"));
 }
 
+/// `action_type: human_approval`: nobody is asked yet, so every visit is
+/// little-loops' headless answer: the `timeout` route, else `no`, and the
+/// state's capture says so. No host request is made.
+#[test]
+fn human_approval_routes_as_an_approval_nobody_answered() {
+    let yaml = "name: h\ninitial: prepare\nstates:\n  prepare:\n    action: echo plan\n    capture: proposal\n    next: check\n  check:\n    action: '${captured.proposal.output} Approve?'\n    action_type: human_approval\n    on_yes: approved\n    on_no: rejected\n    on_edit: revise\n    on_timeout: waited\n  revise:\n    action: 'echo ${captured.check.edit}'\n    next: approved\n  report:\n    action: 'echo ${captured.check.verdict} ${captured.check.reason}'\n    next: rejected\n  approved:\n    terminal: true\n  rejected:\n    terminal: true\n    failure: true\n  waited:\n    action: 'echo ${captured.check.verdict}/${captured.check.reason}/${captured.check.edit}'\n    next: rejected\n";
+    let mut w = Scripted::new(vec![exit(0, "plan"), exit(0, "")]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["prepare", "check", "waited", "rejected"]);
+    assert_eq!(w.asked.len(), 2, "the approval made no request");
+    assert!(
+        matches!(&w.asked[1], Request::Script { source, .. } if source == "echo timeout/headless/"),
+        "{:?}",
+        w.asked[1]
+    );
+    // Without `on_timeout`: the `no` route.
+    let no_timeout = yaml.replace("    on_timeout: waited\n", "");
+    let mut w = Scripted::new(vec![exit(0, "plan")]);
+    assert_eq!(
+        run(&lp(&no_timeout), &Map::new(), &mut w).path,
+        ["prepare", "check", "rejected"]
+    );
+}
+
 #[test]
 fn max_retries_counts_consecutive_reentries() {
     let yaml = "name: r\ninitial: poll\nstates:\n  poll:\n    action: check\n    on_yes: done\n    on_no: $current\n    max_retries: 2\n    on_retry_exhausted: gave-up\n  done:\n    terminal: true\n  gave-up:\n    terminal: true\n    failure: true\n";

@@ -257,6 +257,8 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
                     );
                 }
             }
+            // Nobody is asked yet: it needs nothing (`validate` notes it).
+            Some(Action::HumanApproval(_)) => {}
             Some(Action::Prompt(_) | Action::SlashCommand(_)) => {
                 add(
                     prompts_key.clone(),
