@@ -125,7 +125,7 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
 /// took it (1.167 stops the run at it: `validate` notes it, see
 /// [`crate::check`]).
 /// Returns `(path, default, optional, shell)`.
-fn suffixes<'a>(
+pub(crate) fn suffixes<'a>(
     body: &'a str,
     raw: &str,
 ) -> Result<(std::borrow::Cow<'a, str>, Option<String>, bool, bool), String> {

@@ -261,10 +261,15 @@ pub fn referenced_context(lp: &Loop) -> std::collections::BTreeSet<String> {
             for (i, _) in t.match_indices("${context.") {
                 let rest = &t[i + "${context.".len()..];
                 let raw = &rest[..rest.find(['}', '.']).unwrap_or(rest.len())];
-                if raw.is_empty() || raw.contains(":default=") || raw.ends_with('?') {
-                    continue;
+                // The suffixes read as the engine reads them (1.167's
+                // `parse_interpolation_suffixes`, in any order); a chain it
+                // cannot read is left for run time, as `ll-loop run` leaves it.
+                match crate::interp::suffixes(raw, raw) {
+                    Ok((name, None, false, _)) if !name.is_empty() => {
+                        keys.insert(name.into_owned());
+                    }
+                    _ => {}
                 }
-                keys.insert(raw.strip_suffix(":shell").unwrap_or(raw).to_string());
             }
         }
     }
@@ -376,7 +381,8 @@ mod tests {
         // `?` and values skip; `:shell` is stripped; sorted.
         let l = lp(concat!(
             "name: l\ninitial: a\ncontext:\n  set: 1\nstates:\n  a:\n",
-            "    action: 'echo ${context.zeta:shell} ${context.alpha.sub} ${context.d:default=x} ${context.o?} ${context.set} ${context.run_dir}'\n",
+            // With 1.167's combinations, each with a fallback.
+            "    action: 'echo ${context.zeta:shell} ${context.alpha.sub} ${context.d:default=x} ${context.o?} ${context.set} ${context.run_dir} ${context.p:shell:default=y} ${context.q?:shell} ${context.r:shell?} ${context.s:default=z:shell}'\n",
             "    evaluate:\n      type: llm_structured\n      prompt: 'is ${context.mid} done?'\n",
             "    next: done\n  done:\n    terminal: true\n",
         ));
