@@ -350,7 +350,13 @@ fn validate_reads_notes_or_refuses_each_little_loops_1_167_word() {
     noted(
         "name: n\ninitial: a\nstates:\n  a:\n    action: \"echo ${context.counts:default={}\"\n    next: done\n  done:\n    terminal: true\n",
         &[
-            "5: state `a`: action: `${context.counts:default={}`: little-loops 1.167 stops the run at this state (a `:default=` value may not hold `{`; 1.156 and loopbox take it as text); put the text in `context` and refer to it",
+            "5: state `a`: action: `${context.counts:default={}`: a `:default=` value may not hold `{` (the reference ends at the first `}`; little-loops 1.167 stops here, 1.158 and earlier took it as text); put the text in `context` and refer to it; the state fails there when it runs",
+        ],
+    );
+    noted(
+        "name: n\nlittle_loops: '1.156'\ninitial: a\nstates:\n  a:\n    action: \"echo ${context.counts:default={} ${context.x:shell:default=y}\"\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "6: state `a`: action: `${context.x:shell:default=y}`: little-loops 1.156 does not combine `:shell` with `:default=` or `?` (1.159 and later do); follow a later release (`little_loops:`), or drop one suffix; the state fails there when it runs",
         ],
     );
     noted(

@@ -364,11 +364,15 @@ fn references(
                     continue;
                 }
             };
-            if r.default.as_deref().is_some_and(|d| d.contains('{')) {
+            // What the release stops at only when the state runs: a note.
+            if let Some(why) = interp::release_refuses(&r, lp.release()) {
                 notes.push(at(
                     &lp.files,
                     line,
-                    format!("state `{}`: {field}: `{}`: little-loops 1.167 stops the run at this state (a `:default=` value may not hold `{{`; 1.156 and loopbox take it as text); put the text in `context` and refer to it", s.name, r.raw),
+                    format!(
+                        "state `{}`: {field}: {why}; the state fails there when it runs",
+                        s.name
+                    ),
                 ));
             }
             if r.default.is_some() || r.optional {

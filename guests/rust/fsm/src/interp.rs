@@ -16,6 +16,8 @@
 
 use serde_json::Value;
 
+use crate::spec::Release;
+
 pub const NAMESPACES: &[&str] = &[
     "context", "captured", "prev", "state", "loop", "param", "env",
 ];
@@ -34,6 +36,8 @@ pub struct Ref {
     pub optional: bool,
     /// `:shell`: the value quoted as one shell word.
     pub shell: bool,
+    /// `:shell` with `:default=` or `?`, which little-loops reads from 1.159.
+    pub combined: bool,
     /// The reference as written, `${...}` included.
     pub raw: String,
 }
@@ -110,6 +114,7 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
     }
     Ok(Ref {
         path,
+        combined: shell && (default.is_some() || optional),
         default,
         optional,
         shell,
@@ -121,9 +126,9 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
 /// little-loops 1.167's `parse_interpolation_suffixes` reads it: `:shell`
 /// counts just before `:default=` or at the very end (after a default's text
 /// or after `?`), anything else is the default's literal text; `?` with
-/// `:default=` is ambiguous. A default holding `{` is text here, as 1.156
-/// took it (1.167 stops the run at it: `validate` notes it, see
-/// [`crate::check`]).
+/// `:default=` is ambiguous. What a given release refuses when the state
+/// runs (a chain before 1.159, a `{` in a default from it) is
+/// [`release_refuses`]'s.
 /// Returns `(path, default, optional, shell)`.
 pub(crate) fn suffixes<'a>(
     body: &'a str,
@@ -186,6 +191,32 @@ pub fn refs(template: &str) -> Vec<Result<Ref, String>> {
 /// Looks a reference up: `None` when it does not exist (yet).
 pub trait Scope {
     fn lookup(&self, path: &[String]) -> Result<Option<Value>, String>;
+    /// The little-loops release whose reading of the suffixes applies
+    /// (see [`release_refuses`]).
+    fn release(&self) -> Release {
+        Release::NEWEST
+    }
+}
+
+/// Why `r` stops the state under `release`, as that release's engine raises
+/// it when the state runs: before 1.159 `:shell` combined with a fallback,
+/// from 1.159 a `:default=` value holding `{`.
+pub fn release_refuses(r: &Ref, release: Release) -> Option<String> {
+    if release < Release::SUFFIX_CHAINS && r.combined {
+        Some(format!(
+            "`{}`: little-loops {release} does not combine `:shell` with `:default=` or `?` (1.159 and later do); follow a later release (`little_loops:`), or drop one suffix",
+            r.raw
+        ))
+    } else if release >= Release::SUFFIX_CHAINS
+        && r.default.as_deref().is_some_and(|d| d.contains('{'))
+    {
+        Some(format!(
+            "`{}`: a `:default=` value may not hold `{{` (the reference ends at the first `}}`; little-loops {release} stops here, 1.158 and earlier took it as text); put the text in `context` and refer to it",
+            r.raw
+        ))
+    } else {
+        None
+    }
 }
 
 /// Fill in a template. Errors name the reference and why it is missing.
@@ -194,6 +225,9 @@ pub fn render(template: &str, scope: &dyn Scope) -> Result<String, String> {
     for piece in parse(template)? {
         match piece {
             Piece::Text(t) => out.push_str(&t),
+            Piece::Ref(r) if release_refuses(&r, scope.release()).is_some() => {
+                return Err(release_refuses(&r, scope.release()).unwrap_or_default());
+            }
             Piece::Ref(r) => match scope.lookup(&r.path)? {
                 Some(v) if r.shell => out.push_str(&shell_quote(&as_text(&v))),
                 Some(v) => out.push_str(&as_text(&v)),
@@ -433,6 +467,42 @@ mod tests {
         }
     }
 
+    /// A scope read as `release` reads the suffixes.
+    struct Old(Json, Release);
+
+    impl Scope for Old {
+        fn lookup(&self, path: &[String]) -> Result<Option<Value>, String> {
+            self.0.lookup(path)
+        }
+        fn release(&self) -> Release {
+            self.1
+        }
+    }
+
+    /// Each release's reading, as its own `interpolate` raises it (1.156.0,
+    /// 1.158.0: a chain is refused, a `{` is text; 1.159.0 on: the reverse).
+    #[test]
+    fn the_suffixes_follow_the_release_the_run_follows() {
+        let at = |r| Old(Json(json!({"context": {"n": 3}})), r);
+        let old = at(Release(1, 156));
+        assert_eq!(
+            render("${context.gone:default={}", &old).as_deref(),
+            Ok("{")
+        );
+        assert_eq!(
+            render("${context.gone:default=x}", &old).as_deref(),
+            Ok("x")
+        );
+        let e = render("${context.n:shell:default=9}", &old).unwrap_err();
+        assert!(e.contains("little-loops 1.156 does not combine"), "{e}");
+        assert!(render("${context.gone?:shell}", &at(Release(1, 158))).is_err());
+        let new = at(Release(1, 159));
+        assert_eq!(render("${context.gone?:shell}", &new).as_deref(), Ok("''"));
+        let e = render("${context.gone:default={}", &new).unwrap_err();
+        assert!(e.contains("may not hold `{`"), "{e}");
+        assert!(render("${context.gone:default={}", &at(Release::NEWEST)).is_err());
+    }
+
     #[test]
     fn shell_combines_with_a_default_or_optional_as_in_little_loops_1_167() {
         // Each answer as little-loops 1.167.0's `interpolate` gives it.
@@ -454,8 +524,6 @@ mod tests {
             ("${context.n:shell:default=9}", "3"),
             // A present null is not missing: no default, but still one word.
             ("${context.none:shell:default=9}", "''"),
-            // 1.156's reading (1.167 raises at run time; validate notes it).
-            ("${context.gone:default={}", "{"),
             ("[${context.none:default=9}]", "[]"),
         ];
         for (t, want) in cases {

@@ -135,6 +135,10 @@ struct Run<'a> {
 }
 
 impl Scope for Run<'_> {
+    fn release(&self) -> crate::spec::Release {
+        self.lp.release()
+    }
+
     fn lookup(&self, path: &[String]) -> Result<Option<Value>, String> {
         let rest = &path[1..];
         let found = match path[0].as_str() {

@@ -110,6 +110,10 @@ impl Release {
     /// and untracked, instead of comparing `git diff --stat`, and keeps its
     /// count per state (little-loops 1.166.0's evaluators).
     pub const DIFF_STALL_FINGERPRINT: Release = Release(1, 166);
+    /// `:shell` combines with `:default=` or `?`, and a `:default=` value
+    /// holding `{` stops the state (little-loops 1.159.0's
+    /// `parse_interpolation_suffixes`); before it, the reverse.
+    pub const SUFFIX_CHAINS: Release = Release(1, 159);
 
     /// `1.156`, `1.156.0`.
     pub fn parse(text: &str) -> Option<Release> {
