@@ -117,11 +117,12 @@ pub fn payload(
     run_dir: &str,
     workspace: &Path,
 ) -> Result<String> {
-    payload_delayed(lp, file, input, run_dir, workspace, None)
+    payload_delayed(lp, file, input, run_dir, workspace, None, None)
 }
 
 /// [`payload`] with `ll-loop run --delay`'s seconds: the run parks that long
-/// (a `sleep` decision) before its first state.
+/// (a `sleep` decision) before its first state; and `--little-loops`, the
+/// release the run follows where little-loops' releases differ.
 pub fn payload_delayed(
     lp: &Loop,
     file: &LoopFile,
@@ -129,9 +130,17 @@ pub fn payload_delayed(
     run_dir: &str,
     workspace: &Path,
     delay: Option<f64>,
+    little_loops: Option<&str>,
 ) -> Result<String> {
     if let Some(d) = delay.filter(|d| !d.is_finite() || *d < 0.0) {
         anyhow::bail!("--delay must be a number of seconds, 0 or more, not {d}");
+    }
+    if let Some(r) = little_loops
+        && loopbox_fsm::spec::Release::parse(r).is_none()
+    {
+        anyhow::bail!(
+            "--little-loops must name a little-loops release like 1.156 or 1.167.0, not `{r}`"
+        );
     }
     let workspace = workspace
         .canonicalize()
@@ -145,6 +154,7 @@ pub fn payload_delayed(
         run_dir: Some(workspace.join(run_dir).to_string_lossy().into_owned()),
         workspace: Some(workspace.to_string_lossy().into_owned()),
         delay,
+        little_loops: little_loops.map(str::to_string),
     };
     loopbox_fsm::start::context(lp, &start).map_err(anyhow::Error::msg)?;
     Ok(start.to_json().to_string())
@@ -432,12 +442,12 @@ mod tests {
         );
         let input = r#"{"issue": "BUG-1"}"#;
         let delayed: serde_json::Value = serde_json::from_str(
-            &payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(0.5)).unwrap(),
+            &payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(0.5), None).unwrap(),
         )
         .unwrap();
         assert_eq!(delayed["delay"], 0.5);
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
-            let e = payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(bad))
+            let e = payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(bad), None)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("--delay must be a number of seconds"), "{e}");

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Validate little-loops' own loops with `loopbox validate` and count them.
 
-    tests/conformance/corpus.py --loopbox target/debug/loopbox --min 101
+    tests/conformance/corpus.py --loopbox target/debug/loopbox --min 109
+    tests/conformance/corpus.py --loopbox target/debug/loopbox --version 1.156.0 --min 103
     tests/conformance/corpus.py --loopbox target/debug/loopbox --extra ~/little-loops/.loops
 
-Fetches the little-loops wheel (1.156.0) from PyPI with pip (nothing is
+Fetches the little-loops wheel (1.167.0 unless `--version` names another) from PyPI with pip (nothing is
 installed and nothing of it is kept), lays its `loops/` directory out in a
 scratch workspace as it ships (`lib/` fragment libraries beside the loops),
 and validates every loop: `loops/*.yaml` and `loops/oracles/*.yaml`, plus the
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import zipfile
 
-VERSION = "1.156.0"
+VERSION = "1.167.0"
 
 
 def main() -> int:
@@ -28,14 +29,16 @@ def main() -> int:
     ap.add_argument("--loopbox", required=True)
     ap.add_argument("--min", type=int, default=0)
     ap.add_argument("--extra", action="append", default=[])
+    ap.add_argument("--version", default=VERSION, help="the little-loops release whose loops are validated")
     args = ap.parse_args()
+    version = args.version
     loopbox = str(pathlib.Path(args.loopbox).resolve())
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
              "--disable-pip-version-check", "--dest", str(tmp / "wheel"),
-             f"little-loops=={VERSION}"],
+             f"little-loops=={version}"],
             check=True,
         )
         wheel = next((tmp / "wheel").glob("*.whl"))
@@ -65,7 +68,7 @@ def main() -> int:
             else:
                 problems = [l for l in o.stderr.splitlines() if not l.startswith(("note:", "error:"))]
                 refused.append((rel, problems[0] if problems else o.stderr.strip()))
-        print(f"little-loops {VERSION}: loopbox validate accepts {accepted} of {len(loops)} loops")
+        print(f"little-loops {version}: loopbox validate accepts {accepted} of {len(loops)} loops")
         for rel, first in refused:
             print(f"  refused {rel}: {first}")
         return 0 if accepted >= args.min else 1

@@ -5,6 +5,7 @@ enters, how it ends and its exit code, into traces.json.
     python3 -m venv /tmp/ll && /tmp/ll/bin/pip install little-loops==1.156.0 pytest
     tests/conformance/record.py /tmp/ll/bin/ll-loop              # every case
     tests/conformance/record.py /tmp/ll/bin/ll-loop CASE.yaml... # these, the rest kept
+    tests/conformance/record.py /tmp/ll167/bin/ll-loop --1.167      # NEW_CASES, into traces-1.167.json
 
 Each case runs in a fresh scratch directory holding a copy of loops/, with
 `ll-loop run LOOP.yaml [INPUT] --no-llm --no-lock`; the path is read from
@@ -91,6 +92,17 @@ CASES = [
     ("prepatch-clean.yaml", None),
 ]
 
+# Cases of what little-loops 1.167 changed or added (issue 46), recorded with
+# 1.167.0 into traces-1.167.json (`--1.167`); traces.json stays 1.156.0's.
+NEW_CASES = [
+    ("shell-default.yaml", None),
+    ("abstain-exit-3.yaml", None),
+    ("convergence-reference.yaml", None),
+    ("idle-timeout.yaml", None),
+    ("human-approval.yaml", None),
+    ("diff-stall-untracked.yaml", None),
+]
+
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`
 # checks it out); loopbox's test makes the same (`common::branch_fixture`).
 BRANCHED = {"worktree.yaml"}
@@ -151,8 +163,9 @@ def run(ll_loop: str, loop: str, given: str | None) -> dict:
             argv.append("--no-llm")
         argv += ["--no-lock", "--quiet"]
         # Its own session: little-loops kills its process group at an MCP timeout.
+        # No terminal on stdin: a `human_approval` state has no operator to ask.
         done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300, env=env,
-                              start_new_session=True)
+                              start_new_session=True, stdin=subprocess.DEVNULL)
         events = sorted((work / ".loops" / ".history").glob("*/events.jsonl"))
         events = [e for e in events if f"-{loop.removesuffix('.yaml')}" in e.parent.name] or events
         path, ending = [], {}
@@ -185,18 +198,22 @@ def main() -> None:
         capture_output=True, text=True,
     ).stdout.strip() or "unknown"
     only = set(sys.argv[2:])
+    cases, file = CASES, HERE / "traces.json"
+    if "--1.167" in only:
+        only.discard("--1.167")
+        cases, file = NEW_CASES, HERE / "traces-1.167.json"
     kept = {}
     if only:
-        old = json.loads((HERE / "traces.json").read_text())
+        old = json.loads(file.read_text())
         kept = {(t["loop"], t["input"]): t for t in old["traces"]}
     traces = [
         run(ll_loop, loop, given)
         if not only or loop in only or (loop, given) not in kept
         else kept[(loop, given)]
-        for loop, given in CASES
+        for loop, given in cases
     ]
     out = {"little_loops": version, "traces": traces}
-    (HERE / "traces.json").write_text(json.dumps(out, indent=2) + "\n")
+    file.write_text(json.dumps(out, indent=2) + "\n")
     for t in traces:
         print(f"{t['loop']:32} exit {t['exit_code']:3} {t['terminated_by']:10} {' > '.join(t['path'])}")
 

@@ -2,7 +2,10 @@
 //! through `loopbox run` (the real `builtin:fsm` component, real `sh`
 //! processes in the sandbox) and must take the path little-loops took and end
 //! the way it ended. `tests/conformance/traces.json` holds what little-loops
-//! 1.156 did, recorded by `tests/conformance/record.py` from a fetched copy.
+//! 1.156 did, and `traces-1.167.json` what 1.167 did with the cases of what it
+//! changed (issue 46), each recorded by `tests/conformance/record.py` from a
+//! fetched copy; loopbox runs each file's cases following that release
+//! (`--little-loops`).
 
 use crate::common;
 
@@ -13,13 +16,11 @@ use std::path::Path;
 use common::*;
 use serde_json::Value;
 
-fn traces() -> Vec<Value> {
-    let text = std::fs::read_to_string(repo().join("tests/conformance/traces.json")).unwrap();
+/// The traces of `file`, which must name `release` as the one they were recorded with.
+fn traces(file: &str, release: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo().join("tests/conformance").join(file)).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(
-        v["little_loops"], "1.156.0",
-        "the traces name their version"
-    );
+    assert_eq!(v["little_loops"], release, "the traces name their version");
     v["traces"].as_array().unwrap().clone()
 }
 
@@ -32,9 +33,9 @@ struct Ran {
     stderr: String,
 }
 
-fn run(dir: &Path, loop_file: &str, input: Option<&str>) -> Ran {
+fn run(dir: &Path, loop_file: &str, input: Option<&str>, release: &str) -> Ran {
     let file = format!(".loops/{loop_file}");
-    let mut args = vec!["run", file.as_str(), "--json"];
+    let mut args = vec!["run", file.as_str(), "--json", "--little-loops", release];
     if let Some(i) = input {
         args.extend(["--input", i]);
     }
@@ -64,10 +65,24 @@ fn run(dir: &Path, loop_file: &str, input: Option<&str>) -> Ran {
 
 #[test]
 fn loops_take_the_path_little_loops_takes_and_end_the_same_way() {
-    let traces = traces();
+    let traces = traces("traces.json", "1.156.0");
     assert!(traces.len() >= 20, "{} traces", traces.len());
+    same_paths(&traces, "1.156.0");
+}
+
+/// What little-loops 1.167 changed or added: `:shell` with a default, the
+/// exit-3 abstention, convergence's reference, `idle_timeout`, an approval
+/// nobody can answer, and `diff_stall`'s fingerprint.
+#[test]
+fn loops_take_the_path_little_loops_1_167_takes() {
+    let traces = traces("traces-1.167.json", "1.167.0");
+    assert!(traces.len() >= 6, "{} traces", traces.len());
+    same_paths(&traces, "1.167.0");
+}
+
+fn same_paths(traces: &[Value], release: &str) {
     let mut failures = Vec::new();
-    for t in &traces {
+    for t in traces {
         let loop_file = t["loop"].as_str().unwrap();
         let input = t["input"].as_str();
         let dir = conformance_workspace();
@@ -75,7 +90,7 @@ fn loops_take_the_path_little_loops_takes_and_end_the_same_way() {
             branch_fixture(dir.path());
         }
         fixture_commit(dir.path(), loop_file.trim_end_matches(".yaml"));
-        let ran = run(dir.path(), loop_file, input);
+        let ran = run(dir.path(), loop_file, input, release);
         let want_path: Vec<String> = t["path"]
             .as_array()
             .unwrap()
@@ -130,7 +145,7 @@ fn loops_take_the_path_little_loops_takes_and_end_the_same_way() {
 #[test]
 fn a_different_path_is_caught() {
     let dir = conformance_workspace();
-    let ran = run(dir.path(), "next-on-error.yaml", None);
+    let ran = run(dir.path(), "next-on-error.yaml", None, "1.156.0");
     assert_eq!(ran.path, ["fails", "passes", "done"], "{}", ran.stderr);
     assert_ne!(ran.path, ["fails", "unreachable_by_next", "done"]);
 }

@@ -4,6 +4,9 @@
 
 use crate::common;
 mod alias_bomb;
+mod approval;
+mod diff_stall;
+mod idle;
 mod learning;
 mod mcp;
 mod parked;
@@ -317,6 +320,55 @@ fn a_run_killed_mid_loop_resumes_without_redoing_finished_steps() {
     );
 }
 
+/// little-loops 1.167's new words: each read with its meaning, noted with
+/// what differs, or refused with what to do instead; none passes unremarked.
+#[test]
+fn validate_reads_notes_or_refuses_each_little_loops_1_167_word() {
+    invalid(
+        "name: k\ninitial: a\nllm:\n  model_hint: reasoning\nstates:\n  a:\n    action: echo ready\n    action_type: shell\n    next: b\n  b:\n    action: make\n    scopes: [github]\n    model_hint: coding\n    evaluate:\n      type: advisor_consult\n      question: Go on?\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
+        &[
+            "4: llm: `model_hint` is not supported by loopbox: loopbox has no model-hint table: name the model with `model:`",
+            "12: state `b`: `scopes` is not supported by loopbox: a loopbox command inherits no host variable but those the user lists in loopbox.toml's `[shell] pass_env`; list them there and drop `scopes`",
+            "13: state `b`: `model_hint` is not supported by loopbox: loopbox has no model-hint table: name the model with `model:`, or an agent profile of loopbox.toml with `agent:`",
+            "15: state `b`: evaluate: evaluator `advisor_consult` is not supported by loopbox: loopbox has no advisor: judge with `type: llm_structured` and a `prompt`, or run your own consult as the state's action and route on its answer with `type: classify`",
+        ],
+    );
+    // Read as little-loops 1.167 reads them: no note. The `_ok` flags only
+    // silence little-loops' own lint.
+    noted(
+        "name: l\ninitial: a\nabstention_route_ok: true\ncontext:\n  gate: ''\n  base: 3\nstates:\n  a:\n    action: \"run ${context.gate:shell:default=true} ${context.none:default=x:shell} ${context.none?:shell}\"\n    evaluate:\n      type: exit_code\n      abstain_on_exit_3: true\n    on_yes: b\n    on_no: b\n    on_cannot_judge: b\n  b:\n    action: echo 2\n    evaluate:\n      type: convergence\n      target: 0\n      reference: ${context.base}\n    route:\n      target: done\n      progress: done\n      stall: done\n  done:\n    terminal: true\n",
+        &[],
+    );
+    // human_approval runs, routed as little-loops routes an approval no
+    // operator can answer; validate says so.
+    noted(
+        "name: o\ninitial: a\nstates:\n  a:\n    action: Ship it?\n    action_type: human_approval\n    on_yes: done\n    on_no: done\n    on_edit: fix\n  fix:\n    action: \"echo ${captured.a.edit}\"\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "5: state `a`: `action_type: human_approval` asks no one in loopbox yet: every visit routes `timeout` (else `no`), as little-loops routes it when no operator can be reached (no terminal, no `--serve`); answering through `loopbox runs approve|deny` is not implemented",
+        ],
+    );
+    noted(
+        "name: n\ninitial: a\nstates:\n  a:\n    action: \"echo ${context.counts:default={}\"\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "5: state `a`: action: `${context.counts:default={}`: a `:default=` value may not hold `{` (the reference ends at the first `}`; little-loops 1.167 stops here, 1.158 and earlier took it as text); put the text in `context` and refer to it; the state fails there when it runs",
+        ],
+    );
+    noted(
+        "name: n\nlittle_loops: '1.156'\ninitial: a\nstates:\n  a:\n    action: \"echo ${context.counts:default={} ${context.x:shell:default=y}\"\n    next: done\n  done:\n    terminal: true\n",
+        &[
+            "6: state `a`: action: `${context.x:shell:default=y}`: little-loops 1.156 does not combine `:shell` with `:default=` or `?` (1.159 and later do); follow a later release (`little_loops:`), or drop one suffix; the state fails there when it runs",
+        ],
+    );
+    noted(
+        "name: m\ninitial: a\nartifact_output:\n  from: index.html\nartifact_mode: template\nstates:\n  a:\n    action: make\n    evaluate:\n      type: exit_code\n      question: ignored here\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
+        &[
+            "3: `artifact_output` is read and not acted on: the deliverable is not promoted out of `run_dir`: copy it from there yourself (or in a last shell state) when the run ends",
+            "5: `artifact_mode` is read and not acted on: it describes `artifact_output`'s promotion, which loopbox does not do; the loop's own states read `context.artifact_mode` as usual",
+            "11: state `a`: evaluate: `question` has no meaning for `exit_code` and is ignored",
+        ],
+    );
+}
+
 /// `loopbox validate` on a broken loop: exit 2 and exactly these problems.
 fn invalid(yaml: &str, problems: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
@@ -395,8 +447,8 @@ fn validate_names_each_problem_with_its_line() {
     noted(
         "name: e\ninitial: a\nmax_step: 3\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    next: done\n  done:\n    terminal: true\n",
         &[
-            "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits, tamper_guard, prepatch_check, maintain, backoff)",
-            "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, model, agent, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, worktree, fragment, description, throttle, retryable_exit_codes, type, learning, tamper_guard, prepatch_check, params, on_maintain, on_<verdict>)",
+            "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, default_idle_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits, tamper_guard, prepatch_check, maintain, backoff, little_loops)",
+            "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, idle_timeout, model, agent, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, worktree, fragment, description, throttle, retryable_exit_codes, type, learning, tamper_guard, prepatch_check, params, on_maintain, on_<verdict>)",
         ],
     );
     invalid(
@@ -515,7 +567,8 @@ states:
             "  missing  [agent]: the judge (`llm_structured`) (state `fix`)",
             "  granted  shell.scripts = true: shell text (`action`) (state `checks`)",
             "  missing  shell.network = true: runs gh: without the network it fails in the sandbox, and its verdict changes (state `checks`)",
-            "  missing  shell.allow [\"git\", \"diff\"]: `diff_stall` runs `git diff --stat` (state `checks`)",
+            "  missing  shell.allow [\"git\", \"ls-files\"]: `diff_stall` runs `git ls-files -c -o -d -t --exclude-standard -z -- . ':(exclude).loops/' ':(exclude).loopbox/'` (state `checks`)",
+            "  missing  shell.allow [\"git\", \"hash-object\"]: `diff_stall` runs `git hash-object --stdin-paths` (state `checks`)",
         ],
         "{out}"
     );
@@ -544,7 +597,7 @@ states:
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains(
-            "note: a run needs what loopbox.toml does not grant: [agent], shell.network = true, shell.allow [\"git\", \"diff\"]; `loopbox validate --grants loop.yaml` lists each state's needs"
+            "note: a run needs what loopbox.toml does not grant: [agent], shell.network = true, shell.allow [\"git\", \"ls-files\"], shell.allow [\"git\", \"hash-object\"]; `loopbox validate --grants loop.yaml` lists each state's needs"
         ),
         "{}",
         text(&o.stderr)

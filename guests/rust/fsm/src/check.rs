@@ -82,6 +82,14 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
                 })
                 .map(|s| s.name.as_str()),
         )
+        // A human_approval state keeps its answer under its own name
+        // (little-loops' `_validate_capture_reachability`, FEAT-1794).
+        .chain(
+            lp.states
+                .iter()
+                .filter(|s| matches!(s.action, Some(Action::HumanApproval(_))))
+                .map(|s| s.name.as_str()),
+        )
         .collect();
     let has_sub = lp.states.iter().any(|s| s.sub.is_some());
     for s in &lp.states {
@@ -104,6 +112,17 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
             }
         }
         unrouted_verdicts(lp, s, notes);
+        unwatched_idle(lp, s, notes);
+        if matches!(s.action, Some(Action::HumanApproval(_))) {
+            notes.push(at(
+                &lp.files,
+                s.action_line,
+                format!(
+                    "state `{}`: `action_type: human_approval` asks no one in loopbox yet: every visit routes `timeout` (else `no`), as little-loops routes it when no operator can be reached (no terminal, no `--serve`); answering through `loopbox runs approve|deny` is not implemented",
+                    s.name
+                ),
+            ));
+        }
         references(lp, &captures, has_sub, s, &mut out, notes);
     }
     if !known(&lp.initial) {
@@ -191,7 +210,11 @@ fn unrouted_verdicts(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
     let kind = match (&s.evaluate, &s.action) {
         (Some(e), _) => &e.kind,
         (None, Some(Action::Mcp { .. })) => &EvalKind::McpResult,
-        (None, Some(a)) if !a.is_prompt() => &EvalKind::ExitCode,
+        // Its verdicts are the person's (see `unanswered` below).
+        (None, Some(Action::HumanApproval(_))) => return,
+        (None, Some(a)) if !a.is_prompt() => &EvalKind::ExitCode {
+            abstain_on_exit_3: false,
+        },
         _ => return,
     };
     let verdicts: &[&str] = match kind {
@@ -221,14 +244,35 @@ fn unrouted_verdicts(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
     }
 }
 
+/// `idle_timeout` on a state whose action loopbox does not watch for
+/// silence: little-loops ends a silent prompt too; here the action runs to
+/// its `timeout` (see [`crate::idle`]), so `validate` says so.
+fn unwatched_idle(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
+    let watched = matches!(s.action, None | Some(Action::Shell(_)));
+    if watched || s.idle_timeout_s.unwrap_or(0) == 0 {
+        return;
+    }
+    notes.push(at(
+        &lp.files,
+        s.action_line,
+        format!(
+            "state `{}`: `idle_timeout` ends shell actions only in loopbox: this action runs until its `timeout` (give one, or make the state a shell action)",
+            s.name
+        ),
+    ));
+}
+
 /// Templates in a state, with what they are for messages.
 /// Templates in a state, with what they are and their line, for messages.
 fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
     let mut out = Vec::new();
     match &s.action {
-        Some(Action::Shell(t) | Action::Prompt(t) | Action::SlashCommand(t)) => {
-            out.push(("action", t.clone(), s.action_line))
-        }
+        Some(
+            Action::Shell(t)
+            | Action::Prompt(t)
+            | Action::SlashCommand(t)
+            | Action::HumanApproval(t),
+        ) => out.push(("action", t.clone(), s.action_line)),
         Some(Action::Exec(argv)) => {
             out.extend(argv.iter().map(|a| ("exec", a.clone(), s.action_line)))
         }
@@ -275,9 +319,13 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
                 target,
                 tolerance,
                 previous,
+                reference,
                 ..
             } => {
-                for n in [target, tolerance] {
+                for n in [Some(target), Some(tolerance), reference.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
                     if let Number::Expr(t) = n {
                         add("evaluate", t);
                     }
@@ -316,6 +364,17 @@ fn references(
                     continue;
                 }
             };
+            // What the release stops at only when the state runs: a note.
+            if let Some(why) = interp::release_refuses(&r, lp.release()) {
+                notes.push(at(
+                    &lp.files,
+                    line,
+                    format!(
+                        "state `{}`: {field}: {why}; the state fails there when it runs",
+                        s.name
+                    ),
+                ));
+            }
             if r.default.is_some() || r.optional {
                 continue;
             }

@@ -190,11 +190,13 @@ pub fn output_json(output: &str, path: &str, op: Op, target: &Value) -> Verdict 
     }
 }
 
-/// `target` within `tolerance`; else `progress` when it moved the right way
-/// since `previous` (or there is no previous), else `stall`.
+/// `stall` when worse than the frozen `reference`; else `target` within
+/// `tolerance`; else `progress` when it moved the right way since `previous`
+/// (or there is no previous), else `stall` (little-loops 1.167's order).
 pub fn convergence(
     output: &str,
     previous: Option<f64>,
+    reference: Option<f64>,
     target: f64,
     tolerance: f64,
     direction: Direction,
@@ -205,6 +207,23 @@ pub fn convergence(
             format!("the output is not a number: `{}`", preview(output)),
         );
     };
+    if let Some(base) = reference {
+        let regressed = match direction {
+            Direction::Minimize => current > base,
+            Direction::Maximize => current < base,
+        };
+        if regressed {
+            return v(
+                "stall",
+                format!(
+                    "{} is worse than the reference {} (target {})",
+                    fmt(current),
+                    fmt(base),
+                    fmt(target)
+                ),
+            );
+        }
+    }
     if (current - target).abs() <= tolerance {
         v(
             "target",
@@ -587,9 +606,35 @@ mod tests {
         ];
         for ((out, prev, target, tol, dir), want) in cases {
             assert_eq!(
-                convergence(out, prev, target, tol, dir).verdict,
+                convergence(out, prev, None, target, tol, dir).verdict,
                 want,
                 "{out} {prev:?}"
+            );
+        }
+    }
+
+    /// `reference` as little-loops 1.167.0's `evaluate_convergence` reads
+    /// it: worse than the baseline is `stall` before the target is looked
+    /// at; as good or better goes on as without it.
+    #[test]
+    fn convergence_reference_is_checked_before_the_target() {
+        let cases = [
+            // Within tolerance of the target but worse than the baseline.
+            (("0.9", None, Some(0.95), 0.9, 0.02, Maximize), "stall"),
+            (("0.9", None, Some(0.9), 0.9, 0.02, Maximize), "target"),
+            (
+                ("0.5", Some(0.4), Some(0.3), 0.9, 0.0, Maximize),
+                "progress",
+            ),
+            (("5", Some(6.0), Some(4.0), 0.0, 0.0, Minimize), "stall"),
+            (("4", Some(6.0), Some(4.0), 0.0, 0.0, Minimize), "progress"),
+            (("0", None, Some(4.0), 0.0, 0.0, Minimize), "target"),
+        ];
+        for ((out, prev, reference, target, tol, dir), want) in cases {
+            assert_eq!(
+                convergence(out, prev, reference, target, tol, dir).verdict,
+                want,
+                "{out} {prev:?} {reference:?}"
             );
         }
     }

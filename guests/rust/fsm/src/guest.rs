@@ -10,6 +10,7 @@
 use loopbox_guest::{ActionError, Decision, Event, Info, Output, Policy, log, state, workspace};
 
 use crate::machine::{self, Level, Out, Request, World};
+use crate::spec::Release;
 
 /// The state keys a parked run is kept under (in chunks: one state value is
 /// capped by `limits.state_value_bytes`, the loop's text may be larger).
@@ -67,6 +68,9 @@ impl Policy for Fsm {
             log::info(&format!("note: {note}"));
         }
         lp.backoff_ms = start.backoff_ms(&lp);
+        if let Some(r) = start.little_loops.as_deref().and_then(Release::parse) {
+            lp.little_loops = Some(r);
+        }
         let mut host = Host { cwd: None };
         let outcome = machine::start(&lp, &context, start.workspace.as_deref(), &mut host);
         settle(&lp, &input, outcome, &mut host)
@@ -124,6 +128,9 @@ fn wake() -> Result<Decision, String> {
             )
         })?;
     lp.backoff_ms = start.backoff_ms(&lp);
+    if let Some(r) = start.little_loops.as_deref().and_then(Release::parse) {
+        lp.little_loops = Some(r);
+    }
     let mut host = Host { cwd: None };
     let outcome = machine::resume(&lp, saved, &mut host);
     settle(&lp, &input, outcome, &mut host)
@@ -188,6 +195,7 @@ fn out(o: Output) -> Out {
         duration_ms: o.duration_ms,
         timed_out: o.timed_out,
         truncated: o.truncated,
+        idle: false,
     }
 }
 
@@ -204,8 +212,15 @@ impl World for Host {
                     timeout_ms,
                 }))
             }
-            Request::Exec { argv, timeout_ms } => {
+            Request::Exec {
+                argv,
+                timeout_ms,
+                stdin,
+            } => {
                 let mut cmd = loopbox_guest::exec(argv);
+                if let Some(text) = &stdin {
+                    cmd = cmd.stdin(text);
+                }
                 if let Some(dir) = &self.cwd {
                     cmd = cmd.cwd(dir);
                 }

@@ -5,13 +5,18 @@
 //! (the previous state's `output`, `exit_code`, `stderr`, `state`, `result`),
 //! `state.name`, `state.iteration`, `loop.name`, `loop.step`,
 //! `loop.elapsed_ms`, `loop.elapsed`, `param.*` (a fragment's `with:`
-//! bindings) and `env.PWD` (the workspace directory; no other variable). Suffixes, one at a time as in little-loops: `:default=TEXT`,
-//! `?` (missing is empty) and `:shell` (quoted as one shell word, like
-//! Python's `shlex.quote`). `$${` is a literal `${`. A missing reference
+//! bindings) and `env.PWD` (the workspace directory; no other variable).
+//! Suffixes as little-loops 1.167 reads them: `:default=TEXT` (missing is
+//! TEXT), `?` (missing is empty) and `:shell` (quoted as one shell word, like
+//! Python's `shlex.quote`, the fallback too); `:shell` combines with either
+//! (`:shell:default=x`, `:default=x:shell`, `?:shell`, `:shell?`), the other
+//! two do not. `$${` is a literal `${`. A missing reference
 //! without a suffix is an error that names it. Values read as little-loops'
 //! Python `str()` writes them: `True`, `3.0`, `['a', 'b']`.
 
 use serde_json::Value;
+
+use crate::spec::Release;
 
 pub const NAMESPACES: &[&str] = &[
     "context", "captured", "prev", "state", "loop", "param", "env",
@@ -31,6 +36,8 @@ pub struct Ref {
     pub optional: bool,
     /// `:shell`: the value quoted as one shell word.
     pub shell: bool,
+    /// `:shell` with `:default=` or `?`, which little-loops reads from 1.159.
+    pub combined: bool,
     /// The reference as written, `${...}` included.
     pub raw: String,
 }
@@ -76,19 +83,7 @@ fn scan(template: &str) -> Vec<Result<Piece, String>> {
 }
 
 fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
-    let (mut expr, mut default, mut optional, mut shell) = (body, None, false, false);
-    if let Some((e, d)) = body.split_once(":default=") {
-        if e.ends_with('?') || e.ends_with(":shell") {
-            return Err(format!(
-                "`{raw}`: `:default=`, `?` and `:shell` cannot be combined"
-            ));
-        }
-        (expr, default) = (e, Some(d.to_string()));
-    } else if let Some(e) = body.strip_suffix('?') {
-        (expr, optional) = (e, true);
-    } else if let Some(e) = body.strip_suffix(":shell") {
-        (expr, shell) = (e, true);
-    }
+    let (expr, default, optional, shell) = suffixes(body, &raw)?;
     let expr = expr.trim();
     if expr.is_empty() {
         return Err(format!(
@@ -119,11 +114,52 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
     }
     Ok(Ref {
         path,
+        combined: shell && (default.is_some() || optional),
         default,
         optional,
         shell,
         raw,
     })
+}
+
+/// The `:default=`, `?` and `:shell` chain off a reference's body, as
+/// little-loops 1.167's `parse_interpolation_suffixes` reads it: `:shell`
+/// counts just before `:default=` or at the very end (after a default's text
+/// or after `?`), anything else is the default's literal text; `?` with
+/// `:default=` is ambiguous. What a given release refuses when the state
+/// runs (a chain before 1.159, a `{` in a default from it) is
+/// [`release_refuses`]'s.
+/// Returns `(path, default, optional, shell)`.
+pub(crate) fn suffixes<'a>(
+    body: &'a str,
+    raw: &str,
+) -> Result<(std::borrow::Cow<'a, str>, Option<String>, bool, bool), String> {
+    use std::borrow::Cow;
+    let mut shell = false;
+    let mut rest: Cow<'a, str> = Cow::Borrowed(body);
+    if body.contains(":shell:default=") {
+        rest = Cow::Owned(body.replacen(":shell:default=", ":default=", 1));
+        shell = true;
+    } else if let Some(e) = body.strip_suffix(":shell?") {
+        rest = Cow::Owned(format!("{e}?"));
+        shell = true;
+    } else if let Some(e) = body.strip_suffix(":shell") {
+        rest = Cow::Borrowed(e);
+        shell = true;
+    }
+    if let Some((e, d)) = rest.split_once(":default=") {
+        if e.ends_with('?') {
+            return Err(format!(
+                "`{raw}`: `:default=` and `?` cannot be combined (a missing value is either the default or empty): keep one"
+            ));
+        }
+        let (e, d) = (e.to_string(), d.to_string());
+        return Ok((Cow::Owned(e), Some(d), false, shell));
+    }
+    match rest.strip_suffix('?') {
+        Some(e) => Ok((Cow::Owned(e.to_string()), None, true, shell)),
+        None => Ok((rest, None, false, shell)),
+    }
 }
 
 fn example(ns: &str) -> &'static str {
@@ -155,6 +191,32 @@ pub fn refs(template: &str) -> Vec<Result<Ref, String>> {
 /// Looks a reference up: `None` when it does not exist (yet).
 pub trait Scope {
     fn lookup(&self, path: &[String]) -> Result<Option<Value>, String>;
+    /// The little-loops release whose reading of the suffixes applies
+    /// (see [`release_refuses`]).
+    fn release(&self) -> Release {
+        Release::NEWEST
+    }
+}
+
+/// Why `r` stops the state under `release`, as that release's engine raises
+/// it when the state runs: before 1.159 `:shell` combined with a fallback,
+/// from 1.159 a `:default=` value holding `{`.
+pub fn release_refuses(r: &Ref, release: Release) -> Option<String> {
+    if release < Release::SUFFIX_CHAINS && r.combined {
+        Some(format!(
+            "`{}`: little-loops {release} does not combine `:shell` with `:default=` or `?` (1.159 and later do); follow a later release (`little_loops:`), or drop one suffix",
+            r.raw
+        ))
+    } else if release >= Release::SUFFIX_CHAINS
+        && r.default.as_deref().is_some_and(|d| d.contains('{'))
+    {
+        Some(format!(
+            "`{}`: a `:default=` value may not hold `{{` (the reference ends at the first `}}`; little-loops {release} stops here, 1.158 and earlier took it as text); put the text in `context` and refer to it",
+            r.raw
+        ))
+    } else {
+        None
+    }
 }
 
 /// Fill in a template. Errors name the reference and why it is missing.
@@ -163,13 +225,22 @@ pub fn render(template: &str, scope: &dyn Scope) -> Result<String, String> {
     for piece in parse(template)? {
         match piece {
             Piece::Text(t) => out.push_str(&t),
+            Piece::Ref(r) if release_refuses(&r, scope.release()).is_some() => {
+                return Err(release_refuses(&r, scope.release()).unwrap_or_default());
+            }
             Piece::Ref(r) => match scope.lookup(&r.path)? {
                 Some(v) if r.shell => out.push_str(&shell_quote(&as_text(&v))),
                 Some(v) => out.push_str(&as_text(&v)),
-                None if r.default.is_some() => {
-                    out.push_str(r.default.as_deref().unwrap_or_default())
+                // The fallback is quoted too under `:shell`: a missing value
+                // is still one shell word (`''` when empty).
+                None if r.default.is_some() || r.optional => {
+                    let fallback = r.default.as_deref().unwrap_or_default();
+                    if r.shell {
+                        out.push_str(&shell_quote(fallback))
+                    } else {
+                        out.push_str(fallback)
+                    }
                 }
-                None if r.optional => {}
                 None => {
                     return Err(format!(
                         "`{}` refers to nothing: {}",
@@ -394,16 +465,83 @@ mod tests {
         for (t, want) in cases {
             assert_eq!(render(t, &s).unwrap(), want, "{t}");
         }
-        // As in little-loops, the suffixes do not combine.
-        assert!(
-            parse("${context.odd:shell:default=x}")
-                .unwrap_err()
-                .contains("cannot be combined")
+    }
+
+    /// A scope read as `release` reads the suffixes.
+    struct Old(Json, Release);
+
+    impl Scope for Old {
+        fn lookup(&self, path: &[String]) -> Result<Option<Value>, String> {
+            self.0.lookup(path)
+        }
+        fn release(&self) -> Release {
+            self.1
+        }
+    }
+
+    /// Each release's reading, as its own `interpolate` raises it (1.156.0,
+    /// 1.158.0: a chain is refused, a `{` is text; 1.159.0 on: the reverse).
+    #[test]
+    fn the_suffixes_follow_the_release_the_run_follows() {
+        let at = |r| Old(Json(json!({"context": {"n": 3}})), r);
+        let old = at(Release(1, 156));
+        assert_eq!(
+            render("${context.gone:default={}", &old).as_deref(),
+            Ok("{")
         );
-        assert!(
-            parse("${context.odd?:default=x}")
-                .unwrap_err()
-                .contains("cannot be combined")
+        assert_eq!(
+            render("${context.gone:default=x}", &old).as_deref(),
+            Ok("x")
         );
+        let e = render("${context.n:shell:default=9}", &old).unwrap_err();
+        assert!(e.contains("little-loops 1.156 does not combine"), "{e}");
+        assert!(render("${context.gone?:shell}", &at(Release(1, 158))).is_err());
+        let new = at(Release(1, 159));
+        assert_eq!(render("${context.gone?:shell}", &new).as_deref(), Ok("''"));
+        let e = render("${context.gone:default={}", &new).unwrap_err();
+        assert!(e.contains("may not hold `{`"), "{e}");
+        assert!(render("${context.gone:default={}", &at(Release::NEWEST)).is_err());
+    }
+
+    #[test]
+    fn shell_combines_with_a_default_or_optional_as_in_little_loops_1_167() {
+        // Each answer as little-loops 1.167.0's `interpolate` gives it.
+        let s = Json(json!({"context": {"odd": "a b", "none": null, "n": 3}}));
+        let cases = [
+            ("${context.odd:shell:default=x}", "'a b'"),
+            ("${context.gone:shell:default=true}", "true"),
+            ("${context.gone:shell:default=}", "''"),
+            ("${context.gone:shell:default=a b}", "'a b'"),
+            ("${context.gone:default=a b:shell}", "'a b'"),
+            ("${context.gone:default=a:shell:b}", "a:shell:b"),
+            // `:shell:default=` wins; a trailing `:shell` is then the default's text.
+            ("${context.gone:shell:default=v:shell}", "v:shell"),
+            ("${context.gone:shell:default=v w:shell}", "'v w:shell'"),
+            ("${context.gone?:shell}", "''"),
+            ("${context.gone:shell?}", "''"),
+            ("[${context.gone?}]", "[]"),
+            ("${context.odd?:shell}", "'a b'"),
+            ("${context.n:shell:default=9}", "3"),
+            // A present null is not missing: no default, but still one word.
+            ("${context.none:shell:default=9}", "''"),
+            ("[${context.none:default=9}]", "[]"),
+        ];
+        for (t, want) in cases {
+            assert_eq!(render(t, &s).as_deref(), Ok(want), "{t}");
+        }
+        let refused = [
+            (
+                "${context.odd?:default=x}",
+                "`:default=` and `?` cannot be combined",
+            ),
+            (
+                "${context.odd:shell?:default=x}",
+                "`:default=` and `?` cannot be combined",
+            ),
+        ];
+        for (t, want) in refused {
+            let err = parse(t).unwrap_err();
+            assert!(err.contains(want), "{t}: {err}");
+        }
     }
 }

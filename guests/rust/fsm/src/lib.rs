@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod eval;
+pub mod idle;
 pub mod interp;
 pub mod learning;
 pub mod load;

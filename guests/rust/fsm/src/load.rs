@@ -378,7 +378,7 @@ mod tests {
         let a = &lp.states[0];
         assert!(matches!(
             a.evaluate.as_ref().map(|e| &e.kind),
-            Some(crate::spec::EvalKind::ExitCode)
+            Some(crate::spec::EvalKind::ExitCode { .. })
         ));
         let f = a.fragment.as_ref().unwrap();
         assert_eq!(

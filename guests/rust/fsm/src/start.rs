@@ -26,6 +26,9 @@ pub struct Start {
     /// Seconds to pause after each route, in place of the loop's `backoff`
     /// (`loopbox run --delay`, as `ll-loop run --delay`).
     pub delay: Option<f64>,
+    /// `loopbox run --little-loops 1.156`: the release the run follows, over
+    /// the loop's own `little_loops:` (see [`crate::spec::Release`]).
+    pub little_loops: Option<String>,
 }
 
 impl Start {
@@ -52,6 +55,7 @@ impl Start {
             ("input", &self.input),
             ("run_dir", &self.run_dir),
             ("workspace", &self.workspace),
+            ("little_loops", &self.little_loops),
         ] {
             if let Some(v) = value {
                 m.insert(name.into(), json!(v));
@@ -89,6 +93,14 @@ pub fn parse(input: &str) -> Result<Start, String> {
             let input = text(&mut m, "input")?;
             let run_dir = text(&mut m, "run_dir")?;
             let workspace = text(&mut m, "workspace")?;
+            let little_loops = text(&mut m, "little_loops")?;
+            if let Some(v) = &little_loops
+                && crate::spec::Release::parse(v).is_none()
+            {
+                return Err(format!(
+                    "`little_loops` in the input names a release like `1.156` or `1.167.0`, not `{v}`"
+                ));
+            }
             let delay = match m.remove("delay") {
                 None | Some(Value::Null) => None,
                 Some(Value::Number(n)) => n.as_f64().filter(|d| d.is_finite() && *d >= 0.0),
@@ -101,7 +113,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
             };
             if let Some(k) = m.keys().next() {
                 return Err(format!(
-                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay)"
+                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay, little_loops)"
                 ));
             }
             Ok(Start {
@@ -112,6 +124,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
                 run_dir,
                 workspace,
                 delay,
+                little_loops,
             })
         }
         _ => Err(
@@ -224,9 +237,12 @@ pub fn referenced_context(lp: &Loop) -> std::collections::BTreeSet<String> {
     for state in &lp.states {
         let mut templates: Vec<&str> = Vec::new();
         match &state.action {
-            Some(Action::Shell(t) | Action::Prompt(t) | Action::SlashCommand(t)) => {
-                templates.push(t)
-            }
+            Some(
+                Action::Shell(t)
+                | Action::Prompt(t)
+                | Action::SlashCommand(t)
+                | Action::HumanApproval(t),
+            ) => templates.push(t),
             Some(Action::Exec(argv)) => templates.extend(argv.iter().map(String::as_str)),
             Some(Action::Mcp { tool, params }) => {
                 templates.push(tool);
@@ -245,10 +261,15 @@ pub fn referenced_context(lp: &Loop) -> std::collections::BTreeSet<String> {
             for (i, _) in t.match_indices("${context.") {
                 let rest = &t[i + "${context.".len()..];
                 let raw = &rest[..rest.find(['}', '.']).unwrap_or(rest.len())];
-                if raw.is_empty() || raw.contains(":default=") || raw.ends_with('?') {
-                    continue;
+                // The suffixes read as the engine reads them (1.167's
+                // `parse_interpolation_suffixes`, in any order); a chain it
+                // cannot read is left for run time, as `ll-loop run` leaves it.
+                match crate::interp::suffixes(raw, raw) {
+                    Ok((name, None, false, _)) if !name.is_empty() => {
+                        keys.insert(name.into_owned());
+                    }
+                    _ => {}
                 }
-                keys.insert(raw.strip_suffix(":shell").unwrap_or(raw).to_string());
             }
         }
     }
@@ -280,8 +301,14 @@ mod tests {
             run_dir: Some(".loops/runs/r1/".into()),
             workspace: None,
             delay: Some(0.5),
+            little_loops: Some("1.156.0".into()),
         };
         assert_eq!(parse(&start.to_json().to_string()), Ok(start));
+        assert!(
+            parse(r#"{"yaml": "name: a", "little_loops": "latest"}"#)
+                .unwrap_err()
+                .contains("names a release like `1.156`")
+        );
         assert_eq!(parse("\"name: b\"").unwrap().path, "loop.yaml");
         assert!(parse("{}").unwrap_err().contains("needs `yaml`"));
         assert!(
@@ -354,7 +381,8 @@ mod tests {
         // `?` and values skip; `:shell` is stripped; sorted.
         let l = lp(concat!(
             "name: l\ninitial: a\ncontext:\n  set: 1\nstates:\n  a:\n",
-            "    action: 'echo ${context.zeta:shell} ${context.alpha.sub} ${context.d:default=x} ${context.o?} ${context.set} ${context.run_dir}'\n",
+            // With 1.167's combinations, each with a fallback.
+            "    action: 'echo ${context.zeta:shell} ${context.alpha.sub} ${context.d:default=x} ${context.o?} ${context.set} ${context.run_dir} ${context.p:shell:default=y} ${context.q?:shell} ${context.r:shell?} ${context.s:default=z:shell}'\n",
             "    evaluate:\n      type: llm_structured\n      prompt: 'is ${context.mid} done?'\n",
             "    next: done\n  done:\n    terminal: true\n",
         ));

@@ -432,6 +432,7 @@ fn command(
         .act(Request::Exec {
             argv,
             timeout_ms: Some(timeout_ms),
+            stdin: None,
         })
         .map_err(|e| {
             format!(
@@ -517,6 +518,7 @@ fn hash(world: &mut dyn World, paths: &BTreeSet<String>, targets: &[ConfigTarget
         let out = match world.act(Request::Exec {
             argv,
             timeout_ms: Some(HASH_TIMEOUT_MS),
+            stdin: None,
         }) {
             Ok(o) => o,
             Err(e) => {

@@ -101,7 +101,7 @@ pub fn conformance_workspace() -> tempfile::TempDir {
     std::fs::write(
         dir.path().join("loopbox.toml"),
         format!(
-            "[shell]\nscripts = true\npath = \"{}:/usr/local/bin:/usr/bin:/bin\"\nallow = [[\"git\", \"ls-files\"], [\"git\", \"diff\"], [\"git\", \"merge-base\"], [\"git\", \"show\"], [\"sha256sum\"]]\n\n\
+            "[shell]\nscripts = true\npath = \"{}:/usr/local/bin:/usr/bin:/bin\"\nallow = [[\"git\", \"ls-files\"], [\"git\", \"diff\"], [\"git\", \"hash-object\"], [\"git\", \"merge-base\"], [\"git\", \"show\"], [\"sha256sum\"]]\n\n\
              [agent]\ncommand = [\"./.loops/judge-agent\", \"{{prompt}}\"]\noutput = \"text\"\n\n[agents.loop-specialist]\nargs = [\"--agent\", \"loop-specialist\"]\n\n\
              [worktree]\nallow = true\n\n[workspace]\nread = [\".\"]\nrestore = [\"**/test_*.py\", \"**/*_test.py\", \"**/tests/**\", \"conftest.py\", \"**/conftest.py\"]\n\n\
              [mcp.servers.probe]\ncommand = [\"python3\", \".loops/mcp-server.py\"]\ntools = [\"echo\", \"fail\", \"nope\"]\n",

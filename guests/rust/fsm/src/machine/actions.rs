@@ -60,7 +60,12 @@ impl<'a> Machine<'a> {
         match request(&self.r, state, action) {
             Err(e) => Acted::Refused(e),
             Ok(req) => match world.act(req) {
-                Ok(out) => Acted::Ran(out),
+                Ok(mut out) => {
+                    if idle_secs(&self.r, state, action).is_some() {
+                        crate::idle::read(&mut out);
+                    }
+                    Acted::Ran(out)
+                }
                 Err(e) => Acted::Refused(e),
             },
         }
@@ -118,13 +123,20 @@ impl<'a> Machine<'a> {
 /// What `${prev.*}` reads after a state ran.
 pub(super) fn prev_record(state: &State, acted: &Acted) -> Value {
     match acted {
-        // `timeout_kind`: "wall" when the action ran out of time, else None
-        // (little-loops' `executor.py`, `prev_result`; loopbox has no idle timeout).
+        // `timeout_kind`: "wall" when the action ran out of time, "idle" when
+        // `idle_timeout` ended it, else None (little-loops' `executor.py`,
+        // `prev_result`).
         Acted::Ran(out) => json!({
             "output": out.stdout, "exit_code": out.code(), "state": state.name,
             "stderr": out.stderr, "duration_ms": out.duration_ms,
             "result": markers::action_result(&out.stdout),
-            "timeout_kind": if out.timed_out { json!("wall") } else { Value::Null },
+            "timeout_kind": if out.timed_out {
+                json!("wall")
+            } else if out.idle {
+                json!("idle")
+            } else {
+                Value::Null
+            },
         }),
         _ => json!({"output": "", "exit_code": 0, "state": state.name, "timeout_kind": null}),
     }
@@ -169,6 +181,20 @@ fn mcp_call(
     crate::mcp::call(world, &spec, &Value::Object(args), timeout_ms)
 }
 
+/// The seconds of silence that end a shell action: the state's
+/// `idle_timeout`, else the loop's `default_idle_timeout` (0 is off, as
+/// little-loops' `state.idle_timeout or fsm.default_idle_timeout or 0`).
+/// Prompts and `exec:` states are not watched (`validate` notes it).
+fn idle_secs(r: &Run, state: &State, action: &Action) -> Option<u64> {
+    if !matches!(action, Action::Shell(_)) {
+        return None;
+    }
+    [state.idle_timeout_s, r.lp.default_idle_timeout_s]
+        .into_iter()
+        .flatten()
+        .find(|s| *s > 0)
+}
+
 /// The state's action as a host request, its text interpolated.
 pub(super) fn request(r: &Run, state: &State, action: &Action) -> Result<Request, String> {
     let render = |t: &str| interp::render(t, r).map_err(|e| format!("action: {e}"));
@@ -177,12 +203,16 @@ pub(super) fn request(r: &Run, state: &State, action: &Action) -> Result<Request
     let timeout_ms = state.timeout_s.or(r.lp.default_timeout_s).map(|s| s * 1000);
     Ok(match action {
         Action::Shell(text) => Request::Script {
-            source: render(text)?,
+            source: match idle_secs(r, state, action) {
+                Some(secs) => crate::idle::wrap(&render(text)?, secs),
+                None => render(text)?,
+            },
             timeout_ms,
         },
         Action::Exec(argv) => Request::Exec {
             argv: argv.iter().map(|a| render(a)).collect::<Result<_, _>>()?,
             timeout_ms,
+            stdin: None,
         },
         // `agent:` is read as written, never interpolated; a slash command
         // (the learning remedy included) keeps it, as little-loops'
@@ -202,5 +232,8 @@ pub(super) fn request(r: &Run, state: &State, action: &Action) -> Result<Request
             profile: state.agent.clone(),
         },
         Action::Mcp { .. } => return Err("an MCP tool call is not a host request".into()),
+        Action::HumanApproval(_) => {
+            return Err("a human approval is not a host request".into());
+        }
     })
 }

@@ -39,7 +39,9 @@ pub(super) fn evaluate(
             };
             &default_kind
         }
-        _ => &EvalKind::ExitCode,
+        _ => &EvalKind::ExitCode {
+            abstain_on_exit_3: false,
+        },
     };
     let code = out.map_or(0, Out::code);
     let text = match state.evaluate.as_ref().and_then(|e| e.source.as_ref()) {
@@ -59,7 +61,7 @@ pub(super) fn evaluate(
         }
         let reads_exit_code = matches!(
             kind,
-            EvalKind::ExitCode
+            EvalKind::ExitCode { .. }
                 | EvalKind::LlmStructured { .. }
                 | EvalKind::DiffStall { .. }
                 | EvalKind::HistoryStall { .. }
@@ -75,7 +77,17 @@ pub(super) fn evaluate(
         }
     }
     Ok(match kind {
-        EvalKind::ExitCode => eval::exit_code(code),
+        EvalKind::ExitCode { abstain_on_exit_3 } => {
+            let v = eval::exit_code(code);
+            if *abstain_on_exit_3 && code == 3 {
+                Verdict {
+                    verdict: eval::CANNOT_JUDGE.into(),
+                    detail: "exit 3: the check abstained (abstain_on_exit_3)".into(),
+                }
+            } else {
+                v
+            }
+        }
         EvalKind::OutputContains {
             pattern,
             negate,
@@ -94,7 +106,22 @@ pub(super) fn evaluate(
             tolerance,
             direction,
             previous,
+            reference,
         } => {
+            // little-loops reads the frozen baseline first; one that is set
+            // but is no number fails closed.
+            let reference = match reference {
+                None => None,
+                Some(n) => match number(n, r, "reference") {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        return Ok(Verdict {
+                            verdict: "error".into(),
+                            detail: format!("cannot resolve the reference: {e}"),
+                        });
+                    }
+                },
+            };
             let target = number(target, r, "target")?;
             let tolerance = number(tolerance, r, "tolerance")?;
             // little-loops compares with `previous:` only; without it there is
@@ -104,34 +131,21 @@ pub(super) fn evaluate(
                     .ok()
                     .and_then(|s| s.trim().parse::<f64>().ok())
             });
-            eval::convergence(&text, previous, target, tolerance, *direction)
+            eval::convergence(&text, previous, reference, target, tolerance, *direction)
         }
         EvalKind::Classify { line } => eval::classify(&text, *line),
         EvalKind::HarborScorer => eval::harbor_scorer(&text, code),
         EvalKind::McpResult => crate::mcp::verdict(&text, code),
         EvalKind::DiffStall { scope, max_stall } => {
-            let mut argv: Vec<String> = ["git", "diff", "--stat"].map(String::from).to_vec();
-            if !scope.is_empty() {
-                argv.push("--".into());
-                argv.extend(scope.iter().cloned());
-            }
-            let key = format!("diff:{}", scope.join("|"));
-            match world.act(Request::Exec {
-                argv,
-                timeout_ms: Some(30_000),
-            }) {
-                Ok(o) if o.code() == 0 => {
-                    let last = r.stalls.entry(key).or_default();
-                    eval::repeat_stall(last, o.stdout, *max_stall, "git diff --stat")
+            let reading = super::diff_stall::read(r.lp.release(), &state.name, scope, world)?;
+            match reading.text {
+                Ok(text) => {
+                    let last = r.stalls.entry(reading.key).or_default();
+                    eval::repeat_stall(last, text, *max_stall, reading.what)
                 }
-                Ok(o) => Verdict {
+                Err(detail) => Verdict {
                     verdict: "error".into(),
-                    detail: format!("git diff failed: {}", preview(&o.stderr)),
-                },
-                Err(e) if e.starts_with(BUDGET_EXHAUSTED) => return Err(e),
-                Err(e) => Verdict {
-                    verdict: "error".into(),
-                    detail: format!("git diff: {}", preview(&e)),
+                    detail,
                 },
             }
         }

@@ -29,6 +29,8 @@ use crate::interp::{self, Scope};
 use crate::spec::Loop;
 
 mod actions;
+mod approval;
+pub mod diff_stall;
 mod evaluate;
 mod guarded;
 mod guards;
@@ -133,6 +135,10 @@ struct Run<'a> {
 }
 
 impl Scope for Run<'_> {
+    fn release(&self) -> crate::spec::Release {
+        self.lp.release()
+    }
+
     fn lookup(&self, path: &[String]) -> Result<Option<Value>, String> {
         let rest = &path[1..];
         let found = match path[0].as_str() {

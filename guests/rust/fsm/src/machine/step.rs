@@ -219,6 +219,9 @@ impl<'a> Machine<'a> {
         if let Some(sub) = &state.sub {
             return self.sub_loop(state, sub, world);
         }
+        if let Some(crate::spec::Action::HumanApproval(text)) = &state.action {
+            return self.human_approval(state, text, world);
+        }
         if let Some(learning) = &state.learning {
             return self.learning(state, learning, world);
         }

@@ -235,12 +235,15 @@ impl<'a> Machine<'a> {
         let candidates = crate::resolve::loop_candidates(&self.r.lp.file, name.trim());
         let (path, text) = crate::resolve::read_first(&mut files, &candidates)
             .map_err(|e| format!("sub-loop `{name}` cannot be read ({e})"))?;
-        crate::load::load_child(&path, &text, &mut files).map_err(|problems| {
+        let mut child = crate::load::load_child(&path, &text, &mut files).map_err(|problems| {
             format!(
                 "sub-loop `{name}` ({path}) has problems:\n{}",
                 crate::render(&problems)
             )
-        })
+        })?;
+        // A child that names no release follows its parent's.
+        child.little_loops = child.little_loops.or(self.r.lp.little_loops);
+        Ok(child)
     }
 }
 

@@ -299,6 +299,110 @@ fn cannot_judge_reruns_the_state_twice_then_takes_on_error() {
     );
 }
 
+/// `abstain_on_exit_3` (little-loops 1.167): exit 3 is `cannot_judge`,
+/// routed by `on_cannot_judge`; without the flag exit 3 is an error.
+#[test]
+fn abstain_on_exit_3_makes_exit_3_cannot_judge() {
+    let yaml = "name: h\ninitial: verify\nstates:\n  verify:\n    action: ll-harness\n    evaluate:\n      type: exit_code\n      abstain_on_exit_3: true\n    on_yes: done\n    on_no: fix\n    on_cannot_judge: abstained\n    on_error: crashed\n  fix:\n    terminal: true\n  done:\n    terminal: true\n  abstained:\n    terminal: true\n  crashed:\n    terminal: true\n";
+    let path = |yaml: &str, code| {
+        run(
+            &lp(yaml),
+            &Map::new(),
+            &mut Scripted::new(vec![exit(code, "")]),
+        )
+        .path
+    };
+    assert_eq!(path(yaml, 3), ["verify", "abstained"]);
+    assert_eq!(path(yaml, 0), ["verify", "done"]);
+    assert_eq!(path(yaml, 1), ["verify", "fix"]);
+    assert_eq!(path(yaml, 2), ["verify", "crashed"]);
+    let off = yaml.replace("      abstain_on_exit_3: true\n", "");
+    assert_eq!(path(&off, 3), ["verify", "crashed"]);
+}
+
+/// `reference` (little-loops 1.167): interpolated, and one that is set but
+/// not a number is `error`, not ignored.
+#[test]
+fn convergence_reference_fails_closed() {
+    let yaml = "name: c\ninitial: gate\ncontext:\n  base: '0.95'\nstates:\n  gate:\n    action: score\n    evaluate:\n      type: convergence\n      direction: maximize\n      target: 0.9\n      tolerance: 0.02\n      reference: '${context.base}'\n    route:\n      target: commit\n      progress: commit\n      stall: revert\n      error: broken\n  commit:\n    terminal: true\n  revert:\n    terminal: true\n  broken:\n    terminal: true\n";
+    let path = |yaml: &str| {
+        run(
+            &lp(yaml),
+            &Map::new(),
+            &mut Scripted::new(vec![exit(0, "0.9")]),
+        )
+        .path
+    };
+    assert_eq!(path(yaml), ["gate", "revert"]);
+    assert_eq!(path(&yaml.replace("'0.95'", "'0.85'")), ["gate", "commit"]);
+    assert_eq!(path(&yaml.replace("'0.95'", "'n/a'")), ["gate", "broken"]);
+    // 0 is unset, as `if config.reference:` reads it.
+    let zero = yaml
+        .replace("'${context.base}'", "0")
+        .replace("maximize", "minimize");
+    assert_eq!(path(&zero), ["gate", "commit"]);
+}
+
+/// `idle_timeout` (the state's over the loop's `default_idle_timeout`)
+/// wraps a shell action in the silence watch, and the watch's kill reads
+/// back as little-loops reports it: exit 124, an `error`, `timeout_kind` idle.
+#[test]
+fn idle_timeout_wraps_shell_actions_and_reads_the_kill_back() {
+    let yaml = "name: i\ninitial: a\ndefault_idle_timeout: 5\nstates:\n  a:\n    action: make\n    idle_timeout: 2\n    on_yes: done\n    on_error: report\n  report:\n    action: 'echo ${prev.timeout_kind} ${prev.exit_code} ${prev.stderr}'\n    next: done\n  done:\n    terminal: true\n";
+    let killed = Ok(Out {
+        exit_code: Some(124),
+        stderr: format!("{} 2 s\n", crate::idle::MARKER),
+        ..Default::default()
+    });
+    let mut w = Scripted::new(vec![killed, exit(0, "")]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["a", "report", "done"]);
+    let sources: Vec<&str> = w
+        .asked
+        .iter()
+        .map(|r| match r {
+            Request::Script { source, .. } => source.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sources[0], crate::idle::wrap("make", 2));
+    assert_eq!(
+        sources[1],
+        crate::idle::wrap("echo idle 124 Action idle-timed out", 5)
+    );
+    // Without it (or with 0, off) the action is sent as written.
+    let off = yaml
+        .replace("default_idle_timeout: 5\n", "")
+        .replace("idle_timeout: 2", "idle_timeout: 0");
+    let mut w = Scripted::new(vec![exit(0, "")]);
+    run(&lp(&off), &Map::new(), &mut w);
+    assert!(matches!(&w.asked[0], Request::Script { source, .. } if source == "make"));
+}
+
+/// `action_type: human_approval`: nobody is asked yet, so every visit is
+/// little-loops' headless answer: the `timeout` route, else `no`, and the
+/// state's capture says so. No host request is made.
+#[test]
+fn human_approval_routes_as_an_approval_nobody_answered() {
+    let yaml = "name: h\ninitial: prepare\nstates:\n  prepare:\n    action: echo plan\n    capture: proposal\n    next: check\n  check:\n    action: '${captured.proposal.output} Approve?'\n    action_type: human_approval\n    on_yes: approved\n    on_no: rejected\n    on_edit: revise\n    on_timeout: waited\n  revise:\n    action: 'echo ${captured.check.edit}'\n    next: approved\n  report:\n    action: 'echo ${captured.check.verdict} ${captured.check.reason}'\n    next: rejected\n  approved:\n    terminal: true\n  rejected:\n    terminal: true\n    failure: true\n  waited:\n    action: 'echo ${captured.check.verdict}/${captured.check.reason}/${captured.check.edit}'\n    next: rejected\n";
+    let mut w = Scripted::new(vec![exit(0, "plan"), exit(0, "")]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["prepare", "check", "waited", "rejected"]);
+    assert_eq!(w.asked.len(), 2, "the approval made no request");
+    assert!(
+        matches!(&w.asked[1], Request::Script { source, .. } if source == "echo timeout/headless/"),
+        "{:?}",
+        w.asked[1]
+    );
+    // Without `on_timeout`: the `no` route.
+    let no_timeout = yaml.replace("    on_timeout: waited\n", "");
+    let mut w = Scripted::new(vec![exit(0, "plan")]);
+    assert_eq!(
+        run(&lp(&no_timeout), &Map::new(), &mut w).path,
+        ["prepare", "check", "rejected"]
+    );
+}
+
 #[test]
 fn max_retries_counts_consecutive_reentries() {
     let yaml = "name: r\ninitial: poll\nstates:\n  poll:\n    action: check\n    on_yes: done\n    on_no: $current\n    max_retries: 2\n    on_retry_exhausted: gave-up\n  done:\n    terminal: true\n  gave-up:\n    terminal: true\n    failure: true\n";
@@ -354,7 +458,8 @@ fn captures_routes_and_context_feed_later_states() {
         w.asked[0],
         Request::Exec {
             argv: vec!["make".into(), "debug".into()],
-            timeout_ms: None
+            timeout_ms: None,
+            stdin: None,
         }
     );
     assert_eq!(
@@ -673,9 +778,71 @@ fn throttle_circuit_and_retryable_exit_codes_redirect() {
     );
 }
 
+/// `diff_stall` as little-loops 1.166+ reads the work tree (the default):
+/// the files in scope listed with git, the present ones hashed, the
+/// fingerprint compared between visits.
+#[test]
+fn diff_stall_fingerprints_the_files_in_scope_from_1_166() {
+    let yaml = "name: d\ninitial: work\nstates:\n  work:\n    action: x\n    next: check\n  check:\n    evaluate:\n      type: diff_stall\n      scope: [src]\n    on_yes: work\n    on_no: stuck\n  stuck:\n    terminal: true\n";
+    let listing = || {
+        exit(
+            0,
+            "? src/new.rs\0H src/a.rs\0H src/gone.rs\0R src/gone.rs\0",
+        )
+    };
+    let mut w = Scripted::new(vec![
+        exit(0, ""),
+        listing(),
+        exit(0, "h1\nh2\n"),
+        exit(0, ""),
+        listing(),
+        exit(0, "h1\nh3\n"),
+        exit(0, ""),
+        listing(),
+        exit(0, "h1\nh3\n"),
+    ]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(
+        end.path,
+        ["work", "check", "work", "check", "work", "check", "stuck"]
+    );
+    assert_eq!(
+        w.asked[1],
+        Request::Exec {
+            argv: "git ls-files -c -o -d -t --exclude-standard -z -- src :(exclude).loops/ :(exclude).loopbox/"
+                .split(' ')
+                .map(String::from)
+                .collect(),
+            timeout_ms: Some(30_000),
+            stdin: None,
+        }
+    );
+    // The present files, sorted; the removed one is not hashed.
+    assert_eq!(
+        w.asked[2],
+        Request::Exec {
+            argv: vec!["git".into(), "hash-object".into(), "--stdin-paths".into()],
+            timeout_ms: Some(30_000),
+            stdin: Some("src/a.rs\nsrc/new.rs\n".into()),
+        }
+    );
+    // Nothing in scope: nothing to hash, and the same nothing is a stall.
+    let mut w = Scripted::new(vec![exit(0, ""), exit(0, ""), exit(0, ""), exit(0, "")]);
+    let end = run(&lp(yaml), &Map::new(), &mut w);
+    assert_eq!(end.path, ["work", "check", "work", "check", "stuck"]);
+    // A failing git is an `error`, routed as any.
+    let errs = yaml.replace("on_no: stuck", "on_no: stuck\n    on_error: stuck");
+    let mut w = Scripted::new(vec![exit(0, ""), exit(128, "")]);
+    assert_eq!(
+        run(&lp(&errs), &Map::new(), &mut w).path,
+        ["work", "check", "stuck"]
+    );
+}
+
 #[test]
 fn stall_evaluators_keep_their_state_in_the_run() {
-    let yaml = "name: d\ninitial: work\nmax_steps: 20\nstates:\n  work:\n    action: x\n    next: check\n  check:\n    evaluate:\n      type: diff_stall\n      max_stall: 2\n    on_yes: work\n    on_no: stuck\n  stuck:\n    terminal: true\n";
+    // As little-loops 1.156 reads the work tree: `git diff --stat`.
+    let yaml = "name: d\nlittle_loops: '1.156'\ninitial: work\nmax_steps: 20\nstates:\n  work:\n    action: x\n    next: check\n  check:\n    evaluate:\n      type: diff_stall\n      max_stall: 2\n    on_yes: work\n    on_no: stuck\n  stuck:\n    terminal: true\n";
     let diff = |s: &str| exit(0, s);
     let mut w = Scripted::new(vec![
         exit(0, ""),
@@ -693,7 +860,8 @@ fn stall_evaluators_keep_their_state_in_the_run() {
         w.asked[1],
         Request::Exec {
             argv: vec!["git".into(), "diff".into(), "--stat".into()],
-            timeout_ms: Some(30_000)
+            timeout_ms: Some(30_000),
+            stdin: None,
         }
     );
 

@@ -11,6 +11,9 @@ pub struct Out {
     pub timed_out: bool,
     /// The host cut stdout or stderr at `limits.output_bytes`.
     pub truncated: bool,
+    /// Ended by `idle_timeout` (see [`crate::idle`]): exit 124, and
+    /// `${prev.timeout_kind}` is `idle`.
+    pub idle: bool,
 }
 
 impl Out {
@@ -35,6 +38,8 @@ pub enum Request {
     Exec {
         argv: Vec<String>,
         timeout_ms: Option<u64>,
+        /// Text on the program's stdin (none: stdin is closed).
+        stdin: Option<String>,
     },
     Prompt {
         text: String,

@@ -359,6 +359,7 @@ fn git(world: &mut dyn World, args: &[&str]) -> Result<Option<String>, Trouble> 
         .act(Request::Exec {
             argv,
             timeout_ms: Some(GIT_TIMEOUT_MS),
+            stdin: None,
         })
         .map_err(|e| {
             Trouble::Refused(format!(

@@ -50,6 +50,9 @@ pub enum Action {
         tool: String,
         params: serde_json::Map<String, serde_json::Value>,
     },
+    /// `action_type: human_approval`: the question for a person (see
+    /// [`crate::machine`]'s approval module: nobody is asked yet).
+    HumanApproval(String),
 }
 
 impl Action {
@@ -190,6 +193,8 @@ pub(super) fn read_action(
             Some("prompt") => Some(Action::Prompt(text)),
             Some("slash_command") => Some(Action::SlashCommand(text)),
             Some("mcp_tool") => Some(Action::Mcp { tool: text, params }),
+            // little-loops 1.167 (FEAT-1794); `check` notes that nobody is asked.
+            Some("human_approval") => Some(Action::HumanApproval(text)),
             Some(other) => {
                 p.at(
                     action_type_line,

@@ -64,7 +64,9 @@ pub struct Evaluate {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum EvalKind {
-    ExitCode,
+    /// 0 `yes`, 1 `no`, else `error`; with `abstain_on_exit_3` (little-loops
+    /// 1.167, the ll-harness ABSTAIN contract) 3 is `cannot_judge`.
+    ExitCode { abstain_on_exit_3: bool },
     OutputContains {
         pattern: String,
         negate: bool,
@@ -86,6 +88,10 @@ pub enum EvalKind {
         tolerance: Number,
         direction: Direction,
         previous: Option<String>,
+        /// A frozen baseline (little-loops 1.167's ENH-3421): a value worse
+        /// than it is `stall` even within the target's tolerance, and one
+        /// that cannot be read as a number is `error`, not ignored.
+        reference: Option<Number>,
     },
     LlmStructured {
         prompt: Option<String>,
@@ -94,10 +100,7 @@ pub enum EvalKind {
     },
     /// `git diff --stat` (run through the host, under the user's exec grant)
     /// unchanged `max_stall` times in a row is `no`.
-    DiffStall {
-        scope: Vec<String>,
-        max_stall: u32,
-    },
+    DiffStall { scope: Vec<String>, max_stall: u32 },
     /// The numbers in a history file (one per line) stopped improving by more
     /// than `epsilon` for `max_stall` rounds: `no`. `score_stall` wants them
     /// higher, `open_question_stall` lower.
@@ -108,14 +111,9 @@ pub enum EvalKind {
         lower_is_better: bool,
     },
     /// The tracked values unchanged `max_repeat` times in a row: `no`.
-    ActionStall {
-        track: Vec<String>,
-        max_repeat: u32,
-    },
+    ActionStall { track: Vec<String>, max_repeat: u32 },
     /// One line of the output is the verdict (`first`, `last`, or an index).
-    Classify {
-        line: Pick,
-    },
+    Classify { line: Pick },
     /// A scorer's exit 0 and a number is `yes`; a failing exit `no`.
     HarborScorer,
     /// An MCP tool call's result: `success`, `tool_error`, `not_found` or
@@ -134,7 +132,7 @@ pub enum Pick {
 impl EvalKind {
     pub fn name(&self) -> &'static str {
         match self {
-            EvalKind::ExitCode => "exit_code",
+            EvalKind::ExitCode { .. } => "exit_code",
             EvalKind::OutputContains { .. } => "output_contains",
             EvalKind::OutputNumeric { .. } => "output_numeric",
             EvalKind::OutputJson { .. } => "output_json",
@@ -157,6 +155,12 @@ impl EvalKind {
 const REFUSED_EVALUATORS: &[(&str, &str)] = &[
     ("comparator", "it writes baseline files; not supported"),
     ("contract", "not supported"),
+    // little-loops 1.167 (ENH-3632): a second model consulted through its
+    // `advisor` configuration (host, triggers, timeout_seconds).
+    (
+        "advisor_consult",
+        "loopbox has no advisor: judge with `type: llm_structured` and a `prompt`, or run your own consult as the state's action and route on its answer with `type: classify`",
+    ),
 ];
 pub const EVALUATORS: &[&str] = &[
     "exit_code",
@@ -184,8 +188,10 @@ const EVAL_FIELDS: &[&str] = &[
     "prompt",
     "min_confidence",
     "uncertain_suffix",
+    "abstain_on_exit_3",
     "source",
     "previous",
+    "reference",
     "direction",
     "error_patterns",
     "key",
@@ -196,6 +202,12 @@ const EVAL_FIELDS: &[&str] = &[
     "track",
     "max_repeat",
     "line",
+    // `advisor_consult`'s (refused); elsewhere little-loops ignores them too.
+    "question",
+    "verdict_map",
+    "signal",
+    "timeout",
+    "context_from",
 ];
 
 pub(super) fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option<Evaluate> {
@@ -221,7 +233,9 @@ pub(super) fn read_evaluate(node: &Node, what: &str, p: &mut Problems) -> Option
     };
     let source = f.string(p, "source", &w);
     let kind = match ty.as_str() {
-        "exit_code" => Some(EvalKind::ExitCode),
+        "exit_code" => Some(EvalKind::ExitCode {
+            abstain_on_exit_3: f.boolean(p, "abstain_on_exit_3", &w).unwrap_or(false),
+        }),
         "output_contains" => read_output_contains(&mut f, node, &w, p),
         "output_numeric" => read_output_numeric(&mut f, node, &w, p),
         "output_json" => read_output_json(&mut f, node, &w, p),
@@ -420,11 +434,17 @@ fn read_convergence(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -> O
         }
     };
     let previous = f.string(p, "previous", w);
+    // little-loops tests `if config.reference:`: 0 and empty text are unset.
+    let reference = f.number(p, "reference", w).filter(|r| match r {
+        Number::Value(v) => *v != 0.0,
+        Number::Expr(t) => !t.is_empty(),
+    });
     Some(EvalKind::Convergence {
         target: target?,
         tolerance,
         direction: direction?,
         previous,
+        reference,
     })
 }
 

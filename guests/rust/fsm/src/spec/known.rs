@@ -35,6 +35,17 @@ const NOTED_LOOP_FIELDS: &[(&str, &str)] = &[
         "files the loop writes are not versioned per run",
     ),
     ("singleton", "a second run of the loop is not refused"),
+    // little-loops 1.167 (FEAT-3309, FEAT-3318): on an authorized terminal it
+    // copies `run_dir/<from>` to a durable path. loopbox leaves it in the run
+    // directory: the path of the loop does not change.
+    (
+        "artifact_output",
+        "the deliverable is not promoted out of `run_dir`: copy it from there yourself (or in a last shell state) when the run ends",
+    ),
+    (
+        "artifact_mode",
+        "it describes `artifact_output`'s promotion, which loopbox does not do; the loop's own states read `context.artifact_mode` as usual",
+    ),
 ];
 pub(super) const IGNORED_LOOP_FIELDS: &[&str] =
     &["category", "labels", "visibility", "commands", "version"];
@@ -49,6 +60,7 @@ const LOOP_FIELDS: &[&str] = &[
     "max_iterations",
     "timeout",
     "default_timeout",
+    "default_idle_timeout",
     "llm",
     "import",
     "input_key",
@@ -60,6 +72,7 @@ const LOOP_FIELDS: &[&str] = &[
     "prepatch_check",
     "maintain",
     "backoff",
+    "little_loops",
 ];
 
 pub(super) const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[
@@ -70,6 +83,18 @@ pub(super) const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[
     (
         "append_to_messages",
         "message history is not kept between prompts",
+    ),
+    // little-loops 1.167 (ENH-3235): the credential scopes a shell state's
+    // `bash -c` may inherit the variables of.
+    (
+        "scopes",
+        "a loopbox command inherits no host variable but those the user lists in loopbox.toml's `[shell] pass_env`; list them there and drop `scopes`",
+    ),
+    // little-loops 1.167 (ENH-3527): a capability hint resolved against the
+    // backend's `orchestration.model_hints`.
+    (
+        "model_hint",
+        "loopbox has no model-hint table: name the model with `model:`, or an agent profile of loopbox.toml with `agent:`",
     ),
 ];
 const NOTED_STATE_FIELDS: &[(&str, &str)] = &[
@@ -111,6 +136,7 @@ const STATE_FIELDS: &[&str] = &[
     "failure",
     "capture",
     "timeout",
+    "idle_timeout",
     "model",
     "agent",
     "max_retries",

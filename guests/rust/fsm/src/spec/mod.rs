@@ -56,6 +56,8 @@ pub struct Loop {
     pub timeout_s: Option<u64>,
     /// Per-action limit when a state gives none, in seconds.
     pub default_timeout_s: Option<u64>,
+    /// `default_idle_timeout`: the states' `idle_timeout` when they give none.
+    pub default_idle_timeout_s: Option<u64>,
     pub llm: Llm,
     /// Where `--input` text that is not a JSON object goes (`input_key`, default `input`).
     pub input_key: String,
@@ -83,6 +85,55 @@ pub struct Loop {
     pub files: Vec<String>,
     /// What loopbox reads but does not act on; the loop runs anyway.
     pub notes: Vec<Problem>,
+    /// `little_loops: "1.156"` (loopbox's own key), or the run's
+    /// `--little-loops`: the little-loops release whose behaviour the run
+    /// follows where releases differ (see [`Loop::release`]).
+    pub little_loops: Option<Release>,
+}
+
+impl Loop {
+    /// The release the run follows: the one named, else the newest loopbox
+    /// is measured against.
+    pub fn release(&self) -> Release {
+        self.little_loops.unwrap_or(Release::NEWEST)
+    }
+}
+
+/// A little-loops release, `(major, minor)`: `1.156.0` is `Release(1, 156)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Release(pub u32, pub u32);
+
+impl Release {
+    /// The newest release loopbox is measured against.
+    pub const NEWEST: Release = Release(1, 167);
+    /// `diff_stall` fingerprints the content of the files in scope, tracked
+    /// and untracked, instead of comparing `git diff --stat`, and keeps its
+    /// count per state (little-loops 1.166.0's evaluators).
+    pub const DIFF_STALL_FINGERPRINT: Release = Release(1, 166);
+    /// `:shell` combines with `:default=` or `?`, and a `:default=` value
+    /// holding `{` stops the state (little-loops 1.159.0's
+    /// `parse_interpolation_suffixes`); before it, the reverse.
+    pub const SUFFIX_CHAINS: Release = Release(1, 159);
+
+    /// `1.156`, `1.156.0`.
+    pub fn parse(text: &str) -> Option<Release> {
+        let mut parts = text.trim().split('.');
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        match parts.next() {
+            None => {}
+            Some(patch) => {
+                patch.parse::<u32>().ok()?;
+            }
+        }
+        parts.next().is_none().then_some(Release(major, minor))
+    }
+}
+
+impl std::fmt::Display for Release {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
 }
 
 /// little-loops' stall detector: the same (state, exit code, verdict) for

@@ -31,6 +31,9 @@ pub struct State {
     pub failure: bool,
     pub capture: Option<String>,
     pub timeout_s: Option<u64>,
+    /// `idle_timeout`: seconds without a line of output that end a shell
+    /// action (0 is off; see [`crate::idle`]).
+    pub idle_timeout_s: Option<u64>,
     pub model: Option<String>,
     /// `agent: NAME`: the user's agent profile (`[agents.NAME]` in
     /// loopbox.toml) its prompts go to, as written (little-loops'
@@ -203,6 +206,7 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         );
     }
     let timeout_s = f.positive(p, "timeout", &what);
+    let idle_timeout_s = f.uint(p, "idle_timeout", &what);
     let model = f.string(p, "model", &what);
     let agent_line = value_line(entries, "agent").unwrap_or(key.line);
     let agent = f.string(p, "agent", &what).and_then(|a| {
@@ -263,6 +267,7 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         failure,
         capture,
         timeout_s,
+        idle_timeout_s,
         model,
         agent,
         max_retries,

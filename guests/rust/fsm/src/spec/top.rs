@@ -41,6 +41,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
     let on_max_steps = f.target(p, "on_max_steps", "");
     let timeout_s = f.positive(p, "timeout", "");
     let default_timeout_s = f.positive(p, "default_timeout", "");
+    let default_idle_timeout_s = f.uint(p, "default_idle_timeout", "");
     let llm = f.take("llm").map(|n| read_llm(n, p)).unwrap_or_default();
     let _ = f.take("import"); // read by the loader, which merges what it names
     let input_key = f
@@ -59,6 +60,19 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         .positive(p, "max_edge_revisits", "")
         .map_or(DEFAULT_MAX_EDGE_REVISITS, |n| n.min(u32::MAX as u64) as u32);
     let capture_reachability_ok = f.boolean(p, "capture_reachability_ok", "").unwrap_or(false);
+    let release_line = key_line(entries, "little_loops").unwrap_or(root.line);
+    let little_loops = f
+        .string(p, "little_loops", "")
+        .and_then(|text| match super::Release::parse(&text) {
+            Some(r) if r.0 == 1 => Some(r),
+            _ => {
+                p.at(
+                    release_line,
+                    format!("`little_loops` names the little-loops release the loop follows, like `1.156` or `1.167.0`, not `{text}`"),
+                );
+                None
+            }
+        });
     let guards = super::guards::read_guards(&mut f, p, "");
     let maintain = f.boolean(p, "maintain", "").unwrap_or(false);
     let backoff_line = key_line(entries, "backoff").unwrap_or(root.line);
@@ -118,6 +132,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         on_max_steps,
         timeout_s,
         default_timeout_s,
+        default_idle_timeout_s,
         llm,
         input_key,
         required_inputs,
@@ -130,6 +145,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         backoff_ms,
         files: Vec::new(),
         notes: Vec::new(),
+        little_loops,
     })
 }
 
@@ -259,8 +275,19 @@ fn read_llm(node: &Node, p: &mut Problems) -> Llm {
             p.at(node.line, "llm: `enabled: false` is not supported: states that need an LLM verdict would have none; give them `evaluate` or `next`");
         }
     });
+    // little-loops 1.167 (ENH-3527): a capability hint, not a model.
+    let refused = [(
+        "model_hint",
+        "loopbox has no model-hint table: name the model with `model:`",
+    )];
     for (key, _) in f.unused() {
-        unknown(p, key, "llm: ", &[], &["model", "max_tokens", "timeout"]);
+        unknown(
+            p,
+            key,
+            "llm: ",
+            &refused,
+            &["model", "max_tokens", "timeout"],
+        );
     }
     llm
 }

@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// its `backoff` (as `ll-loop run --delay`)
     #[arg(long, value_name = "SECONDS")]
     delay: Option<f64>,
+    /// For a YAML loop: follow this little-loops release where releases
+    /// differ (`1.156`, `1.167.0`), over the loop's own `little_loops:`
+    #[arg(long, value_name = "RELEASE")]
+    little_loops: Option<String>,
     /// Print the result as one JSON object on stdout (and no progress)
     #[arg(long)]
     pub(super) json: bool,
@@ -94,15 +98,28 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
                 "{}".to_string()
             };
             let run_dir = loops::run_dir(&id);
-            let payload =
-                loops::payload_delayed(&lp, &file, &text, &run_dir, workspace, args.delay)
-                    .map_err(Failure::usage)?;
+            let payload = loops::payload_delayed(
+                &lp,
+                &file,
+                &text,
+                &run_dir,
+                workspace,
+                args.delay,
+                args.little_loops.as_deref(),
+            )
+            .map_err(Failure::usage)?;
             loops::create_run_dir(workspace, &run_dir).map_err(Failure::usage)?;
             payload
         }
         None if args.delay.is_some() => {
             return Err(Failure::usage(anyhow::anyhow!(
                 "--delay is for a YAML loop (its `backoff`); `{}` is not one",
+                args.policy
+            )));
+        }
+        None if args.little_loops.is_some() => {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--little-loops is for a YAML loop; `{}` is not one",
                 args.policy
             )));
         }

@@ -1,7 +1,8 @@
 //! What a YAML loop needs from loopbox.toml, for `loopbox validate --grants`
 //! (and the note `validate` prints when something is missing): the scripts
 //! grant for shell text, an argv rule for each `exec:`, for `diff_stall`'s
-//! `git diff --stat` and for the commands `tamper_guard` and `prepatch_check`
+//! git commands (`git diff --stat` before little-loops 1.166, `git ls-files`
+//! and `git hash-object` from it) and for the commands `tamper_guard` and `prepatch_check`
 //! run, an `[agent]` for prompts and the judge (`[agents.NAME]` for the
 //! prompts of a state with `agent: NAME`), `[worktree]` for a sub-loop's
 //! `worktree:` and for `prepatch_check`'s pre-patch worktree (with the scripts
@@ -256,6 +257,8 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
                     );
                 }
             }
+            // Nobody is asked yet: it needs nothing (`validate` notes it).
+            Some(Action::HumanApproval(_)) => {}
             Some(Action::Prompt(_) | Action::SlashCommand(_)) => {
                 add(
                     prompts_key.clone(),
@@ -309,17 +312,20 @@ pub fn needs(lp: &Loop, config: &Config, root: &Path) -> Vec<Need> {
         if let Some(e) = &s.evaluate
             && let EvalKind::DiffStall { scope, .. } = &e.kind
         {
-            let mut argv: Vec<String> = ["git", "diff", "--stat"].map(String::from).to_vec();
-            if !scope.is_empty() {
-                argv.push("--".into());
-                argv.extend(scope.iter().cloned());
+            // The commands of the release the loop follows (`little_loops:`).
+            for argv in loopbox_fsm::machine::diff_stall::commands(lp.release(), scope) {
+                add(
+                    format!(
+                        "{}.allow [\"{}\", \"{}\"]",
+                        config.shell.section(),
+                        argv[0],
+                        argv[1]
+                    ),
+                    format!("`diff_stall` runs `{}`", show_argv(&argv)),
+                    &s.name,
+                    argv_status(&argv),
+                );
             }
-            add(
-                format!("{}.allow [\"git\", \"diff\"]", config.shell.section()),
-                format!("`diff_stall` runs `{}`", show_argv(&argv)),
-                &s.name,
-                argv_status(&argv),
-            );
         }
         for (argv, why, at_run) in guard_commands(lp, s) {
             let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
