@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use super::addr;
-use super::rules::{Dest, NetworkConfig};
+use super::rules::{Dest, Fence, NetworkConfig};
 
 /// `[tenants.NAME.network]` in the server config: the operator's word.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -86,29 +86,6 @@ impl Guard {
         }
     }
 
-    /// Whether `ip` is one of the server's own or the store's.
-    /// `0.0.0.0` and `::` connect to the machine itself (Linux), and a
-    /// server listening on all addresses (an unspecified address in `own`)
-    /// answers on every loopback address, not only the 127.0.0.1 its
-    /// interfaces list: those are its own too, and so is an IPv6 form
-    /// carrying one of its IPv4 addresses (NAT64, 6to4, compatible).
-    pub fn is_own(&self, ip: IpAddr) -> bool {
-        if self.own.is_empty() {
-            return false;
-        }
-        let all = self.own.iter().any(|a| a.is_unspecified());
-        addr::forms(ip).into_iter().any(|ip| {
-            ip.is_unspecified()
-                || (all && ip.is_loopback())
-                || self.own.iter().any(|a| addr::canonical(*a) == ip)
-        })
-    }
-
-    /// Whether the operator opened the private `ip:port` to the tenant.
-    pub fn opens(&self, ip: IpAddr, port: u16) -> bool {
-        self.private.iter().any(|d| d.names_address(ip, port))
-    }
-
     /// The tenant's `[network]` under the operator's ceilings.
     /// Where the operator set no ceiling the default is one: a tenant's
     /// `max_connections = 100000` held 700 of the server's file descriptors
@@ -122,6 +99,31 @@ impl Guard {
             .min(self.max_connections.unwrap_or(d.max_connections));
         c.max_bytes = c.max_bytes.min(self.max_bytes.unwrap_or(d.max_bytes));
         c
+    }
+}
+
+impl Fence for Guard {
+    /// Whether `ip` is one of the server's own or the store's.
+    /// `0.0.0.0` and `::` connect to the machine itself (Linux), and a
+    /// server listening on all addresses (an unspecified address in `own`)
+    /// answers on every loopback address, not only the 127.0.0.1 its
+    /// interfaces list: those are its own too, and so is an IPv6 form
+    /// carrying one of its IPv4 addresses (NAT64, 6to4, compatible).
+    fn is_own(&self, ip: IpAddr) -> bool {
+        if self.own.is_empty() {
+            return false;
+        }
+        let all = self.own.iter().any(|a| a.is_unspecified());
+        addr::forms(ip).into_iter().any(|ip| {
+            ip.is_unspecified()
+                || (all && ip.is_loopback())
+                || self.own.iter().any(|a| addr::canonical(*a) == ip)
+        })
+    }
+
+    /// Whether the operator opened the private `ip:port` to the tenant.
+    fn opens(&self, ip: IpAddr, port: u16) -> bool {
+        self.private.iter().any(|d| d.names_address(ip, port))
     }
 }
 

@@ -276,10 +276,12 @@ async fn open(
     let mut first_refusal = None;
     let mut last_error = None;
     for ip in addrs {
-        if let Err(why) =
-            side.rules
-                .check_address(&target.host, ip, target.port, shared.guard.as_ref())
-        {
+        if let Err(why) = side.rules.check_address(
+            &target.host,
+            ip,
+            target.port,
+            shared.guard.as_ref().map(|g| g as &dyn super::rules::Fence),
+        ) {
             first_refusal.get_or_insert(why);
             continue;
         }

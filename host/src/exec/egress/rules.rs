@@ -16,7 +16,6 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::addr;
-use super::guard::Guard;
 
 /// `[network]` as written.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -301,6 +300,15 @@ impl Dest {
     }
 }
 
+/// What a shared server forbids or opens beyond a tenant's rules
+/// (`super::guard::Guard`; a trait so the rules need not know the server).
+pub trait Fence {
+    /// Whether `ip` is the server's own (or its store's): never reached.
+    fn is_own(&self, ip: IpAddr) -> bool;
+    /// Whether the operator opened the private `ip:port` to the tenant.
+    fn opens(&self, ip: IpAddr, port: u16) -> bool;
+}
+
 /// How a destination is treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
@@ -411,7 +419,7 @@ impl Rules {
         host: &Host,
         ip: IpAddr,
         port: u16,
-        guard: Option<&Guard>,
+        guard: Option<&dyn Fence>,
     ) -> Result<(), String> {
         // An IPv6 form carrying an IPv4 address is denied with that address.
         let forms = addr::forms(ip);
@@ -458,6 +466,7 @@ impl Rules {
 
 #[cfg(test)]
 mod tests {
+    use super::super::guard::Guard;
     use super::*;
 
     fn rules(allow: &[&str], ask: &[&str], deny: &[&str]) -> Rules {
