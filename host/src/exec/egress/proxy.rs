@@ -390,9 +390,9 @@ async fn ask(target: &Target, side: &Side, shared: &Shared, rule: &str) -> Resul
     }
 }
 
-/// Carry both ways until both ends are done (with `splice(2)`, the bytes
-/// never copied into loopbox), counting bytes against the run's budget and
-/// closing on idle or total time.
+/// Carry both ways until both ends are done (by the faster of `splice(2)` and
+/// a copy for these sockets, see [`super::splice`]), counting bytes against
+/// the run's budget and closing on idle or total time.
 async fn relay<C>(client: &C, upstream: TcpStream, rec: &mut Connection, shared: &Shared)
 where
     C: super::splice::Socket,
@@ -424,10 +424,11 @@ where
         }
     }
     let total = Duration::from_millis(shared.config.connection_timeout_ms);
+    let way = super::splice::Way::between::<C, TcpStream>();
     let both = async {
         tokio::join!(
-            super::splice::one_way(client, &upstream, step(&out, &last, t0, shared)),
-            super::splice::one_way(&upstream, client, step(&inn, &last, t0, shared))
+            super::splice::one_way(way, client, &upstream, step(&out, &last, t0, shared)),
+            super::splice::one_way(way, &upstream, client, step(&inn, &last, t0, shared))
         )
     };
     let ended = tokio::select! {

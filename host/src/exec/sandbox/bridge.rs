@@ -146,8 +146,8 @@ async fn carry(client: tokio::net::TcpStream, socket: String) {
         return;
     };
     let (up, down) = tokio::join!(
-        splice::one_way(&client, &proxy, |_| true),
-        splice::one_way(&proxy, &client, |_| true)
+        splice::one_way(splice::Way::Splice, &client, &proxy, |_| true),
+        splice::one_way(splice::Way::Splice, &proxy, &client, |_| true)
     );
     let _ = (up, down);
 }
