@@ -344,6 +344,10 @@ fn base_url_destination(url: &str) -> Option<String> {
     Some(format!("{host}:{port}"))
 }
 
+/// How long an action's end waits for the proxy to close the books on its
+/// connections (the program has exited: they are ending).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The run's egress: `[network]` for both sides, `shell.network = true` as
 /// `*` for commands, and the provider hosts of every agent the run may
 /// prompt (`network.agent_preset`) for the agent.
@@ -784,6 +788,7 @@ impl ActionsHost {
             process.executable.name = program.as_deref().unwrap_or(""),
         );
         let result = tracing::Instrument::instrument(process::run(spec), span.clone()).await;
+        self.grants.egress.settle(SETTLE).await;
         crate::journal::crashpoint::hit("action-finished");
         if crate::telemetry::enabled() {
             let ran = result.as_ref().ok().map(|f| crate::telemetry::Ran {
@@ -1256,6 +1261,7 @@ impl actions::Host for ActionsHost {
             },
         };
         let (result, started, charge) = self.prompt_live(req.clone(), slot).await?;
+        self.grants.egress.settle(SETTLE).await;
         self.record_charged(slot, started, &result, charge.as_ref())?;
         if let (Some(quota), Some(c)) = (&self.grants.quota, &charge) {
             quota.charged(c);

@@ -115,6 +115,8 @@ pub struct Egress {
 struct Running {
     commands: Endpoint,
     agent: Endpoint,
+    /// What the proxy's thread shares: its count of open connections.
+    shared: Arc<Shared>,
     /// Dropping it stops the proxy's thread.
     _stop: tokio::sync::oneshot::Sender<()>,
     _dir: tempfile::TempDir,
@@ -217,6 +219,20 @@ impl Egress {
             .map_err(Clone::clone)
     }
 
+    /// Once a sandboxed program has exited: wait (at most `within`) for the
+    /// proxy to see its connections end, so each is in the run log and the
+    /// record of the action that made it, not written after the step ended
+    /// (or never, when the run ended with it).
+    pub async fn settle(&self, within: std::time::Duration) {
+        let Some(Ok(running)) = self.running.get() else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        while running.shared.open() > 0 && started.elapsed() < within {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
     /// [`Egress::new`] with a warning for the run log when the proxy starts.
     pub fn warning_on_start(mut self: Arc<Self>, warning: String) -> Arc<Self> {
         if let Some(e) = Arc::get_mut(&mut self) {
@@ -242,6 +258,7 @@ impl Egress {
             None => self.config.clone(),
         };
         let shared = Shared::new(config, self.run.clone());
+        let kept = shared.clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut endpoints = Vec::new();
         let mut listeners = Vec::new();
@@ -306,6 +323,7 @@ impl Egress {
         Ok(Running {
             commands,
             agent,
+            shared: kept,
             _stop: stop,
             _dir: dir,
         })

@@ -88,6 +88,11 @@ impl Shared {
         })
     }
 
+    /// Connections open now (each counted until its record is kept).
+    pub fn open(&self) -> u32 {
+        self.open.load(Ordering::Relaxed)
+    }
+
     fn keep(&self, c: Connection) {
         let n = self.kept.fetch_add(1, Ordering::Relaxed) + 1;
         if n as i64 > crate::db::network::MAX_PER_RUN {
