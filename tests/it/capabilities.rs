@@ -108,7 +108,8 @@ async fn policy_set_environment_needs_a_grant() {
     )
     .await
     .unwrap();
-    // The child sees PATH and what was granted, nothing of the host's environment.
+    // The child sees PATH and what was granted, nothing of the host's environment,
+    // and git's editors set to `:` (a policy's stdin never drives an editor: issue 49).
     // The sandbox adds its private TMPDIR (and bwrap the PWD it changed to); nothing of the host's leaks.
     let mut lines: Vec<&str> = v["ok"]["stdout"]
         .as_str()
@@ -117,7 +118,15 @@ async fn policy_set_environment_needs_a_grant() {
         .filter(|l| !l.starts_with("TMPDIR=") && !l.starts_with("PWD="))
         .collect();
     lines.sort();
-    assert_eq!(lines, ["GREETING=hi", "PATH=/usr/local/bin:/usr/bin:/bin"]);
+    assert_eq!(
+        lines,
+        [
+            "GIT_EDITOR=:",
+            "GIT_SEQUENCE_EDITOR=:",
+            "GREETING=hi",
+            "PATH=/usr/local/bin:/usr/bin:/bin"
+        ]
+    );
 }
 
 #[tokio::test]
