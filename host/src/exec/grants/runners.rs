@@ -304,6 +304,15 @@ fn options(base: &str, args: &[String]) -> Option<String> {
             "exec", "x", "dlx", "explore", "edit", "create", "config", "c", "set", "node",
         ])
         .or_else(|| {
+            // npm takes an abbreviation of a command (`exe` for exec, `explo`
+            // for explore): the command word, if it begins one, counts as it.
+            let sub = args.iter().find(|a| !a.starts_with('-'))?;
+            ["exec", "explore", "edit", "create", "config", "dlx"]
+                .into_iter()
+                .find(|c| sub.len() >= 2 && c.starts_with(sub.as_str()))
+                .map(|c| format!("{sub} ({c})"))
+        })
+        .or_else(|| {
             // `npm init NAME` runs the package `create-NAME`.
             let init = args.iter().position(|a| a == "init")?;
             args[init + 1..]
@@ -412,10 +421,11 @@ fn options(base: &str, args: &[String]) -> Option<String> {
                 .any(|a| !a.starts_with("--") && a.starts_with('-') && a.contains("TT"))
                 .then(|| "-TT".to_string())
         }),
+        // `--engine PATH`: OpenSSL loads a path as a shared object.
         "curl" => Options {
             short: "K",
             value: "AbcCdDeEFHmoPQrTtuUwxXyYz",
-            ..long(&["--config"])
+            ..long(&["--config", "--engine"])
         }
         .find(args),
         "wget" => Options {
@@ -592,6 +602,9 @@ fn git(args: &[String]) -> Option<String> {
         // config key lists; `remote-ext URL` runs the command its URL spells, past
         // `protocol.ext.allow`; `submodule--helper foreach` is `submodule foreach`.
         ("for-each-repo" | "remote-ext" | "submodule--helper", _) => true,
+        // `send-email` reads its options with Perl's Getopt::Long: one dash and
+        // abbreviations (`-sendm=CMD`, `-smtp-server=PATH`, `-to-cmd`) run programs.
+        ("send-email", _) => true,
         // They write the user's ~/.gitconfig and scheduler, which run git later.
         ("maintenance", Some("start" | "register")) => true,
         _ => false,
