@@ -103,7 +103,7 @@ impl Pipe {
     }
 }
 
-/// `read(2)` or `write(2)` as an `io::Result`.
+/// A system call's count as an `io::Result`.
 fn sys(n: isize) -> io::Result<usize> {
     if n < 0 {
         Err(io::Error::last_os_error())
@@ -114,7 +114,7 @@ fn sys(n: isize) -> io::Result<usize> {
 
 fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
     // SAFETY: splice between two descriptors the caller holds open; no memory is passed.
-    let n = unsafe {
+    sys(unsafe {
         libc::splice(
             from,
             std::ptr::null_mut(),
@@ -123,12 +123,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
             len,
             libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
         )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    })
 }
 
 /// Move what `from` sends to `to` until `from` ends, an error, or `moved`
@@ -149,6 +144,23 @@ pub async fn one_way<R: Socket, W: Socket>(
     Ok(())
 }
 
+/// One system call on `s` once it is ready for `interest`, again while it
+/// would block: its count, or None when the socket failed.
+async fn when_ready<S: Socket>(
+    s: &S,
+    interest: Interest,
+    mut call: impl FnMut() -> io::Result<usize>,
+) -> Option<usize> {
+    loop {
+        s.ready(interest).await.ok()?;
+        match s.attempt(interest, &mut call) {
+            Ok(n) => return Some(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
 async fn copied<R: Socket, W: Socket>(
     size: usize,
     from: &R,
@@ -157,36 +169,22 @@ async fn copied<R: Socket, W: Socket>(
 ) {
     let mut buf = vec![0u8; size.max(1)];
     loop {
-        let n = loop {
-            if from.ready(Interest::READABLE).await.is_err() {
-                return;
-            }
-            // SAFETY: read(2) into a buffer of ours, at most its length.
-            let read =
-                || sys(unsafe { libc::read(from.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) });
-            match from.attempt(Interest::READABLE, read) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => return,
-            }
+        // SAFETY: read(2) into a buffer of ours, at most its length.
+        let read =
+            || sys(unsafe { libc::read(from.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) });
+        let n = match when_ready(from, Interest::READABLE, read).await {
+            Some(n) if n > 0 && moved(n) => n,
+            _ => return,
         };
-        if n == 0 || !moved(n) {
-            return;
-        }
         let mut sent = 0;
         while sent < n {
-            if to.ready(Interest::WRITABLE).await.is_err() {
-                return;
-            }
             let rest = &buf[sent..n];
             // SAFETY: write(2) from a slice of ours, at most its length.
             let write =
                 || sys(unsafe { libc::write(to.as_raw_fd(), rest.as_ptr().cast(), rest.len()) });
-            match to.attempt(Interest::WRITABLE, write) {
-                Ok(0) => return,
-                Ok(m) => sent += m,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => return,
+            match when_ready(to, Interest::WRITABLE, write).await {
+                Some(m) if m > 0 => sent += m,
+                _ => return,
             }
         }
     }
@@ -198,39 +196,22 @@ async fn spliced<R: Socket, W: Socket>(
     mut moved: impl FnMut(usize) -> bool,
 ) -> io::Result<()> {
     let pipe = Pipe::new()?;
-    'relay: loop {
+    loop {
         // The pipe is empty here: a splice into it waits only on `from`.
-        let n = loop {
-            if from.ready(Interest::READABLE).await.is_err() {
-                break 'relay;
-            }
-            match from.attempt(Interest::READABLE, || {
-                splice(from.as_raw_fd(), pipe.write.as_raw_fd(), pipe.size)
-            }) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => break 'relay,
-            }
+        let fill = || splice(from.as_raw_fd(), pipe.write.as_raw_fd(), pipe.size);
+        let n = match when_ready(from, Interest::READABLE, fill).await {
+            Some(n) if n > 0 && moved(n) => n,
+            _ => return Ok(()),
         };
-        if n == 0 || !moved(n) {
-            break;
-        }
         let mut left = n;
         while left > 0 {
-            if to.ready(Interest::WRITABLE).await.is_err() {
-                break 'relay;
-            }
-            match to.attempt(Interest::WRITABLE, || {
-                splice(pipe.read.as_raw_fd(), to.as_raw_fd(), left)
-            }) {
-                Ok(0) => break 'relay,
-                Ok(m) => left -= m,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => break 'relay,
+            let drain = || splice(pipe.read.as_raw_fd(), to.as_raw_fd(), left);
+            match when_ready(to, Interest::WRITABLE, drain).await {
+                Some(m) if m > 0 => left -= m,
+                _ => return Ok(()),
             }
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
