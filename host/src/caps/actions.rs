@@ -360,10 +360,10 @@ fn egress<'a>(
 ) -> Result<Arc<Egress>> {
     let section = shell.sibling("network");
     let mut commands = Vec::new();
-    let mut warning = None;
+    let mut warnings = Vec::new();
     if shell.network {
         let key = format!("{}.network = true", shell.section());
-        warning = Some(format!(
+        warnings.push(format!(
             "{key} lets commands reach any public host; name the hosts they need in `{section}.allow` instead"
         ));
         commands.push(("*".to_string(), key));
@@ -379,7 +379,7 @@ fn egress<'a>(
             }
         }
     }
-    let egress = Egress::new(
+    Egress::new(
         network,
         &section,
         &commands,
@@ -390,12 +390,9 @@ fn egress<'a>(
             guard: facts.guard.cloned(),
             confirm: Some(confirm),
         },
+        warnings,
     )
-    .map_err(anyhow::Error::msg)?;
-    Ok(match warning {
-        Some(w) => egress.warning_on_start(w),
-        None => egress,
-    })
+    .map_err(anyhow::Error::msg)
 }
 
 /// `hidden` and the run's extra hidden paths, each once.

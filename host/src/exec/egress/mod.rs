@@ -147,13 +147,15 @@ pub struct RunSide {
 impl Egress {
     /// `commands` and `agent` are each side's extra allowed destinations
     /// (`shell.network`'s `*`, the agent's preset) with their names; a side
-    /// with nothing allowed or asked gets no network at all.
+    /// with nothing allowed or asked gets no network at all. `on_start` is
+    /// said in the run log when the proxy starts.
     pub fn new(
         config: &NetworkConfig,
         section: &str,
         commands: &[(String, String)],
         agent: &[(String, String)],
         run: RunSide,
+        on_start: Vec<String>,
     ) -> Result<Arc<Egress>, String> {
         // The Unix socket's side: only the sandbox it is bound into reaches it.
         let side = |name: &'static str, extra: &[(String, String)]| {
@@ -175,7 +177,7 @@ impl Egress {
             agent,
             run,
             running: OnceLock::new(),
-            on_start: Vec::new(),
+            on_start,
         }))
     }
 
@@ -189,7 +191,7 @@ impl Egress {
             guard: None,
             confirm: None,
         };
-        Egress::new(config, "network", &[], &[], run)
+        Egress::new(config, "network", &[], &[], run, Vec::new())
     }
 
     /// The commands' side, if they may reach anything.
@@ -231,14 +233,6 @@ impl Egress {
         while running.shared.open() > 0 && started.elapsed() < within {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
-    }
-
-    /// [`Egress::new`] with a warning for the run log when the proxy starts.
-    pub fn warning_on_start(mut self: Arc<Self>, warning: String) -> Arc<Self> {
-        if let Some(e) = Arc::get_mut(&mut self) {
-            e.on_start.push(warning);
-        }
-        self
     }
 
     fn start(&self) -> Result<Running, String> {
