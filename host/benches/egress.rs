@@ -1,7 +1,8 @@
 //! What the network proxy costs (issue 44): a small HTTP GET and a 100 MB
 //! download from an origin on 127.0.0.1, directly against through the proxy,
 //! and the start of a sandboxed `true` under bubblewrap without and with the
-//! network (the bridge, bound to the proxy's socket). Only loopback is used.
+//! network (the namespace loopbox makes, the proxy listening in it). Only
+//! loopback is used.
 //!
 //! `cargo bench -p loopbox --bench egress` prints four tables, the variants of
 //! each interleaved (every other round in reverse) so machine noise hits them
@@ -10,36 +11,35 @@
 //! 1. a GET of 2 bytes, one connection per request (connect, request, the whole
 //!    response): directly; through the proxy's loopback port with its token
 //!    (what a Landlock child does), as a plain request and as a CONNECT tunnel;
-//!    and through its Unix socket (what the bridge connects to);
+//!    and on a listening socket the proxy adopted without a token (what a
+//!    bwrap sandbox's port 3128 is);
 //! 2. a 100 MB download the same ways, in MB/s;
 //! 3. curl on the host directly against curl inside a bwrap sandbox through
-//!    the sandbox's port 3128, the bridge and the proxy's socket (the whole path
-//!    of a networked command under bwrap), both figures curl's own, and, for
+//!    the sandbox's port 3128 (the whole path of a networked command under
+//!    bwrap), both figures curl's own, and, for
 //!    scale, curl through socat with a 1 MiB buffer (where socat is installed):
 //!    what any relay process costs on this machine's loopback;
 //! 4. a sandboxed `true`, prepared (`Confines::prepare`) and spawned and waited
 //!    for, with no `[network]` and with one (`allow = ["127.0.0.1:1"]`), against
-//!    spawning `true` bare. Both run in a network namespace of their own; the
-//!    network adds the bound socket and the bridge (the `loopbox` binary, which
-//!    then starts the command). The proxy is started once before, as a run does
-//!    at its first networked command.
+//!    spawning `true` bare, each spawned as loopbox spawns a command
+//!    (`exec::process::run`). Both run in a network namespace of their own; with
+//!    the network loopbox makes it (a user namespace, loopback up, a listening
+//!    socket handed back and adopted by the proxy) instead of bwrap. The proxy
+//!    is started once before, as a run does at its first networked command.
 //!
 //! `cargo test --all-targets` runs it once, small, as a smoke test; tables 3
 //! and 4 are left out where bubblewrap (or curl) is not usable.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use loopbox::exec::config::ShellConfig;
 use loopbox::exec::egress::{Egress, EgressSide, Endpoint, NetworkConfig};
+use loopbox::exec::process::{self, Spec};
 use loopbox::exec::sandbox::{self, Confines, Prepared, Sandbox, hide, protect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_loopbox");
@@ -97,7 +97,8 @@ enum Via<'a> {
     /// The same port, a CONNECT tunnel.
     Tunnel(&'a Endpoint),
     /// The proxy's Unix socket (no token), a request in absolute form.
-    Socket(&'a Endpoint),
+    /// A listening socket the proxy adopted, as a sandbox's port 3128 (no token).
+    Adopted(u16),
 }
 
 use Via::*;
@@ -131,8 +132,8 @@ fn get(via: Via, port: u16, path: &str, body: usize) -> usize {
                 auth(e)
             ),
         ),
-        Socket(e) => (
-            Box::new(UnixStream::connect(&e.socket).unwrap()),
+        Adopted(p) => (
+            tcp(p),
             format!("GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\n\r\n"),
         ),
         Tunnel(e) => {
@@ -271,52 +272,49 @@ fn which(name: &str) -> Option<PathBuf> {
 
 /// Spawn a prepared command as loopbox does (a cleared environment, the
 /// filters' descriptors as 3, 4, ...) and wait for it: its stdout.
+/// Run `p` as loopbox runs a command (`exec::process::run`), with PATH and
+/// `extra_env`; its stdout, once it exited 0.
 fn spawn(p: Prepared, cwd: &Path, extra_env: &[(String, String)]) -> String {
-    // Above every target number first, so no dup2 overwrites another source.
-    let high: Vec<OwnedFd> = p
-        .pass_fd
-        .iter()
-        .map(|fd| {
-            // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one we then own.
-            unsafe {
-                let n = libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64);
-                assert!(n >= 0, "{}", std::io::Error::last_os_error());
-                OwnedFd::from_raw_fd(n)
-            }
-        })
-        .collect();
-    let raw: Vec<i32> = high.iter().map(|f| f.as_raw_fd()).collect();
-    let mut cmd = Command::new(&p.program);
-    cmd.args(&p.args)
-        .current_dir(cwd)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(p.env.iter().map(|(k, v)| (k, v)))
-        .envs(extra_env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: only dup2 between fork and exec, on descriptors made before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            for (i, fd) in raw.iter().enumerate() {
-                if libc::dup2(*fd, sandbox::PASSED_FD + i as i32) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
+    thread_local! {
+        static RT: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
     }
-    let out = cmd.output().expect("spawn");
-    drop((high, p));
-    assert!(
-        out.status.success(),
-        "{} failed: {}\n{}",
-        cmd.get_program().to_string_lossy(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    let mut env = vec![(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_default(),
+    )];
+    env.extend(p.env.iter().cloned());
+    env.extend(extra_env.iter().cloned());
+    let program = p.program.display().to_string();
+    let spec = Spec {
+        program: p.program,
+        arg0: p.arg0,
+        args: p.args,
+        cwd: cwd.to_path_buf(),
+        env,
+        stdin: None,
+        timeout: Duration::from_secs(120),
+        output_cap: 1 << 20,
+        rlimits: None,
+        confinement: p.confinement,
+        pass_fd: p.pass_fd,
+        net: p.net,
+    };
+    let keep = (p._tmp, p._hold);
+    let out = RT
+        .with(|rt| rt.block_on(process::run(spec)))
+        .expect("spawn");
+    drop(keep);
+    assert_eq!(
+        out.exit_code,
+        Some(0),
+        "{program} failed: {}\n{}",
+        out.stdout,
+        out.stderr
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    out.stdout
 }
 
 fn main() {
@@ -340,8 +338,12 @@ fn main() {
         .commands()
         .expect("the commands may reach the origin");
     let end = side.endpoint().unwrap();
+    let sandbox_port = TcpListener::bind("127.0.0.1:0").unwrap();
+    let adopted_port = sandbox_port.local_addr().unwrap().port();
+    sandbox_port.set_nonblocking(true).unwrap();
+    let _adopted = side.adopt(sandbox_port).unwrap();
     // Once each, out of the samples (the first connection, the proxy's thread).
-    for via in [Direct, Port(&end), Tunnel(&end), Socket(&end)] {
+    for via in [Direct, Port(&end), Tunnel(&end), Adopted(adopted_port)] {
         get(via, port, "/", 2);
     }
 
@@ -349,14 +351,14 @@ fn main() {
         "direct",
         "proxy, TCP port + token",
         "proxy, TCP port + token, CONNECT tunnel",
-        "proxy, Unix socket (the bridge's way)",
+        "proxy, adopted port (a bwrap sandbox's way)",
     ];
     let small = |via| small_get(via, port);
     let (a, b, c, d) = (
         small(Direct),
         small(Port(&end)),
         small(Tunnel(&end)),
-        small(Socket(&end)),
+        small(Adopted(adopted_port)),
     );
     let mut samples = interleaved(n_get, &[&a, &b, &c, &d]);
     let floor = pct(&mut samples[0], 0.5);
@@ -384,7 +386,7 @@ fn main() {
         download(Direct),
         download(Port(&end)),
         download(Tunnel(&end)),
-        download(Socket(&end)),
+        download(Adopted(adopted_port)),
     );
     let speeds = interleaved(n_big, &[&a, &b, &c, &d]);
     let median = |v: &[f64]| {
@@ -418,7 +420,6 @@ fn main() {
             return;
         }
     };
-    sandbox::bridge::set_program(Path::new(BIN));
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("ws")).unwrap();
     let ws = dir.path().join("ws").canonicalize().unwrap();
@@ -460,7 +461,7 @@ fn main() {
         };
         // 0: on the host, directly; 1: on the host, through the proxy's port
         // with its token (a Landlock child's variables); 2: in bwrap, through
-        // the sandbox's port and the bridge.
+        // the sandbox's port 3128.
         let landlock_env = end.env(true);
         // 3: through socat with a 1 MiB buffer, for scale: what any relay
         // process costs on this machine's loopback.
@@ -507,7 +508,7 @@ fn main() {
         };
         let speeds = interleaved(n_big, &ways);
         println!(
-            "\ncurl on the host, directly and through the proxy's port, and in a bwrap sandbox through its port 3128, the bridge and the proxy's socket ({} GETs, {n_big} downloads each, interleaved; curl's own figures)",
+            "\ncurl on the host, directly and through the proxy's port, and in a bwrap sandbox through its port 3128 ({} GETs, {n_big} downloads each, interleaved; curl's own figures)",
             rounds * per_round
         );
         println!(
@@ -517,7 +518,7 @@ fn main() {
         let names = [
             "curl, direct",
             "curl, proxy TCP port + token (as Landlock)",
-            "curl in bwrap, port 3128, bridge, socket",
+            "curl in bwrap, through its port 3128",
             "curl through socat -b 1048576 (for scale)",
         ];
         let mut floor = 0.0;
@@ -563,7 +564,7 @@ fn main() {
             );
         }
     } else {
-        println!("\nno curl on PATH: no table of the bridge's path");
+        println!("\nno curl on PATH: no table of a sandbox's path");
     }
 
     let t = which("true").expect("`true` on PATH");
@@ -593,7 +594,7 @@ fn main() {
     let names = [
         "spawn `true`, no sandbox",
         "bwrap `true`, no network",
-        "bwrap `true`, network (bridge + socket)",
+        "bwrap `true`, network (its namespace, adopted)",
     ];
     for (name, s) in names.iter().zip(samples.iter_mut()) {
         let (p50, p99) = (pct(s, 0.5), pct(s, 0.99));

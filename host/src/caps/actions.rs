@@ -182,8 +182,6 @@ impl ActionGrants {
         // Everything loopbox will run or read again is protected: the config and
         // policy files, the agent program, and programs the rules name.
         let mut own: Vec<PathBuf> = facts.own_files.to_vec();
-        // The network bridge runs inside every networked sandbox, before the command's filters.
-        own.extend(crate::exec::sandbox::bridge::program().map(Path::to_path_buf));
         let agents = || agent.into_iter().chain(profiles.values());
         let programs = agents()
             .filter(|a| a.runner != RunnerKind::Openai)
@@ -772,6 +770,7 @@ impl ActionsHost {
             rlimits: Some(self.grants.shell.rlimits),
             confinement: prepared.confinement,
             pass_fd: prepared.pass_fd,
+            net: prepared.net,
         };
         // The private temp dir and the placeholders live until the command is done.
         let _keep = (prepared._tmp, prepared._hold);

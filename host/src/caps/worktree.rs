@@ -720,6 +720,7 @@ impl Worktrees {
             rlimits: None,
             confinement: prepared.confinement,
             pass_fd: prepared.pass_fd,
+            net: prepared.net,
         };
         let _keep = (prepared._tmp, prepared._hold);
         // A runtime of its own on a thread of its own: called from a runtime's

@@ -351,6 +351,7 @@ impl AgentRunner {
             rlimits: None,
             confinement: p.confinement,
             pass_fd: p.pass_fd,
+            net: p.net,
         };
         // The private temp dir and the placeholders live until the agent is done.
         let _keep = (p._tmp, p._hold);

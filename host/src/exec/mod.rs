@@ -10,6 +10,6 @@ pub mod confirm;
 pub mod egress;
 pub(crate) mod fd;
 pub mod grants;
-pub(crate) mod process;
+pub mod process;
 pub mod sandbox;
 pub(crate) mod spawn;

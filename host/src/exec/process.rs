@@ -26,7 +26,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
 use crate::exec::config::Rlimits;
+use crate::exec::egress::{Adopted, EgressSide};
 use crate::exec::sandbox::Confinement;
+use crate::exec::sandbox::netns::ChildNet;
 use crate::exec::spawn;
 
 /// How long a timed-out group gets between SIGTERM and SIGKILL.
@@ -53,6 +55,9 @@ pub struct Spec {
     pub confinement: Option<Confinement>,
     /// Descriptors handed to the child as fds 3, 4, ... (bwrap's seccomp filters).
     pub pass_fd: Vec<OwnedFd>,
+    /// The proxy side whose network namespace the child makes and listens in
+    /// (bwrap with a network grant; see [`crate::exec::sandbox::netns`]).
+    pub net: Option<Arc<EgressSide>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +79,8 @@ struct Launched {
     stdout: OwnedFd,
     stderr: OwnedFd,
     exited: tokio::task::JoinHandle<std::io::Result<i32>>,
+    /// The proxy's hold on the sandbox's listening socket, while the child runs.
+    net: Option<Adopted>,
 }
 
 /// Start `spec`'s child with stdout and stderr piped, and stdin piped when
@@ -106,6 +113,7 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
     } else {
         None
     };
+    let child_net = spec.net.as_ref().map(|_| ChildNet::new()).transpose()?;
     let pid = spawn::spawn(&spawn::Launch {
         program: &spec.program,
         arg0: spec.arg0.as_deref(),
@@ -120,6 +128,7 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
         pass_fd: &pass_raw,
         die_with_parent: true,
         pgid: leader.as_ref().map_or(0, |r| r.pid),
+        net: child_net.as_ref(),
     })?;
     drop((stdin_child, out_w, err_w, pass_fd));
     // The child leads its own group (pgid = pid), or is in its reaper's;
@@ -130,6 +139,19 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
         Some(r) => Some(r),
         None => Some(Reaper::start(pid).map_err(reaper_error)?),
     };
+    // The sandbox's listening socket is ours now: the proxy accepts on it
+    // until the child is done (a failure here drops the group, killing it).
+    let net = match (child_net, &spec.net) {
+        (Some(child), Some(side)) => Some(
+            child
+                .receive()
+                .and_then(|l| side.adopt(l).map_err(std::io::Error::other))
+                .map_err(|e| {
+                    std::io::Error::other(format!("the sandbox's network did not come up: {e}"))
+                })?,
+        ),
+        _ => None,
+    };
     let exited = group.reap_on_exit();
     Ok(Launched {
         group,
@@ -138,6 +160,7 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
         stdout: out_r,
         stderr: err_r,
         exited,
+        net,
     })
 }
 
@@ -151,6 +174,7 @@ pub async fn run(mut spec: Spec) -> std::io::Result<Finished> {
         stdout: out_r,
         stderr: err_r,
         mut exited,
+        net,
     } = launch(pass_fd, &spec, spec.stdin.is_some())?;
 
     if let (Some(text), Some(w)) = (spec.stdin, stdin_parent) {
@@ -189,6 +213,7 @@ pub async fn run(mut spec: Spec) -> std::io::Result<Finished> {
     // Whatever the leader left behind in its group goes with it.
     drop(group);
     drop(reaper);
+    drop(net);
 
     let collect = |h: tokio::task::JoinHandle<std::io::Result<(Vec<u8>, bool)>>| async move {
         match tokio::time::timeout(DRAIN_GRACE, h).await {
@@ -227,6 +252,7 @@ pub struct Session {
     exited: tokio::task::JoinHandle<std::io::Result<i32>>,
     group: Group,
     _reaper: Option<Reaper>,
+    _net: Option<Adopted>,
 }
 
 /// One line of a session's stdout.
@@ -260,6 +286,7 @@ impl Session {
             exited: l.exited,
             group: l.group,
             _reaper: l.reaper,
+            _net: l.net,
         })
     }
 
@@ -447,6 +474,7 @@ impl Reaper {
             pass_fd: &[],
             die_with_parent: false,
             pgid: 0,
+            net: None,
         })?;
         Ok(Reaper { pid, _pipe: write })
     }
@@ -558,6 +586,7 @@ mod tests {
             rlimits: None,
             confinement: None,
             pass_fd: Vec::new(),
+            net: None,
         }
     }
 

@@ -16,6 +16,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 use crate::exec::sandbox::Confinement;
+use crate::exec::sandbox::netns::ChildNet;
 
 /// What the child gets: the program, its argv and environment, its working
 /// directory, the three descriptors for stdin/stdout/stderr, and what to set.
@@ -43,6 +44,9 @@ pub struct Launch<'a> {
     pub die_with_parent: bool,
     /// The process group to join (a live one of ours); 0: a group of its own.
     pub pgid: libc::pid_t,
+    /// A network namespace to make in the child before it executes (bwrap's,
+    /// see [`crate::exec::sandbox::netns`]).
+    pub net: Option<&'a ChildNet>,
 }
 
 fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
@@ -66,6 +70,7 @@ struct Prepared<'a> {
     pass_fd: &'a [RawFd],
     die_with_parent: bool,
     pgid: libc::pid_t,
+    net: Option<&'a ChildNet>,
     /// Our pid: a child whose parent is already someone else (we died before
     /// its parent-death signal was set) exits.
     parent: libc::pid_t,
@@ -74,6 +79,9 @@ struct Prepared<'a> {
 }
 
 const STACK_BYTES: usize = 256 << 10;
+
+/// The stage a child reports besides errno: making its network namespace.
+const STAGE_NET: c_int = 1;
 
 /// Start the child in its own process group, or the one `pgid` names (unless told otherwise, killed
 /// with SIGKILL when the thread that started it ends: with loopbox, however
@@ -119,6 +127,7 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
         pass_fd: l.pass_fd,
         die_with_parent: l.die_with_parent,
         pgid: l.pgid,
+        net: l.net,
         // SAFETY: getpid has no preconditions.
         parent: unsafe { libc::getpid() },
         report: report_w.as_raw_fd(),
@@ -159,19 +168,30 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
     if pid < 0 {
         return Err(clone_error);
     }
-    // The child either executed (the report pipe closed empty) or wrote its errno and exited.
-    let mut errno = [0u8; 4];
+    // The child either executed (the report pipe closed empty) or wrote its
+    // errno and the stage that failed, and exited.
+    let mut report = [0u8; 8];
     let n = loop {
         // SAFETY: reads into a local buffer from a descriptor we own.
-        let n = unsafe { libc::read(report_r.as_raw_fd(), errno.as_mut_ptr() as *mut c_void, 4) };
+        let n = unsafe { libc::read(report_r.as_raw_fd(), report.as_mut_ptr() as *mut c_void, 8) };
         if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
             continue;
         }
         break n;
     };
-    if n == 4 {
+    if n == 8 {
         let _ = reap(pid); // it exited at once; only its status is left to collect
-        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+        let errno = i32::from_ne_bytes(report[..4].try_into().expect("4 bytes"));
+        let e = io::Error::from_raw_os_error(errno);
+        if i32::from_ne_bytes(report[4..].try_into().expect("4 bytes")) == STAGE_NET {
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot make the sandbox's network namespace (a user and a network namespace of its own): {e}; where the system lets only listed programs make user namespaces (Ubuntu's kernel.apparmor_restrict_unprivileged_userns), give loopbox an AppArmor profile that allows them, or use shell.sandbox = \"landlock\""
+                ),
+            ));
+        }
+        return Err(e);
     }
     Ok(pid)
 }
@@ -220,14 +240,15 @@ pub fn reap(pid: libc::pid_t) -> io::Result<c_int> {
 extern "C" fn child(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `Prepared` the parent keeps alive until we exec or exit.
     let p = unsafe { &*(arg as *const Prepared) };
-    let fail = |p: &Prepared| -> c_int {
+    let fail_at = |p: &Prepared, stage: c_int| -> c_int {
         // SAFETY: errno of this task; write(2) and _exit(2) are system calls.
         unsafe {
-            let e = *libc::__errno_location();
-            libc::write(p.report, &e as *const c_int as *const c_void, 4);
+            let report = [*libc::__errno_location(), stage];
+            libc::write(p.report, report.as_ptr() as *const c_void, 8);
             libc::_exit(127)
         }
     };
+    let fail = |p: &Prepared| fail_at(p, 0);
     // SAFETY: every call below is a system call on prepared data.
     unsafe {
         // Handlers are the parent's code: each becomes the default. Signals the
@@ -254,6 +275,11 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
 
         if libc::setpgid(0, p.pgid) != 0 {
             return fail(p);
+        }
+        if let Some(net) = p.net
+            && net.enter().is_err()
+        {
+            return fail_at(p, STAGE_NET);
         }
         for (target, fd) in p.fds.iter().enumerate() {
             if libc::dup2(*fd, target as c_int) < 0 {

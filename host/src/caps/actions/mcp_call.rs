@@ -149,6 +149,7 @@ impl ActionsHost {
             rlimits: Some(self.grants.shell.rlimits),
             confinement: prepared.confinement,
             pass_fd: prepared.pass_fd,
+            net: prepared.net,
         };
         // The private temp dir and the placeholders live until the server is stopped.
         let _keep = (prepared._tmp, prepared._hold);

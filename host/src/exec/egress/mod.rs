@@ -4,14 +4,14 @@
 //! by accident ([`addr`]).
 //!
 //! One [`Egress`] per run (wired in `caps::actions`, so every front end gets
-//! it), started at its first use. It listens for each side (the run's
-//! commands, its agent) on a Unix socket, which bubblewrap binds into the
-//! sandbox where the sandbox's bridge (`exec::sandbox::bridge`) offers it on a loopback port of the sandbox's own
-//! network namespace, and on a loopback TCP port with a token, which a
+//! it), started at its first use. Each side (the run's commands, its agent)
+//! is reached on a port of a bubblewrap sandbox's own network namespace,
+//! whose listening socket loopbox made there and the proxy adopts for as
+//! long as the sandbox runs ([`EgressSide::adopt`], `exec::sandbox::netns`),
+//! and on a loopback TCP port of the host with a token, which a
 //! Landlock-confined child may connect to and nothing else (Landlock's TCP
 //! rules, ABI 4).
 
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 pub mod addr;
@@ -28,14 +28,10 @@ use rules::Rules;
 
 /// The port the proxy has inside a bubblewrap sandbox's own network namespace.
 pub const SANDBOX_PORT: u16 = 3128;
-/// Where the side's socket is bound inside a bubblewrap sandbox.
-pub const SANDBOX_SOCKET: &str = "/tmp/.loopbox-egress.sock";
-
-/// How a child reaches the proxy: the Unix socket (bubblewrap) or the
-/// loopback port and token (Landlock).
+/// How a child reaches the proxy: [`SANDBOX_PORT`] in its own network
+/// namespace (bubblewrap), or the host's loopback port and token (Landlock).
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    pub socket: PathBuf,
     pub port: u16,
     pub token: String,
 }
@@ -98,6 +94,41 @@ impl EgressSide {
             Which::Agent => running.agent.clone(),
         })
     }
+
+    /// Serve this side on `listener`, a socket listening in one sandbox's own
+    /// network namespace (no token: only that sandbox reaches it), until the
+    /// returned hold is dropped. Connections already accepted run to their end.
+    pub fn adopt(&self, listener: std::net::TcpListener) -> Result<Adopted, String> {
+        let running = self.egress.running()?;
+        let side = match self.which {
+            Which::Commands => &self.egress.commands,
+            Which::Agent => &self.egress.agent,
+        };
+        let side = side.clone().ok_or("this side has no network")?;
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        running
+            .adopt
+            .send(Adopt {
+                listener,
+                side,
+                stopped,
+            })
+            .map_err(|_| "the network proxy has stopped".to_string())?;
+        Ok(Adopted { _stop: stop })
+    }
+}
+
+/// A sandbox's listening socket, served by the proxy while this is held.
+#[derive(Debug)]
+pub struct Adopted {
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// What [`EgressSide::adopt`] hands the proxy's thread.
+struct Adopt {
+    listener: std::net::TcpListener,
+    side: Arc<Side>,
+    stopped: tokio::sync::oneshot::Receiver<()>,
 }
 
 /// A run's egress: its rules for each side, and the proxy once started.
@@ -117,9 +148,10 @@ struct Running {
     agent: Endpoint,
     /// What the proxy's thread shares: its count of open connections.
     shared: Arc<Shared>,
+    /// Sandboxes' listeners for the proxy's thread to serve.
+    adopt: tokio::sync::mpsc::UnboundedSender<Adopt>,
     /// Dropping it stops the proxy's thread.
     _stop: tokio::sync::oneshot::Sender<()>,
-    _dir: tempfile::TempDir,
 }
 
 /// A fresh random token for a TCP listener (rand's thread generator, a
@@ -243,10 +275,6 @@ impl Egress {
             let what = what.to_string();
             move |err: std::io::Error| format!("the network proxy cannot start: {what}: {err}")
         };
-        let dir = tempfile::Builder::new()
-            .prefix("loopbox-egress-")
-            .tempdir()
-            .map_err(e("a directory for its sockets"))?;
         let config = match &self.run.guard {
             Some(g) => g.cap(&self.config),
             None => self.config.clone(),
@@ -254,17 +282,14 @@ impl Egress {
         let shared = Shared::new(config, self.run.clone());
         let kept = shared.clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (adopt, mut adopted) = tokio::sync::mpsc::unbounded_channel::<Adopt>();
         let mut endpoints = Vec::new();
         let mut listeners = Vec::new();
-        for (name, side) in [("commands", &self.commands), ("agent", &self.agent)] {
-            let socket = dir.path().join(format!("{name}.sock"));
-            let unix = std::os::unix::net::UnixListener::bind(&socket).map_err(e("its socket"))?;
+        for side in [&self.commands, &self.agent] {
             let tcp = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(e("its port"))?;
-            for l in [unix.set_nonblocking(true), tcp.set_nonblocking(true)] {
-                l.map_err(e("its listener"))?;
-            }
+            tcp.set_nonblocking(true).map_err(e("its listener"))?;
             let port = tcp.local_addr().map_err(e("its port"))?.port();
-            // The TCP listener demands a token: any local user could reach the port.
+            // The host's port demands a token: any local user could reach it.
             let tcp_side = side.as_ref().map(|s| {
                 Arc::new(Side {
                     name: s.name,
@@ -276,12 +301,8 @@ impl Egress {
                 .as_ref()
                 .and_then(|s| s.token.clone())
                 .unwrap_or_default();
-            endpoints.push(Endpoint {
-                socket,
-                port,
-                token,
-            });
-            listeners.push((unix, tcp, side.clone(), tcp_side));
+            endpoints.push(Endpoint { port, token });
+            listeners.push((tcp, tcp_side));
         }
         std::thread::Builder::new()
             .name("loopbox-egress".into())
@@ -294,21 +315,31 @@ impl Egress {
                     Err(_) => return,
                 };
                 rt.block_on(async move {
-                    for (unix, tcp, side, tcp_side) in listeners {
-                        if let (Some(side), Ok(unix)) =
-                            (side, tokio::net::UnixListener::from_std(unix))
-                        {
-                            let l = Listener::Unix(unix);
-                            tokio::spawn(accept_all(l, side, shared.clone()));
-                        }
+                    for (tcp, side) in listeners {
                         if let (Some(side), Ok(tcp)) =
-                            (tcp_side, tokio::net::TcpListener::from_std(tcp))
+                            (side, tokio::net::TcpListener::from_std(tcp))
                         {
-                            let l = Listener::Tcp(tcp);
-                            tokio::spawn(accept_all(l, side, shared.clone()));
+                            tokio::spawn(accept_all(tcp, side, shared.clone()));
                         }
                     }
-                    let _ = stopped.await;
+                    tokio::pin!(stopped);
+                    loop {
+                        tokio::select! {
+                            _ = &mut stopped => break,
+                            Some(a) = adopted.recv() => {
+                                let Ok(l) = tokio::net::TcpListener::from_std(a.listener) else {
+                                    continue;
+                                };
+                                let serve = accept_all(l, a.side, shared.clone());
+                                tokio::spawn(async move {
+                                    tokio::select! {
+                                        _ = serve => {}
+                                        _ = a.stopped => {}
+                                    }
+                                });
+                            }
+                        }
+                    }
                 });
             })
             .map_err(e("its thread"))?;
@@ -318,35 +349,65 @@ impl Egress {
             commands,
             agent,
             shared: kept,
+            adopt,
             _stop: stop,
-            _dir: dir,
         })
     }
-}
-
-/// A side's listener: its Unix socket (bubblewrap) or its TCP port (Landlock).
-enum Listener {
-    Unix(tokio::net::UnixListener),
-    Tcp(tokio::net::TcpListener),
 }
 
 /// Serve every connection `listener` accepts. An accept that fails (EMFILE in
 /// a flood of connections) once ended the loop, and with it the listener, for
 /// the rest of the run: now it waits and goes on.
-async fn accept_all(listener: Listener, side: Arc<Side>, shared: Arc<Shared>) {
+async fn accept_all(listener: tokio::net::TcpListener, side: Arc<Side>, shared: Arc<Shared>) {
     loop {
-        let accepted = match &listener {
-            Listener::Unix(l) => l
-                .accept()
-                .await
-                .map(|(s, _)| tokio::spawn(proxy::serve(s, side.clone(), shared.clone()))),
-            Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
+        match listener.accept().await {
+            Ok((s, _)) => {
                 let _ = s.set_nodelay(true);
-                tokio::spawn(proxy::serve(s, side.clone(), shared.clone()))
-            }),
-        };
-        if accepted.is_err() {
-            tokio::time::sleep(proxy::ACCEPT_RETRY).await;
+                tokio::spawn(proxy::serve(s, side.clone(), shared.clone()));
+            }
+            Err(_) => tokio::time::sleep(proxy::ACCEPT_RETRY).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn allowing(host: &str) -> Arc<Egress> {
+        Egress::standalone(&NetworkConfig {
+            allow: vec![host.to_string()],
+            ..NetworkConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// A sandbox's port answers as the proxy without a token while held, and
+    /// is closed once its hold is dropped (the command ended).
+    #[test]
+    fn an_adopted_listener_is_the_proxy_until_its_hold_is_dropped() {
+        let egress = allowing("example.invalid:80");
+        let side = egress.commands().unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        l.set_nonblocking(true).unwrap();
+        let hold = side.adopt(l).unwrap();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET http://127.0.0.2:9/ HTTP/1.1\r\nHost: 127.0.0.2:9\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(answer.contains("X-Loopbox-Refused"), "{answer}");
+        drop(hold);
+        let closed = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        });
+        assert!(
+            closed,
+            "the sandbox's port still accepts after its hold was dropped"
+        );
     }
 }

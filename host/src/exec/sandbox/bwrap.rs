@@ -4,8 +4,8 @@
 //! read-only over it (placeholders stand in for missing ones, see
 //! [`super::placeholder`]), the agent's own state outside the workspace
 //! writable, a private `/tmp` of `shell.tmp_bytes` (a tmpfs, so memory), new
-//! user, PID, IPC, UTS and network namespaces (the network only through
-//! the proxy's socket, see [`crate::exec::egress`]), no
+//! user, PID, IPC, UTS and network namespaces (with a network grant, the
+//! one loopbox made with the proxy in it, see [`super::netns`]), no
 //! capabilities, a new session, killed with its parent, and the seccomp
 //! filters read from passed descriptors. In the fresh `/proc`, the kernel's
 //! settings are read-only and its memory, keys and timers masked.
@@ -20,7 +20,6 @@ pub fn args(
     args: Vec<String>,
     cwd: &Path,
     seccomp_fds: &[i32],
-    egress_socket: Option<&Path>,
 ) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -30,28 +29,9 @@ pub fn args(
         a.extend(["--size".into(), c.tmp_bytes.to_string()]);
     }
     a.extend(["--tmpfs".into(), "/tmp".into()]);
-    // The proxy's socket, which the bridge carries the sandbox's connections to.
-    if let Some(sock) = egress_socket {
-        a.extend([
-            "--bind".into(),
-            s(sock),
-            crate::exec::egress::SANDBOX_SOCKET.into(),
-        ]);
-    }
     // A program kept under /tmp would vanish in the private one: what holds it
     // there is bound back read-only (before the covers, which apply inside it).
-    // With the network, `program` is the bridge and the command is its argument.
-    let command = egress_socket.and_then(|_| {
-        let dashes = args.iter().position(|a| a == "--")?;
-        args.get(dashes + 1).map(PathBuf::from)
-    });
-    let mut roots = tmp_roots(program, &c.workspace);
-    for r in command.iter().flat_map(|cmd| tmp_roots(cmd, &c.workspace)) {
-        if !roots.contains(&r) {
-            roots.push(r);
-        }
-    }
-    for p in roots {
+    for p in tmp_roots(program, &c.workspace) {
         a.extend(["--ro-bind".into(), s(&p), s(&p)]);
     }
     // Hidden paths outside the workspace are covered before the binds below, so
@@ -80,8 +60,11 @@ pub fn args(
     for h in covered {
         a.extend(["--remount-ro".into(), s(h)]);
     }
-    // Never the host's network: a network grant goes through the proxy.
-    a.push("--unshare-net".into());
+    // Never the host's network: with a network grant the launcher has made
+    // the namespace, with the proxy listening in it (`super::netns`).
+    if c.egress.is_none() {
+        a.push("--unshare-net".into());
+    }
     // A user namespace whoever runs loopbox, and no capabilities in it: as
     // root, bwrap would otherwise make none and leave the child every
     // capability (one `mount -o remount,rw /` undoes every bind below), and

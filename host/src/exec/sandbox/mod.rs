@@ -26,11 +26,11 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-pub mod bridge;
 mod bwrap;
 pub mod hide;
 mod landlock;
 pub mod leftovers;
+pub(crate) mod netns;
 pub mod placeholder;
 mod privileges;
 pub mod protect;
@@ -272,6 +272,9 @@ pub struct Prepared {
     pub confinement: Option<Confinement>,
     /// Descriptors the child gets as fds 3, 4, ... (bwrap's `--add-seccomp-fd`).
     pub pass_fd: Vec<OwnedFd>,
+    /// The proxy side the child's network namespace is made for (bwrap with
+    /// a network grant): the launcher makes it ([`netns`]).
+    pub net: Option<std::sync::Arc<crate::exec::egress::EgressSide>>,
     /// The private temp dir, removed when this is dropped.
     pub _tmp: Option<tempfile::TempDir>,
     /// The placeholders of missing protected names, kept while the child runs.
@@ -288,6 +291,7 @@ impl Prepared {
             env: Vec::new(),
             confinement: None,
             pass_fd: Vec::new(),
+            net: None,
             _tmp: None,
             _hold: None,
         }
@@ -349,30 +353,13 @@ impl Confines {
                 }
                 let hold = placeholder::hold(&self.workspace, &self.protected)?;
                 let mut env = vec![("TMPDIR".into(), "/tmp".into())];
-                // With the network, bwrap runs the bridge, which needs a UNIX
-                // and an INET socket and puts the command's own filters on it.
-                let (run, run_args, socket, sockets) = match &self.egress {
-                    None => (program, args, None, self.sockets(false)),
-                    Some(side) => {
-                        let end = side.endpoint()?;
-                        env.extend(end.env(false));
-                        let bridge = bridge::program().ok_or(
-                            "the network proxy's bridge is not available in this process; run the command through the `loopbox` binary",
-                        )?;
-                        let a = bridge::args(
-                            self.unix_sockets,
-                            program.to_string_lossy().into_owned(),
-                            args,
-                        );
-                        let sockets = seccomp::Sockets {
-                            network: true,
-                            unix: true,
-                        };
-                        (bridge.to_path_buf(), a, Some(end.socket), sockets)
-                    }
-                };
+                // With the network, the sandbox's namespace is made by loopbox
+                // as it starts bwrap, with the proxy listening in it (`netns`).
+                if let Some(side) = &self.egress {
+                    env.extend(side.endpoint()?.env(false));
+                }
                 let mut pass_fd = Vec::new();
-                for filter in seccomp::filters(sockets)? {
+                for filter in seccomp::filters(self.sockets(false))? {
                     let (read, write) = crate::exec::fd::pipe()
                         .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
                     // A pipe holds 64 KiB; the largest filter is under 4 KiB.
@@ -384,11 +371,12 @@ impl Confines {
                 let fds: Vec<i32> = (0..pass_fd.len() as i32).map(|i| PASSED_FD + i).collect();
                 Ok(Prepared {
                     program: bwrap.clone(),
-                    args: bwrap::args(self, &run, run_args, cwd, &fds, socket.as_deref()),
+                    args: bwrap::args(self, &program, args, cwd, &fds),
                     arg0: None,
                     env,
                     confinement: None,
                     pass_fd,
+                    net: self.egress.clone(),
                     _tmp: None,
                     _hold: Some(hold),
                 })
@@ -429,31 +417,13 @@ impl Confines {
                     env,
                     confinement,
                     pass_fd: Vec::new(),
+                    net: None,
                     _tmp: Some(tmp),
                     _hold: None,
                 })
             }
         }
     }
-}
-
-/// The filters for a command the network bridge runs (see
-/// [`bridge`]): INET sockets, which reach only the
-/// sandbox's own loopback, and UNIX sockets only when granted.
-pub fn command_filters(unix: bool) -> Result<Vec<seccompiler::BpfProgram>, String> {
-    seccomp::filters(seccomp::Sockets {
-        network: true,
-        unix,
-    })
-}
-
-/// Install one filter on the calling thread.
-///
-/// # Safety
-/// Between fork and exec: system calls only.
-pub unsafe fn install_filter(program: &seccompiler::BpfProgram) -> std::io::Result<()> {
-    // SAFETY: as the caller promises.
-    unsafe { seccomp::install(program) }
 }
 
 /// The descriptor number the child gets the first of [`Prepared::pass_fd`] as
@@ -560,15 +530,7 @@ mod tests {
             hidden: vec![],
             tmp_bytes: 1 << 20,
         };
-        let a = bwrap::args(
-            &c,
-            Path::new("/bin/echo"),
-            vec!["hi".into()],
-            &ws,
-            &[3, 4],
-            None,
-        )
-        .join(" ");
+        let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, &[3, 4]).join(" ");
         let w = ws.display();
         assert!(
             a.contains(&format!(
@@ -612,7 +574,7 @@ mod tests {
             ],
             ..c
         };
-        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, &[], None).join(" ");
+        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, &[]).join(" ");
         assert!(
             a.contains(&format!(
                 "--size 1048576 --tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --tmpfs {w}/.loopbox --remount-ro {o}/keys --remount-ro {w}/.loopbox --unshare-net"
