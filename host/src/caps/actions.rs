@@ -1081,8 +1081,8 @@ impl ActionsHost {
             shorten(&crate::ui::sanitize(&req.text), 60)
         ));
         crate::journal::crashpoint::hit("action-started");
-        let provider = crate::telemetry::provider_of(agent.config().runner.name());
-        let span = crate::telemetry::agent_span(provider, req.model.as_deref(), "prompt");
+        let who = agent.invocation(req.profile.as_deref(), req.model.as_deref());
+        let span = crate::telemetry::agent_span(&who, "prompt");
         let started = crate::telemetry::enabled().then(std::time::Instant::now);
         let protected = self.grants.worktrees.protected();
         let send = agent.send(AgentRequest {
@@ -1097,18 +1097,29 @@ impl ActionsHost {
         let r = tracing::Instrument::instrument(send, span.clone()).await;
         crate::journal::crashpoint::hit("action-finished");
         let charge = r.as_ref().ok().map(|reply| reply.charge.clone());
-        if let (Some(started), Ok(reply)) = (started, &r) {
-            crate::telemetry::record_charge(
-                &span,
-                &reply.charge,
-                provider,
-                reply.session.as_deref(),
-            );
-            let ok = reply.process.exit_code == Some(0) && !reply.process.timed_out;
+        if let Some(started) = started {
+            let error = match &r {
+                Err(e) => Some((e.kind(), e.to_string())),
+                Ok(reply) if reply.process.timed_out => Some(("timeout", describe(&reply.process))),
+                Ok(reply) if reply.process.exit_code != Some(0) => {
+                    Some(("exit", describe(&reply.process)))
+                }
+                Ok(_) => None,
+            };
             crate::telemetry::metrics::action(
                 started.elapsed(),
                 "prompt",
-                if ok { "ok" } else { "failed" },
+                if error.is_none() { "ok" } else { "failed" },
+            );
+            crate::telemetry::finish_turn(
+                &span,
+                &who,
+                crate::telemetry::TurnEnd {
+                    took: started.elapsed(),
+                    charge: r.as_ref().ok().map(|reply| &reply.charge),
+                    conversation: r.as_ref().ok().and_then(|reply| reply.session.as_deref()),
+                    error,
+                },
             );
         }
         let result = match r {

@@ -102,6 +102,19 @@ pub enum AgentError {
     Refused(String),
 }
 
+impl AgentError {
+    /// Its class, as telemetry's `error.type` (low cardinality).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentError::NotFound { .. } => "not_found",
+            AgentError::Spawn { .. } => "spawn",
+            AgentError::TimedOut(_) => "timeout",
+            AgentError::Http(_) => "http",
+            AgentError::Refused(_) => "refused",
+        }
+    }
+}
+
 /// The host variables `shell.pass_env` passes by default, which hold no secret.
 const PLAIN_VARIABLES: &[&str] = &["HOME", "LANG", "TERM"];
 
@@ -187,6 +200,21 @@ impl AgentRunner {
 
     pub fn config(&self) -> &AgentConfig {
         &self.config
+    }
+
+    /// Who a turn goes to, for its telemetry (`profile`: the `[agents.NAME]` a
+    /// prompt named; `model`: the model it asked for).
+    pub fn invocation(
+        &self,
+        profile: Option<&str>,
+        model: Option<&str>,
+    ) -> crate::telemetry::Invocation {
+        crate::telemetry::Invocation::new(
+            self.config.runner.name(),
+            self.config.command.first().map(String::as_str),
+            profile,
+            model,
+        )
     }
 
     /// The argv for a request: the template filled in, then resume and model

@@ -368,6 +368,8 @@ struct TurnReply {
 struct Sent {
     reply: Result<TurnReply, String>,
     charge: Option<crate::spend::Charge>,
+    /// The failure's class, telemetry's `error.type` (`_OTHER`: none more precise).
+    failure: &'static str,
 }
 
 /// Send `message` to the agent as the turn after event `seq`'s `inject`, and
@@ -482,10 +484,10 @@ async fn agent_turn(
                 );
             }
             // Stopped mid-turn, the turn's outcome is unknown, as after a crash.
-            let provider = ctx
-                .agent()
-                .and_then(|a| crate::telemetry::provider_of(a.config().runner.name()));
-            let span = crate::telemetry::agent_span(provider, None, "turn");
+            let who = ctx.agent().map(|a| a.invocation(None, None));
+            let span = who.as_ref().map_or_else(tracing::Span::none, |w| {
+                crate::telemetry::agent_span(w, "turn")
+            });
             let started = crate::telemetry::enabled().then(std::time::Instant::now);
             let sending = send_turn(ctx, message, session.as_deref(), *turns, budget_usd);
             let sent = match ctx
@@ -496,13 +498,20 @@ async fn agent_turn(
                 Err(reason) => return Ok(Err(stop_end(reason))),
             };
             crate::journal::crashpoint::hit("turn-finished");
-            if let Some(started) = started {
-                let conversation = sent.reply.as_ref().ok().and_then(|r| r.session.as_deref());
-                if let Some(c) = &sent.charge {
-                    crate::telemetry::record_charge(&span, c, provider, conversation);
-                }
-                let outcome = if sent.reply.is_ok() { "ok" } else { "failed" };
+            if let (Some(started), Some(who)) = (started, &who) {
+                let error = sent.reply.as_ref().err().map(|e| (sent.failure, e.clone()));
+                let outcome = if error.is_none() { "ok" } else { "failed" };
                 crate::telemetry::metrics::action(started.elapsed(), "turn", outcome);
+                crate::telemetry::finish_turn(
+                    &span,
+                    who,
+                    crate::telemetry::TurnEnd {
+                        took: started.elapsed(),
+                        charge: sent.charge.as_ref(),
+                        conversation: sent.reply.as_ref().ok().and_then(|r| r.session.as_deref()),
+                        error,
+                    },
+                );
             }
             // The reply and what it cost are one write: a crash keeps both or neither.
             if journaled {
@@ -547,6 +556,7 @@ async fn send_turn(
         return Sent {
             reply: Err("no agent is configured".into()),
             charge: None,
+            failure: "not_configured",
         };
     };
     ctx.log
@@ -566,14 +576,21 @@ async fn send_turn(
     match reply {
         Ok(reply) => {
             let charge = Some(reply.charge.clone());
+            let failure = match &reply.process {
+                p if p.timed_out => "timeout",
+                p if p.exit_code != Some(0) => "exit",
+                _ => "_OTHER",
+            };
             Sent {
                 reply: turn_reply(ctx, reply, turn),
                 charge,
+                failure,
             }
         }
         Err(e) => Sent {
             reply: Err(e.to_string()),
             charge: None,
+            failure: e.kind(),
         },
     }
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 
 use crate::config::{Config, Discovered};
-use crate::db::{Db, RunOptions, RunRecord};
+use crate::db::{Db, RunOptions, RunRecord, RunStatus};
 use crate::exec::config::AgentConfig;
 use crate::exec::confirm::{Approvals, Asking};
 use crate::exec::grants::{ExtraRules, parse_cli_rule};
@@ -518,7 +518,13 @@ impl Prepared<'_> {
             },
         );
         let end =
-            tracing::Instrument::instrument(driver::drive(&ctx, &policy, next, opts), span).await;
+            tracing::Instrument::instrument(driver::drive(&ctx, &policy, next, opts), span.clone())
+                .await;
+        if let Ok(end) = &end {
+            let status = end.status();
+            let failed = (status == RunStatus::Failed).then(|| end.summary());
+            crate::telemetry::note_run_end(&span, &run.id, status.as_str(), failed.as_deref());
+        }
         ui.finish();
         if crate::telemetry::enabled() {
             note_approvals(&db);

@@ -6,10 +6,12 @@
 //! | `loopbox.decision.duration` | histogram, s | `loopbox.event.type`, `loopbox.decision` |
 //! | `loopbox.action.duration` | histogram, s | `loopbox.action.kind` (exec, script, prompt, turn), `loopbox.action.outcome` |
 //! | `loopbox.approvals.waiting` | gauge, {approval} | none: the store's pending approvals when a run stops |
-//! | `gen_ai.client.token.usage` | histogram, {token} | `gen_ai.token.type` (input, output), `gen_ai.provider.name`, `gen_ai.response.model` |
+//! | `gen_ai.client.token.usage` | histogram, {token} | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.token.type` (input, output), `gen_ai.request.model`, `gen_ai.response.model` |
+//! | `gen_ai.client.operation.duration` | histogram, s | `gen_ai.operation.name`, `gen_ai.provider.name`, `error.type` (a failed turn), `gen_ai.request.model`, `gen_ai.response.model` |
 //! | `loopbox.spend.cost` | counter, USD | `gen_ai.provider.name`, `gen_ai.response.model` |
 //!
-//! `gen_ai.client.token.usage` is the GenAI semantic conventions' metric.
+//! The two `gen_ai.client.*` metrics are the GenAI semantic conventions'
+//! (v1.41.0), with the bucket boundaries they give.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, MeterProvider};
 
+use super::genai::Invocation;
 use crate::spend::Charge;
 
 struct Instruments {
@@ -24,6 +27,7 @@ struct Instruments {
     action: Histogram<f64>,
     approvals: Gauge<u64>,
     tokens: Histogram<u64>,
+    operation: Histogram<f64>,
     cost: Counter<f64>,
 }
 
@@ -60,7 +64,16 @@ pub(super) fn install(provider: &opentelemetry_sdk::metrics::SdkMeterProvider) {
             .with_description("Tokens one agent turn used")
             .with_boundaries(vec![
                 1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
-                4194304.0, 16777216.0,
+                4194304.0, 16777216.0, 67108864.0,
+            ])
+            .build(),
+        operation: meter
+            .f64_histogram("gen_ai.client.operation.duration")
+            .with_unit("s")
+            .with_description("How long one agent turn took")
+            .with_boundaries(vec![
+                0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+                81.92,
             ])
             .build(),
         cost: meter
@@ -104,24 +117,46 @@ pub fn approvals_waiting(n: u64) {
     }
 }
 
+/// The attributes the conventions require of both `gen_ai.client.*` metrics.
+fn genai_attributes(who: &Invocation, response_model: Option<&str>) -> Vec<KeyValue> {
+    let mut attrs = vec![
+        KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+        KeyValue::new("gen_ai.provider.name", who.provider.clone()),
+    ];
+    if let Some(m) = &who.model {
+        attrs.push(KeyValue::new("gen_ai.request.model", m.clone()));
+    }
+    if let Some(m) = response_model {
+        attrs.push(KeyValue::new("gen_ai.response.model", m.to_string()));
+    }
+    attrs
+}
+
+/// One agent turn's duration; `error`: its `error.type` when it failed.
+pub fn operation(
+    took: Duration,
+    who: &Invocation,
+    response_model: Option<&str>,
+    error: Option<&'static str>,
+) {
+    if let Some(i) = INSTRUMENTS.get() {
+        let mut attrs = genai_attributes(who, response_model);
+        if let Some(e) = error {
+            attrs.push(KeyValue::new("error.type", e));
+        }
+        i.operation.record(took.as_secs_f64(), &attrs);
+    }
+}
+
 /// What one agent turn used and cost.
-pub fn spend(charge: &Charge, provider: Option<&'static str>) {
+pub fn spend(charge: &Charge, who: &Invocation, response_model: Option<&str>) {
     let Some(i) = INSTRUMENTS.get() else {
         return;
     };
     if charge.unmetered {
         return;
     }
-    let mut attrs = Vec::with_capacity(3);
-    if let Some(p) = provider {
-        attrs.push(KeyValue::new("gen_ai.provider.name", p));
-    }
-    if let Some(m) = &charge.model {
-        attrs.push(KeyValue::new(
-            "gen_ai.response.model",
-            crate::ui::shorten(m, 100),
-        ));
-    }
+    let attrs = genai_attributes(who, response_model);
     for (kind, n) in [
         ("input", charge.tokens.input),
         ("output", charge.tokens.output),
@@ -131,6 +166,8 @@ pub fn spend(charge: &Charge, provider: Option<&'static str>) {
         i.tokens.record(n, &a);
     }
     if let Some(c) = charge.cost_usd {
-        i.cost.add(c, &attrs);
+        let mut a = vec![KeyValue::new("gen_ai.provider.name", who.provider.clone())];
+        a.extend(response_model.map(|m| KeyValue::new("gen_ai.response.model", m.to_string())));
+        i.cost.add(c, &a);
     }
 }

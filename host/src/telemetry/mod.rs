@@ -23,7 +23,7 @@ mod genai;
 mod http;
 pub mod metrics;
 
-pub use genai::{agent_span, provider_of, record_charge};
+pub use genai::{Invocation, TurnEnd, agent_span, finish_turn};
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -290,6 +290,33 @@ pub fn connection(id: &str, c: &crate::db::network::Connection) {
         span.set_status(Status::error(crate::ui::shorten(&c.rule, 200)));
     }
     span.end_with_timestamp(start + Duration::from_millis(c.ms));
+}
+
+/// How run `id` ended in this process (`status`, as stored): on this
+/// process's span of it, and on its root span when this process started the
+/// run, `loopbox.run.status`, and an error status with the summary when it
+/// failed (a span left unset reads as a success in most back ends).
+pub fn note_run_end(span: &tracing::Span, id: &str, status: &str, failed: Option<&str>) {
+    if !enabled() {
+        return;
+    }
+    use opentelemetry::trace::{Span as _, Status};
+    span.set_attribute("loopbox.run.status", status.to_string());
+    let why = failed.map(|w| crate::ui::shorten(w, 200));
+    if let Some(w) = &why {
+        span.set_status(Status::error(w.clone()));
+    }
+    let (_, root_id) = run_ids(id);
+    let mut roots = ROOTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(root) = roots
+        .iter_mut()
+        .find(|r| r.span_context().span_id() == root_id)
+    {
+        root.set_attribute(KeyValue::new("loopbox.run.status", status.to_string()));
+        if let Some(w) = why {
+            root.set_status(Status::error(w));
+        }
+    }
 }
 
 /// An event's span, once it is committed: its number and the decision.

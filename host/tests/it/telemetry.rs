@@ -104,6 +104,9 @@ struct Span {
     id: String,
     parent: String,
     attrs: HashMap<String, Value>,
+    /// OTLP's span kind (3: client) and status code (0 unset, 1 ok, 2 error).
+    kind: i32,
+    status: i32,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -148,6 +151,8 @@ fn spans(got: &[Received]) -> Vec<Span> {
                             .iter()
                             .map(|a| (a.key.clone(), any(a.value.as_ref())))
                             .collect(),
+                        kind: s.kind,
+                        status: s.status.as_ref().map_or(0, |st| st.code),
                     });
                 }
             }
@@ -170,6 +175,42 @@ fn metric_names(got: &[Received]) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// Each data point of metric `name` (histograms and sums): its unit and attributes.
+fn metric_points(got: &[Received], name: &str) -> Vec<(String, HashMap<String, Value>)> {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let attrs = |kv: &[opentelemetry_proto::tonic::common::v1::KeyValue]| {
+        kv.iter()
+            .map(|a| (a.key.clone(), any(a.value.as_ref())))
+            .collect::<HashMap<_, _>>()
+    };
+    let mut out = Vec::new();
+    for r in got.iter().filter(|r| r.path == "/v1/metrics") {
+        let req = ExportMetricsServiceRequest::decode(r.body.as_slice()).unwrap();
+        for m in req
+            .resource_metrics
+            .iter()
+            .flat_map(|rm| &rm.scope_metrics)
+            .flat_map(|sm| &sm.metrics)
+            .filter(|m| m.name == name)
+        {
+            match &m.data {
+                Some(Data::Histogram(h)) => out.extend(
+                    h.data_points
+                        .iter()
+                        .map(|p| (m.unit.clone(), attrs(&p.attributes))),
+                ),
+                Some(Data::Sum(h)) => out.extend(
+                    h.data_points
+                        .iter()
+                        .map(|p| (m.unit.clone(), attrs(&p.attributes))),
+                ),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// The spans as an indented tree, each with its attributes (printed by the
@@ -281,11 +322,15 @@ fn a_run_is_one_trace_with_a_span_per_event_command_and_agent_turn() {
     assert_eq!(exec.attrs["process.exit.code"], json!(0));
     assert_eq!(exec.attrs["process.executable.name"], json!("true"));
     assert_eq!(exec.attrs["loopbox.rule"], json!("shell.allow[0] (true)"));
-    let turn = find(&spans, "invoke_agent anthropic");
+    // The GenAI conventions' invoke-agent client span (v1.41.0): named after
+    // the agent, its required and conditionally required attributes.
+    let turn = find(&spans, "invoke_agent claude");
     assert_eq!(turn.parent, process.id);
+    assert_eq!((turn.kind, turn.status), (3, 0), "a client span, no error");
     for (k, v) in [
         ("gen_ai.operation.name", json!("invoke_agent")),
         ("gen_ai.provider.name", json!("anthropic")),
+        ("gen_ai.agent.name", json!("claude")),
         ("gen_ai.response.model", json!("claude-sonnet-4-5-20250929")),
         ("gen_ai.usage.input_tokens", json!(1100)),
         ("gen_ai.usage.output_tokens", json!(50)),
@@ -307,9 +352,52 @@ fn a_run_is_one_trace_with_a_span_per_event_command_and_agent_turn() {
         "{all}"
     );
 
+    // Both GenAI client metrics, each point with the attributes they require.
+    for (metric, unit) in [
+        ("gen_ai.client.token.usage", "{token}"),
+        ("gen_ai.client.operation.duration", "s"),
+    ] {
+        let points = metric_points(&got, metric);
+        assert!(!points.is_empty(), "no {metric}");
+        for (u, attrs) in &points {
+            assert_eq!(u, unit, "{metric}");
+            assert_eq!(
+                attrs.get("gen_ai.operation.name"),
+                Some(&json!("invoke_agent")),
+                "{metric}: {attrs:?}"
+            );
+            assert_eq!(
+                attrs.get("gen_ai.provider.name"),
+                Some(&json!("anthropic")),
+                "{metric}: {attrs:?}"
+            );
+            assert_eq!(
+                attrs.get("gen_ai.response.model"),
+                Some(&json!("claude-sonnet-4-5-20250929")),
+                "{metric}: {attrs:?}"
+            );
+            assert!(!attrs.contains_key("error.type"), "{metric}: {attrs:?}");
+        }
+        if metric == "gen_ai.client.token.usage" {
+            let mut types: Vec<&Value> = points
+                .iter()
+                .filter_map(|(_, a)| a.get("gen_ai.token.type"))
+                .collect();
+            types.sort_by_key(|v| v.to_string());
+            assert_eq!(types, [&json!("input"), &json!("output")]);
+        }
+    }
+    // A run that succeeded is not marked as an error anywhere.
+    assert!(spans.iter().all(|s| s.status != 2), "{spans:#?}");
+    assert_eq!(
+        process.attrs.get("loopbox.run.status"),
+        Some(&json!("done"))
+    );
+
     let names = metric_names(&got);
     for m in [
         "gen_ai.client.token.usage",
+        "gen_ai.client.operation.duration",
         "loopbox.action.duration",
         "loopbox.approvals.waiting",
         "loopbox.decision.duration",
@@ -317,6 +405,61 @@ fn a_run_is_one_trace_with_a_span_per_event_command_and_agent_turn() {
     ] {
         assert!(names.iter().any(|n| n == m), "{m} not in {names:?}");
     }
+}
+
+/// A turn whose agent fails and the run it fails: the invoke-agent span and
+/// the duration metric carry `error.type`, and the turn's, the process's and
+/// the run's root spans an error status (they were left unset, which back
+/// ends read as success).
+#[test]
+fn a_failed_turn_and_its_failed_run_export_error_statuses() {
+    let receiver = Receiver::start();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("loopbox.toml"),
+        "[shell]\nallow = [[\"true\"]]\n\n[agent]\ncommand = [\"false\"]\nprompt_input = \"stdin\"\nwritable = []\npass_env = []\n",
+    )
+    .unwrap();
+    let probe = common::probe().to_string_lossy().into_owned();
+    let input = r#"{"op": "echo", "then": "inject", "message": "go on"}"#;
+    let o = traced(
+        ws.path(),
+        &receiver,
+        &["run", &probe, "--input", input, "--json"],
+    );
+    let run: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(run["status"], json!("failed"), "{run}");
+    let got = receiver.take();
+    let spans = spans(&got);
+    println!("{}", tree(&spans));
+    let turn = find(&spans, "invoke_agent false");
+    assert_eq!(turn.status, 2, "{turn:#?}");
+    for (k, v) in [
+        ("gen_ai.operation.name", json!("invoke_agent")),
+        // A program of the user's own: its name as a custom provider, never none.
+        ("gen_ai.provider.name", json!("false")),
+        ("gen_ai.agent.name", json!("false")),
+        ("error.type", json!("exit")),
+    ] {
+        assert_eq!(turn.attrs.get(k), Some(&v), "{k}: {turn:#?}");
+    }
+    let process = find(&spans, "loopbox run");
+    assert_eq!(process.status, 2, "{process:#?}");
+    assert_eq!(
+        process.attrs.get("loopbox.run.status"),
+        Some(&json!("failed"))
+    );
+    let root = find(&spans, &format!("loopbox run {probe}"));
+    assert_eq!(root.status, 2, "{root:#?}");
+    let points = metric_points(&got, "gen_ai.client.operation.duration");
+    assert!(
+        points
+            .iter()
+            .any(|(_, a)| a.get("error.type") == Some(&json!("exit"))
+                && a.get("gen_ai.provider.name") == Some(&json!("false"))),
+        "{points:?}"
+    );
 }
 
 #[test]
