@@ -11,7 +11,8 @@
 #    docker-registry (the CNCF distribution registry) and skopeo (another OCI
 #    client) for the registry tests, chromium with the pinned playwright-core
 #    (host/tests/browser) for the dashboard's browser tests, and the pinned `claude`
-#    CLI (host/tests/agents) for the egress tests
+#    CLI and the pinned `codex` CLI (host/tests/agents) for the egress and
+#    Codex hook tests
 # 2. house habits: rustfmt's formatting, and clippy clean with -D warnings and every
 #    unsafe block explained (clippy::undocumented_unsafe_blocks)
 # 3. host unit tests, guests built from source by build scripts, integration and
@@ -97,10 +98,11 @@ fi
 (cd guests/js && npm install --no-save --no-audit --no-fund --loglevel=error)
 # playwright-core, pinned in host/tests/browser's lockfile (no native packages: `npm ci`).
 (cd host/tests/browser && npm ci --no-audit --no-fund --loglevel=error)
-# The real `claude` CLI, pinned in host/tests/agents' lockfile (which lists every
+# The real `claude` and `codex` CLIs, pinned in host/tests/agents' lockfile (which lists every
 # platform's native package, so `npm ci` takes it), for the egress tests
-# (host/tests/it/egress_clients.rs), which run it against a local fake provider.
-# Its postinstall puts the native binary in place; `--version` shows it did (in a
+# (host/tests/it/egress_clients.rs), which run claude against a local fake
+# provider, and the Codex hook tests (host/tests/it/hook/codex.rs). Claude's
+# postinstall puts the native binary in place; `--version` shows it did (in a
 # throwaway home, with every non-essential request of claude's turned off).
 (cd host/tests/agents && npm ci --no-audit --no-fund --loglevel=error \
   && HOME="$(mktemp -d)" DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \

@@ -13,6 +13,7 @@ use crate::common;
 
 use common::{BIN, probe};
 
+mod codex;
 mod yaml_loop;
 const RALPH_INPUT: &str =
     r#"{"prompt": "Fix the build.", "completion_promise": "DONE", "max_iterations": 4}"#;

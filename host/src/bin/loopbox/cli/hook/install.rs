@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::super::{Failure, exit};
+use super::codex_trust;
 use super::command::{hook_command, native_matcher};
 use super::{EntryArgs, Scope, in_workspace};
 use loopbox::hook::agents::{Agent, EventSpec};
@@ -78,6 +79,11 @@ pub(super) fn edit(
     install: bool,
 ) -> Result<i32, Failure> {
     check_event(agent, &e)?;
+    if e.trust && (agent != Agent::Codex || !install) {
+        return Err(Failure::usage(anyhow!(
+            "--trust is for `hook install codex`: only Codex asks you to review a hook before it runs"
+        )));
+    }
     let workspace = workspace.unwrap_or(Path::new("."));
     let path = settings_path(agent, e.scope, workspace).map_err(Failure::usage)?;
     let (command, portable_command) =
@@ -106,6 +112,7 @@ pub(super) fn edit(
         settings::uninstall(&original, &entry)
     };
     let changed = changed.map_err(|m| Failure::usage(anyhow!("`{}`: {m}", path.display())))?;
+    let command = entry.command.clone();
     let what = format!(
         "{} {} hook for {}{}",
         agent.title(),
@@ -148,14 +155,20 @@ pub(super) fn edit(
                     }
                 );
             }
-            if install && agent == Agent::Codex {
+            if install && agent == Agent::Codex && !e.trust {
                 loopbox::outln!(
-                    "note: Codex reads a project's .codex/hooks.json only when the project is trusted, and runs a new or changed hook only after you review it (/hooks in Codex)"
+                    "note: Codex reads a project's .codex/hooks.json only when the project is trusted, and runs a new or changed hook only after you review it \
+                     (/hooks in Codex; for `codex exec`, run this again with --trust)"
                 );
             }
         }
         None if install => loopbox::outln!("the {what} is already installed in {}", path.display()),
         None => loopbox::outln!("no {what} in {}; nothing to remove", path.display()),
+    }
+    if e.trust {
+        let codex = codex_trust::codex_on_path().map_err(Failure::usage)?;
+        let key = codex_trust::trust(&codex, workspace, &path, &command).map_err(Failure::usage)?;
+        loopbox::outln!("Codex trusts the hook ({key}), as if you had reviewed it in /hooks");
     }
     Ok(exit::OK)
 }

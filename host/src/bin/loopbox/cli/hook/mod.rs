@@ -16,6 +16,7 @@
 //! hook command they hold.
 
 mod answer;
+mod codex_trust;
 mod command;
 mod deadline;
 mod install;
@@ -134,6 +135,11 @@ struct EntryArgs {
     /// Which settings file to edit
     #[arg(long, value_enum, default_value = "project")]
     scope: Scope,
+    /// Codex only: also record in Codex's config that you reviewed this hook,
+    /// as its /hooks view does (Codex 0.171+ runs a new hook only then; the
+    /// hash is asked of the `codex` on PATH)
+    #[arg(long)]
+    trust: bool,
 }
 
 pub fn execute(args: HookArgs, workspace: Option<&Path>) -> Result<i32, Failure> {
