@@ -321,7 +321,28 @@ pub fn grants(config: &Config) -> Vec<String> {
             format!("agent `{}`", argv.join(" "))
         })
     };
+    let network = |n: &crate::exec::egress::NetworkConfig, prefix: &str| {
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        format!(
+            "{prefix}network allow [{}], ask [{}], deny [{}]{}",
+            list(&n.allow),
+            list(&n.ask),
+            list(&n.deny),
+            if n.agent_preset {
+                ""
+            } else {
+                ", the agent's preset hosts off"
+            }
+        )
+    };
     let mut lines = shell(&config.shell, "");
+    lines.push(network(&config.network, ""));
     lines.push(agent(&config.agent));
     // Each profile a prompt may name, with the argv it runs.
     for (name, profile) in &config.profiles {
@@ -333,6 +354,9 @@ pub fn grants(config: &Config) -> Vec<String> {
     for (name, p) in &config.policies {
         lines.push(format!("[policies.{name}] source {}", p.source));
         lines.extend(shell(&p.shell, &format!("[policies.{name}] ")));
+        if let Some(n) = &p.network {
+            lines.push(network(n, &format!("[policies.{name}] ")));
+        }
         lines.push(format!("[policies.{name}] {}", agent(&p.agent)));
     }
     if !config.trust.keys.is_empty() {

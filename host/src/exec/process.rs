@@ -26,9 +26,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
 use crate::exec::config::Rlimits;
-use crate::exec::egress::{Adopted, EgressSide};
+use crate::exec::egress::Adopted;
 use crate::exec::sandbox::Confinement;
-use crate::exec::sandbox::netns::ChildNet;
+use crate::exec::sandbox::netns::SandboxNet;
 use crate::exec::spawn;
 
 /// How long a timed-out group gets between SIGTERM and SIGKILL.
@@ -55,9 +55,9 @@ pub struct Spec {
     pub confinement: Option<Confinement>,
     /// Descriptors handed to the child as fds 3, 4, ... (bwrap's seccomp filters).
     pub pass_fd: Vec<OwnedFd>,
-    /// The proxy side whose network namespace the child makes and listens in
-    /// (bwrap with a network grant; see [`crate::exec::sandbox::netns`]).
-    pub net: Option<Arc<EgressSide>>,
+    /// The proxy's port to make in bwrap's sandbox before its command starts
+    /// (a network grant; see [`crate::exec::sandbox::netns`]).
+    pub net: Option<SandboxNet>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -85,7 +85,12 @@ struct Launched {
 
 /// Start `spec`'s child with stdout and stderr piped, and stdin piped when
 /// `pipe_stdin` (else `/dev/null`).
-fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io::Result<Launched> {
+fn launch(
+    spec_pass_fd: Vec<OwnedFd>,
+    net: Option<SandboxNet>,
+    spec: &Spec,
+    pipe_stdin: bool,
+) -> std::io::Result<Launched> {
     // Every descriptor is close-on-exec here; the child's dup2 onto 0, 1 and 2
     // clears that for its own copies only, so no other child inherits a pipe.
     let (stdin_child, stdin_parent) = if pipe_stdin {
@@ -113,7 +118,6 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
     } else {
         None
     };
-    let child_net = spec.net.as_ref().map(|_| ChildNet::new()).transpose()?;
     let pid = spawn::spawn(&spawn::Launch {
         program: &spec.program,
         arg0: spec.arg0.as_deref(),
@@ -128,7 +132,6 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
         pass_fd: &pass_raw,
         die_with_parent: true,
         pgid: leader.as_ref().map_or(0, |r| r.pid),
-        net: child_net.as_ref(),
     })?;
     drop((stdin_child, out_w, err_w, pass_fd));
     // The child leads its own group (pgid = pid), or is in its reaper's;
@@ -139,18 +142,13 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
         Some(r) => Some(r),
         None => Some(Reaper::start(pid).map_err(reaper_error)?),
     };
-    // The sandbox's listening socket is ours now: the proxy accepts on it
-    // until the child is done (a failure here drops the group, killing it).
-    let net = match (child_net, &spec.net) {
-        (Some(child), Some(side)) => Some(
-            child
-                .receive()
-                .and_then(|l| side.adopt(l).map_err(std::io::Error::other))
-                .map_err(|e| {
-                    std::io::Error::other(format!("the sandbox's network did not come up: {e}"))
-                })?,
-        ),
-        _ => None,
+    // The proxy's port in the sandbox, served until the child is done; only
+    // then does bwrap run the command (a failure here drops the group, killing it).
+    let net = match net {
+        Some(n) => Some(n.join().map_err(|e| {
+            std::io::Error::other(format!("the sandbox's network did not come up: {e}"))
+        })?),
+        None => None,
     };
     let exited = group.reap_on_exit();
     Ok(Launched {
@@ -167,6 +165,7 @@ fn launch(spec_pass_fd: Vec<OwnedFd>, spec: &Spec, pipe_stdin: bool) -> std::io:
 pub async fn run(mut spec: Spec) -> std::io::Result<Finished> {
     let started = Instant::now();
     let pass_fd = std::mem::take(&mut spec.pass_fd);
+    let net = spec.net.take();
     let Launched {
         group,
         reaper,
@@ -175,7 +174,7 @@ pub async fn run(mut spec: Spec) -> std::io::Result<Finished> {
         stderr: err_r,
         mut exited,
         net,
-    } = launch(pass_fd, &spec, spec.stdin.is_some())?;
+    } = launch(pass_fd, net, &spec, spec.stdin.is_some())?;
 
     if let (Some(text), Some(w)) = (spec.stdin, stdin_parent) {
         let mut stdin = pipe::Sender::from_owned_fd(w)?;
@@ -269,7 +268,8 @@ pub enum Line {
 impl Session {
     pub fn start(mut spec: Spec) -> std::io::Result<Session> {
         let pass_fd = std::mem::take(&mut spec.pass_fd);
-        let l = launch(pass_fd, &spec, true)?;
+        let net = spec.net.take();
+        let l = launch(pass_fd, net, &spec, true)?;
         let stdin = match l.stdin {
             Some(w) => Some(pipe::Sender::from_owned_fd(w)?),
             None => None,
@@ -474,7 +474,6 @@ impl Reaper {
             pass_fd: &[],
             die_with_parent: false,
             pgid: 0,
-            net: None,
         })?;
         Ok(Reaper { pid, _pipe: write })
     }
@@ -681,6 +680,42 @@ mod tests {
         assert_eq!(run(s).await.unwrap().stdout, "as-written\nfirstsecondthird");
     }
 
+    /// A descriptor loopbox inherited without close-on-exec (a socket its own
+    /// parent left open) never reaches a child: only 0-2 and those passed.
+    #[tokio::test]
+    async fn a_descriptor_loopbox_inherited_does_not_reach_the_child() {
+        let (r, w) = crate::exec::fd::pipe().unwrap();
+        // As a parent that passed it would leave it: inheritable.
+        // SAFETY: F_SETFD on a descriptor we own.
+        unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETFD, 0) };
+        let n = w.as_raw_fd();
+        let mut s = spec(
+            "/bin/sh",
+            &["-c", &format!("ls /proc/self/fd; echo leak >&{n}")],
+        );
+        let (passed, _keep) = crate::exec::fd::pipe().unwrap();
+        s.pass_fd.push(passed);
+        let f = run(s).await.unwrap();
+        let fds: Vec<&str> = f.stdout.lines().collect();
+        // 0-2, the one passed (3) and the one `ls` itself opens to list them.
+        assert_eq!(fds.len(), 5, "{fds:?}");
+        assert!(
+            fds.iter()
+                .all(|fd| fd.parse::<i32>().unwrap() <= 4 || *fd == "4"),
+            "{fds:?}"
+        );
+        assert_ne!(
+            f.exit_code,
+            Some(0),
+            "the shell wrote to fd {n}: {}",
+            f.stderr
+        );
+        drop(w);
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut got).unwrap();
+        assert_eq!(got, "");
+    }
+
     #[tokio::test]
     async fn captures_exit_code_and_output() {
         let f = run(spec("/bin/sh", &["-c", "echo out; echo err >&2; exit 3"]))
@@ -735,7 +770,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("member");
         let script = format!("sleep 30 & echo $! > {}; exit 0", pidfile.display());
-        let l = launch(Vec::new(), &spec("/bin/sh", &["-c", &script]), false).unwrap();
+        let l = launch(Vec::new(), None, &spec("/bin/sh", &["-c", &script]), false).unwrap();
         let leader = l.group.0.clone();
         assert_eq!(libc::WEXITSTATUS(l.exited.await.unwrap().unwrap()), 0);
         // Reaped, and from then on its number is not ours to signal.

@@ -16,7 +16,6 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 use crate::exec::sandbox::Confinement;
-use crate::exec::sandbox::netns::ChildNet;
 
 /// What the child gets: the program, its argv and environment, its working
 /// directory, the three descriptors for stdin/stdout/stderr, and what to set.
@@ -44,9 +43,6 @@ pub struct Launch<'a> {
     pub die_with_parent: bool,
     /// The process group to join (a live one of ours); 0: a group of its own.
     pub pgid: libc::pid_t,
-    /// A network namespace to make in the child before it executes (bwrap's,
-    /// see [`crate::exec::sandbox::netns`]).
-    pub net: Option<&'a ChildNet>,
 }
 
 fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
@@ -70,18 +66,17 @@ struct Prepared<'a> {
     pass_fd: &'a [RawFd],
     die_with_parent: bool,
     pgid: libc::pid_t,
-    net: Option<&'a ChildNet>,
     /// Our pid: a child whose parent is already someone else (we died before
     /// its parent-death signal was set) exits.
     parent: libc::pid_t,
     /// Where the child reports why exec failed (close-on-exec: silent on success).
     report: RawFd,
+    /// One past the highest descriptor number to mark close-on-exec where
+    /// close_range(2) cannot (the soft RLIMIT_NOFILE, at most 65536).
+    fd_limit: c_int,
 }
 
 const STACK_BYTES: usize = 256 << 10;
-
-/// The stage a child reports besides errno: making its network namespace.
-const STAGE_NET: c_int = 1;
 
 /// Start the child in its own process group, or the one `pgid` names (unless told otherwise, killed
 /// with SIGKILL when the thread that started it ends: with loopbox, however
@@ -127,10 +122,10 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
         pass_fd: l.pass_fd,
         die_with_parent: l.die_with_parent,
         pgid: l.pgid,
-        net: l.net,
         // SAFETY: getpid has no preconditions.
         parent: unsafe { libc::getpid() },
         report: report_w.as_raw_fd(),
+        fd_limit: fd_limit(),
     };
     let mut stack = vec![0u8; STACK_BYTES];
     // The stack grows down: hand clone its top, 16-byte aligned.
@@ -168,32 +163,34 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
     if pid < 0 {
         return Err(clone_error);
     }
-    // The child either executed (the report pipe closed empty) or wrote its
-    // errno and the stage that failed, and exited.
-    let mut report = [0u8; 8];
+    // The child either executed (the report pipe closed empty) or wrote its errno and exited.
+    let mut errno = [0u8; 4];
     let n = loop {
         // SAFETY: reads into a local buffer from a descriptor we own.
-        let n = unsafe { libc::read(report_r.as_raw_fd(), report.as_mut_ptr() as *mut c_void, 8) };
+        let n = unsafe { libc::read(report_r.as_raw_fd(), errno.as_mut_ptr() as *mut c_void, 4) };
         if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
             continue;
         }
         break n;
     };
-    if n == 8 {
+    if n == 4 {
         let _ = reap(pid); // it exited at once; only its status is left to collect
-        let errno = i32::from_ne_bytes(report[..4].try_into().expect("4 bytes"));
-        let e = io::Error::from_raw_os_error(errno);
-        if i32::from_ne_bytes(report[4..].try_into().expect("4 bytes")) == STAGE_NET {
-            return Err(io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot make the sandbox's network namespace (a user and a network namespace of its own): {e}; where the system lets only listed programs make user namespaces (Ubuntu's kernel.apparmor_restrict_unprivileged_userns), give loopbox an AppArmor profile that allows them, or use shell.sandbox = \"landlock\""
-                ),
-            ));
-        }
-        return Err(e);
+        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
     }
     Ok(pid)
+}
+
+/// The soft limit on open descriptors, at most 65536.
+fn fd_limit() -> c_int {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) into a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 65536;
+    }
+    lim.rlim_cur.min(65536) as c_int
 }
 
 /// Wait for `pid` to exit without reaping it: until it is reaped its number,
@@ -240,15 +237,14 @@ pub fn reap(pid: libc::pid_t) -> io::Result<c_int> {
 extern "C" fn child(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `Prepared` the parent keeps alive until we exec or exit.
     let p = unsafe { &*(arg as *const Prepared) };
-    let fail_at = |p: &Prepared, stage: c_int| -> c_int {
+    let fail = |p: &Prepared| -> c_int {
         // SAFETY: errno of this task; write(2) and _exit(2) are system calls.
         unsafe {
-            let report = [*libc::__errno_location(), stage];
-            libc::write(p.report, report.as_ptr() as *const c_void, 8);
+            let e = *libc::__errno_location();
+            libc::write(p.report, &e as *const c_int as *const c_void, 4);
             libc::_exit(127)
         }
     };
-    let fail = |p: &Prepared| fail_at(p, 0);
     // SAFETY: every call below is a system call on prepared data.
     unsafe {
         // Handlers are the parent's code: each becomes the default. Signals the
@@ -276,11 +272,6 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         if libc::setpgid(0, p.pgid) != 0 {
             return fail(p);
         }
-        if let Some(net) = p.net
-            && net.enter().is_err()
-        {
-            return fail_at(p, STAGE_NET);
-        }
         for (target, fd) in p.fds.iter().enumerate() {
             if libc::dup2(*fd, target as c_int) < 0 {
                 return fail(p);
@@ -296,6 +287,26 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             };
             if !ok {
                 return fail(p);
+            }
+        }
+        // Nothing loopbox inherited reaches the child: every descriptor above
+        // the ones it is given closes at exec (a socket loopbox's own parent
+        // left open would be a way out of the sandbox's network). Marked, not
+        // closed: the report pipe must outlive a failed exec.
+        let first = (crate::exec::sandbox::PASSED_FD + p.pass_fd.len() as c_int) as libc::c_uint;
+        if libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) != 0
+        {
+            // Before Linux 5.11: each open descriptor in turn.
+            for fd in first as c_int..p.fd_limit {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags >= 0 && libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) != 0 {
+                    return fail(p);
+                }
             }
         }
         if libc::chdir(p.cwd.as_ptr()) != 0 {

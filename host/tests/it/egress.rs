@@ -1039,3 +1039,71 @@ print("ok", repr(s.recv(40)))
         );
     }
 }
+
+/// The real binary (which makes itself non-dumpable) as a user who is not
+/// root: a networked command under bwrap reaches the allowed origin. An
+/// earlier design made the namespace in a child sharing that non-dumpable
+/// memory, whose own uid map then belonged to root: every networked command
+/// of every non-root user failed to start, and tests run as root never saw it.
+#[test]
+fn a_user_who_is_not_root_runs_a_networked_command_under_bwrap() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !sandboxes().contains(&"bwrap") {
+        return; // only root can become another user; CI runs as root
+    }
+    let o = origin();
+    let p = o.port;
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let (home, ws) = (dir.path().join("home"), dir.path().join("ws"));
+    let ws = ws.as_path();
+    std::fs::create_dir(&home).unwrap();
+    std::fs::create_dir(ws).unwrap();
+    std::fs::write(
+        ws.join("loopbox.toml"),
+        format!("[shell]\nscripts = true\nsandbox = \"bwrap\"\n\n[network]\nallow = [\"127.0.0.1:{p}\"]\n"),
+    )
+    .unwrap();
+    std::fs::copy(common::probe(), ws.join("probe.wasm")).unwrap();
+    let nobody = |args: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(common::BIN)
+            .args(args)
+            .current_dir(ws)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home)
+            .env("XDG_DATA_HOME", home.join(".data"))
+            .env("LOOPBOX_CACHE_DIR", home.join(".cache"))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    assert!(
+        std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success()
+    );
+    let t = nobody(&["trust"]);
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let op = json!({"op": "script", "source": format!("curl -sS --max-time 20 http://127.0.0.1:{p}/as-nobody"), "timeout_ms": 60000});
+    let o = nobody(&["run", "probe.wasm", "--input", &op.to_string(), "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    let out = v["outcome"]["data"]["ok"]["stdout"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        out.contains("origin says hello to 127.0.0.1"),
+        "{v}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

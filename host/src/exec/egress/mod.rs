@@ -189,7 +189,7 @@ impl Egress {
         run: RunSide,
         on_start: Vec<String>,
     ) -> Result<Arc<Egress>, String> {
-        // The Unix socket's side: only the sandbox it is bound into reaches it.
+        // A sandbox's own port's side (no token): only that sandbox reaches it.
         let side = |name: &'static str, extra: &[(String, String)]| {
             Rules::new(config, section, extra).map(|rules| {
                 (!rules.is_empty()).then(|| {

@@ -5,7 +5,7 @@
 //! [`super::placeholder`]), the agent's own state outside the workspace
 //! writable, a private `/tmp` of `shell.tmp_bytes` (a tmpfs, so memory), new
 //! user, PID, IPC, UTS and network namespaces (with a network grant, the
-//! one loopbox made with the proxy in it, see [`super::netns`]), no
+//! proxy's port made in it, see [`super::netns`]), no
 //! capabilities, a new session, killed with its parent, and the seccomp
 //! filters read from passed descriptors. In the fresh `/proc`, the kernel's
 //! settings are read-only and its memory, keys and timers masked.
@@ -20,6 +20,7 @@ pub fn args(
     args: Vec<String>,
     cwd: &Path,
     seccomp_fds: &[i32],
+    net_fds: Option<(i32, i32)>,
 ) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -60,10 +61,18 @@ pub fn args(
     for h in covered {
         a.extend(["--remount-ro".into(), s(h)]);
     }
-    // Never the host's network: with a network grant the launcher has made
-    // the namespace, with the proxy listening in it (`super::netns`).
-    if c.egress.is_none() {
-        a.push("--unshare-net".into());
+    // Never the host's network: a network grant is the proxy's port, made in
+    // this namespace while bwrap waits (`super::netns`): it reports the
+    // sandbox's pid on the first descriptor and runs the command once a byte
+    // arrives on the second.
+    a.push("--unshare-net".into());
+    if let Some((info, block)) = net_fds {
+        a.extend([
+            "--info-fd".into(),
+            info.to_string(),
+            "--block-fd".into(),
+            block.to_string(),
+        ]);
     }
     // A user namespace whoever runs loopbox, and no capabilities in it: as
     // root, bwrap would otherwise make none and leave the child every

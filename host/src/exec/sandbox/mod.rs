@@ -30,7 +30,7 @@ mod bwrap;
 pub mod hide;
 mod landlock;
 pub mod leftovers;
-pub(crate) mod netns;
+pub mod netns;
 pub mod placeholder;
 mod privileges;
 pub mod protect;
@@ -272,9 +272,9 @@ pub struct Prepared {
     pub confinement: Option<Confinement>,
     /// Descriptors the child gets as fds 3, 4, ... (bwrap's `--add-seccomp-fd`).
     pub pass_fd: Vec<OwnedFd>,
-    /// The proxy side the child's network namespace is made for (bwrap with
-    /// a network grant): the launcher makes it ([`netns`]).
-    pub net: Option<std::sync::Arc<crate::exec::egress::EgressSide>>,
+    /// The proxy's port to make in the sandbox once bwrap runs, before the
+    /// command starts (bwrap with a network grant; see [`netns`]).
+    pub net: Option<netns::SandboxNet>,
     /// The private temp dir, removed when this is dropped.
     pub _tmp: Option<tempfile::TempDir>,
     /// The placeholders of missing protected names, kept while the child runs.
@@ -353,10 +353,16 @@ impl Confines {
                 }
                 let hold = placeholder::hold(&self.workspace, &self.protected)?;
                 let mut env = vec![("TMPDIR".into(), "/tmp".into())];
-                // With the network, the sandbox's namespace is made by loopbox
-                // as it starts bwrap, with the proxy listening in it (`netns`).
+                // With the network, bwrap reports its sandbox and waits while
+                // loopbox makes the proxy's port in it (`netns`).
+                let mut net = None;
+                let mut net_ends = None;
                 if let Some(side) = &self.egress {
                     env.extend(side.endpoint()?.env(false));
+                    let (n, ends) = netns::SandboxNet::new(side.clone())
+                        .map_err(|e| format!("cannot prepare the sandbox's network: {e}"))?;
+                    net = Some(n);
+                    net_ends = Some(ends);
                 }
                 let mut pass_fd = Vec::new();
                 for filter in seccomp::filters(self.sockets(false))? {
@@ -368,15 +374,23 @@ impl Confines {
                         .map_err(|e| format!("cannot pass the seccomp filter to bwrap: {e}"))?;
                     pass_fd.push(read);
                 }
-                let fds: Vec<i32> = (0..pass_fd.len() as i32).map(|i| PASSED_FD + i).collect();
+                let seccomp_count = pass_fd.len() as i32;
+                if let Some(ends) = net_ends {
+                    pass_fd.push(ends.info);
+                    pass_fd.push(ends.block);
+                }
+                let fds: Vec<i32> = (0..seccomp_count).map(|i| PASSED_FD + i).collect();
+                let net_fds = net
+                    .as_ref()
+                    .map(|_| (PASSED_FD + seccomp_count, PASSED_FD + seccomp_count + 1));
                 Ok(Prepared {
                     program: bwrap.clone(),
-                    args: bwrap::args(self, &program, args, cwd, &fds),
+                    args: bwrap::args(self, &program, args, cwd, &fds, net_fds),
                     arg0: None,
                     env,
                     confinement: None,
                     pass_fd,
-                    net: self.egress.clone(),
+                    net,
                     _tmp: None,
                     _hold: Some(hold),
                 })
@@ -530,7 +544,15 @@ mod tests {
             hidden: vec![],
             tmp_bytes: 1 << 20,
         };
-        let a = bwrap::args(&c, Path::new("/bin/echo"), vec!["hi".into()], &ws, &[3, 4]).join(" ");
+        let a = bwrap::args(
+            &c,
+            Path::new("/bin/echo"),
+            vec!["hi".into()],
+            &ws,
+            &[3, 4],
+            None,
+        )
+        .join(" ");
         let w = ws.display();
         assert!(
             a.contains(&format!(
@@ -574,7 +596,7 @@ mod tests {
             ],
             ..c
         };
-        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, &[]).join(" ");
+        let a = bwrap::args(&c, Path::new("/bin/echo"), vec![], &ws, &[], None).join(" ");
         assert!(
             a.contains(&format!(
                 "--size 1048576 --tmpfs /tmp --tmpfs {o}/keys --ro-bind /dev/null {o}/token --bind {w} {w} --ro-bind {w}/.loopbox {w}/.loopbox --ro-bind /dev/null {w}/.env --tmpfs {w}/.loopbox --remount-ro {o}/keys --remount-ro {w}/.loopbox --unshare-net"

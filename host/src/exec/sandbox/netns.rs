@@ -1,200 +1,290 @@
-//! The network namespace of a bubblewrap sandbox that may use the network,
-//! made by loopbox in the child that executes bwrap: a new user namespace
-//! (the caller's own uid and gid mapped, nothing else) owning a new network
-//! namespace with only loopback, up, and a listening socket on
-//! `127.0.0.1:`[`SANDBOX_PORT`] in it, handed back to loopbox over a socket
-//! pair before bwrap runs. bwrap then makes the rest of the sandbox inside it
-//! (without `--unshare-net`), and loopbox's proxy accepts the sandbox's
-//! connections on that socket itself (`EgressSide::adopt`).
+//! The proxy's port inside a bubblewrap sandbox that may use the network.
+//!
+//! bwrap makes the sandbox's namespaces as always (its own user namespace, a
+//! network namespace with only loopback), tells loopbox the sandbox's pid
+//! (`--info-fd`) and waits before it runs the command (`--block-fd`). Then a
+//! short-lived child of loopbox's joins that user and network namespace (as
+//! their owner's user it has every capability there), waits for bwrap to give
+//! loopback its address, listens on `127.0.0.1:`[`SANDBOX_PORT`] and sends the listening socket back
+//! over a socket pair; the run's proxy adopts it (`EgressSide::adopt`) for as
+//! long as the command runs, and only then is the command let go.
 //!
 //! Why not a process in the sandbox: a bridge (the `loopbox` binary run again
 //! inside, carrying each connection to the proxy's Unix socket) cost every
 //! networked command 4.7 ms at its start (the exec of a 50 MB binary, 1.28x a
-//! sandbox without the network) and every byte one more hop. Here the
-//! sandbox holds nothing of loopbox's: no socket of the host's is bound in,
-//! and the listening socket lives only in loopbox, so nothing the command
-//! runs can replace or trace it. Its one way out is still the proxy.
+//! sandbox without the network) and every byte one more hop. Here nothing of
+//! the host's is bound into the sandbox and the listening socket is held by
+//! loopbox alone. Why not make the namespace ourselves before bwrap: loopbox
+//! is not dumpable (its `/proc` files are root's, see the binary's
+//! `secrets.rs`), so a child sharing its memory cannot write its own user
+//! namespace's uid map; joining bwrap's needs no map.
 
+use std::ffi::{CString, c_int, c_void};
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use std::ffi::CString;
+use crate::exec::egress::{Adopted, EgressSide, SANDBOX_PORT};
 
-use crate::exec::egress::SANDBOX_PORT;
+/// How long bwrap gets to report its sandbox (it takes a few milliseconds).
+const REPORT_WITHIN: Duration = Duration::from_secs(10);
 
-/// What the child needs, prepared before the clone (it allocates nothing).
-pub struct ChildNet {
-    /// Loopbox's end of the pair: the listening socket arrives here.
-    ours: OwnedFd,
-    /// The child's end (close-on-exec: bwrap never holds it).
-    theirs: OwnedFd,
-    setgroups: CString,
-    uid_map: CString,
-    gid_map: CString,
-    uid_line: String,
-    gid_line: String,
+/// A sandbox's way to the proxy, between `prepare` and the command's start.
+pub struct SandboxNet {
+    side: Arc<EgressSide>,
+    /// Our end of bwrap's `--info-fd`: the sandbox's pid arrives here.
+    info: OwnedFd,
+    /// Our end of bwrap's `--block-fd`: the command starts once a byte is written.
+    release: OwnedFd,
 }
 
-impl ChildNet {
-    pub fn new() -> io::Result<ChildNet> {
-        let mut pair = [0; 2];
-        // SAFETY: socketpair(2) filling a local array.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                0,
-                pair.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
+impl std::fmt::Debug for SandboxNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SandboxNet({:?})", self.side)
+    }
+}
+
+/// The two descriptors bwrap gets: its `--info-fd` and its `--block-fd`.
+pub struct BwrapEnds {
+    pub info: OwnedFd,
+    pub block: OwnedFd,
+}
+
+impl SandboxNet {
+    pub fn new(side: Arc<EgressSide>) -> io::Result<(SandboxNet, BwrapEnds)> {
+        let (info, info_bwrap) = crate::exec::fd::pipe()?;
+        let (block_bwrap, release) = crate::exec::fd::pipe()?;
+        Ok((
+            SandboxNet {
+                side,
+                info,
+                release,
+            },
+            BwrapEnds {
+                info: info_bwrap,
+                block: block_bwrap,
+            },
+        ))
+    }
+
+    /// Once bwrap runs: find its sandbox, make the proxy's port in it, have
+    /// the proxy serve it, then let the command start. Dropping the result
+    /// closes the port.
+    pub fn join(self) -> io::Result<Adopted> {
+        let pid = sandbox_pid(&self.info, REPORT_WITHIN)?;
+        let listener = listen_in(pid)?;
+        let hold = self.side.adopt(listener).map_err(io::Error::other)?;
+        let go = [1u8];
+        // SAFETY: write(2) of a local byte to a pipe we own.
+        if unsafe { libc::write(self.release.as_raw_fd(), go.as_ptr() as *const c_void, 1) } != 1 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: both descriptors were just made and are ours alone.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
-        // SAFETY: geteuid and getegid have no preconditions.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let c = |s: &str| CString::new(s).expect("no NUL");
-        Ok(ChildNet {
-            ours,
-            theirs,
-            setgroups: c("/proc/self/setgroups"),
-            uid_map: c("/proc/self/uid_map"),
-            gid_map: c("/proc/self/gid_map"),
-            uid_line: format!("{uid} {uid} 1"),
-            gid_line: format!("{gid} {gid} 1"),
-        })
+        Ok(hold)
     }
+}
 
-    /// In the child, between clone and exec: make the namespaces, bring
-    /// loopback up, listen, and send the listener to loopbox. On failure
-    /// errno says why.
-    ///
-    /// # Safety
-    /// Only in a child about to execute: it changes the calling process's
-    /// namespaces, and makes system calls on prepared data only.
-    pub unsafe fn enter(&self) -> Result<(), ()> {
-        // SAFETY: system calls on data prepared in `new` or on this stack.
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0 {
-                return Err(());
-            }
-            // setgroups must be denied before an unprivileged gid map is written.
-            write_file(&self.setgroups, b"deny")?;
-            write_file(&self.uid_map, self.uid_line.as_bytes())?;
-            write_file(&self.gid_map, self.gid_line.as_bytes())?;
-            let s = check(libc::socket(
-                libc::AF_INET,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                0,
-            ))?;
-            let mut up: libc::ifreq = std::mem::zeroed();
-            for (i, b) in b"lo".iter().enumerate() {
-                up.ifr_name[i] = *b as libc::c_char;
-            }
-            up.ifr_ifru.ifru_flags =
-                (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
-            let r = libc::ioctl(s, libc::SIOCSIFFLAGS, &up);
-            libc::close(s);
-            check(r)?;
-            let l = check(libc::socket(
-                libc::AF_INET,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-            ))?;
-            let mut addr: libc::sockaddr_in = std::mem::zeroed();
-            addr.sin_family = libc::AF_INET as libc::sa_family_t;
-            addr.sin_port = SANDBOX_PORT.to_be();
-            addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
-            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            if libc::bind(l, &addr as *const _ as *const libc::sockaddr, len) != 0
-                || libc::listen(l, libc::SOMAXCONN) != 0
-                || send_fd(self.theirs.as_raw_fd(), l).is_err()
-            {
-                libc::close(l);
-                return Err(());
-            }
-            libc::close(l);
+/// The sandbox's pid, from bwrap's `--info-fd` report (`{"child-pid": N, ...}`).
+fn sandbox_pid(info: &OwnedFd, within: Duration) -> io::Result<libc::pid_t> {
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    loop {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&got) {
+            return v["child-pid"]
+                .as_i64()
+                .and_then(|p| libc::pid_t::try_from(p).ok())
+                .filter(|p| *p > 0)
+                .ok_or_else(|| io::Error::other("bwrap reported no sandbox pid"));
         }
-        Ok(())
-    }
-
-    /// After the child executed: the listening socket it sent.
-    pub fn receive(self) -> io::Result<TcpListener> {
-        drop(self.theirs);
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr() as *mut libc::c_void,
-            iov_len: 1,
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut poll = libc::pollfd {
+            fd: info.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
         };
-        let mut control = [0u64; 8];
-        // SAFETY: msghdr is plain C data; all-zero is valid before the fields are set.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = std::mem::size_of_val(&control);
-        // SAFETY: recvmsg into the buffers above, which outlive the call. The
-        // child sent before it executed, and spawn returns only after the exec.
-        let n = unsafe {
-            libc::recvmsg(
-                self.ours.as_raw_fd(),
-                &mut msg,
-                libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
-            )
-        };
+        // SAFETY: poll(2) on one descriptor we own.
+        let ready =
+            unsafe { libc::poll(&mut poll, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if ready < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if ready == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("bwrap did not report its sandbox within {within:?}"),
+            ));
+        }
+        let mut buf = [0u8; 512];
+        // SAFETY: read(2) into a local buffer from a pipe we own.
+        let n = unsafe { libc::read(info.as_raw_fd(), buf.as_mut_ptr() as *mut c_void, buf.len()) };
         if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: walking the control data recvmsg filled, within its length.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            if cmsg.is_null()
-                || (*cmsg).cmsg_level != libc::SOL_SOCKET
-                || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-            {
-                return Err(io::Error::other(
-                    "the sandbox's network namespace sent no socket",
-                ));
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
             }
-            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::c_int);
-            let listener = TcpListener::from_raw_fd(fd);
-            listener.set_nonblocking(true)?;
-            Ok(listener)
+            return Err(e);
         }
+        if n == 0 || got.len() > 4096 {
+            return Err(io::Error::other(
+                "bwrap ended before it reported its sandbox (its error is the command's stderr)",
+            ));
+        }
+        got.extend_from_slice(&buf[..n as usize]);
     }
 }
 
-fn check(r: libc::c_int) -> Result<libc::c_int, ()> {
-    if r < 0 { Err(()) } else { Ok(r) }
+/// What the joining child needs, prepared before the clone (it allocates nothing).
+struct Join {
+    user: CString,
+    net: CString,
+    /// The child's end of the pair the listener (or why not) goes back on.
+    send: c_int,
 }
 
-/// # Safety
-/// A system call sequence on a prepared path.
-unsafe fn write_file(path: &CString, data: &[u8]) -> Result<(), ()> {
-    // SAFETY: open, write and close on a NUL-terminated path and a live buffer.
+/// The steps the child reports a failure at.
+const STEPS: [&str; 5] = [
+    "join the sandbox's user namespace",
+    "join the sandbox's network namespace",
+    "bind the sandbox's port (bwrap gives loopback its address)",
+    "listen on the sandbox's port",
+    "hand the port to loopbox",
+];
+
+/// How many 100 us pauses the child waits for bwrap to give loopback its
+/// address (it takes well under a millisecond): 5 s.
+const BIND_TRIES: u32 = 50_000;
+
+/// A socket listening on the proxy's port in the network namespace of `pid`.
+fn listen_in(pid: libc::pid_t) -> io::Result<TcpListener> {
+    let c = |s: String| CString::new(s).expect("no NUL");
+    let (ours, theirs) = pair()?;
+    let job = Join {
+        user: c(format!("/proc/{pid}/ns/user")),
+        net: c(format!("/proc/{pid}/ns/net")),
+        send: theirs.as_raw_fd(),
+    };
+    const STACK_BYTES: usize = 64 << 10;
+    let mut stack = vec![0u8; STACK_BYTES];
+    let top = ((stack.as_mut_ptr() as usize + STACK_BYTES) & !15) as *mut c_void;
+    // Every signal blocked while the child shares our memory (a handler of
+    // ours must not run on its side); it exits without unblocking them.
+    // SAFETY: sigset_t is a plain C bit set; all-zero is a valid (empty) value.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain signal-mask calls on sets we own.
     unsafe {
-        let fd = check(libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC))?;
-        let n = libc::write(fd, data.as_ptr() as *const libc::c_void, data.len());
-        libc::close(fd);
-        if n != data.len() as isize {
-            return Err(());
-        }
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
-    Ok(())
+    // SAFETY: `joiner` only makes system calls on `job` and its own stack;
+    // CLONE_VFORK suspends us until it exited, and only then is the stack freed.
+    let child = unsafe {
+        libc::clone(
+            joiner,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &job as *const Join as *mut c_void,
+        )
+    };
+    let clone_error = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    drop(theirs);
+    if child < 0 {
+        return Err(clone_error);
+    }
+    let _ = crate::exec::spawn::reap(child);
+    receive(&ours)
 }
 
-/// Send `fd` over the socket `over` (SCM_RIGHTS), building the message on
-/// this stack.
+/// The joining child: system calls only, then exit (0, or 1 after reporting why).
+extern "C" fn joiner(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `Join` the parent keeps alive until we exit.
+    let job = unsafe { &*(arg as *const Join) };
+    // SAFETY: every call below is a system call on `job` or this stack.
+    unsafe {
+        let fail = |step: c_int| -> c_int {
+            let report = [step, *libc::__errno_location()];
+            libc::send(job.send, report.as_ptr() as *const c_void, 8, 0);
+            1
+        };
+        for (step, path, kind) in [
+            (0, &job.user, libc::CLONE_NEWUSER),
+            (1, &job.net, libc::CLONE_NEWNET),
+        ] {
+            let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 || libc::setns(fd, kind) != 0 {
+                return fail(step);
+            }
+            libc::close(fd);
+        }
+        // bwrap gives loopback its address and brings it up (touching it
+        // first makes bwrap fail): until it has, binding finds no address.
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_port = SANDBOX_PORT.to_be();
+        addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let l = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if l < 0 {
+            return fail(2);
+        }
+        let mut waited = 0;
+        while libc::bind(l, &addr as *const _ as *const libc::sockaddr, len) != 0 {
+            if *libc::__errno_location() != libc::EADDRNOTAVAIL || waited >= BIND_TRIES {
+                return fail(2);
+            }
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000,
+            };
+            libc::nanosleep(&pause, std::ptr::null_mut());
+            waited += 1;
+        }
+        if libc::listen(l, libc::SOMAXCONN) != 0 {
+            return fail(3);
+        }
+        if send_fd(job.send, l).is_err() {
+            return fail(4);
+        }
+        0
+    }
+}
+
+/// A datagram socket pair, both ends close-on-exec.
+fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair(2) filling a local array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made and are ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Send `fd` over `over` (SCM_RIGHTS), the message built on this stack.
 ///
 /// # Safety
 /// System calls only.
-unsafe fn send_fd(over: libc::c_int, fd: libc::c_int) -> Result<(), ()> {
+unsafe fn send_fd(over: c_int, fd: c_int) -> Result<(), ()> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr() as *mut libc::c_void,
+        iov_base: byte.as_mut_ptr() as *mut c_void,
         iov_len: 1,
     };
     let mut control = [0u64; 8];
@@ -204,18 +294,79 @@ unsafe fn send_fd(over: libc::c_int, fd: libc::c_int) -> Result<(), ()> {
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        msg.msg_control = control.as_mut_ptr() as *mut c_void;
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<c_int>() as u32) as usize;
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut libc::c_int, fd);
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<c_int>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut c_int, fd);
         if libc::sendmsg(over, &msg, 0) != 1 {
             return Err(());
         }
     }
     Ok(())
+}
+
+/// What the child sent: the listening socket, or the step it failed at and errno.
+fn receive(ours: &OwnedFd) -> io::Result<TcpListener> {
+    let mut data = [0u8; 8];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr() as *mut c_void,
+        iov_len: data.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain C data; all-zero is valid before the fields are set.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut c_void;
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: recvmsg into the buffers above, which outlive the call; the
+    // child has exited, so whatever it sent is already queued.
+    let n = unsafe {
+        libc::recvmsg(
+            ours.as_raw_fd(),
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::other(format!(
+            "the sandbox's port was not made: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: walking the control data recvmsg filled, within its length.
+    let fd = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+        {
+            None
+        } else {
+            Some(std::ptr::read_unaligned(
+                libc::CMSG_DATA(cmsg) as *const c_int
+            ))
+        }
+    };
+    let Some(fd) = fd else {
+        let step = i32::from_ne_bytes(data[..4].try_into().expect("4 bytes"));
+        let errno = i32::from_ne_bytes(data[4..].try_into().expect("4 bytes"));
+        let what = STEPS
+            .get(step as usize)
+            .copied()
+            .unwrap_or("make the sandbox's port");
+        return Err(io::Error::other(format!(
+            "cannot {what}: {}",
+            io::Error::from_raw_os_error(errno)
+        )));
+    };
+    // SAFETY: SCM_RIGHTS gave us this descriptor; it is ours alone.
+    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 #[cfg(test)]
@@ -224,14 +375,13 @@ mod tests {
 
     #[test]
     fn a_listener_sent_over_the_pair_arrives_and_accepts() {
-        // The sending half as the child runs it, in this process (no namespaces).
-        let net = ChildNet::new().unwrap();
+        let (ours, theirs) = pair().unwrap();
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         // SAFETY: sendmsg on descriptors we own.
-        unsafe { send_fd(net.theirs.as_raw_fd(), l.as_raw_fd()).unwrap() };
+        unsafe { send_fd(theirs.as_raw_fd(), l.as_raw_fd()).unwrap() };
         drop(l);
-        let got = net.receive().unwrap();
+        let got = receive(&ours).unwrap();
         assert_eq!(got.local_addr().unwrap().port(), port);
         let _c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         got.set_nonblocking(false).unwrap();
@@ -239,14 +389,28 @@ mod tests {
     }
 
     #[test]
-    fn nothing_sent_is_an_error_not_a_wait() {
-        let net = ChildNet::new().unwrap();
-        assert!(net.receive().is_err());
+    fn a_sandbox_that_is_gone_is_an_error_naming_the_step() {
+        // No such process: the first step fails, and says so.
+        let e = listen_in(i32::MAX).unwrap_err().to_string();
+        assert!(e.contains("join the sandbox's user namespace"), "{e}");
     }
 
-    /// The whole path as a run takes it: bwrap started by the launcher in the
-    /// namespace it made, the proxy listening on 3128 there, only loopback,
-    /// nothing of the host's network or sockets.
+    #[test]
+    fn bwraps_report_gives_the_pid_and_a_silent_bwrap_is_an_error_not_a_wait() {
+        let (r, w) = crate::exec::fd::pipe().unwrap();
+        let report = b"{\n    \"child-pid\": 4242,\n    \"net-namespace\": 1\n}\n";
+        std::io::Write::write_all(&mut std::fs::File::from(w), report).unwrap();
+        assert_eq!(sandbox_pid(&r, Duration::from_secs(1)).unwrap(), 4242);
+        let (r, w) = crate::exec::fd::pipe().unwrap();
+        drop(w);
+        assert!(sandbox_pid(&r, Duration::from_secs(1)).is_err());
+        let (r, _w) = crate::exec::fd::pipe().unwrap();
+        let e = sandbox_pid(&r, Duration::from_millis(50)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    }
+
+    /// The whole path as a run takes it: bwrap started in its namespaces, the
+    /// proxy's port made in them, the command let go.
     #[test]
     fn a_networked_bwrap_sandbox_gets_a_namespace_of_its_own_with_only_the_proxy_in_it() {
         use crate::exec::egress::{Egress, NetworkConfig};
@@ -290,7 +454,7 @@ mod tests {
                         &ws,
                     )
                     .unwrap();
-                assert!(p.net.is_some() && !p.args.contains(&"--unshare-net".to_string()));
+                assert!(p.net.is_some() && p.args.contains(&"--unshare-net".to_string()));
                 let keep = (p._tmp, p._hold);
                 let spec = Spec {
                     program: p.program,

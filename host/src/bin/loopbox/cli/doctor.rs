@@ -205,7 +205,7 @@ fn network_line(sandbox: &Sandbox, config: &loopbox::config::Config) -> String {
         )
     };
     let how = match sandbox {
-        Sandbox::Bwrap(_) => "only through loopbox's proxy: each sandbox has a network namespace of its own, the proxy's socket bound in".to_string(),
+        Sandbox::Bwrap(_) => "only through loopbox's proxy: each sandbox has a network namespace of its own, the proxy's port made in it".to_string(),
         Sandbox::Landlock(abi) if *abi >= 4 => format!("only through loopbox's proxy: Landlock ABI {abi} allows TCP connects to its port alone, seccomp refuses UDP and raw sockets"),
         Sandbox::Landlock(abi) => format!("refused: Landlock ABI {abi} cannot confine TCP (ABI 4 can); commands that need the network fail with the reason"),
         Sandbox::None { .. } => "not enforced (no sandbox): the proxy variables are set, nothing holds a program to them".to_string(),
