@@ -344,6 +344,16 @@ pub fn grants(config: &Config) -> Vec<String> {
     let mut lines = shell(&config.shell, "");
     lines.push(network(&config.network, ""));
     lines.push(agent(&config.agent));
+    // The agents' provider hosts are network grants too.
+    let presets: Vec<String> = config
+        .agent
+        .iter()
+        .chain(config.profiles.values())
+        .flat_map(|a| a.preset_hosts())
+        .collect();
+    if config.network.agent_preset && !presets.is_empty() {
+        lines.push(format!("agent network preset [{}]", presets.join(", ")));
+    }
     // Each profile a prompt may name, with the argv it runs.
     for (name, profile) in &config.profiles {
         lines.push(format!("[agents.{name}] {}", agent(&Some(profile.clone()))));
@@ -473,6 +483,21 @@ mod tests {
             lines[0].contains("'cat\\nsandbox: bwrap (enforced)' 'a b'"),
             "{lines:?}"
         );
+    }
+
+    /// `allow = ["*"]` was summarised as "network no" (only `shell.network` was shown).
+    #[test]
+    fn the_review_shows_every_network_grant() {
+        let text = "[network]\nallow = [\"*\", \"10.0.0.0/8\"]\ndeny = [\"evil.example\"]\n\n[agent]\nrunner = \"claude\"\n\n[policies.p]\nsource = \"p.wasm\"\n[policies.p.network]\nallow = [\"api.example:443\"]\n";
+        let config = Config::parse(text, Path::new("loopbox.toml")).unwrap();
+        let lines = grants(&config);
+        for want in [
+            "network allow [*, 10.0.0.0/8], ask [none], deny [evil.example]",
+            "agent network preset [api.anthropic.com:443",
+            "[policies.p] network allow [api.example:443]",
+        ] {
+            assert!(lines.iter().any(|l| l.contains(want)), "{want}: {lines:#?}");
+        }
     }
 
     #[test]

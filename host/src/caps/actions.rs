@@ -292,56 +292,6 @@ impl ActionGrants {
     }
 }
 
-/// The provider hosts an agent needs (`network.agent_preset`): its CLI's
-/// provider, or for `openai` the host and port of its `base_url`, which the
-/// config names exactly (a private address among them too, as a rule naming
-/// it would; never on a server unless its operator allows it).
-fn preset(agent: &AgentConfig) -> Vec<String> {
-    let fixed: &[&str] = match agent.runner {
-        RunnerKind::Claude => &[
-            "api.anthropic.com:443",
-            "statsig.anthropic.com:443",
-            "console.anthropic.com:443",
-            "claude.ai:443",
-        ],
-        RunnerKind::Codex => &[
-            "api.openai.com:443",
-            "chatgpt.com:443",
-            "auth.openai.com:443",
-        ],
-        RunnerKind::Gemini => &[
-            "generativelanguage.googleapis.com:443",
-            "cloudcode-pa.googleapis.com:443",
-            "oauth2.googleapis.com:443",
-            "www.googleapis.com:443",
-        ],
-        RunnerKind::Openai => {
-            return agent
-                .openai
-                .as_ref()
-                .and_then(|o| base_url_destination(&o.base_url))
-                .into_iter()
-                .collect();
-        }
-        RunnerKind::Command => &[],
-    };
-    fixed.iter().map(|h| h.to_string()).collect()
-}
-
-/// `host:port` of an `http(s)://` URL (IPv6 in brackets), None if it has no host.
-fn base_url_destination(url: &str) -> Option<String> {
-    let uri: http::Uri = url.parse().ok()?;
-    let host = uri.host()?;
-    let port = uri
-        .port_u16()
-        .unwrap_or(if uri.scheme_str() == Some("http") {
-            80
-        } else {
-            443
-        });
-    Some(format!("{host}:{port}"))
-}
-
 /// How long an action's end waits for the proxy to close the books on its
 /// connections (the program has exited: they are ending).
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
@@ -369,7 +319,7 @@ fn egress<'a>(
     let mut agent = Vec::new();
     if network.agent_preset {
         for a in agents {
-            for host in preset(a) {
+            for host in a.preset_hosts() {
                 let name = format!("the {:?} agent's preset ({host})", a.runner).to_lowercase();
                 if !agent.iter().any(|(h, _)| *h == host) {
                     agent.push((host, name));

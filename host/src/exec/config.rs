@@ -663,6 +663,59 @@ pub fn resolve_profiles(
     Ok(out)
 }
 
+impl AgentConfig {
+    /// The provider hosts an agent needs (`network.agent_preset`): its CLI's
+    /// provider, or for `openai` the host and port of its `base_url`, which the
+    /// config names exactly (a private address among them too, as a rule naming
+    /// it would; never on a server unless its operator allows it).
+    pub fn preset_hosts(&self) -> Vec<String> {
+        let agent = self;
+        let fixed: &[&str] = match agent.runner {
+            RunnerKind::Claude => &[
+                "api.anthropic.com:443",
+                "statsig.anthropic.com:443",
+                "console.anthropic.com:443",
+                "claude.ai:443",
+            ],
+            RunnerKind::Codex => &[
+                "api.openai.com:443",
+                "chatgpt.com:443",
+                "auth.openai.com:443",
+            ],
+            RunnerKind::Gemini => &[
+                "generativelanguage.googleapis.com:443",
+                "cloudcode-pa.googleapis.com:443",
+                "oauth2.googleapis.com:443",
+                "www.googleapis.com:443",
+            ],
+            RunnerKind::Openai => {
+                return agent
+                    .openai
+                    .as_ref()
+                    .and_then(|o| Self::base_url_destination(&o.base_url))
+                    .into_iter()
+                    .collect();
+            }
+            RunnerKind::Command => &[],
+        };
+        fixed.iter().map(|h| h.to_string()).collect()
+    }
+
+    /// `host:port` of an `http(s)://` URL (IPv6 in brackets), None if it has no host.
+    fn base_url_destination(url: &str) -> Option<String> {
+        let uri: http::Uri = url.parse().ok()?;
+        let host = uri.host()?;
+        let port = uri
+            .port_u16()
+            .unwrap_or(if uri.scheme_str() == Some("http") {
+                80
+            } else {
+                443
+            });
+        Some(format!("{host}:{port}"))
+    }
+}
+
 #[cfg(test)]
 mod profile_tests {
     use crate::config::Config;

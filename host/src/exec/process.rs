@@ -145,7 +145,7 @@ fn launch(
     // The proxy's port in the sandbox, served until the child is done; only
     // then does bwrap run the command (a failure here drops the group, killing it).
     let net = match net {
-        Some(n) => Some(n.join().map_err(|e| {
+        Some(n) => Some(n.join(pid).map_err(|e| {
             std::io::Error::other(format!("the sandbox's network did not come up: {e}"))
         })?),
         None => None,

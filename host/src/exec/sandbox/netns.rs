@@ -19,7 +19,7 @@
 //! `secrets.rs`), so a child sharing its memory cannot write its own user
 //! namespace's uid map; joining bwrap's needs no map.
 
-use std::ffi::{CString, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -72,9 +72,9 @@ impl SandboxNet {
     /// Once bwrap runs: find its sandbox, make the proxy's port in it, have
     /// the proxy serve it, then let the command start. Dropping the result
     /// closes the port.
-    pub fn join(self) -> io::Result<Adopted> {
+    pub fn join(self, bwrap: libc::pid_t) -> io::Result<Adopted> {
         let pid = sandbox_pid(&self.info, REPORT_WITHIN)?;
-        let listener = listen_in(pid)?;
+        let listener = listen_in(&Namespaces::of(pid, bwrap)?)?;
         let hold = self.side.adopt(listener).map_err(io::Error::other)?;
         let go = [1u8];
         // SAFETY: write(2) of a local byte to a pipe we own.
@@ -138,10 +138,75 @@ fn sandbox_pid(info: &OwnedFd, within: Duration) -> io::Result<libc::pid_t> {
     }
 }
 
+/// The sandbox's network namespace and the user namespace that owns it, opened
+/// by loopbox itself.
+struct Namespaces {
+    user: OwnedFd,
+    net: OwnedFd,
+}
+
+impl Namespaces {
+    /// Those of `pid`, which must be a child of `bwrap` (the process we
+    /// started) and still that process once they are open (a pid reused in
+    /// between would point elsewhere). The user namespace is the one that
+    /// owns the network namespace (NS_GET_USERNS), not the process's own: as
+    /// another user than root, bwrap nests a second user namespace before it
+    /// waits, which holds no rights over the network.
+    fn of(pid: libc::pid_t, bwrap: libc::pid_t) -> io::Result<Namespaces> {
+        let not_ours = || {
+            io::Error::other(format!(
+                "bwrap reported process {pid}, which is not its sandbox"
+            ))
+        };
+        // SAFETY: pidfd_open(2) with integer arguments.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if pidfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just made and is ours alone.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as c_int) };
+        if parent_of(pid)? != bwrap {
+            return Err(not_ours());
+        }
+        let net: OwnedFd = std::fs::File::open(format!("/proc/{pid}/ns/net"))?.into();
+        // SAFETY: an ioctl on a namespace descriptor we own; it returns a new descriptor.
+        let user = unsafe { libc::ioctl(net.as_raw_fd(), libc::NS_GET_USERNS) };
+        if user < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: NS_GET_USERNS made this descriptor; it is ours alone.
+        let user = unsafe { OwnedFd::from_raw_fd(user) };
+        // SAFETY: pidfd_send_signal(2) of signal 0 (a check, nothing sent).
+        let alive = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                0,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if alive != 0 {
+            return Err(not_ours());
+        }
+        Ok(Namespaces { user, net })
+    }
+}
+
+/// The parent pid of `pid`, from `/proc/PID/stat` (after the name, which may
+/// hold spaces and parentheses).
+fn parent_of(pid: libc::pid_t) -> io::Result<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("cannot read the parent of process {pid}")))
+}
+
 /// What the joining child needs, prepared before the clone (it allocates nothing).
 struct Join {
-    user: CString,
-    net: CString,
+    user: c_int,
+    net: c_int,
     /// The child's end of the pair the listener (or why not) goes back on.
     send: c_int,
 }
@@ -155,17 +220,16 @@ const STEPS: [&str; 5] = [
     "hand the port to loopbox",
 ];
 
-/// How many 100 us pauses the child waits for bwrap to give loopback its
-/// address (it takes well under a millisecond): 5 s.
+/// How many 100 us pauses the child waits for loopback's address (bwrap gives
+/// it well within a millisecond; some kernels have it from the start): 5 s.
 const BIND_TRIES: u32 = 50_000;
 
-/// A socket listening on the proxy's port in the network namespace of `pid`.
-fn listen_in(pid: libc::pid_t) -> io::Result<TcpListener> {
-    let c = |s: String| CString::new(s).expect("no NUL");
+/// A socket listening on the proxy's port in the network namespace `ns`.
+fn listen_in(ns: &Namespaces) -> io::Result<TcpListener> {
     let (ours, theirs) = pair()?;
     let job = Join {
-        user: c(format!("/proc/{pid}/ns/user")),
-        net: c(format!("/proc/{pid}/ns/net")),
+        user: ns.user.as_raw_fd(),
+        net: ns.net.as_raw_fd(),
         send: theirs.as_raw_fd(),
     };
     const STACK_BYTES: usize = 64 << 10;
@@ -215,15 +279,13 @@ extern "C" fn joiner(arg: *mut c_void) -> c_int {
             libc::send(job.send, report.as_ptr() as *const c_void, 8, 0);
             1
         };
-        for (step, path, kind) in [
-            (0, &job.user, libc::CLONE_NEWUSER),
-            (1, &job.net, libc::CLONE_NEWNET),
+        for (step, fd, kind) in [
+            (0, job.user, libc::CLONE_NEWUSER),
+            (1, job.net, libc::CLONE_NEWNET),
         ] {
-            let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            if fd < 0 || libc::setns(fd, kind) != 0 {
+            if libc::setns(fd, kind) != 0 {
                 return fail(step);
             }
-            libc::close(fd);
         }
         // bwrap gives loopback its address and brings it up (touching it
         // first makes bwrap fail): until it has, binding finds no address.
@@ -389,10 +451,63 @@ mod tests {
     }
 
     #[test]
-    fn a_sandbox_that_is_gone_is_an_error_naming_the_step() {
-        // No such process: the first step fails, and says so.
-        let e = listen_in(i32::MAX).unwrap_err().to_string();
-        assert!(e.contains("join the sandbox's user namespace"), "{e}");
+    fn a_reported_pid_that_is_not_bwraps_child_is_refused() {
+        // No such process.
+        assert!(Namespaces::of(i32::MAX, 1).is_err());
+        // A live process whose parent is not the bwrap we started (pid 1's
+        // own parent is 0; this process's is the test runner's).
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        let e = Namespaces::of(me, 1).err().unwrap().to_string();
+        assert!(e.contains("not its sandbox"), "{e}");
+        let e = Namespaces::of(1, me).err().unwrap().to_string();
+        assert!(e.contains("not its sandbox"), "{e}");
+    }
+
+    /// bwrap as another user than root nests a second user namespace before it
+    /// waits; joining the process's own one then failed (EPERM) now and then.
+    /// The namespace joined is the network's owner, whatever the process's own.
+    #[test]
+    fn the_user_namespace_joined_is_the_one_owning_the_network() {
+        use std::os::unix::fs::MetadataExt;
+        // A process in user namespace B, itself inside A, which owns its network namespace.
+        let Ok(mut child) = std::process::Command::new("unshare")
+            .args(["-Urn", "--", "unshare", "-U", "--", "sleep", "30"])
+            .spawn()
+        else {
+            return;
+        };
+        let pid = child.id() as libc::pid_t;
+        let own = format!("/proc/{pid}/ns/user");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        // Until the inner unshare has run (its user namespace differs from the outer one).
+        let inner = loop {
+            let user = std::fs::File::open(&own).unwrap();
+            // SAFETY: NS_GET_PARENT on a namespace descriptor we own.
+            let parent = unsafe { libc::ioctl(user.as_raw_fd(), libc::NS_GET_PARENT) };
+            if parent >= 0 {
+                // SAFETY: the ioctl made this descriptor; it is ours alone.
+                let parent = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(parent) });
+                let outer_of_parent = parent.metadata().unwrap().ino();
+                let host = std::fs::metadata("/proc/self/ns/user").unwrap().ino();
+                if outer_of_parent != host {
+                    break (user.metadata().unwrap().ino(), outer_of_parent);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the nested namespace never appeared"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        let ns = Namespaces::of(pid, me).unwrap();
+        let joined = std::fs::File::from(ns.user).metadata().unwrap().ino();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(joined, inner.1, "the owner of the network namespace");
+        assert_ne!(joined, inner.0, "not the process's own, nested one");
     }
 
     #[test]
