@@ -101,6 +101,7 @@ NEW_CASES = [
     ("idle-timeout.yaml", None),
     ("human-approval.yaml", None),
     ("diff-stall-untracked.yaml", None),
+    ("output-json-python.yaml", None),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`

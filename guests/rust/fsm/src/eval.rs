@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 
+use crate::pyjson::{self, Py};
 use crate::spec::{Direction, Op, Pick};
 
 /// The judge's verdicts (little-loops' `fsm/verdicts.py` `DEFAULT_VERDICT_ENUM`).
@@ -156,34 +157,30 @@ pub fn output_numeric(output: &str, op: Op, target: f64, key: Option<&str>) -> V
     }
 }
 
-/// `path` like `.summary.failed` or `items.0.name` into the JSON output.
-pub fn output_json(output: &str, path: &str, op: Op, target: &Value) -> Verdict {
-    let data: Value = match serde_json::from_str(output.trim()) {
+/// `path` like `.summary.failed` or `items.0.name` into the JSON output,
+/// read and compared as little-loops does in Python (see [`crate::pyjson`]):
+/// numbers (booleans among them) with any operator, other values with `eq`
+/// and `ne` only.
+pub fn output_json(output: &str, path: &str, op: Op, target: &Py) -> Verdict {
+    let data = match pyjson::loads(output) {
         Ok(d) => d,
         Err(e) => return v("error", format!("the output is not JSON: {e}")),
     };
-    let parts: Vec<String> = path
-        .trim_start_matches('.')
-        .split('.')
-        .filter(|p| !p.is_empty())
-        .map(str::to_string)
-        .collect();
-    let Some(value) = crate::interp::walk(&data, &parts) else {
+    let Some(value) = pyjson::at(&data, path) else {
         return v("error", format!("path `{path}` is not in the output"));
     };
-    if let (Some(a), Some(b)) = (value.as_f64(), target.as_f64()) {
-        return yes_no(
-            compare(a, op, b),
-            format!("{path} = {} {} {}", fmt(a), op.name(), fmt(b)),
-        );
+    let (value_text, target_text) = (preview(&value.repr()), preview(&target.repr()));
+    let detail = format!("{path} = {value_text} {} {target_text}", op.name());
+    if let Some(ok) = pyjson::py_compare(value, op, target) {
+        return yes_no(ok, detail);
     }
     match op {
-        Op::Eq => yes_no(value == target, format!("{path} = {value} eq {target}")),
-        Op::Ne => yes_no(value != target, format!("{path} = {value} ne {target}")),
+        Op::Eq => yes_no(pyjson::py_eq(value, target), detail),
+        Op::Ne => yes_no(!pyjson::py_eq(value, target), detail),
         _ => v(
             "error",
             format!(
-                "`{}` compares numbers, and {path} = {value} or the target {target} is not one",
+                "`{}` compares numbers, and {path} = {value_text} or the target {target_text} is not one",
                 op.name()
             ),
         ),
@@ -576,6 +573,7 @@ mod tests {
     #[test]
     fn output_json_table() {
         let out = r#"{"summary": {"failed": 0, "status": "green"}, "items": [{"n": 5}]}"#;
+        let json = |v: Value| pyjson::loads(&v.to_string()).unwrap();
         verdicts(
             &[
                 ((out, ".summary.failed", Eq, json!(0)), "yes"),
@@ -586,8 +584,25 @@ mod tests {
                 ((out, ".summary.missing", Eq, json!(0)), "error"),
                 ((out, ".summary.status", Lt, json!("x")), "error"),
                 (("not json", ".a", Eq, json!(1)), "error"),
+                // As little-loops 1.167.0 compares in Python (`output-json-python.yaml`).
+                ((r#"{"ok": true}"#, ".ok", Eq, json!(1)), "yes"),
+                ((r#"{"ok": true}"#, ".ok", Gt, json!(0)), "yes"),
+                ((r#"{"x": NaN}"#, ".x", Lt, json!(1)), "no"),
+                ((r#"{"x": NaN}"#, ".x", Ne, json!(1)), "yes"),
+                ((r#"{"x": -Infinity}"#, ".x", Lt, json!(-1e308)), "yes"),
+                (
+                    (
+                        r#"{"x": [1, {"k": 1}]}"#,
+                        ".x",
+                        Eq,
+                        json!([1.0, {"k": true}]),
+                    ),
+                    "yes",
+                ),
+                (("5", ".", Eq, json!(5)), "error"),
+                ((out, "summary..failed", Eq, json!(0)), "error"),
             ],
-            |(out, path, op, t)| output_json(out, path, *op, t),
+            |(out, path, op, t)| output_json(out, path, *op, &json(t.clone())),
         );
     }
 

@@ -15,6 +15,7 @@ pub mod markers;
 pub mod mcp;
 pub mod prepatch;
 pub mod problem;
+pub mod pyjson;
 pub mod resolve;
 pub mod route;
 pub mod spec;

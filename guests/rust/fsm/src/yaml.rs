@@ -100,9 +100,10 @@ impl Node {
             Value::Null => J::Null,
             Value::Bool(b) => J::Bool(*b),
             Value::Int(i) => J::from(*i),
+            // JSON has no NaN or infinity: Python's `str()` of them.
             Value::Float(f) => serde_json::Number::from_f64(*f)
                 .map(J::Number)
-                .unwrap_or(J::Null),
+                .unwrap_or_else(|| J::String(crate::pyjson::Py::Float(*f).repr())),
             Value::Str(s) => J::String(s.clone()),
             Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
             Value::Map(entries) => J::Object(
@@ -364,6 +365,12 @@ fn scalar(text: String, style: TScalarStyle) -> Value {
         "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
         "true" | "True" | "TRUE" => return Value::Bool(true),
         "false" | "False" | "FALSE" => return Value::Bool(false),
+        // PyYAML's (YAML 1.1's) spellings of infinity and NaN.
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Value::Float(f64::INFINITY);
+        }
+        "-.inf" | "-.Inf" | "-.INF" => return Value::Float(f64::NEG_INFINITY),
+        ".nan" | ".NaN" | ".NAN" => return Value::Float(f64::NAN),
         _ => {}
     }
     if let Ok(i) = text.parse::<i64>() {

@@ -81,7 +81,8 @@ pub enum EvalKind {
     OutputJson {
         path: String,
         op: Op,
-        target: serde_json::Value,
+        /// As PyYAML reads it: compared with Python's `==` and `<`.
+        target: crate::pyjson::Py,
     },
     Convergence {
         target: Number,
@@ -397,7 +398,7 @@ fn read_output_numeric(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -
 fn read_output_json(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -> Option<EvalKind> {
     let path = f.string(p, "path", w);
     let op = read_operator(f, node, w, p);
-    let target = f.take("target").map(Node::to_json);
+    let target = f.take("target").map(crate::pyjson::from_yaml);
     if path.is_none() {
         p.at(
             node.line,
