@@ -102,6 +102,7 @@ NEW_CASES = [
     ("human-approval.yaml", None),
     ("diff-stall-untracked.yaml", None),
     ("output-json-python.yaml", None),
+    ("regex-anchors.yaml", None),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`

@@ -369,6 +369,40 @@ fn validate_reads_notes_or_refuses_each_little_loops_1_167_word() {
     );
 }
 
+/// little-loops matches `output_contains` with Python's `re`: what loopbox
+/// cannot match alike is refused, naming the construct; what Python itself
+/// refuses (then searched as text) and its own dialect (`\Z`, `(?P<n>)`,
+/// `{,3}`) are accepted.
+#[test]
+fn validate_refuses_a_pattern_loopbox_cannot_match_as_python_does() {
+    let state = |pattern: &str| {
+        format!(
+            "name: r\ninitial: a\nstates:\n  a:\n    action: echo x\n    evaluate:\n      type: output_contains\n      pattern: '{pattern}'\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n"
+        )
+    };
+    invalid(
+        &state(r"\N{EM DASH}"),
+        &[
+            "8: state `a`: evaluate: `pattern` uses `\\N{...}`, a character by its name (write the character itself): little-loops matches with Python's `re`, and loopbox cannot match this alike; rewrite the pattern",
+        ],
+    );
+    invalid(
+        &state("(?ai)k"),
+        &[
+            "8: state `a`: evaluate: `pattern` uses `(?a)` with `(?i)`, ASCII-only case folding (match both cases with a class such as `[kK]`): little-loops matches with Python's `re`, and loopbox cannot match this alike; rewrite the pattern",
+        ],
+    );
+    for fine in [
+        r"done\Z",
+        r"(?P<w>\w+) (?P=w)",
+        "^x{,3}$",
+        r"\p{L}",
+        "(?<n>a)",
+    ] {
+        noted(&state(fine), &[]);
+    }
+}
+
 /// `loopbox validate` on a broken loop: exit 2 and exactly these problems.
 fn invalid(yaml: &str, problems: &[&str]) {
     let dir = tempfile::tempdir().unwrap();

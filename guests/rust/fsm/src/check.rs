@@ -310,7 +310,6 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
         let mut add = |what, t: &String| out.push((what, t.clone(), e.line));
         e.source.iter().for_each(|t| add("evaluate.source", t));
         match &e.kind {
-            EvalKind::OutputContains { pattern, .. } => add("evaluate.pattern", pattern),
             EvalKind::OutputNumeric {
                 target: Number::Expr(t),
                 ..

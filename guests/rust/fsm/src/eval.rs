@@ -10,6 +10,7 @@
 use serde_json::Value;
 
 use crate::pyjson::{self, Py};
+use crate::pyre;
 use crate::spec::{Direction, Op, Pick};
 
 /// The judge's verdicts (little-loops' `fsm/verdicts.py` `DEFAULT_VERDICT_ENUM`).
@@ -64,20 +65,17 @@ pub fn exit_code(code: i32) -> Verdict {
     }
 }
 
-/// A regular expression with Python `re`'s lookaround and backreferences
-/// (`fancy-regex`), or plain text when the pattern does not compile. As in
-/// Python's `re.search`, `$` also matches before a final newline. A match
-/// that exceeds `fancy-regex`'s backtracking limit is no match.
-fn matches(pattern: &str, text: &str) -> bool {
-    match fancy_regex::Regex::new(pattern) {
-        Ok(re) => {
-            let found = |t: &str| re.is_match(t).unwrap_or(false);
-            found(text)
-                || text
-                    .strip_suffix('\n')
-                    .is_some_and(|t| pattern.contains('$') && found(t))
+/// `re.search(pattern, text)` as little-loops runs it: the pattern read as
+/// Python's `re` reads it ([`pyre`]), or as plain text when Python refuses
+/// it. A match that exceeds `fancy-regex`'s backtracking limit is no match.
+/// `Err` names what loopbox cannot match as Python does (`validate` refuses it).
+fn matches(pattern: &str, text: &str) -> Result<bool, String> {
+    match pyre::translate(pattern) {
+        pyre::Pattern::Regex(r) => {
+            Ok(fancy_regex::Regex::new(&r).is_ok_and(|re| re.is_match(text).unwrap_or(false)))
         }
-        Err(_) => text.contains(pattern),
+        pyre::Pattern::Text(_) => Ok(text.contains(pattern)),
+        pyre::Pattern::Unsupported(why) => Err(why),
     }
 }
 
@@ -90,7 +88,15 @@ pub fn output_contains(
     negate: bool,
     error_patterns: &[String],
 ) -> Verdict {
-    let found = matches(pattern, output);
+    let found = match matches(pattern, output) {
+        Ok(found) => found,
+        Err(why) => {
+            return v(
+                "error",
+                format!("`{pattern}` cannot be matched as Python's `re` matches it: {why}"),
+            );
+        }
+    };
     if !found
         && !negate
         && let Some(p) = error_patterns.iter().find(|p| output.contains(p.as_str()))

@@ -16,6 +16,7 @@ pub mod mcp;
 pub mod prepatch;
 pub mod problem;
 pub mod pyjson;
+pub mod pyre;
 pub mod resolve;
 pub mod route;
 pub mod spec;

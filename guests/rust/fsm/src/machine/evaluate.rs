@@ -93,9 +93,9 @@ pub(super) fn evaluate(
             negate,
             error_patterns,
         } => {
-            let pattern =
-                interp::render(pattern, r).map_err(|e| format!("evaluate.pattern: {e}"))?;
-            eval::output_contains(&text, &pattern, *negate, error_patterns)
+            // little-loops passes the pattern to `re.search` as written:
+            // `${...}` in it is regex text, not a reference.
+            eval::output_contains(&text, pattern, *negate, error_patterns)
         }
         EvalKind::OutputNumeric { op, target, key } => {
             eval::output_numeric(&text, *op, number(target, r, "target")?, key.as_deref())

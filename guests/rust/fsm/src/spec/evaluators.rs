@@ -348,7 +348,18 @@ fn read_output_contains(
     w: &str,
     p: &mut Problems,
 ) -> Option<EvalKind> {
+    let pattern_line = value_line(f.entries, "pattern").unwrap_or(node.line);
     let pattern = f.string(p, "pattern", w);
+    if let Some(crate::pyre::Pattern::Unsupported(why)) =
+        pattern.as_deref().map(crate::pyre::translate)
+    {
+        p.at(
+            pattern_line,
+            format!(
+                "{w}`pattern` uses {why}: little-loops matches with Python's `re`, and loopbox cannot match this alike; rewrite the pattern"
+            ),
+        );
+    }
     let negate = f.boolean(p, "negate", w).unwrap_or(false);
     let error_patterns = match f.take("error_patterns") {
         None => Vec::new(),
