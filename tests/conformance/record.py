@@ -103,6 +103,7 @@ NEW_CASES = [
     ("diff-stall-untracked.yaml", None),
     ("output-json-python.yaml", None),
     ("regex-anchors.yaml", None),
+    ("numeric-python.yaml", None),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`
