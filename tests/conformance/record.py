@@ -104,6 +104,7 @@ NEW_CASES = [
     ("output-json-python.yaml", None),
     ("regex-anchors.yaml", None),
     ("numeric-python.yaml", None),
+    ("prev-no-action.yaml", None),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`
