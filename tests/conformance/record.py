@@ -105,6 +105,8 @@ NEW_CASES = [
     ("regex-anchors.yaml", None),
     ("numeric-python.yaml", None),
     ("prev-no-action.yaml", None),
+    ("big-int.yaml", None),
+    ("big-int.yaml", '{"given": 123456789012345678901234567891}'),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`

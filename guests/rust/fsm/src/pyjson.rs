@@ -414,6 +414,7 @@ pub fn from_yaml(node: &crate::yaml::Node) -> Py {
         Y::Null => Py::None,
         Y::Bool(b) => Py::Bool(*b),
         Y::Int(i) => Py::Int(i.to_string()),
+        Y::BigInt(d) => Py::Int(int_digits(d)),
         Y::Float(f) => Py::Float(*f),
         Y::Str(s) => Py::Str(s.clone()),
         Y::Seq(items) => Py::List(items.iter().map(from_yaml).collect()),
