@@ -107,6 +107,7 @@ NEW_CASES = [
     ("prev-no-action.yaml", None),
     ("big-int.yaml", None),
     ("big-int.yaml", '{"given": 123456789012345678901234567891}'),
+    ("timeout-backoff.yaml", None),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`
