@@ -108,6 +108,8 @@ NEW_CASES = [
     ("big-int.yaml", None),
     ("big-int.yaml", '{"given": 123456789012345678901234567891}'),
     ("timeout-backoff.yaml", None),
+    ("env-passed.yaml", None),
+    ("messages.yaml", None),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`
