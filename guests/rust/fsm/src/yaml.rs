@@ -524,7 +524,9 @@ mod tests {
     /// YAML 1.1's spellings of infinity and NaN.
     #[test]
     fn big_integers_keep_their_digits_and_inf_nan_are_floats() {
-        let n = parse("a: 18446744073709551617\nb: -9223372036854775809\nd: .inf\ne: -.Inf\nf: .nan\n").unwrap();
+        let n =
+            parse("a: 18446744073709551617\nb: -9223372036854775809\nd: .inf\ne: -.Inf\nf: .nan\n")
+                .unwrap();
         let v: Vec<_> = n
             .as_map()
             .unwrap()
