@@ -3,6 +3,7 @@
 //! runs; the imports are read from the same workspace, by the same rules, as
 //! the sandboxed `builtin:fsm` reads them through its workspace capability.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -74,7 +75,7 @@ pub fn load(
         .unwrap_or_else(|_| workspace.to_path_buf());
     let hidden = crate::exec::sandbox::hide::Hidden::new(&config.shell, &root).for_commands(&[]);
     let withheld = Withheld::new(&root, &hidden);
-    loopbox_fsm::load(
+    let lp = loopbox_fsm::load(
         &file.path,
         &file.text,
         &mut WorkspaceFiles {
@@ -82,7 +83,47 @@ pub fn load(
             withheld: &withheld,
             limit: config.limits.read_bytes,
         },
-    )
+    )?;
+    let unpassed: Vec<Problem> = loopbox_fsm::check::env_refs(&lp)
+        .into_iter()
+        .filter(|(_, _, name)| !passed_to_commands(&config.shell, name))
+        .map(|(line, state, name)| {
+            Problem::at(
+                &lp.files,
+                line,
+                format!(
+                    "state `{state}`: `${{env.{name}}}`: a command sees only the variables loopbox.toml passes it, and `{name}` is not one; add \"{name}\" to `[shell] pass_env` in loopbox.toml, or give the value in `context` (`--input` can set it)"
+                ),
+            )
+        })
+        .collect();
+    if unpassed.is_empty() {
+        Ok(lp)
+    } else {
+        Err(unpassed)
+    }
+}
+
+/// Whether loopbox.toml passes variable `name` to commands: `PATH` (its
+/// `[shell] path`) and what `[shell] pass_env` names.
+fn passed_to_commands(shell: &crate::exec::config::ShellConfig, name: &str) -> bool {
+    name == "PATH" || shell.pass_env.iter().any(|n| n == name)
+}
+
+/// What `${env.NAME}` may read in a run: the variables loopbox.toml passes
+/// to commands, with the values a command gets (`PATH` is `[shell] path`; a
+/// `pass_env` name unset on the host is left out, and reads as not set, as
+/// in little-loops). [`payload_delayed`] keeps those the loop names.
+pub fn command_env(shell: &crate::exec::config::ShellConfig) -> BTreeMap<String, String> {
+    let host = crate::exec::child_env::HostEnv::Process;
+    let mut env: BTreeMap<String, String> = shell
+        .pass_env
+        .iter()
+        .filter(|n| *n != "PATH")
+        .filter_map(|n| host.var(n).map(|v| (n.clone(), v)))
+        .collect();
+    env.insert("PATH".into(), shell.path.clone());
+    env
 }
 
 /// Where a run of a YAML loop keeps its files (`${context.run_dir}`), as
@@ -117,12 +158,23 @@ pub fn payload(
     run_dir: &str,
     workspace: &Path,
 ) -> Result<String> {
-    payload_delayed(lp, file, input, run_dir, workspace, None, None)
+    payload_delayed(
+        lp,
+        file,
+        input,
+        run_dir,
+        workspace,
+        None,
+        None,
+        Default::default(),
+    )
 }
 
 /// [`payload`] with `ll-loop run --delay`'s seconds: the run parks that long
 /// (a `sleep` decision) before its first state; and `--little-loops`, the
-/// release the run follows where little-loops' releases differ.
+/// release the run follows where little-loops' releases differ; `env`, what
+/// `${env.NAME}` reads ([`command_env`]).
+#[allow(clippy::too_many_arguments)]
 pub fn payload_delayed(
     lp: &Loop,
     file: &LoopFile,
@@ -131,6 +183,7 @@ pub fn payload_delayed(
     workspace: &Path,
     delay: Option<f64>,
     little_loops: Option<&str>,
+    env: BTreeMap<String, String>,
 ) -> Result<String> {
     if let Some(d) = delay.filter(|d| !d.is_finite() || *d < 0.0) {
         anyhow::bail!("--delay must be a number of seconds, 0 or more, not {d}");
@@ -155,6 +208,15 @@ pub fn payload_delayed(
         workspace: Some(workspace.to_string_lossy().into_owned()),
         delay,
         little_loops: little_loops.map(str::to_string),
+        // Only what the loop reads: the payload is journaled, and a passed
+        // variable the loop never names stays out of it.
+        env: {
+            let named: std::collections::BTreeSet<String> = loopbox_fsm::check::env_refs(lp)
+                .into_iter()
+                .map(|(_, _, name)| name)
+                .collect();
+            env.into_iter().filter(|(k, _)| named.contains(k)).collect()
+        },
     };
     loopbox_fsm::start::context(lp, &start).map_err(anyhow::Error::msg)?;
     Ok(start.to_json().to_string())
@@ -442,14 +504,33 @@ mod tests {
         );
         let input = r#"{"issue": "BUG-1"}"#;
         let delayed: serde_json::Value = serde_json::from_str(
-            &payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(0.5), None).unwrap(),
+            &payload_delayed(
+                &lp,
+                &file,
+                input,
+                "r/",
+                Path::new("/"),
+                Some(0.5),
+                None,
+                Default::default(),
+            )
+            .unwrap(),
         )
         .unwrap();
         assert_eq!(delayed["delay"], 0.5);
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
-            let e = payload_delayed(&lp, &file, input, "r/", Path::new("/"), Some(bad), None)
-                .unwrap_err()
-                .to_string();
+            let e = payload_delayed(
+                &lp,
+                &file,
+                input,
+                "r/",
+                Path::new("/"),
+                Some(bad),
+                None,
+                Default::default(),
+            )
+            .unwrap_err()
+            .to_string();
             assert!(e.contains("--delay must be a number of seconds"), "{e}");
         }
     }

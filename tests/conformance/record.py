@@ -101,6 +101,15 @@ NEW_CASES = [
     ("idle-timeout.yaml", None),
     ("human-approval.yaml", None),
     ("diff-stall-untracked.yaml", None),
+    ("output-json-python.yaml", None),
+    ("regex-anchors.yaml", None),
+    ("numeric-python.yaml", None),
+    ("prev-no-action.yaml", None),
+    ("big-int.yaml", None),
+    ("big-int.yaml", '{"given": 123456789012345678901234567891}'),
+    ("timeout-backoff.yaml", None),
+    ("env-passed.yaml", None),
+    ("messages.yaml", None),
 ]
 
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`

@@ -72,7 +72,10 @@ fn loops_take_the_path_little_loops_takes_and_end_the_same_way() {
 
 /// What little-loops 1.167 changed or added: `:shell` with a default, the
 /// exit-3 abstention, convergence's reference, `idle_timeout`, an approval
-/// nobody can answer, and `diff_stall`'s fingerprint.
+/// nobody can answer, and `diff_stall`'s fingerprint; and the corners of its
+/// Python dialect (issue 46): `output_json`, `re` patterns, `float()`,
+/// `${prev.*}`, big integers, a timeout during the backoff, `${env.*}`,
+/// `${messages}`.
 #[test]
 fn loops_take_the_path_little_loops_1_167_takes() {
     let traces = traces("traces-1.167.json", "1.167.0");

@@ -369,6 +369,62 @@ fn validate_reads_notes_or_refuses_each_little_loops_1_167_word() {
     );
 }
 
+/// little-loops matches `output_contains` with Python's `re`: what loopbox
+/// cannot match alike is refused, naming the construct; what Python itself
+/// refuses (then searched as text) and its own dialect (`\Z`, `(?P<n>)`,
+/// `{,3}`) are accepted.
+#[test]
+fn validate_refuses_a_pattern_loopbox_cannot_match_as_python_does() {
+    let state = |pattern: &str| {
+        format!(
+            "name: r\ninitial: a\nstates:\n  a:\n    action: echo x\n    evaluate:\n      type: output_contains\n      pattern: '{pattern}'\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n"
+        )
+    };
+    invalid(
+        &state(r"\N{EM DASH}"),
+        &[
+            "8: state `a`: evaluate: `pattern` uses `\\N{...}`, a character by its name (write the character itself): little-loops matches with Python's `re`, and loopbox cannot match this alike; rewrite the pattern",
+        ],
+    );
+    invalid(
+        &state("(?ai)k"),
+        &[
+            "8: state `a`: evaluate: `pattern` uses `(?a)` with `(?i)`, ASCII-only case folding (match both cases with a class such as `[kK]`): little-loops matches with Python's `re`, and loopbox cannot match this alike; rewrite the pattern",
+        ],
+    );
+    for fine in [
+        r"done\Z",
+        r"(?P<w>\w+) (?P=w)",
+        "^x{,3}$",
+        r"\p{L}",
+        "(?<n>a)",
+    ] {
+        noted(&state(fine), &[]);
+    }
+}
+
+/// `${env.NAME}` reads what loopbox.toml passes to commands (`PATH`, `[shell]
+/// pass_env`: HOME, LANG and TERM by default) and `PWD`; another name is
+/// refused at validate, saying what to add.
+#[test]
+fn validate_refuses_an_env_reference_the_config_does_not_pass() {
+    let with = |refs: &str| {
+        format!(
+            "name: e\ninitial: a\nstates:\n  a:\n    action: 'echo {refs}'\n    next: done\n  done:\n    terminal: true\n"
+        )
+    };
+    invalid(
+        &with("${env.HOME} ${env.SECRET_TOKEN:default=x}"),
+        &[
+            "5: state `a`: `${env.SECRET_TOKEN}`: a command sees only the variables loopbox.toml passes it, and `SECRET_TOKEN` is not one; add \"SECRET_TOKEN\" to `[shell] pass_env` in loopbox.toml, or give the value in `context` (`--input` can set it)",
+        ],
+    );
+    noted(
+        &with("${env.HOME} ${env.PATH} ${env.PWD} ${env.LANG:shell}"),
+        &[],
+    );
+}
+
 /// `loopbox validate` on a broken loop: exit 2 and exactly these problems.
 fn invalid(yaml: &str, problems: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
@@ -448,7 +504,7 @@ fn validate_names_each_problem_with_its_line() {
         "name: e\ninitial: a\nmax_step: 3\nstates:\n  a:\n    action: echo a\n    acton: echo typo\n    next: done\n  done:\n    terminal: true\n",
         &[
             "3: unknown field `max_step` is ignored (fields: name, description, initial, states, context, max_steps, on_max_steps, max_iterations, timeout, default_timeout, default_idle_timeout, llm, import, input_key, required_inputs, parameters, circuit, max_edge_revisits, tamper_guard, prepatch_check, maintain, backoff, little_loops)",
-            "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, timeout, idle_timeout, model, agent, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, worktree, fragment, description, throttle, retryable_exit_codes, type, learning, tamper_guard, prepatch_check, params, on_maintain, on_<verdict>)",
+            "7: state `a`: unknown field `acton` is ignored (fields: action, exec, action_type, evaluate, route, next, terminal, failure, capture, append_to_messages, timeout, idle_timeout, model, agent, max_retries, on_retry_exhausted, loop, with, context_passthrough, sub_loop_markers, worktree, fragment, description, throttle, retryable_exit_codes, type, learning, tamper_guard, prepatch_check, params, on_maintain, on_<verdict>)",
         ],
     );
     invalid(
@@ -470,10 +526,9 @@ fn validate_names_each_problem_with_its_line() {
         &["5: not valid YAML: invalid indentation in quoted scalar"],
     );
     invalid(
-        "name: i\ninitial: a\ncontext:\n  dir: src\nstates:\n  a:\n    action: \"ls ${context.dir} ${context.missing} ${captured.nope.output} ${env.HOME} ${prev.oops} ${context.dir:default=x}\"\n    next: done\n  done:\n    terminal: true\n",
+        "name: i\ninitial: a\ncontext:\n  dir: src\nstates:\n  a:\n    action: \"ls ${context.dir} ${context.missing} ${captured.nope.output} ${prev.oops} ${context.dir:default=x}\"\n    next: done\n  done:\n    terminal: true\n",
         &[
             "7: state `a`: action: `${captured.nope.output}`: no state captures `nope` (captures: none); add `capture: nope` to the state that produces it, or `:default=` / `?` to the reference",
-            "7: state `a`: action: `${env.HOME}`: a sandboxed loop has no environment (only `env.PWD`, the workspace directory); put the value in `context` (a run's --input can set it)",
         ],
     );
     // What little-loops finds only when the state runs is a note: the run stops there.

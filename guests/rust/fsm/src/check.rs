@@ -262,10 +262,29 @@ fn unwatched_idle(lp: &Loop, s: &State, notes: &mut Vec<Problem>) {
     ));
 }
 
+/// Each `${env.NAME}` of the loop's states but `PWD`, with its tagged line
+/// and state: the host refuses those its config does not pass to commands.
+pub fn env_refs(lp: &Loop) -> Vec<(u32, String, String)> {
+    let mut out = Vec::new();
+    for s in &lp.states {
+        for (_, template, line) in templates(s) {
+            for r in interp::refs(&template).into_iter().flatten() {
+                if r.path[0] == "env" && r.path[1] != "PWD" {
+                    out.push((line, s.name.clone(), r.path[1].clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Templates in a state, with what they are for messages.
 /// Templates in a state, with what they are and their line, for messages.
 fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
     let mut out = Vec::new();
+    if let Some(t) = &s.append_to_messages {
+        out.push(("append_to_messages", t.clone(), s.line));
+    }
     match &s.action {
         Some(
             Action::Shell(t)
@@ -310,7 +329,6 @@ fn templates(s: &State) -> Vec<(&'static str, String, u32)> {
         let mut add = |what, t: &String| out.push((what, t.clone(), e.line));
         e.source.iter().for_each(|t| add("evaluate.source", t));
         match &e.kind {
-            EvalKind::OutputContains { pattern, .. } => add("evaluate.pattern", pattern),
             EvalKind::OutputNumeric {
                 target: Number::Expr(t),
                 ..
@@ -378,7 +396,10 @@ fn references(
             if r.default.is_some() || r.optional {
                 continue;
             }
-            let key = r.path[1].as_str();
+            // `${messages}` alone has no key.
+            let Some(key) = r.path.get(1).map(String::as_str) else {
+                continue;
+            };
             if r.path[0] == "context"
                 && !lp.context.contains_key(key)
                 && !INJECTED_CONTEXT.contains(&key)

@@ -9,6 +9,8 @@
 
 use serde_json::Value;
 
+use crate::pyjson::{self, Py};
+use crate::pyre;
 use crate::spec::{Direction, Op, Pick};
 
 /// The judge's verdicts (little-loops' `fsm/verdicts.py` `DEFAULT_VERDICT_ENUM`).
@@ -63,20 +65,17 @@ pub fn exit_code(code: i32) -> Verdict {
     }
 }
 
-/// A regular expression with Python `re`'s lookaround and backreferences
-/// (`fancy-regex`), or plain text when the pattern does not compile. As in
-/// Python's `re.search`, `$` also matches before a final newline. A match
-/// that exceeds `fancy-regex`'s backtracking limit is no match.
-fn matches(pattern: &str, text: &str) -> bool {
-    match fancy_regex::Regex::new(pattern) {
-        Ok(re) => {
-            let found = |t: &str| re.is_match(t).unwrap_or(false);
-            found(text)
-                || text
-                    .strip_suffix('\n')
-                    .is_some_and(|t| pattern.contains('$') && found(t))
+/// `re.search(pattern, text)` as little-loops runs it: the pattern read as
+/// Python's `re` reads it ([`pyre`]), or as plain text when Python refuses
+/// it. A match that exceeds `fancy-regex`'s backtracking limit is no match.
+/// `Err` names what loopbox cannot match as Python does (`validate` refuses it).
+fn matches(pattern: &str, text: &str) -> Result<bool, String> {
+    match pyre::translate(pattern) {
+        pyre::Pattern::Regex(r) => {
+            Ok(fancy_regex::Regex::new(&r).is_ok_and(|re| re.is_match(text).unwrap_or(false)))
         }
-        Err(_) => text.contains(pattern),
+        pyre::Pattern::Text(_) => Ok(text.contains(pattern)),
+        pyre::Pattern::Unsupported(why) => Err(why),
     }
 }
 
@@ -89,7 +88,15 @@ pub fn output_contains(
     negate: bool,
     error_patterns: &[String],
 ) -> Verdict {
-    let found = matches(pattern, output);
+    let found = match matches(pattern, output) {
+        Ok(found) => found,
+        Err(why) => {
+            return v(
+                "error",
+                format!("`{pattern}` cannot be matched as Python's `re` matches it: {why}"),
+            );
+        }
+    };
     if !found
         && !negate
         && let Some(p) = error_patterns.iter().find(|p| output.contains(p.as_str()))
@@ -103,29 +110,66 @@ pub fn output_contains(
     yes_no(found != negate, detail)
 }
 
-/// The whole output as a number, as Python's `float(output.strip())` reads it.
+/// The whole output as a number, as little-loops reads it: Python's
+/// `float(output.strip())`. Python's whitespace (`\x1c`-`\x1f` among it)
+/// is stripped; any Unicode decimal digit counts as its ASCII digit (`٣` is
+/// 3); `_` only between two digits; `inf`, `infinity`, `nan` in any case,
+/// signed or not.
 pub fn number_in(output: &str) -> Option<f64> {
-    let t = output.trim();
-    match t.to_ascii_lowercase().trim_start_matches(['+', '-']) {
-        "inf" | "infinity" | "nan" => return t.replace('_', "").parse::<f64>().ok(),
-        _ => {}
+    let t = output.trim_matches(pyre::is_space);
+    let mut ascii = String::with_capacity(t.len());
+    for c in t.chars() {
+        if c.is_ascii() {
+            ascii.push(c);
+        } else {
+            ascii.push(char::from(b'0' + decimal(c)?));
+        }
     }
-    if t.contains("__") || t.starts_with('_') || t.ends_with('_') {
+    let b = ascii.as_bytes();
+    let digit_at = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let lone_underscore =
+        (0..b.len()).any(|i| b[i] == b'_' && (i == 0 || !digit_at(i - 1) || !digit_at(i + 1)));
+    if lone_underscore {
         return None;
     }
-    t.replace('_', "").parse::<f64>().ok()
+    // Rust's grammar is Python's once the underscores are gone: a sign, digits
+    // with an optional point and exponent, or inf/infinity/nan.
+    ascii.replace('_', "").parse::<f64>().ok()
 }
 
-/// The last `KEY=NUMBER` in the output (`output_numeric`'s `key`).
+/// The value of a Unicode decimal digit (category Nd), as Python reads it.
+fn decimal(c: char) -> Option<u8> {
+    static ND: std::sync::OnceLock<Option<fancy_regex::Regex>> = std::sync::OnceLock::new();
+    let nd = ND
+        .get_or_init(|| fancy_regex::Regex::new(r"\A\p{Nd}\z").ok())
+        .as_ref()?;
+    let is_digit = |c: char| nd.is_match(c.encode_utf8(&mut [0; 4])).unwrap_or(false);
+    if !is_digit(c) {
+        return None;
+    }
+    // Decimal digits come in runs of ten, 0 to 9 (a Unicode stability policy).
+    let mut first = c as u32;
+    while let Some(p) = char::from_u32(first - 1).filter(|p| is_digit(*p)) {
+        first = p as u32;
+    }
+    Some(((c as u32 - first) % 10) as u8)
+}
+
+/// The last `KEY=NUMBER` in the output (`output_numeric`'s `key`), found
+/// with little-loops' own Python pattern (`\s` is Python's whitespace).
 fn keyed_number(output: &str, key: &str) -> Option<f64> {
-    let re = regex_lite::Regex::new(&format!(
+    let pattern = format!(
         r"{}\s*=\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)",
-        regex_lite::escape(key)
-    ))
-    .ok()?;
+        pyre::escape(key)
+    );
+    let pyre::Pattern::Regex(re) = pyre::translate(&pattern) else {
+        return None;
+    };
+    let re = fancy_regex::Regex::new(&re).ok()?;
     re.captures_iter(output)
+        .filter_map(Result::ok)
         .last()
-        .and_then(|c| c[1].parse::<f64>().ok())
+        .and_then(|c| c.get(1)?.as_str().parse::<f64>().ok())
 }
 
 fn compare(a: f64, op: Op, b: f64) -> bool {
@@ -156,34 +200,30 @@ pub fn output_numeric(output: &str, op: Op, target: f64, key: Option<&str>) -> V
     }
 }
 
-/// `path` like `.summary.failed` or `items.0.name` into the JSON output.
-pub fn output_json(output: &str, path: &str, op: Op, target: &Value) -> Verdict {
-    let data: Value = match serde_json::from_str(output.trim()) {
+/// `path` like `.summary.failed` or `items.0.name` into the JSON output,
+/// read and compared as little-loops does in Python (see [`crate::pyjson`]):
+/// numbers (booleans among them) with any operator, other values with `eq`
+/// and `ne` only.
+pub fn output_json(output: &str, path: &str, op: Op, target: &Py) -> Verdict {
+    let data = match pyjson::loads(output) {
         Ok(d) => d,
         Err(e) => return v("error", format!("the output is not JSON: {e}")),
     };
-    let parts: Vec<String> = path
-        .trim_start_matches('.')
-        .split('.')
-        .filter(|p| !p.is_empty())
-        .map(str::to_string)
-        .collect();
-    let Some(value) = crate::interp::walk(&data, &parts) else {
+    let Some(value) = pyjson::at(&data, path) else {
         return v("error", format!("path `{path}` is not in the output"));
     };
-    if let (Some(a), Some(b)) = (value.as_f64(), target.as_f64()) {
-        return yes_no(
-            compare(a, op, b),
-            format!("{path} = {} {} {}", fmt(a), op.name(), fmt(b)),
-        );
+    let (value_text, target_text) = (preview(&value.repr()), preview(&target.repr()));
+    let detail = format!("{path} = {value_text} {} {target_text}", op.name());
+    if let Some(ok) = pyjson::py_compare(value, op, target) {
+        return yes_no(ok, detail);
     }
     match op {
-        Op::Eq => yes_no(value == target, format!("{path} = {value} eq {target}")),
-        Op::Ne => yes_no(value != target, format!("{path} = {value} ne {target}")),
+        Op::Eq => yes_no(pyjson::py_eq(value, target), detail),
+        Op::Ne => yes_no(!pyjson::py_eq(value, target), detail),
         _ => v(
             "error",
             format!(
-                "`{}` compares numbers, and {path} = {value} or the target {target} is not one",
+                "`{}` compares numbers, and {path} = {value_text} or the target {target_text} is not one",
                 op.name()
             ),
         ),
@@ -559,6 +599,23 @@ mod tests {
                 // The whole output, as Python's float() reads it.
                 (("counting...\n7\n", Eq, 7.0), "error"),
                 ((" 1_000 ", Eq, 1000.0), "yes"),
+                // As Python's float() reads them (`numeric-python.yaml`).
+                (("\u{663}", Eq, 3.0), "yes"),
+                (("\u{ff17}", Eq, 7.0), "yes"),
+                (("\u{1d7d3}", Eq, 5.0), "yes"),
+                (("\u{661}\u{662}.\u{665}", Eq, 12.5), "yes"),
+                (("7\x1f", Eq, 7.0), "yes"),
+                (("1_.5", Gt, 0.0), "error"),
+                (("1._5", Gt, 0.0), "error"),
+                (("in_f", Gt, 0.0), "error"),
+                (("1__0", Gt, 0.0), "error"),
+                (("_1", Gt, 0.0), "error"),
+                (("1_0.2_5e1_0", Eq, 102500000000.0), "yes"),
+                (("-iNF", Lt, -1e308), "yes"),
+                (("+nan", Le, 0.0), "no"),
+                (("7\u{200b}", Eq, 7.0), "error"),
+                (("\u{b2}", Eq, 2.0), "error"),
+                (("0x10", Eq, 16.0), "error"),
                 (("seven", Eq, 7.0), "error"),
                 (("", Eq, 0.0), "error"),
             ],
@@ -568,14 +625,24 @@ mod tests {
             &[
                 (("score=3\nscore = 8\n", Eq, 8.0), "yes"),
                 (("nothing", Eq, 8.0), "error"),
+                (("score =\u{a0}8", Eq, 8.0), "yes"),
+                (("a.b=1 axb=2", Eq, 1.0), "yes"),
             ],
-            |(out, op, t)| output_numeric(out, *op, *t, Some("score")),
+            |(out, op, t)| {
+                output_numeric(
+                    out,
+                    *op,
+                    *t,
+                    Some(if out.contains("a.b") { "a.b" } else { "score" }),
+                )
+            },
         );
     }
 
     #[test]
     fn output_json_table() {
         let out = r#"{"summary": {"failed": 0, "status": "green"}, "items": [{"n": 5}]}"#;
+        let json = |v: Value| pyjson::loads(&v.to_string()).unwrap();
         verdicts(
             &[
                 ((out, ".summary.failed", Eq, json!(0)), "yes"),
@@ -586,8 +653,25 @@ mod tests {
                 ((out, ".summary.missing", Eq, json!(0)), "error"),
                 ((out, ".summary.status", Lt, json!("x")), "error"),
                 (("not json", ".a", Eq, json!(1)), "error"),
+                // As little-loops 1.167.0 compares in Python (`output-json-python.yaml`).
+                ((r#"{"ok": true}"#, ".ok", Eq, json!(1)), "yes"),
+                ((r#"{"ok": true}"#, ".ok", Gt, json!(0)), "yes"),
+                ((r#"{"x": NaN}"#, ".x", Lt, json!(1)), "no"),
+                ((r#"{"x": NaN}"#, ".x", Ne, json!(1)), "yes"),
+                ((r#"{"x": -Infinity}"#, ".x", Lt, json!(-1e308)), "yes"),
+                (
+                    (
+                        r#"{"x": [1, {"k": 1}]}"#,
+                        ".x",
+                        Eq,
+                        json!([1.0, {"k": true}]),
+                    ),
+                    "yes",
+                ),
+                (("5", ".", Eq, json!(5)), "error"),
+                ((out, "summary..failed", Eq, json!(0)), "error"),
             ],
-            |(out, path, op, t)| output_json(out, path, *op, t),
+            |(out, path, op, t)| output_json(out, path, *op, &json(t.clone())),
         );
     }
 

@@ -68,6 +68,7 @@ impl Policy for Fsm {
             log::info(&format!("note: {note}"));
         }
         lp.backoff_ms = start.backoff_ms(&lp);
+        lp.env = start.env.clone();
         if let Some(r) = start.little_loops.as_deref().and_then(Release::parse) {
             lp.little_loops = Some(r);
         }
@@ -128,6 +129,7 @@ fn wake() -> Result<Decision, String> {
             )
         })?;
     lp.backoff_ms = start.backoff_ms(&lp);
+    lp.env = start.env.clone();
     if let Some(r) = start.little_loops.as_deref().and_then(Release::parse) {
         lp.little_loops = Some(r);
     }

@@ -5,7 +5,9 @@
 //! (the previous state's `output`, `exit_code`, `stderr`, `state`, `result`),
 //! `state.name`, `state.iteration`, `loop.name`, `loop.step`,
 //! `loop.elapsed_ms`, `loop.elapsed`, `param.*` (a fragment's `with:`
-//! bindings) and `env.PWD` (the workspace directory; no other variable).
+//! bindings), `messages` (the log `append_to_messages` keeps: `.output`,
+//! `.last(N)`, `.summary`) and `env.NAME` (`PWD` the workspace directory, else a variable
+//! loopbox.toml passes to commands, see [`crate::check::env_refs`]).
 //! Suffixes as little-loops 1.167 reads them: `:default=TEXT` (missing is
 //! TEXT), `?` (missing is empty) and `:shell` (quoted as one shell word, like
 //! Python's `shlex.quote`, the fallback too); `:shell` combines with either
@@ -19,7 +21,7 @@ use serde_json::Value;
 use crate::spec::Release;
 
 pub const NAMESPACES: &[&str] = &[
-    "context", "captured", "prev", "state", "loop", "param", "env",
+    "context", "captured", "prev", "state", "loop", "param", "env", "messages",
 ];
 
 #[derive(Debug, Clone, PartialEq)]
@@ -95,9 +97,9 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
         return Err(format!("`{raw}` has an empty part in its path"));
     }
     let ns = path[0].as_str();
-    if ns == "env" && path[1..] != ["PWD".to_string()] {
+    if ns == "env" && path.len() > 2 {
         return Err(format!(
-            "`{raw}`: a sandboxed loop has no environment (only `env.PWD`, the workspace directory); put the value in `context` (a run's --input can set it)"
+            "`{raw}`: an environment variable is one name, like `env.HOME`"
         ));
     }
     if !NAMESPACES.contains(&ns) {
@@ -106,7 +108,8 @@ fn parse_ref(body: &str, raw: String) -> Result<Ref, String> {
             NAMESPACES.join(", ")
         ));
     }
-    if path.len() < 2 {
+    // `${messages}` alone is the whole log (little-loops).
+    if path.len() < 2 && ns != "messages" {
         return Err(format!(
             "`{raw}` names a whole namespace; add a field, like `{ns}.{}`",
             example(ns)
@@ -261,6 +264,10 @@ fn missing_hint(path: &[String]) -> String {
             path[1]
         ),
         "prev" => "there is no previous state's result yet".into(),
+        "env" => format!(
+            "the environment variable `{}` is not set (a command sees only what loopbox.toml's `[shell] pass_env` names)",
+            path[1]
+        ),
         "context" => format!("`context` has no `{}`", path[1..].join(".")),
         _ => format!("`{}` is not defined", path.join(".")),
     }
@@ -431,13 +438,13 @@ mod tests {
                 "${context.nope}",
                 "`${context.nope}` refers to nothing: `context` has no `nope`",
             ),
-            (
-                "${env.HOME}",
-                "`${env.HOME}`: a sandboxed loop has no environment",
-            ),
             ("${ctx.x}", "`${ctx.x}`: unknown namespace `ctx`"),
             ("${context}", "`${context}` names a whole namespace"),
             ("${context.x", "`${context.x` is not closed"),
+            (
+                "${env.A.B}",
+                "`${env.A.B}`: an environment variable is one name",
+            ),
             ("${}", "`${}` is empty"),
         ];
         for (template, want) in cases {

@@ -15,6 +15,8 @@ pub mod markers;
 pub mod mcp;
 pub mod prepatch;
 pub mod problem;
+pub mod pyjson;
+pub mod pyre;
 pub mod resolve;
 pub mod route;
 pub mod spec;

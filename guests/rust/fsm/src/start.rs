@@ -29,6 +29,9 @@ pub struct Start {
     /// `loopbox run --little-loops 1.156`: the release the run follows, over
     /// the loop's own `little_loops:` (see [`crate::spec::Release`]).
     pub little_loops: Option<String>,
+    /// The variables loopbox.toml passes to commands, with their values:
+    /// what `${env.NAME}` reads (see [`crate::spec::Loop::env`]).
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl Start {
@@ -63,6 +66,9 @@ impl Start {
         }
         if let Some(d) = self.delay {
             m.insert("delay".into(), json!(d));
+        }
+        if !self.env.is_empty() {
+            m.insert("env".into(), json!(self.env));
         }
         Value::Object(m)
     }
@@ -106,6 +112,17 @@ pub fn parse(input: &str) -> Result<Start, String> {
                 Some(Value::Number(n)) => n.as_f64().filter(|d| d.is_finite() && *d >= 0.0),
                 Some(_) => None,
             };
+            let env = match m.remove("env") {
+                None | Some(Value::Null) => Default::default(),
+                Some(Value::Object(e)) => e
+                    .into_iter()
+                    .map(|(k, v)| match v {
+                        Value::String(v) => Ok((k, v)),
+                        _ => Err(format!("`env.{k}` in the input must be text")),
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(_) => return Err("`env` in the input must be an object".into()),
+            };
             let context = match m.remove("context") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(c)) => c,
@@ -113,7 +130,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
             };
             if let Some(k) = m.keys().next() {
                 return Err(format!(
-                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay, little_loops)"
+                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay, little_loops, env)"
                 ));
             }
             Ok(Start {
@@ -125,6 +142,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
                 workspace,
                 delay,
                 little_loops,
+                env,
             })
         }
         _ => Err(
@@ -302,6 +320,7 @@ mod tests {
             workspace: None,
             delay: Some(0.5),
             little_loops: Some("1.156.0".into()),
+            env: [("HOME".to_string(), "/home/u".to_string())].into(),
         };
         assert_eq!(parse(&start.to_json().to_string()), Ok(start));
         assert!(

@@ -37,6 +37,8 @@ pub enum Value {
     Null,
     Bool(bool),
     Int(i64),
+    /// An integer beyond `i64`, as its digits: Python's `int` has no bound.
+    BigInt(String),
     Float(f64),
     Str(String),
     Seq(Vec<Node>),
@@ -62,7 +64,7 @@ impl Node {
         match self.value {
             Value::Null => "null",
             Value::Bool(_) => "a boolean",
-            Value::Int(_) | Value::Float(_) => "a number",
+            Value::Int(_) | Value::BigInt(_) | Value::Float(_) => "a number",
             Value::Str(_) => "a string",
             Value::Seq(_) => "a list",
             Value::Map(_) => "a mapping",
@@ -100,9 +102,14 @@ impl Node {
             Value::Null => J::Null,
             Value::Bool(b) => J::Bool(*b),
             Value::Int(i) => J::from(*i),
+            // Every digit in the policy (serde_json's `arbitrary_precision`).
+            Value::BigInt(d) => serde_json::from_str::<serde_json::Number>(d)
+                .map(J::Number)
+                .unwrap_or_else(|_| J::String(d.clone())),
+            // JSON has no NaN or infinity: Python's `str()` of them.
             Value::Float(f) => serde_json::Number::from_f64(*f)
                 .map(J::Number)
-                .unwrap_or(J::Null),
+                .unwrap_or_else(|| J::String(crate::pyjson::Py::Float(*f).repr())),
             Value::Str(s) => J::String(s.clone()),
             Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
             Value::Map(entries) => J::Object(
@@ -286,6 +293,7 @@ impl Builder {
                         let name = match node.value {
                             Value::Str(s) => s,
                             Value::Int(i) => i.to_string(),
+                            Value::BigInt(d) => d,
                             Value::Bool(b) => b.to_string(),
                             Value::Float(f) => f.to_string(),
                             Value::Null => "null".into(),
@@ -364,10 +372,24 @@ fn scalar(text: String, style: TScalarStyle) -> Value {
         "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
         "true" | "True" | "TRUE" => return Value::Bool(true),
         "false" | "False" | "FALSE" => return Value::Bool(false),
+        // PyYAML's (YAML 1.1's) spellings of infinity and NaN.
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Value::Float(f64::INFINITY);
+        }
+        "-.inf" | "-.Inf" | "-.INF" => return Value::Float(f64::NEG_INFINITY),
+        ".nan" | ".NaN" | ".NAN" => return Value::Float(f64::NAN),
         _ => {}
     }
     if let Ok(i) = text.parse::<i64>() {
         return Value::Int(i);
+    }
+    let digits = text.strip_prefix('+').unwrap_or(&text);
+    let magnitude = digits.strip_prefix('-').unwrap_or(digits);
+    if !magnitude.starts_with('0')
+        && !magnitude.is_empty()
+        && magnitude.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Value::BigInt(digits.to_string());
     }
     let numeric = text
         .bytes()
@@ -496,6 +518,26 @@ mod tests {
                 ("g", Value::Int(-3), 7),
             ]
         );
+    }
+
+    /// As PyYAML reads them (`big-int.yaml`): integers of any size, and
+    /// YAML 1.1's spellings of infinity and NaN.
+    #[test]
+    fn big_integers_keep_their_digits_and_inf_nan_are_floats() {
+        let n =
+            parse("a: 18446744073709551617\nb: -9223372036854775809\nd: .inf\ne: -.Inf\nf: .nan\n")
+                .unwrap();
+        let v: Vec<_> = n
+            .as_map()
+            .unwrap()
+            .iter()
+            .map(|(_, v)| v.value.clone())
+            .collect();
+        assert_eq!(v[0], Value::BigInt("18446744073709551617".into()));
+        assert_eq!(v[1], Value::BigInt("-9223372036854775809".into()));
+        assert_eq!(v[2], Value::Float(f64::INFINITY));
+        assert_eq!(v[3], Value::Float(f64::NEG_INFINITY));
+        assert!(matches!(v[4], Value::Float(f) if f.is_nan()));
     }
 
     #[test]

@@ -98,25 +98,39 @@ impl<'a> Machine<'a> {
             None => {}
         }
         if let Some(name) = &state.capture {
-            world.log(
-                Level::Info,
-                &format!(
-                    "captured `{name}`: exit {}, {} bytes of output",
-                    out.code(),
-                    out.stdout.len()
-                ),
-            );
-            // little-loops strips the trailing newline of what it captures.
-            let output = out.stdout.trim_end_matches(['\n', '\r']);
-            self.r.captured.insert(
-                name.clone(),
-                json!({
-                    "output": output, "stderr": out.stderr, "exit_code": out.code(),
-                    "duration_ms": out.duration_ms, "result": markers::action_result(&out.stdout),
-                }),
-            );
+            self.capture(name, out, world);
+        }
+        // little-loops appends after the capture, reading this state's.
+        if let Some(text) = &state.append_to_messages {
+            let message = interp::render(text, &self.r).map_err(|e| {
+                failed(
+                    End::Error,
+                    format!("state `{}`: append_to_messages: {e}", state.name),
+                )
+            })?;
+            self.r.messages.push(message);
         }
         Ok(())
+    }
+
+    fn capture(&mut self, name: &str, out: &Out, world: &mut dyn World) {
+        world.log(
+            Level::Info,
+            &format!(
+                "captured `{name}`: exit {}, {} bytes of output",
+                out.code(),
+                out.stdout.len()
+            ),
+        );
+        // little-loops strips the trailing newline of what it captures.
+        let output = out.stdout.trim_end_matches(['\n', '\r']);
+        self.r.captured.insert(
+            name.to_string(),
+            json!({
+                "output": output, "stderr": out.stderr, "exit_code": out.code(),
+                "duration_ms": out.duration_ms, "result": markers::action_result(&out.stdout),
+            }),
+        );
     }
 }
 

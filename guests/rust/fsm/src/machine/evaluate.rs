@@ -12,9 +12,9 @@ fn number(n: &Number, r: &Run, what: &str) -> Result<f64, String> {
         Number::Value(v) => Ok(*v),
         Number::Expr(t) => {
             let text = interp::render(t, r)?;
-            text.trim()
-                .parse::<f64>()
-                .map_err(|_| format!("evaluate: {what} `{t}` is `{text}`, not a number"))
+            // Python's `float()`, as little-loops reads a target given as text.
+            eval::number_in(&text)
+                .ok_or_else(|| format!("evaluate: {what} `{t}` is `{text}`, not a number"))
         }
     }
 }
@@ -93,9 +93,9 @@ pub(super) fn evaluate(
             negate,
             error_patterns,
         } => {
-            let pattern =
-                interp::render(pattern, r).map_err(|e| format!("evaluate.pattern: {e}"))?;
-            eval::output_contains(&text, &pattern, *negate, error_patterns)
+            // little-loops passes the pattern to `re.search` as written:
+            // `${...}` in it is regex text, not a reference.
+            eval::output_contains(&text, pattern, *negate, error_patterns)
         }
         EvalKind::OutputNumeric { op, target, key } => {
             eval::output_numeric(&text, *op, number(target, r, "target")?, key.as_deref())
@@ -126,11 +126,9 @@ pub(super) fn evaluate(
             let tolerance = number(tolerance, r, "tolerance")?;
             // little-loops compares with `previous:` only; without it there is
             // no earlier reading, so the verdict is `target` or `progress`.
-            let previous = previous.as_ref().and_then(|t| {
-                interp::render(t, r)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<f64>().ok())
-            });
+            let previous = previous
+                .as_ref()
+                .and_then(|t| interp::render(t, r).ok().and_then(|s| eval::number_in(&s)));
             eval::convergence(&text, previous, reference, target, tolerance, *direction)
         }
         EvalKind::Classify { line } => eval::classify(&text, *line),

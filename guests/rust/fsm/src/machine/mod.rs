@@ -132,6 +132,8 @@ struct Run<'a> {
     stalls: BTreeMap<String, Option<(String, u32)>>,
     /// `${env.PWD}`.
     workspace: Option<String>,
+    /// `${messages}`: what `append_to_messages` added, in order.
+    messages: Vec<String>,
 }
 
 impl Scope for Run<'_> {
@@ -157,7 +159,24 @@ impl Scope for Run<'_> {
                 .as_ref()
                 .and_then(|p| interp::walk(p, rest))
                 .cloned(),
-            "env" => self.workspace.clone().map(Value::String),
+            // little-loops: `os.environ`; loopbox: what its config passes to
+            // commands (checked at load), and the workspace as `PWD`.
+            // little-loops' `_get_messages_value`: the log, its last N, or
+            // its summary, which little-loops never fills in.
+            "messages" => match rest.first().map(String::as_str) {
+                None | Some("output") => Some(Value::String(self.messages.join("\n"))),
+                Some("summary") => Some(Value::String(String::new())),
+                Some(p) => p
+                    .strip_prefix("last(")
+                    .and_then(|n| n.strip_suffix(')'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .map(|n| {
+                        let from = self.messages.len().saturating_sub(n);
+                        Value::String(self.messages[from..].join("\n"))
+                    }),
+            },
+            "env" if rest[0] == "PWD" => self.workspace.clone().map(Value::String),
+            "env" => self.lp.env.get(&rest[0]).cloned().map(Value::String),
             "param" => self
                 .param
                 .get(&rest[0])
@@ -285,6 +304,7 @@ impl<'a> Machine<'a> {
                 now: started,
                 stalls: BTreeMap::new(),
                 workspace,
+                messages: Vec::new(),
             },
             path: Vec::new(),
             summary_ran: false,

@@ -34,6 +34,8 @@ pub struct Saved {
     holds: Vec<(String, u32)>,
     maintained: u32,
     prepatch_memo: Vec<((String, String), Value)>,
+    #[serde(default)]
+    messages: Vec<String>,
 }
 
 fn pairs<K: Clone, V: Clone>(m: &BTreeMap<K, V>) -> Vec<(K, V)> {
@@ -64,6 +66,7 @@ impl<'a> Machine<'a> {
             holds: pairs(&self.holds),
             maintained: self.maintained,
             prepatch_memo: pairs(&self.prepatch_memo),
+            messages: self.r.messages.clone(),
         }
     }
 
@@ -82,6 +85,7 @@ impl<'a> Machine<'a> {
                 now: saved.started,
                 stalls: saved.stalls.into_iter().collect(),
                 workspace: saved.workspace,
+                messages: saved.messages,
             },
             path: saved.path,
             summary_ran: saved.summary_ran,

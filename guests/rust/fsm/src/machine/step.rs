@@ -253,7 +253,11 @@ impl<'a> Machine<'a> {
         // `${prev.*}` is this state's result from the next state on.
         let prev = prev_record(state, &acted);
         if let Some(next) = &state.routes.next {
-            self.r.prev = Some(prev);
+            // little-loops records a `next:` state's result only when it ran
+            // an action: without one, `${prev.*}` stays the state before's.
+            if out.is_some() {
+                self.r.prev = Some(prev);
+            }
             // little-loops checks a `next:` state only when it has an action.
             let green = out.is_some_and(|o| o.code() == 0);
             let guarded = guarded.filter(|_| out.is_some());

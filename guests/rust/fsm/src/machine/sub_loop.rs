@@ -243,6 +243,8 @@ impl<'a> Machine<'a> {
         })?;
         // A child that names no release follows its parent's.
         child.little_loops = child.little_loops.or(self.r.lp.little_loops);
+        // `${env.NAME}`: the values the run started with.
+        child.env = self.r.lp.env.clone();
         Ok(child)
     }
 }

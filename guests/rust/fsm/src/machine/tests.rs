@@ -578,6 +578,39 @@ fn prev_timeout_kind_is_wall_after_a_timeout() {
     assert!(matches!(&w.asked[1], Request::Script { source, .. } if source == "kind="));
 }
 
+/// little-loops 1.167.0 (`prev-no-action.yaml`): a `next:` state without an
+/// action keeps `${prev.*}`; one that evaluates or routes empties it.
+#[test]
+fn prev_survives_a_next_state_without_an_action() {
+    let yaml = "name: p\ninitial: a\nstates:\n  a:\n    action: x\n    next: gap\n  gap:\n    next: b\n  b:\n    action: 'echo ${prev.state} ${prev.output}'\n    next: quiet\n  quiet:\n    on_yes: c\n  c:\n    action: 'echo ${prev.state} [${prev.output}]'\n    next: done\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new(vec![exit(0, "out"), exit(0, ""), exit(0, "")]);
+    run(&lp(yaml), &Map::new(), &mut w);
+    let sources: Vec<&str> = w
+        .asked
+        .iter()
+        .filter_map(|r| match r {
+            Request::Script { source, .. } => Some(source.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sources, ["x", "echo a out", "echo quiet []"]);
+}
+
+/// little-loops' shared log: `append_to_messages` adds its text (after the
+/// capture) each time the action runs; `${messages}`, `.output`, `.last(N)`
+/// and `.summary` (never filled in) read it.
+#[test]
+fn append_to_messages_keeps_a_log_messages_reads() {
+    let yaml = "name: m\ninitial: a\nstates:\n  a:\n    action: x\n    capture: c\n    append_to_messages: 'a said ${captured.c.output}'\n    next: b\n  b:\n    action: y\n    append_to_messages: 'second ${state.name}'\n    next: c\n  c:\n    action: 'echo [${messages}] [${messages.last(1)}] [${messages.summary}]'\n    next: done\n  done:\n    terminal: true\n";
+    let mut w = Scripted::new(vec![exit(0, "hi\n"), exit(0, ""), exit(0, "")]);
+    run(&lp(yaml), &Map::new(), &mut w);
+    assert!(
+        matches!(&w.asked[2], Request::Script { source, .. } if source == "echo [a said hi\nsecond b] [second b] []"),
+        "{:?}",
+        w.asked[2]
+    );
+}
+
 #[test]
 fn slash_commands_follow_the_leading_slash_heuristic() {
     let yaml = "name: s\ninitial: a\nstates:\n  a:\n    action: /review\n    next: done\n  done:\n    terminal: true\n";

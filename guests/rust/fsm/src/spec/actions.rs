@@ -241,6 +241,7 @@ fn read_exec(node: &Node, what: &str, p: &mut Problems) -> Option<Vec<String>> {
         match &item.value {
             Value::Str(s) => argv.push(s.clone()),
             Value::Int(i) => argv.push(i.to_string()),
+            Value::BigInt(d) => argv.push(d.clone()),
             Value::Float(f) => argv.push(f.to_string()),
             Value::Bool(b) => argv.push(b.to_string()),
             _ => {

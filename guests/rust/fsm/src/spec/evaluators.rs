@@ -81,7 +81,8 @@ pub enum EvalKind {
     OutputJson {
         path: String,
         op: Op,
-        target: serde_json::Value,
+        /// As PyYAML reads it: compared with Python's `==` and `<`.
+        target: crate::pyjson::Py,
     },
     Convergence {
         target: Number,
@@ -347,7 +348,18 @@ fn read_output_contains(
     w: &str,
     p: &mut Problems,
 ) -> Option<EvalKind> {
+    let pattern_line = value_line(f.entries, "pattern").unwrap_or(node.line);
     let pattern = f.string(p, "pattern", w);
+    if let Some(crate::pyre::Pattern::Unsupported(why)) =
+        pattern.as_deref().map(crate::pyre::translate)
+    {
+        p.at(
+            pattern_line,
+            format!(
+                "{w}`pattern` uses {why}: little-loops matches with Python's `re`, and loopbox cannot match this alike; rewrite the pattern"
+            ),
+        );
+    }
     let negate = f.boolean(p, "negate", w).unwrap_or(false);
     let error_patterns = match f.take("error_patterns") {
         None => Vec::new(),
@@ -397,7 +409,7 @@ fn read_output_numeric(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -
 fn read_output_json(f: &mut Fields, node: &Node, w: &str, p: &mut Problems) -> Option<EvalKind> {
     let path = f.string(p, "path", w);
     let op = read_operator(f, node, w, p);
-    let target = f.take("target").map(Node::to_json);
+    let target = f.take("target").map(crate::pyjson::from_yaml);
     if path.is_none() {
         p.at(
             node.line,

@@ -42,6 +42,7 @@ impl<'a> Fields<'a> {
             Value::Str(s) => Some(s.clone()),
             // Numbers and booleans written bare are still text here (`action: true`).
             Value::Int(i) => Some(i.to_string()),
+            Value::BigInt(d) => Some(d.clone()),
             Value::Float(f) => Some(f.to_string()),
             Value::Bool(b) => Some(b.to_string()),
             _ => {
@@ -120,6 +121,7 @@ impl<'a> Fields<'a> {
         let node = self.take(name)?;
         match &node.value {
             Value::Int(i) => Some(Number::Value(*i as f64)),
+            Value::BigInt(d) => d.parse().ok().map(Number::Value),
             Value::Float(f) => Some(Number::Value(*f)),
             // little-loops reads text as a number when the state runs (`"3"`, `${context.n}`).
             Value::Str(s) if s.contains("${") || s.trim().parse::<f64>().is_ok() => {
@@ -159,6 +161,7 @@ fn describe(node: &Node) -> String {
     match &node.value {
         Value::Str(s) => format!("`{s}`"),
         Value::Int(i) => i.to_string(),
+        Value::BigInt(d) => d.clone(),
         Value::Float(f) => f.to_string(),
         Value::Bool(b) => b.to_string(),
         _ => node.kind().to_string(),

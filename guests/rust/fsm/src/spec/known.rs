@@ -80,10 +80,6 @@ pub(super) const REFUSED_STATE_FIELDS: &[(&str, &str)] = &[
         "tools",
         "the agent's tools are the user's choice: define an `[agents.NAME]` profile in loopbox.toml whose `args` carry `--tools ...` and name it with `agent:`",
     ),
-    (
-        "append_to_messages",
-        "message history is not kept between prompts",
-    ),
     // little-loops 1.167 (ENH-3235): the credential scopes a shell state's
     // `bash -c` may inherit the variables of.
     (
@@ -135,6 +131,7 @@ const STATE_FIELDS: &[&str] = &[
     "terminal",
     "failure",
     "capture",
+    "append_to_messages",
     "timeout",
     "idle_timeout",
     "model",

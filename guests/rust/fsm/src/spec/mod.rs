@@ -89,6 +89,9 @@ pub struct Loop {
     /// `--little-loops`: the little-loops release whose behaviour the run
     /// follows where releases differ (see [`Loop::release`]).
     pub little_loops: Option<Release>,
+    /// `${env.NAME}`: the variables loopbox.toml passes to commands (`[shell]
+    /// path` as `PATH`, and `pass_env`'s), as the host gave them at the start.
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl Loop {

@@ -30,6 +30,9 @@ pub struct State {
     pub terminal: bool,
     pub failure: bool,
     pub capture: Option<String>,
+    /// After the action runs, this text (interpolated) is added to the run's
+    /// message log, which `${messages}` reads (little-loops' shared log).
+    pub append_to_messages: Option<String>,
     pub timeout_s: Option<u64>,
     /// `idle_timeout`: seconds without a line of output that end a shell
     /// action (0 is off; see [`crate::idle`]).
@@ -197,6 +200,18 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         );
     }
     let capture = f.string(p, "capture", &what);
+    let append_line = value_line(entries, "append_to_messages").unwrap_or(key.line);
+    let append_to_messages = f.string(p, "append_to_messages", &what);
+    // little-loops refuses a fixed text (its structural rule for the field).
+    if append_to_messages
+        .as_deref()
+        .is_some_and(|t| !t.contains("${"))
+    {
+        p.at(
+            append_line,
+            format!("{what}`append_to_messages` must contain a `${{...}}` reference, like `${{captured.{name}.output}}` (little-loops refuses fixed text)"),
+        );
+    }
     if let Some(c) = &capture
         && !valid_name(c)
     {
@@ -266,6 +281,7 @@ fn read_state(key: &Key, body: &Node, p: &mut Problems) -> Option<State> {
         terminal,
         failure,
         capture,
+        append_to_messages,
         timeout_s,
         idle_timeout_s,
         model,

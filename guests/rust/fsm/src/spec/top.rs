@@ -146,6 +146,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         files: Vec::new(),
         notes: Vec::new(),
         little_loops,
+        env: Default::default(),
     })
 }
 

@@ -106,6 +106,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
                 workspace,
                 args.delay,
                 args.little_loops.as_deref(),
+                loops::command_env(&prepared.config.shell),
             )
             .map_err(Failure::usage)?;
             loops::create_run_dir(workspace, &run_dir).map_err(Failure::usage)?;
