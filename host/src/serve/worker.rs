@@ -59,6 +59,11 @@ impl Default for WorkerOptions {
 pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let setup = Setup::open(opts)?;
+    // The runs' messages name the server (`loopbox runs approve ID --server URL`).
+    let env = std::env::var("LOOPBOX_SERVER").ok();
+    if let Some(url) = super::url::of_worker(&setup.config.server, env.as_deref()) {
+        super::url::set(url);
+    }
     if !setup.data.is_shared() {
         bail!(
             "loopbox worker drives the runs of a shared store: set LOOPBOX_STORE=postgres://USER:PASSWORD@HOST:PORT/DB (or give --store postgres://USER@HOST:PORT/DB, with no password)"
