@@ -2,7 +2,8 @@
 //! of runs, newest first, printed as it is read (a table, or one JSON array
 //! streamed row by row). The rows come a store page at a time
 //! (`loopbox::db::page`, the query the server's API answers with), so memory
-//! stays what one page needs however many runs the store holds.
+//! stays what one page needs however many runs the store holds. The same
+//! printing serves a server's runs (`served::list`).
 
 use std::path::Path;
 
@@ -163,7 +164,7 @@ pub fn execute(a: ListArgs, json: bool, workspace: &Path) -> Result<i32, Failure
     if !on_shared_store() && !workspace.join(STORE_DIR).join(STORE_FILE).is_file() {
         Printer::new(json).end(
             &format!(
-                "no runs in {} yet (start one with `loopbox run POLICY`)",
+                "no runs in {} yet (start one with `loopbox run POLICY`; a server's runs: `loopbox runs --server URL`)",
                 workspace.display()
             ),
             None,

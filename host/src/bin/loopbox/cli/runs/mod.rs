@@ -1,7 +1,8 @@
 //! `loopbox runs`: the runs in this workspace's store (standalone runs and
 //! hook sessions alike, newest first, a page at a time: [`list`]), and the
 //! commands that look into one run or move it on: show, log, resume, answer,
-//! tick, approve, deny, cancel.
+//! tick, approve, deny, cancel. With `--server URL` (or `LOOPBOX_SERVER`) the
+//! same commands act on a `loopbox serve`'s runs through its API ([`served`]).
 
 mod approve;
 mod cancel;
@@ -10,6 +11,7 @@ mod export;
 mod lease;
 mod list;
 mod log;
+mod served;
 mod show;
 
 use std::path::Path;
@@ -27,8 +29,15 @@ pub struct RunsArgs {
     #[arg(long, global = true)]
     pub(super) json: bool,
     /// A shared store, postgres://USER@HOST:PORT/DB, no password here (default: LOOPBOX_STORE, which may hold one; else the workspace's)
-    #[arg(long, value_name = "URL", global = true)]
+    #[arg(long, value_name = "URL", global = true, conflicts_with = "server")]
     store: Option<String>,
+    /// A `loopbox serve`'s runs, through its API: http://HOST:PORT (default: LOOPBOX_SERVER);
+    /// the token comes from LOOPBOX_TOKEN or --token-file
+    #[arg(long, value_name = "URL", global = true)]
+    server: Option<String>,
+    /// A file holding the server's token (default: LOOPBOX_TOKEN)
+    #[arg(long, value_name = "PATH", global = true)]
+    token_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     list: list::ListArgs,
 }
@@ -59,6 +68,25 @@ enum RunsCommand {
 }
 
 pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
+    let server = args.server.clone().or_else(|| {
+        std::env::var("LOOPBOX_SERVER")
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    if let Some(url) = server {
+        // LOOPBOX_SERVER names a server: a --store given too says which one is meant.
+        if args.store.is_some() {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--store and a server (LOOPBOX_SERVER) both given: leave one out (unset LOOPBOX_SERVER to use --store)"
+            )));
+        }
+        return served::execute(args, &url);
+    }
+    if args.token_file.is_some() {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "--token-file is a server's token: give --server URL too (or set LOOPBOX_SERVER)"
+        )));
+    }
     let shared = store_option(args.store.as_deref())?;
     let _ = SHARED_STORE.set(shared);
     match args.command {
@@ -86,14 +114,14 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
 }
 
 /// The shared store `--store` (or `LOOPBOX_STORE`) names. A file there (a
-/// server's `DATA/loopbox.db`) is refused: a server's runs are its to move
-/// on, through its API, roles and audit log.
+/// server's `DATA/loopbox.db`) is refused, pointing at `--server`: a server's
+/// runs are its to move on, through its API, roles and audit log.
 fn store_option(given: Option<&str>) -> Result<Option<String>, Failure> {
     if let Some(s) = given
         && !loopbox::db::engine::postgres::is_url(s)
     {
         return Err(Failure::usage(anyhow::anyhow!(
-            "--store takes a shared PostgreSQL store (postgres://USER@HOST:PORT/DB), not `{}`: a server's runs, on SQLite or PostgreSQL, are reached through the server, not through its file",
+            "--store takes a shared PostgreSQL store (postgres://USER@HOST:PORT/DB), not `{}`: a server's runs, on SQLite or PostgreSQL, are reached through the server, `loopbox runs --server http://HOST:PORT` with LOOPBOX_TOKEN set to a token of it",
             loopbox::db::engine::postgres::redact(s)
         )));
     }
@@ -126,7 +154,7 @@ fn store_path(workspace: &Path) -> Result<std::path::PathBuf, Failure> {
     let path = workspace.join(STORE_DIR).join(STORE_FILE);
     if !path.is_file() {
         return Err(Failure::usage(anyhow::anyhow!(
-            "there are no runs in `{}` yet (start one with `loopbox run POLICY`)",
+            "there are no runs in `{}` yet (start one with `loopbox run POLICY`; a server's run: give --server URL, or set LOOPBOX_SERVER)",
             workspace.display()
         )));
     }
