@@ -157,34 +157,36 @@ pub fn run_page(c: &Conn, schema: i64, whose: Whose, f: &RunFilter) -> Result<Ve
             crate::ui::one_line(f.before.as_deref().unwrap_or_default())
         );
     }
-    let (at, after_id) = cursor.unzip();
     // Every `?N IS NULL` is `CAST(?N AS …) IS NULL`: on PostgreSQL a parameter
     // nothing types makes the engine type them all by the first values bound,
     // text for the NULL cursor of a first page, and every listing failed
     // (bigint < text).
-    let mut stmt = c.prepare_cached(&format!(
-        "SELECT {}
-         FROM {table}
-         WHERE {who}
-           AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
-           AND (CAST(?3 AS TEXT) IS NULL OR policy = ?3 OR json_extract(options, '$.policy_name') = ?3)
-           AND (CAST(?4 AS BIGINT) IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
-         ORDER BY created_at DESC, id DESC LIMIT ?6",
-        columns(schema)
-    ))?;
-    let rows = stmt
-        .query_map(
-            params![
-                tenant,
-                f.status,
-                f.policy,
-                at,
-                after_id,
-                f.limit.clamp(1, MAX_PAGE) as i64
-            ],
-            row,
-        )?
-        .collect::<Result<Vec<_>, _>>()?;
+    let filters = "AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
+           AND (CAST(?3 AS TEXT) IS NULL OR policy = ?3 OR json_extract(options, '$.policy_name') = ?3)";
+    let limit = f.limit.clamp(1, MAX_PAGE) as i64;
+    let select = |after: &str| {
+        format!(
+            "SELECT {} FROM {table} WHERE {who} {filters} {after} ORDER BY created_at DESC, id DESC LIMIT ?4",
+            columns(schema)
+        )
+    };
+    let rows = match cursor {
+        None => c
+            .prepare_cached(&select(""))?
+            .query_map(params![tenant, f.status, f.policy, limit], row)?
+            .collect::<Result<Vec<_>, _>>()?,
+        // `created_at <= ?5` bounds the index range: the page starts at the
+        // cursor instead of walking down to it from the newest run.
+        Some((at, after_id)) => c
+            .prepare_cached(&select(
+                "AND created_at <= ?5 AND (created_at < ?5 OR id < ?6)",
+            ))?
+            .query_map(
+                params![tenant, f.status, f.policy, limit, at, after_id],
+                row,
+            )?
+            .collect::<Result<Vec<_>, _>>()?,
+    };
     Ok(rows)
 }
 
