@@ -117,8 +117,10 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
 /// server's `DATA/loopbox.db`) is refused, pointing at `--server`: a server's
 /// runs are its to move on, through its API, roles and audit log.
 fn store_option(given: Option<&str>) -> Result<Option<String>, Failure> {
+    // A path (no scheme) is a file. Anything else is checked as a URL by
+    // serve::store_option, which refuses a password on the command line first.
     if let Some(s) = given
-        && !loopbox::db::engine::postgres::is_url(s)
+        && !s.contains("://")
     {
         return Err(Failure::usage(anyhow::anyhow!(
             "--store takes a shared PostgreSQL store (postgres://USER@HOST:PORT/DB), not `{}`: a server's runs, on SQLite or PostgreSQL, are reached through the server, `loopbox runs --server http://HOST:PORT` with LOOPBOX_TOKEN set to a token of it",
