@@ -444,7 +444,7 @@ impl ActionGrants {
                     format!(
                         "{what} needs a yes ({rule}): waiting for approval {} (`{}` or `deny`)",
                         a.id,
-                        crate::serve::url::runs_command(&format!("approve {}", a.run_id))
+                        crate::ui::runs_command(&format!("approve {}", a.run_id))
                     ),
                 );
                 Err(NotNow::Waiting(a))

@@ -154,7 +154,7 @@ pub fn run_page(c: &Conn, schema: i64, whose: Whose, f: &RunFilter) -> Result<Ve
     if f.before.is_some() && cursor.is_none() {
         anyhow::bail!(
             "there is no run `{}` to page from",
-            crate::ui::one_line(f.before.as_deref().unwrap_or_default())
+            f.before.as_deref().unwrap_or_default().escape_debug()
         );
     }
     // Every `?N IS NULL` is `CAST(?N AS …) IS NULL`: on PostgreSQL a parameter

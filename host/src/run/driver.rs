@@ -354,8 +354,8 @@ pub fn awaiting(ctx: &RunContext) -> Result<RunEnd> {
         } else {
             what.join("; ")
         },
-        crate::serve::url::runs_command(&format!("approve {id}")),
-        crate::serve::url::runs_command(&format!("deny {id} --reason TEXT")),
+        crate::ui::runs_command(&format!("approve {id}")),
+        crate::ui::runs_command(&format!("deny {id} --reason TEXT")),
     )))
 }
 

@@ -457,7 +457,7 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         .await
         .with_context(|| format!("failed to listen on {listen}"))?;
     let addr = listener.local_addr()?;
-    url::set(url::of_server(&server.settings, addr));
+    crate::ui::set_server_url(url::of_server(server.settings.url.as_deref(), addr));
     let app = api::router(server.clone()).merge(web::router(server.clone()));
     let accepting = tokio::spawn(http::accept(listener, app, limits));
     // On a shared store the server only queues: `loopbox worker` processes drive.

@@ -1,18 +1,13 @@
-//! The URL people reach this server at, and the `loopbox runs` command lines
-//! that name it. A server (or a `loopbox worker`) sets it once at its start;
-//! the messages a served run writes (its waiting summary, its log) and the
-//! dashboard then print commands that work as printed, `--server URL`
-//! included. A `loopbox run` process never sets it: its messages name the
-//! workspace's own commands.
+//! The URL people reach this server at. A server (or a `loopbox worker`)
+//! sets it once at its start ([`crate::ui::set_server_url`]); the messages a
+//! served run writes (its waiting summary, its log) and the dashboard then
+//! print commands that work as printed, `--server URL` included
+//! ([`crate::ui::runs_command`]). A `loopbox run` process never sets it: its
+//! messages name the workspace's own commands.
 
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 
 use anyhow::{Result, bail};
-
-use super::config::{DEFAULT_LISTEN, ServerSection};
-
-static URL: OnceLock<String> = OnceLock::new();
 
 /// A server URL as `--server` and `server.url` take it: `http://` or
 /// `https://`, a host, no query; returned without its trailing `/`.
@@ -35,10 +30,11 @@ pub fn check(url: &str) -> Result<&str> {
     Ok(url.trim_end_matches('/'))
 }
 
-/// The URL a server listening at `bound` is reached at: `server.url`, else
-/// `http://` and the address (this machine's name for an unspecified one).
-pub fn of_server(s: &ServerSection, bound: SocketAddr) -> String {
-    if let Some(u) = &s.url {
+/// The URL a server listening at `bound` is reached at: `url` (its
+/// `server.url`), else `http://` and the address (this machine's name for an
+/// unspecified one).
+pub fn of_server(url: Option<&str>, bound: SocketAddr) -> String {
+    if let Some(u) = url {
         return u.trim_end_matches('/').to_string();
     }
     if bound.ip().is_unspecified() {
@@ -47,21 +43,18 @@ pub fn of_server(s: &ServerSection, bound: SocketAddr) -> String {
     format!("http://{bound}")
 }
 
-/// The URL a `loopbox worker` prints: `server.url`, else `LOOPBOX_SERVER`
-/// (`env`), else where the config says the server listens; none when that
-/// is a port picked at start (`:0`) or every address (whose host name is the
-/// server's machine's, not the worker's).
-pub fn of_worker(s: &ServerSection, env: Option<&str>) -> Option<String> {
-    if let Some(u) = &s.url {
+/// The URL a `loopbox worker` prints: `url` (`server.url`), else `env`
+/// (`LOOPBOX_SERVER`), else where the config says the server listens
+/// (`listen`); none when that is a port picked at start (`:0`) or every
+/// address (whose host name is the server's machine's, not the worker's).
+pub fn of_worker(url: Option<&str>, env: Option<&str>, listen: SocketAddr) -> Option<String> {
+    if let Some(u) = url {
         return Some(u.trim_end_matches('/').to_string());
     }
     if let Some(u) = env.and_then(|u| check(u).ok()) {
         return Some(u.to_string());
     }
-    let listen = s
-        .listen
-        .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
-    (listen.port() != 0 && !listen.ip().is_unspecified()).then(|| of_server(s, listen))
+    (listen.port() != 0 && !listen.ip().is_unspecified()).then(|| of_server(None, listen))
 }
 
 /// This machine's host name (`localhost` when it has none).
@@ -73,30 +66,6 @@ fn host_name() -> String {
     match std::str::from_utf8(&buf[..end]) {
         Ok(h) if ok && !h.is_empty() => h.to_string(),
         _ => "localhost".to_string(),
-    }
-}
-
-/// Set this process's server URL (the first call wins).
-pub fn set(url: String) {
-    let _ = URL.set(url);
-}
-
-/// This process's server URL, if it serves.
-pub fn get() -> Option<&'static str> {
-    URL.get().map(String::as_str)
-}
-
-/// `loopbox runs ARGS`, with ` --server URL` when this process serves: the
-/// command a person runs to act on one of its runs, as printed.
-pub fn runs_command(args: &str) -> String {
-    runs_command_at(get(), args)
-}
-
-/// `loopbox runs ARGS` for the server at `url` (none: a workspace's own runs).
-pub fn runs_command_at(url: Option<&str>, args: &str) -> String {
-    match url {
-        Some(u) => format!("loopbox runs {args} --server {u}"),
-        None => format!("loopbox runs {args}"),
     }
 }
 
@@ -123,43 +92,36 @@ mod tests {
         ] {
             assert!(check(bad).is_err(), "{bad}");
         }
-        let s = ServerSection::default();
+        let at = |a: &str| a.parse::<SocketAddr>().unwrap();
         assert_eq!(
-            of_server(&s, "127.0.0.1:7301".parse().unwrap()),
+            of_server(None, at("127.0.0.1:7301")),
             "http://127.0.0.1:7301"
         );
         assert_eq!(
-            of_worker(&s, None).as_deref(),
+            of_worker(None, None, at("127.0.0.1:7300")).as_deref(),
             Some("http://127.0.0.1:7300")
         );
-        let picked = ServerSection {
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            ..ServerSection::default()
-        };
-        assert_eq!(of_worker(&picked, None), None);
+        assert_eq!(of_worker(None, None, at("127.0.0.1:0")), None);
         assert_eq!(
-            of_worker(&picked, Some("http://127.0.0.1:7302/")).as_deref(),
+            of_worker(None, Some("http://127.0.0.1:7302/"), at("127.0.0.1:0")).as_deref(),
             Some("http://127.0.0.1:7302")
         );
-        let everywhere = ServerSection {
-            listen: Some("0.0.0.0:7300".parse().unwrap()),
-            ..ServerSection::default()
-        };
-        assert_eq!(of_worker(&everywhere, None), None);
-        let proxied = ServerSection {
-            url: Some("https://lb.example.com/".into()),
-            ..ServerSection::default()
-        };
+        assert_eq!(of_worker(None, None, at("0.0.0.0:7300")), None);
         assert_eq!(
-            of_worker(&proxied, Some("http://ignored:1")).as_deref(),
+            of_worker(
+                Some("https://lb.example.com/"),
+                Some("http://ignored:1"),
+                at("127.0.0.1:0")
+            )
+            .as_deref(),
             Some("https://lb.example.com")
         );
         assert_eq!(
-            runs_command_at(Some("http://h:1"), "approve r1"),
+            crate::ui::runs_command_at(Some("http://h:1"), "approve r1"),
             "loopbox runs approve r1 --server http://h:1"
         );
         assert_eq!(
-            runs_command_at(None, "approve r1"),
+            crate::ui::runs_command_at(None, "approve r1"),
             "loopbox runs approve r1"
         );
     }

@@ -61,8 +61,14 @@ pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) ->
     let setup = Setup::open(opts)?;
     // The runs' messages name the server (`loopbox runs approve ID --server URL`).
     let env = std::env::var("LOOPBOX_SERVER").ok();
-    if let Some(url) = super::url::of_worker(&setup.config.server, env.as_deref()) {
-        super::url::set(url);
+    let s = &setup.config.server;
+    let listen = s.listen.unwrap_or_else(|| {
+        super::config::DEFAULT_LISTEN
+            .parse()
+            .expect("a valid address")
+    });
+    if let Some(url) = super::url::of_worker(s.url.as_deref(), env.as_deref(), listen) {
+        crate::ui::set_server_url(url);
     }
     if !setup.data.is_shared() {
         bail!(

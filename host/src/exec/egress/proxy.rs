@@ -390,7 +390,7 @@ async fn ask(target: &Target, side: &Side, shared: &Shared, rule: &str) -> Resul
         Ok(Answer::Wait(a)) => Err(format!(
             "{rule} needs a person's yes: waiting for approval {} (`{}`); try again once it is given",
             a.id,
-            crate::serve::url::runs_command(&format!("approve {} --approval {}", a.run_id, a.id))
+            crate::ui::runs_command(&format!("approve {} --approval {}", a.run_id, a.id))
         )),
         Err(e) => Err(format!("asking about {rule} failed: {e:#}")),
     }

@@ -168,7 +168,7 @@ pub fn approval_card(ctx: &Ctx, a: &Value, now: i64, from: &str) -> Markup {
 /// The command that approves `approval` of `run` from a terminal, as the
 /// dashboard prints it: this server's URL, the approval and the digest shown.
 fn terminal_command(run: &str, approval: &str, digest: &str) -> String {
-    crate::serve::url::runs_command(&format!(
+    crate::ui::runs_command(&format!(
         "approve {run} --approval {approval} --digest {}",
         digest.chars().take(16).collect::<String>()
     ))

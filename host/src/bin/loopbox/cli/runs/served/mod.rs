@@ -98,7 +98,7 @@ fn approval(v: &Value) -> Approval {
 
 /// `loopbox runs ARGS --server URL`: a command to say next, as it is typed.
 fn command(c: &Client, args: &str) -> String {
-    loopbox::serve::url::runs_command_at(Some(&c.url), args)
+    loopbox::ui::runs_command_at(Some(&c.url), args)
 }
 
 #[cfg(test)]
