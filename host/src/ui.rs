@@ -276,6 +276,36 @@ pub fn shorten(s: &str, max: usize) -> String {
     format!("{cut}… ({} bytes)", s.len())
 }
 
+/// The URL of the server this process serves, set once at its start by
+/// `loopbox serve` or a `loopbox worker` (`serve::url`); a `loopbox run`
+/// process never sets it.
+static SERVER_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Set this process's server URL (the first call wins).
+pub fn set_server_url(url: String) {
+    let _ = SERVER_URL.set(url);
+}
+
+/// This process's server URL, if it serves.
+pub fn server_url() -> Option<&'static str> {
+    SERVER_URL.get().map(String::as_str)
+}
+
+/// `loopbox runs ARGS`, with ` --server URL` when this process serves: the
+/// command a person runs to act on one of its runs, as the run's log and
+/// messages print it, so that it works as printed.
+pub fn runs_command(args: &str) -> String {
+    runs_command_at(server_url(), args)
+}
+
+/// `loopbox runs ARGS` for the server at `url` (none: a workspace's own runs).
+pub fn runs_command_at(url: Option<&str>, args: &str) -> String {
+    match url {
+        Some(u) => format!("loopbox runs {args} --server {u}"),
+        None => format!("loopbox runs {args}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -390,8 +390,9 @@ impl ActionGrants {
                 log.host(
                     "warn",
                     format!(
-                        "{what} needs a yes ({rule}): waiting for approval {} (`loopbox runs approve {}` or `deny`)",
-                        a.id, a.run_id
+                        "{what} needs a yes ({rule}): waiting for approval {} (`{}` or `deny`)",
+                        a.id,
+                        crate::ui::runs_command(&format!("approve {}", a.run_id))
                     ),
                 );
                 Err(NotNow::Waiting(a))

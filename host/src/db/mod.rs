@@ -17,6 +17,7 @@ mod journal;
 pub mod lease;
 pub mod lock;
 pub mod network;
+pub mod page;
 pub mod pool;
 pub mod quota;
 mod runs;

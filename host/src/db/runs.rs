@@ -95,8 +95,6 @@ const RUN_COLUMNS_7: &str = "id, policy, policy_digest, input, status, created_a
 /// The same from a store older than schema 7: no place either.
 const RUN_COLUMNS_6: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, NULL, NULL, NULL, \
      0, 0, 0, 0, 0, 0, 0, 0.0";
-/// The number of columns in [`RUN_COLUMNS`]: a query's own columns come after them.
-pub(super) const RUN_COLUMN_COUNT: usize = 26;
 
 /// The runs with one status (`?1`), found through the `runs_by_status` index (see `schema.rs`).
 pub(super) fn runs_with_status_sql(columns: &str) -> String {
@@ -488,20 +486,6 @@ impl Db {
                 self.path.display()
             )
         })
-    }
-
-    /// Every run, newest first, with the type of its last event.
-    pub fn list_runs(&self) -> Result<Vec<(RunRecord, Option<String>)>> {
-        let c = self.conn();
-        let mut stmt = c.prepare(&format!(
-            "SELECT {}, (SELECT json_extract(e.event, '$.type') FROM events e WHERE e.run_id = runs.id ORDER BY e.seq DESC LIMIT 1)
-                 FROM runs ORDER BY created_at DESC, id",
-            self.run_columns()
-        ))?;
-        let rows = stmt
-            .query_map([], |r| Ok((run_record(r)?, r.get(RUN_COLUMN_COUNT)?)))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
     }
 
     /// Take the run for this process. `Err` names the live process that holds it.

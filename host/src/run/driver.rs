@@ -346,14 +346,16 @@ pub fn awaiting(ctx: &RunContext) -> Result<RunEnd> {
         .iter()
         .map(|a| format!("approval {} of {} ({})", a.id, a.what, a.rule))
         .collect();
+    let id = &ctx.id;
     Ok(RunEnd::AwaitingApproval(format!(
-        "waiting for {}: approve it with `loopbox runs approve {id}`, or deny it with `loopbox runs deny {id} --reason TEXT`",
+        "waiting for {}: approve it with `{}`, or deny it with `{}`",
         if what.is_empty() {
             "a person's approval".to_string()
         } else {
             what.join("; ")
         },
-        id = ctx.id
+        crate::ui::runs_command(&format!("approve {id}")),
+        crate::ui::runs_command(&format!("deny {id} --reason TEXT")),
     )))
 }
 

@@ -40,6 +40,11 @@ pub struct ServerSection {
     /// `HOST:PORT`; `--listen` overrides it.
     #[serde(default)]
     pub listen: Option<SocketAddr>,
+    /// The URL people reach the server at (`https://loopbox.example.com` behind
+    /// a reverse proxy): the `--server` of the `loopbox runs` commands the
+    /// dashboard and the runs' messages print. Absent: `http://` and where it listens.
+    #[serde(default)]
+    pub url: Option<String>,
     /// The data directory (relative to the config file); `--data` overrides it.
     #[serde(default)]
     pub data: Option<PathBuf>,
@@ -87,6 +92,7 @@ impl Default for ServerSection {
     fn default() -> Self {
         ServerSection {
             listen: None,
+            url: None,
             data: None,
             max_running: default_max_running(),
             max_body_bytes: default_max_body_bytes(),
@@ -245,6 +251,10 @@ impl ServerConfig {
             }
             Ok(())
         };
+        if let Some(url) = &s.url {
+            super::url::check(url)
+                .map_err(|e| anyhow::anyhow!("{}server.url: {e}", at("server")))?;
+        }
         range("max_running", s.max_running.into(), 1, 10_000)?;
         range("max_body_bytes", s.max_body_bytes, 1024, 256 << 20)?;
         range("session_hours", s.session_hours.into(), 1, 24 * 90)?;

@@ -13,6 +13,7 @@
 //! - [`http`]: accepting connections (bounded, with a header timeout).
 //! - [`api`]: the JSON API under `/api/v1`.
 //! - [`web`]: the dashboard, pages over the API's handlers.
+//! - [`url`]: the URL the server is reached at, in the commands it prints.
 //!
 //! [`Server`] is what they share. [`serve`] starts it: it takes the data
 //! directory's lock (one server per data directory), picks up what its last
@@ -30,6 +31,7 @@ pub mod quota;
 pub mod sched;
 pub mod store;
 pub mod tenant;
+pub mod url;
 pub mod web;
 pub mod worker;
 
@@ -455,6 +457,7 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         .await
         .with_context(|| format!("failed to listen on {listen}"))?;
     let addr = listener.local_addr()?;
+    crate::ui::set_server_url(url::of_server(server.settings.url.as_deref(), addr));
     let app = api::router(server.clone()).merge(web::router(server.clone()));
     let accepting = tokio::spawn(http::accept(listener, app, limits));
     // On a shared store the server only queues: `loopbox worker` processes drive.

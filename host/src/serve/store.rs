@@ -121,34 +121,7 @@ impl InboxKind {
     }
 }
 
-/// One row of a tenant's runs page.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunRow {
-    pub id: String,
-    pub policy: String,
-    pub policy_name: Option<String>,
-    pub status: RunStatus,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-    pub turns: u32,
-    pub actions: u64,
-    pub workspace: Option<String>,
-    pub started_by: Option<String>,
-    pub summary: Option<String>,
-    /// What its agent turns spent.
-    pub spent: crate::spend::Totals,
-}
-
-/// Which of a tenant's runs to list, newest first.
-#[derive(Debug, Clone, Default)]
-pub struct RunFilter {
-    pub status: Option<RunStatus>,
-    /// The policy as the run names it, or its `[policies.NAME]`.
-    pub policy: Option<String>,
-    /// Runs older than this one (the last of the previous page).
-    pub before: Option<String>,
-    pub limit: usize,
-}
+pub use crate::db::page::{RunFilter, RunRow};
 
 fn role_of(text: &str) -> crate::db::engine::Result<Role> {
     text.parse()
@@ -522,66 +495,7 @@ impl Store {
 
     /// `tenant`'s runs, newest first (see [`RunFilter`]).
     pub fn runs(&self, tenant: &str, f: &RunFilter) -> Result<Vec<RunRow>> {
-        let c = self.conn();
-        let cursor: Option<(i64, String)> = match &f.before {
-            Some(id) => c
-                .prepare_cached("SELECT created_at, id FROM runs WHERE id = ?1 AND tenant = ?2")?
-                .query_row(params![id, tenant], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?,
-            None => None,
-        };
-        if f.before.is_some() && cursor.is_none() {
-            anyhow::bail!(
-                "there is no run `{}` to page from",
-                crate::ui::one_line(f.before.as_deref().unwrap_or_default())
-            );
-        }
-        let (at, after_id) = cursor.unzip();
-        // Every `?N IS NULL` is `CAST(?N AS …) IS NULL`: on PostgreSQL a parameter
-        // nothing types makes the engine type them all by the first values bound,
-        // text for the NULL cursor of a first page, and every listing failed
-        // (bigint < text).
-        let mut stmt = c.prepare_cached(&format!(
-            "SELECT id, policy, json_extract(options, '$.policy_name'), status, created_at, updated_at, turns, actions, workspace, started_by,
-                    json_extract(outcome, '$.summary'), {}
-             FROM {}
-             WHERE tenant = ?1
-               AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
-               AND (CAST(?3 AS TEXT) IS NULL OR policy = ?3 OR json_extract(options, '$.policy_name') = ?3)
-               AND (CAST(?4 AS BIGINT) IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
-             ORDER BY created_at DESC, id DESC LIMIT ?6",
-            crate::db::SPEND_COLUMNS,
-            runs_by_tenant(&c)
-        ))?;
-        let rows = stmt
-            .query_map(
-                params![
-                    tenant,
-                    f.status,
-                    f.policy,
-                    at,
-                    after_id,
-                    f.limit.clamp(1, 500) as i64
-                ],
-                |r| {
-                    Ok(RunRow {
-                        id: r.get(0)?,
-                        policy: r.get(1)?,
-                        policy_name: r.get(2)?,
-                        status: r.get(3)?,
-                        created_at_ms: r.get(4)?,
-                        updated_at_ms: r.get(5)?,
-                        turns: r.get(6)?,
-                        actions: r.get::<_, i64>(7)? as u64,
-                        workspace: r.get(8)?,
-                        started_by: r.get(9)?,
-                        summary: r.get(10)?,
-                        spent: crate::db::totals_at(r, 11)?,
-                    })
-                },
-            )?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        crate::db::page::tenant_page(&self.conn(), tenant, f)
     }
 
     /// The server's runs with `status`, oldest change first (through `runs_by_status`).

@@ -59,6 +59,17 @@ impl Default for WorkerOptions {
 pub async fn work(opts: &Options, w: WorkerOptions, ready: impl FnOnce(&str)) -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let setup = Setup::open(opts)?;
+    // The runs' messages name the server (`loopbox runs approve ID --server URL`).
+    let env = std::env::var("LOOPBOX_SERVER").ok();
+    let s = &setup.config.server;
+    let listen = s.listen.unwrap_or_else(|| {
+        super::config::DEFAULT_LISTEN
+            .parse()
+            .expect("a valid address")
+    });
+    if let Some(url) = super::url::of_worker(s.url.as_deref(), env.as_deref(), listen) {
+        crate::ui::set_server_url(url);
+    }
     if !setup.data.is_shared() {
         bail!(
             "loopbox worker drives the runs of a shared store: set LOOPBOX_STORE=postgres://USER:PASSWORD@HOST:PORT/DB (or give --store postgres://USER@HOST:PORT/DB, with no password)"

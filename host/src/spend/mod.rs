@@ -194,6 +194,24 @@ impl Totals {
         })
     }
 
+    /// The totals [`Totals::json`] gave (a server's API answer); what is missing is nothing.
+    pub fn from_json(v: &serde_json::Value) -> Totals {
+        let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+        let t = &v["tokens"];
+        Totals {
+            turns: n(&v["turns"]),
+            unmetered: n(&v["unmetered_turns"]),
+            unpriced: n(&v["unpriced_turns"]),
+            tokens: Tokens {
+                input: n(&t["input"]),
+                output: n(&t["output"]),
+                cache_read: n(&t["cache_read"]),
+                cache_write: n(&t["cache_write"]),
+            },
+            cost_usd: v["cost_usd"].as_f64().unwrap_or(0.0),
+        }
+    }
+
     /// The cost as a person reads it: `$1.2345`, `$1.2345+` when some turns'
     /// costs are unknown, `-` when nothing was charged.
     pub fn cost_text(&self) -> String {
@@ -238,6 +256,7 @@ mod tests {
             (3, 1, 1, 220)
         );
         assert_eq!(t.cost_usd, 0.25);
+        assert_eq!(Totals::from_json(&t.json()), t);
         assert_eq!(t.cost_text(), "$0.2500+");
         assert_eq!(Totals::default().cost_text(), "-");
         // A nonsense figure from an agent is not money spent: it counts as unknown.

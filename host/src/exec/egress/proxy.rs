@@ -388,8 +388,9 @@ async fn ask(target: &Target, side: &Side, shared: &Shared, rule: &str) -> Resul
             Err(format!("{rule} needs a person's yes: {why}"))
         }
         Ok(Answer::Wait(a)) => Err(format!(
-            "{rule} needs a person's yes: waiting for approval {} (`loopbox runs approve {} --approval {}`); try again once it is given",
-            a.id, a.run_id, a.id
+            "{rule} needs a person's yes: waiting for approval {} (`{}`); try again once it is given",
+            a.id,
+            crate::ui::runs_command(&format!("approve {} --approval {}", a.run_id, a.id))
         )),
         Err(e) => Err(format!("asking about {rule} failed: {e:#}")),
     }

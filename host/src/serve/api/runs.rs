@@ -91,6 +91,7 @@ pub async fn list(
                 "started": rfc3339(r.created_at_ms), "updated": rfc3339(r.updated_at_ms),
                 "turns": r.turns, "actions": r.actions, "workspace": r.workspace,
                 "started_by": r.started_by, "summary": r.summary, "spend": r.spent.json(),
+                "last_event": r.last_event, "wakes": r.wake_at_ms.map(rfc3339),
             })
         })
         .collect();
@@ -390,6 +391,7 @@ pub async fn show(
         })).collect::<Vec<_>>(),
         "outcome": run.outcome.as_deref().map(parsed), "input": parsed(&run.input),
         "cancel_requested": run.cancel_requested,
+        "wakes": db.wake_at(&run.id)?.map(rfc3339),
         "events_total": events_total,
         "events": events.iter().map(|e| json!({
             "seq": e.seq, "at": rfc3339(e.at_ms), "event": shown(&e.event.0, e.event.1),
@@ -411,6 +413,9 @@ pub async fn show(
 #[serde(deny_unknown_fields)]
 pub struct LogQuery {
     after: Option<i64>,
+    /// `false`: the lines written so far, then the stream ends (`loopbox runs log`
+    /// without `--follow`); else it goes on until the run ends.
+    follow: Option<bool>,
 }
 
 /// How often a log stream looks for new lines.
@@ -435,6 +440,7 @@ pub async fn log(
         .and_then(|v| v.trim().parse::<i64>().ok())
         .or(q.after)
         .unwrap_or(0);
+    let follow = q.follow.unwrap_or(true);
     let tenant = server
         .tenants
         .get(&caller.tenant)
@@ -470,6 +476,7 @@ pub async fn log(
         server: Arc<Server>,
         headers: HeaderMap,
         checked: std::time::Instant,
+        follow: bool,
     }
     let state = Follow {
         db,
@@ -482,6 +489,7 @@ pub async fn log(
         server: server.clone(),
         headers,
         checked: std::time::Instant::now(),
+        follow,
     };
     let stream = futures_util::stream::unfold(state, |mut f| async move {
         loop {
@@ -533,6 +541,8 @@ pub async fn log(
                     f.ended = true;
                 }
                 None => f.ended = true,
+                // Not following: the lines so far were all there is to send.
+                _ if !f.follow => f.ended = true,
                 _ => {}
             }
             if f.pending.is_empty() && !f.ended {

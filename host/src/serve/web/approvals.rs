@@ -155,8 +155,23 @@ pub fn approval_card(ctx: &Ctx, a: &Value, now: i64, from: &str) -> Markup {
                     }
                 }
             }
+            @if pending && ctx.may(Role::Approver) {
+                p.muted.cli {
+                    "Or from a terminal, with LOOPBOX_TOKEN set to an approver's token: "
+                    code.wrap data-field="cli" { (terminal_command(run, id, a["digest"].as_str().unwrap_or_default())) }
+                }
+            }
         }
     }
+}
+
+/// The command that approves `approval` of `run` from a terminal, as the
+/// dashboard prints it: this server's URL, the approval and the digest shown.
+fn terminal_command(run: &str, approval: &str, digest: &str) -> String {
+    crate::ui::runs_command(&format!(
+        "approve {run} --approval {approval} --digest {}",
+        digest.chars().take(16).collect::<String>()
+    ))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -247,6 +262,10 @@ mod tests {
         });
         let html = approval_card(&ctx, &a, 0, "inbox").into_string();
         assert!(html.contains(r#"name="digest" value="d1g""#), "{html}");
+        assert!(
+            html.contains("loopbox runs approve r1 --approval a1 --digest d1g"),
+            "{html}"
+        );
         assert!(html.contains(r#"name="csrf_token" value="C5RF""#), "{html}");
         assert!(
             html.contains(r#"formaction="/approvals/a1/deny?from=inbox""#),

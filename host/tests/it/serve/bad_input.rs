@@ -288,7 +288,7 @@ fn wrong_and_revoked_tokens_are_refused() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(
-        "there is no tenant `omega` in the server config (it has: alpha, beta, creds, delta, gamma, tiny, web)"
+        "there is no tenant `omega` in the server config (it has: alpha, beta, cli, creds, delta, gamma, tiny, web)"
     ));
 }
 

@@ -14,6 +14,7 @@
 
 mod access;
 mod bad_input;
+mod cli;
 mod config_edit;
 mod crash;
 mod egress;
@@ -232,7 +233,10 @@ impl Srv {
         self.addr = addr.to_string();
         self.child = Some(child);
         if self.store.is_some() {
-            self.worker = Some(self.spawn_worker(&["--lease-ms", "1000"]));
+            // The server's URL, which its runs' messages name (`--server URL`).
+            let url = format!("http://{}", self.addr);
+            self.worker =
+                Some(self.spawn_worker_with(&["--lease-ms", "1000"], &[("LOOPBOX_SERVER", &url)]));
         }
     }
 
@@ -437,6 +441,8 @@ pub fn shared() -> &'static Srv {
                 ("delta", roomy),
                 // The dashboard's browser tests (web.rs).
                 ("web", roomy),
+                // `loopbox runs --server` (cli.rs).
+                ("cli", roomy),
                 (
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",

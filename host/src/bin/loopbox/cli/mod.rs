@@ -85,7 +85,7 @@ enum Command {
     Test(test::TestArgs),
     /// Describe a policy component without running it
     Inspect(inspect::InspectArgs),
-    /// List the runs in this workspace; show, follow, resume, answer, tick or cancel one
+    /// List the runs in this workspace (or a server's: --server URL); show, follow, resume, answer, tick or cancel one
     Runs(runs::RunsArgs),
     /// Run a policy as an agent's hook (Claude Code, Codex, Gemini CLI), or install it as one
     Hook(hook::HookArgs),

@@ -14,37 +14,42 @@ use super::open_store;
 use loopbox::db::approvals::{
     Approval, ApprovalFilter, ApprovalStatus, Decide, Verdict, digest_given, digest_names,
 };
-use loopbox::db::{RunRecord, RunStatus, local_actor};
+use loopbox::db::{RunStatus, local_actor};
 use loopbox::ui::{Untrusted, one_line};
 
 #[derive(Debug, Args)]
 pub struct DecideArgs {
     /// The run's id (see `loopbox runs`)
-    id: String,
+    pub(super) id: String,
     /// Which pending approval, when the run waits for more than one (see `loopbox runs show ID`)
     #[arg(long, value_name = "APPROVAL")]
-    approval: Option<String>,
+    pub(super) approval: Option<String>,
     /// Why: kept in the audit log, and given to the policy with a denial
     #[arg(long)]
-    reason: Option<String>,
+    pub(super) reason: Option<String>,
     /// Record the decision only; do not continue the run here
     #[arg(long)]
-    no_resume: bool,
+    pub(super) no_resume: bool,
     /// Continue even though the policy file changed since the run started
     #[arg(long)]
-    allow_policy_change: bool,
+    pub(super) allow_policy_change: bool,
     /// Continue under the config as it is now, though its grants changed since the run started
     #[arg(long)]
-    accept_config_change: bool,
+    pub(super) accept_config_change: bool,
     /// The digest of the request you reviewed (`loopbox runs show ID` prints it, or its
     /// first 12 digits or more): a request that is not that one is refused
     #[arg(long, value_name = "DIGEST")]
-    digest: Option<String>,
+    pub(super) digest: Option<String>,
 }
 
-/// The approval `args` names, among the run's pending ones.
-fn pick(run: &RunRecord, pending: &[Approval], wanted: Option<&str>) -> Result<Approval, Failure> {
-    let id = &run.id;
+/// The approval `wanted` names (or the only one), among the pending ones of
+/// run `id`, which is `status`.
+pub(super) fn pick(
+    id: &str,
+    status: &str,
+    pending: &[Approval],
+    wanted: Option<&str>,
+) -> Result<Approval, Failure> {
     match (wanted, pending) {
         (Some(w), _) => pending.iter().find(|a| a.id == w).cloned().ok_or_else(|| {
             Failure::usage(anyhow::anyhow!(
@@ -53,8 +58,7 @@ fn pick(run: &RunRecord, pending: &[Approval], wanted: Option<&str>) -> Result<A
             ))
         }),
         (None, []) => Err(Failure::usage(anyhow::anyhow!(
-            "run {id} is not waiting for an approval (it is {}); `loopbox runs show {id}` says what it waits for",
-            run.seen_status()
+            "run {id} is not waiting for an approval (it is {status}); `loopbox runs show {id}` says what it waits for",
         ))),
         (None, [one]) => Ok(one.clone()),
         (None, many) => Err(Failure::usage(anyhow::anyhow!(
@@ -152,7 +156,7 @@ fn env_pairs(env: &serde_json::Value) -> Vec<(String, String)> {
 
 /// The approval's digest, when `seen` (all of it, or its first 12 digits or
 /// more: the API's rule, `digest_names`) names it.
-fn digest_seen(a: &Approval, seen: &str) -> Result<(), Failure> {
+pub(super) fn digest_seen(a: &Approval, seen: &str) -> Result<(), Failure> {
     let seen = digest_given(seen).map_err(|e| Failure::usage(anyhow::anyhow!("{e}")))?;
     if digest_names(&a.digest, seen) {
         return Ok(());
@@ -181,7 +185,12 @@ pub fn execute(
             ..Default::default()
         })
         .map_err(Failure::internal)?;
-    let a = pick(&run, &pending, args.approval.as_deref())?;
+    let a = pick(
+        &run.id,
+        run.seen_status().as_str(),
+        &pending,
+        args.approval.as_deref(),
+    )?;
     if let Some(seen) = &args.digest {
         digest_seen(&a, seen)?;
     }

@@ -17,10 +17,10 @@ use loopbox::db::RunStatus;
 #[derive(Debug, Args)]
 pub struct CancelArgs {
     /// The run's id (see `loopbox runs`)
-    id: String,
+    pub(super) id: String,
     /// How long to wait for a driving process to stop, in seconds
     #[arg(long, default_value_t = 10)]
-    wait: u64,
+    pub(super) wait: u64,
 }
 
 pub fn execute(args: CancelArgs, json: bool, workspace: &Path) -> Result<i32, Failure> {

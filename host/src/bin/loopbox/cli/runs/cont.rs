@@ -17,46 +17,46 @@ use loopbox::wasm::policy::Policy;
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// The run's id (see `loopbox runs`)
-    id: String,
+    pub(super) id: String,
     /// Continue even though the policy file changed since the run started
     #[arg(long)]
-    allow_policy_change: bool,
+    pub(super) allow_policy_change: bool,
     /// Continue under the config as it is now, though its grants changed since the run started
     #[arg(long)]
-    accept_config_change: bool,
+    pub(super) accept_config_change: bool,
     /// Send again an agent turn that was in flight when the run stopped
     #[arg(long)]
-    resend_turn: bool,
+    pub(super) resend_turn: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct AnswerArgs {
     /// The run's id
-    id: String,
+    pub(super) id: String,
     /// The answer, delivered to the policy as `user-input`
-    text: String,
+    pub(super) text: String,
     /// Continue even though the policy file changed since the run started
     #[arg(long)]
-    allow_policy_change: bool,
+    pub(super) allow_policy_change: bool,
     /// Continue under the config as it is now, though its grants changed since the run started
     #[arg(long)]
-    accept_config_change: bool,
+    pub(super) accept_config_change: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct TickArgs {
     /// The run's id
-    id: String,
+    pub(super) id: String,
     /// The tick's payload: JSON, or @FILE. Left out for a run sleeping on its
     /// own timer (a `sleep` decision), which wakes now with the tick it named
     #[arg(value_name = "JSON|@FILE")]
-    payload: Option<String>,
+    pub(super) payload: Option<String>,
     /// Continue even though the policy file changed since the run started
     #[arg(long)]
-    allow_policy_change: bool,
+    pub(super) allow_policy_change: bool,
     /// Continue under the config as it is now, though its grants changed since the run started
     #[arg(long)]
-    accept_config_change: bool,
+    pub(super) accept_config_change: bool,
 }
 
 /// A run that may be continued, with its policy and config loaded.

@@ -15,13 +15,13 @@ use loopbox::ui::{Untrusted, one_line, rfc3339, utc};
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// The run's id (see `loopbox runs`)
-    id: String,
+    pub(super) id: String,
     /// Keep printing new lines until no process drives the run
     #[arg(short, long)]
-    follow: bool,
+    pub(super) follow: bool,
 }
 
-fn print(l: &LogRecord, json: bool) {
+pub(super) fn print(l: &LogRecord, json: bool) {
     if json {
         loopbox::outln!(
             "{}",

@@ -1,23 +1,25 @@
 //! `loopbox runs`: the runs in this workspace's store (standalone runs and
-//! hook sessions alike, newest first), and the commands that look into one run
-//! or move it on: show, log, resume, answer, tick, approve, deny, cancel.
+//! hook sessions alike, newest first, a page at a time: [`list`]), and the
+//! commands that look into one run or move it on: show, log, resume, answer,
+//! tick, approve, deny, cancel. With `--server URL` (or `LOOPBOX_SERVER`) the
+//! same commands act on a `loopbox serve`'s runs through its API ([`served`]).
 
 mod approve;
 mod cancel;
 mod cont;
 mod export;
 mod lease;
+mod list;
 mod log;
+mod served;
 mod show;
 
 use std::path::Path;
 
 use clap::{Args, Subcommand};
-use serde_json::json;
 
-use super::{Failure, exit};
+use super::Failure;
 use loopbox::db::{Db, STORE_DIR, STORE_FILE};
-use loopbox::ui::{one_line, rfc3339, utc};
 
 #[derive(Debug, Args)]
 pub struct RunsArgs {
@@ -27,8 +29,17 @@ pub struct RunsArgs {
     #[arg(long, global = true)]
     pub(super) json: bool,
     /// A shared store, postgres://USER@HOST:PORT/DB, no password here (default: LOOPBOX_STORE, which may hold one; else the workspace's)
-    #[arg(long, value_name = "URL", global = true)]
+    #[arg(long, value_name = "URL", global = true, conflicts_with = "server")]
     store: Option<String>,
+    /// A `loopbox serve`'s runs, through its API: http://HOST:PORT (default: LOOPBOX_SERVER);
+    /// the token comes from LOOPBOX_TOKEN or --token-file
+    #[arg(long, value_name = "URL", global = true)]
+    server: Option<String>,
+    /// A file holding the server's token (default: LOOPBOX_TOKEN)
+    #[arg(long, value_name = "PATH", global = true)]
+    token_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    list: list::ListArgs,
 }
 
 /// The shared store `--store` or `LOOPBOX_STORE` names, for every command here.
@@ -57,10 +68,29 @@ enum RunsCommand {
 }
 
 pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
-    let shared = loopbox::serve::store_option(args.store.as_deref()).map_err(Failure::usage)?;
+    let server = args.server.clone().or_else(|| {
+        std::env::var("LOOPBOX_SERVER")
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    if let Some(url) = server {
+        // LOOPBOX_SERVER names a server: a --store given too says which one is meant.
+        if args.store.is_some() {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--store and a server (LOOPBOX_SERVER) both given: leave one out (unset LOOPBOX_SERVER to use --store)"
+            )));
+        }
+        return served::execute(args, &url);
+    }
+    if args.token_file.is_some() {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "--token-file is a server's token: give --server URL too (or set LOOPBOX_SERVER)"
+        )));
+    }
+    let shared = store_option(args.store.as_deref())?;
     let _ = SHARED_STORE.set(shared);
     match args.command {
-        None => list(args.json, workspace),
+        None => list::execute(args.list, args.json, workspace),
         Some(RunsCommand::Show(a)) => show::execute(a, args.json, workspace),
         Some(RunsCommand::Log(a)) => log::execute(a, args.json, workspace),
         Some(RunsCommand::Resume(a)) => cont::resume(a, args.json, workspace),
@@ -81,6 +111,23 @@ pub fn execute(args: RunsArgs, workspace: &Path) -> Result<i32, Failure> {
         Some(RunsCommand::Cancel(a)) => cancel::execute(a, args.json, workspace),
         Some(RunsCommand::Export(a)) => export::execute(a, args.json, workspace),
     }
+}
+
+/// The shared store `--store` (or `LOOPBOX_STORE`) names. A file there (a
+/// server's `DATA/loopbox.db`) is refused, pointing at `--server`: a server's
+/// runs are its to move on, through its API, roles and audit log.
+fn store_option(given: Option<&str>) -> Result<Option<String>, Failure> {
+    // A path (no scheme) is a file. Anything else is checked as a URL by
+    // serve::store_option, which refuses a password on the command line first.
+    if let Some(s) = given
+        && !s.contains("://")
+    {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "--store takes a shared PostgreSQL store (postgres://USER@HOST:PORT/DB), not `{}`: a server's runs, on SQLite or PostgreSQL, are reached through the server, `loopbox runs --server http://HOST:PORT` with LOOPBOX_TOKEN set to a token of it",
+            loopbox::db::engine::postgres::redact(s)
+        )));
+    }
+    loopbox::serve::store_option(given).map_err(Failure::usage)
 }
 
 /// Whether the commands here work on a shared store (`--store`, `LOOPBOX_STORE`).
@@ -109,94 +156,14 @@ fn store_path(workspace: &Path) -> Result<std::path::PathBuf, Failure> {
     let path = workspace.join(STORE_DIR).join(STORE_FILE);
     if !path.is_file() {
         return Err(Failure::usage(anyhow::anyhow!(
-            "there are no runs in `{}` yet (start one with `loopbox run POLICY`)",
+            "there are no runs in `{}` yet (start one with `loopbox run POLICY`; a server's run: give --server URL, or set LOOPBOX_SERVER)",
             workspace.display()
         )));
     }
     Ok(path)
 }
 
-fn list(json: bool, workspace: &Path) -> Result<i32, Failure> {
-    // A shared store is listed wherever the command runs (it said "no runs in
-    // . yet" outside a workspace, without looking at the store it was given).
-    if !on_shared_store() && !workspace.join(STORE_DIR).join(STORE_FILE).is_file() {
-        if json {
-            loopbox::outln!("[]");
-        } else {
-            loopbox::outln!(
-                "no runs in {} yet (start one with `loopbox run POLICY`)",
-                workspace.display()
-            );
-        }
-        return Ok(exit::OK);
-    }
-    // Read only: a run whose driver is gone shows as interrupted without being marked so.
-    let db = read_store(workspace)?;
-    let runs = db.list_runs().map_err(Failure::internal)?;
-    // When each parked run wakes (a `sleep` decision's timer), if it does.
-    let wakes: Vec<Option<i64>> = runs
-        .iter()
-        .map(|(r, _)| {
-            if r.status == loopbox::db::RunStatus::Waiting {
-                db.wake_at(&r.id).ok().flatten()
-            } else {
-                None
-            }
-        })
-        .collect();
-    if json {
-        let rows: Vec<_> = runs
-            .iter()
-            .zip(&wakes)
-            .map(|((r, last), wakes)| {
-                json!({
-                    "id": r.id, "policy": r.policy, "status": r.seen_status(), "started": rfc3339(r.created_at_ms),
-                    "updated": rfc3339(r.updated_at_ms), "last_event": last, "turns": r.turns, "actions": r.actions,
-                    "wakes": wakes.map(rfc3339), "spend": spend_json(&r.spent),
-                })
-            })
-            .collect();
-        loopbox::outln!("{}", serde_json::Value::Array(rows));
-        return Ok(exit::OK);
-    }
-    loopbox::outln!(
-        "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}  WAKES (UTC)",
-        "ID",
-        "POLICY",
-        "STATUS",
-        "STARTED (UTC)",
-        "LAST EVENT",
-        "ACTIONS",
-        "COST"
-    );
-    for ((r, last), wakes) in runs.iter().zip(&wakes) {
-        loopbox::outln!(
-            "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}  {}",
-            r.id,
-            keep_tail(&one_line(&r.policy), 28),
-            // As a str: the status's Display ignores the column's width.
-            r.seen_status().as_str(),
-            utc(r.created_at_ms),
-            one_line(last.as_deref().unwrap_or("-")),
-            r.actions,
-            r.spent.cost_text(),
-            wakes.map_or("-".to_string(), utc)
-        );
-    }
-    Ok(exit::OK)
-}
-
 /// A run's totals in `--json` (see [`loopbox::spend::Totals::json`]).
 pub(super) fn spend_json(t: &loopbox::spend::Totals) -> serde_json::Value {
     t.json()
-}
-
-/// The end of `s` (a path: its file name matters most) within `max` characters.
-fn keep_tail(s: &str, max: usize) -> String {
-    let n = s.chars().count();
-    if n <= max {
-        s.to_string()
-    } else {
-        format!("…{}", s.chars().skip(n - max + 1).collect::<String>())
-    }
 }

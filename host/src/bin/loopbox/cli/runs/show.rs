@@ -14,7 +14,7 @@ use loopbox::ui::{Untrusted, one_line, rfc3339, shorten, utc};
 #[derive(Debug, Args)]
 pub struct ShowArgs {
     /// The run's id (see `loopbox runs`)
-    id: String,
+    pub(super) id: String,
 }
 
 /// What a journaled call came to: `ok`, `error`, `unknown` (in flight when the run stopped) or `running`.
