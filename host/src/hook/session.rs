@@ -45,8 +45,9 @@ pub fn session_run_id(agent: Agent, source: &PolicySource, session: &str) -> Str
 /// How long a hook waits for the hooks of its session before it that are still running.
 const SESSION_WAIT: Duration = Duration::from_secs(300);
 
-/// Answer one hook event of `input`'s session with `policy`, prepared by the
-/// launcher (its config, rules and YAML-loop treatment are a run's like any other).
+/// Answer one hook event of `input`'s session with `policy`, started by
+/// [`crate::run::lifecycle::start`] (its config, rules and YAML-loop treatment
+/// are a run's like any other).
 pub async fn answer(
     prepared: &Prepared<'_>,
     policy: &Policy,
@@ -105,7 +106,8 @@ async fn answer_in_session(
             None => Ok(HookOutput::nothing()),
         };
     }
-    let grants = prepared.pin();
+    // Pinned when the hook's command line started the run again (`run::lifecycle::start`).
+    let grants = prepared.options.grants.clone().unwrap_or_default();
     if let Some(run) = &existing {
         // A later event of the session keeps the policy and the grants it started with.
         if run.policy_digest != policy.digest {

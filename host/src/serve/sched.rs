@@ -22,13 +22,14 @@ use tokio::sync::Notify;
 
 use super::Server;
 use super::store::InboxKind;
+use super::tenancy::Served;
 use crate::bindings::{Decision, Event};
 use crate::db::{Db, LogRecord, RunRecord, RunStatus, now_ms};
-use crate::exec::child_env::HostEnv;
 use crate::exec::confirm::Asking;
 use crate::limits::stop::{Stop, StopReason};
 use crate::run::driver::{Next, NoAsker, resume_point};
-use crate::run::launch::{Drive, Launch, LaunchError, RunExtras};
+use crate::run::launch::{Drive, Failed, Launch, LaunchError};
+use crate::run::trust::Trust;
 use crate::ui::Ui;
 
 /// How a queued run is to be continued (what `POST .../resume` may ask).
@@ -438,24 +439,18 @@ pub(super) async fn drive_with(
         Ok(w) => w,
         Err(e) => return Err(launch_failed(&db, &run, &LaunchError::usage(e))),
     };
-    let config = server.config_file(&tenant.name)?;
-    let prepared = Launch::resume(&workspace, &run)
-        .config_file(Some(config))
-        .prepare(|_| Ok::<_, LaunchError>(()));
-    let mut prepared = match prepared {
+    // The tenant's config as the server keeps it, within the tenant's bounds
+    // (checked again: the config or the policy file may have changed since).
+    let served = Served {
+        server,
+        tenant: &tenant,
+    };
+    let prepared = Launch::resume(&workspace, &run).prepare(&Trust::TenantConfig(&served));
+    let prepared = match prepared {
         Ok(p) => p,
+        Err(e) if e.kind == Failed::Internal => return Err(e.error),
         Err(e) => return Err(launch_failed(&db, &run, &e)),
     };
-    // The config and policy file are checked again: either may have changed since.
-    let checked = tenant.check_config(&prepared.config).and_then(|()| {
-        prepared
-            .source
-            .path()
-            .map_or(Ok(()), |p| tenant.check_source(p))
-    });
-    if let Err(e) = checked {
-        return Err(launch_failed(&db, &run, &LaunchError::usage(e)));
-    }
     let how_to_accept = format!(
         "resume it accepting the change (`POST /api/v1/runs/{}/resume` with {{\"accept_config_change\": true}})",
         run.id
@@ -489,19 +484,6 @@ pub(super) async fn drive_with(
         }
         db.set_policy_digest(&run.id, &policy.digest)?;
     }
-    prepared.extras = RunExtras {
-        host_env: HostEnv::Given(Arc::new(tenant.env.clone())),
-        hidden: tenant.hidden.clone(),
-        home: Some(tenant.home.clone()),
-        guard: Some(crate::exec::egress::guard::Guard::for_tenant(
-            server.guarded.clone(),
-            &tenant.network,
-        )),
-        quota: server
-            .quotas
-            .get(&tenant.name)
-            .map(|q| q.clone() as Arc<dyn crate::limits::quota::Quota>),
-    };
     if !claimed && let Err(holder) = db.acquire(&run.id)? {
         anyhow::bail!(
             "run {} is being driven by another loopbox process (pid {} on {})",

@@ -325,9 +325,9 @@ const RANKS: &[&[&str]] = &[
     &["dist"],
     &["wasm"],
     &["config"],
-    &["loops"],
+    &["loops", "trust"],
     &["run"],
-    &["hook", "trust", "project"],
+    &["hook", "project"],
     &["scenario"],
     &["serve"],
 ];

@@ -12,6 +12,7 @@ use loopbox::bindings::{Decision, Event};
 use loopbox::db::{Db, RunRecord};
 use loopbox::run::driver::{Next, resume_point};
 use loopbox::run::launch::{Launch, Prepared};
+use loopbox::run::trust::Trust;
 use loopbox::wasm::policy::Policy;
 
 #[derive(Debug, Args)]
@@ -95,7 +96,11 @@ fn load<'a>(
     // it, as `loopbox run` requires: a store and a config that came with a cloned
     // project (a planted run) are never continued on their word. Pinned grants
     // then hold it to the run's.
-    let prepared = Launch::resume(workspace, &run).prepare(super::super::trust::obey)?;
+    let trust = Trust::UserStoreOrAsk(
+        super::super::trust::user_store()?,
+        &super::super::trust::AtTerminal,
+    );
+    let prepared = Launch::resume(workspace, &run).prepare(&trust)?;
     let now = prepared.pin();
     let how = "pass --accept-config-change to continue under the config as it is now";
     let changed = loopbox::run::pin::hold(
