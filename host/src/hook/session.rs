@@ -29,6 +29,7 @@ use crate::hook::render::{HookOutput, render};
 use crate::hook::transcript;
 use crate::run::RunContext;
 use crate::run::launch::Prepared;
+use crate::run::lifecycle::{Changes, resume_with};
 use crate::run::record::decision_json;
 use crate::spend::Totals;
 use crate::spend::transcript::{Format, Tally};
@@ -47,7 +48,8 @@ const SESSION_WAIT: Duration = Duration::from_secs(300);
 
 /// Answer one hook event of `input`'s session with `policy`, started by
 /// [`crate::run::lifecycle::start`] (its config, rules and YAML-loop treatment
-/// are a run's like any other).
+/// are a run's like any other); a session seen before goes on through
+/// [`resume_with`], held to the policy and grants it started with.
 pub async fn answer(
     prepared: &Prepared<'_>,
     policy: &Policy,
@@ -106,25 +108,15 @@ async fn answer_in_session(
             None => Ok(HookOutput::nothing()),
         };
     }
-    // Pinned when the hook's command line started the run again (`run::lifecycle::start`).
-    let grants = prepared.options.grants.clone().unwrap_or_default();
     if let Some(run) = &existing {
         // A later event of the session keeps the policy and the grants it started with.
-        if run.policy_digest != policy.digest {
-            return Err(anyhow!(
-                "the policy `{}` changed since this session's run {id} started; start a new agent session to use the new one",
-                policy.source
-            ));
-        }
-        let how = "start a new agent session to use it (or add --accept-config-change to the hook's command)";
-        crate::run::pin::hold(
-            &db,
-            &id,
-            run.options.grants.as_ref(),
-            &grants,
-            accept_config_change,
-            how,
-        )??;
+        let changes = Changes {
+            accept_config: accept_config_change,
+            how_to_accept_config: "start a new agent session to use it (or add --accept-config-change to the hook's command)",
+            allow_policy: false,
+            how_to_allow_policy: "start a new agent session to use the new one",
+        };
+        resume_with(prepared, policy, &db, run, &changes).map_err(|e| e.error)?;
     }
     // Stdin carries the hook's JSON and the agent waits for the answer: an
     // ask-tier action records a pending approval and is declined, naming it; a
@@ -138,7 +130,7 @@ async fn answer_in_session(
             &policy.source.to_string(),
             &policy.digest,
             start_input,
-            grants,
+            prepared.options.grants.clone().unwrap_or_default(),
         )?;
         let who = input
             .agent_id

@@ -9,6 +9,9 @@ pub enum Failed {
     Usage,
     /// loopbox itself: the store, I/O.
     Internal,
+    /// A run's grants or policy changed since it started, and the change was
+    /// not accepted: the error says how the front end's user accepts it.
+    Changed,
 }
 
 /// A failed launch step, with its kind.
@@ -29,6 +32,13 @@ impl LaunchError {
     pub fn internal(error: impl Into<anyhow::Error>) -> LaunchError {
         LaunchError {
             kind: Failed::Internal,
+            error: error.into(),
+        }
+    }
+
+    pub fn changed(error: impl Into<anyhow::Error>) -> LaunchError {
+        LaunchError {
+            kind: Failed::Changed,
             error: error.into(),
         }
     }

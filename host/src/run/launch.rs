@@ -4,7 +4,8 @@
 //!
 //! [`Launch`] says what to run: in which workspace, under which config file,
 //! which policy (a name, a path, `builtin:NAME`, a YAML loop, a stored run's,
-//! or a scenario's), with which command-line rules. [`Launch::prepare`] reads the config and lets the source of trust
+//! or a scenario's), with which command-line rules. [`Launch::prepare`], which
+//! only the verbs call, reads the config and lets the source of trust
 //! ([`Trust`]) judge it, resolves an installed name to its section and scopes
 //! the config to it, parses the rules and checks a tenant's bounds; the
 //! [`Prepared`] run then loads its policy ([`Prepared::load`]) and makes the
@@ -155,8 +156,8 @@ impl<'a> Launch<'a> {
     /// Read the config (a tenant's file under [`Trust::TenantConfig`], the
     /// scenario's own under [`Trust::Scenario`]), let `trust` judge it, resolve
     /// the policy, scope the config to it, parse the rules, check the tenant's
-    /// bounds.
-    pub fn prepare(self, trust: &Trust<'_>) -> Result<Prepared<'a>, LaunchError> {
+    /// bounds. Only the verbs of [`crate::run::lifecycle`] call it.
+    pub(super) fn prepare(self, trust: &Trust<'_>) -> Result<Prepared<'a>, LaunchError> {
         let Launch {
             workspace,
             target,
@@ -329,7 +330,7 @@ impl Prepared<'_> {
     }
 
     /// The run's grants as pinned for its life (see [`crate::run::pin`]).
-    pub fn pin(&self) -> serde_json::Value {
+    pub(super) fn pin(&self) -> serde_json::Value {
         crate::run::pin::pin(
             &self.config,
             self.workspace,

@@ -1,8 +1,6 @@
-//! The start verb's refusals, without Wasm: each is decided before a policy loads.
+//! The verbs' refusals, without Wasm: each is decided before a policy loads.
 
 use std::path::{Path, PathBuf};
-
-use anyhow::anyhow;
 
 use super::*;
 use crate::config::Config;
@@ -45,6 +43,13 @@ impl Place {
             .unwrap();
     }
 }
+
+const CLI: Changes<'static> = Changes {
+    accept_config: false,
+    how_to_accept_config: "pass --accept-config-change",
+    allow_policy: false,
+    how_to_allow_policy: "pass --allow-policy-change",
+};
 
 fn err(r: Result<impl Sized, LaunchError>) -> LaunchError {
     match r {
@@ -120,6 +125,117 @@ fn a_person_asked_about_an_untrusted_config_decides_and_the_store_remembers() {
         Launch::new(p.ws(), "builtin:ralph"),
     )
     .unwrap();
+}
+
+/// A run started under the workspace's config, recorded as `loopbox run` records it.
+fn started_run(p: &Place, digest: &str) -> (Db, RunRecord) {
+    let prepared = start(
+        &Trust::UserStore(p.store()),
+        Launch::new(p.ws(), "builtin:ralph"),
+    )
+    .expect("trusted");
+    let db = Db::open_workspace(p.ws()).unwrap();
+    db.create_driven_run("r1", &prepared.shown(), digest, "{}", &prepared.options)
+        .unwrap();
+    let run = db.existing_run("r1").unwrap();
+    (db, run)
+}
+
+#[test]
+fn a_resume_whose_grants_changed_is_refused_as_changed_and_nothing_is_recorded() {
+    let p = Place::new("[shell]\nallow = [[\"ls\"]]\n");
+    p.trust_it();
+    let (db, run) = started_run(&p, "d1");
+    // The user edits the config, and trusts the edit: the run still keeps its grants.
+    p.write("[shell]\nallow = [[\"ls\"], [\"sh\"]]\nnetwork = true\n");
+    p.trust_it();
+    let trust = Trust::UserStore(p.store());
+    let e = err(resume(&trust, p.ws(), &db, &run, &CLI, None));
+    assert_eq!(e.kind, Failed::Changed);
+    assert_eq!(
+        e.error.to_string(),
+        "the grants changed since run r1 started (shell.allow, shell.network); a run keeps the grants it started with, \
+         so an edit made during a run cannot widen them. Restore the config, or pass --accept-config-change"
+    );
+    assert_eq!(
+        db.existing_run("r1").unwrap().options.grants,
+        run.options.grants
+    );
+}
+
+#[test]
+fn a_resume_under_a_config_no_longer_trusted_is_refused_before_anything_else() {
+    let p = Place::new("[shell]\nallow = [[\"ls\"]]\n");
+    p.trust_it();
+    let (db, run) = started_run(&p, "d1");
+    p.write("[shell]\nallow = [[\"ls\"], [\"sh\"]]\n");
+    let e = err(resume(
+        &Trust::UserStore(p.store()),
+        p.ws(),
+        &db,
+        &run,
+        &CLI,
+        None,
+    ));
+    assert_eq!(e.kind, Failed::Usage);
+    assert!(
+        e.error.to_string().contains("is not trusted yet"),
+        "{:#}",
+        e.error
+    );
+}
+
+#[test]
+fn a_hook_session_is_not_resumed_by_the_verb() {
+    let p = Place::new("");
+    p.trust_it();
+    let db = Db::open_workspace(p.ws()).unwrap();
+    db.create_hook_run("h1", "builtin:ralph", "d1", "{}", serde_json::json!({}))
+        .unwrap();
+    let run = db.existing_run("h1").unwrap();
+    let e = err(resume(
+        &Trust::UserStore(p.store()),
+        p.ws(),
+        &db,
+        &run,
+        &CLI,
+        None,
+    ));
+    assert_eq!(e.kind, Failed::Usage);
+    assert!(
+        e.error.to_string().contains("is an agent hook session"),
+        "{:#}",
+        e.error
+    );
+}
+
+#[test]
+fn a_changed_policy_digest_is_refused_unless_allowed_and_then_recorded() {
+    let p = Place::new("");
+    p.trust_it();
+    let (db, run) = started_run(&p, "aaaaaaaaaaaaaaaa");
+    let source = PolicySource::parse("builtin:ralph");
+    assert!(!hold_policy(&db, &run, &source, "aaaaaaaaaaaaaaaa", &CLI).unwrap());
+    let e = err(hold_policy(&db, &run, &source, "bbbbbbbbbbbbbbbb", &CLI));
+    assert_eq!(e.kind, Failed::Changed);
+    assert_eq!(
+        e.error.to_string(),
+        "the policy `builtin:ralph` changed since run r1 started (digest aaaaaaaaaaaa then, bbbbbbbbbbbb now); \
+         replaying its journal with different code can go wrong. Restore the original policy, or pass --allow-policy-change"
+    );
+    assert_eq!(
+        db.existing_run("r1").unwrap().policy_digest,
+        "aaaaaaaaaaaaaaaa"
+    );
+    let allowed = Changes {
+        allow_policy: true,
+        ..CLI
+    };
+    assert!(hold_policy(&db, &run, &source, "bbbbbbbbbbbbbbbb", &allowed).unwrap());
+    assert_eq!(
+        db.existing_run("r1").unwrap().policy_digest,
+        "bbbbbbbbbbbbbbbb"
+    );
 }
 
 /// A tenant whose runs take at most 1000 turns, and that installs nothing by the name `ghost`.

@@ -119,7 +119,9 @@ pub struct StartBody {
 
 fn launch_error(e: LaunchError) -> ApiError {
     match e.kind {
-        crate::run::launch::Failed::Usage => ApiError::usage(e.error),
+        crate::run::launch::Failed::Usage | crate::run::launch::Failed::Changed => {
+            ApiError::usage(e.error)
+        }
         crate::run::launch::Failed::Internal => ApiError::internal(e.error),
     }
 }
