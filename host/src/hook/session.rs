@@ -29,6 +29,7 @@ use crate::hook::render::{HookOutput, render};
 use crate::hook::transcript;
 use crate::run::RunContext;
 use crate::run::launch::Prepared;
+use crate::run::lifecycle::{Changes, resume_with};
 use crate::run::record::decision_json;
 use crate::spend::Totals;
 use crate::spend::transcript::{Format, Tally};
@@ -45,8 +46,10 @@ pub fn session_run_id(agent: Agent, source: &PolicySource, session: &str) -> Str
 /// How long a hook waits for the hooks of its session before it that are still running.
 const SESSION_WAIT: Duration = Duration::from_secs(300);
 
-/// Answer one hook event of `input`'s session with `policy`, prepared by the
-/// launcher (its config, rules and YAML-loop treatment are a run's like any other).
+/// Answer one hook event of `input`'s session with `policy`, started by
+/// [`crate::run::lifecycle::start`] (its config, rules and YAML-loop treatment
+/// are a run's like any other); a session seen before goes on through
+/// [`resume_with`], held to the policy and grants it started with.
 pub async fn answer(
     prepared: &Prepared<'_>,
     policy: &Policy,
@@ -105,24 +108,15 @@ async fn answer_in_session(
             None => Ok(HookOutput::nothing()),
         };
     }
-    let grants = prepared.pin();
     if let Some(run) = &existing {
         // A later event of the session keeps the policy and the grants it started with.
-        if run.policy_digest != policy.digest {
-            return Err(anyhow!(
-                "the policy `{}` changed since this session's run {id} started; start a new agent session to use the new one",
-                policy.source
-            ));
-        }
-        let how = "start a new agent session to use it (or add --accept-config-change to the hook's command)";
-        crate::run::pin::hold(
-            &db,
-            &id,
-            run.options.grants.as_ref(),
-            &grants,
-            accept_config_change,
-            how,
-        )??;
+        let changes = Changes {
+            accept_config: accept_config_change,
+            how_to_accept_config: "start a new agent session to use it (or add --accept-config-change to the hook's command)",
+            allow_policy: false,
+            how_to_allow_policy: "start a new agent session to use the new one",
+        };
+        resume_with(prepared, policy, &db, run, &changes).map_err(|e| e.error)?;
     }
     // Stdin carries the hook's JSON and the agent waits for the answer: an
     // ask-tier action records a pending approval and is declined, naming it; a
@@ -136,7 +130,7 @@ async fn answer_in_session(
             &policy.source.to_string(),
             &policy.digest,
             start_input,
-            grants,
+            prepared.options.grants.clone().unwrap_or_default(),
         )?;
         let who = input
             .agent_id

@@ -1,17 +1,20 @@
-//! One run launcher: putting a run together, for `loopbox run`, `loopbox runs
-//! resume|answer|tick` and `loopbox hook` alike.
+//! One run launcher: the steps of putting a run together, which the verbs of
+//! [`crate::run::lifecycle`] (start, resume) take for `loopbox run`, `loopbox
+//! runs resume|answer|tick`, `loopbox hook`, a server and `loopbox test` alike.
 //!
 //! [`Launch`] says what to run: in which workspace, under which config file,
-//! which policy (a name, a path, `builtin:NAME`, a YAML loop, or a stored run's),
-//! with which command-line rules. [`Launch::prepare`] reads the config (once the
-//! caller's trust check passes), resolves an installed name to its section and
-//! scopes the config to it, and parses the rules; the [`Prepared`] run then
-//! loads its policy ([`Prepared::load`]), pins its grants ([`Prepared::pin`]),
-//! and makes the [`RunContext`] ([`Prepared::context`]), which is where a YAML
-//! loop gets its budgets and its bash: both follow from the policy source, so
-//! no front end can forget them. [`Prepared::drive`] drives a standalone run to
-//! its end or until it parks, stopping on a signal ([`Signals`]); a hook event
-//! is delivered by `hook::session` on the same context.
+//! which policy (a name, a path, `builtin:NAME`, a YAML loop, a stored run's,
+//! or a scenario's), with which command-line rules. [`Launch::prepare`], which
+//! only the verbs call, reads the config and lets the source of trust
+//! ([`Trust`]) judge it, resolves an installed name to its section and scopes
+//! the config to it, parses the rules and checks a tenant's bounds; the
+//! [`Prepared`] run then loads its policy ([`Prepared::load`]) and makes the
+//! [`RunContext`] ([`Prepared::context`]), which is where a YAML loop gets its
+//! budgets and its bash and a tenant's run its resources: both follow from the
+//! policy source and the trust, so no front end can forget them.
+//! [`Prepared::drive`] drives a standalone run to its end or until it parks,
+//! stopping on a signal ([`Signals`]); a hook event is delivered by
+//! `hook::session` on the same context.
 //!
 //! The library knows no exit codes: a failure comes back as a [`LaunchError`]
 //! whose [`Failed`] kind the front end maps to its code, and a run's end as a
@@ -23,7 +26,7 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 
-use crate::config::{Config, Discovered};
+use crate::config::Config;
 use crate::db::{Db, RunOptions, RunRecord, RunStatus};
 use crate::exec::config::AgentConfig;
 use crate::exec::confirm::{Approvals, Asking};
@@ -32,43 +35,13 @@ use crate::exec::sandbox::Sandbox;
 use crate::limits::stop::{Stop, StopReason};
 use crate::loops;
 use crate::run::driver::{self, Asker, DriveOptions, Next, RunEnd};
+pub use crate::run::error::{Failed, LaunchError};
 use crate::run::installed::Installed;
-use crate::run::{Access, RunContext};
+use crate::run::trust::Trust;
+use crate::run::{Access, RunContext, RunExtras};
 use crate::ui::{Ui, one_line};
 use crate::wasm::policy::{Policy, PolicySource};
 use crate::wasm::runtime::Runtime;
-
-/// What kind of failure stopped a launch: the front end chooses its exit code by it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failed {
-    /// Something the user can fix: an argument, the config, the policy.
-    Usage,
-    /// loopbox itself: the store, I/O.
-    Internal,
-}
-
-/// A failed launch step, with its kind.
-#[derive(Debug)]
-pub struct LaunchError {
-    pub kind: Failed,
-    pub error: anyhow::Error,
-}
-
-impl LaunchError {
-    pub fn usage(error: impl Into<anyhow::Error>) -> LaunchError {
-        LaunchError {
-            kind: Failed::Usage,
-            error: error.into(),
-        }
-    }
-
-    pub fn internal(error: impl Into<anyhow::Error>) -> LaunchError {
-        LaunchError {
-            kind: Failed::Internal,
-            error: error.into(),
-        }
-    }
-}
 
 /// A run of `builtin:fsm`, the YAML loop interpreter: its scripts run with bash
 /// and it gets a loop's budgets (see [`Prepared::context`]).
@@ -85,6 +58,8 @@ enum Target {
     Loop,
     /// A stored run's: its `[policies.NAME]`, else its recorded path or source.
     Stored { policy: String },
+    /// A scenario's component or builtin, under the scenario's config.
+    Given(PolicySource),
 }
 
 /// What to run, and under which config and rules (see the module's doc).
@@ -168,21 +143,38 @@ impl<'a> Launch<'a> {
         self
     }
 
-    /// Read the config, let `trust` judge it (it errs when the config is not to
-    /// be obeyed), resolve the policy, scope the config to it, parse the rules.
-    pub fn prepare<E: From<LaunchError>>(
-        self,
-        trust: impl FnOnce(&Discovered) -> Result<(), E>,
-    ) -> Result<Prepared<'a>, E> {
+    /// A scenario's run of `source` (`loopbox test`): its config is the one
+    /// [`Trust::Scenario`] gives, and no file is read.
+    pub fn scenario(workspace: &'a Path, source: PolicySource) -> Launch<'a> {
+        Launch {
+            workspace,
+            target: Target::Given(source),
+            options: RunOptions::default(),
+        }
+    }
+
+    /// Read the config (a tenant's file under [`Trust::TenantConfig`], the
+    /// scenario's own under [`Trust::Scenario`]), let `trust` judge it, resolve
+    /// the policy, scope the config to it, parse the rules, check the tenant's
+    /// bounds. Only the verbs of [`crate::run::lifecycle`] call it.
+    pub(super) fn prepare(self, trust: &Trust<'_>) -> Result<Prepared<'a>, LaunchError> {
         let Launch {
             workspace,
             target,
             mut options,
         } = self;
-        let found = Config::discover_hashed(options.config.as_deref(), workspace)
-            .map_err(LaunchError::usage)?;
-        trust(&found)?;
-        let (all, config_path) = (found.config, found.path);
+        if let Some(file) = trust.config_file()? {
+            options.config = Some(file);
+        }
+        let (all, config_path) = match trust.given() {
+            Some(config) => (config.clone(), None),
+            None => {
+                let found = Config::discover_hashed(options.config.as_deref(), workspace)
+                    .map_err(LaunchError::usage)?;
+                trust.admit(&found)?;
+                (found.config, found.path)
+            }
+        };
         // A name the config installs as [policies.NAME] runs that component under that
         // section's grants; anything else is a path or builtin under the top-level ones.
         let stored = matches!(target, Target::Stored { .. });
@@ -195,18 +187,22 @@ impl<'a> Launch<'a> {
                         let source = i.source.clone();
                         (Some(i), source)
                     }
-                    None => (
-                        None,
-                        match (PolicySource::parse(&text), base) {
-                            (PolicySource::Path(p), Some(base)) if p.is_relative() => {
-                                PolicySource::Path(base.join(p))
-                            }
-                            (source, _) => source,
-                        },
-                    ),
+                    None => {
+                        trust.require_installed(&text)?;
+                        (
+                            None,
+                            match (PolicySource::parse(&text), base) {
+                                (PolicySource::Path(p), Some(base)) if p.is_relative() => {
+                                    PolicySource::Path(base.join(p))
+                                }
+                                (source, _) => source,
+                            },
+                        )
+                    }
                 }
             }
             Target::Loop => (None, PolicySource::parse(loops::FSM)),
+            Target::Given(source) => (None, source),
             // A stored run by name is resolved again when it loads ([`Prepared::load`]).
             Target::Stored { policy } => (
                 None,
@@ -228,6 +224,8 @@ impl<'a> Launch<'a> {
         }
         let config = for_run(all, &options)?;
         let rules = cli_rules(&options)?;
+        // The config and policy file are checked again each time: either may have changed since.
+        let extras = trust.bound(&config, source.path())?;
         Ok(Prepared {
             workspace,
             config,
@@ -236,7 +234,8 @@ impl<'a> Launch<'a> {
             installed,
             options,
             rules,
-            extras: RunExtras::default(),
+            extras,
+            scenario: trust.given().is_some(),
         })
     }
 }
@@ -310,23 +309,11 @@ pub struct Prepared<'a> {
     pub options: RunOptions,
     /// Rules from the command line.
     pub rules: ExtraRules,
-    /// What a server adds to the run's confines (none for `loopbox run`).
-    pub extras: RunExtras,
-}
-
-/// What a server adds to a run beside its config: where `pass_env` finds its
-/// values (the tenant's credentials), paths its commands and agent never see
-/// (other tenants' roots, the server's data), and the quota it shares.
-#[derive(Clone, Default)]
-pub struct RunExtras {
-    pub host_env: crate::exec::child_env::HostEnv,
-    pub hidden: Vec<PathBuf>,
-    /// The run's own home: a server tenant's.
-    pub home: Option<PathBuf>,
-    /// On a server: addresses its network never reaches (the server's own,
-    /// its store's), the private ones its operator opened, its ceilings.
-    pub guard: Option<crate::exec::egress::guard::Guard>,
-    pub quota: Option<Arc<dyn crate::limits::quota::Quota>>,
+    /// What a server adds to the run's confines (none for `loopbox run`):
+    /// set from [`Trust::TenantConfig`] alone.
+    pub(super) extras: RunExtras,
+    /// Under [`Trust::Scenario`]: its context is a fixture's.
+    scenario: bool,
 }
 
 impl Prepared<'_> {
@@ -343,7 +330,7 @@ impl Prepared<'_> {
     }
 
     /// The run's grants as pinned for its life (see [`crate::run::pin`]).
-    pub fn pin(&self) -> serde_json::Value {
+    pub(super) fn pin(&self) -> serde_json::Value {
         crate::run::pin::pin(
             &self.config,
             self.workspace,
@@ -394,6 +381,12 @@ impl Prepared<'_> {
         ui: Ui,
         asking: Asking,
     ) -> Result<RunContext, LaunchError> {
+        if self.scenario {
+            // A fixture: only the scenario's config, and no one to ask.
+            let config = Arc::new(self.config.clone());
+            return RunContext::new(id.to_string(), config, db, self.workspace, ui)
+                .map_err(LaunchError::usage);
+        }
         let yaml_loop = self.is_yaml_loop();
         let mut config = self.config.clone();
         if yaml_loop {

@@ -5,18 +5,23 @@
 //! crash interrupted is delivered again with [`RunContext::redeliver`], its
 //! host calls answered from the journal.
 //!
-//! Beside it: [`driver`], the standalone loop behind `loopbox run`; [`record`],
+//! A run is put together by the two verbs of [`lifecycle`], start and resume,
+//! under a required source of [`trust`]; [`launch`] holds the steps they take.
+//! Beside them: [`driver`], the standalone loop behind `loopbox run`; [`record`],
 //! events and decisions as JSON; [`pin`], the grants a run keeps for its life;
 //! [`timer`], a run parked by a `sleep` decision until its tick is due.
 //! A run's stop request is [`crate::limits::stop`], below the engine that
 //! obeys it; its crash points for tests are [`crate::journal::crashpoint`].
 
 pub mod driver;
+pub mod error;
 pub mod installed;
 pub mod launch;
+pub mod lifecycle;
 pub mod pin;
 pub mod record;
 pub mod timer;
+pub mod trust;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -96,6 +101,21 @@ impl Default for Access {
             quota: None,
         }
     }
+}
+
+/// What a server adds to a run beside its config: where `pass_env` finds its
+/// values (the tenant's credentials), paths its commands and agent never see
+/// (other tenants' roots, the server's data), and the quota it shares.
+#[derive(Clone, Default)]
+pub struct RunExtras {
+    pub host_env: crate::exec::child_env::HostEnv,
+    pub hidden: Vec<PathBuf>,
+    /// The run's own home: a server tenant's.
+    pub home: Option<PathBuf>,
+    /// On a server: addresses its network never reaches (the server's own,
+    /// its store's), the private ones its operator opened, its ceilings.
+    pub guard: Option<crate::exec::egress::guard::Guard>,
+    pub quota: Option<Arc<dyn crate::limits::quota::Quota>>,
 }
 
 pub struct RunContext {

@@ -29,7 +29,10 @@ use crate::db::{Db, EventCommit};
 use crate::journal::Journal;
 use crate::limits::meter::Meter;
 use crate::run::RunContext;
+use crate::run::launch::Launch;
+use crate::run::lifecycle;
 use crate::run::record::{decision_json, event_json, outcome_json, parse_event, validate_decision};
+use crate::run::trust::Trust;
 use crate::wasm::fault::PolicyFault;
 use crate::wasm::policy::{Call, Policy, PolicySource, Returned};
 use crate::wasm::runtime::Runtime;
@@ -379,13 +382,24 @@ async fn run_inner(
     }
     let limits = config.limits.clone();
     let max_turns = config.run.max_turns;
-    let ctx = RunContext::new(
-        RUN_ID.into(),
-        Arc::new(config),
-        db.clone(),
-        workspace.path(),
-        crate::ui::Ui::quiet(),
-    )?;
+    let source = match &target {
+        Target::Component(source) => source.clone(),
+        Target::Loop(_) => PolicySource::parse(crate::loops::FSM),
+    };
+    // The scenario's own config, in its throwaway workspace: a fixture's run.
+    let prepared = lifecycle::start(
+        &Trust::Scenario(Box::new(config)),
+        Launch::scenario(workspace.path(), source),
+    )
+    .map_err(|e| e.error)?;
+    let ctx = prepared
+        .context(
+            RUN_ID,
+            db.clone(),
+            crate::ui::Ui::quiet(),
+            crate::exec::confirm::Asking::Nobody,
+        )
+        .map_err(|e| e.error)?;
     let shared = world::Shared::new(files, limits.output_bytes as usize);
 
     let mut last: Option<(Result<Decision, PolicyFault>, bool)> = None;

@@ -5,6 +5,7 @@
 //! - [`config`]: `loopbox-server.toml` (`[server]`, `[engine]`, `[tenants.NAME]`).
 //! - [`data`]: the data directory (the store, the tenants' configs).
 //! - [`tenant`]: each tenant's roots, quotas, credentials and what it never sees.
+//! - [`tenancy`]: a tenant as its runs see it, their source of trust.
 //! - [`store`]: the server's tables (tokens, sessions, tenant configs, inbox)
 //!   and its reads of runs; every act audited in its own transaction.
 //! - [`auth`]: tokens, roles, sessions and CSRF.
@@ -30,6 +31,7 @@ pub mod http;
 pub mod quota;
 pub mod sched;
 pub mod store;
+pub mod tenancy;
 pub mod tenant;
 pub mod url;
 pub mod web;

@@ -22,13 +22,15 @@ use tokio::sync::Notify;
 
 use super::Server;
 use super::store::InboxKind;
+use super::tenancy::Served;
 use crate::bindings::{Decision, Event};
 use crate::db::{Db, LogRecord, RunRecord, RunStatus, now_ms};
-use crate::exec::child_env::HostEnv;
 use crate::exec::confirm::Asking;
 use crate::limits::stop::{Stop, StopReason};
 use crate::run::driver::{Next, NoAsker, resume_point};
-use crate::run::launch::{Drive, Launch, LaunchError, RunExtras};
+use crate::run::launch::{Drive, Failed, LaunchError};
+use crate::run::lifecycle::{self, Changes, Resumed};
+use crate::run::trust::Trust;
 use crate::ui::Ui;
 
 /// How a queued run is to be continued (what `POST .../resume` may ask).
@@ -438,69 +440,43 @@ pub(super) async fn drive_with(
         Ok(w) => w,
         Err(e) => return Err(launch_failed(&db, &run, &LaunchError::usage(e))),
     };
-    let config = server.config_file(&tenant.name)?;
-    let prepared = Launch::resume(&workspace, &run)
-        .config_file(Some(config))
-        .prepare(|_| Ok::<_, LaunchError>(()));
-    let mut prepared = match prepared {
-        Ok(p) => p,
-        Err(e) => return Err(launch_failed(&db, &run, &e)),
-    };
-    // The config and policy file are checked again: either may have changed since.
-    let checked = tenant.check_config(&prepared.config).and_then(|()| {
-        prepared
-            .source
-            .path()
-            .map_or(Ok(()), |p| tenant.check_source(p))
-    });
-    if let Err(e) = checked {
-        return Err(launch_failed(&db, &run, &LaunchError::usage(e)));
-    }
-    let how_to_accept = format!(
+    // The tenant's config as the server keeps it, within the tenant's bounds
+    // (checked again: the config or the policy file may have changed since),
+    // the grants held to the run's and the policy compared, as `runs resume` does.
+    let how_to_accept_config = format!(
         "resume it accepting the change (`POST /api/v1/runs/{}/resume` with {{\"accept_config_change\": true}})",
         run.id
     );
-    let held = crate::run::pin::hold(
-        &db,
-        &run.id,
-        run.options.grants.as_ref(),
-        &prepared.pin(),
-        how.accept_config_change,
-        &how_to_accept,
-    )?;
-    if let Err(e) = held {
-        return Err(parked(&db, &run, &LaunchError::usage(e)));
-    }
-    // Loading compiles on a cache miss (seconds for a Python policy): off the async workers.
-    let loaded = tokio::task::block_in_place(|| prepared.load_with(&server.runtime));
-    let policy = match loaded {
-        Ok(p) => p,
-        Err(e) => return Err(launch_failed(&db, &run, &e)),
+    let changes = Changes {
+        accept_config: how.accept_config_change,
+        how_to_accept_config: &how_to_accept_config,
+        allow_policy: how.allow_policy_change,
+        how_to_allow_policy: "resume with {\"allow_policy_change\": true}",
     };
-    if policy.digest != run.policy_digest {
-        if !how.allow_policy_change {
-            let e = LaunchError::usage(anyhow!(
-                "the policy `{}` changed since run {} started; replaying its journal with different code can go wrong. \
-                 Restore the original policy, or resume with {{\"allow_policy_change\": true}}",
-                prepared.source,
-                run.id
-            ));
-            return Err(parked(&db, &run, &e));
-        }
-        db.set_policy_digest(&run.id, &policy.digest)?;
-    }
-    prepared.extras = RunExtras {
-        host_env: HostEnv::Given(Arc::new(tenant.env.clone())),
-        hidden: tenant.hidden.clone(),
-        home: Some(tenant.home.clone()),
-        guard: Some(crate::exec::egress::guard::Guard::for_tenant(
-            server.guarded.clone(),
-            &tenant.network,
-        )),
-        quota: server
-            .quotas
-            .get(&tenant.name)
-            .map(|q| q.clone() as Arc<dyn crate::limits::quota::Quota>),
+    let served = Served {
+        server,
+        tenant: &tenant,
+    };
+    let trust = Trust::TenantConfig(&served);
+    // Loading compiles on a cache miss (seconds for a Python policy): off the async workers.
+    let resumed = tokio::task::block_in_place(|| {
+        lifecycle::resume(
+            &trust,
+            &workspace,
+            &db,
+            &run,
+            &changes,
+            Some(&server.runtime),
+        )
+    });
+    let Resumed {
+        prepared, policy, ..
+    } = match resumed {
+        Ok(r) => r,
+        // Refused until the change is accepted: left for the resume the error names.
+        Err(e) if e.kind == Failed::Changed => return Err(parked(&db, &run, &e)),
+        Err(e) if e.kind == Failed::Internal => return Err(e.error),
+        Err(e) => return Err(launch_failed(&db, &run, &e)),
     };
     if !claimed && let Err(holder) = db.acquire(&run.id)? {
         anyhow::bail!(

@@ -9,6 +9,11 @@
 //!   an upward edge.
 //! - No module cycles: the graph of modules has no strongly connected part
 //!   bigger than one module. A cycle makes two modules one in all but name.
+//! - One run lifecycle: nothing outside `run/` (the command in `bin/`
+//!   included) puts a run together or decides what it may do: every front end
+//!   goes through `run::lifecycle`'s start and resume, which take the source of
+//!   trust as a value ([`ASSEMBLING`]). `Launch::prepare` is private to `run/`,
+//!   which the compiler checks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -325,9 +330,9 @@ const RANKS: &[&[&str]] = &[
     &["dist"],
     &["wasm"],
     &["config"],
-    &["loops"],
+    &["loops", "trust"],
     &["run"],
-    &["hook", "trust", "project"],
+    &["hook", "project"],
     &["scenario"],
     &["serve"],
 ];
@@ -465,4 +470,133 @@ fn the_cycle_finder_finds_a_cycle() {
     let mut found = cycles(&g);
     found[0].sort();
     assert_eq!(found, vec![vec!["a", "b", "c"]]);
+}
+
+/// What puts a run together, or decides what it may do, by hand: each is
+/// `run::lifecycle`'s alone (see the module's doc), with why it is refused.
+const ASSEMBLING: &[(&str, &str)] = &[
+    (
+        "RunContext::new(",
+        "a run's context made by hand, under no source of trust",
+    ),
+    (
+        "RunContext::with_access(",
+        "a run's context made by hand, under no source of trust",
+    ),
+    ("Access {", "a run's grants given by hand"),
+    ("run::pin::", "a run's grants pinned or held by hand"),
+    (".pin()", "a run's grants pinned by hand"),
+    (
+        ".set_pinned_grants(",
+        "a change of a run's grants accepted by hand",
+    ),
+    (
+        ".set_policy_digest(",
+        "a change of a run's policy accepted by hand",
+    ),
+    (
+        "driver::drive(",
+        "a run driven without the launch that holds it",
+    ),
+    (
+        ".require_discovered(",
+        "a config judged outside `run::trust`, where each source of trust is one value",
+    ),
+];
+
+/// Every `.rs` file under `src` (the command in `bin/` too) but `run/`'s and
+/// those only tests compile (`tests.rs`), relative to the crate, with its code.
+fn front_ends(src: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(src)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            if path.is_dir() {
+                if rel != "run" {
+                    stack.push(path);
+                }
+            } else if rel.ends_with(".rs") && !rel.ends_with("tests.rs") {
+                out.insert(
+                    format!("src/{rel}"),
+                    std::fs::read_to_string(&path).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Each use of an [`ASSEMBLING`] call in `files`, as the message that names it.
+fn assembling(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut out = vec![];
+    for (file, text) in files {
+        let code = code(text);
+        for (call, why) in ASSEMBLING {
+            for (at, _) in code.match_indices(call) {
+                out.push(format!(
+                    "{file}:{}: `{call}`: {why}; start or resume the run with `run::lifecycle` instead",
+                    code[..at].matches('\n').count() + 1
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn nothing_outside_run_puts_a_run_together() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = front_ends(&src);
+    // The front ends are seen: the command, the hooks, the server.
+    for f in [
+        "src/bin/loopbox/cli/run.rs",
+        "src/hook/session.rs",
+        "src/serve/sched.rs",
+        "src/scenario/mod.rs",
+    ] {
+        assert!(files.contains_key(f), "{f} not found");
+    }
+    assert!(!files.keys().any(|f| f.starts_with("src/run/")));
+    let found = assembling(&files);
+    assert!(
+        found.is_empty(),
+        "{} runs put together outside run/:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_lifecycle_check_sees_a_run_put_together_by_hand() {
+    let files: BTreeMap<String, String> = [
+        (
+            "src/serve/x.rs",
+            "// RunContext::new( in a comment is no use\nfn f() {\n    let c = RunContext::with_access(id, c, db, ws, ui, a);\n}\n",
+        ),
+        (
+            "src/bin/loopbox/cli/y.rs",
+            "fn g(db: &Db) {\n    loopbox::run::pin::hold(db, id, None, &now, true, \"\")?;\n}\n#[cfg(test)]\nfn t() { db.set_policy_digest(\"r\", \"d\"); }\n",
+        ),
+    ]
+    .into_iter()
+    .map(|(f, t)| (f.to_string(), t.to_string()))
+    .collect();
+    let found = assembling(&files);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(
+        found[0].starts_with("src/bin/loopbox/cli/y.rs:2: `run::pin::`"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[1].starts_with("src/serve/x.rs:3: `RunContext::with_access(`"),
+        "{}",
+        found[1]
+    );
 }

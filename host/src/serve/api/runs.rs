@@ -22,10 +22,13 @@ use crate::db::audit::{AuditEntry, Refused};
 use crate::db::{Db, NewRun, RunPlace, RunRecord, RunStatus};
 use crate::run::driver::{Next, resume_point};
 use crate::run::launch::{Launch, LaunchError};
+use crate::run::lifecycle;
+use crate::run::trust::Trust;
 use crate::serve::Server;
 use crate::serve::auth::{Caller, Role};
 use crate::serve::sched::Continue;
 use crate::serve::store::{InboxKind, RunFilter, put_inbox};
+use crate::serve::tenancy::Served;
 use crate::ui::rfc3339;
 
 /// `run`, if it is the caller's tenant's; otherwise the same 404 as a run that does not exist.
@@ -117,7 +120,9 @@ pub struct StartBody {
 
 fn launch_error(e: LaunchError) -> ApiError {
     match e.kind {
-        crate::run::launch::Failed::Usage => ApiError::usage(e.error),
+        crate::run::launch::Failed::Usage | crate::run::launch::Failed::Changed => {
+            ApiError::usage(e.error)
+        }
         crate::run::launch::Failed::Internal => ApiError::internal(e.error),
     }
 }
@@ -175,7 +180,6 @@ pub async fn start(
 fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> ApiResult<Value> {
     let tenant = server.tenants.named(&caller.tenant)?.clone();
     let workspace = tenant.workspace(&body.workspace).map_err(ApiError::usage)?;
-    let config = server.config_file(&tenant.name)?;
     let launch = match (&body.policy, &body.loop_file) {
         (Some(name), None) => {
             if !crate::serve::config::valid_name(name) {
@@ -193,26 +197,14 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
             ));
         }
     };
-    let mut prepared = launch
-        .config_file(Some(config))
-        .max_turns(body.max_turns)
-        .prepare(|_| Ok::<_, LaunchError>(()))
-        .map_err(launch_error)?;
-    if let Some(name) = &body.policy
-        && prepared.installed.is_none()
-    {
-        return Err(ApiError::bad_request(format!(
-            "tenant `{}` has no policy `{name}` installed: an admin of the tenant adds it as [policies.{name}] to the tenant's loopbox.toml (PUT /api/v1/config)",
-            tenant.name
-        )));
-    }
-    tenant
-        .check_config(&prepared.config)
-        .map_err(ApiError::usage)?;
-    if let Some(p) = prepared.source.path() {
-        tenant.check_source(p).map_err(ApiError::usage)?;
-    }
-    prepared.options.grants = Some(prepared.pin());
+    // The tenant's config, its policies only, within its bounds.
+    let served = Served {
+        server,
+        tenant: &tenant,
+    };
+    let trust = Trust::TenantConfig(&served);
+    let prepared =
+        lifecycle::start(&trust, launch.max_turns(body.max_turns)).map_err(launch_error)?;
     let id = crate::run::new_run_id();
     let input = match &body.loop_file {
         Some(file) => {

@@ -21,7 +21,8 @@ pub use loopbox::run::launch::grant_set;
 impl From<LaunchError> for Failure {
     fn from(e: LaunchError) -> Failure {
         match e.kind {
-            Failed::Usage => Failure::usage(e.error),
+            // A change a resume did not accept: the user's to accept, as a usage error is.
+            Failed::Usage | Failed::Changed => Failure::usage(e.error),
             Failed::Internal => Failure::internal(e.error),
         }
     }

@@ -2,19 +2,16 @@
 //! for an installed policy (`inspect NAME`), beside what it is granted.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use clap::Args;
 
 use super::Failure;
 use loopbox::config::Config;
-use loopbox::db::Db;
 use loopbox::dist::admit::{Admitted, Refused, judge};
 use loopbox::dist::needs::Needs;
 use loopbox::dist::sign::verify;
-use loopbox::run::RunContext;
 use loopbox::run::installed::Installed;
-use loopbox::ui::{Ui, Untrusted};
+use loopbox::ui::Untrusted;
 use loopbox::wasm::inspect::{Info, Inspection, InstalledReport, capabilities, producers};
 use loopbox::wasm::policy::PolicySource;
 
@@ -39,21 +36,7 @@ pub fn execute(args: InspectArgs, workspace: &Path) -> Result<i32, Failure> {
     let policy = runtime.load(&source).map_err(Failure::usage)?;
 
     // info() runs in a throwaway run with an in-memory store: inspecting grants nothing.
-    let db = Db::open(Path::new(":memory:")).map_err(Failure::internal)?;
-    db.create_run("inspect", &source.to_string(), &policy.digest, "{}")
-        .map_err(Failure::internal)?;
-    let sandbox = Config {
-        limits: config.limits.clone(),
-        ..Config::default()
-    };
-    let ctx = RunContext::new(
-        "inspect".into(),
-        Arc::new(sandbox),
-        db,
-        workspace,
-        Ui::quiet(),
-    )
-    .map_err(Failure::usage)?;
+    let ctx = loopbox::run::lifecycle::throwaway(&policy, &config.limits, workspace)?;
     let info = super::tokio()?.block_on(ctx.info(&policy));
 
     let needs = Needs::read(&policy.wasm).unwrap_or_else(|e| {

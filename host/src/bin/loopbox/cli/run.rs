@@ -11,7 +11,9 @@ use loopbox::db::Db;
 use loopbox::loops;
 use loopbox::run::driver::Next;
 use loopbox::run::launch::{Launch, note_interrupted};
+use loopbox::run::lifecycle;
 use loopbox::run::new_run_id;
+use loopbox::run::trust::Trust;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -64,19 +66,20 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
         Some(_) => Launch::yaml_loop(workspace),
         None => Launch::new(workspace, &args.policy),
     };
-    let mut prepared = launch
+    let launch = launch
         .config_file(args.config.as_deref().map(absolute))
         .rules(args.allow, args.ask, args.deny)
         .yes(args.yes)
-        .max_turns(args.max_turns)
-        // A config loopbox has not seen (a cloned repository's, a planted one) is obeyed only once approved.
-        .prepare(super::trust::obey)?;
+        .max_turns(args.max_turns);
+    // A config loopbox has not seen (a cloned repository's, a planted one) is
+    // obeyed only once approved, here or by the person at the terminal.
+    let trust = Trust::UserStoreOrAsk(super::trust::user_store()?, &super::trust::AtTerminal);
+    let mut prepared = lifecycle::start(&trust, launch)?;
     prepared.options.ticks = args
         .ticks
         .iter()
         .map(|t| json_arg("--tick", t))
         .collect::<Result<_, _>>()?;
-    prepared.options.grants = Some(prepared.pin());
     let id = new_run_id();
     let input = match &loop_file {
         // A YAML loop is checked here, before anything runs, and travels as the input.

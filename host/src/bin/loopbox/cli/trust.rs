@@ -11,6 +11,8 @@ use serde_json::json;
 
 use super::{Failure, exit};
 use loopbox::config::{Config, Discovered};
+use loopbox::run::launch::LaunchError;
+use loopbox::run::trust::Approver;
 use loopbox::trust::{NotTrusted, TrustStore};
 
 #[derive(Debug, Args)]
@@ -110,47 +112,56 @@ fn list(store: &TrustStore, json: bool) -> Result<i32, Failure> {
     Ok(exit::OK)
 }
 
-/// Before a run obeys `found`: Ok when it is approved (or there is no file). On a
-/// terminal, show what it grants and ask once; without one (or with `CI` set),
-/// refuse with the command that approves it (exit 2).
-pub fn obey(found: &Discovered) -> Result<(), Failure> {
-    let store = TrustStore::for_user().map_err(Failure::usage)?;
-    let Err(e) = store.require_discovered(found) else {
-        return Ok(());
-    };
-    let Some(untrusted) = e.downcast_ref::<NotTrusted>() else {
-        return Err(Failure::usage(e));
-    };
-    // As the run's other questions: no terminal, or `CI` set, means no one to ask.
-    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal())
-        || std::env::var_os("CI").is_some()
-    {
-        return Err(Failure::usage(e));
-    }
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(
-        err,
-        "loopbox: `{}` is {}; it grants:",
-        untrusted.path.display(),
-        match untrusted.standing {
-            loopbox::trust::Standing::Changed => "changed since you trusted it",
-            _ => "new to loopbox",
+/// The person at the terminal of `loopbox run` and `loopbox runs`: asked about
+/// a config the user's store refuses, with what it grants shown; without a
+/// terminal (or with `CI` set) the store's refusal stands (exit 2).
+pub struct AtTerminal;
+
+impl Approver for AtTerminal {
+    fn approve(
+        &self,
+        store: &TrustStore,
+        found: &Discovered,
+        untrusted: &NotTrusted,
+    ) -> Result<(), LaunchError> {
+        // As the run's other questions: no terminal, or `CI` set, means no one to ask.
+        if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal())
+            || std::env::var_os("CI").is_some()
+        {
+            return Err(LaunchError::usage(untrusted.clone()));
         }
-    );
-    for line in loopbox::trust::grants(&found.config) {
-        let _ = writeln!(err, "  {line}");
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(
+            err,
+            "loopbox: `{}` is {}; it grants:",
+            untrusted.path.display(),
+            match untrusted.standing {
+                loopbox::trust::Standing::Changed => "changed since you trusted it",
+                _ => "new to loopbox",
+            }
+        );
+        for line in loopbox::trust::grants(&found.config) {
+            let _ = writeln!(err, "  {line}");
+        }
+        let _ = write!(err, "trust it and run? [y/N] ");
+        let _ = err.flush();
+        drop(err);
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if matches!(answer.trim(), "y" | "Y" | "yes") {
+            record(store, found).map_err(|f| LaunchError::internal(f.error))?;
+            Ok(())
+        } else {
+            Err(LaunchError::usage(anyhow!(
+                "{untrusted}; declined, nothing ran"
+            )))
+        }
     }
-    let _ = write!(err, "trust it and run? [y/N] ");
-    let _ = err.flush();
-    drop(err);
-    let mut answer = String::new();
-    let _ = std::io::stdin().lock().read_line(&mut answer);
-    if matches!(answer.trim(), "y" | "Y" | "yes") {
-        record(&store, found)?;
-        Ok(())
-    } else {
-        Err(Failure::usage(anyhow!("{e}; declined, nothing ran")))
-    }
+}
+
+/// The user's trust store, for a run's [`loopbox::run::trust::Trust`].
+pub fn user_store() -> Result<TrustStore, Failure> {
+    TrustStore::for_user().map_err(Failure::usage)
 }
 
 /// After loopbox itself wrote `path` (`new`, `hook install`): record the approval of what it wrote.

@@ -16,7 +16,9 @@ use loopbox::hook::agents::{Agent, Block};
 use loopbox::hook::input::{HookInput, MAX_INPUT_BYTES, event_named_in};
 use loopbox::hook::render::{HookOutput, OnError, fail, refuse};
 use loopbox::hook::session;
-use loopbox::run::launch::{Launch, LaunchError};
+use loopbox::run::launch::Launch;
+use loopbox::run::lifecycle;
+use loopbox::run::trust::Trust;
 use loopbox::trust::{NotTrusted, TrustStore};
 
 pub(super) fn answer(agent: Agent, args: AnswerArgs, dash_c: Option<&Path>) -> i32 {
@@ -119,16 +121,13 @@ pub(super) fn emit(output: &HookOutput) -> i32 {
 fn answer_input(args: &AnswerArgs, workspace: &Path, input: &HookInput) -> Result<HookOutput> {
     let config_file = args.config.as_deref().map(|c| in_workspace(workspace, c));
     // A name the config installs runs under its own section, admitted like `loopbox run NAME`.
-    let prepared = Launch::new(workspace, &args.policy)
+    let launch = Launch::new(workspace, &args.policy)
         .relative_to(workspace)
-        .config_file(config_file)
-        // A config that a cloned repository or a sandboxed command could have written is obeyed only once approved.
-        .prepare(|found| {
-            TrustStore::for_user()
-                .and_then(|store| store.require_discovered(found))
-                .map_err(LaunchError::usage)
-        })
-        .map_err(|e| e.error)?;
+        .config_file(config_file);
+    // A config that a cloned repository or a sandboxed command could have written
+    // is obeyed only once approved; no one is asked here (stdin is the agent's).
+    let trust = Trust::UserStore(TrustStore::for_user()?);
+    let prepared = lifecycle::start(&trust, launch).map_err(|e| e.error)?;
     let start = json_arg("--input", &args.input).map_err(|f| f.error)?;
     let policy = prepared.load().map_err(|e| e.error)?;
     if let Some(pinned) = &args.digest

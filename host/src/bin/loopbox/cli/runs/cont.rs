@@ -11,7 +11,9 @@ use super::{open_store, read_store, store_path};
 use loopbox::bindings::{Decision, Event};
 use loopbox::db::{Db, RunRecord};
 use loopbox::run::driver::{Next, resume_point};
-use loopbox::run::launch::{Launch, Prepared};
+use loopbox::run::launch::Prepared;
+use loopbox::run::lifecycle::{self, Changes, Resumed};
+use loopbox::run::trust::Trust;
 use loopbox::wasm::policy::Policy;
 
 #[derive(Debug, Args)]
@@ -94,42 +96,33 @@ fn load<'a>(
     // The config as the run's options name it, obeyed only once the user trusts
     // it, as `loopbox run` requires: a store and a config that came with a cloned
     // project (a planted run) are never continued on their word. Pinned grants
-    // then hold it to the run's.
-    let prepared = Launch::resume(workspace, &run).prepare(super::super::trust::obey)?;
-    let now = prepared.pin();
-    let how = "pass --accept-config-change to continue under the config as it is now";
-    let changed = loopbox::run::pin::hold(
-        &db,
-        id,
-        run.options.grants.as_ref(),
-        &now,
-        accept_config_change,
-        how,
-    )
-    .map_err(Failure::internal)?
-    .map_err(Failure::usage)?;
-    if !changed.is_empty() {
+    // then hold it to the run's, and its policy is compared with the one it started with.
+    let trust = Trust::UserStoreOrAsk(
+        super::super::trust::user_store()?,
+        &super::super::trust::AtTerminal,
+    );
+    let changes = Changes {
+        accept_config: accept_config_change,
+        how_to_accept_config: "pass --accept-config-change to continue under the config as it is now",
+        allow_policy: allow_policy_change,
+        how_to_allow_policy: "pass --allow-policy-change to continue with this one",
+    };
+    let Resumed {
+        prepared,
+        policy,
+        grants_changed,
+        policy_changed,
+    } = lifecycle::resume(&trust, workspace, &db, &run, &changes, None)?;
+    if !grants_changed.is_empty() {
         loopbox::errln!(
             "warning: continuing run {id} under changed grants ({}) (--accept-config-change)",
-            changed.join(", ")
+            grants_changed.join(", ")
         );
     }
-    let source = &prepared.source;
-    let policy = prepared.load()?;
-    if policy.digest != run.policy_digest {
-        if !allow_policy_change {
-            return Err(Failure::usage(anyhow::anyhow!(
-                "the policy `{source}` changed since run {id} started (digest {} then, {} now); replaying its journal with different code can go wrong. \
-                 Restore the original policy, or pass --allow-policy-change to continue with this one",
-                short(&run.policy_digest),
-                short(&policy.digest)
-            )));
-        }
+    if policy_changed {
         loopbox::errln!(
             "warning: continuing run {id} with a changed policy (--allow-policy-change)"
         );
-        db.set_policy_digest(id, &policy.digest)
-            .map_err(Failure::internal)?;
     }
     Ok(Loaded {
         db,
@@ -189,10 +182,6 @@ fn no_space(f: Failure, workspace: &Path, run: &RunRecord, again: &Again) -> Fai
         },
         _ => f,
     }
-}
-
-fn short(digest: &str) -> &str {
-    &digest[..digest.len().min(12)]
 }
 
 fn drive(
