@@ -114,12 +114,12 @@ pub fn finish_turn(span: &tracing::Span, who: &Invocation, end: TurnEnd<'_>) {
         .charge
         .and_then(|c| c.model.as_deref())
         .map(|m| crate::ui::shorten(m, 100));
-    super::metrics::operation(
-        end.took,
-        who,
-        response_model.as_deref(),
-        end.error.as_ref().map(|e| e.0),
-    );
+    let turn = super::metrics::Turn {
+        provider: &who.provider,
+        request_model: who.model.as_deref(),
+        response_model: response_model.as_deref(),
+    };
+    super::metrics::operation(end.took, &turn, end.error.as_ref().map(|e| e.0));
     if let Some((kind, message)) = &end.error {
         span.set_attribute("error.type", *kind);
         span.set_status(Status::error(crate::ui::shorten(message, 200)));
@@ -130,7 +130,7 @@ pub fn finish_turn(span: &tracing::Span, who: &Invocation, end: TurnEnd<'_>) {
     let Some(charge) = end.charge else {
         return;
     };
-    super::metrics::spend(charge, who, response_model.as_deref());
+    super::metrics::spend(charge, &turn);
     if charge.unmetered {
         span.set_attribute("loopbox.usage_reported", false);
         return;

@@ -19,7 +19,6 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, MeterProvider};
 
-use super::genai::Invocation;
 use crate::spend::Charge;
 
 struct Instruments {
@@ -117,30 +116,32 @@ pub fn approvals_waiting(n: u64) {
     }
 }
 
+/// Who a turn went to, as both `gen_ai.client.*` metrics name it.
+pub struct Turn<'a> {
+    pub provider: &'a str,
+    pub request_model: Option<&'a str>,
+    pub response_model: Option<&'a str>,
+}
+
 /// The attributes the conventions require of both `gen_ai.client.*` metrics.
-fn genai_attributes(who: &Invocation, response_model: Option<&str>) -> Vec<KeyValue> {
+fn genai_attributes(who: &Turn<'_>) -> Vec<KeyValue> {
     let mut attrs = vec![
         KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-        KeyValue::new("gen_ai.provider.name", who.provider.clone()),
+        KeyValue::new("gen_ai.provider.name", who.provider.to_string()),
     ];
-    if let Some(m) = &who.model {
-        attrs.push(KeyValue::new("gen_ai.request.model", m.clone()));
+    if let Some(m) = who.request_model {
+        attrs.push(KeyValue::new("gen_ai.request.model", m.to_string()));
     }
-    if let Some(m) = response_model {
+    if let Some(m) = who.response_model {
         attrs.push(KeyValue::new("gen_ai.response.model", m.to_string()));
     }
     attrs
 }
 
 /// One agent turn's duration; `error`: its `error.type` when it failed.
-pub fn operation(
-    took: Duration,
-    who: &Invocation,
-    response_model: Option<&str>,
-    error: Option<&'static str>,
-) {
+pub fn operation(took: Duration, who: &Turn<'_>, error: Option<&'static str>) {
     if let Some(i) = INSTRUMENTS.get() {
-        let mut attrs = genai_attributes(who, response_model);
+        let mut attrs = genai_attributes(who);
         if let Some(e) = error {
             attrs.push(KeyValue::new("error.type", e));
         }
@@ -149,14 +150,14 @@ pub fn operation(
 }
 
 /// What one agent turn used and cost.
-pub fn spend(charge: &Charge, who: &Invocation, response_model: Option<&str>) {
+pub fn spend(charge: &Charge, who: &Turn<'_>) {
     let Some(i) = INSTRUMENTS.get() else {
         return;
     };
     if charge.unmetered {
         return;
     }
-    let attrs = genai_attributes(who, response_model);
+    let attrs = genai_attributes(who);
     for (kind, n) in [
         ("input", charge.tokens.input),
         ("output", charge.tokens.output),
@@ -166,8 +167,14 @@ pub fn spend(charge: &Charge, who: &Invocation, response_model: Option<&str>) {
         i.tokens.record(n, &a);
     }
     if let Some(c) = charge.cost_usd {
-        let mut a = vec![KeyValue::new("gen_ai.provider.name", who.provider.clone())];
-        a.extend(response_model.map(|m| KeyValue::new("gen_ai.response.model", m.to_string())));
+        let mut a = vec![KeyValue::new(
+            "gen_ai.provider.name",
+            who.provider.to_string(),
+        )];
+        a.extend(
+            who.response_model
+                .map(|m| KeyValue::new("gen_ai.response.model", m.to_string())),
+        );
         i.cost.add(c, &a);
     }
 }
