@@ -61,13 +61,22 @@ fn command(rt: &tokio::runtime::Runtime) {
 
 /// What the driver adds around one agent turn.
 fn agent_turn(rt: &tokio::runtime::Runtime, charge: &Charge) {
-    let provider = telemetry::provider_of("claude");
-    let span = telemetry::agent_span(provider, None, "turn");
+    let who = telemetry::Invocation::new("claude", Some("claude"), None, None);
+    let span = telemetry::agent_span(&who, "turn");
     let started = telemetry::enabled().then(std::time::Instant::now);
     rt.block_on(async {}.instrument(span.clone()));
     if let Some(started) = started {
-        telemetry::record_charge(&span, charge, provider, Some("session-1"));
         telemetry::metrics::action(started.elapsed(), "turn", "ok");
+        telemetry::finish_turn(
+            &span,
+            &who,
+            telemetry::TurnEnd {
+                took: started.elapsed(),
+                charge: Some(charge),
+                conversation: Some("session-1"),
+                error: None,
+            },
+        );
     }
 }
 
