@@ -127,42 +127,11 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
         report: report_w.as_raw_fd(),
         fd_limit: fd_limit(),
     };
-    let mut stack = vec![0u8; STACK_BYTES];
-    // The stack grows down: hand clone its top, 16-byte aligned.
-    let top = ((stack.as_mut_ptr() as usize + STACK_BYTES) & !15) as *mut c_void;
-
-    // Block every signal while the child shares our memory: a handler of ours
-    // must not run on the child's side. The child resets them before exec.
-    // SAFETY: sigset_t is a plain C bit set; all-zero is a valid (empty) value.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: plain signal-mask calls on sets we own.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
     // SAFETY: `child` only makes system calls on data in `prepared`, which
-    // outlives the call: CLONE_VFORK suspends us until the child has executed
-    // or exited, and only then is the stack freed.
-    let pid = unsafe {
-        libc::clone(
-            child,
-            top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            &prepared as *const Prepared as *mut c_void,
-        )
-    };
-    let clone_error = io::Error::last_os_error();
-    // SAFETY: restores the mask saved above.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-    }
-    drop(stack);
+    // outlives the call (`clone_vfork` returns once the child executed or exited).
+    let pid = unsafe { clone_vfork(child, &prepared, STACK_BYTES) };
     drop(report_w);
-    if pid < 0 {
-        return Err(clone_error);
-    }
+    let pid = pid?;
     // The child either executed (the report pipe closed empty) or wrote its errno and exited.
     let mut errno = [0u8; 4];
     let n = loop {
@@ -176,6 +145,53 @@ pub fn spawn(l: &Launch) -> io::Result<libc::pid_t> {
     if n == 4 {
         let _ = reap(pid); // it exited at once; only its status is left to collect
         return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+    }
+    Ok(pid)
+}
+
+/// Run `f(arg)` in a child that shares our memory (clone with CLONE_VM and
+/// CLONE_VFORK, on a stack of `stack_bytes` made here): we are suspended until
+/// it executed or exited. Every signal is blocked meanwhile, so that no handler
+/// of ours runs on the child's side; it inherits that mask. Its pid.
+///
+/// # Safety
+/// `f` must only make system calls, on `arg` and its own stack, and allocate
+/// nothing: it runs in our address space.
+pub(crate) unsafe fn clone_vfork<T>(
+    f: extern "C" fn(*mut c_void) -> c_int,
+    arg: &T,
+    stack_bytes: usize,
+) -> io::Result<libc::pid_t> {
+    let mut stack = vec![0u8; stack_bytes];
+    // The stack grows down: hand clone its top, 16-byte aligned.
+    let top = ((stack.as_mut_ptr() as usize + stack_bytes) & !15) as *mut c_void;
+    // SAFETY: sigset_t is a plain C bit set; all-zero is a valid (empty) value.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain signal-mask calls on sets we own.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: as the caller promises of `f`; CLONE_VFORK suspends us until the
+    // child executed or exited, and only then is the stack freed.
+    let pid = unsafe {
+        libc::clone(
+            f,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg as *const T as *mut c_void,
+        )
+    };
+    let clone_error = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+    drop(stack);
+    if pid < 0 {
+        return Err(clone_error);
     }
     Ok(pid)
 }

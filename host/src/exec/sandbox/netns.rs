@@ -232,38 +232,11 @@ fn listen_in(ns: &Namespaces) -> io::Result<TcpListener> {
         net: ns.net.as_raw_fd(),
         send: theirs.as_raw_fd(),
     };
-    const STACK_BYTES: usize = 64 << 10;
-    let mut stack = vec![0u8; STACK_BYTES];
-    let top = ((stack.as_mut_ptr() as usize + STACK_BYTES) & !15) as *mut c_void;
-    // Every signal blocked while the child shares our memory (a handler of
-    // ours must not run on its side); it exits without unblocking them.
-    // SAFETY: sigset_t is a plain C bit set; all-zero is a valid (empty) value.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: plain signal-mask calls on sets we own.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    // SAFETY: `joiner` only makes system calls on `job` and its own stack;
-    // CLONE_VFORK suspends us until it exited, and only then is the stack freed.
-    let child = unsafe {
-        libc::clone(
-            joiner,
-            top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            &job as *const Join as *mut c_void,
-        )
-    };
-    let clone_error = io::Error::last_os_error();
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    drop(stack);
+    // SAFETY: `joiner` only makes system calls on `job` and its own stack.
+    // Its signals stay blocked (the mask `clone_vfork` gave it) until it exits.
+    let child = unsafe { crate::exec::spawn::clone_vfork(joiner, &job, 64 << 10) };
     drop(theirs);
-    if child < 0 {
-        return Err(clone_error);
-    }
+    let child = child?;
     let _ = crate::exec::spawn::reap(child);
     receive(&ours)
 }
