@@ -162,34 +162,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         );
     }
     for a in &approvals {
-        let decided = match (&a.decided_by, a.decided_at_ms) {
-            (Some(who), Some(at)) => format!(" by {} at {} UTC", one_line(who), utc(at)),
-            _ => format!(" until {} UTC", utc(a.deadline_ms)),
-        };
-        let reason = a
-            .reason
-            .as_deref()
-            .map(|r| format!(": {}", one_line(&shorten(r, 100))))
-            .unwrap_or_default();
-        loopbox::outln!(
-            "approval: {} {}{decided}{reason}: {} ({})",
-            a.id,
-            a.status,
-            one_line(&a.what),
-            one_line(&a.rule)
-        );
-        // What a pending one would let run, whole: the person decides on this.
-        if a.status == loopbox::db::approvals::ApprovalStatus::Pending {
-            for line in super::approve::describe(a).iter().skip(1) {
-                loopbox::outln!("          {}", Untrusted(line));
-            }
-            loopbox::outln!(
-                "          decide with `loopbox runs approve {0} --approval {1} --digest {2}` or `loopbox runs deny {0} --approval {1} --reason TEXT`",
-                run.id,
-                a.id,
-                &a.digest[..a.digest.len().min(16)]
-            );
-        }
+        show_approval(a, &run.id, None);
     }
     show_network(&network);
     loopbox::outln!("events:");
@@ -264,6 +237,43 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
 }
 
 /// What the run's agent turns spent: the total, then one line per turn.
+/// One approval of run `run`, and for a pending one what it would let run and
+/// the commands that decide it (`--server URL` in them for a served run).
+pub(super) fn show_approval(a: &loopbox::db::approvals::Approval, run: &str, server: Option<&str>) {
+    let decided = match (&a.decided_by, a.decided_at_ms) {
+        (Some(who), Some(at)) => format!(" by {} at {} UTC", one_line(who), utc(at)),
+        _ => format!(" until {} UTC", utc(a.deadline_ms)),
+    };
+    let reason = a
+        .reason
+        .as_deref()
+        .map(|r| format!(": {}", one_line(&shorten(r, 100))))
+        .unwrap_or_default();
+    loopbox::outln!(
+        "approval: {} {}{decided}{reason}: {} ({})",
+        a.id,
+        a.status,
+        one_line(&a.what),
+        one_line(&a.rule)
+    );
+    // What a pending one would let run, whole: the person decides on this.
+    if a.status == loopbox::db::approvals::ApprovalStatus::Pending {
+        for line in super::approve::describe(a).iter().skip(1) {
+            loopbox::outln!("          {}", Untrusted(line));
+        }
+        let digest: String = a.digest.chars().take(16).collect();
+        let command = |args: String| loopbox::ui::runs_command_at(server, &args);
+        loopbox::outln!(
+            "          decide with `{}` or `{}`",
+            command(format!(
+                "approve {run} --approval {} --digest {digest}",
+                a.id
+            )),
+            command(format!("deny {run} --approval {} --reason TEXT", a.id))
+        );
+    }
+}
+
 fn show_spend(total: &loopbox::spend::Totals, charges: &[loopbox::db::TurnCharge]) {
     if total.turns == 0 {
         return;

@@ -5,11 +5,9 @@
 use serde_json::{Value, json};
 
 use super::super::super::{Failure, exit};
-use super::super::approve::describe;
-use super::super::show::ShowArgs;
+use super::super::show::{ShowArgs, show_approval};
 use super::client::Client;
-use super::{approval, command, ms, segment};
-use loopbox::db::approvals::ApprovalStatus;
+use super::{approval, ms, segment};
 use loopbox::ui::{Untrusted, one_line, shorten, utc};
 
 /// The API's view in the shape of the local `runs show --json`: the same
@@ -112,36 +110,7 @@ pub fn execute(c: &Client, a: ShowArgs, json: bool) -> Result<i32, Failure> {
         .flatten()
         .map(approval)
     {
-        let decided = match (&a.decided_by, a.decided_at_ms) {
-            (Some(who), Some(at)) => format!(" by {} at {} UTC", one_line(who), utc(at)),
-            _ => format!(" until {} UTC", utc(a.deadline_ms)),
-        };
-        let reason = a
-            .reason
-            .as_deref()
-            .map(|r| format!(": {}", one_line(&shorten(r, 100))))
-            .unwrap_or_default();
-        loopbox::outln!(
-            "approval: {} {}{decided}{reason}: {} ({})",
-            a.id,
-            a.status,
-            one_line(&a.what),
-            one_line(&a.rule)
-        );
-        if a.status == ApprovalStatus::Pending {
-            for line in describe(&a).iter().skip(1) {
-                loopbox::outln!("          {}", Untrusted(line));
-            }
-            let digest: String = a.digest.chars().take(16).collect();
-            loopbox::outln!(
-                "          decide with `{}` or `{}`",
-                command(
-                    c,
-                    &format!("approve {id} --approval {} --digest {digest}", a.id)
-                ),
-                command(c, &format!("deny {id} --approval {} --reason TEXT", a.id))
-            );
-        }
+        show_approval(&a, &id, Some(&c.url));
     }
     let total = |k: &str| v[k].as_u64().unwrap_or(0);
     loopbox::outln!("events:   {} (the latest 500 below)", total("events_total"));
