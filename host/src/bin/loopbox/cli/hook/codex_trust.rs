@@ -174,11 +174,7 @@ pub(super) fn trust(codex: &Path, cwd: &Path, source: &Path, command: &str) -> R
 
 /// The `codex` program on PATH (the one the user runs).
 pub(super) fn codex_on_path() -> Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("codex"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
+    super::command::on_path("codex").ok_or_else(|| {
             anyhow!(
                 "--trust asks Codex for the hook's hash, and there is no `codex` on PATH; put the Codex you run on PATH, or review the hook in Codex's /hooks view"
             )

@@ -28,17 +28,21 @@ fn portable(workspace: &Path, path: &Path, what: &str) -> Result<String> {
     })
 }
 
+/// The first file called `name` in the directories of PATH.
+pub(super) fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
 /// The program to put in a hook command: `loopbox` when that is this binary on PATH, else its absolute path.
 fn program() -> Result<(String, bool)> {
     let exe =
         std::env::current_exe().context("cannot find the loopbox executable to put in the hook")?;
     let exe = exe.canonicalize().unwrap_or(exe);
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join("loopbox"))
-        .find(|p| p.is_file())
-        .and_then(|p| p.canonicalize().ok());
+    let on_path = on_path("loopbox").and_then(|p| p.canonicalize().ok());
     Ok(match on_path {
         Some(p) if p == exe => ("loopbox".to_string(), true),
         _ => (exe.to_string_lossy().into_owned(), false),
