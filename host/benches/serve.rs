@@ -10,7 +10,9 @@
 //! - an approval click (the dashboard's approve form, posted with the
 //!   session cookie and CSRF token) to the command started (the journal's
 //!   start time of the approved action, on the same clock), goal p50 at most 100 ms;
-//! - the server's memory with 200 runs waiting for approvals, goal under 200 MB.
+//! - the server's memory with 200 runs waiting for approvals, goal under 200 MB;
+//! - the memory of a fresh server after 200 concurrent requests and 50 runs,
+//!   once they are over, goal under 100 MB.
 //!
 //! `cargo test --all-targets` runs it once, small, as a smoke test.
 
@@ -207,7 +209,8 @@ fn server(dir: &Path, probe: &Path, runs: usize) -> Server {
     let config = dir.join("loopbox-server.toml");
     std::fs::write(
         &config,
-        "[server]\nlisten = \"127.0.0.1:0\"\ndata = \"data\"\nmax_running = 8\nmax_log_streams = 16\n\n\
+        // Connections per address raised for the burst below, all from 127.0.0.1.
+        "[server]\nlisten = \"127.0.0.1:0\"\ndata = \"data\"\nmax_running = 8\nmax_log_streams = 16\nmax_connections_per_ip = 512\n\n\
          [tenants.bench]\nroots = [\"roots/bench\"]\nmax_running = 8\nmax_queued = 1000\n",
     )
     .unwrap();
@@ -467,4 +470,50 @@ fn main() {
         "  resident memory {rss:.1} MB (before them {before:.1} MB; peak of the process {peak:.1} MB)   goal under 200 MB"
     );
     println!("  the approvals inbox with them (the first 100): {inbox:.1} ms");
+    drop(srv);
+
+    // 5. A burst, then quiet: what a fresh server keeps once it is over.
+    let (requests, runs) = if full { (200, 50) } else { (20, 5) };
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let srv = server(dir.path(), &probe, store_runs);
+    let pid = srv.child.id();
+    let done = srv.start(json!({"op": "exec", "argv": ["echo", "hello"]}));
+    srv.wait(&done, |v| v["status"] == "done");
+    let (before, _) = memory(pid);
+    let t = Instant::now();
+    let gate = &std::sync::Barrier::new(requests + runs);
+    std::thread::scope(|s| {
+        let srv = &srv;
+        for i in 0..requests {
+            let done = &done;
+            s.spawn(move || {
+                gate.wait();
+                let r = match i % 4 {
+                    0 => srv.page("/runs"),
+                    1 => srv.api("GET", "/api/v1/runs?limit=200", None),
+                    2 => srv.page(&format!("/runs/{done}")),
+                    _ => srv.page("/approvals"),
+                };
+                assert_eq!(r.status, 200, "{}", r.body);
+            });
+        }
+        for i in 0..runs {
+            s.spawn(move || {
+                gate.wait();
+                let id = srv.start(json!({"op": "exec", "argv": ["echo", format!("r{i}")]}));
+                srv.wait(&id, |v| v["status"] == "done");
+            });
+        }
+    });
+    let burst = t.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss, peak) = memory(pid);
+    println!(
+        "\n{requests} concurrent requests and {runs} runs at once on a fresh server (over in {:.1} s), 2 s later:",
+        burst.as_secs_f64()
+    );
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    println!(
+        "  resident memory {rss:.1} MB (before them {before:.1} MB; peak of the process {peak:.1} MB; {threads} threads)   goal under 100 MB"
+    );
 }

@@ -46,6 +46,7 @@ pub fn execute(args: WorkerArgs) -> Result<i32, Failure> {
         ttl_ms: args.lease_ms,
         ..Default::default()
     };
+    super::long_running_allocator();
     let runtime = super::tokio()?;
     let worked = runtime.block_on(loopbox::serve::worker::work(&opts, w, |id| {
         loopbox::outln!("loopbox worker: {id} working");

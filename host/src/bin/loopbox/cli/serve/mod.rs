@@ -70,6 +70,7 @@ pub fn execute(args: ServeArgs) -> Result<i32, Failure> {
         Some(ServeCommand::Audit(a)) => audit::execute(a, &setup(&opts)?),
         Some(ServeCommand::TenantConfig(c)) => tenant_config::execute(c, &setup(&opts)?),
         None => {
+            super::long_running_allocator();
             let runtime = super::tokio()?;
             runtime
                 .block_on(loopbox::serve::serve(&opts, |addr, server| {
