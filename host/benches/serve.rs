@@ -512,7 +512,9 @@ fn main() {
         "\n{requests} concurrent requests and {runs} runs at once on a fresh server (over in {:.1} s), 2 s later:",
         burst.as_secs_f64()
     );
-    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count();
     println!(
         "  resident memory {rss:.1} MB (before them {before:.1} MB; peak of the process {peak:.1} MB; {threads} threads)   goal under 100 MB"
     );

@@ -1,10 +1,14 @@
-//! Real little-loops loops end to end: little-loops 1.156.0's own
+//! Real little-loops loops end to end: little-loops 1.167.0's own
 //! `loops/*.yaml` (fetched from PyPI by `tests/conformance/real.py` and cached
 //! under the target dir, never copied into this repository), each in a scratch
 //! git project with the same scripted stand-in agent (`tests/conformance/real/agent`)
-//! that little-loops ran as `claude`. `tests/conformance/real.json` holds the
-//! path each took in `ll-loop run` and how it ended; `loopbox run` must take the
-//! same path and end the same way, with the same exit code.
+//! that little-loops ran as `claude`; a loop whose judge is asked runs a second
+//! time as `NAME@no-first`, each judged question answered "no" before "yes".
+//! `tests/conformance/real.json` holds, from `ll-loop run`, the path each took,
+//! how it ended, every prompt its agent was given and the files it left;
+//! `loopbox run` must take the same path, end the same way with the same exit
+//! code, ask the same prompts and leave the same files (`real.py compare`,
+//! which names the differences by design it evens out first).
 
 use crate::common::*;
 
@@ -16,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::Value;
 
 /// The little-loops release `real.json` was recorded with.
-const RELEASE: &str = "1.156.0";
+const RELEASE: &str = "1.167.0";
 
 fn script() -> PathBuf {
     repo().join("tests/conformance/real.py")
@@ -25,7 +29,7 @@ fn script() -> PathBuf {
 /// The corpus's `loops/` directory, fetched once into the target dir; `None`
 /// (after saying why) when PyPI cannot be reached.
 fn corpus() -> Option<PathBuf> {
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("little-loops-1.156.0");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("little-loops-{RELEASE}"));
     let o = Command::new("python3")
         .arg(script())
         .arg("fetch")
@@ -78,7 +82,8 @@ fn check(corpus: &Path, t: &Value) -> Result<(), String> {
         "{name}: real.py prepare: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let file = format!(".loops/{name}.yaml");
+    // `NAME@variant` runs the corpus loop NAME.
+    let file = format!(".loops/{}.yaml", name.split('@').next().unwrap());
     let refused = t["spec"]["loopbox_refuses"].as_str();
     let extra = strings(&t["loopbox_args"]);
     // The release the records were made with (`diff_stall` differs after it).
@@ -105,7 +110,21 @@ fn check(corpus: &Path, t: &Value) -> Result<(), String> {
     let want_end = t["terminated_by"].as_str().unwrap();
     let want_code = t["exit_code"].as_i64().unwrap();
     if path == want_path && ended == want_end && i64::from(code) == want_code {
-        return Ok(());
+        // The same path: then the same prompts and the same files.
+        let o = Command::new("python3")
+            .arg(script())
+            .args(["compare", name])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        return match o.status.code() {
+            Some(0) => Ok(()),
+            _ => Err(format!(
+                "{name}: the same path as little-loops, but {}{}",
+                String::from_utf8_lossy(&o.stdout).trim(),
+                String::from_utf8_lossy(&o.stderr)
+            )),
+        };
     }
     let tail: String = stderr
         .chars()
@@ -131,7 +150,7 @@ fn real_loops_take_the_path_little_loops_takes() {
         .iter()
         .filter(|t| t["spec"]["loopbox_refuses"].is_null())
         .count();
-    assert!(compared >= 20, "{compared} real loops compared");
+    assert!(compared >= 30, "{compared} real loops compared");
     let Some(corpus) = corpus() else { return };
     let started = std::time::Instant::now();
     let failures = Mutex::new(Vec::new());

@@ -50,7 +50,12 @@ pub enum End {
     Terminal,
     MaxSteps,
     Timeout,
+    /// An action failed with nowhere to go (or, before little-loops 1.167,
+    /// any step that could not go on).
     Error,
+    /// The step could not decide where to go: no route for its verdict, or
+    /// an evaluator that failed (little-loops 1.167's `no_route`).
+    NoRoute,
     /// `LOOP_STOP:` in an action's output.
     Stopped,
     /// One route taken more than `max_edge_revisits` times.
@@ -77,12 +82,28 @@ fn budget_spent(why: &str, state: &str) -> Option<Finish> {
 }
 
 impl End {
+    /// How a step that could not decide where to go ends under `release`.
+    pub fn undecided(release: crate::spec::Release) -> End {
+        if release >= crate::spec::Release::NO_ROUTE {
+            End::NoRoute
+        } else {
+            End::Error
+        }
+    }
+
+    /// Whether the loop crashed (`error`, or `no_route` since 1.167): the
+    /// same to a parent loop, which routes it as `error`.
+    pub fn crashed(self) -> bool {
+        matches!(self, End::Error | End::NoRoute)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             End::Terminal => "terminal",
             End::MaxSteps => "max_steps",
             End::Timeout => "timeout",
             End::Error => "error",
+            End::NoRoute => "no_route",
             End::Stopped => "stopped",
             End::CycleDetected => "cycle_detected",
             End::StallDetected => "stall_detected",

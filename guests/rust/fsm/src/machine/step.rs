@@ -128,7 +128,7 @@ impl<'a> Machine<'a> {
             None if self.summary_ran => return Err(self.out_of_steps()),
             None => {
                 return Err(failed(
-                    End::Error,
+                    End::undecided(lp.release()),
                     format!("state `{}` has no valid transition", state.name),
                 ));
             }
@@ -296,8 +296,12 @@ impl<'a> Machine<'a> {
                 detail: "no action".into(),
             },
             _ => evaluate(&mut self.r, state, out, world).map_err(|e| {
-                budget_spent(&e, &state.name)
-                    .unwrap_or_else(|| failed(End::Error, format!("state `{}`: {e}", state.name)))
+                budget_spent(&e, &state.name).unwrap_or_else(|| {
+                    failed(
+                        End::undecided(self.r.lp.release()),
+                        format!("state `{}`: {e}", state.name),
+                    )
+                })
             })?,
         };
         self.r.prev = Some(prev);

@@ -62,15 +62,27 @@ impl<'a> Machine<'a> {
             merged.extend(context);
             context = merged;
         }
-        for key in [
-            "run_dir",
-            "readiness_threshold",
-            "outcome_threshold",
-            "design_tokens_context",
-        ] {
+        // What the runner gave this loop reaches the child as little-loops'
+        // `_execute_sub_loop` passes it: `run_dir` only along a `with:` (a
+        // passthrough carries the whole context), the confidence thresholds
+        // always (it seeds them from the same config). A bare `loop:` child has
+        // no `run_dir` and no design tokens: `${context.run_dir}` in it stops it.
+        let inherited: &[&str] = if sub.with.is_some() {
+            &["run_dir", "readiness_threshold", "outcome_threshold"]
+        } else {
+            &["readiness_threshold", "outcome_threshold"]
+        };
+        for &key in inherited {
             if let (false, Some(v)) = (context.contains_key(key), self.r.context.get(key)) {
                 context.insert(key.into(), v.clone());
             }
+        }
+        // A child's `input_hash` is its own input's (BUG-2832), as at the start.
+        if let (false, Some(Value::String(input))) =
+            (context.contains_key("input_hash"), context.get("input"))
+        {
+            let hash = crate::start::sha256_hex(input.as_bytes());
+            context.insert("input_hash".into(), Value::String(hash[..12].to_string()));
         }
         context.entry("max_steps").or_insert(json!(child.max_steps));
         // The child has what is left of this loop's time, and this state's limit.
@@ -178,7 +190,7 @@ impl<'a> Machine<'a> {
         let verdict = match ending.end {
             End::Terminal if ending.success => "yes",
             End::Terminal => "no",
-            End::Error => "error",
+            End::Error | End::NoRoute => "error",
             _ => "no",
         };
         if let Some(c) = &state.capture {
@@ -200,14 +212,14 @@ impl<'a> Machine<'a> {
             .or_insert_with(|| json!({}))
         {
             m.insert("terminated_by".into(), json!(ending.end.name()));
-            if ending.end == End::Error {
+            if ending.end.crashed() {
                 m.insert("error".into(), json!(ending.summary));
             }
         }
         let next = match ending.end {
             End::Terminal if ending.success => to("yes"),
             End::Terminal => to("no"),
-            End::Error => on_error().or_else(|| to("no")),
+            End::Error | End::NoRoute => on_error().or_else(|| to("no")),
             End::Timeout | End::MaxSteps => to("timeout").or_else(|| to("no")),
             End::Stopped | End::CycleDetected | End::StallDetected | End::Budget => to("no"),
         };

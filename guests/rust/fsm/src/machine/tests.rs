@@ -911,3 +911,96 @@ mod agent;
 mod learning;
 mod maintain;
 mod worktree;
+
+#[test]
+fn a_step_that_cannot_decide_ends_no_route_since_1_167_and_error_before() {
+    use crate::spec::Release;
+    // `on_yes` only: a `no` has nowhere to go (little-loops' "No valid transition").
+    let yaml = "name: nr\ninitial: check\nstates:\n  check:\n    action: x\n    on_yes: done\n  done:\n    terminal: true\n";
+    let ends = |release: Option<Release>, out| {
+        let mut l = lp(yaml);
+        l.little_loops = release;
+        run(&l, &Map::new(), &mut Scripted::new(vec![out])).end
+    };
+    assert_eq!(ends(None, exit(1, "")), End::NoRoute);
+    assert_eq!(ends(Some(Release(1, 167)), exit(1, "")), End::NoRoute);
+    assert_eq!(ends(Some(Release(1, 166)), exit(1, "")), End::Error);
+    assert_eq!(ends(Some(Release(1, 156)), exit(1, "")), End::Error);
+    assert_eq!(End::NoRoute.name(), "no_route");
+    // An action refused with nowhere to go is the action's failure: `error` in both.
+    assert_eq!(ends(None, Err("denied: no".into())), End::Error);
+}
+
+/// A child gets the parent's `run_dir` along a `with:` or a passthrough,
+/// never under a bare `loop:` (little-loops' `_execute_sub_loop`): there
+/// `${context.run_dir}` stops the child, whose error routes the parent.
+#[test]
+fn a_bare_sub_loop_has_no_run_dir_and_a_bound_one_has_the_parents() {
+    let child = "name: child\ninitial: write\nstates:\n  write:\n    action: echo ${context.run_dir}\n    next: done\n  done:\n    terminal: true\n";
+    let bare = "name: parent\ninitial: call\nstates:\n  call:\n    loop: child\n    on_yes: good\n    on_no: bad\n    on_error: broke\n  good:\n    terminal: true\n  bad:\n    terminal: true\n  broke:\n    terminal: true\n";
+    let mut ctx = Map::new();
+    ctx.insert("run_dir".into(), json!("/w/.loops/runs/r1/"));
+    let go = |parent: &str| {
+        let lp = lp_with("loops/parent.yaml", parent, &[("loops/child.yaml", child)]);
+        let mut w = Scripted::new(vec![exit(0, "")]);
+        w.files.insert("loops/child.yaml".into(), child.into());
+        let end = run(&lp, &ctx, &mut w);
+        (end.path, w.asked)
+    };
+    let (path, asked) = go(bare);
+    assert_eq!(path, ["call", "broke"]);
+    assert!(asked.is_empty(), "{asked:?}");
+    for bound in [
+        bare.replace("loop: child\n", "loop: child\n    with:\n      x: 1\n"),
+        bare.replace(
+            "loop: child\n",
+            "loop: child\n    context_passthrough: true\n",
+        ),
+    ] {
+        let (path, asked) = go(&bound);
+        assert_eq!(path, ["call", "good"], "{bound}");
+        assert_eq!(
+            asked,
+            [Request::Script {
+                source: "echo /w/.loops/runs/r1/".into(),
+                timeout_ms: None
+            }]
+        );
+    }
+}
+
+/// A child's `input_hash` is derived from the input it was given
+/// (little-loops' `derive_input_hash` on every child), unless bound.
+#[test]
+fn a_sub_loop_child_gets_the_input_hash_of_its_own_input() {
+    let child = "name: child\ninitial: show\nstates:\n  show:\n    action: echo ${context.input_hash}\n    next: done\n  done:\n    terminal: true\n";
+    let parent = "name: parent\ninitial: call\nstates:\n  call:\n    loop: child\n    with:\n      input: demo\n    on_yes: good\n    on_error: broke\n  good:\n    terminal: true\n  broke:\n    terminal: true\n";
+    let go = |parent: &str| {
+        let lp = lp_with("loops/parent.yaml", parent, &[("loops/child.yaml", child)]);
+        let mut w = Scripted::new(vec![exit(0, "")]);
+        w.files.insert("loops/child.yaml".into(), child.into());
+        let end = run(&lp, &Map::new(), &mut w);
+        (end.path, w.asked)
+    };
+    // sha256("demo")[..12]
+    let (path, asked) = go(parent);
+    assert_eq!(path, ["call", "good"]);
+    assert_eq!(
+        asked,
+        [Request::Script {
+            source: "echo 2a97516c354b".into(),
+            timeout_ms: None
+        }]
+    );
+    let (_, asked) = go(&parent.replace(
+        "      input: demo\n",
+        "      input: demo\n      input_hash: mine\n",
+    ));
+    assert_eq!(
+        asked,
+        [Request::Script {
+            source: "echo mine".into(),
+            timeout_ms: None
+        }]
+    );
+}

@@ -109,6 +109,11 @@ pub struct Release(pub u32, pub u32);
 impl Release {
     /// The newest release loopbox is measured against.
     pub const NEWEST: Release = Release(1, 167);
+    /// A loop that cannot decide where to go (no route for the verdict, an
+    /// evaluator that fails) ends `no_route`, an action that fails with
+    /// nowhere to go `error` (little-loops 1.167.0, ENH-3471); before it,
+    /// both ended `error`.
+    pub const NO_ROUTE: Release = Release(1, 167);
     /// `diff_stall` fingerprints the content of the files in scope, tracked
     /// and untracked, instead of comparing `git diff --stat`, and keeps its
     /// count per state (little-loops 1.166.0's evaluators).
