@@ -58,6 +58,10 @@ pub enum End {
     NoRoute,
     /// `LOOP_STOP:` in an action's output.
     Stopped,
+    /// A `next:` state's action was killed by a signal with no `on_error`:
+    /// little-loops stops the run rather than advance (ENH-2522's
+    /// `system_signal`, exit 1).
+    SystemSignal,
     /// One route taken more than `max_edge_revisits` times.
     CycleDetected,
     /// The `circuit` stall detector, set to abort.
@@ -105,6 +109,7 @@ impl End {
             End::Error => "error",
             End::NoRoute => "no_route",
             End::Stopped => "stopped",
+            End::SystemSignal => "system_signal",
             End::CycleDetected => "cycle_detected",
             End::StallDetected => "stall_detected",
             End::Budget => "budget_exhausted",

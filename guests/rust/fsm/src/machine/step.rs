@@ -278,7 +278,7 @@ impl<'a> Machine<'a> {
                 }
                 (Some(o), None) if o.code() < 0 => {
                     return Err(failed(
-                        End::Error,
+                        End::SystemSignal,
                         format!("state `{}`: the action was killed by a signal", state.name),
                     ));
                 }

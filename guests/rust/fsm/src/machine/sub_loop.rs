@@ -221,7 +221,11 @@ impl<'a> Machine<'a> {
             End::Terminal => to("no"),
             End::Error | End::NoRoute => on_error().or_else(|| to("no")),
             End::Timeout | End::MaxSteps => to("timeout").or_else(|| to("no")),
-            End::Stopped | End::CycleDetected | End::StallDetected | End::Budget => to("no"),
+            End::Stopped
+            | End::SystemSignal
+            | End::CycleDetected
+            | End::StallDetected
+            | End::Budget => to("no"),
         };
         if let Some(n) = &next {
             self.log_step(

@@ -1004,3 +1004,30 @@ fn a_sub_loop_child_gets_the_input_hash_of_its_own_input() {
         }]
     );
 }
+
+/// A `next:` state's action killed by a signal stops the run as
+/// little-loops stops it (`system_signal`), unless `on_error` routes it.
+#[test]
+fn an_action_killed_by_a_signal_in_a_next_state_ends_system_signal() {
+    let yaml = "name: s\ninitial: kill\nstates:\n  kill:\n    action: kill -9 $$\n    next: done\n  done:\n    terminal: true\n  broke:\n    terminal: true\n";
+    let killed = || {
+        Ok(Out {
+            exit_code: None,
+            ..Default::default()
+        })
+    };
+    let end = run(&lp(yaml), &Map::new(), &mut Scripted::new(vec![killed()]));
+    assert_eq!(
+        (end.end, end.success),
+        (End::SystemSignal, false),
+        "{end:?}"
+    );
+    assert_eq!(end.end.name(), "system_signal");
+    let routed = yaml.replace("    next: done\n", "    next: done\n    on_error: broke\n");
+    let end = run(
+        &lp(&routed),
+        &Map::new(),
+        &mut Scripted::new(vec![killed()]),
+    );
+    assert_eq!(end.path, ["kill", "broke"]);
+}
