@@ -309,7 +309,14 @@ pub fn paths(
     reveal: &[PathBuf],
     keep: &[PathBuf],
 ) -> Vec<PathBuf> {
-    let resolve = |p: &Path| p.canonicalize().ok();
+    // Most names are missing: one stat says so, where realpath(3) would
+    // read each component as a link first (300 calls a hook event, before).
+    let resolve = |p: &Path| {
+        std::fs::metadata(p)
+            .is_ok()
+            .then(|| p.canonicalize().ok())
+            .flatten()
+    };
     let reveal: Vec<PathBuf> = reveal.iter().filter_map(|p| resolve(p)).collect();
     let keep: Vec<PathBuf> = keep.iter().filter_map(|p| resolve(p)).collect();
     let named = homes

@@ -113,52 +113,67 @@ fn owner(name: &str) -> Option<(u32, u64)> {
     Some((pid, start))
 }
 
-/// Private temp dirs in `tmp` left by loopbox processes of this user that are gone.
-pub fn dead_tmp_dirs(tmp: &Path) -> Vec<PathBuf> {
-    // SAFETY: geteuid(2) cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    // Without /proc no owner can be told alive: keep everything.
-    if start_time(std::process::id()).is_none() {
-        return Vec::new();
-    }
+/// The names in `tmp` that start with [`PREFIX`]: one listing of the system
+/// temp dir per command (it may hold thousands of entries; a hook pays this
+/// on every event).
+fn ours(tmp: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return Vec::new();
     };
     entries
         .flatten()
         .filter(|e| {
-            let name = e.file_name();
-            let Some((pid, start)) = name.to_str().and_then(owner) else {
-                return false;
-            };
-            // Not a link, and ours.
-            let mine =
-                std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == uid);
-            mine && owner_gone(tmp, pid, start)
+            use std::os::unix::ffi::OsStrExt;
+            e.file_name().as_bytes().starts_with(PREFIX.as_bytes())
         })
         .map(|e| e.path())
         .collect()
 }
 
-/// This user's process lock files in `tmp` that no process holds.
-fn dead_locks(tmp: &Path) -> Vec<PathBuf> {
+/// Of `named` (see [`ours`]), the private temp dirs left by loopbox processes
+/// of this user that are gone.
+fn dead_dirs_of(tmp: &Path, named: &[PathBuf]) -> Vec<PathBuf> {
     // SAFETY: geteuid(2) cannot fail.
     let uid = unsafe { libc::geteuid() };
-    let Ok(entries) = std::fs::read_dir(tmp) else {
+    // Without /proc no owner can be told alive: keep everything.
+    if start_time(std::process::id()).is_none() {
         return Vec::new();
-    };
-    entries
-        .flatten()
-        .map(|e| e.path())
+    }
+    named
+        .iter()
+        .filter(|p| {
+            let Some((pid, start)) = p.file_name().and_then(|n| n.to_str()).and_then(owner) else {
+                return false;
+            };
+            // Not a link, and ours.
+            let mine = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+            mine && owner_gone(tmp, pid, start)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Private temp dirs in `tmp` left by loopbox processes of this user that are gone.
+pub fn dead_tmp_dirs(tmp: &Path) -> Vec<PathBuf> {
+    dead_dirs_of(tmp, &ours(tmp))
+}
+
+/// Of `named`, this user's process lock files that no process holds.
+fn dead_locks_of(named: &[PathBuf]) -> Vec<PathBuf> {
+    // SAFETY: geteuid(2) cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    named
+        .iter()
         .filter(|p| {
             let named = p
                 .file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(".lock"));
+                .is_some_and(|n| n.ends_with(".lock"));
             named
                 && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.uid() == uid)
                 && lock_free(p) == Some(true)
         })
+        .cloned()
         .collect()
 }
 
@@ -167,7 +182,8 @@ fn dead_locks(tmp: &Path) -> Vec<PathBuf> {
 /// ignored: a leftover stays for the next start, and nothing is refused.
 pub fn clean(workspace: Option<&Path>) {
     let tmp = std::env::temp_dir();
-    for dir in dead_tmp_dirs(&tmp) {
+    let named = ours(&tmp);
+    for dir in dead_dirs_of(&tmp, &named) {
         let owner = dir.file_name().and_then(|n| n.to_str()).and_then(owner);
         let _ = std::fs::remove_dir_all(&dir);
         if let Some((pid, start)) = owner {
@@ -175,7 +191,7 @@ pub fn clean(workspace: Option<&Path>) {
         }
     }
     // The locks of processes that ended (most remove their own dirs as they go).
-    for lock in dead_locks(&tmp) {
+    for lock in dead_locks_of(&named) {
         let _ = std::fs::remove_file(lock);
     }
     if let Some(root) = workspace.and_then(|w| w.canonicalize().ok()) {
@@ -233,7 +249,7 @@ mod tests {
         // SAFETY: flock(2) on a descriptor the test owns.
         assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
         assert_eq!(
-            dead_locks(scratch.path()),
+            dead_locks_of(&ours(scratch.path())),
             vec![lock_path(scratch.path(), pid, start)]
         );
     }
