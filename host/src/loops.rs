@@ -115,7 +115,43 @@ fn passed_to_commands(shell: &crate::exec::config::ShellConfig, name: &str) -> b
 /// `pass_env` name unset on the host is left out, and reads as not set, as
 /// in little-loops). [`payload_delayed`] keeps those the loop names.
 pub fn command_env(shell: &crate::exec::config::ShellConfig) -> BTreeMap<String, String> {
-    let host = crate::exec::child_env::HostEnv::Process;
+    command_env_from(shell, &crate::exec::child_env::HostEnv::Process)
+}
+
+/// [`command_env`] for a server's run: the values come from `host`, what the
+/// tenant was given (`tenants.T.env`, its `env_file`), as its commands get
+/// them, never from the server's own environment. A loop may not read the
+/// server's kind of secrets at all: a `${env.NAME}` naming `LOOPBOX_*` or
+/// `PG*` is refused, whatever the tenant's config passes, so a value an
+/// operator copied there by mistake is never put in a run's journal.
+pub fn served_env(
+    lp: &Loop,
+    shell: &crate::exec::config::ShellConfig,
+    host: &crate::exec::child_env::HostEnv,
+) -> Result<BTreeMap<String, String>> {
+    let refused: Vec<String> = loopbox_fsm::check::env_refs(lp)
+        .into_iter()
+        .map(|(_, _, name)| name)
+        .filter(|name| server_secret(name))
+        .collect();
+    if let Some(name) = refused.first() {
+        anyhow::bail!(
+            "`${{env.{name}}}`: a served loop may not read `LOOPBOX_*` or `PG*` variables, which name the server's own settings and secrets; give the value in the run's `input` (its context) instead"
+        );
+    }
+    Ok(command_env_from(shell, host))
+}
+
+/// Names of the server's settings and store credentials (`LOOPBOX_TOKEN`,
+/// `LOOPBOX_STORE`, `PGPASSWORD`, ...).
+fn server_secret(name: &str) -> bool {
+    name.starts_with("LOOPBOX_") || name.starts_with("PG")
+}
+
+fn command_env_from(
+    shell: &crate::exec::config::ShellConfig,
+    host: &crate::exec::child_env::HostEnv,
+) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = shell
         .pass_env
         .iter()

@@ -229,9 +229,25 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
                 ))
             })?;
             let run_dir = crate::loops::run_dir(&id);
-            let payload =
-                crate::loops::payload(&lp, &lf, &input_text(body.input), &run_dir, &workspace)
-                    .map_err(ApiError::usage)?;
+            // `${env.NAME}`: what the tenant's config passes its commands, with
+            // the values the tenant was given (never the server's environment).
+            let env = crate::loops::served_env(
+                &lp,
+                &prepared.config.shell,
+                &crate::exec::child_env::HostEnv::Given(std::sync::Arc::new(tenant.env.clone())),
+            )
+            .map_err(ApiError::usage)?;
+            let payload = crate::loops::payload_delayed(
+                &lp,
+                &lf,
+                &input_text(body.input),
+                &run_dir,
+                &workspace,
+                None,
+                None,
+                env,
+            )
+            .map_err(ApiError::usage)?;
             crate::loops::create_run_dir(&workspace, &run_dir).map_err(ApiError::usage)?;
             payload
         }

@@ -18,6 +18,7 @@ mod cli;
 mod config_edit;
 mod crash;
 mod egress;
+mod env;
 mod homes;
 mod leftovers;
 mod load;
@@ -446,6 +447,11 @@ pub fn shared() -> &'static Srv {
                 (
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",
+                ),
+                // `${env.NAME}` in a served loop (env.rs).
+                (
+                    "envs",
+                    "env = { LOOP_VAR = \"envs' value\", PGPASSWORD = \"envs' pg\" }\n",
                 ),
                 (
                     "creds",
