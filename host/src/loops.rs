@@ -203,13 +203,24 @@ pub fn payload(
         None,
         None,
         Default::default(),
+        false,
     )
+}
+
+/// Whether a run's `human_approval` states ask a person: one is at the
+/// terminal, or the run may wait for an answer from elsewhere (`runs
+/// answer|approve|deny`, a server's API and dashboard), as an ask-tier action
+/// waits for its approval (`[confirm] unattended = "wait"`, the default).
+/// Otherwise they take little-loops' headless route at once.
+pub fn asks(config: &crate::config::Config, terminal: bool) -> bool {
+    terminal || config.confirm.unattended != crate::exec::confirm::Unattended::Decline
 }
 
 /// [`payload`] with `ll-loop run --delay`'s seconds: the run parks that long
 /// (a `sleep` decision) before its first state; and `--little-loops`, the
 /// release the run follows where little-loops' releases differ; `env`, what
-/// `${env.NAME}` reads ([`command_env`]).
+/// `${env.NAME}` reads ([`command_env`]); `ask`, whether a `human_approval`
+/// state asks a person ([`asks`]).
 #[allow(clippy::too_many_arguments)]
 pub fn payload_delayed(
     lp: &Loop,
@@ -220,6 +231,7 @@ pub fn payload_delayed(
     delay: Option<f64>,
     little_loops: Option<&str>,
     env: BTreeMap<String, String>,
+    ask: bool,
 ) -> Result<String> {
     if let Some(d) = delay.filter(|d| !d.is_finite() || *d < 0.0) {
         anyhow::bail!("--delay must be a number of seconds, 0 or more, not {d}");
@@ -253,6 +265,7 @@ pub fn payload_delayed(
                 .collect();
             env.into_iter().filter(|(k, _)| named.contains(k)).collect()
         },
+        ask,
     };
     loopbox_fsm::start::context(lp, &start).map_err(anyhow::Error::msg)?;
     Ok(start.to_json().to_string())
@@ -549,6 +562,7 @@ mod tests {
                 Some(0.5),
                 None,
                 Default::default(),
+                false,
             )
             .unwrap(),
         )
@@ -564,6 +578,7 @@ mod tests {
                 Some(bad),
                 None,
                 Default::default(),
+                false,
             )
             .unwrap_err()
             .to_string();

@@ -246,6 +246,9 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
                 None,
                 None,
                 env,
+                // A served run waits for its answer over the API (the server
+                // has no terminal), unless the tenant's config declines.
+                crate::loops::asks(&prepared.config, false),
             )
             .map_err(ApiError::usage)?;
             crate::loops::create_run_dir(&workspace, &run_dir).map_err(ApiError::usage)?;

@@ -19,6 +19,7 @@ mod config_edit;
 mod crash;
 mod egress;
 mod env;
+mod hitl;
 mod homes;
 mod leftovers;
 mod load;
@@ -448,6 +449,8 @@ pub fn shared() -> &'static Srv {
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",
                 ),
+                // `human_approval` answered over the API (hitl.rs).
+                ("hitl", roomy),
                 // `${env.NAME}` in a served loop (env.rs).
                 (
                     "envs",

@@ -1,0 +1,98 @@
+//! A YAML loop's `human_approval` state on a server: the run waits for the
+//! person's verdict and takes the route little-loops 1.167 took for it (the
+//! answered traces of `traces-1.167.json`), each answered over the API
+//! (`POST /api/v1/runs/ID/answer`) and with `loopbox runs approve|deny|answer
+//! --server` (a yes approved, a no denied with its reason), a `y` after the
+//! deadline routing `timeout`.
+
+use serde_json::json;
+
+use super::shared;
+use crate::common::{BIN, repo};
+use crate::conformance::{LATE, answered, lines};
+
+#[test]
+fn human_approval_answered_over_the_api_routes_as_little_loops() {
+    let srv = shared();
+    srv.set_config("hitl", "[shell]\nscripts = true\n");
+    let proj = srv.root("hitl").join("proj");
+    let url = format!("http://{}", srv.addr);
+    let mut failures = vec![];
+    for (t, api) in answered()
+        .into_iter()
+        .flat_map(|t| [true, false].map(|api| (t.clone(), api)))
+    {
+        std::fs::copy(
+            repo().join("tests/conformance/loops").join(&t.loop_file),
+            proj.join(&t.loop_file),
+        )
+        .unwrap();
+        let r = srv.post(
+            "/api/v1/runs",
+            srv.token("hitl", "operator"),
+            json!({"loop": t.loop_file, "workspace": "proj"}),
+        );
+        assert_eq!(r.status, 201, "{}", r.body);
+        let id = r.json()["id"].as_str().unwrap().to_string();
+        let (typed, late) = lines(&t.answer);
+        if late {
+            std::thread::sleep(LATE);
+        }
+        for l in &typed {
+            let v = srv.wait_run("hitl", &id, |v| v["status"] == "waiting");
+            assert_eq!(
+                v["approvals"],
+                json!([]),
+                "a question, not an approval: {v:#}"
+            );
+            if api {
+                let r = srv.post(
+                    &format!("/api/v1/runs/{id}/answer"),
+                    srv.token("hitl", "operator"),
+                    json!({ "text": l }),
+                );
+                assert_eq!(r.status, 200, "{}", r.body);
+                continue;
+            }
+            let args: Vec<&str> = match l.split_once(' ') {
+                _ if l == "y" => vec!["runs", "approve", &id],
+                Some(("n", reason)) => vec!["runs", "deny", &id, "--reason", reason],
+                _ => vec!["runs", "answer", &id, l],
+            };
+            let o = std::process::Command::new(BIN)
+                .args(&args)
+                .args(["--server", &url])
+                .current_dir(std::env::temp_dir())
+                .env_remove("LOOPBOX_STORE")
+                .env("LOOPBOX_TOKEN", srv.token("hitl", "approver"))
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success()
+                    && String::from_utf8_lossy(&o.stdout).starts_with("answered run "),
+                "{args:?}: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let v = srv.wait_final("hitl", &id);
+        let path: Vec<String> = v["outcome"]["data"]["path"]
+            .as_array()
+            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        let success = v["status"] == "done";
+        if path != t.path || success != (t.exit_code == 0) {
+            failures.push(format!(
+                "{} (answer {:?}, {}): little-loops went {:?} (exit {}); loopbox went {path:?} ({})",
+                t.loop_file,
+                t.answer,
+                if api { "the API" } else { "the CLI" },
+                t.path,
+                t.exit_code,
+                v["status"]
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
