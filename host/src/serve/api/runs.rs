@@ -669,6 +669,19 @@ pub async fn answer(
         target: &id,
     };
     require(&server, &a.caller, Role::Operator, "answer a run", asked)?;
+    // A YAML loop asks only its `human_approval` states' questions, whose
+    // answer is a verdict on what the loop does next: an approver's to give,
+    // as an approval's decision is.
+    let run = own_run(server.store.db(), &a.caller, &id)?;
+    if run.policy == crate::loops::FSM {
+        require(
+            &server,
+            &a.caller,
+            Role::Approver,
+            "answer a YAML loop's human_approval question (approve, reject or edit what it does next)",
+            asked,
+        )?;
+    }
     Ok(Json(deliver(
         &server,
         &a.caller,

@@ -3,7 +3,8 @@
 //! answered traces of `traces-1.167.json`), each answered over the API
 //! (`POST /api/v1/runs/ID/answer`) and with `loopbox runs approve|deny|answer
 //! --server` (a yes approved, a no denied with its reason), a `y` after the
-//! deadline routing `timeout`.
+//! deadline routing `timeout`. The answer is a verdict: an operator's is
+//! refused, an approver's taken.
 
 use serde_json::json;
 
@@ -46,9 +47,17 @@ fn human_approval_answered_over_the_api_routes_as_little_loops() {
                 "a question, not an approval: {v:#}"
             );
             if api {
+                // The verdict is an approver's, as an approval's decision is.
                 let r = srv.post(
                     &format!("/api/v1/runs/{id}/answer"),
                     srv.token("hitl", "operator"),
+                    json!({ "text": l }),
+                );
+                assert_eq!(r.status, 403, "{}", r.body);
+                assert!(r.error().contains("needs the approver role"), "{}", r.body);
+                let r = srv.post(
+                    &format!("/api/v1/runs/{id}/answer"),
+                    srv.token("hitl", "approver"),
                     json!({ "text": l }),
                 );
                 assert_eq!(r.status, 200, "{}", r.body);
