@@ -567,7 +567,7 @@ pub async fn log(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {
-    text: String,
+    pub text: String,
 }
 
 #[derive(Debug, Deserialize)]

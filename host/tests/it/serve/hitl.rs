@@ -8,7 +8,7 @@
 
 use serde_json::json;
 
-use super::shared;
+use super::{http, shared};
 use crate::common::{BIN, repo};
 use crate::conformance::{LATE, answered, lines};
 
@@ -104,4 +104,80 @@ fn human_approval_answered_over_the_api_routes_as_little_loops() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The approvals inbox shows the question a run waits on, with its prompt,
+/// and an approver's form answers it (a viewer sees no form).
+#[test]
+fn the_dashboards_inbox_shows_the_question_and_its_form_answers_it() {
+    let srv = shared();
+    srv.set_config("hitl", "[shell]\nscripts = true\n");
+    let proj = srv.root("hitl").join("proj");
+    let file = "human-approval-answered.yaml";
+    std::fs::copy(
+        repo().join("tests/conformance/loops").join(file),
+        proj.join(file),
+    )
+    .unwrap();
+    let r = srv.post(
+        "/api/v1/runs",
+        srv.token("hitl", "operator"),
+        json!({"loop": file, "workspace": "proj"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    srv.wait_run("hitl", &id, |v| v["status"] == "waiting");
+    let page = |role: &str| {
+        let auth = format!("Bearer {}", srv.token("hitl", role));
+        http(
+            &srv.addr,
+            "GET",
+            "/approvals",
+            &[("Authorization", &auth)],
+            None,
+        )
+    };
+    let html = page("approver").body;
+    let card = html
+        .split(&format!("id=\"question-{id}\""))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no question card for {id}: {html}"));
+    assert!(
+        card.contains("Human approval requested")
+            && card.contains("Prompt: Proposed change: retry 5 times. Approve?"),
+        "{card}"
+    );
+    assert!(
+        card.contains(&format!("action=\"/questions/{id}\"")),
+        "{card}"
+    );
+    let viewer = page("viewer").body;
+    assert!(
+        viewer.contains(&format!("id=\"question-{id}\""))
+            && !viewer.contains(&format!("action=\"/questions/{id}\"")),
+        "{viewer}"
+    );
+    let auth = format!("Bearer {}", srv.token("hitl", "approver"));
+    let r = http(
+        &srv.addr,
+        "POST",
+        &format!("/questions/{id}"),
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        Some(b"verdict=reject&text=too+risky"),
+    );
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some("/approvals?note=answered")),
+        "{}",
+        r.body
+    );
+    let v = srv.wait_final("hitl", &id);
+    assert_eq!(
+        v["outcome"]["data"]["path"],
+        json!(["prepare", "ask", "rejected", "done"]),
+        "{v:#}"
+    );
 }
