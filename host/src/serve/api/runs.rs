@@ -681,6 +681,20 @@ pub async fn answer(
             "answer a YAML loop's human_approval question (approve, reject or edit what it does next)",
             asked,
         )?;
+        // And, as for an approval, not the run's starter under `approvals.self = false`.
+        let config = server
+            .config_file(&a.caller.tenant)
+            .and_then(|p| crate::config::Config::load(&p))
+            .map_err(ApiError::usage)?;
+        if !config.approvals.allow_self
+            && run.place.started_by.as_deref() == Some(&a.caller.actor())
+        {
+            let e = ApiError::conflict(format!(
+                "approvals.self = false: {} started run {id}, so someone else must answer its human_approval question",
+                a.caller.actor()
+            ));
+            return Err(refuse(&server, &a.caller, asked, None, e));
+        }
     }
     Ok(Json(deliver(
         &server,

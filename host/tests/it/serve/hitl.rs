@@ -12,10 +12,15 @@ use super::{http, shared};
 use crate::common::{BIN, repo};
 use crate::conformance::{LATE, answered, lines};
 
+/// Scripts for the loops' shell states; `approvals.self = false`, which
+/// refuses a run's starter its own question (the runs here are started by
+/// an operator and answered by an approver, but one).
+const CONFIG: &str = "[shell]\nscripts = true\n\n[approvals]\nself = false\n";
+
 #[test]
 fn human_approval_answered_over_the_api_routes_as_little_loops() {
     let srv = shared();
-    srv.set_config("hitl", "[shell]\nscripts = true\n");
+    srv.set_config("hitl", CONFIG);
     let proj = srv.root("hitl").join("proj");
     let url = format!("http://{}", srv.addr);
     let mut failures = vec![];
@@ -111,7 +116,7 @@ fn human_approval_answered_over_the_api_routes_as_little_loops() {
 #[test]
 fn the_dashboards_inbox_shows_the_question_and_its_form_answers_it() {
     let srv = shared();
-    srv.set_config("hitl", "[shell]\nscripts = true\n");
+    srv.set_config("hitl", CONFIG);
     let proj = srv.root("hitl").join("proj");
     let file = "human-approval-answered.yaml";
     std::fs::copy(
@@ -180,4 +185,33 @@ fn the_dashboards_inbox_shows_the_question_and_its_form_answers_it() {
         json!(["prepare", "ask", "rejected", "done"]),
         "{v:#}"
     );
+    // Under `approvals.self = false`, the approver who started a run may not
+    // answer its question.
+    let r = srv.post(
+        "/api/v1/runs",
+        srv.token("hitl", "approver"),
+        json!({"loop": file, "workspace": "proj"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let own = r.json()["id"].as_str().unwrap().to_string();
+    srv.wait_run("hitl", &own, |v| v["status"] == "waiting");
+    let r = srv.post(
+        &format!("/api/v1/runs/{own}/answer"),
+        srv.token("hitl", "approver"),
+        json!({"text": "y"}),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(
+        r.error().contains("approvals.self = false")
+            && r.error()
+                .contains("someone else must answer its human_approval question"),
+        "{}",
+        r.body
+    );
+    let r = srv.post(
+        &format!("/api/v1/runs/{own}/cancel"),
+        srv.token("hitl", "operator"),
+        json!({}),
+    );
+    assert!(r.status < 300, "{}", r.body);
 }
