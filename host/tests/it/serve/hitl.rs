@@ -73,15 +73,27 @@ fn human_approval_answered_over_the_api_routes_as_little_loops() {
                 Some(("n", reason)) => vec!["runs", "deny", &id, "--reason", reason],
                 _ => vec!["runs", "answer", &id, l],
             };
-            let o = std::process::Command::new(BIN)
-                .args(&args)
-                .args(["--server", &url])
-                .current_dir(std::env::temp_dir())
-                .env_remove("LOOPBOX_STORE")
-                .env("LOOPBOX_TOKEN", srv.token("hitl", "approver"))
-                .stdin(std::process::Stdio::null())
-                .output()
-                .unwrap();
+            let cli = |role: &str| {
+                std::process::Command::new(BIN)
+                    .args(&args)
+                    .args(["--server", &url])
+                    .current_dir(std::env::temp_dir())
+                    .env_remove("LOOPBOX_STORE")
+                    .env("LOOPBOX_TOKEN", srv.token("hitl", role))
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .unwrap()
+            };
+            if l == "y" {
+                // An operator's approve is the server's 403, said as such.
+                let o = cli("operator");
+                let said = String::from_utf8_lossy(&o.stderr);
+                assert!(
+                    !o.status.success() && said.contains("needs the approver role"),
+                    "{said}"
+                );
+            }
+            let o = cli("approver");
             assert!(
                 o.status.success()
                     && String::from_utf8_lossy(&o.stdout).starts_with("answered run "),

@@ -33,17 +33,25 @@ pub fn execute(c: &Client, a: DecideArgs, verdict: Verdict, json: bool) -> Resul
         .filter(|p| p.status == ApprovalStatus::Pending)
         .collect();
     let status = run["status"].as_str().unwrap_or("?");
-    // No approval pending: a `human_approval` question is answered with the
-    // verdict; the server refuses a run that waits for no answer, and the
-    // refusal below says what it waits for.
-    if pending.is_empty() && a.approval.is_none() && a.digest.is_none() && status == "waiting" {
+    // No approval pending, and the run's last decision asks: a YAML loop's
+    // `human_approval` question, answered with the verdict (the server's
+    // refusal, a role or `approvals.self`, is this command's).
+    let asks = run["events"]
+        .as_array()
+        .and_then(|e| e.last())
+        .is_some_and(|e| e["decision"]["type"] == "ask");
+    if pending.is_empty()
+        && a.approval.is_none()
+        && a.digest.is_none()
+        && status == "waiting"
+        && asks
+    {
         let text = super::super::approve::verdict_answer(verdict, a.reason.as_deref());
-        if let Ok(answer) = c.post(
+        let answer = c.post(
             &format!("/api/v1/runs/{}/answer", segment(&id)),
             &json!({ "text": text }),
-        ) {
-            return super::deliver::done(c, "answered", &id, &answer, json);
-        }
+        )?;
+        return super::deliver::done(c, "answered", &id, &answer, json);
     }
     let chosen =
         pick(&id, status, &pending, a.approval.as_deref()).map_err(|f| with_server(c, f))?;
