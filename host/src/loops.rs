@@ -115,7 +115,43 @@ fn passed_to_commands(shell: &crate::exec::config::ShellConfig, name: &str) -> b
 /// `pass_env` name unset on the host is left out, and reads as not set, as
 /// in little-loops). [`payload_delayed`] keeps those the loop names.
 pub fn command_env(shell: &crate::exec::config::ShellConfig) -> BTreeMap<String, String> {
-    let host = crate::exec::child_env::HostEnv::Process;
+    command_env_from(shell, &crate::exec::child_env::HostEnv::Process)
+}
+
+/// [`command_env`] for a server's run: the values come from `host`, what the
+/// tenant was given (`tenants.T.env`, its `env_file`), as its commands get
+/// them, never from the server's own environment. A loop may not read the
+/// server's kind of secrets at all: a `${env.NAME}` naming `LOOPBOX_*` or
+/// `PG*` is refused, whatever the tenant's config passes, so a value an
+/// operator copied there by mistake is never put in a run's journal.
+pub fn served_env(
+    lp: &Loop,
+    shell: &crate::exec::config::ShellConfig,
+    host: &crate::exec::child_env::HostEnv,
+) -> Result<BTreeMap<String, String>> {
+    let refused: Vec<String> = loopbox_fsm::check::env_refs(lp)
+        .into_iter()
+        .map(|(_, _, name)| name)
+        .filter(|name| server_secret(name))
+        .collect();
+    if let Some(name) = refused.first() {
+        anyhow::bail!(
+            "`${{env.{name}}}`: a served loop may not read `LOOPBOX_*` or `PG*` variables, which name the server's own settings and secrets; give the value in the run's `input` (its context) instead"
+        );
+    }
+    Ok(command_env_from(shell, host))
+}
+
+/// Names of the server's settings and store credentials (`LOOPBOX_TOKEN`,
+/// `LOOPBOX_STORE`, `PGPASSWORD`, ...).
+fn server_secret(name: &str) -> bool {
+    name.starts_with("LOOPBOX_") || name.starts_with("PG")
+}
+
+fn command_env_from(
+    shell: &crate::exec::config::ShellConfig,
+    host: &crate::exec::child_env::HostEnv,
+) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = shell
         .pass_env
         .iter()
@@ -167,13 +203,24 @@ pub fn payload(
         None,
         None,
         Default::default(),
+        false,
     )
+}
+
+/// Whether a run's `human_approval` states ask a person: one is at the
+/// terminal, or the run may wait for an answer from elsewhere (`runs
+/// answer|approve|deny`, a server's API and dashboard), as an ask-tier action
+/// waits for its approval (`[confirm] unattended = "wait"`, the default).
+/// Otherwise they take little-loops' headless route at once.
+pub fn asks(config: &crate::config::Config, terminal: bool) -> bool {
+    terminal || config.confirm.unattended != crate::exec::confirm::Unattended::Decline
 }
 
 /// [`payload`] with `ll-loop run --delay`'s seconds: the run parks that long
 /// (a `sleep` decision) before its first state; and `--little-loops`, the
 /// release the run follows where little-loops' releases differ; `env`, what
-/// `${env.NAME}` reads ([`command_env`]).
+/// `${env.NAME}` reads ([`command_env`]); `ask`, whether a `human_approval`
+/// state asks a person ([`asks`]).
 #[allow(clippy::too_many_arguments)]
 pub fn payload_delayed(
     lp: &Loop,
@@ -184,6 +231,7 @@ pub fn payload_delayed(
     delay: Option<f64>,
     little_loops: Option<&str>,
     env: BTreeMap<String, String>,
+    ask: bool,
 ) -> Result<String> {
     if let Some(d) = delay.filter(|d| !d.is_finite() || *d < 0.0) {
         anyhow::bail!("--delay must be a number of seconds, 0 or more, not {d}");
@@ -217,6 +265,7 @@ pub fn payload_delayed(
                 .collect();
             env.into_iter().filter(|(k, _)| named.contains(k)).collect()
         },
+        ask,
     };
     loopbox_fsm::start::context(lp, &start).map_err(anyhow::Error::msg)?;
     Ok(start.to_json().to_string())
@@ -513,6 +562,7 @@ mod tests {
                 Some(0.5),
                 None,
                 Default::default(),
+                false,
             )
             .unwrap(),
         )
@@ -528,6 +578,7 @@ mod tests {
                 Some(bad),
                 None,
                 Default::default(),
+                false,
             )
             .unwrap_err()
             .to_string();

@@ -18,6 +18,7 @@ Nothing of little-loops is kept: only what it did.
 import json
 import os
 import pathlib
+import pty
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,18 @@ NEW_CASES = [
     ("messages.yaml", None),
 ]
 
+# `human_approval` cases a person answers at the terminal (1.167, `--1.167`):
+# (loop, the lines typed on the run's terminal, a pty). "" types nothing, so
+# the state's `timeout` runs out. The trace keeps them as `answer`; loopbox's
+# test gives the same verdicts at its terminal, with `loopbox runs
+# approve|deny|answer` and over the server's API.
+ANSWERED = [
+    ("human-approval-answered.yaml", "y\n"),
+    ("human-approval-answered.yaml", "n too risky\n"),
+    ("human-approval-answered.yaml", "e\nretry 4 times\n"),
+    ("human-approval-unanswered.yaml", ""),
+]
+
 # Cases whose repository has a commit and the branch `wt-feat` (`worktree:`
 # checks it out); loopbox's test makes the same (`common::branch_fixture`).
 BRANCHED = {"worktree.yaml"}
@@ -137,7 +150,7 @@ JUDGED = {"judge.yaml", "long-run.yaml", "agent-profile.yaml"}
 JUDGED |= {c for c, _ in CASES if c.startswith("learning-")}
 
 
-def run(ll_loop: str, loop: str, given: str | None) -> dict:
+def run(ll_loop: str, loop: str, given: str | None, answer: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         # Loops live in .loops/, where ll-loop looks for the sub-loops they name.
@@ -172,9 +185,18 @@ def run(ll_loop: str, loop: str, given: str | None) -> dict:
             argv.append("--no-llm")
         argv += ["--no-lock", "--quiet"]
         # Its own session: little-loops kills its process group at an MCP timeout.
-        # No terminal on stdin: a `human_approval` state has no operator to ask.
-        done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300, env=env,
-                              start_new_session=True, stdin=subprocess.DEVNULL)
+        # No terminal on stdin: a `human_approval` state has no operator to ask;
+        # an ANSWERED case gets a terminal (a pty) with its answer typed on it.
+        if answer is None:
+            done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300,
+                                  env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+        else:
+            master, slave = pty.openpty()
+            os.write(master, answer.encode())
+            done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300,
+                                  env=env, start_new_session=True, stdin=slave)
+            os.close(slave)
+            os.close(master)
         events = sorted((work / ".loops" / ".history").glob("*/events.jsonl"))
         events = [e for e in events if f"-{loop.removesuffix('.yaml')}" in e.parent.name] or events
         path, ending = [], {}
@@ -190,13 +212,16 @@ def run(ll_loop: str, loop: str, given: str | None) -> dict:
                     ending = e
         if ending.get("terminated_by") == "terminal":
             path.append(ending["final_state"])
-        return {
+        trace = {
             "loop": loop,
             "input": given,
             "path": path,
             "terminated_by": ending.get("terminated_by", "refused"),
             "exit_code": done.returncode,
         }
+        if answer is not None:
+            trace["answer"] = answer
+        return trace
 
 
 def main() -> None:
@@ -211,15 +236,16 @@ def main() -> None:
     if "--1.167" in only:
         only.discard("--1.167")
         cases, file = NEW_CASES, HERE / "traces-1.167.json"
+    answered = ANSWERED if file.name == "traces-1.167.json" else []
     kept = {}
     if only:
         old = json.loads(file.read_text())
-        kept = {(t["loop"], t["input"]): t for t in old["traces"]}
+        kept = {(t["loop"], t["input"], t.get("answer")): t for t in old["traces"]}
     traces = [
-        run(ll_loop, loop, given)
-        if not only or loop in only or (loop, given) not in kept
-        else kept[(loop, given)]
-        for loop, given in cases
+        run(ll_loop, loop, given, answer)
+        if not only or loop in only or (loop, given, answer) not in kept
+        else kept[(loop, given, answer)]
+        for loop, given, answer in [(l, g, None) for l, g in cases] + [(l, None, a) for l, a in answered]
     ]
     out = {"little_loops": version, "traces": traces}
     file.write_text(json.dumps(out, indent=2) + "\n")

@@ -9,7 +9,10 @@
 
 use crate::common;
 
+mod answered;
 mod real;
+
+pub use answered::{LATE, answered, lines};
 
 use std::path::Path;
 
@@ -85,7 +88,8 @@ fn loops_take_the_path_little_loops_1_167_takes() {
 
 fn same_paths(traces: &[Value], release: &str) {
     let mut failures = Vec::new();
-    for t in traces {
+    // Answered traces: `answered` gives their answers.
+    for t in traces.iter().filter(|t| t["answer"].is_null()) {
         let loop_file = t["loop"].as_str().unwrap();
         let input = t["input"].as_str();
         let dir = conformance_workspace();

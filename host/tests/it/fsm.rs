@@ -339,12 +339,11 @@ fn validate_reads_notes_or_refuses_each_little_loops_1_167_word() {
         "name: l\ninitial: a\nabstention_route_ok: true\ncontext:\n  gate: ''\n  base: 3\nstates:\n  a:\n    action: \"run ${context.gate:shell:default=true} ${context.none:default=x:shell} ${context.none?:shell}\"\n    evaluate:\n      type: exit_code\n      abstain_on_exit_3: true\n    on_yes: b\n    on_no: b\n    on_cannot_judge: b\n  b:\n    action: echo 2\n    evaluate:\n      type: convergence\n      target: 0\n      reference: ${context.base}\n    route:\n      target: done\n      progress: done\n      stall: done\n  done:\n    terminal: true\n",
         &[],
     );
-    // human_approval runs, routed as little-loops routes an approval no
-    // operator can answer; validate says so.
+    // human_approval asks a person; validate says how, and what differs.
     noted(
         "name: o\ninitial: a\nstates:\n  a:\n    action: Ship it?\n    action_type: human_approval\n    on_yes: done\n    on_no: done\n    on_edit: fix\n  fix:\n    action: \"echo ${captured.a.edit}\"\n    next: done\n  done:\n    terminal: true\n",
         &[
-            "5: state `a`: `action_type: human_approval` asks no one in loopbox yet: every visit routes `timeout` (else `no`), as little-loops routes it when no operator can be reached (no terminal, no `--serve`); answering through `loopbox runs approve|deny` is not implemented",
+            "5: state `a`: `action_type: human_approval` asks a person: at the terminal, else the run waits for `loopbox runs approve|deny|answer` or the server's API (`[confirm] unattended = \"decline\"`: the `timeout` route at once, as little-loops without an operator); an answer after the state's `timeout` routes `timeout`, but a waiting run does not wake by itself at that deadline",
         ],
     );
     noted(

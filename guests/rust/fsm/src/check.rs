@@ -118,7 +118,7 @@ pub fn check(lp: &Loop, notes: &mut Vec<Problem>) -> Vec<Problem> {
                 &lp.files,
                 s.action_line,
                 format!(
-                    "state `{}`: `action_type: human_approval` asks no one in loopbox yet: every visit routes `timeout` (else `no`), as little-loops routes it when no operator can be reached (no terminal, no `--serve`); answering through `loopbox runs approve|deny` is not implemented",
+                    "state `{}`: `action_type: human_approval` asks a person: at the terminal, else the run waits for `loopbox runs approve|deny|answer` or the server's API (`[confirm] unattended = \"decline\"`: the `timeout` route at once, as little-loops without an operator); an answer after the state's `timeout` routes `timeout`, but a waiting run does not wake by itself at that deadline",
                     s.name
                 ),
             ));

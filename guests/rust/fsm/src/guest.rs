@@ -5,7 +5,9 @@
 //! A loop's `backoff` parks the run instead of sleeping in it: the machine is
 //! saved to the run's state (with the start payload, to load the loop again),
 //! the decision is `sleep` until the pause is over, and the `tick` it names
-//! picks the machine up where it stood, in a fresh instance.
+//! picks the machine up where it stood, in a fresh instance. A
+//! `human_approval` state parks it the same way on an `ask` decision, and
+//! the person's answer (`user-input`) picks it up.
 
 use loopbox_guest::{ActionError, Decision, Event, Info, Output, Policy, log, state, workspace};
 
@@ -35,7 +37,9 @@ impl Policy for Fsm {
     fn handle(event: Event) -> Result<Decision, String> {
         let input = match event {
             Event::Start(input) => input,
-            Event::Tick(_) => return wake(),
+            Event::Tick(_) => return wake(None),
+            // A person's answer to a `human_approval` state's question.
+            Event::UserInput(text) => return wake(Some(text)),
             // The loop runs within `start` and the ticks of its own timer.
             _ => return Ok(Decision::Pass),
         };
@@ -69,6 +73,7 @@ impl Policy for Fsm {
         }
         lp.backoff_ms = start.backoff_ms(&lp);
         lp.env = start.env.clone();
+        lp.asks = start.ask;
         if let Some(r) = start.little_loops.as_deref().and_then(Release::parse) {
             lp.little_loops = Some(r);
         }
@@ -90,6 +95,11 @@ fn settle(
             forget_parked();
             loopbox_guest::done_with(end.success, end.summary.clone(), &end.data(lp))
         }
+        machine::Outcome::Asking { saved, question } => {
+            let kept = serde_json::json!({"start": start_input, "machine": saved}).to_string();
+            keep_parked(&kept)?;
+            Ok(Decision::Ask(question))
+        }
         machine::Outcome::Parked { saved, ms } => {
             let kept = serde_json::json!({"start": start_input, "machine": saved}).to_string();
             keep_parked(&kept)?;
@@ -107,8 +117,9 @@ fn settle(
     }
 }
 
-/// The timer's tick: the parked machine goes on (nothing parked: `pass`).
-fn wake() -> Result<Decision, String> {
+/// The timer's tick, or a person's answer: the parked machine goes on
+/// (nothing parked: `pass`).
+fn wake(answer: Option<String>) -> Result<Decision, String> {
     let Some(kept) = read_parked()? else {
         return Ok(Decision::Pass);
     };
@@ -130,11 +141,15 @@ fn wake() -> Result<Decision, String> {
         })?;
     lp.backoff_ms = start.backoff_ms(&lp);
     lp.env = start.env.clone();
+    lp.asks = start.ask;
     if let Some(r) = start.little_loops.as_deref().and_then(Release::parse) {
         lp.little_loops = Some(r);
     }
     let mut host = Host { cwd: None };
-    let outcome = machine::resume(&lp, saved, &mut host);
+    let outcome = match answer {
+        Some(text) => machine::answer(&lp, saved, &text, &mut host),
+        None => machine::resume(&lp, saved, &mut host),
+    };
     settle(&lp, &input, outcome, &mut host)
 }
 

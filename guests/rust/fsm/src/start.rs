@@ -32,6 +32,10 @@ pub struct Start {
     /// The variables loopbox.toml passes to commands, with their values:
     /// what `${env.NAME}` reads (see [`crate::spec::Loop::env`]).
     pub env: std::collections::BTreeMap<String, String>,
+    /// A person can answer a `human_approval` state: at the terminal, or
+    /// from elsewhere while the run waits (`[confirm] unattended = "wait"`).
+    /// Absent: little-loops' headless path (see [`crate::spec::Loop::asks`]).
+    pub ask: bool,
 }
 
 impl Start {
@@ -69,6 +73,9 @@ impl Start {
         }
         if !self.env.is_empty() {
             m.insert("env".into(), json!(self.env));
+        }
+        if self.ask {
+            m.insert("ask".into(), json!(true));
         }
         Value::Object(m)
     }
@@ -123,6 +130,11 @@ pub fn parse(input: &str) -> Result<Start, String> {
                     .collect::<Result<_, _>>()?,
                 Some(_) => return Err("`env` in the input must be an object".into()),
             };
+            let ask = match m.remove("ask") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => b,
+                Some(_) => return Err("`ask` in the input must be true or false".into()),
+            };
             let context = match m.remove("context") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(c)) => c,
@@ -130,7 +142,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
             };
             if let Some(k) = m.keys().next() {
                 return Err(format!(
-                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay, little_loops, env)"
+                    "unknown input field `{k}` (fields: path, yaml, context, input, run_dir, workspace, delay, little_loops, env, ask)"
                 ));
             }
             Ok(Start {
@@ -143,6 +155,7 @@ pub fn parse(input: &str) -> Result<Start, String> {
                 delay,
                 little_loops,
                 env,
+                ask,
             })
         }
         _ => Err(
@@ -321,6 +334,7 @@ mod tests {
             delay: Some(0.5),
             little_loops: Some("1.156.0".into()),
             env: [("HOME".to_string(), "/home/u".to_string())].into(),
+            ask: true,
         };
         assert_eq!(parse(&start.to_json().to_string()), Ok(start));
         assert!(

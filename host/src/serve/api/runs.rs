@@ -229,9 +229,28 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
                 ))
             })?;
             let run_dir = crate::loops::run_dir(&id);
-            let payload =
-                crate::loops::payload(&lp, &lf, &input_text(body.input), &run_dir, &workspace)
-                    .map_err(ApiError::usage)?;
+            // `${env.NAME}`: what the tenant's config passes its commands, with
+            // the values the tenant was given (never the server's environment).
+            let env = crate::loops::served_env(
+                &lp,
+                &prepared.config.shell,
+                &crate::exec::child_env::HostEnv::Given(std::sync::Arc::new(tenant.env.clone())),
+            )
+            .map_err(ApiError::usage)?;
+            let payload = crate::loops::payload_delayed(
+                &lp,
+                &lf,
+                &input_text(body.input),
+                &run_dir,
+                &workspace,
+                None,
+                None,
+                env,
+                // A served run waits for its answer over the API (the server
+                // has no terminal), unless the tenant's config declines.
+                crate::loops::asks(&prepared.config, false),
+            )
+            .map_err(ApiError::usage)?;
             crate::loops::create_run_dir(&workspace, &run_dir).map_err(ApiError::usage)?;
             payload
         }
@@ -548,7 +567,7 @@ pub async fn log(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {
-    text: String,
+    pub text: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -650,6 +669,33 @@ pub async fn answer(
         target: &id,
     };
     require(&server, &a.caller, Role::Operator, "answer a run", asked)?;
+    // A YAML loop asks only its `human_approval` states' questions, whose
+    // answer is a verdict on what the loop does next: an approver's to give,
+    // as an approval's decision is.
+    let run = own_run(server.store.db(), &a.caller, &id)?;
+    if run.policy == crate::loops::FSM {
+        require(
+            &server,
+            &a.caller,
+            Role::Approver,
+            "answer a YAML loop's human_approval question (approve, reject or edit what it does next)",
+            asked,
+        )?;
+        // And, as for an approval, not the run's starter under `approvals.self = false`.
+        let config = server
+            .config_file(&a.caller.tenant)
+            .and_then(|p| crate::config::Config::load(&p))
+            .map_err(ApiError::usage)?;
+        if !config.approvals.allow_self
+            && run.place.started_by.as_deref() == Some(&a.caller.actor())
+        {
+            let e = ApiError::conflict(format!(
+                "approvals.self = false: {} started run {id}, so someone else must answer its human_approval question",
+                a.caller.actor()
+            ));
+            return Err(refuse(&server, &a.caller, asked, None, e));
+        }
+    }
     Ok(Json(deliver(
         &server,
         &a.caller,

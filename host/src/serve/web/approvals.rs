@@ -4,6 +4,9 @@
 //! its digest and signer, and the digest itself; approve and deny buttons
 //! (approvers only) with a reason, whose form names the digest shown, so a
 //! request that changed after the page was drawn is refused by the API.
+//! Above them, the questions of YAML loops' `human_approval` states the
+//! tenant's runs wait on, with the prompt and approve, reject and edit
+//! buttons (approvers only), answered through the API's `answer`.
 
 use std::sync::Arc;
 
@@ -60,9 +63,24 @@ pub async fn inbox(
         }
     };
     let now = crate::db::now_ms();
+    let asked = match questions(&server, &caller.tenant) {
+        Ok(q) => q,
+        Err(e) => {
+            return error(
+                &ctx,
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("{e:#}"),
+            );
+        }
+    };
     let body = html! {
         div.head { h1 { "Approvals" } }
         @if let Some(n) = act::notice(q.note.as_deref()) { p.note role="status" { (n) } }
+        @if !asked.is_empty() {
+            div #questions {
+                @for (run, question) in &asked { (question_card(&ctx, run, question)) }
+            }
+        }
         nav.tabs {
             a href="/approvals" aria-current=[(!all).then_some("page")] { "Pending" }
             a href="/approvals?show=all" aria-current=[all.then_some("page")] { "All" }
@@ -79,6 +97,119 @@ pub async fn inbox(
         }
     };
     page(&ctx, "Approvals", "/approvals", Some(3000), body).into_response()
+}
+
+/// The tenant's runs that wait on a YAML loop's `human_approval` question
+/// (builtin:fsm asks nothing else), newest first, with the question.
+fn questions(server: &Server, tenant: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let db = server.store.db();
+    let waiting = db.run_page(
+        crate::db::page::Whose::Tenant(tenant),
+        &crate::db::page::RunFilter {
+            status: Some(crate::db::RunStatus::Waiting),
+            policy: Some(crate::loops::FSM.into()),
+            before: None,
+            limit: SHOWN,
+        },
+    )?;
+    let mut asked = vec![];
+    for row in waiting {
+        let run = db.existing_run(&row.id)?;
+        if let crate::run::driver::Next::Act {
+            decision: crate::bindings::Decision::Ask(q),
+            ..
+        } = crate::run::driver::resume_point(db, &run)?
+        {
+            asked.push((row.id, q));
+        }
+    }
+    Ok(asked)
+}
+
+/// A loop's question: its prompt as the loop wrote it, and for an approver
+/// one form whose buttons answer `approve`, `reject` (the text its reason)
+/// or `edit` (the text the replacement).
+pub fn question_card(ctx: &Ctx, run: &str, question: &str) -> Markup {
+    html! {
+        article.card.approval id={ "question-" (run) } {
+            header {
+                (status("pending"))
+                " " strong.what { "A loop asks for a verdict" }
+                span.muted { " · run " a.mono href={ "/runs/" (run) } { (run) } }
+            }
+            dl.facts {
+                dt { "Question" } dd { pre.exact data-field="question" { (untrusted(question)) } }
+            }
+            @if ctx.may(Role::Approver) {
+                form.decide method="post" action={ "/questions/" (run) } {
+                    (ctx.csrf())
+                    label for={ "text-" (run) } { "Reason, or the replacement text for Edit" }
+                    input id={ "text-" (run) } type="text" name="text" maxlength="2000";
+                    div.buttons {
+                        button.approve type="submit" name="verdict" value="approve" { "✓ Approve" }
+                        button.deny type="submit" name="verdict" value="reject" { "✗ Reject" }
+                        button type="submit" name="verdict" value="edit" { "✎ Edit" }
+                    }
+                }
+                p.muted.cli {
+                    "Or from a terminal, with LOOPBOX_TOKEN set to an approver's token: "
+                    code.wrap data-field="cli" { (crate::ui::runs_command(&format!("approve {run}"))) }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionForm {
+    verdict: String,
+    #[serde(default)]
+    text: String,
+}
+
+/// The answer a question's form gives: its verdict, then the text (a
+/// reject's reason, an edit's replacement); `None` for another verdict.
+fn answer_text(f: &QuestionForm) -> Option<String> {
+    let text = f.text.trim();
+    // One line, as a terminal's answer is: the loop reads the first word.
+    let text = text.lines().next().unwrap_or_default();
+    match (f.verdict.as_str(), text) {
+        ("approve", _) => Some("approve".into()),
+        ("reject", "") => Some("reject".into()),
+        ("reject", r) => Some(format!("reject {r}")),
+        ("edit", t) if !t.is_empty() => Some(format!("edit {t}")),
+        _ => None,
+    }
+}
+
+/// A question's form: the API's `answer` (an approver's act), then the inbox.
+pub async fn answer_question(
+    State(server): State<Arc<Server>>,
+    Path(run): Path<String>,
+    req: Request,
+) -> Response {
+    let a = match Acting::<QuestionForm>::from_request(req, &server).await {
+        Ok(a) => a,
+        Err(e) => return act::refused(&server, None, &e),
+    };
+    let Some(text) = answer_text(&a.body) else {
+        return error(
+            &Ctx::of(&server, &a.caller),
+            axum::http::StatusCode::BAD_REQUEST,
+            "answer approve, reject (with a reason if you like), or edit with the replacement text",
+        );
+    };
+    let caller = a.caller.clone();
+    let acting = Acting {
+        caller: a.caller,
+        body: crate::serve::api::runs::AnswerBody { text },
+    };
+    let result = crate::serve::api::runs::answer(State(server.clone()), Path(run), acting).await;
+    match result {
+        Ok(_) => act::see("/approvals?note=answered"),
+        Err(e) => act::refused(&server, Some(&caller), &e),
+    }
 }
 
 /// A time of the API's JSON (RFC 3339) in ms, to show as an age.
@@ -230,6 +361,40 @@ mod tests {
             "request": {"request": {"kind": "exec", "argv": argv, "program": "/usr/bin/tee", "cwd": "/w", "env": [], "stdin": "x\n"},
                         "rule": "r", "policy": "/p.wasm", "policy_digest": "pd", "signer": null, "grants": "g"},
         })
+    }
+
+    #[test]
+    fn a_questions_form_answers_with_the_verdict_and_one_line_of_text() {
+        let f = |verdict: &str, text: &str| {
+            answer_text(&QuestionForm {
+                verdict: verdict.into(),
+                text: text.into(),
+            })
+        };
+        assert_eq!(f("approve", "ignored").as_deref(), Some("approve"));
+        assert_eq!(f("reject", "").as_deref(), Some("reject"));
+        assert_eq!(
+            f("reject", " too risky\nmore").as_deref(),
+            Some("reject too risky")
+        );
+        assert_eq!(f("edit", "use 4").as_deref(), Some("edit use 4"));
+        // An edit needs its replacement; no other verdict exists.
+        assert_eq!(f("edit", "  "), None);
+        assert_eq!(f("timeout", "x"), None);
+        // The prompt is the loop's text: shown inert, and no form for an operator.
+        let mut ctx = Ctx::anonymous();
+        ctx.caller = Some(crate::serve::auth::Caller {
+            tenant: "t".into(),
+            role: Role::Operator,
+            name: "n".into(),
+            token_id: "i".into(),
+            via: crate::serve::auth::Via::Bearer,
+        });
+        let html = question_card(&ctx, "r1", "Prompt: <script>x</script>").into_string();
+        assert!(
+            html.contains("&lt;script&gt;") && !html.contains("<form"),
+            "{html}"
+        );
     }
 
     #[test]

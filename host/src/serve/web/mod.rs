@@ -49,6 +49,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/runs/{id}/{act}", post(runs::act))
         .route("/approvals", get(approvals::inbox))
         .route("/approvals/{id}/{verdict}", post(approvals::decide))
+        .route("/questions/{run}", post(approvals::answer_question))
         .route("/policies", get(admin::policies))
         .route("/audit", get(admin::audit))
         .route("/workers", get(admin::workers))

@@ -80,6 +80,11 @@ pub fn copy_dir(from: &Path, to: &Path) {
 
 /// A scratch workspace with the conformance loops (`tests/conformance/loops`)
 /// in `.loops/`, where little-loops keeps loops, and shell text granted.
+/// The conformance workspace's last lines: nobody waits for an answer, so a
+/// `human_approval` state takes little-loops' headless route, as `record.py`
+/// ran it without a terminal (a test that answers removes them).
+pub const HEADLESS: &str = "[confirm]\nunattended = \"decline\"\n";
+
 pub fn conformance_workspace() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let loops = dir.path().join(".loops");
@@ -104,7 +109,8 @@ pub fn conformance_workspace() -> tempfile::TempDir {
             "[shell]\nscripts = true\npath = \"{}:/usr/local/bin:/usr/bin:/bin\"\nallow = [[\"git\", \"ls-files\"], [\"git\", \"diff\"], [\"git\", \"hash-object\"], [\"git\", \"merge-base\"], [\"git\", \"show\"], [\"sha256sum\"]]\n\n\
              [agent]\ncommand = [\"./.loops/judge-agent\", \"{{prompt}}\"]\noutput = \"text\"\n\n[agents.loop-specialist]\nargs = [\"--agent\", \"loop-specialist\"]\n\n\
              [worktree]\nallow = true\n\n[workspace]\nread = [\".\"]\nrestore = [\"**/test_*.py\", \"**/*_test.py\", \"**/tests/**\", \"conftest.py\", \"**/conftest.py\"]\n\n\
-             [mcp.servers.probe]\ncommand = [\"python3\", \".loops/mcp-server.py\"]\ntools = [\"echo\", \"fail\", \"nope\"]\n",
+             [mcp.servers.probe]\ncommand = [\"python3\", \".loops/mcp-server.py\"]\ntools = [\"echo\", \"fail\", \"nope\"]\n\n\
+             {HEADLESS}",
             python_with_pytest().display()
         ),
     )

@@ -18,6 +18,8 @@ mod cli;
 mod config_edit;
 mod crash;
 mod egress;
+mod env;
+mod hitl;
 mod homes;
 mod leftovers;
 mod load;
@@ -446,6 +448,13 @@ pub fn shared() -> &'static Srv {
                 (
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",
+                ),
+                // `human_approval` answered over the API (hitl.rs).
+                ("hitl", roomy),
+                // `${env.NAME}` in a served loop (env.rs).
+                (
+                    "envs",
+                    "env = { LOOP_VAR = \"envs' value\", PGPASSWORD = \"envs' pg\" }\n",
                 ),
                 (
                     "creds",

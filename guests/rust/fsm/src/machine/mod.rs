@@ -269,6 +269,12 @@ pub enum Outcome {
         saved: Box<Saved>,
         ms: u64,
     },
+    /// A `human_approval` state asks a person: the run waits for the answer,
+    /// which [`answer`] takes, from `saved`.
+    Asking {
+        saved: Box<Saved>,
+        question: String,
+    },
 }
 
 /// Run a top-level loop until it ends, or until a `backoff` pause the world
@@ -288,6 +294,13 @@ pub fn resume(lp: &Loop, saved: Saved, world: &mut dyn World) -> Outcome {
     Machine::restore(lp, saved).drive(world, true)
 }
 
+/// Go on with a run that asked a person ([`Outcome::Asking`]), with their answer.
+pub fn answer(lp: &Loop, saved: Saved, text: &str, world: &mut dyn World) -> Outcome {
+    let mut m = Machine::restore(lp, saved);
+    let first = m.answered(text, world);
+    m.drive_from(world, true, Some(first))
+}
+
 /// `markers`: act on `LOOP_STOP:`/`FATAL_ERROR:` (a top-level loop, or a
 /// sub-loop whose state says `sub_loop_markers: true`).
 fn run_at(
@@ -301,7 +314,9 @@ fn run_at(
     match Machine::new(lp, input, workspace, world, depth, markers).drive(world, false) {
         Outcome::Ended(e) => e,
         // `drive` parks nothing when told not to.
-        Outcome::Parked { .. } => unreachable!("a run that may not park parked"),
+        Outcome::Parked { .. } | Outcome::Asking { .. } => {
+            unreachable!("a run that may not park parked")
+        }
     }
 }
 
@@ -347,16 +362,41 @@ impl<'a> Machine<'a> {
             maintained: 0,
             backoff_warned: false,
             prepatch_memo: BTreeMap::new(),
+            pending: None,
+            parks: false,
         }
     }
 
     /// Step until the loop ends; with `park`, until a `backoff` the world
     /// parks for. A sub-loop never parks (its parent's event is in flight):
     /// its `backoff` is skipped, with a warning.
-    fn drive(mut self, world: &mut dyn World, park: bool) -> Outcome {
+    fn drive(self, world: &mut dyn World, park: bool) -> Outcome {
+        self.drive_from(world, park, None)
+    }
+
+    /// [`Machine::drive`], the first turn's result `first` when given (an
+    /// answer taken by [`answer`]).
+    fn drive_from(
+        mut self,
+        world: &mut dyn World,
+        park: bool,
+        mut first: Option<Result<Option<u64>, Finish>>,
+    ) -> Outcome {
+        self.parks = park && self.depth == 0;
         let finish = loop {
-            match self.step(world) {
+            let turn = match first.take() {
+                Some(t) => t,
+                None => self.step(world),
+            };
+            match turn {
                 Err(finish) => break finish,
+                Ok(None) if self.pending.is_some() => {
+                    let question = self.question(world);
+                    return Outcome::Asking {
+                        saved: Box::new(self.save()),
+                        question,
+                    };
+                }
                 Ok(None) => {}
                 Ok(Some(ms)) if park && self.depth == 0 => {
                     if world.backoff(ms) {
@@ -444,6 +484,10 @@ struct Machine<'a> {
     holds: BTreeMap<String, u32>,
     /// `maintain` restarts so far (little-loops' `_iteration_count`).
     maintained: u32,
+    /// The `human_approval` question the run waits on.
+    pending: Option<approval::Pending>,
+    /// This machine can wait for a person (a top-level run that parks).
+    parks: bool,
     /// A skipped `backoff` was said once.
     backoff_warned: bool,
     /// `prepatch_check` evidence by (step diff hash, base), as little-loops'

@@ -36,6 +36,8 @@ pub struct Saved {
     prepatch_memo: Vec<((String, String), Value)>,
     #[serde(default)]
     messages: Vec<String>,
+    #[serde(default)]
+    pending: Option<super::approval::Pending>,
 }
 
 fn pairs<K: Clone, V: Clone>(m: &BTreeMap<K, V>) -> Vec<(K, V)> {
@@ -67,6 +69,7 @@ impl<'a> Machine<'a> {
             maintained: self.maintained,
             prepatch_memo: pairs(&self.prepatch_memo),
             messages: self.r.messages.clone(),
+            pending: self.pending.clone(),
         }
     }
 
@@ -102,6 +105,8 @@ impl<'a> Machine<'a> {
             maintained: saved.maintained,
             backoff_warned: false,
             prepatch_memo: saved.prepatch_memo.into_iter().collect(),
+            pending: saved.pending,
+            parks: true,
         }
     }
 }

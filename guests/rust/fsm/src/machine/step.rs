@@ -117,6 +117,21 @@ impl<'a> Machine<'a> {
         }
         self.enter(state, world);
         let next = self.execute(state, world)?;
+        // A `human_approval` state waits for a person: the run parks here.
+        if self.pending.is_some() {
+            return Ok(None);
+        }
+        self.go_to(state, next)
+    }
+
+    /// Take the route a state chose (`None`: none did): the caps on routes,
+    /// then the next state, and the `backoff` due after it.
+    pub(super) fn go_to(
+        &mut self,
+        state: &State,
+        next: Option<String>,
+    ) -> Result<Option<u64>, Finish> {
+        let lp = self.r.lp;
         let next = match next {
             Some(n) => n,
             // `maintain`: where nothing routes, the loop starts again.

@@ -403,6 +403,91 @@ fn human_approval_routes_as_an_approval_nobody_answered() {
     );
 }
 
+/// A run whose host lets a person answer parks on the question; each
+/// answer routes as little-loops routes that verdict, and an answer after
+/// the deadline is the `timeout` verdict.
+#[test]
+fn human_approval_asks_and_routes_each_answer() {
+    let yaml = "name: h\ninitial: check\nstates:\n  check:\n    action: 'Approve?'\n    action_type: human_approval\n    timeout: 60\n    on_yes: approved\n    on_no: rejected\n    on_edit: revise\n    on_timeout: waited\n  revise:\n    terminal: true\n  approved:\n    terminal: true\n  rejected:\n    terminal: true\n  waited:\n    terminal: true\n";
+    let mut l = lp(yaml);
+    l.asks = true;
+    // Each answer in turn (the last one the end), with the clock's step.
+    let answered = |answers: &[&str], tick_ms: u64| {
+        let mut w = Scripted::new(vec![]);
+        let mut outcome = super::start(&l, &Map::new(), None, &mut w);
+        let mut questions = vec![];
+        w.tick_ms = tick_ms;
+        for a in answers {
+            let super::Outcome::Asking { saved, question } = outcome else {
+                panic!("not asking: {outcome:?}");
+            };
+            questions.push(question);
+            // What the guest keeps, and reads back with the answer.
+            let back: super::Saved =
+                serde_json::from_str(&serde_json::to_string(&saved).unwrap()).unwrap();
+            outcome = super::answer(&l, back, a, &mut w);
+        }
+        let super::Outcome::Ended(end) = outcome else {
+            panic!("not ended: {outcome:?}");
+        };
+        (end.path, end.captured["check"].clone(), questions)
+    };
+    let (path, c, q) = answered(&["y"], 1);
+    assert_eq!(path, ["check", "approved"]);
+    assert_eq!(
+        c,
+        json!({"output": "", "verdict": "approve", "edit": null, "reason": null})
+    );
+    assert!(
+        q[0].starts_with(
+            "Human approval requested\n  Loop: h\n  State: check\n  Prompt: Approve?\n"
+        ),
+        "{}",
+        q[0]
+    );
+    let (path, c, _) = answered(&["no too risky"], 1);
+    assert_eq!(path, ["check", "rejected"]);
+    assert_eq!(c["reason"], "too risky");
+    // `e`, then the replacement; an unreadable answer asks again.
+    let (path, c, q) = answered(&["maybe", "e", "retry 4 times"], 1);
+    assert_eq!(path, ["check", "revise"]);
+    assert_eq!(
+        c,
+        json!({"output": "retry 4 times", "verdict": "edit", "edit": "retry 4 times", "reason": null})
+    );
+    assert!(q[1].starts_with("Expected y/yes/approve"), "{}", q[1]);
+    assert_eq!(q[2], "Enter replacement text (one line):");
+    let (path, c, _) = answered(&["edit retry 3 times"], 1);
+    assert_eq!(
+        (path, c["edit"].clone()),
+        (
+            vec!["check".to_string(), "revise".into()],
+            json!("retry 3 times")
+        )
+    );
+    // Past the 60 s: `timeout`, whatever the answer; without `on_edit`, `yes`.
+    let (path, c, _) = answered(&["y"], 61_000);
+    assert_eq!(
+        (path, c["verdict"].clone(), c["reason"].clone()),
+        (
+            vec!["check".to_string(), "waited".into()],
+            json!("timeout"),
+            json!(null)
+        )
+    );
+    let no_edit = yaml.replace("    on_edit: revise\n", "");
+    let mut l2 = lp(&no_edit);
+    l2.asks = true;
+    let mut w = Scripted::new(vec![]);
+    let super::Outcome::Asking { saved, .. } = super::start(&l2, &Map::new(), None, &mut w) else {
+        panic!()
+    };
+    let super::Outcome::Ended(end) = super::answer(&l2, *saved, "e new", &mut w) else {
+        panic!()
+    };
+    assert_eq!(end.path, ["check", "approved"]);
+}
+
 #[test]
 fn max_retries_counts_consecutive_reentries() {
     let yaml = "name: r\ninitial: poll\nstates:\n  poll:\n    action: check\n    on_yes: done\n    on_no: $current\n    max_retries: 2\n    on_retry_exhausted: gave-up\n  done:\n    terminal: true\n  gave-up:\n    terminal: true\n    failure: true\n";

@@ -92,6 +92,10 @@ pub struct Loop {
     /// `${env.NAME}`: the variables loopbox.toml passes to commands (`[shell]
     /// path` as `PATH`, and `pass_env`'s), as the host gave them at the start.
     pub env: std::collections::BTreeMap<String, String>,
+    /// A `human_approval` state asks a person (at the terminal, or parked
+    /// until someone answers from elsewhere) rather than taking little-loops'
+    /// headless `timeout` route at once: the host says so at the start.
+    pub asks: bool,
 }
 
 impl Loop {

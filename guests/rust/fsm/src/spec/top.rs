@@ -147,6 +147,7 @@ pub fn read_loop(root: &Node, p: &mut Problems) -> Option<Loop> {
         notes: Vec::new(),
         little_loops,
         env: Default::default(),
+        asks: false,
     })
 }
 

@@ -182,7 +182,9 @@ impl Asker for TerminalAsker {
 }
 
 /// Show `message` and read one line from the person at the terminal; None without one
-/// (stdin not a terminal, or `CI` set), or when reading fails.
+/// (stdin not a terminal, or `CI` set), or when reading fails or meets the end
+/// of input (a closed terminal answers nothing: the run waits, rather than
+/// taking an empty line for an answer again and again).
 pub fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
     if !can_ask() {
         return None;
@@ -193,7 +195,8 @@ pub fn read_answer(ui: &Ui, message: &str, prompt: &str) -> Option<String> {
         loopbox::errprint!("{prompt}");
         let _ = std::io::stderr().flush();
         std::io::stdin().lock().read_line(&mut answer).ok()
-    })?;
+    })
+    .filter(|read| *read > 0)?;
     Some(answer.trim_end_matches(['\n', '\r']).to_string())
 }
 

@@ -110,6 +110,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
                 args.delay,
                 args.little_loops.as_deref(),
                 loops::command_env(&prepared.config.shell),
+                loops::asks(&prepared.config, !args.json && super::drive::can_ask()),
             )
             .map_err(Failure::usage)?;
             loops::create_run_dir(workspace, &run_dir).map_err(Failure::usage)?;

@@ -108,6 +108,7 @@ fn a_parked_run_goes_on_from_what_it_saved_through_json() {
                 assert_eq!(*saved, back);
                 outcome = resume(&l, back, &mut w);
             }
+            Outcome::Asking { .. } => unreachable!("the loop asks nobody"),
         }
     };
     // A pause after every route: check->fix, fix->done, then fix->done twice;
@@ -133,6 +134,7 @@ fn a_parked_run_keeps_its_clock_so_the_loop_timeout_counts_the_pauses() {
         match outcome {
             Outcome::Ended(e) => break e,
             Outcome::Parked { saved, .. } => outcome = resume(&l, *saved, &mut w),
+            Outcome::Asking { .. } => unreachable!("the loop asks nobody"),
         }
     };
     assert_eq!(end.end, End::Timeout, "{end:?}");

@@ -2,6 +2,8 @@
 //! then continue the run in this process (a standalone run; a hook session
 //! finds the decision at its next event, a server's run is moved on by the
 //! server). The decision is an audited act, bound to the request shown here.
+//! A run that waits on a YAML loop's `human_approval` question instead is
+//! answered `approve`, or `reject` with the reason ([`verdict_answer`]).
 
 use std::path::Path;
 
@@ -170,6 +172,17 @@ pub(super) fn digest_seen(a: &Approval, seen: &str) -> Result<(), Failure> {
     )))
 }
 
+/// The answer `approve` or `deny` gives a run that waits on a question (a
+/// YAML loop's `human_approval` state, which reads it as little-loops reads
+/// a verdict typed at its terminal): `approve`, or `reject` and the reason.
+pub(super) fn verdict_answer(verdict: Verdict, reason: Option<&str>) -> String {
+    match (verdict, reason.map(str::trim).filter(|r| !r.is_empty())) {
+        (Verdict::Approve, _) => "approve".into(),
+        (Verdict::Deny, Some(r)) => format!("reject {r}"),
+        (Verdict::Deny, None) => "reject".into(),
+    }
+}
+
 pub fn execute(
     args: DecideArgs,
     verdict: Verdict,
@@ -185,6 +198,29 @@ pub fn execute(
             ..Default::default()
         })
         .map_err(Failure::internal)?;
+    // A YAML loop's `human_approval` state asks a question, not for an
+    // approval: the verdict is its answer.
+    if pending.is_empty()
+        && args.approval.is_none()
+        && args.digest.is_none()
+        && !args.no_resume
+        && matches!(
+            loopbox::run::driver::resume_point(&db, &run).map_err(Failure::internal)?,
+            loopbox::run::driver::Next::Act {
+                decision: loopbox::bindings::Decision::Ask(_),
+                ..
+            }
+        )
+    {
+        drop(db);
+        let answer = cont::AnswerArgs {
+            id: run.id.clone(),
+            text: verdict_answer(verdict, args.reason.as_deref()),
+            allow_policy_change: args.allow_policy_change,
+            accept_config_change: args.accept_config_change,
+        };
+        return cont::answer(answer, json, workspace);
+    }
     let a = pick(
         &run.id,
         run.seen_status().as_str(),

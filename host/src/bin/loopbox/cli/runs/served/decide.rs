@@ -33,6 +33,26 @@ pub fn execute(c: &Client, a: DecideArgs, verdict: Verdict, json: bool) -> Resul
         .filter(|p| p.status == ApprovalStatus::Pending)
         .collect();
     let status = run["status"].as_str().unwrap_or("?");
+    // No approval pending, and the run's last decision asks: a YAML loop's
+    // `human_approval` question, answered with the verdict (the server's
+    // refusal, a role or `approvals.self`, is this command's).
+    let asks = run["events"]
+        .as_array()
+        .and_then(|e| e.last())
+        .is_some_and(|e| e["decision"]["type"] == "ask");
+    if pending.is_empty()
+        && a.approval.is_none()
+        && a.digest.is_none()
+        && status == "waiting"
+        && asks
+    {
+        let text = super::super::approve::verdict_answer(verdict, a.reason.as_deref());
+        let answer = c.post(
+            &format!("/api/v1/runs/{}/answer", segment(&id)),
+            &json!({ "text": text }),
+        )?;
+        return super::deliver::done(c, "answered", &id, &answer, json);
+    }
     let chosen =
         pick(&id, status, &pending, a.approval.as_deref()).map_err(|f| with_server(c, f))?;
     if let Some(seen) = &a.digest {

@@ -22,7 +22,13 @@ fn refuse_local(c: &Client, id: &str, given: bool) -> Result<(), Failure> {
     )
 }
 
-fn done(c: &Client, what: &str, id: &str, answer: &Value, json: bool) -> Result<i32, Failure> {
+pub(super) fn done(
+    c: &Client,
+    what: &str,
+    id: &str,
+    answer: &Value,
+    json: bool,
+) -> Result<i32, Failure> {
     let status = answer["status"].as_str().unwrap_or("queued");
     if json {
         loopbox::outln!("{}", json!({"run_id": id, "status": status}));
