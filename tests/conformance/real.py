@@ -267,6 +267,11 @@ args = ["--agent", "loop-specialist"]
 
 [worktree]
 allow = true
+
+# No one answers: a human_approval state takes its timeout route at once, as
+# little-loops' does when its stdin is not a terminal ("headless").
+[confirm]
+unattended = "decline"
 """
 
 
