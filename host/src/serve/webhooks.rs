@@ -367,6 +367,60 @@ mod tests {
         assert!(e.contains("loopbox's own server"), "{e}");
     }
 
+    /// The JSON body carries the event's id and its dashboard link; the
+    /// Slack one is a `text` naming the tenant and linking the page.
+    #[test]
+    fn a_body_links_the_dashboard_in_json_or_slack_form() {
+        let mut d = Due {
+            id: "evt_1.wh_1".into(),
+            event_id: "evt_1".into(),
+            tenant: "alpha".into(),
+            kind: "run.finished".into(),
+            data: json!({"run": "r1", "status": "failed"}),
+            created_at_ms: 5,
+            attempts: 0,
+            url: "https://hooks.example.com/x".into(),
+            format: "json".into(),
+            secret: "whsec_k".into(),
+        };
+        let v: Value = serde_json::from_slice(&body(&d, "https://lbx.example/")).unwrap();
+        assert_eq!(
+            v,
+            json!({"id": "evt_1", "type": "run.finished", "created_at_ms": 5, "tenant": "alpha",
+                   "data": {"run": "r1", "status": "failed"}, "url": "https://lbx.example/runs/r1"})
+        );
+        d.format = "slack".into();
+        let v: Value = serde_json::from_slice(&body(&d, "https://lbx.example")).unwrap();
+        assert_eq!(
+            v,
+            json!({"text": "loopbox, tenant alpha: run r1 failed <https://lbx.example/runs/r1|open>"})
+        );
+    }
+
+    /// At delivery the addresses a name resolves to are checked again, and
+    /// only those are connected to: a name that has come to resolve to
+    /// loopback (DNS rebinding) is refused without a connection.
+    #[test]
+    fn a_delivery_to_a_name_now_resolving_to_loopback_is_refused() {
+        let d = Due {
+            id: "e.w".into(),
+            event_id: "e".into(),
+            tenant: "t".into(),
+            kind: "run.finished".into(),
+            data: json!({}),
+            created_at_ms: 0,
+            attempts: 0,
+            url: "http://localhost:9/hook".into(),
+            format: "json".into(),
+            secret: "s".into(),
+        };
+        let guard = Guard::own(vec!["127.0.0.1".parse().unwrap()]);
+        match send(&d, &guard, "http://x") {
+            Attempt::Failed(None, why) => assert!(why.starts_with("refused: "), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// The signature a receiver recomputes: HMAC-SHA256 of `t.body`
     /// (checked against the value Python's `hmac` gives for the same input).
     #[test]
