@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::Db;
 use crate::db::audit::{AuditEntry, Refused};
-use crate::db::engine::{Conn, OptionalExtension, Row, params};
+use crate::db::engine::{Conn, Engine, OptionalExtension, Row, Scope, params};
 use crate::db::now_ms;
 
 /// The events a webhook may ask for.
@@ -330,12 +330,30 @@ impl Db {
         if !self.has_webhooks() {
             return Ok(Vec::new());
         }
-        self.write("claim webhook deliveries", |tx| {
+        // Most ticks find nothing: a read, and no transaction, says so.
+        let due_now: Option<i64> = self
+            .conn()
+            .row(
+                "SELECT 1 FROM webhook_deliveries WHERE status = 'queued' AND next_at <= ?1 AND (claimed_until IS NULL OR claimed_until < ?1) LIMIT 1",
+                [now],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if due_now.is_none() {
+            return Ok(Vec::new());
+        }
+        // The rows read are locked or skipped (PostgreSQL): servers claim in
+        // parallel with each other and with the runs' writers, never the same row.
+        let skip_locked = match self.engine() {
+            Engine::Postgres => " FOR UPDATE OF d SKIP LOCKED",
+            Engine::Sqlite => "",
+        };
+        self.write_in(Scope::Rows, "claim webhook deliveries", |tx| {
             let due = tx.query(
-                "SELECT d.id, d.event_id, d.tenant, d.kind, d.data, d.created_at, d.attempts, w.url, w.format, w.secret
+                &format!("SELECT d.id, d.event_id, d.tenant, d.kind, d.data, d.created_at, d.attempts, w.url, w.format, w.secret
                  FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
                  WHERE d.status = 'queued' AND d.next_at <= ?1 AND (d.claimed_until IS NULL OR d.claimed_until < ?1)
-                 ORDER BY d.next_at, d.id LIMIT ?2",
+                 ORDER BY d.next_at, d.id LIMIT ?2{skip_locked}"),
                 params![now, max],
                 |r| {
                     let data: String = r.get(4)?;
@@ -369,7 +387,7 @@ impl Db {
         if !self.has_webhooks() {
             return Ok(());
         }
-        self.write("release webhook deliveries", |tx| {
+        self.write_in(Scope::Rows, "release webhook deliveries", |tx| {
             tx.exec(
                 "UPDATE webhook_deliveries SET claimed_until = NULL WHERE status = 'queued' AND claimed_until IS NOT NULL",
                 [],
@@ -383,7 +401,7 @@ impl Db {
     pub fn record_attempt(&self, due: &Due, how: &Attempt) -> Result<()> {
         let now = now_ms();
         let attempts = due.attempts + 1;
-        self.write("record a webhook delivery", |tx| {
+        self.write_in(Scope::Rows, "record a webhook delivery", |tx| {
             match how {
                 Attempt::Delivered(status) => tx.exec(
                     "UPDATE webhook_deliveries SET status = 'delivered', attempts = ?2, last_status = ?3, last_error = NULL, done_at = ?4, claimed_until = NULL WHERE id = ?1 AND status = 'queued'",
