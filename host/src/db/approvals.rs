@@ -226,6 +226,23 @@ fn new_id() -> Result<String> {
     Ok(format!("a{:016x}", u64::from_le_bytes(bytes)))
 }
 
+/// Queue the `approval.decided` webhooks of `a`'s run's tenant: `status` by `by`.
+fn decided_event(
+    tx: &crate::db::Conn,
+    a: &Approval,
+    status: &str,
+    by: &str,
+    reason: Option<&str>,
+) -> Result<()> {
+    super::webhooks::emit_for_run(
+        tx,
+        &a.run_id,
+        "approval.decided",
+        Some(&format!("approval.decided/{}", a.id)),
+        serde_json::json!({"approval": a.id, "run": a.run_id, "what": a.what, "status": status, "decided_by": by, "reason": reason}),
+    )
+}
+
 impl Db {
     /// Record a pending approval.
     pub fn request_approval(&self, a: &NewApproval<'_>) -> Result<Approval> {
@@ -249,6 +266,15 @@ impl Db {
                     a.allow_self as i64
                 ],
             )?;
+            if self.has_webhooks() {
+                super::webhooks::emit_for_run(
+                    tx,
+                    a.run,
+                    "approval.pending",
+                    Some(&format!("approval.pending/{id}")),
+                    serde_json::json!({"approval": id, "run": a.run, "what": a.what, "rule": a.rule, "digest": a.digest, "deadline_ms": deadline}),
+                )?;
+            }
             Ok(())
         })?;
         self.approval(&id)?
@@ -429,6 +455,9 @@ impl Db {
                 "UPDATE approvals SET status = ?2, decided_by = ?3, decided_at = ?4, reason = ?5 WHERE id = ?1 AND status = 'pending'",
                 params![d.id, status.as_str(), d.actor, now, d.reason],
             )?;
+            if self.has_webhooks() {
+                decided_event(tx, &a, status.as_str(), d.actor, d.reason)?;
+            }
             Ok(Ok(a.id))
         })?;
         match decided {
@@ -456,6 +485,14 @@ impl Db {
                         "UPDATE approvals SET status = 'expired', decided_by = 'loopbox', decided_at = ?2, reason = 'nobody decided before the deadline (approvals.timeout)' WHERE id = ?1 AND status = 'pending'",
                         params![id, now],
                     )?;
+                    if changed > 0 && self.has_webhooks() {
+                        let a = tx.row(
+                            &format!("SELECT {COLUMNS} FROM approvals WHERE id = ?1"),
+                            [id],
+                            approval,
+                        )?;
+                        decided_event(tx, &a, "expired", "loopbox", a.reason.as_deref())?;
+                    }
                     if changed > 0 {
                         let (digest, run, tenant): (String, String, Option<String>) = tx.row(
                             "SELECT a.digest, a.run_id, r.tenant FROM approvals a JOIN runs r ON r.id = a.run_id WHERE a.id = ?1",

@@ -25,6 +25,7 @@ mod schema;
 mod snapshots;
 mod spend;
 mod wake;
+pub mod webhooks;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

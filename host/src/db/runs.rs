@@ -424,6 +424,7 @@ impl Db {
             // A timer (`wake_at`) lasts only while the run is parked by it.
             tx.exec("UPDATE runs SET status = ?2, outcome = COALESCE(?3, outcome), updated_at = ?4, wake_at = CASE WHEN ?2 = 'waiting' THEN wake_at END WHERE id = ?1", params![id, status, outcome, now_ms()])?;
             forget_snapshots_of_ended(tx, id, status)?;
+            self.emit_finished(tx, id, status)?;
             Ok(())
         })
     }
@@ -437,6 +438,7 @@ impl Db {
                 params![id, status, outcome, now_ms()],
             )?;
             forget_snapshots_of_ended(tx, id, status)?;
+            self.emit_finished(tx, id, status)?;
             Ok(())
         })?;
         // Ended by its holder: the claim is over.
@@ -444,6 +446,33 @@ impl Db {
             self.forget_fence(id, epoch);
         }
         Ok(())
+    }
+
+    /// A served run that ended `done`, `failed` or `interrupted` queues its
+    /// tenant's `run.finished` webhooks in the transaction `tx` that says so.
+    fn emit_finished(&self, tx: &super::Conn, id: &str, status: RunStatus) -> Result<()> {
+        if !matches!(
+            status,
+            RunStatus::Done | RunStatus::Failed | RunStatus::Interrupted
+        ) || !self.has_webhooks()
+        {
+            return Ok(());
+        }
+        let (policy, outcome): (String, Option<String>) = tx.row(
+            "SELECT policy, outcome FROM runs WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let summary = outcome
+            .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok())
+            .and_then(|o| o["summary"].as_str().map(String::from));
+        super::webhooks::emit_for_run(
+            tx,
+            id,
+            "run.finished",
+            None,
+            serde_json::json!({"run": id, "status": status.as_str(), "policy": policy, "summary": summary}),
+        )
     }
 
     pub fn add_turn(&self, id: &str) -> Result<u32> {

@@ -6,7 +6,7 @@ use rusqlite::Connection;
 
 use super::engine::{Conn, Engine};
 
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// The oldest schema whose tables this loopbox can read as they are: a
 /// read-only command reads such a store without upgrading it, so it needs no
@@ -18,7 +18,8 @@ pub const SCHEMA_VERSION: i64 = 13;
 /// `workers` table only by claims, which upgrade the store first; schema 11's
 /// `quota_spends` only by a server's quotas, which open the store to write;
 /// schema 12's `connections` is read as empty where absent; schema 13's
-/// `resume_with` only by drivers, which upgrade the store first.
+/// `resume_with` only by drivers, which upgrade the store first; schema 14's
+/// `webhooks` and `webhook_deliveries` only where [`WEBHOOKS`] is had.
 pub const READABLE_FROM: i64 = 5;
 
 /// The schema that added `approvals`, `audit` and the runs' tenant, workspace
@@ -30,6 +31,9 @@ pub const SPEND: i64 = 9;
 
 /// The schema that added leases that fail over (`lease_epoch`, `lease_expires`, `workers`).
 pub const LEASES: i64 = 10;
+
+/// The schema that added a server's webhooks and their delivery queue (`db/webhooks.rs`).
+pub const WEBHOOKS: i64 = 14;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -166,6 +170,43 @@ CREATE TABLE IF NOT EXISTS connections (
     ms INTEGER NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
+-- Schema 14: a served tenant's webhooks (`db/webhooks.rs`): where its events go,
+-- which (`events`, space-separated and space-framed), the body's form, and
+-- the secret that signs them (kept to sign, never shown again after creation).
+CREATE TABLE IF NOT EXISTS webhooks (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    url TEXT NOT NULL,
+    events TEXT NOT NULL,
+    format TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    created_by TEXT NOT NULL,
+    deleted_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS webhooks_by_tenant ON webhooks (tenant);
+-- Schema 14: one row per event and webhook, written in the transaction of the
+-- change it tells of; the queue a server delivers from (at least once: the
+-- event id is the receiver's key to drop a repeat) and the delivery log.
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    id TEXT PRIMARY KEY,
+    event_id TEXT NOT NULL,
+    webhook_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    next_at INTEGER NOT NULL,
+    claimed_until INTEGER,
+    last_status INTEGER,
+    last_error TEXT,
+    done_at INTEGER,
+    UNIQUE (event_id, webhook_id)
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (status, next_at);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_by_tenant ON webhook_deliveries (tenant, created_at);
 CREATE TABLE IF NOT EXISTS snapshots (
     run_id TEXT NOT NULL REFERENCES runs(id),
     id INTEGER NOT NULL,

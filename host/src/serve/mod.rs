@@ -15,6 +15,7 @@
 //! - [`api`]: the JSON API under `/api/v1`.
 //! - [`web`]: the dashboard, pages over the API's handlers.
 //! - [`url`]: the URL the server is reached at, in the commands it prints.
+//! - [`webhooks`]: a tenant's events sent to its webhooks, signed, from the store's queue.
 //!
 //! [`Server`] is what they share. [`serve`] starts it: it takes the data
 //! directory's lock (one server per data directory), picks up what its last
@@ -35,6 +36,7 @@ pub mod tenancy;
 pub mod tenant;
 pub mod url;
 pub mod web;
+pub mod webhooks;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -230,7 +232,8 @@ impl Server {
                 &actions,
                 &turns,
             )
-            .with_budget(budget, &charges);
+            .with_budget(budget, &charges)
+            .notifying(store.db().clone());
             if shared_store {
                 // Every worker and server on the store shares the store's count.
                 q = q.on_store(store.clone());
@@ -476,6 +479,8 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
             }
         })
     };
+    // Only `serve` delivers webhooks; workers queue them with the changes they write.
+    let delivering = tokio::spawn(webhooks::deliver(server.clone()));
     ready(addr, &server);
     tokio::select! {
         _ = term.recv() => {}
@@ -496,5 +501,6 @@ pub async fn serve(opts: &Options, ready: impl FnOnce(SocketAddr, &Server)) -> R
         d.abort();
     }
     sweeping.abort();
+    delivering.abort();
     Ok(())
 }

@@ -180,6 +180,8 @@ pub struct TenantQuota {
     /// On a store shared by several processes: the store counts the windows
     /// and holds the day's spend, not this process's memory.
     shared: Option<Store>,
+    /// Where a spent daily budget queues the tenant's `budget.reached` webhooks.
+    events: Option<crate::db::Db>,
 }
 
 impl TenantQuota {
@@ -197,6 +199,7 @@ impl TenantQuota {
             budget: DailyBudget::default(),
             spent: Mutex::new(SpendWindow::default()),
             shared: None,
+            events: None,
             windows: Mutex::new((
                 Window::new(
                     format!("tenants.{tenant}.actions_per_hour"),
@@ -233,6 +236,33 @@ impl TenantQuota {
         self
     }
 
+    /// Queue the tenant's `budget.reached` webhooks in `db` when a daily
+    /// budget refuses a turn.
+    pub fn notifying(mut self, db: crate::db::Db) -> TenantQuota {
+        self.events = Some(db);
+        self
+    }
+
+    /// A daily budget refused a turn (`why`): tell the tenant's webhooks, once
+    /// per budget and day (UTC) however many turns and processes it refuses.
+    fn budget_reached(&self, now: i64, why: &str) {
+        let Some(db) = &self.events else { return };
+        let which = if why.contains("max_cost_usd_per_day") {
+            "max_cost_usd_per_day"
+        } else {
+            "max_tokens_per_day"
+        };
+        let budget = format!("tenants.{}.{which}", self.tenant);
+        let key = format!("budget.reached/{}/{which}/{}", self.tenant, now / DAY_MS);
+        let data = serde_json::json!({"budget": budget, "message": why});
+        if let Err(e) = db.emit_event(&self.tenant, "budget.reached", Some(&key), &data) {
+            crate::errln!(
+                "loopbox serve: queueing tenant `{}`'s budget.reached webhooks failed: {e:#}",
+                self.tenant
+            );
+        }
+    }
+
     /// What the tenant's runs spent in the 24 hours before `now`, as this
     /// process counted it (see [`TenantQuota::day_spent`] for a shared store).
     pub fn spent_today(&self, now: i64) -> Totals {
@@ -263,7 +293,11 @@ impl TenantQuota {
                 .join(", ")
             )
         })?;
-        Ok(self.judge_budget(&spent))
+        let judged = self.judge_budget(&spent);
+        if let Err(why) = &judged {
+            self.budget_reached(now, why);
+        }
+        Ok(judged)
     }
 
     /// Whether `spent` (the last 24 hours') leaves room for another turn.
@@ -350,7 +384,10 @@ impl TenantQuota {
             Spend::AgentTurn => {
                 turns.check(now, "agent turns")?;
                 let spent = self.spent_today(now);
-                self.judge_budget(&spent)?;
+                if let Err(why) = self.judge_budget(&spent) {
+                    self.budget_reached(now, &why);
+                    return Err(why);
+                }
                 turns.push(now);
             }
         }

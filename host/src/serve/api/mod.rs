@@ -5,7 +5,7 @@
 //! - [`extract`]: the caller, the CSRF check, bounded bodies.
 //! - [`error`]: `{"error", "causes"}` with the status that fits.
 //! - [`refusal`]: refused acts written to the audit log.
-//! - [`runs`], [`approvals`], [`admin`], [`spend`]: the routes.
+//! - [`runs`], [`approvals`], [`admin`], [`spend`], [`webhooks`]: the routes.
 
 pub mod admin;
 pub mod approvals;
@@ -14,6 +14,7 @@ pub mod extract;
 pub mod refusal;
 pub mod runs;
 pub mod spend;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -54,6 +55,12 @@ pub fn router(server: Arc<Server>) -> Router {
         .route(
             "/api/v1/tokens/{name}",
             axum::routing::delete(admin::revoke_token),
+        )
+        .route("/api/v1/webhooks", get(webhooks::list).post(webhooks::add))
+        .route("/api/v1/webhooks/deliveries", get(webhooks::log))
+        .route(
+            "/api/v1/webhooks/{id}",
+            axum::routing::delete(webhooks::delete),
         )
         .route(
             "/api/v1/config",

@@ -68,6 +68,7 @@ pub fn notice(note: Option<&str>) -> Option<&'static str> {
         "approved" => "Approved: the run goes on and the action runs once.",
         "denied" => "Denied: the policy hears `declined` with your reason.",
         "revoked" => "Token revoked; its sessions ended.",
+        "webhook-deleted" => "Webhook deleted; its queued deliveries were given up.",
         _ => return None,
     })
 }

@@ -7,7 +7,7 @@
 //! - [`session`]: signing in with a token (a session cookie) and out.
 //! - [`act`]: a form's post handed to an API handler, its answer turned into a
 //!   redirect or an error page.
-//! - [`runs`], [`approvals`], [`admin`]: the pages.
+//! - [`runs`], [`approvals`], [`admin`], [`webhooks`]: the pages.
 //!
 //! Every word a policy, a command, an agent or a loop file wrote is escaped
 //! (maud escapes what it is given; [`page::untrusted`] also shows the
@@ -23,6 +23,7 @@ pub mod assets;
 pub mod page;
 pub mod runs;
 pub mod session;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -55,6 +56,8 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/workers", get(admin::workers))
         .route("/tokens", get(admin::tokens).post(admin::create_token))
         .route("/tokens/{name}/revoke", post(admin::revoke_token))
+        .route("/webhooks", get(webhooks::list).post(webhooks::create))
+        .route("/webhooks/{id}/delete", post(webhooks::delete))
         .route("/assets/{file}", get(assets::serve))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(server)

@@ -118,7 +118,7 @@ pub fn pretty(v: &Value) -> String {
 }
 
 /// The sections of the navigation, and who sees each.
-const NAV: [(&str, &str, Role); 6] = [
+const NAV: [(&str, &str, Role); 7] = [
     ("/runs", "Runs", Role::Viewer),
     // On a shared store only: the workers that drive the runs.
     ("/workers", "Workers", Role::Viewer),
@@ -126,6 +126,7 @@ const NAV: [(&str, &str, Role); 6] = [
     ("/policies", "Policies", Role::Viewer),
     ("/audit", "Audit", Role::Viewer),
     ("/tokens", "Tokens", Role::Admin),
+    ("/webhooks", "Webhooks", Role::Admin),
 ];
 
 /// A whole page: `here` is the navigation entry it belongs to; `refresh_ms`,

@@ -33,6 +33,7 @@ mod scale;
 mod spend;
 mod wakeups;
 mod web;
+mod webhooks;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -12,9 +12,14 @@ const NEVER: &str =
     r#"{"prompt": "Fix the build.", "completion_promise": "NEVER", "max_iterations": 50}"#;
 
 pub(super) fn start_ralph(srv: &Srv) -> String {
+    start_ralph_as(srv, "spender")
+}
+
+/// [`start_ralph`] in `tenant`'s `proj`.
+pub(super) fn start_ralph_as(srv: &Srv, tenant: &str) -> String {
     let r = srv.post(
         "/api/v1/runs",
-        srv.token("spender", "operator"),
+        srv.token(tenant, "operator"),
         json!({"policy": "ralph", "workspace": "proj", "input": serde_json::from_str::<Value>(NEVER).unwrap(), "max_turns": 20}),
     );
     assert_eq!(r.status, 201, "{}", r.body);
