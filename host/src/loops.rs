@@ -14,6 +14,8 @@ use loopbox_fsm::{Files, Problem};
 
 use crate::caps::workspace::Withheld;
 
+pub mod view;
+
 /// The policy that runs YAML loops.
 pub const FSM: &str = "builtin:fsm";
 
@@ -61,6 +63,114 @@ impl Files for WorkspaceFiles<'_> {
     }
 }
 
+/// What the run's policy may read of `workspace` under `config`: what it
+/// cannot read, a loop cannot import or be started from either.
+fn withheld(workspace: &Path, config: &crate::config::Config) -> (Option<Dir>, Withheld) {
+    let dir = Dir::open_ambient_dir(workspace, ambient_authority()).ok();
+    let root = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let hidden = crate::exec::sandbox::hide::Hidden::new(&config.shell, &root).for_commands(&[]);
+    (dir, Withheld::new(&root, &hidden))
+}
+
+/// The loop file `file` of a server tenant's `workspace`, named relative to
+/// it: read as the run's `builtin:fsm` reads the files it imports (through a
+/// capability on the workspace, so neither `..` nor a link out of it is
+/// followed, and nothing loopbox.toml hides). A name with a `..` in it is
+/// refused outright.
+pub fn read_in(workspace: &Path, file: &str, config: &crate::config::Config) -> Result<LoopFile> {
+    let shown = crate::ui::one_line(file);
+    if Path::new(file)
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        anyhow::bail!(
+            "loop `{shown}`: a loop is named relative to the workspace, without `..`; give its path inside the workspace"
+        );
+    }
+    if !is_loop_file(file) {
+        anyhow::bail!("loop `{shown}`: a loop file ends in .yaml or .yml");
+    }
+    let (dir, withheld) = withheld(workspace, config);
+    let mut files = WorkspaceFiles {
+        dir,
+        withheld: &withheld,
+        limit: config
+            .limits
+            .read_bytes
+            .min(loopbox_fsm::yaml::MAX_TEXT_BYTES as u64),
+    };
+    let text = files
+        .read(file)
+        .map_err(|e| anyhow::anyhow!("loop `{shown}` cannot be read: {e}"))?;
+    let path = crate::caps::workspace::check_path(file)
+        .map_err(anyhow::Error::msg)?
+        .to_string_lossy()
+        .into_owned();
+    Ok(LoopFile { path, text })
+}
+
+/// Most loop files [`list`] names.
+pub const LISTED: usize = 200;
+
+/// The loop files of `workspace`, relative to it, sorted: `.yaml` / `.yml`
+/// files with a `states:` line, at most three directories down, neither a
+/// link followed nor a hidden directory entered but `.loops` (whose `runs/`
+/// is the runs' own files). At most [`LISTED`]; what it walks is bounded too.
+pub fn list(workspace: &Path) -> Vec<String> {
+    let Ok(dir) = Dir::open_ambient_dir(workspace, ambient_authority()) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut budget = 5_000usize;
+    walk(&dir, "", 0, &mut found, &mut budget);
+    found.sort();
+    found.truncate(LISTED);
+    found
+}
+
+fn walk(dir: &Dir, prefix: &str, depth: usize, found: &mut Vec<String>, budget: &mut usize) {
+    let Ok(entries) = dir.entries() else { return };
+    for entry in entries.flatten() {
+        if *budget == 0 || found.len() >= LISTED {
+            return;
+        }
+        *budget -= 1;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = format!("{prefix}{name}");
+        // The entry's own type: a symbolic link is neither file nor directory here.
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            let skip = (name.starts_with('.') && name != ".loops")
+                || path == ".loops/runs"
+                || matches!(name.as_str(), "node_modules" | "target");
+            if depth < 3
+                && !skip
+                && let Ok(sub) = entry.open_dir()
+            {
+                walk(&sub, &format!("{path}/"), depth + 1, found, budget);
+            }
+        } else if kind.is_file() && is_loop_file(&name) && looks_like_loop(dir, &name) {
+            found.push(path);
+        }
+    }
+}
+
+/// Whether the file has a top-level `states:` line (a workflow or a config is no loop).
+fn looks_like_loop(dir: &Dir, name: &str) -> bool {
+    crate::files::open_nonblocking_in(dir, Path::new(name))
+        .ok()
+        .and_then(|f| crate::files::read_opened(f, loopbox_fsm::yaml::MAX_TEXT_BYTES as u64).ok())
+        .is_some_and(|b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .any(|l| l.starts_with("states:"))
+        })
+}
+
 /// Parse, import and check the loop under `config` (its read limit, and what
 /// it hides). Problems come back all together.
 pub fn load(
@@ -68,13 +178,7 @@ pub fn load(
     file: &LoopFile,
     config: &crate::config::Config,
 ) -> Result<Loop, Vec<Problem>> {
-    let dir = Dir::open_ambient_dir(workspace, ambient_authority()).ok();
-    // What the run's policy could not read, it cannot import either.
-    let root = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
-    let hidden = crate::exec::sandbox::hide::Hidden::new(&config.shell, &root).for_commands(&[]);
-    let withheld = Withheld::new(&root, &hidden);
+    let (dir, withheld) = withheld(workspace, config);
     let lp = loopbox_fsm::load(
         &file.path,
         &file.text,

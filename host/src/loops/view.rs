@@ -1,0 +1,249 @@
+//! How a run of a YAML loop is shown (the API, the dashboard, `runs show`):
+//! by its loop's name rather than `builtin:fsm`, with the path of states it
+//! took and the state it is in, and each action of its journal as the state
+//! it ran in, its command and what came of it.
+//!
+//! Where it stands is read from the marks `builtin:fsm` leaves in the journal
+//! as it enters each state (its progress line, see
+//! [`crate::journal::Journal::mark`]): they are written with the state's
+//! action, so a run shows its state while that action runs. Once the run has
+//! ended, its outcome's `path` and `state` (the fsm's own record, which ends
+//! with the terminal state) are shown instead.
+
+use serde_json::{Value, json};
+
+use crate::db::RunOptions;
+
+/// One state entered, as its mark says: the journal place of the mark, how
+/// deep in sub-loops, the loop's name, the state's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entered {
+    pub event: i64,
+    pub seq: i64,
+    pub depth: usize,
+    pub lp: String,
+    pub state: String,
+}
+
+/// A progress line of `builtin:fsm`: `{indent}{loop} · {state} · step {n}/{max}`
+/// (two spaces of indent a sub-loop deep). `None` for any other text.
+pub fn parse_mark(text: &str) -> Option<(usize, String, String)> {
+    let body = text.trim_start_matches(' ');
+    let depth = (text.len() - body.len()) / 2;
+    let (head, step) = body.rsplit_once(" · step ")?;
+    let (n, max) = step.split_once('/')?;
+    if n.parse::<u64>().is_err() || max.parse::<u64>().is_err() {
+        return None;
+    }
+    let (lp, state) = head.rsplit_once(" · ")?;
+    Some((depth, lp.to_string(), state.to_string()))
+}
+
+/// The states a run entered, from its marks `(event, seq, text)`.
+pub fn entered(marks: &[(i64, i64, String)]) -> Vec<Entered> {
+    marks
+        .iter()
+        .filter_map(|(event, seq, text)| {
+            parse_mark(text).map(|(depth, lp, state)| Entered {
+                event: *event,
+                seq: *seq,
+                depth,
+                lp,
+                state,
+            })
+        })
+        .collect()
+}
+
+/// Whether the run is one of a YAML loop.
+pub fn is_loop(policy: &str, options: &RunOptions) -> bool {
+    options.loop_name.is_some() || policy == super::FSM
+}
+
+/// The name a run is shown by: its loop's, else its `[policies.NAME]`.
+pub fn shown_name(options: &RunOptions) -> Option<&str> {
+    options
+        .loop_name
+        .as_deref()
+        .or(options.policy_name.as_deref())
+}
+
+/// The loop of a run as the API shows it (`None` for a run of no loop):
+/// `{"name", "file", "state", "sub_loop", "path", "steps", "ended"}`.
+/// `entered` are the run's latest marks, `marks_total` how many it has.
+pub fn loop_json(
+    policy: &str,
+    options: &RunOptions,
+    input: &str,
+    outcome: Option<&str>,
+    entered: &[Entered],
+    marks_total: i64,
+) -> Option<Value> {
+    if !is_loop(policy, options) {
+        return None;
+    }
+    let input: Value = serde_json::from_str(input).unwrap_or(Value::Null);
+    let data = outcome
+        .and_then(|o| serde_json::from_str::<Value>(o).ok())
+        .map(|o| o["data"].clone())
+        .unwrap_or(Value::Null);
+    let file = input["path"].as_str();
+    let name = options
+        .loop_name
+        .clone()
+        .or_else(|| data["loop"].as_str().map(str::to_string))
+        .or_else(|| entered.first().map(|e| e.lp.clone()));
+    let ended = data["path"].is_array() && data["state"].is_string();
+    let (path, state, sub_loop, steps) = if ended {
+        let path: Vec<Value> = data["path"].as_array().cloned().unwrap_or_default();
+        let n = data["steps"].as_u64().unwrap_or(path.len() as u64);
+        (path, data["state"].clone(), Value::Null, n)
+    } else {
+        let top: Vec<Value> = entered
+            .iter()
+            .filter(|e| e.depth == 0)
+            .map(|e| json!(e.state))
+            .collect();
+        let last = entered.last();
+        let sub = last
+            .filter(|e| e.depth > 0)
+            .map_or(Value::Null, |e| json!(e.lp));
+        let steps = (marks_total.max(0) as u64).max(top.len() as u64);
+        (
+            top,
+            last.map_or(Value::Null, |e| json!(e.state)),
+            sub,
+            steps,
+        )
+    };
+    Some(json!({
+        "name": name, "file": file, "state": state, "sub_loop": sub_loop,
+        "path": path, "path_cut": !ended && marks_total as usize > entered.len(),
+        "steps": steps, "ended": ended,
+    }))
+}
+
+/// The state the journal's call `(event, seq)` ran in: the last one entered
+/// before it; and the state entered after it, where the loop went next.
+pub fn around(entered: &[Entered], event: i64, seq: i64) -> (Option<&str>, Option<&str>) {
+    let at = entered.partition_point(|e| (e.event, e.seq) < (event, seq));
+    let before = at
+        .checked_sub(1)
+        .and_then(|i| entered.get(i))
+        .map(|e| e.state.as_str());
+    (before, entered.get(at).map(|e| e.state.as_str()))
+}
+
+/// An action's request as the command it ran, in one line: an exec's argv, a
+/// script's or a prompt's text. The request is as journaled: `{"argv": [...]}`,
+/// `{"script": "..."}`, `{"text": "..."}`, or one of those under its kind.
+pub fn command(request: &Value) -> String {
+    if let Some(m) = request.as_object()
+        && m.len() == 1
+        && let Some((kind, inner)) = m.iter().next()
+        && inner.is_object()
+    {
+        return format!("{kind} {}", command(inner));
+    }
+    if let Some(argv) = request["argv"].as_array() {
+        let words: Vec<String> = argv
+            .iter()
+            .map(|a| a.as_str().unwrap_or_default().to_string())
+            .collect();
+        return crate::exec::grants::show_argv(&words);
+    }
+    for k in ["script", "source", "text", "prompt"] {
+        if let Some(s) = request[k].as_str() {
+            return s.to_string();
+        }
+    }
+    match request {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        v => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marks(lines: &[(i64, i64, &str)]) -> Vec<Entered> {
+        entered(
+            &lines
+                .iter()
+                .map(|(e, s, t)| (*e, *s, t.to_string()))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn progress_lines_are_read_back_as_states() {
+        assert_eq!(
+            parse_mark("fix-tests · check · step 1/6"),
+            Some((0, "fix-tests".into(), "check".into()))
+        );
+        assert_eq!(
+            parse_mark("    inner · a · b · step 12/500"),
+            Some((2, "inner · a".into(), "b".into()))
+        );
+        for other in ["working", "a · b · step x/2", "a · step 1/2", ""] {
+            assert_eq!(parse_mark(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_running_loop_shows_its_path_and_state_and_an_ended_one_its_outcome() {
+        let options = RunOptions {
+            loop_name: Some("fix-tests".into()),
+            ..Default::default()
+        };
+        let input = r#"{"path": "loops/fix.yaml", "yaml": "name: fix-tests"}"#;
+        let e = marks(&[
+            (1, 1, "fix-tests · check · step 1/6"),
+            (1, 3, "fix-tests · fix · step 2/6"),
+            (1, 5, "  sub · inner · step 1/3"),
+        ]);
+        let v = loop_json("builtin:fsm", &options, input, None, &e, 3).unwrap();
+        assert_eq!(v["name"], "fix-tests");
+        assert_eq!(v["file"], "loops/fix.yaml");
+        assert_eq!(v["path"], json!(["check", "fix"]));
+        assert_eq!(
+            (&v["state"], &v["sub_loop"]),
+            (&json!("inner"), &json!("sub"))
+        );
+        assert_eq!(v["ended"], false);
+        let outcome = r#"{"summary": "done", "data": {"loop": "fix-tests", "state": "done", "steps": 3, "path": ["check", "fix", "verify", "done"]}}"#;
+        let v = loop_json("builtin:fsm", &options, input, Some(outcome), &e, 3).unwrap();
+        assert_eq!(v["path"], json!(["check", "fix", "verify", "done"]));
+        assert_eq!(
+            (&v["state"], v["steps"].as_u64()),
+            (&json!("done"), Some(3))
+        );
+        // A run of no loop has none; an older loop run is named by its outcome.
+        assert!(loop_json("builtin:ralph", &RunOptions::default(), "{}", None, &[], 0).is_none());
+        let v = loop_json(
+            "builtin:fsm",
+            &RunOptions::default(),
+            input,
+            Some(outcome),
+            &[],
+            0,
+        )
+        .unwrap();
+        assert_eq!(v["name"], "fix-tests");
+    }
+
+    #[test]
+    fn an_action_is_placed_in_the_state_it_ran_in() {
+        let e = marks(&[(1, 1, "l · check · step 1/6"), (1, 3, "l · fix · step 2/6")]);
+        assert_eq!(around(&e, 1, 2), (Some("check"), Some("fix")));
+        assert_eq!(around(&e, 1, 4), (Some("fix"), None));
+        assert_eq!(around(&e, 0, 9), (None, Some("check")));
+        assert_eq!(
+            command(&json!({"script": "echo hi; exit 1", "cwd": null})),
+            "echo hi; exit 1"
+        );
+        assert_eq!(command(&json!({"argv": ["echo", "a b"]})), "echo 'a b'");
+    }
+}
