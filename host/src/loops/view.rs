@@ -124,19 +124,34 @@ pub fn loop_json(
 }
 
 /// The state the journal's call `(event, seq)` ran in: the last one entered
-/// before it; and the state entered after it, where the loop went next.
-pub fn around(entered: &[Entered], event: i64, seq: i64) -> (Option<&str>, Option<&str>) {
+/// before it; and the state entered after it, where the loop went next (the
+/// state it ended in, `ended_in`, after the last one: a terminal state is
+/// reached, not entered).
+pub fn around<'a>(
+    entered: &'a [Entered],
+    ended_in: Option<&'a str>,
+    event: i64,
+    seq: i64,
+) -> (Option<&'a str>, Option<&'a str>) {
     let at = entered.partition_point(|e| (e.event, e.seq) < (event, seq));
     let before = at
         .checked_sub(1)
         .and_then(|i| entered.get(i))
         .map(|e| e.state.as_str());
-    (before, entered.get(at).map(|e| e.state.as_str()))
+    let after = entered.get(at).map(|e| e.state.as_str());
+    (before, after.or(ended_in.filter(|_| at > 0)))
+}
+
+/// The state an ended loop ended in, from [`loop_json`]'s view of it.
+pub fn ended_in(the_loop: Option<&Value>) -> Option<&str> {
+    the_loop
+        .filter(|l| l["ended"] == true)
+        .and_then(|l| l["state"].as_str())
 }
 
 /// An action's request as the command it ran, in one line: an exec's argv, a
-/// script's or a prompt's text. The request is as journaled: `{"argv": [...]}`,
-/// `{"script": "..."}`, `{"text": "..."}`, or one of those under its kind.
+/// script's or a prompt's text. The request is as journaled: `{"exec": [...]}`
+/// (or `argv`), `{"script": "..."}`, `{"text": "..."}`, or one of those under its kind.
 pub fn command(request: &Value) -> String {
     if let Some(m) = request.as_object()
         && m.len() == 1
@@ -145,7 +160,10 @@ pub fn command(request: &Value) -> String {
     {
         return format!("{kind} {}", command(inner));
     }
-    if let Some(argv) = request["argv"].as_array() {
+    if let Some(argv) = request["argv"]
+        .as_array()
+        .or_else(|| request["exec"].as_array())
+    {
         let words: Vec<String> = argv
             .iter()
             .map(|a| a.as_str().unwrap_or_default().to_string())
@@ -237,13 +255,18 @@ mod tests {
     #[test]
     fn an_action_is_placed_in_the_state_it_ran_in() {
         let e = marks(&[(1, 1, "l · check · step 1/6"), (1, 3, "l · fix · step 2/6")]);
-        assert_eq!(around(&e, 1, 2), (Some("check"), Some("fix")));
-        assert_eq!(around(&e, 1, 4), (Some("fix"), None));
-        assert_eq!(around(&e, 0, 9), (None, Some("check")));
+        assert_eq!(around(&e, None, 1, 2), (Some("check"), Some("fix")));
+        assert_eq!(around(&e, None, 1, 4), (Some("fix"), None));
+        assert_eq!(around(&e, Some("done"), 1, 4), (Some("fix"), Some("done")));
+        assert_eq!(around(&e, None, 0, 9), (None, Some("check")));
         assert_eq!(
             command(&json!({"script": "echo hi; exit 1", "cwd": null})),
             "echo hi; exit 1"
         );
         assert_eq!(command(&json!({"argv": ["echo", "a b"]})), "echo 'a b'");
+        assert_eq!(
+            command(&json!({"exec": ["cat", "x.txt"], "cwd": null, "env": []})),
+            "cat x.txt"
+        );
     }
 }

@@ -353,7 +353,7 @@ pub async fn show(
     let journal: Vec<Value> = actions
         .iter()
         .map(|a| {
-            let (state, then) = crate::loops::view::around(&entered, a.event, a.seq);
+            let (state, then) = crate::loops::view::around(&entered, crate::loops::view::ended_in(the_loop.as_ref()), a.event, a.seq);
             let request = shown(&a.request, a.request_bytes);
             let outcome = match (a.done, a.error_kind.as_deref()) {
                 (false, _) if driven => "running",

@@ -752,9 +752,11 @@ fn journal_row(j: &Value, now: i64, in_loop: bool) -> Markup {
 
 /// A start event's input: a YAML loop's as its file and input, else as it is.
 fn start_detail(input: &Value) -> String {
-    let parsed = input
-        .as_str()
-        .and_then(|t| serde_json::from_str::<Value>(t).ok());
+    // The API shows a JSON input as JSON, other text as a string.
+    let parsed = match input {
+        Value::String(t) => serde_json::from_str::<Value>(t).ok(),
+        v => Some(v.clone()),
+    };
     match parsed {
         Some(p) if p["yaml"].is_string() && p["path"].is_string() => format!(
             "loop {} · input {}",

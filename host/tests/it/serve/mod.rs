@@ -21,6 +21,7 @@ mod egress;
 mod homes;
 mod leftovers;
 mod load;
+mod loops;
 mod ops;
 mod panics;
 mod pg_restart;
@@ -443,6 +444,8 @@ pub fn shared() -> &'static Srv {
                 ("web", roomy),
                 // `loopbox runs --server` (cli.rs).
                 ("cli", roomy),
+                // YAML loops as runs (loops.rs, and the browser's `loop`).
+                ("loops", roomy),
                 (
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",

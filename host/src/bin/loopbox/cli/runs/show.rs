@@ -125,7 +125,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
                 "bytes_out": c.bytes_out, "bytes_in": c.bytes_in, "ms": c.ms,
             })).collect::<Vec<_>>(),
             "journal": actions.iter().map(|(event, r)| {
-                let (state, then) = view::around(&entered, *event, r.seq);
+                let (state, then) = view::around(&entered, view::ended_in(the_loop.as_ref()), *event, r.seq);
                 let request = parse(&Some(r.request.clone())).unwrap_or_default();
                 json!({
                     "event": event, "seq": r.seq, "kind": r.kind, "command": view::command(&request),
@@ -234,7 +234,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         let rows: Vec<Value> = actions
             .iter()
             .map(|(event, r)| {
-                let (state, then) = view::around(&entered, *event, r.seq);
+                let (state, then) = view::around(&entered, view::ended_in(the_loop.as_ref()), *event, r.seq);
                 let result: Value = r
                     .result
                     .as_deref()
