@@ -18,19 +18,26 @@ pub const TIDY: &str = "name: tidy\ninitial: look\nmax_steps: 6\ncontext:\n  sec
 
 /// The tenant's files: `proj/loops/tidy.yaml`; a YAML file that is no loop;
 /// and links to a loop outside the workspace (another tenant's root).
+/// The same in `webloop`, the browser's (web.rs).
 pub fn files() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let srv = shared();
-        let proj = srv.root("loops").join("proj");
-        std::fs::create_dir_all(proj.join("loops")).unwrap();
-        std::fs::write(proj.join("loops/tidy.yaml"), TIDY).unwrap();
-        std::fs::write(proj.join("ci.yaml"), "on: push\njobs: {}\n").unwrap();
-        let theirs = srv.root("beta").join("proj/theirs.yaml");
-        std::fs::write(&theirs, TIDY.replace("tidy", "theirs")).unwrap();
-        std::os::unix::fs::symlink(&theirs, proj.join("outside.yaml")).unwrap();
-        std::os::unix::fs::symlink(srv.root("beta").join("proj"), proj.join("beta-link")).unwrap();
+        for tenant in ["loops", "webloop"] {
+            files_of(tenant);
+        }
     });
+}
+
+fn files_of(tenant: &str) {
+    let srv = shared();
+    let proj = srv.root(tenant).join("proj");
+    std::fs::create_dir_all(proj.join("loops")).unwrap();
+    std::fs::write(proj.join("loops/tidy.yaml"), TIDY).unwrap();
+    std::fs::write(proj.join("ci.yaml"), "on: push\njobs: {}\n").unwrap();
+    let theirs = srv.root("beta").join("proj/theirs.yaml");
+    std::fs::write(&theirs, TIDY.replace("tidy", "theirs")).unwrap();
+    std::os::unix::fs::symlink(&theirs, proj.join("outside.yaml")).unwrap();
+    std::os::unix::fs::symlink(srv.root("beta").join("proj"), proj.join("beta-link")).unwrap();
 }
 
 fn start(body: Value) -> (u16, Value) {

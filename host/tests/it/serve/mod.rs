@@ -446,6 +446,7 @@ pub fn shared() -> &'static Srv {
                 ("cli", roomy),
                 // YAML loops as runs (loops.rs, and the browser's `loop`).
                 ("loops", roomy),
+                ("webloop", roomy),
                 (
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",
