@@ -11,6 +11,7 @@ use std::sync::Once;
 use serde_json::{Value, json};
 
 use super::{http, shared};
+use crate::common::BIN;
 
 /// A loop the tenant's grants allow (`echo`, `cat`, `sleep`): it waits
 /// `seconds` in `wait`, then takes the `no` route out of `check`.
@@ -281,4 +282,41 @@ fn the_navigations_approval_count_is_on_every_page_for_the_script_to_follow() {
     );
     assert_eq!(r.status, 200, "{}", r.body);
     srv.wait_final("loops", &run);
+}
+
+#[test]
+fn the_command_line_lists_and_shows_a_served_loop_by_its_name_and_commands() {
+    let srv = shared();
+    let (status, v) = start(json!({"loop": "loops/tidy.yaml", "workspace": "proj"}));
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    srv.wait_final("loops", &id);
+    let cli = |args: &[&str]| {
+        let o = std::process::Command::new(BIN)
+            .args(args)
+            .args(["--server", &format!("http://{}", srv.addr)])
+            .current_dir(std::env::temp_dir())
+            .env_remove("LOOPBOX_STORE")
+            .env("LOOPBOX_TOKEN", srv.token("loops", "viewer"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let list = cli(&["runs", "--policy", "tidy"]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with(&id) && l.contains("loop tidy")),
+        "{list}"
+    );
+    let shown = cli(&["runs", "show", &id]);
+    for want in [
+        format!("run {id} of loop tidy (builtin:fsm) on http://"),
+        "loop:     loops/tidy.yaml".to_string(),
+        "path:     look → wait → check → fixed → done (4 step(s))".to_string(),
+        "check        shell  cat nothing.txt  -> exit 1 in".to_string(),
+    ] {
+        assert!(shown.contains(&want), "{want:?} in:\n{shown}");
+    }
+    assert!(!shown.contains("{\"exec\""), "{shown}");
 }

@@ -21,7 +21,7 @@ mod egress;
 mod homes;
 mod leftovers;
 mod load;
-mod loops;
+pub mod loops;
 mod ops;
 mod panics;
 mod pg_restart;
