@@ -229,6 +229,9 @@ pub(super) fn is_refusal(e: &anyhow::Error) -> bool {
     )
 }
 
+/// A mark of the journal: (event, call number, text).
+pub type Mark = (i64, i64, String);
+
 /// The most marks [`Db::marks`] reads.
 pub const MARKS_SHOWN: i64 = 1000;
 
@@ -263,7 +266,7 @@ impl Db {
 
     /// The run's latest [`MARKS_SHOWN`] marks (see [`crate::journal::Journal::mark`]),
     /// in order: (event, call number, text); and how many it has in all.
-    pub fn marks(&self, run: &str) -> Result<(Vec<(i64, i64, String)>, i64)> {
+    pub fn marks(&self, run: &str) -> Result<(Vec<Mark>, i64)> {
         let c = self.conn();
         let total: i64 = c
             .prepare_cached("SELECT COUNT(*) FROM journal WHERE run_id = ?1 AND kind = 'progress'")?

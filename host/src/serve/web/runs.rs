@@ -232,6 +232,9 @@ fn run_row(r: &RunRow, tenant: &str, now: i64) -> Markup {
     }
 }
 
+/// A workspace's loop files, or why it cannot be looked into.
+type LoopFiles = Result<Vec<String>, String>;
+
 #[derive(Debug, Default, Deserialize)]
 pub struct NewQuery {
     #[serde(default)]
@@ -266,20 +269,18 @@ pub async fn new(
         let server = server.clone();
         let tenant = caller.tenant.clone();
         let asked = asked.clone();
-        tokio::task::spawn_blocking(
-            move || -> anyhow::Result<(Vec<String>, Result<Vec<String>, String>)> {
-                let path = server.config_file(&tenant)?;
-                let config = crate::config::Config::load(&path)?;
-                // Only a workspace the API would start a run in is looked into.
-                let loops = server
-                    .tenants
-                    .named(&tenant)
-                    .map_err(|e| format!("{e:#}"))
-                    .and_then(|t| t.workspace(&asked).map_err(|e| format!("{e:#}")))
-                    .map(|ws| crate::loops::list(&ws));
-                Ok((config.policies.keys().cloned().collect(), loops))
-            },
-        )
+        tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<String>, LoopFiles)> {
+            let path = server.config_file(&tenant)?;
+            let config = crate::config::Config::load(&path)?;
+            // Only a workspace the API would start a run in is looked into.
+            let loops = server
+                .tenants
+                .named(&tenant)
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|t| t.workspace(&asked).map_err(|e| format!("{e:#}")))
+                .map(|ws| crate::loops::list(&ws));
+            Ok((config.policies.keys().cloned().collect(), loops))
+        })
         .await
     };
     let (names, loops) = match installed {
