@@ -117,7 +117,8 @@ pub const LISTED: usize = 200;
 /// The loop files of `workspace`, relative to it, sorted: `.yaml` / `.yml`
 /// files with a `states:` line, at most three directories down, neither a
 /// link followed nor a hidden directory entered but `.loops` (whose `runs/`
-/// is the runs' own files). At most [`LISTED`]; what it walks is bounded too.
+/// is the runs' own files). At most [`LISTED`]; what it walks and reads is
+/// bounded too (5,000 entries, a YAML file counting as ten).
 pub fn list(workspace: &Path) -> Vec<String> {
     let Ok(dir) = Dir::open_ambient_dir(workspace, ambient_authority()) else {
         return Vec::new();
@@ -153,22 +154,37 @@ fn walk(dir: &Dir, prefix: &str, depth: usize, found: &mut Vec<String>, budget: 
             {
                 walk(&sub, &format!("{path}/"), depth + 1, found, budget);
             }
-        } else if kind.is_file() && is_loop_file(&name) && looks_like_loop(dir, &name) {
-            found.push(path);
+        } else if kind.is_file() && is_loop_file(&name) {
+            // Reading costs more than a name: a tenth of the walk's budget reads.
+            *budget = budget.saturating_sub(9);
+            if looks_like_loop(dir, &name) {
+                found.push(path);
+            }
         }
     }
 }
 
-/// Whether the file has a top-level `states:` line (a workflow or a config is no loop).
+/// Bytes of a file [`list`] reads to tell a loop: its top (a listing reads
+/// at most [`LISTED`] times more than a loop's worth of files, whatever the
+/// workspace holds).
+const LOOKED_AT: u64 = 64 << 10;
+
+/// Whether the file has a top-level `states:` line in its first [`LOOKED_AT`]
+/// bytes (a workflow or a config is no loop). Opened without blocking, so a
+/// FIFO put in the entry's place since is no trap.
 fn looks_like_loop(dir: &Dir, name: &str) -> bool {
-    crate::files::open_nonblocking_in(dir, Path::new(name))
-        .ok()
-        .and_then(|f| crate::files::read_opened(f, loopbox_fsm::yaml::MAX_TEXT_BYTES as u64).ok())
-        .is_some_and(|b| {
-            String::from_utf8_lossy(&b)
-                .lines()
-                .any(|l| l.starts_with("states:"))
-        })
+    use std::io::Read as _;
+    let Ok(f) = crate::files::open_nonblocking_in(dir, Path::new(name)) else {
+        return false;
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut top = Vec::new();
+    f.take(LOOKED_AT).read_to_end(&mut top).is_ok()
+        && String::from_utf8_lossy(&top)
+            .lines()
+            .any(|l| l.starts_with("states:"))
 }
 
 /// Parse, import and check the loop under `config` (its read limit, and what
@@ -564,6 +580,34 @@ mod tests {
         ] {
             assert_eq!(bash_only(line), Vec::<&str>::new(), "{line}");
         }
+    }
+
+    #[test]
+    fn the_loops_of_a_workspace_are_listed_without_following_links() {
+        let ws = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let p = ws.path();
+        let lp = "name: l\ninitial: a\nstates:\n  a:\n    terminal: true\n";
+        for (file, text) in [
+            ("a.yaml", lp),
+            (".loops/b.yml", lp),
+            (".loops/runs/r1/c.yaml", lp),
+            (".git/d.yaml", lp),
+            ("one/two/three/deep.yaml", lp),
+            ("one/two/three/four/too-deep.yaml", lp),
+            ("ci.yaml", "on: push\n"),
+            ("notes.txt", lp),
+        ] {
+            std::fs::create_dir_all(p.join(file).parent().unwrap()).unwrap();
+            std::fs::write(p.join(file), text).unwrap();
+        }
+        std::fs::write(out.path().join("theirs.yaml"), lp).unwrap();
+        std::os::unix::fs::symlink(out.path().join("theirs.yaml"), p.join("link.yaml")).unwrap();
+        std::os::unix::fs::symlink(out.path(), p.join("linked-dir")).unwrap();
+        assert_eq!(
+            list(p),
+            [".loops/b.yml", "a.yaml", "one/two/three/deep.yaml"]
+        );
     }
 
     #[test]
