@@ -1,9 +1,10 @@
 //! The runs pages: the tenant's runs (filtered, paged through the
-//! `runs_by_tenant` index, live), starting one, and one run (its status and
-//! outcome, the buttons its caller's role may use, its approvals, the live
-//! log, the journal of actions, the timeline of events and decisions, its
-//! state and grants). One run's page reads the API's own view of the run,
-//! bounded whatever the run holds.
+//! `runs_by_tenant` index, live), starting one (an installed policy, or a
+//! YAML loop file of a workspace), and one run (its status and outcome, a
+//! loop's path of states, the buttons its caller's role may use, its
+//! approvals, the live log, the journal of actions, the timeline of events
+//! and decisions, its state and grants). One run's page reads the API's own
+//! view of the run, bounded whatever the run holds.
 
 use std::sync::Arc;
 
