@@ -4,11 +4,12 @@
 //! it ran in, its command and what came of it.
 //!
 //! Where it stands is read from the marks `builtin:fsm` leaves in the journal
-//! as it enters each state (its progress line, see
-//! [`crate::journal::Journal::mark`]): they are written with the state's
-//! action, so a run shows its state while that action runs. Once the run has
-//! ended, its outcome's `path` and `state` (the fsm's own record, which ends
-//! with the terminal state) are shown instead.
+//! as it enters each state and as it routes out of it (its progress lines,
+//! see [`crate::journal::Journal::mark`]): they are written with the next
+//! action, so a run shows its state while that action runs, and each action
+//! the verdict that routed the loop on. Once the run has ended, its outcome's
+//! `path` and `state` (the fsm's own record, which ends with the terminal
+//! state) are shown instead.
 
 use serde_json::{Value, json};
 
@@ -25,34 +26,80 @@ pub struct Entered {
     pub state: String,
 }
 
-/// A progress line of `builtin:fsm`: `{indent}{loop} · {state} · step {n}/{max}`
-/// (two spaces of indent a sub-loop deep). `None` for any other text.
-pub fn parse_mark(text: &str) -> Option<(usize, String, String)> {
-    let body = text.trim_start_matches(' ');
-    let depth = (text.len() - body.len()) / 2;
-    let (head, step) = body.rsplit_once(" · step ")?;
-    let (n, max) = step.split_once('/')?;
-    if n.parse::<u64>().is_err() || max.parse::<u64>().is_err() {
-        return None;
-    }
-    let (lp, state) = head.rsplit_once(" · ")?;
-    Some((depth, lp.to_string(), state.to_string()))
+/// A progress line of `builtin:fsm`, as [`parse_mark`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// Sub-loops deep.
+    pub depth: usize,
+    pub lp: String,
+    pub state: String,
+    /// Leaving the state: the verdict and the state it routes to.
+    pub routed: Option<(String, String)>,
 }
 
-/// The states a run entered, from its marks `(event, seq, text)`.
-pub fn entered(marks: &[(i64, i64, String)]) -> Vec<Entered> {
-    marks
-        .iter()
-        .filter_map(|(event, seq, text)| {
-            parse_mark(text).map(|(depth, lp, state)| Entered {
+/// A progress line of `builtin:fsm`: `{indent}{loop} · {state} · step {n}/{max}`
+/// entering a state (two spaces of indent a sub-loop deep), the same with
+/// ` · {verdict} -> {next}` leaving it. `None` for any other text.
+pub fn parse_mark(text: &str) -> Option<Mark> {
+    let body = text.trim_start_matches(' ');
+    let depth = (text.len() - body.len()) / 2;
+    // The first ` · step N/MAX` that is one: a name is less likely to hold one than a verdict.
+    body.match_indices(" · step ").find_map(|(at, sep)| {
+        let rest = &body[at + sep.len()..];
+        let (n, rest) = rest.split_once('/')?;
+        let (max, routed) = match rest.split_once(" · ") {
+            Some((max, routed)) => (max, Some(routed.rsplit_once(" -> ")?)),
+            None => (rest, None),
+        };
+        if n.parse::<u64>().is_err() || max.parse::<u64>().is_err() {
+            return None;
+        }
+        let (lp, state) = body[..at].rsplit_once(" · ")?;
+        Some(Mark {
+            depth,
+            lp: lp.to_string(),
+            state: state.to_string(),
+            routed: routed.map(|(v, n)| (v.to_string(), n.to_string())),
+        })
+    })
+}
+
+/// A verdict that routed the loop out of a state, at its journal place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routed {
+    pub event: i64,
+    pub seq: i64,
+    pub verdict: String,
+    pub next: String,
+}
+
+/// What a run's marks `(event, seq, text)` say: the states it entered, and
+/// the verdicts that routed it out of them.
+pub type Marked = (Vec<Entered>, Vec<Routed>);
+
+/// Read a run's marks ([`Marked`]).
+pub fn entered(marks: &[(i64, i64, String)]) -> Marked {
+    let mut entered = Vec::new();
+    let mut routed = Vec::new();
+    for (event, seq, text) in marks {
+        let Some(m) = parse_mark(text) else { continue };
+        match m.routed {
+            Some((verdict, next)) => routed.push(Routed {
                 event: *event,
                 seq: *seq,
-                depth,
-                lp,
-                state,
-            })
-        })
-        .collect()
+                verdict,
+                next,
+            }),
+            None => entered.push(Entered {
+                event: *event,
+                seq: *seq,
+                depth: m.depth,
+                lp: m.lp,
+                state: m.state,
+            }),
+        }
+    }
+    (entered, routed)
 }
 
 /// Whether the run is one of a YAML loop.
@@ -70,14 +117,15 @@ pub fn shown_name(options: &RunOptions) -> Option<&str> {
 
 /// The loop of a run as the API shows it (`None` for a run of no loop):
 /// `{"name", "file", "state", "sub_loop", "path", "steps", "ended"}`.
-/// `entered` are the run's latest marks, `marks_total` how many it has.
+/// `entered` are the states its latest marks entered; `cut`, whether it has
+/// older marks than those.
 pub fn loop_json(
     policy: &str,
     options: &RunOptions,
     input: &str,
     outcome: Option<&str>,
     entered: &[Entered],
-    marks_total: i64,
+    cut: bool,
 ) -> Option<Value> {
     if !is_loop(policy, options) {
         return None;
@@ -108,7 +156,7 @@ pub fn loop_json(
         let sub = last
             .filter(|e| e.depth > 0)
             .map_or(Value::Null, |e| json!(e.lp));
-        let steps = (marks_total.max(0) as u64).max(top.len() as u64);
+        let steps = top.len() as u64;
         (
             top,
             last.map_or(Value::Null, |e| json!(e.state)),
@@ -118,28 +166,55 @@ pub fn loop_json(
     };
     Some(json!({
         "name": name, "file": file, "state": state, "sub_loop": sub_loop,
-        "path": path, "path_cut": !ended && marks_total as usize > entered.len(),
+        "path": path, "path_cut": !ended && cut,
         "steps": steps, "ended": ended,
     }))
 }
 
-/// The state the journal's call `(event, seq)` ran in: the last one entered
-/// before it; and the state entered after it, where the loop went next (the
-/// state it ended in, `ended_in`, after the last one: a terminal state is
-/// reached, not entered).
+/// Where the journal's call `(event, seq)` stands in a loop.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Placed<'a> {
+    /// The state it ran in: the last one entered before it.
+    pub state: Option<&'a str>,
+    /// The verdict that routed the loop out of that state after it.
+    pub verdict: Option<&'a str>,
+    /// Where the loop went next.
+    pub then: Option<&'a str>,
+}
+
+/// Place the journal's call `(event, seq)` among a run's marks ([`entered`]).
+/// Where no verdict was marked (a run older than verdict marks), the next
+/// state is the next one entered, or after the last one the state the run
+/// ended in, `ended_in` (a terminal state is reached, not entered).
 pub fn around<'a>(
-    entered: &'a [Entered],
+    (entered, routed): &'a Marked,
     ended_in: Option<&'a str>,
     event: i64,
     seq: i64,
-) -> (Option<&'a str>, Option<&'a str>) {
+) -> Placed<'a> {
     let at = entered.partition_point(|e| (e.event, e.seq) < (event, seq));
-    let before = at
+    let state = at
         .checked_sub(1)
         .and_then(|i| entered.get(i))
         .map(|e| e.state.as_str());
-    let after = entered.get(at).map(|e| e.state.as_str());
-    (before, after.or(ended_in.filter(|_| at > 0)))
+    let next_entered = entered.get(at);
+    // The first verdict after the call, before the next state is entered.
+    let verdict = routed
+        .iter()
+        .find(|r| (r.event, r.seq) > (event, seq))
+        .filter(|r| next_entered.is_none_or(|e| (r.event, r.seq) < (e.event, e.seq)))
+        .filter(|_| state.is_some());
+    let then = match verdict {
+        Some(r) => Some(r.next.as_str()),
+        None => next_entered
+            .map(|e| e.state.as_str())
+            .or(ended_in.filter(|_| at > 0)),
+    };
+    Placed {
+        state,
+        verdict: verdict.map(|r| r.verdict.as_str()),
+        then,
+    }
 }
 
 /// The state an ended loop ended in, from [`loop_json`]'s view of it.
@@ -186,7 +261,7 @@ pub fn command(request: &Value) -> String {
 mod tests {
     use super::*;
 
-    fn marks(lines: &[(i64, i64, &str)]) -> Vec<Entered> {
+    fn marks(lines: &[(i64, i64, &str)]) -> Marked {
         entered(
             &lines
                 .iter()
@@ -197,15 +272,31 @@ mod tests {
 
     #[test]
     fn progress_lines_are_read_back_as_states() {
+        let m = |depth, lp: &str, state: &str, routed: Option<(&str, &str)>| Mark {
+            depth,
+            lp: lp.into(),
+            state: state.into(),
+            routed: routed.map(|(v, n)| (v.into(), n.into())),
+        };
         assert_eq!(
             parse_mark("fix-tests · check · step 1/6"),
-            Some((0, "fix-tests".into(), "check".into()))
+            Some(m(0, "fix-tests", "check", None))
         );
         assert_eq!(
             parse_mark("    inner · a · b · step 12/500"),
-            Some((2, "inner · a".into(), "b".into()))
+            Some(m(2, "inner · a", "b", None))
         );
-        for other in ["working", "a · b · step x/2", "a · step 1/2", ""] {
+        assert_eq!(
+            parse_mark("l · check · step 1/6 · no (exit 1 · step 2/3) -> fix"),
+            Some(m(0, "l", "check", Some(("no (exit 1 · step 2/3)", "fix"))))
+        );
+        for other in [
+            "working",
+            "a · b · step x/2",
+            "a · step 1/2",
+            "a · b · step 1/2 · no arrow",
+            "",
+        ] {
             assert_eq!(parse_mark(other), None, "{other}");
         }
     }
@@ -222,7 +313,7 @@ mod tests {
             (1, 3, "fix-tests · fix · step 2/6"),
             (1, 5, "  sub · inner · step 1/3"),
         ]);
-        let v = loop_json("builtin:fsm", &options, input, None, &e, 3).unwrap();
+        let v = loop_json("builtin:fsm", &options, input, None, &e.0, false).unwrap();
         assert_eq!(v["name"], "fix-tests");
         assert_eq!(v["file"], "loops/fix.yaml");
         assert_eq!(v["path"], json!(["check", "fix"]));
@@ -232,21 +323,31 @@ mod tests {
         );
         assert_eq!(v["ended"], false);
         let outcome = r#"{"summary": "done", "data": {"loop": "fix-tests", "state": "done", "steps": 3, "path": ["check", "fix", "verify", "done"]}}"#;
-        let v = loop_json("builtin:fsm", &options, input, Some(outcome), &e, 3).unwrap();
+        let v = loop_json("builtin:fsm", &options, input, Some(outcome), &e.0, false).unwrap();
         assert_eq!(v["path"], json!(["check", "fix", "verify", "done"]));
         assert_eq!(
             (&v["state"], v["steps"].as_u64()),
             (&json!("done"), Some(3))
         );
         // A run of no loop has none; an older loop run is named by its outcome.
-        assert!(loop_json("builtin:ralph", &RunOptions::default(), "{}", None, &[], 0).is_none());
+        assert!(
+            loop_json(
+                "builtin:ralph",
+                &RunOptions::default(),
+                "{}",
+                None,
+                &[],
+                false
+            )
+            .is_none()
+        );
         let v = loop_json(
             "builtin:fsm",
             &RunOptions::default(),
             input,
             Some(outcome),
             &[],
-            0,
+            false,
         )
         .unwrap();
         assert_eq!(v["name"], "fix-tests");
@@ -254,11 +355,35 @@ mod tests {
 
     #[test]
     fn an_action_is_placed_in_the_state_it_ran_in() {
+        let p = |state, verdict, then| Placed {
+            state,
+            verdict,
+            then,
+        };
+        // Marks without verdicts (a run from before them): the next state entered.
         let e = marks(&[(1, 1, "l · check · step 1/6"), (1, 3, "l · fix · step 2/6")]);
-        assert_eq!(around(&e, None, 1, 2), (Some("check"), Some("fix")));
-        assert_eq!(around(&e, None, 1, 4), (Some("fix"), None));
-        assert_eq!(around(&e, Some("done"), 1, 4), (Some("fix"), Some("done")));
-        assert_eq!(around(&e, None, 0, 9), (None, Some("check")));
+        assert_eq!(around(&e, None, 1, 2), p(Some("check"), None, Some("fix")));
+        assert_eq!(around(&e, None, 1, 4), p(Some("fix"), None, None));
+        assert_eq!(
+            around(&e, Some("done"), 1, 4),
+            p(Some("fix"), None, Some("done"))
+        );
+        assert_eq!(around(&e, None, 0, 9), p(None, None, Some("check")));
+        // With them: each action's verdict, and where it sent the loop.
+        let e = marks(&[
+            (1, 1, "l · check · step 1/6"),
+            (1, 3, "l · check · step 1/6 · no (exit 1) -> fix"),
+            (1, 4, "l · fix · step 2/6"),
+            (1, 6, "l · fix · step 2/6 · next -> done"),
+        ]);
+        assert_eq!(
+            around(&e, None, 1, 2),
+            p(Some("check"), Some("no (exit 1)"), Some("fix"))
+        );
+        assert_eq!(
+            around(&e, None, 1, 5),
+            p(Some("fix"), Some("next"), Some("done"))
+        );
         assert_eq!(
             command(&json!({"script": "echo hi; exit 1", "cwd": null})),
             "echo hi; exit 1"

@@ -984,7 +984,7 @@ fn runs_and_runs_show_name_the_loop_and_show_its_path_and_commands() {
         "path:     look → wait → check → fixed → done (4 step(s))".to_string(),
         "    1.4  look         shell  echo looking  -> exit 0 in".to_string(),
         "check        shell  cat nothing.txt  -> exit 1 in".to_string(),
-        " ms, then fixed".to_string(),
+        " ms: no (exit 1), then fixed".to_string(),
     ] {
         assert!(shown.contains(&want), "{want:?} in:\n{shown}");
     }

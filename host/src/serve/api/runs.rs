@@ -347,13 +347,18 @@ pub async fn show(
         &run.options,
         &run.input,
         run.outcome.as_deref(),
-        &entered,
-        marks_total,
+        &entered.0,
+        marks_total > marks.len() as i64,
     );
     let journal: Vec<Value> = actions
         .iter()
         .map(|a| {
-            let (state, then) = crate::loops::view::around(&entered, crate::loops::view::ended_in(the_loop.as_ref()), a.event, a.seq);
+            let placed = crate::loops::view::around(
+                &entered,
+                crate::loops::view::ended_in(the_loop.as_ref()),
+                a.event,
+                a.seq,
+            );
             let request = shown(&a.request, a.request_bytes);
             let outcome = match (a.done, a.error_kind.as_deref()) {
                 (false, _) if driven => "running",
@@ -364,7 +369,7 @@ pub async fn show(
             json!({
                 "event": a.event, "seq": a.seq, "kind": a.kind,
                 "command": crate::loops::view::command(&request), "request": request, "outcome": outcome,
-                "state": state, "then": then,
+                "state": placed.state, "verdict": placed.verdict, "then": placed.then,
                 "exit_code": a.exit_code, "duration_ms": a.duration_ms, "timed_out": a.timed_out,
                 "stdout": a.stdout, "stderr": a.stderr,
                 "error": a.error_kind.as_ref().map(|k| json!({"kind": k, "message": a.error})),

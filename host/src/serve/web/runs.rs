@@ -743,7 +743,11 @@ fn journal_row(j: &Value, now: i64, in_loop: bool) -> Markup {
             }
             td data-label="Outcome" {
                 span class={ "status s-" (shown) } { (outcome) } @if j["timed_out"] == true { " (timed out)" }
-                @if in_loop && outcome != "running" { @if let Some(next) = j["then"].as_str() { div.muted { "→ " (untrusted(next)) } } }
+                @if in_loop && outcome != "running" {
+                    @if let Some(next) = j["then"].as_str() {
+                        div.muted { @if let Some(v) = j["verdict"].as_str() { (untrusted(v)) " " } "→ " (untrusted(next)) }
+                    }
+                }
             }
             td.num data-label="Exit" { (text_of(&j["exit_code"])) }
             td.num data-label="Time" { @if let Some(ms) = j["duration_ms"].as_u64() { (ms) " ms" } }

@@ -76,8 +76,8 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         &run.options,
         &run.input,
         run.outcome.as_deref(),
-        &entered,
-        marks.len() as i64,
+        &entered.0,
+        false,
     );
     let count = |o: &str| {
         actions
@@ -125,11 +125,11 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
                 "bytes_out": c.bytes_out, "bytes_in": c.bytes_in, "ms": c.ms,
             })).collect::<Vec<_>>(),
             "journal": actions.iter().map(|(event, r)| {
-                let (state, then) = view::around(&entered, view::ended_in(the_loop.as_ref()), *event, r.seq);
+                let placed = view::around(&entered, view::ended_in(the_loop.as_ref()), *event, r.seq);
                 let request = parse(&Some(r.request.clone())).unwrap_or_default();
                 json!({
                     "event": event, "seq": r.seq, "kind": r.kind, "command": view::command(&request),
-                    "request": request, "state": state, "then": then,
+                    "request": request, "state": placed.state, "verdict": placed.verdict, "then": placed.then,
                     "outcome": outcome(r, alive), "result": parse(&r.result),
                 })
             }).collect::<Vec<_>>(),
@@ -234,7 +234,7 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         let rows: Vec<Value> = actions
             .iter()
             .map(|(event, r)| {
-                let (state, then) = view::around(&entered, view::ended_in(the_loop.as_ref()), *event, r.seq);
+                let placed = view::around(&entered, view::ended_in(the_loop.as_ref()), *event, r.seq);
                 let result: Value = r
                     .result
                     .as_deref()
@@ -242,7 +242,8 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
                     .unwrap_or_default();
                 let request = serde_json::from_str(&r.request).unwrap_or_default();
                 json!({
-                    "event": event, "seq": r.seq, "kind": r.kind, "state": state, "then": then,
+                    "event": event, "seq": r.seq, "kind": r.kind, "state": placed.state,
+                    "verdict": placed.verdict, "then": placed.then,
                     "command": view::command(&request), "outcome": outcome(r, alive),
                     "exit_code": result["ok"]["exit_code"], "duration_ms": result["ok"]["duration_ms"],
                     "error": result["err"],
@@ -326,7 +327,8 @@ pub(super) fn show_loop(lp: &Value) {
     }
 }
 
-/// A loop's actions as state, command and outcome: `  1.3  check  shell  CMD  -> exit 1 in 44 ms, then fix`.
+/// A loop's actions as state, command and outcome:
+/// `  1.3  check  shell  CMD  -> exit 1 in 44 ms: no (exit 1), then fix`.
 pub(super) fn show_loop_journal(rows: &[Value]) {
     let skip = rows.len().saturating_sub(LOOP_ACTIONS_SHOWN);
     if skip > 0 {
@@ -358,6 +360,10 @@ pub(super) fn show_loop_journal(rows: &[Value]) {
             .as_u64()
             .map(|ms| format!(" in {ms} ms"))
             .unwrap_or_default();
+        let verdict = j["verdict"]
+            .as_str()
+            .map(|v| format!(": {}", one_line(v)))
+            .unwrap_or_default();
         let then = j["then"]
             .as_str()
             .filter(|_| j["outcome"] != "running")
@@ -369,7 +375,7 @@ pub(super) fn show_loop_journal(rows: &[Value]) {
             one_line(j["state"].as_str().unwrap_or("-")),
             one_line(j["kind"].as_str().unwrap_or("")),
             Untrusted(&shorten(j["command"].as_str().unwrap_or(""), 100)),
-            Untrusted(&format!("{ran}{took}{then}"))
+            Untrusted(&format!("{ran}{took}{verdict}{then}"))
         );
     }
 }

@@ -35,7 +35,7 @@ fn local_shape(v: &Value) -> Value {
                 .map(|j| {
                     json!({
                         "event": j["event"], "seq": j["seq"], "kind": j["kind"], "request": j["request"],
-                        "command": j["command"], "state": j["state"], "then": j["then"],
+                        "command": j["command"], "state": j["state"], "verdict": j["verdict"], "then": j["then"],
                         "outcome": j["outcome"], "result": j["error"],
                         "exit_code": j["exit_code"], "duration_ms": j["duration_ms"],
                     })
