@@ -356,6 +356,7 @@ const scenarios = {
         ["look", "wait", "check", "fixed", "done"]);
       const journal = await page.textContent("#journal");
       assert.match(journal, /cat nothing\.txt/);
+      assert.match(journal, /no \(exit 1\) → fixed/, "the verdict and the route");
       assert.doesNotMatch(journal, /"exec"|\{"/, "commands, not request JSON");
       await shot(page, "loop-done");
       // Denied: the count goes again, on this page that no longer refreshes.

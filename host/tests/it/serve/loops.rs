@@ -123,6 +123,21 @@ fn a_loop_is_listed_and_shown_by_its_name_with_its_path_state_and_commands() {
             (json!("fixed"), json!("echo fixed"), json!(0), json!("done")),
         ]
     );
+    let verdicts: Vec<&Value> = v["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| &j["verdict"])
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            &json!("next"),
+            &json!("next"),
+            &json!("no (exit 1)"),
+            &json!("next")
+        ]
+    );
     // The list names it, and finds it by its name.
     let list = srv
         .get("/api/v1/runs?policy=tidy", srv.token("loops", "viewer"))
