@@ -14,6 +14,8 @@ use loopbox_fsm::{Files, Problem};
 
 use crate::caps::workspace::Withheld;
 
+pub mod view;
+
 /// The policy that runs YAML loops.
 pub const FSM: &str = "builtin:fsm";
 
@@ -61,6 +63,130 @@ impl Files for WorkspaceFiles<'_> {
     }
 }
 
+/// What the run's policy may read of `workspace` under `config`: what it
+/// cannot read, a loop cannot import or be started from either.
+fn withheld(workspace: &Path, config: &crate::config::Config) -> (Option<Dir>, Withheld) {
+    let dir = Dir::open_ambient_dir(workspace, ambient_authority()).ok();
+    let root = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let hidden = crate::exec::sandbox::hide::Hidden::new(&config.shell, &root).for_commands(&[]);
+    (dir, Withheld::new(&root, &hidden))
+}
+
+/// The loop file `file` of a server tenant's `workspace`, named relative to
+/// it: read as the run's `builtin:fsm` reads the files it imports (through a
+/// capability on the workspace, so neither `..` nor a link out of it is
+/// followed, and nothing loopbox.toml hides). A name with a `..` in it is
+/// refused outright.
+pub fn read_in(workspace: &Path, file: &str, config: &crate::config::Config) -> Result<LoopFile> {
+    let shown = crate::ui::one_line(file);
+    if Path::new(file)
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        anyhow::bail!(
+            "loop `{shown}`: a loop is named relative to the workspace, without `..`; give its path inside the workspace"
+        );
+    }
+    if !is_loop_file(file) {
+        anyhow::bail!("loop `{shown}`: a loop file ends in .yaml or .yml");
+    }
+    let (dir, withheld) = withheld(workspace, config);
+    let mut files = WorkspaceFiles {
+        dir,
+        withheld: &withheld,
+        limit: config
+            .limits
+            .read_bytes
+            .min(loopbox_fsm::yaml::MAX_TEXT_BYTES as u64),
+    };
+    let text = files
+        .read(file)
+        .map_err(|e| anyhow::anyhow!("loop `{shown}` cannot be read: {e}"))?;
+    let path = crate::caps::workspace::check_path(file)
+        .map_err(anyhow::Error::msg)?
+        .to_string_lossy()
+        .into_owned();
+    Ok(LoopFile { path, text })
+}
+
+/// Most loop files [`list`] names.
+pub const LISTED: usize = 200;
+
+/// The loop files of `workspace`, relative to it, sorted: `.yaml` / `.yml`
+/// files with a `states:` line, at most three directories down, neither a
+/// link followed nor a hidden directory entered but `.loops` (whose `runs/`
+/// is the runs' own files). At most [`LISTED`]; what it walks and reads is
+/// bounded too (5,000 entries, a YAML file counting as ten).
+pub fn list(workspace: &Path) -> Vec<String> {
+    let Ok(dir) = Dir::open_ambient_dir(workspace, ambient_authority()) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut budget = 5_000usize;
+    walk(&dir, "", 0, &mut found, &mut budget);
+    found.sort();
+    found.truncate(LISTED);
+    found
+}
+
+fn walk(dir: &Dir, prefix: &str, depth: usize, found: &mut Vec<String>, budget: &mut usize) {
+    let Ok(entries) = dir.entries() else { return };
+    for entry in entries.flatten() {
+        if *budget == 0 || found.len() >= LISTED {
+            return;
+        }
+        *budget -= 1;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = format!("{prefix}{name}");
+        // The entry's own type: a symbolic link is neither file nor directory here.
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            let skip = (name.starts_with('.') && name != ".loops")
+                || path == ".loops/runs"
+                || matches!(name.as_str(), "node_modules" | "target");
+            if depth < 3
+                && !skip
+                && let Ok(sub) = entry.open_dir()
+            {
+                walk(&sub, &format!("{path}/"), depth + 1, found, budget);
+            }
+        } else if kind.is_file() && is_loop_file(&name) {
+            // Reading costs more than a name: a tenth of the walk's budget reads.
+            *budget = budget.saturating_sub(9);
+            if looks_like_loop(dir, &name) {
+                found.push(path);
+            }
+        }
+    }
+}
+
+/// Bytes of a file [`list`] reads to tell a loop: its top (a listing reads
+/// at most [`LISTED`] times more than a loop's worth of files, whatever the
+/// workspace holds).
+const LOOKED_AT: u64 = 64 << 10;
+
+/// Whether the file has a top-level `states:` line in its first [`LOOKED_AT`]
+/// bytes (a workflow or a config is no loop). Opened without blocking, so a
+/// FIFO put in the entry's place since is no trap.
+fn looks_like_loop(dir: &Dir, name: &str) -> bool {
+    use std::io::Read as _;
+    let Ok(f) = crate::files::open_nonblocking_in(dir, Path::new(name)) else {
+        return false;
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut top = Vec::new();
+    f.take(LOOKED_AT).read_to_end(&mut top).is_ok()
+        && String::from_utf8_lossy(&top)
+            .lines()
+            .any(|l| l.starts_with("states:"))
+}
+
 /// Parse, import and check the loop under `config` (its read limit, and what
 /// it hides). Problems come back all together.
 pub fn load(
@@ -68,13 +194,7 @@ pub fn load(
     file: &LoopFile,
     config: &crate::config::Config,
 ) -> Result<Loop, Vec<Problem>> {
-    let dir = Dir::open_ambient_dir(workspace, ambient_authority()).ok();
-    // What the run's policy could not read, it cannot import either.
-    let root = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
-    let hidden = crate::exec::sandbox::hide::Hidden::new(&config.shell, &root).for_commands(&[]);
-    let withheld = Withheld::new(&root, &hidden);
+    let (dir, withheld) = withheld(workspace, config);
     let lp = loopbox_fsm::load(
         &file.path,
         &file.text,
@@ -509,6 +629,34 @@ mod tests {
         ] {
             assert_eq!(bash_only(line), Vec::<&str>::new(), "{line}");
         }
+    }
+
+    #[test]
+    fn the_loops_of_a_workspace_are_listed_without_following_links() {
+        let ws = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let p = ws.path();
+        let lp = "name: l\ninitial: a\nstates:\n  a:\n    terminal: true\n";
+        for (file, text) in [
+            ("a.yaml", lp),
+            (".loops/b.yml", lp),
+            (".loops/runs/r1/c.yaml", lp),
+            (".git/d.yaml", lp),
+            ("one/two/three/deep.yaml", lp),
+            ("one/two/three/four/too-deep.yaml", lp),
+            ("ci.yaml", "on: push\n"),
+            ("notes.txt", lp),
+        ] {
+            std::fs::create_dir_all(p.join(file).parent().unwrap()).unwrap();
+            std::fs::write(p.join(file), text).unwrap();
+        }
+        std::fs::write(out.path().join("theirs.yaml"), lp).unwrap();
+        std::os::unix::fs::symlink(out.path().join("theirs.yaml"), p.join("link.yaml")).unwrap();
+        std::os::unix::fs::symlink(out.path(), p.join("linked-dir")).unwrap();
+        assert_eq!(
+            list(p),
+            [".loops/b.yml", "a.yaml", "one/two/three/deep.yaml"]
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! `log`: policy messages into the run log, within a per-event byte budget.
 //! Past the budget, messages are dropped with one notice naming the limit.
+//! A progress line is also marked in the journal (see
+//! [`crate::journal::Journal::mark`]): where the run stands, while it runs.
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use crate::runlog::{RunLog, Source};
 
 pub struct LogHost {
     log: RunLog,
+    journal: Option<crate::journal::Journal>,
     meter: Arc<Meter>,
     budget: u64,
     used: u64,
@@ -23,11 +26,18 @@ impl LogHost {
     pub fn new(log: RunLog, meter: Arc<Meter>, budget: u64) -> LogHost {
         LogHost {
             log,
+            journal: None,
             meter,
             budget,
             used: 0,
             dropped: false,
         }
+    }
+
+    /// Mark the policy's progress lines in `journal`.
+    pub fn marking(mut self, journal: crate::journal::Journal) -> LogHost {
+        self.journal = Some(journal);
+        self
     }
 
     /// Charge `bytes` of output to the event's log budget; false once it is spent.
@@ -78,6 +88,10 @@ impl log::Host for LogHost {
         let meter = self.meter.clone();
         let _call = meter.call()?;
         meter.check_str(&message)?;
+        // Marked whatever the log budget: the journal's own budget bounds it.
+        if let Some(j) = &self.journal {
+            j.mark(&message);
+        }
         if self.charge(message.len() as u64) {
             self.log.ui().stage(&crate::ui::shorten(&message, 120));
         }

@@ -229,6 +229,12 @@ pub(super) fn is_refusal(e: &anyhow::Error) -> bool {
     )
 }
 
+/// A mark of the journal: (event, call number, text).
+pub type Mark = (i64, i64, String);
+
+/// The most marks [`Db::marks`] reads.
+pub const MARKS_SHOWN: i64 = 1000;
+
 impl Db {
     /// Bytes of journal the run has recorded.
     pub fn journal_bytes(&self, run: &str) -> Result<u64> {
@@ -256,6 +262,26 @@ impl Db {
             })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
+    }
+
+    /// The run's latest [`MARKS_SHOWN`] marks (see [`crate::journal::Journal::mark`]),
+    /// in order: (event, call number, text); and how many it has in all.
+    pub fn marks(&self, run: &str) -> Result<(Vec<Mark>, i64)> {
+        let c = self.conn();
+        let total: i64 = c
+            .prepare_cached("SELECT COUNT(*) FROM journal WHERE run_id = ?1 AND kind = 'progress'")?
+            .query_row([run], |r| r.get(0))?;
+        let mut stmt = c.prepare_cached(
+            "SELECT event_seq, seq, request FROM journal WHERE run_id = ?1 AND kind = 'progress'
+             ORDER BY event_seq DESC, seq DESC LIMIT ?2",
+        )?;
+        let mut rows = stmt
+            .query_map(params![run, MARKS_SHOWN], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.reverse();
+        Ok((rows, total))
     }
 
     /// Every journaled call of the run, with its event's number, in order.

@@ -34,7 +34,7 @@ pub enum Whose<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub status: Option<RunStatus>,
-    /// The policy as the run names it, or its `[policies.NAME]`.
+    /// The policy as the run names it, its `[policies.NAME]`, or its YAML loop's name.
     pub policy: Option<String>,
     /// Runs older than this one (the last of the previous page).
     pub before: Option<String>,
@@ -48,6 +48,8 @@ pub struct RunRow {
     pub id: String,
     pub policy: String,
     pub policy_name: Option<String>,
+    /// A YAML loop's name (`options.loop_name`), for a `builtin:fsm` run of one.
+    pub loop_name: Option<String>,
     pub status: RunStatus,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -95,7 +97,7 @@ fn columns(schema: i64) -> String {
         "id, policy, json_extract(options, '$.policy_name'), status, created_at, updated_at, turns, actions, {placed},
          json_extract(outcome, '$.summary'), lease, {wake},
          (SELECT json_extract(e.event, '$.type') FROM events e WHERE e.run_id = runs.id ORDER BY e.seq DESC LIMIT 1),
-         {spend}"
+         {spend}, json_extract(options, '$.loop_name')"
     )
 }
 
@@ -119,6 +121,8 @@ fn row(r: &Row) -> super::engine::Result<RunRow> {
         wake_at_ms: r.get(12)?,
         last_event: r.get(13)?,
         spent: super::totals_at(r, 14)?,
+        // After the eight spend columns.
+        loop_name: r.get(22)?,
     })
 }
 
@@ -162,7 +166,8 @@ pub fn run_page(c: &Conn, schema: i64, whose: Whose, f: &RunFilter) -> Result<Ve
     // text for the NULL cursor of a first page, and every listing failed
     // (bigint < text).
     let filters = "AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
-           AND (CAST(?3 AS TEXT) IS NULL OR policy = ?3 OR json_extract(options, '$.policy_name') = ?3)";
+           AND (CAST(?3 AS TEXT) IS NULL OR policy = ?3 OR json_extract(options, '$.policy_name') = ?3
+                OR json_extract(options, '$.loop_name') = ?3)";
     let limit = f.limit.clamp(1, MAX_PAGE) as i64;
     let select = |after: &str| {
         format!(

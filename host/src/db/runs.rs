@@ -85,6 +85,10 @@ pub struct RunOptions {
     /// policy's `loopbox.lock` signer): part of what an approval is bound to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signer: Option<String>,
+    /// A YAML loop's `name:`, so its `builtin:fsm` run is shown by the loop's
+    /// name (derived at the start; nothing reads it to decide anything).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_name: Option<String>,
 }
 
 const RUN_COLUMNS: &str = "id, policy, policy_digest, input, status, created_at, updated_at, turns, actions, prompts, outcome, seed, options, lease, cancel, tenant, workspace, started_by, \

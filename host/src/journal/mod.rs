@@ -23,6 +23,11 @@ use crate::db::{Budget, Db, JournalRow, Spent};
 use crate::limits::{Limit, LimitExceeded};
 use crate::ui::shorten;
 
+/// The kind of a journal row that marks where the policy stands ([`Journal::mark`]).
+pub const MARK: &str = "progress";
+/// A mark's text is cut to this many characters.
+const MARK_BYTES: usize = 240;
+
 /// Where a call stands against the journal.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
@@ -223,6 +228,10 @@ impl Journal {
                     StepError::Mismatch(f)
                 });
         }
+        // A mark is no call: replay passes over it (see [`Journal::mark`]).
+        while j.recorded.get(j.cursor).is_some_and(|r| r.kind == MARK) {
+            j.cursor += 1;
+        }
         let Some(row) = j.recorded.get(j.cursor).cloned() else {
             // A call is refused once the budget is used, so an event overshoots by at
             // most the one call that crossed it.
@@ -275,6 +284,42 @@ impl Journal {
             j.event_bytes += row.bytes();
             j.buffered.push(row);
         }
+    }
+
+    /// Record where the policy says it stands (its `progress` line), as a row
+    /// of kind [`MARK`] written with the next action's intent or the commit:
+    /// the store then knows, while the event runs, which step an action is
+    /// part of (a YAML loop's state). A mark is no call: replay passes over
+    /// recorded marks and writes none, so a journal written before marks
+    /// existed replays as before; a full journal budget just goes unmarked.
+    pub fn mark(&self, text: &str) {
+        let mut j = self.lock();
+        if !j.enabled || j.script.is_some() || j.failure.is_some() {
+            return;
+        }
+        if j.cursor < j.recorded.len() {
+            // Replaying: this mark was written before, or the journal predates marks.
+            if j.recorded[j.cursor].kind == MARK {
+                j.cursor += 1;
+            }
+            return;
+        }
+        let text = crate::ui::shorten(text, MARK_BYTES);
+        let row = JournalRow {
+            seq: j.next_seq,
+            kind: MARK.into(),
+            request: text,
+            result: Some(String::new()),
+        };
+        if let Some(b) = j.budget
+            && (j.event_bytes + row.bytes() > b.per_event
+                || j.run_bytes + j.event_bytes + row.bytes() > b.per_run)
+        {
+            return;
+        }
+        j.next_seq += 1;
+        j.event_bytes += row.bytes();
+        j.buffered.push(row);
     }
 
     /// Durably record that action `seq` is about to start, spending `budget`.
@@ -359,6 +404,9 @@ impl Journal {
     /// the policy decided without repeating every recorded call).
     pub fn finish_event(&self) -> FinishedEvent {
         let mut j = self.lock();
+        while j.recorded.get(j.cursor).is_some_and(|r| r.kind == MARK) {
+            j.cursor += 1;
+        }
         if j.failure.is_none() && j.cursor < j.recorded.len() {
             let row = &j.recorded[j.cursor];
             j.failure = Some(NonDeterminism(format!(
@@ -436,6 +484,64 @@ mod tests {
         let done = r.finish_event();
         assert_eq!((done.seq, done.failure), (Some(pending.seq), None));
         assert_eq!(db.run("r").unwrap().unwrap().actions, 2);
+    }
+
+    #[test]
+    fn marks_are_written_with_the_next_action_and_replay_passes_over_them() {
+        let (_d, db) = setup();
+        let j = Journal::live(db.clone(), "r", "{}".into(), true);
+        j.mark("l · check · step 1/2");
+        assert_eq!(j.step("shell", "x").unwrap(), Step::Live(2));
+        j.intent(2, "shell", "x", &BUDGET).unwrap().unwrap();
+        // Written with the action's intent: the store knows the state while x runs.
+        let (marks, total) = db.marks("r").unwrap();
+        assert_eq!(
+            (marks, total),
+            (vec![(1, 1, "l · check · step 1/2".to_string())], 1)
+        );
+        j.finish(2, "X").unwrap();
+        j.mark("l · fix · step 2/2");
+        assert_eq!(j.step("shell", "y").unwrap(), Step::Live(4));
+        j.intent(4, "shell", "y", &BUDGET).unwrap().unwrap();
+        // The process dies during y. Replay passes over the marks whether the
+        // policy makes them again or not, and writes none of its own.
+        let pending = db.last_event("r").unwrap().unwrap();
+        for again in [true, false] {
+            let r = Journal::replay(db.clone(), "r", pending.seq, pending.event.clone()).unwrap();
+            if again {
+                r.mark("l · check · step 1/2");
+            }
+            assert_eq!(r.step("shell", "x").unwrap(), Step::Replayed("X".into()));
+            if again {
+                r.mark("l · fix · step 2/2");
+            }
+            if again {
+                assert_eq!(r.step("shell", "y").unwrap(), Step::InFlight(4));
+                r.finish(4, "unknown").unwrap();
+            } else {
+                assert_eq!(
+                    r.step("shell", "y").unwrap(),
+                    Step::Replayed("unknown".into())
+                );
+            }
+            let done = r.finish_event();
+            assert_eq!((done.failure, done.rows.len()), (None, 0), "again: {again}");
+        }
+        assert_eq!(db.marks("r").unwrap().1, 2);
+        // A journal without marks (written before them) replays with them made.
+        let (_d2, db2) = setup();
+        let j = Journal::live(db2.clone(), "r", "{}".into(), true);
+        j.intent(1, "shell", "x", &BUDGET).unwrap().unwrap();
+        let r = Journal::replay(db2.clone(), "r", 1, "{}".into()).unwrap();
+        r.mark("l · check · step 1/2");
+        assert_eq!(r.step("shell", "x").unwrap(), Step::InFlight(1));
+        r.finish(1, "unknown").unwrap();
+        // Past the record it is live again: the next mark is kept.
+        r.mark("l · fix · step 2/2");
+        let done = r.finish_event();
+        assert_eq!(done.failure, None);
+        assert_eq!(done.rows.len(), 1);
+        assert_eq!(done.rows[0].kind, MARK);
     }
 
     #[test]

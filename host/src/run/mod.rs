@@ -369,7 +369,8 @@ impl RunContext {
             workspace: self
                 .workspace
                 .host(meter.clone(), limits.read_bytes, journal.clone()),
-            log: LogHost::new(self.log.clone(), meter.clone(), limits.log_bytes_per_event),
+            log: LogHost::new(self.log.clone(), meter.clone(), limits.log_bytes_per_event)
+                .marking(journal.clone()),
             spend: crate::caps::spend::SpendHost::new(
                 self.db.clone(),
                 self.id.clone(),

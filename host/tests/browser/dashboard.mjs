@@ -321,6 +321,53 @@ const scenarios = {
     result({ runs: [logged, ran, bidi, printed] });
   },
 
+  // Issue 45, item 11 (tenant `webloop`): a YAML loop of the workspace started
+  // from the form; its page names the loop, follows its path of states and the
+  // state it is in, and shows its journal as commands and outcomes. Meanwhile,
+  // on the form (a page that does not refresh), the navigation's approval count
+  // shows an approval asked elsewhere without a reload.
+  async loop() {
+    await withBrowser(async (page) => {
+      await signIn(page, "approver");
+      await page.click("text=Start a run");
+      await page.waitForURL(/\/runs\/new$/);
+      await page.fill("#loop-workspace", "proj");
+      await Promise.all([page.waitForURL(/workspace=proj/), page.click("button:has-text('List its loops')")]);
+      assert.deepEqual(await page.locator("#loop option").allTextContents(), ["loops/tidy.yaml"]);
+      assert.equal(await page.locator("#pending-count").isVisible(), false, "no approval pending yet");
+      const asking = await startProbe({ op: "exec", argv: ["tee", "-a", "count.txt"], stdin: "asked\n" });
+      await page.locator("#pending-count").waitFor({ state: "visible" });
+      assert.equal((await page.textContent("#pending-count")).trim(), "1");
+      await shot(page, "loop-form-pending");
+      await page.fill("#loop-input", JSON.stringify({ seconds: "3" }));
+      await Promise.all([
+        page.waitForURL(/\/runs\/r[0-9a-f]+\?note=started$/),
+        page.click("button:has-text('Start the loop')"),
+      ]);
+      const run = new URL(page.url()).pathname.split("/")[2];
+      assert.match(await page.textContent("h1"), /^tidy /);
+      // The page follows the loop: the state it is in while its `sleep` runs.
+      await page.locator("#summary .loop", { hasText: "In state wait" }).waitFor();
+      assert.deepEqual(await page.locator("#summary ol.path li").allTextContents(), ["look", "wait"]);
+      await shot(page, "loop-running");
+      await page.locator("#summary .s-done").waitFor();
+      assert.deepEqual(
+        await page.locator("#summary ol.path li").allTextContents(),
+        ["look", "wait", "check", "fixed", "done"]);
+      const journal = await page.textContent("#journal");
+      assert.match(journal, /cat nothing\.txt/);
+      assert.match(journal, /no \(exit 1\) → fixed/, "the verdict and the route");
+      assert.doesNotMatch(journal, /"exec"|\{"/, "commands, not request JSON");
+      await shot(page, "loop-done");
+      // Denied: the count goes again, on this page that no longer refreshes.
+      const v = await waitRun(asking, (v) => pendingOf(v), "asked");
+      const r = await api("approver", "POST", `/api/v1/approvals/${pendingOf(v).id}/deny`, { reason: "loop test done" });
+      assert.equal(r.status, 200, r.text);
+      await page.locator("#pending-count").waitFor({ state: "hidden" });
+      result({ run, asking });
+    });
+  },
+
   // A phone: every page fits 390 px without scrolling sideways.
   async phone() {
     const long = "x".repeat(300);

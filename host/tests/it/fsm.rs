@@ -955,3 +955,50 @@ fn the_little_loops_corpus_shapes_validate_with_notes() {
         text(&o.stderr)
     );
 }
+
+/// Issue 45, item 11: a loop's run is listed and shown by its loop's name,
+/// with its path of states and its journal as state, command and outcome.
+#[test]
+fn runs_and_runs_show_name_the_loop_and_show_its_path_and_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("loopbox.toml"),
+        "[shell]\nallow = [[\"echo\"], [\"cat\"], [\"sleep\"]]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("tidy.yaml"), crate::serve::loops::TIDY).unwrap();
+    let o = loopbox(dir.path(), &["run", "tidy.yaml", "--json"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let id = json_of(&o)["run_id"].as_str().unwrap().to_string();
+    let list = text(&loopbox(dir.path(), &["runs", "--policy", "tidy"]).stdout);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with(&id) && l.contains("loop tidy")),
+        "{list}"
+    );
+    let shown = text(&loopbox(dir.path(), &["runs", "show", &id]).stdout);
+    for want in [
+        format!("run {id} of loop tidy (builtin:fsm)"),
+        "loop:     tidy.yaml".to_string(),
+        "path:     look → wait → check → fixed → done (4 step(s))".to_string(),
+        "    1.4  look         shell  echo looking  -> exit 0 in".to_string(),
+        "check        shell  cat nothing.txt  -> exit 1 in".to_string(),
+        " ms: no (exit 1), then fixed".to_string(),
+    ] {
+        assert!(shown.contains(&want), "{want:?} in:\n{shown}");
+    }
+    assert!(!shown.contains("{\"exec\""), "{shown}");
+    let v = json_of(&loopbox(dir.path(), &["runs", "show", &id, "--json"]));
+    assert_eq!(
+        (
+            &v["policy_name"],
+            &v["loop"]["path"][2],
+            &v["journal"][2]["command"]
+        ),
+        (
+            &serde_json::json!("tidy"),
+            &serde_json::json!("check"),
+            &serde_json::json!("cat nothing.txt")
+        )
+    );
+}

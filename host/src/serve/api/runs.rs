@@ -90,7 +90,9 @@ pub async fn list(
         .iter()
         .map(|r| {
             json!({
-                "id": r.id, "policy": r.policy, "policy_name": r.policy_name, "status": r.status,
+                // A YAML loop's run goes by its loop's name.
+                "id": r.id, "policy": r.policy, "policy_name": r.loop_name.as_ref().or(r.policy_name.as_ref()),
+                "loop": r.loop_name, "status": r.status,
                 "started": rfc3339(r.created_at_ms), "updated": rfc3339(r.updated_at_ms),
                 "turns": r.turns, "actions": r.actions, "workspace": r.workspace,
                 "started_by": r.started_by, "summary": r.summary, "spend": r.spent.json(),
@@ -203,24 +205,15 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
         tenant: &tenant,
     };
     let trust = Trust::TenantConfig(&served);
-    let prepared =
+    let mut prepared =
         lifecycle::start(&trust, launch.max_turns(body.max_turns)).map_err(launch_error)?;
     let id = crate::run::new_run_id();
     let input = match &body.loop_file {
         Some(file) => {
-            let path = workspace.join(file).canonicalize().map_err(|e| {
-                ApiError::bad_request(format!(
-                    "loop `{}` cannot be read: {e}",
-                    crate::ui::one_line(file)
-                ))
-            })?;
-            if !path.starts_with(&workspace) {
-                return Err(ApiError::bad_request(format!(
-                    "loop `{}` is not inside the workspace (a link out of it is followed before this check)",
-                    crate::ui::one_line(file)
-                )));
-            }
-            let lf = crate::loops::read(&workspace, &path).map_err(ApiError::usage)?;
+            // Inside the workspace, as the loop's own imports are read: no `..`,
+            // no link out of it, nothing the tenant's config hides.
+            let lf = crate::loops::read_in(&workspace, file, &prepared.config)
+                .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
             let lp = crate::loops::load(&workspace, &lf, &prepared.config).map_err(|problems| {
                 ApiError::bad_request(format!(
                     "the loop has {} problem(s):\n{}",
@@ -252,6 +245,7 @@ fn start_blocking(server: &Arc<Server>, caller: &Caller, body: StartBody) -> Api
             )
             .map_err(ApiError::usage)?;
             crate::loops::create_run_dir(&workspace, &run_dir).map_err(ApiError::usage)?;
+            prepared.options.loop_name = Some(lp.name.clone());
             payload
         }
         None => {
@@ -365,9 +359,26 @@ pub async fn show(
     let driven = server.queue.is_running(&run.id) || held_by_worker(&server, &run);
     let charges = db.charges(&run.id)?;
     let network = db.connections(&run.id)?;
+    let (marks, marks_total) = db.marks(&run.id)?;
+    let entered = crate::loops::view::entered(&marks);
+    let the_loop = crate::loops::view::loop_json(
+        &run.policy,
+        &run.options,
+        &run.input,
+        run.outcome.as_deref(),
+        &entered.0,
+        marks_total > marks.len() as i64,
+    );
     let journal: Vec<Value> = actions
         .iter()
         .map(|a| {
+            let placed = crate::loops::view::around(
+                &entered,
+                crate::loops::view::ended_in(the_loop.as_ref()),
+                a.event,
+                a.seq,
+            );
+            let request = shown(&a.request, a.request_bytes);
             let outcome = match (a.done, a.error_kind.as_deref()) {
                 (false, _) if driven => "running",
                 (false, _) | (true, Some("outcome-unknown")) => "unknown",
@@ -376,7 +387,8 @@ pub async fn show(
             };
             json!({
                 "event": a.event, "seq": a.seq, "kind": a.kind,
-                "request": shown(&a.request, a.request_bytes), "outcome": outcome,
+                "command": crate::loops::view::command(&request), "request": request, "outcome": outcome,
+                "state": placed.state, "verdict": placed.verdict, "then": placed.then,
                 "exit_code": a.exit_code, "duration_ms": a.duration_ms, "timed_out": a.timed_out,
                 "stdout": a.stdout, "stderr": a.stderr,
                 "error": a.error_kind.as_ref().map(|k| json!({"kind": k, "message": a.error})),
@@ -388,7 +400,8 @@ pub async fn show(
     Ok(Json(json!({
         "id": run.id, "tenant": run.place.tenant, "workspace": run.place.workspace,
         "started_by": run.place.started_by,
-        "policy": run.policy, "policy_name": run.options.policy_name, "policy_digest": run.policy_digest,
+        "policy": run.policy, "policy_name": crate::loops::view::shown_name(&run.options),
+        "loop": the_loop, "policy_digest": run.policy_digest,
         "status": run.status, "driven": driven,
         "grants": crate::run::launch::grant_set(&run.options),
         "pinned_grants": run.options.grants,

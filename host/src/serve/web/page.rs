@@ -152,8 +152,9 @@ pub fn page(ctx: &Ctx, title: &str, here: &str, refresh_ms: Option<u32>, body: M
                                 @if c.role >= role && (href != "/workers" || ctx.workers) {
                                     a href=(href) aria-current=[(href == here).then_some("page")] {
                                         (name)
-                                        @if href == "/approvals" && ctx.pending > 0 {
-                                            " " span.count #pending-count title="pending approvals" {
+                                        // Always there (hidden at 0), so the script can show the first one that comes.
+                                        @if href == "/approvals" {
+                                            " " span.count #pending-count title="pending approvals" hidden[ctx.pending == 0] {
                                                 @if ctx.pending >= PENDING_SHOWN { "99+" } @else { (ctx.pending) }
                                             }
                                         }

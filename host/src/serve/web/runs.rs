@@ -1,9 +1,10 @@
 //! The runs pages: the tenant's runs (filtered, paged through the
-//! `runs_by_tenant` index, live), starting one, and one run (its status and
-//! outcome, the buttons its caller's role may use, its approvals, the live
-//! log, the journal of actions, the timeline of events and decisions, its
-//! state and grants). One run's page reads the API's own view of the run,
-//! bounded whatever the run holds.
+//! `runs_by_tenant` index, live), starting one (an installed policy, or a
+//! YAML loop file of a workspace), and one run (its status and outcome, a
+//! loop's path of states, the buttons its caller's role may use, its
+//! approvals, the live log, the journal of actions, the timeline of events
+//! and decisions, its state and grants). One run's page reads the API's own
+//! view of the run, bounded whatever the run holds.
 
 use std::sync::Arc;
 
@@ -204,7 +205,11 @@ fn spend_line(s: &Value) -> String {
 }
 
 fn run_row(r: &RunRow, tenant: &str, now: i64) -> Markup {
-    let name = r.policy_name.as_deref().unwrap_or(&r.policy);
+    let name = r
+        .loop_name
+        .as_deref()
+        .or(r.policy_name.as_deref())
+        .unwrap_or(&r.policy);
     html! {
         tr {
             td data-label="Status" { (status(r.status.as_str())) }
@@ -212,7 +217,10 @@ fn run_row(r: &RunRow, tenant: &str, now: i64) -> Markup {
                 a.mono href={ "/runs/" (r.id) } { (r.id) }
                 @if let Some(s) = &r.summary { div.summary { (untrusted(s)) } }
             }
-            td data-label="Policy" { (untrusted(name)) }
+            td data-label="Policy" {
+                (untrusted(name))
+                @if r.loop_name.is_some() { " " span.kind { "loop" } }
+            }
             td data-label="Tenant" { (tenant) }
             td data-label="Started" {
                 (age(r.created_at_ms, now))
@@ -225,10 +233,16 @@ fn run_row(r: &RunRow, tenant: &str, now: i64) -> Markup {
     }
 }
 
+/// A workspace's loop files, or why it cannot be looked into.
+type LoopFiles = Result<Vec<String>, String>;
+
 #[derive(Debug, Default, Deserialize)]
 pub struct NewQuery {
     #[serde(default)]
     policy: Option<String>,
+    /// The workspace whose loop files the loop form lists (default: the first root).
+    #[serde(default)]
+    workspace: Option<String>,
 }
 
 /// The form that starts a run (operators and above).
@@ -241,17 +255,36 @@ pub async fn new(
     if let Err(why) = caller.may(Role::Operator, "start a run") {
         return error(&ctx, axum::http::StatusCode::FORBIDDEN, &why);
     }
+    let roots: Vec<String> = server
+        .tenants
+        .get(&caller.tenant)
+        .map(|t| t.roots.iter().map(|r| r.display().to_string()).collect())
+        .unwrap_or_default();
+    let asked = q
+        .workspace
+        .clone()
+        .filter(|w| !w.is_empty())
+        .or_else(|| roots.first().cloned())
+        .unwrap_or_default();
     let installed = {
         let server = server.clone();
         let tenant = caller.tenant.clone();
-        tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+        let asked = asked.clone();
+        tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<String>, LoopFiles)> {
             let path = server.config_file(&tenant)?;
             let config = crate::config::Config::load(&path)?;
-            Ok(config.policies.keys().cloned().collect())
+            // Only a workspace the API would start a run in is looked into.
+            let loops = server
+                .tenants
+                .named(&tenant)
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|t| t.workspace(&asked).map_err(|e| format!("{e:#}")))
+                .map(|ws| crate::loops::list(&ws));
+            Ok((config.policies.keys().cloned().collect(), loops))
         })
         .await
     };
-    let names = match installed {
+    let (names, loops) = match installed {
         Ok(Ok(n)) => n,
         Ok(Err(e)) => {
             return error(
@@ -268,11 +301,6 @@ pub async fn new(
             );
         }
     };
-    let roots: Vec<String> = server
-        .tenants
-        .get(&caller.tenant)
-        .map(|t| t.roots.iter().map(|r| r.display().to_string()).collect())
-        .unwrap_or_default();
     let body = html! {
         h1 { "Start a run" }
         @if names.is_empty() {
@@ -296,6 +324,37 @@ pub async fn new(
                 label for="input" { "Input (JSON)" }
                 textarea #input name="input" rows="6" spellcheck="false" { "{}" }
                 button.primary type="submit" { "Start" }
+            }
+        }
+        h2 #loops { "A YAML loop of the workspace" }
+        form.filters method="get" action="/runs/new#loops" {
+            label { "Workspace "
+                input #loop-workspace type="text" name="workspace" value=(asked) required spellcheck="false";
+            }
+            button type="submit" { "List its loops" }
+        }
+        @match &loops {
+            Err(why) => { p.err role="alert" { (untrusted(why)) } }
+            Ok(files) if files.is_empty() => {
+                div.empty {
+                    p { "No loop files in " code { (untrusted(&asked)) } "." }
+                    p.muted { "A loop is a .yaml file with " code { "states:" } ", up to three directories down (" code { ".loops/" } " included)." }
+                }
+            }
+            Ok(files) => {
+                form.card.stack method="post" action="/runs" {
+                    (ctx.csrf())
+                    input type="hidden" name="workspace" value=(asked);
+                    label for="loop" { "Loop file" }
+                    select #loop name="loop" required {
+                        @for f in files { option value=(f) { (untrusted(f)) } }
+                    }
+                    @if files.len() >= crate::loops::LISTED { p.hint { "The first " (files.len()) " loop files; start another through the API." } }
+                    label for="loop-input" { "Input" }
+                    textarea #loop-input name="input" rows="4" spellcheck="false" { "{}" }
+                    p.hint { "A JSON object of the loop's context values, or text for its input key (as " code { "loopbox run LOOP.yaml --input" } ")." }
+                    button.primary type="submit" { "Start the loop" }
+                }
             }
         }
     };
@@ -415,27 +474,43 @@ fn waits_for(view: &Value) -> Option<&'static str> {
 
 /// An action's request in one line: `argv…` of an exec, a script's text, a prompt's.
 fn request_line(req: &Value) -> String {
-    // A journaled request is `{"exec": {...}}`, `{"script": {...}}`, `{"prompt": {...}}`.
-    if let Some(m) = req.as_object()
-        && m.len() == 1
-        && let Some((kind, inner)) = m.iter().next()
-        && inner.is_object()
-    {
-        return format!("{} {}", untrusted(kind), request_line(inner));
-    }
-    if let Some(argv) = req["argv"].as_array() {
-        let words: Vec<String> = argv
-            .iter()
-            .map(|a| a.as_str().unwrap_or_default().to_string())
-            .collect();
-        return untrusted(&crate::exec::grants::show_argv(&words));
-    }
-    for k in ["script", "source", "text", "prompt"] {
-        if let Some(s) = req[k].as_str() {
-            return untrusted(s);
+    untrusted(&crate::loops::view::command(req))
+}
+
+/// A YAML loop's path of states, the one it is in marked (`aria-current`)
+/// while it runs; the last is where it ended once it has.
+fn loop_path(lp: &Value) -> Markup {
+    let empty = Vec::new();
+    let path = lp["path"].as_array().unwrap_or(&empty);
+    let ended = lp["ended"] == true;
+    html! {
+        ol.path aria-label="path of states" {
+            @if lp["path_cut"] == true { li.muted { "…" } }
+            @for (i, st) in path.iter().enumerate() {
+                @let here = i + 1 == path.len() && (ended || lp["sub_loop"].is_null());
+                li aria-current=[(here && !ended).then_some("step")] class=[here.then_some("here")] {
+                    (text_of(st))
+                }
+            }
+            @if let Some(sub) = lp["sub_loop"].as_str() {
+                li.here aria-current="step" { (untrusted(sub)) " › " (text_of(&lp["state"])) }
+            }
         }
     }
-    text_of(req)
+}
+
+/// A loop's start input as its parts: the file, the input, the loop's text.
+fn loop_input(input: &Value) -> Markup {
+    html! {
+        dl.facts {
+            dt { "Loop file" } dd.mono.wrap { (text_of(&input["path"])) }
+            dt { "Input" } dd { pre { (pretty(&input["input"])) } }
+            @if let Some(env) = input["env"].as_object().filter(|e| !e.is_empty()) {
+                dt { "Environment" } dd.mono.wrap { @for (k, _) in env { (untrusted(k)) " " } }
+            }
+        }
+        details { summary { "The loop's text" } pre { (text_of(&input["yaml"])) } }
+    }
 }
 
 fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
@@ -446,6 +521,7 @@ fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
         .as_str()
         .or(v["policy"].as_str())
         .unwrap_or("");
+    let lp = v["loop"].is_object().then_some(&v["loop"]);
     let waits = waits_for(v);
     let empty = Vec::new();
     let approvals = v["approvals"].as_array().unwrap_or(&empty);
@@ -472,8 +548,20 @@ fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
                     }
                 }
             }
+            @if let Some(lp) = lp {
+                div.loop {
+                    strong { @if lp["ended"] == true { "Path: " } @else { "In state " (text_of(&lp["state"])) ": " } }
+                    @if lp["path"].as_array().is_some_and(|p| !p.is_empty()) { (loop_path(lp)) }
+                    @else { span.muted { "no state entered yet" } }
+                    span.muted { (lp["steps"].as_u64().unwrap_or(0)) " step(s)" }
+                }
+            }
             dl.facts {
-                dt { "Policy" } dd { (untrusted(policy)) @if v["policy_name"].is_string() { div.muted.mono { (text_of(&v["policy"])) } } }
+                @if let Some(lp) = lp {
+                    dt { "Loop" } dd { (text_of(&lp["name"])) div.muted.mono { (text_of(&lp["file"])) " · " (text_of(&v["policy"])) } }
+                } @else {
+                    dt { "Policy" } dd { (untrusted(policy)) @if v["policy_name"].is_string() { div.muted.mono { (text_of(&v["policy"])) } } }
+                }
                 dt { "Digest" } dd.mono.wrap { (text_of(&v["policy_digest"])) }
                 dt { "Tenant" } dd { (text_of(&v["tenant"])) }
                 dt { "Workspace" } dd.mono.wrap { (text_of(&v["workspace"])) }
@@ -535,9 +623,9 @@ fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
                 @let total = v["journal_total"].as_u64().unwrap_or(0);
                 @if total as usize > journal.len() { p.muted { "The latest " (journal.len()) " of " (total) "." } }
                 table.journal {
-                    thead { tr { th { "#" } th { "Action" } th { "Outcome" } th.num { "Exit" } th.num { "Time" } th { "Started" } } }
+                    thead { tr { th { "#" } @if lp.is_some() { th { "State" } } th { "Action" } th { "Outcome" } th.num { "Exit" } th.num { "Time" } th { "Started" } } }
                     tbody {
-                        @for j in journal { (journal_row(j, now)) }
+                        @for j in journal { (journal_row(j, now, lp.is_some())) }
                     }
                 }
             }
@@ -616,12 +704,16 @@ fn run_page(ctx: &Ctx, v: &Value, now: i64, note: Option<&str>) -> Markup {
         section {
             h2 { "Grants and input" }
             details { summary { "Pinned grants (" (text_of(&v["grants"])) ")" } pre { (pretty(&v["pinned_grants"])) } }
-            details { summary { "Start input" } pre { (pretty(&v["input"])) } }
+            @if lp.is_some() && v["input"]["yaml"].is_string() {
+                details { summary { "Start input" } (loop_input(&v["input"])) }
+            } @else {
+                details { summary { "Start input" } pre { (pretty(&v["input"])) } }
+            }
         }
     }
 }
 
-fn journal_row(j: &Value, now: i64) -> Markup {
+fn journal_row(j: &Value, now: i64, in_loop: bool) -> Markup {
     let outcome = j["outcome"].as_str().unwrap_or("");
     let shown = match outcome {
         "ok" => "done",
@@ -632,9 +724,10 @@ fn journal_row(j: &Value, now: i64) -> Markup {
     html! {
         tr {
             td.mono data-label="#" { (j["event"]) "." (j["seq"]) }
+            @if in_loop { td data-label="State" { (text_of(&j["state"])) } }
             td data-label="Action" {
                 span.kind { (text_of(&j["kind"])) } " "
-                code.wrap { (request_line(&j["request"])) }
+                code.wrap { @match j["command"].as_str() { Some(c) => (untrusted(c)), None => (request_line(&j["request"])) } }
                 @if !j["error"].is_null() {
                     div.err { strong { (text_of(&j["error"]["kind"])) } ": " (text_of(&j["error"]["message"])) }
                 }
@@ -648,7 +741,14 @@ fn journal_row(j: &Value, now: i64) -> Markup {
                     }
                 }
             }
-            td data-label="Outcome" { span class={ "status s-" (shown) } { (outcome) } @if j["timed_out"] == true { " (timed out)" } }
+            td data-label="Outcome" {
+                span class={ "status s-" (shown) } { (outcome) } @if j["timed_out"] == true { " (timed out)" }
+                @if in_loop && outcome != "running" {
+                    @if let Some(next) = j["then"].as_str() {
+                        div.muted { @if let Some(v) = j["verdict"].as_str() { (untrusted(v)) " " } "→ " (untrusted(next)) }
+                    }
+                }
+            }
             td.num data-label="Exit" { (text_of(&j["exit_code"])) }
             td.num data-label="Time" { @if let Some(ms) = j["duration_ms"].as_u64() { (ms) " ms" } }
             td data-label="Started" { (age_of(j["started"].as_str().unwrap_or(""), now)) }
@@ -656,11 +756,28 @@ fn journal_row(j: &Value, now: i64) -> Markup {
     }
 }
 
+/// A start event's input: a YAML loop's as its file and input, else as it is.
+fn start_detail(input: &Value) -> String {
+    // The API shows a JSON input as JSON, other text as a string.
+    let parsed = match input {
+        Value::String(t) => serde_json::from_str::<Value>(t).ok(),
+        v => Some(v.clone()),
+    };
+    match parsed {
+        Some(p) if p["yaml"].is_string() && p["path"].is_string() => format!(
+            "loop {} · input {}",
+            text_of(&p["path"]),
+            text_of(&p["input"])
+        ),
+        _ => text_of(input),
+    }
+}
+
 fn event_item(e: &Value, now: i64) -> Markup {
     let ev = &e["event"];
     let kind = ev["type"].as_str().unwrap_or("event");
     let detail = match kind {
-        "start" => text_of(&ev["input"]),
+        "start" => start_detail(&ev["input"]),
         "tick" => text_of(&ev["payload"]),
         "user-input" => text_of(&ev["text"]),
         "turn-complete" => text_of(&ev["response"]),

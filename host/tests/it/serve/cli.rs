@@ -123,6 +123,7 @@ fn a_served_run_is_listed_shown_approved_and_followed_from_the_command_line() {
             "actions",
             "id",
             "last_event",
+            "loop",
             "policy",
             "spend",
             "started",

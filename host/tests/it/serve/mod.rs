@@ -23,6 +23,7 @@ mod hitl;
 mod homes;
 mod leftovers;
 mod load;
+pub mod loops;
 mod ops;
 mod panics;
 mod pg_restart;
@@ -446,6 +447,9 @@ pub fn shared() -> &'static Srv {
                 ("web", roomy),
                 // `loopbox runs --server` (cli.rs).
                 ("cli", roomy),
+                // YAML loops as runs (loops.rs, and the browser's `loop`).
+                ("loops", roomy),
+                ("webloop", roomy),
                 (
                     "tiny",
                     "max_running = 1\nmax_queued = 1\nactions_per_hour = 3\n",

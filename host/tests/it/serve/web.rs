@@ -17,6 +17,11 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// `node dashboard.mjs SCENARIO` against the shared server; its `RESULT` lines.
 fn browser(scenario: &str) -> Vec<Value> {
+    browser_as("web", scenario)
+}
+
+/// [`browser`] with the tokens of `tenant`.
+fn browser_as(tenant: &str, scenario: &str) -> Vec<Value> {
     let dir = repo().join("host/tests/browser");
     assert!(
         dir.join("node_modules/playwright-core").is_dir(),
@@ -30,7 +35,7 @@ fn browser(scenario: &str) -> Vec<Value> {
     let srv = shared();
     let tokens: serde_json::Map<String, Value> = ROLES
         .iter()
-        .map(|r| (r.to_string(), json!(srv.token("web", r))))
+        .map(|r| (r.to_string(), json!(srv.token(tenant, r))))
         .collect();
     let out = Command::new("node")
         .arg("dashboard.mjs")
@@ -170,6 +175,23 @@ fn a_viewer_sees_no_button_it_cannot_use_and_is_refused_anyway() {
 #[test]
 fn what_a_policy_logs_and_a_command_prints_renders_inert() {
     browser("xss");
+}
+
+#[test]
+fn the_browser_starts_a_loop_follows_its_states_and_sees_the_approval_count_live() {
+    super::loops::files();
+    let r = &browser_as("webloop", "loop")[0];
+    let run = shared()
+        .store()
+        .existing_run(r["run"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        (run.status.as_str(), run.options.loop_name.as_deref()),
+        ("done", Some("tidy"))
+    );
+    for shot in ["loop-form-pending", "loop-running", "loop-done"] {
+        assert!(artifacts().join(format!("{shot}.png")).is_file(), "{shot}");
+    }
 }
 
 #[test]

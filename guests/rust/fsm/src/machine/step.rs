@@ -411,6 +411,16 @@ impl<'a> Machine<'a> {
                 self.r.step, state.name
             ),
         );
+        // The step's progress line again, with its verdict: the host journals
+        // progress lines, so the verdict is shown beside the state's action.
+        world.progress(&format!(
+            "{}{} · {} · step {}/{} · {because} -> {next}",
+            "  ".repeat(self.depth),
+            self.r.lp.name,
+            state.name,
+            self.r.step,
+            self.r.lp.max_steps
+        ));
     }
 
     pub(super) fn terminal(&self, state: &State) -> Finish {

@@ -117,7 +117,14 @@ fn fix_the_tests_goes_test_fix_test_done() {
             timeout_ms: None
         }
     );
-    assert_eq!(w.progress[1], "fix-tests · fix · step 2/10");
+    assert_eq!(
+        w.progress[..3],
+        [
+            "fix-tests · test · step 1/10",
+            "fix-tests · test · step 1/10 · no (exit 1) -> fix",
+            "fix-tests · fix · step 2/10"
+        ]
+    );
     assert!(
         w.logs
             .contains(&"step 1 `test`: no (exit 1) -> `fix`".to_string()),

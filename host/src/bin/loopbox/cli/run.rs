@@ -114,6 +114,7 @@ pub fn execute(args: RunArgs, workspace: &Path) -> Result<i32, Failure> {
             )
             .map_err(Failure::usage)?;
             loops::create_run_dir(workspace, &run_dir).map_err(Failure::usage)?;
+            prepared.options.loop_name = Some(lp.name.clone());
             payload
         }
         None if args.delay.is_some() => {

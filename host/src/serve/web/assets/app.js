@@ -3,6 +3,38 @@
 // Nothing here writes HTML from data: text goes in through textContent only.
 "use strict";
 
+// The navigation's count of pending approvals, as `fresh` (another copy of it) has it.
+function pending(fresh) {
+  const mine = document.getElementById("pending-count");
+  if (!mine || !fresh) return;
+  mine.textContent = fresh.textContent;
+  mine.hidden = fresh.hidden;
+}
+
+// A page that does not refresh (a form, a finished run) still follows the
+// pending approvals: the count alone, from the API, as often as a live page.
+function followPending() {
+  if (!document.getElementById("pending-count")) return;
+  const every = 2000;
+  async function tick() {
+    if (!document.hidden) {
+      try {
+        const r = await fetch("/api/v1/approvals?status=pending&limit=100", { credentials: "same-origin" });
+        if (r.ok) {
+          const n = ((await r.json()).approvals || []).length;
+          const fresh = document.createElement("span");
+          fresh.textContent = n >= 100 ? "99+" : String(n);
+          fresh.hidden = n === 0;
+          pending(fresh);
+        }
+      } catch (_) { /* the server restarts: try again */ }
+    }
+    setTimeout(tick, every);
+  }
+  setTimeout(tick, every);
+}
+if (!Number(document.body.dataset.refresh || 0)) followPending();
+
 // Reload a page's live parts (`[data-live]` with an id) every `data-refresh` ms,
 // leaving alone a part holding the focus or a field someone is typing in.
 (function refresh() {
@@ -24,10 +56,8 @@
         const fresh = doc.getElementById(el.id);
         if (fresh && !busy(el)) el.replaceWith(document.adoptNode(fresh));
       }
-      const count = doc.getElementById("pending-count");
-      const mine = document.getElementById("pending-count");
-      if (mine) mine.textContent = count ? count.textContent : "0";
-      if (!doc.body.dataset.refresh) { document.body.dataset.refresh = ""; return; }
+      pending(doc.getElementById("pending-count"));
+      if (!doc.body.dataset.refresh) { document.body.dataset.refresh = ""; followPending(); return; }
     } catch (_) { /* the server restarts: try again */ }
     timer = setTimeout(tick, every);
   }

@@ -40,6 +40,8 @@ fn status(s: &str) -> Result<RunStatus, String> {
 pub(super) struct Listed {
     pub id: String,
     pub policy: String,
+    /// A YAML loop's name: the run is listed by it.
+    pub loop_name: Option<String>,
     pub status: String,
     pub started_ms: i64,
     pub updated_ms: i64,
@@ -65,7 +67,7 @@ impl Printer {
     pub fn row(&mut self, r: &Listed) {
         if self.json {
             let row = json!({
-                "id": r.id, "policy": r.policy, "status": r.status, "started": rfc3339(r.started_ms),
+                "id": r.id, "policy": r.policy, "loop": r.loop_name, "status": r.status, "started": rfc3339(r.started_ms),
                 "updated": rfc3339(r.updated_ms), "last_event": r.last_event, "turns": r.turns, "actions": r.actions,
                 "wakes": r.wakes_ms.map(rfc3339), "spend": r.spent.json(),
             });
@@ -87,7 +89,14 @@ impl Printer {
             loopbox::outln!(
                 "{:<20} {:<28} {:<11} {:<20} {:<14} {:>7} {:>10}  {}",
                 one_line(&r.id),
-                keep_tail(&one_line(&r.policy), 28),
+                keep_tail(
+                    &one_line(
+                        &r.loop_name
+                            .as_ref()
+                            .map_or_else(|| r.policy.clone(), |n| format!("loop {n}"))
+                    ),
+                    28
+                ),
                 one_line(&r.status),
                 utc(r.started_ms),
                 one_line(r.last_event.as_deref().unwrap_or("-")),
@@ -196,6 +205,7 @@ pub fn execute(a: ListArgs, json: bool, workspace: &Path) -> Result<i32, Failure
                 wakes_ms: r.wake_at_ms.filter(|_| r.status == RunStatus::Waiting),
                 id: r.id,
                 policy: r.policy,
+                loop_name: r.loop_name,
                 started_ms: r.created_at_ms,
                 updated_ms: r.updated_at_ms,
                 last_event: r.last_event,

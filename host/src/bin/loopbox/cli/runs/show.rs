@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::super::{Failure, exit};
 use super::read_store;
 use loopbox::db::JournalRow;
+use loopbox::loops::view;
 use loopbox::ui::{Untrusted, one_line, rfc3339, shorten, utc};
 
 #[derive(Debug, Args)]
@@ -64,6 +65,20 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         .iter()
         .filter(|(_, r)| matches!(r.kind.as_str(), "shell" | "prompt" | "turn"))
         .collect();
+    let marks: Vec<(i64, i64, String)> = journal
+        .iter()
+        .filter(|(_, r)| r.kind == loopbox::journal::MARK)
+        .map(|(e, r)| (*e, r.seq, r.request.clone()))
+        .collect();
+    let entered = view::entered(&marks);
+    let the_loop = view::loop_json(
+        &run.policy,
+        &run.options,
+        &run.input,
+        run.outcome.as_deref(),
+        &entered.0,
+        false,
+    );
     let count = |o: &str| {
         actions
             .iter()
@@ -79,7 +94,8 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         let out = json!({
             "id": run.id, "policy": run.policy, "policy_digest": run.policy_digest, "status": run.seen_status(),
             "contract": contract.map(|c| c.to_string()),
-            "policy_name": run.options.policy_name, "grants": super::super::drive::grant_set(&run.options),
+            "policy_name": view::shown_name(&run.options), "loop": the_loop,
+            "grants": super::super::drive::grant_set(&run.options),
             "started": rfc3339(run.created_at_ms), "updated": rfc3339(run.updated_at_ms),
             "turns": run.turns, "actions": run.actions, "prompts": run.prompts,
             "outcome": parse(&run.outcome), "input": parse(&Some(run.input.clone())),
@@ -108,16 +124,29 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
                 "address": c.address, "allowed": c.allowed, "rule": c.rule,
                 "bytes_out": c.bytes_out, "bytes_in": c.bytes_in, "ms": c.ms,
             })).collect::<Vec<_>>(),
-            "journal": actions.iter().map(|(event, r)| json!({
-                "event": event, "seq": r.seq, "kind": r.kind, "request": parse(&Some(r.request.clone())),
-                "outcome": outcome(r, alive), "result": parse(&r.result),
-            })).collect::<Vec<_>>(),
+            "journal": actions.iter().map(|(event, r)| {
+                let placed = view::around(&entered, view::ended_in(the_loop.as_ref()), *event, r.seq);
+                let request = parse(&Some(r.request.clone())).unwrap_or_default();
+                json!({
+                    "event": event, "seq": r.seq, "kind": r.kind, "command": view::command(&request),
+                    "request": request, "state": placed.state, "verdict": placed.verdict, "then": placed.then,
+                    "outcome": outcome(r, alive), "result": parse(&r.result),
+                })
+            }).collect::<Vec<_>>(),
         });
         loopbox::outln!("{out}");
         return Ok(exit::OK);
     }
 
-    loopbox::outln!("run {} of {}", run.id, one_line(&run.policy));
+    match &the_loop {
+        Some(lp) => loopbox::outln!(
+            "run {} of loop {} ({})",
+            run.id,
+            one_line(lp["name"].as_str().unwrap_or("?")),
+            one_line(&run.policy)
+        ),
+        None => loopbox::outln!("run {} of {}", run.id, one_line(&run.policy)),
+    }
     let outcome_line = run
         .outcome
         .as_deref()
@@ -132,6 +161,9 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             run.id,
             run.id
         );
+    }
+    if let Some(lp) = &the_loop {
+        show_loop(lp);
     }
     loopbox::outln!("grants:   {}", super::super::drive::grant_set(&run.options));
     loopbox::outln!(
@@ -198,6 +230,28 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
         count("unknown"),
         count("running")
     );
+    if the_loop.is_some() {
+        let rows: Vec<Value> = actions
+            .iter()
+            .map(|(event, r)| {
+                let placed = view::around(&entered, view::ended_in(the_loop.as_ref()), *event, r.seq);
+                let result: Value = r
+                    .result
+                    .as_deref()
+                    .and_then(|t| serde_json::from_str(t).ok())
+                    .unwrap_or_default();
+                let request = serde_json::from_str(&r.request).unwrap_or_default();
+                json!({
+                    "event": event, "seq": r.seq, "kind": r.kind, "state": placed.state,
+                    "verdict": placed.verdict, "then": placed.then,
+                    "command": view::command(&request), "outcome": outcome(r, alive),
+                    "exit_code": result["ok"]["exit_code"], "duration_ms": result["ok"]["duration_ms"],
+                    "error": result["err"],
+                })
+            })
+            .collect();
+        show_loop_journal(&rows);
+    }
     // Which agent profile (`[agents.NAME]`) each prompt went to; `[agent]` when none.
     let profile = |r: &JournalRow| {
         (r.kind == "prompt")
@@ -229,11 +283,101 @@ pub fn execute(args: ShowArgs, json: bool, workspace: &Path) -> Result<i32, Fail
             "  event {event} call {}: {} {}{to} ({})",
             r.seq,
             one_line(&r.kind),
-            one_line(&shorten(&r.request, 100)),
+            Untrusted(&shorten(
+                &view::command(&serde_json::from_str(&r.request).unwrap_or_default()),
+                100
+            )),
             outcome(r, alive)
         );
     }
     Ok(exit::OK)
+}
+
+/// Actions of a loop's journal shown, the latest.
+const LOOP_ACTIONS_SHOWN: usize = 50;
+
+/// A YAML loop's file, path of states and the state it is in (the API's `loop`).
+pub(super) fn show_loop(lp: &Value) {
+    loopbox::outln!("loop:     {}", one_line(lp["file"].as_str().unwrap_or("-")));
+    let path: Vec<String> = lp["path"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| one_line(s.as_str().unwrap_or("?")))
+        .collect();
+    let cut = if lp["path_cut"] == true {
+        "… → "
+    } else {
+        ""
+    };
+    let steps = lp["steps"].as_u64().unwrap_or(0);
+    if path.is_empty() {
+        loopbox::outln!("path:     (no state entered yet)");
+    } else {
+        loopbox::outln!("path:     {cut}{} ({steps} step(s))", path.join(" → "));
+    }
+    if lp["ended"] != true
+        && let Some(state) = lp["state"].as_str()
+    {
+        let sub = lp["sub_loop"]
+            .as_str()
+            .map(|s| format!(" (in sub-loop {})", one_line(s)))
+            .unwrap_or_default();
+        loopbox::outln!("state:    {}{sub}", one_line(state));
+    }
+}
+
+/// A loop's actions as state, command and outcome:
+/// `  1.3  check  shell  CMD  -> exit 1 in 44 ms: no (exit 1), then fix`.
+pub(super) fn show_loop_journal(rows: &[Value]) {
+    let skip = rows.len().saturating_sub(LOOP_ACTIONS_SHOWN);
+    if skip > 0 {
+        loopbox::outln!(
+            "  (the latest {LOOP_ACTIONS_SHOWN} of {} actions)",
+            rows.len()
+        );
+    }
+    for j in &rows[skip..] {
+        let ran = match (
+            j["outcome"].as_str().unwrap_or("?"),
+            j["exit_code"].as_i64(),
+        ) {
+            ("ok", Some(code)) => format!("exit {code}"),
+            ("ok", None) => "done".to_string(),
+            ("error", _) => format!(
+                "failed: {}",
+                one_line(&shorten(
+                    j["error"]["message"]
+                        .as_str()
+                        .or(j["error"]["kind"].as_str())
+                        .unwrap_or("?"),
+                    100
+                ))
+            ),
+            (other, _) => other.to_string(),
+        };
+        let took = j["duration_ms"]
+            .as_u64()
+            .map(|ms| format!(" in {ms} ms"))
+            .unwrap_or_default();
+        let verdict = j["verdict"]
+            .as_str()
+            .map(|v| format!(": {}", one_line(v)))
+            .unwrap_or_default();
+        let then = j["then"]
+            .as_str()
+            .filter(|_| j["outcome"] != "running")
+            .map(|n| format!(", then {}", one_line(n)))
+            .unwrap_or_default();
+        loopbox::outln!(
+            "  {:>5}  {:<12} {:<6} {}  -> {}",
+            format!("{}.{}", j["event"], j["seq"]),
+            one_line(j["state"].as_str().unwrap_or("-")),
+            one_line(j["kind"].as_str().unwrap_or("")),
+            Untrusted(&shorten(j["command"].as_str().unwrap_or(""), 100)),
+            Untrusted(&format!("{ran}{took}{verdict}{then}"))
+        );
+    }
 }
 
 /// What the run's agent turns spent: the total, then one line per turn.

@@ -13,6 +13,7 @@ fn listed(v: &Value) -> Listed {
     Listed {
         id: v["id"].as_str().unwrap_or_default().to_string(),
         policy: v["policy"].as_str().unwrap_or_default().to_string(),
+        loop_name: v["loop"].as_str().map(String::from),
         status: v["status"].as_str().unwrap_or_default().to_string(),
         started_ms: ms(&v["started"]).unwrap_or(0),
         updated_ms: ms(&v["updated"]).unwrap_or(0),

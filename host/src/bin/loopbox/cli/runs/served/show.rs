@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::super::super::{Failure, exit};
-use super::super::show::{ShowArgs, show_approval};
+use super::super::show::{ShowArgs, show_approval, show_loop, show_loop_journal};
 use super::client::Client;
 use super::{approval, ms, segment};
 use loopbox::ui::{Untrusted, one_line, shorten, utc};
@@ -35,6 +35,7 @@ fn local_shape(v: &Value) -> Value {
                 .map(|j| {
                     json!({
                         "event": j["event"], "seq": j["seq"], "kind": j["kind"], "request": j["request"],
+                        "command": j["command"], "state": j["state"], "verdict": j["verdict"], "then": j["then"],
                         "outcome": j["outcome"], "result": j["error"],
                         "exit_code": j["exit_code"], "duration_ms": j["duration_ms"],
                     })
@@ -44,7 +45,7 @@ fn local_shape(v: &Value) -> Value {
         .unwrap_or_default();
     json!({
         "id": v["id"], "policy": v["policy"], "policy_digest": v["policy_digest"], "status": v["status"],
-        "contract": null, "policy_name": v["policy_name"], "grants": v["grants"],
+        "contract": null, "policy_name": v["policy_name"], "loop": v["loop"], "grants": v["grants"],
         "started": v["started"], "updated": v["updated"],
         "turns": v["turns"], "actions": v["actions"], "prompts": v["prompts"],
         "outcome": v["outcome"], "input": v["input"],
@@ -63,11 +64,20 @@ pub fn execute(c: &Client, a: ShowArgs, json: bool) -> Result<i32, Failure> {
     }
     let text = |k: &str| one_line(v[k].as_str().unwrap_or("-"));
     let id = text("id");
-    let name = v["policy_name"]
-        .as_str()
-        .map(|n| format!(" ([policies.{}])", one_line(n)))
-        .unwrap_or_default();
-    loopbox::outln!("run {id} of {}{name} on {}", text("policy"), c.url);
+    if v["loop"].is_object() {
+        loopbox::outln!(
+            "run {id} of loop {} ({}) on {}",
+            one_line(v["loop"]["name"].as_str().unwrap_or("?")),
+            text("policy"),
+            c.url
+        );
+    } else {
+        let name = v["policy_name"]
+            .as_str()
+            .map(|n| format!(" ([policies.{}])", one_line(n)))
+            .unwrap_or_default();
+        loopbox::outln!("run {id} of {}{name} on {}", text("policy"), c.url);
+    }
     let summary = v["outcome"]["summary"]
         .as_str()
         .map(|s| format!(": {}", Untrusted(s)))
@@ -75,6 +85,9 @@ pub fn execute(c: &Client, a: ShowArgs, json: bool) -> Result<i32, Failure> {
     loopbox::outln!("status:   {}{summary}", text("status"));
     if let Some(w) = ms(&v["wakes"]) {
         loopbox::outln!("wakes:    {} UTC", utc(w));
+    }
+    if v["loop"].is_object() {
+        show_loop(&v["loop"]);
     }
     loopbox::outln!("grants:   {}", text("grants"));
     loopbox::outln!(
@@ -138,6 +151,10 @@ pub fn execute(c: &Client, a: ShowArgs, json: bool) -> Result<i32, Failure> {
         count("unknown"),
         count("running")
     );
+    if v["loop"].is_object() {
+        show_loop_journal(&journal);
+        return Ok(exit::OK);
+    }
     for j in &journal {
         let shown = match (&j["exit_code"], &j["duration_ms"]) {
             (code, took) if !code.is_null() => format!("exit {code} in {took} ms"),
@@ -148,7 +165,13 @@ pub fn execute(c: &Client, a: ShowArgs, json: bool) -> Result<i32, Failure> {
             j["event"],
             j["seq"],
             one_line(j["kind"].as_str().unwrap_or_default()),
-            one_line(&shorten(&j["request"].to_string(), 100)),
+            // The command as it ran, not its request's JSON.
+            Untrusted(&shorten(
+                &j["command"]
+                    .as_str()
+                    .map_or_else(|| j["request"].to_string(), str::to_string),
+                100
+            )),
         );
     }
     Ok(exit::OK)
