@@ -89,7 +89,8 @@ pub struct Due {
 pub enum Attempt {
     /// A 2xx answer.
     Delivered(u16),
-    /// Another answer (its status), or none (`None`), and why.
+    /// Another answer (its status), or none (`None`), and why: one line,
+    /// escaped by the sender (it is shown on the dashboard and by the API).
     Failed(Option<u16>, String),
 }
 
@@ -420,7 +421,7 @@ impl Db {
                             state,
                             attempts,
                             status.map(i64::from),
-                            crate::ui::one_line(why),
+                            why,
                             now + backoff_ms(attempts - 1),
                             done
                         ],

@@ -307,6 +307,13 @@ pub async fn deliver(server: Arc<Server>) {
                 } else {
                     send(&d, &guard, crate::ui::server_url().unwrap_or_default())
                 };
+                // What a receiver or the network said is untrusted: one line, escaped.
+                let how = match how {
+                    Attempt::Failed(status, why) => {
+                        Attempt::Failed(status, crate::ui::one_line(&why))
+                    }
+                    delivered => delivered,
+                };
                 if let Err(e) = s.store.db().record_attempt(&d, &how) {
                     crate::errln!(
                         "loopbox serve: webhooks: recording delivery {} failed: {e:#}",

@@ -109,7 +109,7 @@ fn oversized_and_malformed_bodies_are_refused_and_start_nothing() {
         (
             "{\"loop\": \"../../etc/passwd\", \"workspace\": \"proj\"}",
             400,
-            "loop `../../etc/passwd` cannot be read",
+            "loop `../../etc/passwd`: a loop is named relative to the workspace, without `..`",
         ),
     ] {
         let r = http(
@@ -288,7 +288,7 @@ fn wrong_and_revoked_tokens_are_refused() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(
-        "there is no tenant `omega` in the server config (it has: alpha, beta, cli, creds, delta, gamma, tiny, web)"
+        "there is no tenant `omega` in the server config (it has: alpha, beta, cli, creds, delta, envs, gamma, hitl, loops, tiny, web, webloop)"
     ));
 }
 

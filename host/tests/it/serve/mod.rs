@@ -421,7 +421,7 @@ impl Drop for Srv {
 
 /// The server every test without special needs shares: tenants alpha, beta,
 /// gamma, delta (roomy; delta for the bad-input tests alone), web (the
-/// dashboard's) and tiny (small quotas), started once.
+/// dashboard's), tiny (small quotas) and one per module below, started once.
 pub fn shared() -> &'static Srv {
     static SHARED: OnceLock<Srv> = OnceLock::new();
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
