@@ -119,19 +119,26 @@ pub const LISTED: usize = 200;
 /// link followed nor a hidden directory entered but `.loops` (whose `runs/`
 /// is the runs' own files). At most [`LISTED`]; what it walks and reads is
 /// bounded too (5,000 entries, a YAML file counting as ten).
-pub fn list(workspace: &Path) -> Vec<String> {
-    let Ok(dir) = Dir::open_ambient_dir(workspace, ambient_authority()) else {
+pub fn list(workspace: &Path, config: &crate::config::Config) -> Vec<String> {
+    let (Some(dir), withheld) = withheld(workspace, config) else {
         return Vec::new();
     };
     let mut found = Vec::new();
     let mut budget = 5_000usize;
-    walk(&dir, "", 0, &mut found, &mut budget);
+    walk(&dir, "", 0, &withheld, &mut found, &mut budget);
     found.sort();
     found.truncate(LISTED);
     found
 }
 
-fn walk(dir: &Dir, prefix: &str, depth: usize, found: &mut Vec<String>, budget: &mut usize) {
+fn walk(
+    dir: &Dir,
+    prefix: &str,
+    depth: usize,
+    withheld: &Withheld,
+    found: &mut Vec<String>,
+    budget: &mut usize,
+) {
     let Ok(entries) = dir.entries() else { return };
     for entry in entries.flatten() {
         if *budget == 0 || found.len() >= LISTED {
@@ -140,6 +147,10 @@ fn walk(dir: &Dir, prefix: &str, depth: usize, found: &mut Vec<String>, budget: 
         *budget -= 1;
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = format!("{prefix}{name}");
+        // What the tenant's config hides is neither read nor named.
+        if withheld.withholds(Path::new(&path)) {
+            continue;
+        }
         // The entry's own type: a symbolic link is neither file nor directory here.
         let Ok(kind) = entry.file_type() else {
             continue;
@@ -152,7 +163,14 @@ fn walk(dir: &Dir, prefix: &str, depth: usize, found: &mut Vec<String>, budget: 
                 && !skip
                 && let Ok(sub) = entry.open_dir()
             {
-                walk(&sub, &format!("{path}/"), depth + 1, found, budget);
+                walk(
+                    &sub,
+                    &format!("{path}/"),
+                    depth + 1,
+                    withheld,
+                    found,
+                    budget,
+                );
             }
         } else if kind.is_file() && is_loop_file(&name) {
             // Reading costs more than a name: a tenth of the walk's budget reads.
@@ -646,6 +664,7 @@ mod tests {
             ("one/two/three/four/too-deep.yaml", lp),
             ("ci.yaml", "on: push\n"),
             ("notes.txt", lp),
+            ("secret/hidden-loop.yaml", lp),
         ] {
             std::fs::create_dir_all(p.join(file).parent().unwrap()).unwrap();
             std::fs::write(p.join(file), text).unwrap();
@@ -653,8 +672,12 @@ mod tests {
         std::fs::write(out.path().join("theirs.yaml"), lp).unwrap();
         std::os::unix::fs::symlink(out.path().join("theirs.yaml"), p.join("link.yaml")).unwrap();
         std::os::unix::fs::symlink(out.path(), p.join("linked-dir")).unwrap();
+        // `shell.hide` names `secret/`: its loops are neither read nor named.
+        let config: crate::config::Config =
+            crate::config::Config::parse("[shell]\nhide = [\"secret\"]\n", &p.join("loopbox.toml"))
+                .unwrap();
         assert_eq!(
-            list(p),
+            list(p, &config),
             [".loops/b.yml", "a.yaml", "one/two/three/deep.yaml"]
         );
     }

@@ -87,6 +87,12 @@ impl Withheld {
         self.paths.iter().any(|p| rel.starts_with(p))
     }
 
+    /// Whether `rel`, a path relative to the root with no link on the way
+    /// (a listing that follows none), is withheld.
+    pub fn withholds(&self, rel: &Path) -> bool {
+        self.covers(rel)
+    }
+
     /// Refuse `rel` (as the policy named it) when it is withheld.
     fn check_name(&self, rel: &Path, path: &str) -> Result<(), String> {
         if self.covers(rel) {

@@ -161,15 +161,28 @@ pub(crate) fn emit(
     data: &Value,
 ) -> Result<()> {
     let id = event_id(key)?;
+    // A tenant whose receivers fail keeps at most MAX_QUEUED deliveries
+    // waiting: past that an event is logged as not sent, saying why.
+    let full = format!(
+        "not sent: tenant `{tenant}` has {MAX_QUEUED} deliveries waiting already, the most a tenant may have; they are sent or given up as their receivers answer"
+    );
     tx.exec(
-        "INSERT INTO webhook_deliveries (id, event_id, webhook_id, tenant, kind, data, created_at, status, attempts, next_at)
-         SELECT ?1 || '.' || w.id, ?1, w.id, w.tenant, ?2, ?3, CAST(?4 AS BIGINT), 'queued', 0, CAST(?4 AS BIGINT) FROM webhooks w
+        "INSERT INTO webhook_deliveries (id, event_id, webhook_id, tenant, kind, data, created_at, status, attempts, next_at, last_error, done_at)
+         SELECT ?1 || '.' || w.id, ?1, w.id, w.tenant, ?2, ?3, CAST(?4 AS BIGINT),
+                CASE WHEN q.n >= ?7 THEN 'failed' ELSE 'queued' END, 0, CAST(?4 AS BIGINT),
+                CASE WHEN q.n >= ?7 THEN ?8 ELSE NULL END,
+                CASE WHEN q.n >= ?7 THEN CAST(?4 AS BIGINT) ELSE NULL END
+         FROM webhooks w,
+              (SELECT COUNT(*) AS n FROM webhook_deliveries WHERE tenant = ?5 AND status = 'queued') q
          WHERE w.tenant = ?5 AND w.deleted_at IS NULL AND w.events LIKE ?6
          ON CONFLICT DO NOTHING",
-        params![id, kind, data.to_string(), now_ms(), tenant, format!("% {kind} %")],
+        params![id, kind, data.to_string(), now_ms(), tenant, format!("% {kind} %"), MAX_QUEUED, full],
     )?;
     Ok(())
 }
+
+/// Deliveries of one tenant waiting (queued) at most; see [`emit`].
+pub const MAX_QUEUED: i64 = 1000;
 
 /// [`emit`] for a change of run `run`: its tenant's, when it is a served run.
 pub(crate) fn emit_for_run(
@@ -327,7 +340,7 @@ impl Db {
 
     /// Claim up to `max` deliveries due at `now` for [`CLAIM_MS`], under the
     /// store's write lock: no two servers get the same row while its claim lasts.
-    pub fn claim_deliveries(&self, now: i64, max: i64) -> Result<Vec<Due>> {
+    pub fn claim_deliveries(&self, now: i64, max: i64, per_tenant: i64) -> Result<Vec<Due>> {
         if !self.has_webhooks() {
             return Ok(Vec::new());
         }
@@ -351,11 +364,21 @@ impl Db {
         };
         self.write_in(Scope::Rows, "claim webhook deliveries", |tx| {
             let due = tx.query(
+                // Each tenant's due rows ranked, and a tenant's share cut so that
+                // with those it has in flight it holds at most `per_tenant`: one
+                // tenant's slow receivers cannot take every sending slot.
                 &format!("SELECT d.id, d.event_id, d.tenant, d.kind, d.data, d.created_at, d.attempts, w.url, w.format, w.secret
                  FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-                 WHERE d.status = 'queued' AND d.next_at <= ?1 AND (d.claimed_until IS NULL OR d.claimed_until < ?1)
+                 WHERE d.id IN (
+                   SELECT x.id FROM (
+                     SELECT q.id, q.tenant, ROW_NUMBER() OVER (PARTITION BY q.tenant ORDER BY q.next_at, q.id) AS rn
+                     FROM webhook_deliveries q
+                     WHERE q.status = 'queued' AND q.next_at <= ?1 AND (q.claimed_until IS NULL OR q.claimed_until < ?1)
+                   ) x
+                   WHERE x.rn + (SELECT COUNT(*) FROM webhook_deliveries f
+                                 WHERE f.tenant = x.tenant AND f.status = 'queued' AND f.claimed_until >= ?1) <= ?3)
                  ORDER BY d.next_at, d.id LIMIT ?2{skip_locked}"),
-                params![now, max],
+                params![now, max, per_tenant],
                 |r| {
                     let data: String = r.get(4)?;
                     Ok(Due {
@@ -379,6 +402,26 @@ impl Db {
                 )?;
             }
             Ok(due)
+        })
+    }
+
+    /// Remove the log's rows that ended (delivered, given up, not sent)
+    /// before `before`, and the deleted webhooks none of whose rows is left.
+    pub fn sweep_deliveries(&self, before: i64) -> Result<()> {
+        if !self.has_webhooks() {
+            return Ok(());
+        }
+        self.write_in(Scope::Rows, "remove old webhook deliveries", |tx| {
+            tx.exec(
+                "DELETE FROM webhook_deliveries WHERE status <> 'queued' AND done_at < ?1",
+                [before],
+            )?;
+            tx.exec(
+                "DELETE FROM webhooks WHERE deleted_at IS NOT NULL AND deleted_at < ?1
+                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = webhooks.id)",
+                [before],
+            )?;
+            Ok(())
         })
     }
 
@@ -445,5 +488,53 @@ mod tests {
         assert_eq!(backoff_ms(40), 3_600_000);
         assert_eq!(event_id(Some("k")).unwrap(), event_id(Some("k")).unwrap());
         assert_ne!(event_id(None).unwrap(), event_id(None).unwrap());
+    }
+
+    /// Two tenants' due deliveries: each gets at most `per_tenant` in flight,
+    /// those already claimed counted; past MAX_QUEUED waiting, an event is
+    /// logged as not sent, naming the limit; the sweep removes ended rows.
+    #[test]
+    fn claims_are_shared_between_tenants_the_queue_is_bounded_and_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::db::Db::open(&dir.path().join("s.db")).unwrap();
+        let all = ["run.finished".to_string()];
+        for t in ["a", "b"] {
+            db.create_webhook(t, "http://x.example/", &all, "json", "s", "t")
+                .unwrap()
+                .unwrap();
+        }
+        for _ in 0..10 {
+            db.emit_event("a", "run.finished", None, &Value::Null)
+                .unwrap();
+        }
+        db.emit_event("b", "run.finished", None, &Value::Null)
+            .unwrap();
+        let now = now_ms() + 1;
+        let first = db.claim_deliveries(now, 16, 2).unwrap();
+        let of = |v: &[Due], t: &str| v.iter().filter(|d| d.tenant == t).count();
+        assert_eq!((of(&first, "a"), of(&first, "b")), (2, 1));
+        // `a`'s two are still in flight: none more of it.
+        let again = db.claim_deliveries(now, 16, 2).unwrap();
+        assert_eq!(of(&again, "a"), 0);
+        for d in &first {
+            db.record_attempt(d, &Attempt::Delivered(204)).unwrap();
+        }
+        assert_eq!(of(&db.claim_deliveries(now, 16, 2).unwrap(), "a"), 2);
+
+        // Fill `a`'s queue to the limit: the next event is not sent, and says why.
+        for _ in 0..MAX_QUEUED {
+            db.emit_event("a", "run.finished", None, &Value::Null)
+                .unwrap();
+        }
+        let log = db.deliveries("a", 5).unwrap();
+        assert_eq!(log[0].status, "failed", "{:?}", log[0]);
+        let why = log[0].last_error.as_deref().unwrap();
+        assert!(why.contains("has 1000 deliveries waiting already"), "{why}");
+
+        // Ended rows older than the cut go; queued ones stay.
+        db.sweep_deliveries(now_ms() + 1).unwrap();
+        let left = db.deliveries("a", 5000).unwrap();
+        assert!(left.iter().all(|d| d.status == "queued"), "{}", left.len());
+        assert_eq!(left.len() as i64, MAX_QUEUED);
     }
 }

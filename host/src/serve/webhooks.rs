@@ -39,8 +39,17 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 pub const ANSWER_BYTES: u64 = 512;
 /// Deliveries sent at once by one server.
 const BATCH: i64 = 16;
+/// Deliveries of one tenant in flight at once (across servers on one store):
+/// a tenant whose receivers never answer holds two slots, not all.
+const PER_TENANT: i64 = 2;
+/// Connecting to a receiver, within [`TIMEOUT`].
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the queue is looked at.
 const TICK: Duration = Duration::from_millis(500);
+/// How long a delivered or given-up delivery stays in the log.
+pub const KEEP_MS: i64 = 7 * 24 * 3600 * 1000;
+/// How often the log's old rows are removed.
+const SWEEP_EVERY_MS: i64 = 10 * 60 * 1000;
 
 /// A webhook's URL, read.
 #[derive(Debug, Clone)]
@@ -174,11 +183,29 @@ fn link(base: &str, kind: &str, data: &Value) -> String {
     }
 }
 
+/// Text a run wrote (a command, a reason) as Slack shows it literally: its
+/// control characters `&`, `<`, `>` escaped as Slack asks, so no `<!channel>`,
+/// mention or `<URL|label>` link can be planted, and backquotes (which Slack
+/// cannot escape) made plain quotes, so none closes a code span early.
+fn slack_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '`' => out.push('\''),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The body of `d`, as its webhook's format says.
 pub fn body(d: &Due, base: &str) -> Vec<u8> {
     let url = link(base, &d.kind, &d.data);
     let v = if d.format == "slack" {
-        let what = match d.kind.as_str() {
+        let what = slack_text(&match d.kind.as_str() {
             "approval.pending" => format!(
                 "an approval waits: {}",
                 d.data["what"].as_str().unwrap_or("an action")
@@ -194,8 +221,8 @@ pub fn body(d: &Due, base: &str) -> Vec<u8> {
                 d.data["status"].as_str().unwrap_or_default()
             ),
             _ => d.data["message"].as_str().unwrap_or(&d.kind).to_string(),
-        };
-        json!({"text": format!("loopbox, tenant {}: {what} <{url}|open>", d.tenant)})
+        });
+        json!({"text": format!("loopbox, tenant {}: {what} <{}|open>", slack_text(&d.tenant), slack_text(&url))})
     } else {
         json!({
             "id": d.event_id,
@@ -216,6 +243,7 @@ pub fn send(d: &Due, guard: &Guard, base: &str) -> Attempt {
     }
     let config = ureq::Agent::config_builder()
         .timeout_global(Some(TIMEOUT))
+        .timeout_connect(Some(CONNECT_TIMEOUT))
         .max_redirects(0)
         .proxy(None)
         .http_status_as_error(false)
@@ -276,11 +304,31 @@ pub async fn deliver(server: Arc<Server>) {
     {
         crate::errln!("loopbox serve: webhooks: releasing old claims failed: {e:#}");
     }
+    // Sends in flight; each tick fills the free slots, never waiting for a
+    // slow receiver's batch to end before another tenant's goes out.
+    let mut sending = tokio::task::JoinSet::new();
+    let mut swept = 0i64;
     loop {
         tokio::time::sleep(TICK).await;
+        while sending.try_join_next().is_some() {}
+        let now = crate::db::now_ms();
+        if now - swept > SWEEP_EVERY_MS {
+            swept = now;
+            let s = server.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Err(e) = s.store.db().sweep_deliveries(now - KEEP_MS) {
+                    crate::errln!("loopbox serve: webhooks: removing old deliveries failed: {e:#}");
+                }
+            })
+            .await;
+        }
+        let free = BATCH - sending.len() as i64;
+        if free <= 0 {
+            continue;
+        }
         let s = server.clone();
         let due = tokio::task::spawn_blocking(move || {
-            s.store.db().claim_deliveries(crate::db::now_ms(), BATCH)
+            s.store.db().claim_deliveries(now, free, PER_TENANT)
         })
         .await;
         let due = match due {
@@ -291,7 +339,6 @@ pub async fn deliver(server: Arc<Server>) {
             }
             Err(_) => continue,
         };
-        let mut sending = tokio::task::JoinSet::new();
         for d in due {
             let s = server.clone();
             sending.spawn_blocking(move || {
@@ -322,7 +369,6 @@ pub async fn deliver(server: Arc<Server>) {
                 }
             });
         }
-        while sending.join_next().await.is_some() {}
     }
 }
 
@@ -401,6 +447,15 @@ mod tests {
         assert_eq!(
             v,
             json!({"text": "loopbox, tenant alpha: run r1 failed <https://lbx.example/runs/r1|open>"})
+        );
+        // What a run wrote is shown as written: no mention, link or code span
+        // of its own (the attack: a command naming `<!channel>` and a link).
+        d.kind = "approval.pending".into();
+        d.data = json!({"run": "r1", "what": "exec `echo 'x` <!channel> <https://evil.example/a|approve> & `'`"});
+        let v: Value = serde_json::from_slice(&body(&d, "https://lbx.example")).unwrap();
+        assert_eq!(
+            v["text"],
+            "loopbox, tenant alpha: an approval waits: exec 'echo 'x' &lt;!channel&gt; &lt;https://evil.example/a|approve&gt; &amp; ''' <https://lbx.example/approvals|open>"
         );
     }
 

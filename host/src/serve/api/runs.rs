@@ -338,6 +338,51 @@ fn parsed(t: &str) -> Value {
     shown(t, t.len() as i64)
 }
 
+/// The values a served loop's `${env.NAME}` reads are kept in its start input
+/// (it is journaled, to replay the run) and are the tenant's credentials: the
+/// run's view shows each as hidden, to every role, wherever it appears (the
+/// input, the start event, the state), also in text cut short.
+struct EnvValues(Vec<String>);
+
+impl EnvValues {
+    fn of(input: &str) -> EnvValues {
+        let v: Value = serde_json::from_str(input).unwrap_or(Value::Null);
+        let mut values: Vec<String> = v["env"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, v)| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        // Longest first, so a value inside another is not left half shown.
+        values.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        EnvValues(values)
+    }
+
+    fn hide(&self, v: Value) -> Value {
+        if self.0.is_empty() {
+            return v;
+        }
+        match v {
+            Value::String(s) => {
+                let mut s = s;
+                for secret in &self.0 {
+                    s = s.replace(secret.as_str(), HIDDEN);
+                }
+                Value::String(s)
+            }
+            Value::Array(a) => Value::Array(a.into_iter().map(|x| self.hide(x)).collect()),
+            Value::Object(m) => {
+                Value::Object(m.into_iter().map(|(k, x)| (k, self.hide(x))).collect())
+            }
+            other => other,
+        }
+    }
+}
+
+const HIDDEN: &str = "(hidden: a value the tenant's config passes)";
+
 /// One run, read in a handful of indexed queries and bounded whatever the run
 /// holds: its latest 500 events and actions, text cut at 4 KiB.
 pub async fn show(
@@ -350,6 +395,7 @@ pub async fn show(
     let (events, events_total) = server.store.event_views(&run.id)?;
     let (actions, actions_total) = server.store.action_views(&run.id)?;
     let state = server.store.state(&run.id)?;
+    let env = EnvValues::of(&run.input);
     let approvals = db.approvals(&crate::db::approvals::ApprovalFilter {
         tenant: Some(caller.tenant.clone()),
         run: Some(run.id.clone()),
@@ -413,22 +459,22 @@ pub async fn show(
             "model": c.charge.model, "tokens": c.charge.tokens, "cost_usd": c.charge.cost_usd,
             "cost_source": c.charge.source, "unmetered": c.charge.unmetered,
         })).collect::<Vec<_>>(),
-        "outcome": run.outcome.as_deref().map(parsed), "input": parsed(&run.input),
+        "outcome": run.outcome.as_deref().map(|o| env.hide(parsed(o))), "input": env.hide(parsed(&run.input)),
         "cancel_requested": run.cancel_requested,
         "wakes": db.wake_at(&run.id)?.map(rfc3339),
         "events_total": events_total,
         "events": events.iter().map(|e| json!({
-            "seq": e.seq, "at": rfc3339(e.at_ms), "event": shown(&e.event.0, e.event.1),
+            "seq": e.seq, "at": rfc3339(e.at_ms), "event": env.hide(shown(&e.event.0, e.event.1)),
             "decision": text(&e.decision), "error": text(&e.error), "pending": e.pending,
         })).collect::<Vec<_>>(),
         "journal_total": actions_total,
-        "journal": journal,
+        "journal": env.hide(Value::Array(journal)),
         "network": network.iter().rev().take(1000).rev().map(|c| json!({
             "at": rfc3339(c.at_ms), "side": c.side, "host": c.host, "port": c.port,
             "address": c.address, "allowed": c.allowed, "rule": c.rule,
             "bytes_out": c.bytes_out, "bytes_in": c.bytes_in, "ms": c.ms,
         })).collect::<Vec<_>>(),
-        "state": state.into_iter().map(|(k, v, n)| (k, shown(&v, n))).collect::<serde_json::Map<_, _>>(),
+        "state": state.into_iter().map(|(k, v, n)| (k, env.hide(shown(&v, n)))).collect::<serde_json::Map<_, _>>(),
         "approvals": approvals.iter().map(super::approvals::view).collect::<Vec<_>>(),
     })))
 }

@@ -279,7 +279,7 @@ pub async fn new(
                 .named(&tenant)
                 .map_err(|e| format!("{e:#}"))
                 .and_then(|t| t.workspace(&asked).map_err(|e| format!("{e:#}")))
-                .map(|ws| crate::loops::list(&ws));
+                .map(|ws| crate::loops::list(&ws, &config));
             Ok((config.policies.keys().cloned().collect(), loops))
         })
         .await

@@ -36,6 +36,19 @@ fn a_served_loop_reads_the_tenants_passed_values_and_never_the_servers() {
         "envs' value/unset"
     );
 
+    // The value is the tenant's credential: no role sees it in the run's view
+    // (its input, its start event, its state, the command that used it).
+    for role in ["viewer", "admin"] {
+        let r = srv.get(&format!("/api/v1/runs/{id}"), srv.token("envs", role));
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(!r.body.contains("envs' value"), "{role}: {}", r.body);
+        assert!(
+            r.body.contains("(hidden: a value the tenant"),
+            "{role}: {}",
+            r.body
+        );
+    }
+
     // A server-secret name is refused before the run exists, though passed.
     std::fs::write(
         proj.join("pg.yaml"),

@@ -536,3 +536,55 @@ fn a_delivery_queued_when_the_server_stops_is_sent_after_its_restart() {
     });
     assert!(logged["attempts"].as_i64().unwrap() >= 2, "{logged:#}");
 }
+
+/// A tenant whose receivers never answer holds two sending slots, not all:
+/// another tenant's delivery goes out at once. (Before, each tick's batch of
+/// 16 waited for its slowest send: 20 silent webhooks held every tenant's
+/// events back 10 s a batch, found by an attack with 61 s and 267 s delays.)
+#[test]
+fn a_tenant_whose_receivers_never_answer_does_not_hold_back_another() {
+    let dir = scratch();
+    let mut srv = prepare(dir.path());
+    srv.start();
+    let receiver = Receiver::start(&dir.path().join("receiver"), 0);
+    // Accepts and never answers (each connection kept open until the test ends).
+    let silent = std::net::TcpListener::bind("127.0.0.3:0").unwrap();
+    let silent_url = format!("http://{}/never", silent.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let held = held.clone();
+        std::thread::spawn(move || {
+            for s in silent.incoming().flatten() {
+                held.lock().unwrap().push(s);
+            }
+        });
+    }
+    for _ in 0..20 {
+        add(&srv, "hooks", &silent_url, &["run.finished"]);
+    }
+    for _ in 0..2 {
+        let run = srv.start_probe("hooks", json!({"op": "exec", "argv": ["echo", "x"]}));
+        srv.wait_final("hooks", &run);
+    }
+    // 40 deliveries of `hooks` are due; `other`'s comes after them.
+    let (_, secret) = add(&srv, "other", &receiver.url("fair"), &["run.finished"]);
+    receiver.trust(&secret);
+    let run = srv.start_probe("other", json!({"op": "exec", "argv": ["echo", "y"]}));
+    srv.wait_final("other", &run);
+    let ended = Instant::now();
+    receiver.wait("other's run.finished", |g| {
+        g.iter()
+            .any(|d| d["answered"] == 204 && d["body"]["tenant"] == "other")
+    });
+    assert!(
+        ended.elapsed() < Duration::from_secs(5),
+        "other's delivery took {:?} behind hooks' silent receivers",
+        ended.elapsed()
+    );
+    // Never more than two of `hooks` at its receiver at once.
+    assert!(
+        held.lock().unwrap().len() <= 2 + 2,
+        "{}",
+        held.lock().unwrap().len()
+    );
+}
