@@ -364,20 +364,25 @@ impl Db {
         };
         self.write_in(Scope::Rows, "claim webhook deliveries", |tx| {
             let due = tx.query(
-                // Each tenant's due rows ranked, and a tenant's share cut so that
-                // with those it has in flight it holds at most `per_tenant`: one
-                // tenant's slow receivers cannot take every sending slot.
+                // Each tenant's due rows ranked, counting what the tenant has in
+                // flight already (`load`); a tenant's share cut at `per_tenant`,
+                // and the least loaded taken first: a tenant's first due delivery
+                // goes before another's third, however old theirs are, so busy
+                // tenants' backlogs cannot keep a quiet one waiting.
                 &format!("SELECT d.id, d.event_id, d.tenant, d.kind, d.data, d.created_at, d.attempts, w.url, w.format, w.secret
-                 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-                 WHERE d.id IN (
-                   SELECT x.id FROM (
+                 FROM webhook_deliveries d
+                 JOIN webhooks w ON w.id = d.webhook_id
+                 JOIN (
+                   SELECT r.id, r.rn + (SELECT COUNT(*) FROM webhook_deliveries f
+                                        WHERE f.tenant = r.tenant AND f.status = 'queued' AND f.claimed_until >= ?1) AS load
+                   FROM (
                      SELECT q.id, q.tenant, ROW_NUMBER() OVER (PARTITION BY q.tenant ORDER BY q.next_at, q.id) AS rn
                      FROM webhook_deliveries q
                      WHERE q.status = 'queued' AND q.next_at <= ?1 AND (q.claimed_until IS NULL OR q.claimed_until < ?1)
-                   ) x
-                   WHERE x.rn + (SELECT COUNT(*) FROM webhook_deliveries f
-                                 WHERE f.tenant = x.tenant AND f.status = 'queued' AND f.claimed_until >= ?1) <= ?3)
-                 ORDER BY d.next_at, d.id LIMIT ?2{skip_locked}"),
+                   ) r
+                 ) x ON x.id = d.id
+                 WHERE x.load <= ?3
+                 ORDER BY x.load, d.next_at, d.id LIMIT ?2{skip_locked}"),
                 params![now, max, per_tenant],
                 |r| {
                     let data: String = r.get(4)?;
@@ -510,8 +515,12 @@ mod tests {
         db.emit_event("b", "run.finished", None, &Value::Null)
             .unwrap();
         let now = now_ms() + 1;
-        let first = db.claim_deliveries(now, 16, 2).unwrap();
         let of = |v: &[Due], t: &str| v.iter().filter(|d| d.tenant == t).count();
+        // Two slots: the least loaded first, so `b`'s one goes beside `a`'s
+        // oldest, not behind `a`'s ten.
+        let mut first = db.claim_deliveries(now, 2, 2).unwrap();
+        assert_eq!((of(&first, "a"), of(&first, "b")), (1, 1));
+        first.extend(db.claim_deliveries(now, 16, 2).unwrap());
         assert_eq!((of(&first, "a"), of(&first, "b")), (2, 1));
         // `a`'s two are still in flight: none more of it.
         let again = db.claim_deliveries(now, 16, 2).unwrap();

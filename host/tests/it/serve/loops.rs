@@ -59,7 +59,13 @@ fn a_loop_is_listed_and_shown_by_its_name_with_its_path_state_and_commands() {
     assert_eq!(status, 201, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
     // While it waits in `wait`, the run says so.
-    let running = srv.wait_run("loops", &id, |v| v["loop"]["state"] == "wait");
+    // (The state can show a moment before its command's journal row.)
+    let running = srv.wait_run("loops", &id, |v| {
+        v["loop"]["state"] == "wait"
+            && v["journal"]
+                .as_array()
+                .is_some_and(|j| j.iter().any(|j| j["state"] == "wait"))
+    });
     assert_eq!(
         running["loop"]["path"],
         json!(["look", "wait"]),
