@@ -435,6 +435,19 @@ impl Db {
 
     /// Set the status the driver ends with, and give up the lease.
     pub fn finish_driving(&self, id: &str, status: RunStatus, outcome: Option<&str>) -> Result<()> {
+        self.finish_driving_asking(id, status, outcome, None)
+    }
+
+    /// [`Db::finish_driving`] for a run that may have parked on a question
+    /// to a person (`asked`): a served run's tenant's `approval.pending`
+    /// webhooks are queued in the same write.
+    pub fn finish_driving_asking(
+        &self,
+        id: &str,
+        status: RunStatus,
+        outcome: Option<&str>,
+        asked: Option<&str>,
+    ) -> Result<()> {
         let epoch = self.fence_of(id);
         self.write_run(id, "record how the run ended", |tx| {
             tx.exec(
@@ -443,6 +456,17 @@ impl Db {
             )?;
             forget_snapshots_of_ended(tx, id, status)?;
             self.emit_finished(tx, id, status)?;
+            if let Some(q) = asked
+                && self.has_webhooks()
+            {
+                super::webhooks::emit_for_run(
+                    tx,
+                    id,
+                    "approval.pending",
+                    None,
+                    serde_json::json!({"run": id, "question": q, "what": format!("a question: {q}")}),
+                )?;
+            }
             Ok(())
         })?;
         // Ended by its holder: the claim is over.

@@ -39,8 +39,12 @@ pub enum RunEnd {
     Escalated(String),
     /// The policy refused to continue.
     Blocked(String),
-    /// The run is parked until something arrives (an answer, a tick).
+    /// The run is parked until something arrives (a tick, a timer's time).
     Waiting(String),
+    /// The policy asked a person (`ask`) and none answers here: the run is
+    /// parked until the answer comes (`loopbox runs answer`, a server's
+    /// dashboard). The question, sanitized.
+    Asked(String),
     /// An ask-tier action waits for a person's approval (`loopbox runs approve`,
     /// or a server's dashboard); the run goes on once it is decided.
     AwaitingApproval(String),
@@ -71,7 +75,9 @@ impl RunEnd {
             RunEnd::Done(o) if o.success => RunStatus::Done,
             RunEnd::Stopped { .. } => RunStatus::Done,
             RunEnd::Escalated(_) => RunStatus::Escalated,
-            RunEnd::Waiting(_) | RunEnd::AwaitingApproval(_) => RunStatus::Waiting,
+            RunEnd::Waiting(_) | RunEnd::Asked(_) | RunEnd::AwaitingApproval(_) => {
+                RunStatus::Waiting
+            }
             RunEnd::Cancelled => RunStatus::Cancelled,
             RunEnd::TurnUnknown(_) | RunEnd::Interrupted => RunStatus::Interrupted,
             RunEnd::Done(_)
@@ -93,6 +99,7 @@ impl RunEnd {
             RunEnd::Escalated(r) => r.clone(),
             RunEnd::Blocked(r) => format!("blocked: {r}"),
             RunEnd::Waiting(w) | RunEnd::AwaitingApproval(w) => w.clone(),
+            RunEnd::Asked(q) => format!("the policy asks: {q}"),
             RunEnd::Fault(f) => f.to_string(),
             RunEnd::TurnBudget(n) => format!(
                 "the run used all {n} of its turns (run.max_turns) without the policy finishing"
@@ -262,12 +269,7 @@ pub async fn drive(
             },
             Decision::Ask(q) => match opts.asker.ask(&q) {
                 Some(answer) => Next::Deliver(Event::UserInput(answer)),
-                None => {
-                    return Ok(RunEnd::Waiting(format!(
-                        "the policy asks: {}",
-                        crate::ui::sanitize(&q)
-                    )));
-                }
+                None => return Ok(RunEnd::Asked(crate::ui::sanitize(&q))),
             },
             // A server parks a sleeping run and frees its slot: its sweep wakes it when due.
             Decision::Sleep(timer) if opts.park_sleeps && !crate::run::timer::due(&timer) => {

@@ -536,10 +536,17 @@ impl Prepared<'_> {
             })),
             _ => None,
         };
-        db.finish_driving(
+        // A served run asking a person tells its tenant's webhooks, as an
+        // approval waiting does, in the same write.
+        let asked = match &end {
+            RunEnd::Asked(q) => Some(q.as_str()),
+            _ => None,
+        };
+        db.finish_driving_asking(
             &run.id,
             end.status(),
             outcome.as_ref().map(|o| o.to_string()).as_deref(),
+            asked,
         )
         .map_err(LaunchError::internal)?;
         let record = db.existing_run(&run.id).map_err(LaunchError::internal)?;

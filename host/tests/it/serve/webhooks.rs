@@ -588,3 +588,49 @@ fn a_tenant_whose_receivers_never_answer_does_not_hold_back_another() {
         held.lock().unwrap().len()
     );
 }
+
+/// A YAML loop's `human_approval` question is an approval waiting too: the
+/// tenant's `approval.pending` webhooks hear of it, with the question.
+#[test]
+fn a_loops_question_to_a_person_is_an_approval_pending() {
+    // A server of its own: the shared one's tenants count their deliveries.
+    let dir = scratch();
+    let mut srv = prepare(dir.path());
+    srv.start();
+    let srv = &srv;
+    let receiver = Receiver::start(&dir.path().join("receiver"), 0);
+    let (_, secret) = add(srv, "hooks", &receiver.url("asked"), &["approval.pending"]);
+    receiver.trust(&secret);
+    srv.set_config("hooks", "[shell]\nscripts = true\n");
+    std::fs::write(
+        srv.root("hooks").join("proj/ask.yaml"),
+        "name: ask\ninitial: ask\nstates:\n  ask:\n    action: 'Ship <it>?'\n    action_type: human_approval\n    on_yes: done\n    on_no: done\n  done:\n    terminal: true\n",
+    )
+    .unwrap();
+    let r = srv.post(
+        "/api/v1/runs",
+        srv.token("hooks", "operator"),
+        json!({"loop": "ask.yaml", "workspace": "proj"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let got = receiver.wait("the question's approval.pending", |g| {
+        g.iter()
+            .any(|d| d["event"] == "approval.pending" && d["body"]["data"]["run"] == id.as_str())
+    });
+    let d = got
+        .iter()
+        .find(|d| d["body"]["data"]["run"] == id.as_str())
+        .unwrap();
+    assert_eq!(d["sig_ok"], true, "{d:#}");
+    assert!(
+        d["body"]["data"]["question"]
+            .as_str()
+            .is_some_and(|q| q.contains("Ship <it>?")),
+        "{d:#}"
+    );
+    assert!(
+        d["body"]["url"].as_str().unwrap().ends_with("/approvals"),
+        "{d:#}"
+    );
+}

@@ -109,7 +109,7 @@ fn report(ended: &Ended, id: &str, store: &Path, source: &PolicySource, json: bo
     } else {
         loopbox::outln!("{}: {}", end.status(), Untrusted(&end.summary()));
         match end {
-            RunEnd::Waiting(_) | RunEnd::AwaitingApproval(_) => {
+            RunEnd::Waiting(_) | RunEnd::Asked(_) | RunEnd::AwaitingApproval(_) => {
                 loopbox::outln!("run {id} is parked in {}", store.display())
             }
             RunEnd::TurnUnknown(_) => loopbox::outln!(
@@ -224,7 +224,7 @@ fn exit_code(end: &RunEnd, yaml_loop: bool) -> i32 {
         RunEnd::Stopped { .. } => exit::OK,
         RunEnd::Done(_) | RunEnd::Blocked(_) => exit::FAILURE,
         RunEnd::Escalated(_) => exit::ESCALATED,
-        RunEnd::Waiting(_) | RunEnd::AwaitingApproval(_) => exit::WAITING,
+        RunEnd::Waiting(_) | RunEnd::Asked(_) | RunEnd::AwaitingApproval(_) => exit::WAITING,
         RunEnd::Fault(_) => exit::FAULT,
         RunEnd::TurnBudget(_) | RunEnd::Quota(_) | RunEnd::Budget { .. } => exit::TURN_BUDGET,
         RunEnd::Agent(_) => exit::AGENT,
