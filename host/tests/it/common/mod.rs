@@ -263,6 +263,20 @@ pub fn loopbox_with(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let (out, killed) = wait_or_kill(child, limit);
+    if killed {
+        panic!(
+            "loopbox {args:?} did not end within {limit:?}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// `child`'s output once it ends, killed with SIGKILL when it has not ended
+/// within `limit` (then `true`): the waiter has not reaped it, so the pid is its.
+pub fn wait_or_kill(child: std::process::Child, limit: std::time::Duration) -> (Output, bool) {
     let pid = child.id();
     let (done, ended) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
@@ -270,18 +284,13 @@ pub fn loopbox_with(
         let _ = done.send(());
         out
     });
-    if ended.recv_timeout(limit).is_err() {
+    let killed = ended.recv_timeout(limit).is_err();
+    if killed {
         let _ = Command::new("kill")
             .args(["-KILL", &pid.to_string()])
             .status();
-        let out = waiter.join().unwrap().unwrap();
-        panic!(
-            "loopbox {args:?} did not end within {limit:?}:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
     }
-    waiter.join().unwrap().unwrap()
+    (waiter.join().unwrap().unwrap(), killed)
 }
 
 /// Replace run ids and durations so output can be compared exactly.

@@ -137,20 +137,8 @@ fn at_terminal(dir: &Path, loop_file: &str, answer: &str) -> (i32, String) {
         person.write_all(format!("{l}\n").as_bytes()).unwrap();
     }
     // A run still asking after a minute is killed (it waits for an answer
-    // it could not read); the waiter has not reaped it, so the pid is its.
-    let pid = child.id();
-    let (done, ended) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let out = child.wait_with_output();
-        let _ = done.send(());
-        out
-    });
-    if ended.recv_timeout(Duration::from_secs(60)).is_err() {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
-    let o = waiter.join().unwrap().unwrap();
+    // it could not read).
+    let (o, _) = crate::common::wait_or_kill(child, Duration::from_secs(60));
     drop(person);
     (
         code(&o),
