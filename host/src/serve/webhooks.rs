@@ -285,7 +285,7 @@ pub fn send(d: &Due, guard: &Guard, base: &str) -> Attempt {
                 Some(status),
                 format!(
                     "the receiver answered {status}{redirect}: {}",
-                    crate::ui::one_line(answer.trim())
+                    answer.trim()
                 ),
             )
         }

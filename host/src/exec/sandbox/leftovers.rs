@@ -153,11 +153,6 @@ fn dead_dirs_of(tmp: &Path, named: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Private temp dirs in `tmp` left by loopbox processes of this user that are gone.
-pub fn dead_tmp_dirs(tmp: &Path) -> Vec<PathBuf> {
-    dead_dirs_of(tmp, &ours(tmp))
-}
-
 /// Of `named`, this user's process lock files that no process holds.
 fn dead_locks_of(named: &[PathBuf]) -> Vec<PathBuf> {
     // SAFETY: geteuid(2) cannot fail.
@@ -203,6 +198,11 @@ pub fn clean(workspace: Option<&Path>) {
 mod tests {
     use super::*;
 
+    /// Private temp dirs in `tmp` left by loopbox processes of this user that are gone.
+    fn dead_dirs_of_tmp(tmp: &Path) -> Vec<PathBuf> {
+        dead_dirs_of(tmp, &ours(tmp))
+    }
+
     #[test]
     fn private_dirs_are_0700_named_by_their_owner_and_kept_while_it_lives() {
         let tmp = private_tmp().unwrap();
@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(pid, std::process::id());
         assert_eq!(Some(start), start_time(pid));
         let parent = tmp.path().parent().unwrap();
-        assert!(!dead_tmp_dirs(parent).contains(&tmp.path().to_path_buf()));
+        assert!(!dead_dirs_of_tmp(parent).contains(&tmp.path().to_path_buf()));
 
         // A dir whose owner is gone (a start time that never was), one of
         // another form, and a link with a dead owner's name.
@@ -228,7 +228,7 @@ mod tests {
             scratch.path().join(format!("{PREFIX}1-1-link")),
         )
         .unwrap();
-        assert_eq!(dead_tmp_dirs(scratch.path()), vec![dead.clone()]);
+        assert_eq!(dead_dirs_of_tmp(scratch.path()), vec![dead.clone()]);
 
         // An owner /proc misreads (another PID namespace): its held lock keeps
         // its dir; once the lock is let go, the dir goes.
@@ -239,9 +239,9 @@ mod tests {
         use std::os::unix::io::AsRawFd;
         // SAFETY: flock(2) on a descriptor the test owns.
         assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
-        assert_eq!(dead_tmp_dirs(scratch.path()), vec![dead.clone()]);
+        assert_eq!(dead_dirs_of_tmp(scratch.path()), vec![dead.clone()]);
         drop(held);
-        let mut gone = dead_tmp_dirs(scratch.path());
+        let mut gone = dead_dirs_of_tmp(scratch.path());
         gone.sort();
         assert_eq!(gone, vec![dead, misread]);
         // A lock no one holds is a leftover too; a held one is not.
